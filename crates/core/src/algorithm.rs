@@ -1,0 +1,125 @@
+//! [`Algorithm`]: the decision logic of one algorithm, written once, run by
+//! the in-memory limiters here and mirrored by a Redis script.
+
+use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use parking_lot::Mutex;
+
+use crate::{Decision, Error, Quota};
+
+/// The decision logic of one rate-limiting algorithm.
+///
+/// `decide` is a pure function of `(state, now, cost)` and the parameters the
+/// algorithm derived from its [`Quota`]: no clock, no I/O, integer
+/// microseconds only, so that a Redis Lua script can mirror it bit for bit.
+/// The in-memory limiters ([`Direct`](crate::Direct),
+/// [`Keyed`](crate::Keyed)) hold the state and read the clock.
+///
+/// Contract for implementations:
+///
+/// - a cost above [`Algorithm::capacity`] is [`Error::CostTooHigh`], and
+///   leaves the state untouched;
+/// - all or nothing: a refused request consumes nothing;
+/// - cost 0 is a peek: it reports without consuming (always allowed);
+/// - `now` may go backwards: the state must never let that admit more than
+///   the quota (treat it as time standing still);
+/// - `now` is at most [`MAX_INSTANT_MICROS`](crate::MAX_INSTANT_MICROS)
+///   (the runners clamp it), which keeps every value under 2^53.
+pub trait Algorithm: Send + Sync + 'static {
+    /// The state kept per key.
+    type State: Clone + Send + 'static;
+    /// How a single-bucket limiter stores the state: a lock, or one atomic
+    /// word for one-word states.
+    type Cell: StateCell<State = Self::State>;
+
+    /// A short, stable name: `"gcra"`, `"token-bucket"`, ...
+    fn name(&self) -> &'static str;
+
+    /// The quota this algorithm was built from.
+    fn quota(&self) -> &Quota;
+
+    /// The most units that pass at once from full capacity: a cost above
+    /// this can never fit.
+    fn capacity(&self) -> u64;
+
+    /// The state of a key never seen, or seen so long ago it is back to full
+    /// capacity.
+    fn initial_state(&self) -> Self::State;
+
+    /// Decides a request of `cost` at `now`, updating `state`.
+    fn decide(&self, state: &mut Self::State, now: u64, cost: u32) -> Result<Decision, Error>;
+
+    /// The instant from which `state` decides exactly as
+    /// [`Algorithm::initial_state`] would, if nothing else is consumed: the
+    /// key is back to full capacity and may be forgotten. Never decreases as
+    /// requests are decided.
+    fn full_at(&self, state: &Self::State) -> u64;
+}
+
+/// Where a single-bucket limiter keeps an algorithm's state.
+pub trait StateCell: Send + Sync + fmt::Debug {
+    /// The state held.
+    type State;
+
+    /// A cell holding `state`.
+    fn new(state: Self::State) -> Self;
+
+    /// Runs `f` on the state, atomically with respect to other updates.
+    ///
+    /// `f` may run more than once (a lost compare-and-swap race reruns it on
+    /// the new state); only the last run's changes are kept.
+    fn update<R>(&self, f: impl FnMut(&mut Self::State) -> R) -> R;
+}
+
+/// A state behind a lock held only while the decision is computed.
+pub struct LockedCell<S>(Mutex<S>);
+
+impl<S: Send> StateCell for LockedCell<S> {
+    type State = S;
+
+    fn new(state: S) -> Self {
+        LockedCell(Mutex::new(state))
+    }
+
+    fn update<R>(&self, mut f: impl FnMut(&mut S) -> R) -> R {
+        f(&mut self.0.lock())
+    }
+}
+
+impl<S> fmt::Debug for LockedCell<S> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("LockedCell")
+    }
+}
+
+/// A one-word state updated by a compare-and-swap loop: no lock, and a
+/// refusal that changes nothing writes nothing.
+#[derive(Debug)]
+pub struct AtomicCell(AtomicU64);
+
+impl StateCell for AtomicCell {
+    type State = u64;
+
+    fn new(state: u64) -> Self {
+        AtomicCell(AtomicU64::new(state))
+    }
+
+    fn update<R>(&self, mut f: impl FnMut(&mut u64) -> R) -> R {
+        let mut current = self.0.load(Ordering::Acquire);
+        loop {
+            let mut next = current;
+            let result = f(&mut next);
+            if next == current {
+                return result;
+            }
+            match self
+                .0
+                .compare_exchange_weak(current, next, Ordering::AcqRel, Ordering::Acquire)
+            {
+                Ok(_) => return result,
+                Err(actual) => current = actual,
+            }
+        }
+    }
+}

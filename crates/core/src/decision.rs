@@ -1,0 +1,108 @@
+//! [`Decision`]: what a limiter answers, with the same meaning everywhere.
+
+use std::time::Duration;
+
+/// The answer to one request, with the same meaning in every algorithm and
+/// every backend: the HTTP headers are built from it.
+///
+/// - `allowed`: the request passed and its cost was consumed; or it was
+///   refused and nothing was consumed (all or nothing).
+/// - `limit`: the most unit requests that pass at once from full capacity
+///   (the burst; for the windows, the window's limit).
+/// - `remaining`: how many more unit requests would pass right now, after this
+///   one.
+/// - `retry_after`: zero when allowed; otherwise the wait until a retry of the
+///   same cost passes, if nothing else is consumed meanwhile. A retry at
+///   exactly `retry_after` passes; one a microsecond earlier does not.
+/// - `reset_after`: the wait until the key is back to full capacity, if
+///   nothing else is consumed meanwhile. Zero when it is full now.
+/// - `delay`: how long an admitted request must wait before it proceeds. Zero
+///   for every algorithm but the leaky bucket queue, which admits a request
+///   into a queue and gives it a later slot.
+///
+/// Times are whole microseconds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub struct Decision {
+    /// The request passed (and consumed its cost).
+    pub allowed: bool,
+    /// Unit requests that pass at once from full capacity.
+    pub limit: u64,
+    /// Unit requests that would pass right now, after this one.
+    pub remaining: u64,
+    /// Zero when allowed; else the wait until the same request passes.
+    pub retry_after: Duration,
+    /// The wait until the key is back to full capacity.
+    pub reset_after: Duration,
+    /// The wait before an admitted request proceeds (leaky bucket queue).
+    pub delay: Duration,
+}
+
+impl Decision {
+    /// An admitted request.
+    pub fn allow(limit: u64, remaining: u64, reset_after_micros: u64) -> Self {
+        Decision {
+            allowed: true,
+            limit,
+            remaining,
+            retry_after: Duration::ZERO,
+            reset_after: Duration::from_micros(reset_after_micros),
+            delay: Duration::ZERO,
+        }
+    }
+
+    /// A refused request: it passes if retried after `retry_after_micros`.
+    pub fn deny(
+        limit: u64,
+        remaining: u64,
+        retry_after_micros: u64,
+        reset_after_micros: u64,
+    ) -> Self {
+        Decision {
+            allowed: false,
+            limit,
+            remaining,
+            retry_after: Duration::from_micros(retry_after_micros),
+            reset_after: Duration::from_micros(reset_after_micros),
+            delay: Duration::ZERO,
+        }
+    }
+
+    /// The same decision, with an admitted request told to wait `delay_micros`
+    /// for its slot.
+    pub fn with_delay(mut self, delay_micros: u64) -> Self {
+        self.delay = Duration::from_micros(delay_micros);
+        self
+    }
+
+    /// `retry_after` in whole seconds, rounded up: the HTTP `Retry-After`.
+    pub fn retry_after_secs(&self) -> u64 {
+        ceil_secs(self.retry_after)
+    }
+
+    /// `reset_after` in whole seconds, rounded up.
+    pub fn reset_after_secs(&self) -> u64 {
+        ceil_secs(self.reset_after)
+    }
+}
+
+/// Whole seconds in `d`, rounded up: a client told to wait this long never
+/// retries too early.
+pub fn ceil_secs(d: Duration) -> u64 {
+    d.as_secs() + u64::from(d.subsec_nanos() > 0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn seconds_round_up() {
+        assert_eq!(ceil_secs(Duration::ZERO), 0);
+        assert_eq!(ceil_secs(Duration::from_micros(1)), 1);
+        assert_eq!(ceil_secs(Duration::from_secs(1)), 1);
+        assert_eq!(ceil_secs(Duration::from_millis(1001)), 2);
+        let d = Decision::deny(10, 0, 200_000, 2_000_000);
+        assert_eq!((d.retry_after_secs(), d.reset_after_secs()), (1, 2));
+    }
+}

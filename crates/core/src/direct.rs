@@ -1,0 +1,97 @@
+//! [`Direct`]: one bucket, shared by every caller.
+
+use std::fmt;
+
+use crate::algorithm::{Algorithm, StateCell};
+use crate::time::{Clock, MAX_INSTANT_MICROS, SystemClock};
+use crate::{Decision, Error, Quota};
+
+/// A single-bucket limiter: one state for every caller, no key.
+///
+/// Thread-safe: the state sits in the algorithm's [`StateCell`] (one atomic
+/// word updated by compare-and-swap where the state fits, else a lock held
+/// only while deciding).
+///
+/// ```
+/// use ratelab_core::{Algorithm, Direct, ManualClock, Quota};
+/// # use ratelab_core::{AtomicCell, Decision, Error};
+/// # #[derive(Debug)]
+/// # struct Nothing(Quota);
+/// # impl Algorithm for Nothing {
+/// #     type State = u64;
+/// #     type Cell = AtomicCell;
+/// #     fn name(&self) -> &'static str { "nothing" }
+/// #     fn quota(&self) -> &Quota { &self.0 }
+/// #     fn capacity(&self) -> u64 { 1 }
+/// #     fn initial_state(&self) -> u64 { 0 }
+/// #     fn decide(&self, _: &mut u64, _: u64, _: u32) -> Result<Decision, Error> {
+/// #         Ok(Decision::allow(1, 1, 0))
+/// #     }
+/// #     fn full_at(&self, _: &u64) -> u64 { 0 }
+/// # }
+/// let clock = ManualClock::new();
+/// let limiter = Direct::with_clock(Nothing(Quota::per_second(1)?), clock);
+/// assert!(limiter.check(1)?.allowed);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub struct Direct<A: Algorithm, C = SystemClock> {
+    algorithm: A,
+    clock: C,
+    cell: A::Cell,
+}
+
+impl<A: Algorithm> Direct<A, SystemClock> {
+    /// A limiter on the system clock.
+    pub fn new(algorithm: A) -> Self {
+        Self::with_clock(algorithm, SystemClock)
+    }
+}
+
+impl<A: Algorithm, C: Clock> Direct<A, C> {
+    /// A limiter on `clock`.
+    pub fn with_clock(algorithm: A, clock: C) -> Self {
+        let cell = A::Cell::new(algorithm.initial_state());
+        Direct {
+            algorithm,
+            clock,
+            cell,
+        }
+    }
+
+    /// Decides a request of weight `cost`: all or nothing. Cost 0 is a peek.
+    pub fn check(&self, cost: u32) -> Result<Decision, Error> {
+        let now = self.clock.now_micros().min(MAX_INSTANT_MICROS);
+        self.cell
+            .update(|state| self.algorithm.decide(state, now, cost))
+    }
+
+    /// Blocks until a request of weight `cost` is admitted, or `timeout`
+    /// passes (see [`wait_for`](crate::wait_for)).
+    pub fn wait(&self, cost: u32, timeout: std::time::Duration) -> Result<Decision, crate::WaitError> {
+        crate::wait_for(|| self.check(cost), timeout)
+    }
+
+    /// The algorithm and its parameters.
+    pub fn algorithm(&self) -> &A {
+        &self.algorithm
+    }
+
+    /// The quota enforced.
+    pub fn quota(&self) -> &Quota {
+        self.algorithm.quota()
+    }
+
+    /// The clock read on every check.
+    pub fn clock(&self) -> &C {
+        &self.clock
+    }
+}
+
+impl<A: Algorithm + fmt::Debug, C: fmt::Debug> fmt::Debug for Direct<A, C> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Direct")
+            .field("algorithm", &self.algorithm)
+            .field("clock", &self.clock)
+            .finish_non_exhaustive()
+    }
+}

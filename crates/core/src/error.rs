@@ -1,0 +1,68 @@
+//! [`Error`]: what a limiter answers when it cannot decide.
+//!
+//! A refusal is not an error: it is a [`Decision`](crate::Decision) with
+//! `allowed == false`. An error means the request could never pass, or the
+//! limiter could not decide.
+
+use std::time::Duration;
+
+/// Why a limiter could not decide.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// The cost is above what the limiter admits even when full: no wait
+    /// would let it pass.
+    #[error("a cost of {cost} can never fit: at most {capacity} pass at once")]
+    CostTooHigh {
+        /// The cost asked for.
+        cost: u32,
+        /// The most that passes at once.
+        capacity: u64,
+    },
+    /// A keyed in-memory limiter holds its maximum number of keys and none of
+    /// them is back to full capacity, so none can be forgotten without
+    /// admitting more than the quota. The new key is not admitted.
+    #[error(
+        "the limiter already tracks its maximum of {max_keys} keys, none back to full capacity; a slot frees in {retry_after:?}"
+    )]
+    TooManyKeys {
+        /// The bound on the number of keys.
+        max_keys: usize,
+        /// The wait until at least one tracked key is back to full capacity.
+        retry_after: Duration,
+    },
+    /// The backend did not answer within its timeout.
+    #[error("the rate limiter backend did not answer within {0:?}")]
+    Timeout(Duration),
+    /// The backend failed (connection refused, script error, ...).
+    #[error("the rate limiter backend failed: {0}")]
+    Backend(#[source] Box<dyn std::error::Error + Send + Sync + 'static>),
+}
+
+impl Error {
+    /// A backend failure from any error.
+    pub fn backend(error: impl Into<Box<dyn std::error::Error + Send + Sync + 'static>>) -> Self {
+        Error::Backend(error.into())
+    }
+
+    /// The limiter could not decide for reasons of its own (its backend failed
+    /// or was too slow, or it is out of room for keys), as opposed to a
+    /// request that can never pass. This is where a failure policy (fail open,
+    /// fail closed) applies.
+    pub fn is_unavailable(&self) -> bool {
+        matches!(
+            self,
+            Error::TooManyKeys { .. } | Error::Timeout(_) | Error::Backend(_)
+        )
+    }
+}
+
+/// `cost` as a `u64`, or [`Error::CostTooHigh`] if it is above `capacity`:
+/// the first line of every algorithm's decision.
+pub fn ensure_fits(cost: u32, capacity: u64) -> Result<u64, Error> {
+    let units = u64::from(cost);
+    if units > capacity {
+        return Err(Error::CostTooHigh { cost, capacity });
+    }
+    Ok(units)
+}

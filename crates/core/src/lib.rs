@@ -1,0 +1,81 @@
+//! The shared contract of ratelab's rate limiters.
+//!
+//! Every algorithm crate (`ratelab-gcra`, `ratelab-token-bucket`, ...) writes
+//! its decision logic once as an [`Algorithm`]: a pure function of
+//! `(state, now, cost)` on integer microseconds. This crate runs it in memory,
+//! as one bucket ([`Direct`]) or one bucket per key ([`Keyed`], a bounded,
+//! self-cleaning sharded map); the `redis` feature of each algorithm crate
+//! runs the same logic as a Lua script. Callers see [`RateLimiter`] (sync) or
+//! [`AsyncRateLimiter`] (async; every `RateLimiter` is one), a [`Quota`] in,
+//! a [`Decision`] out, and time from a [`Clock`].
+//!
+//! ```
+//! use ratelab_core::{Algorithm, AtomicCell, Decision, Error, Keyed, ManualClock, Quota, RateLimiter};
+//! use std::time::Duration;
+//!
+//! /// A toy algorithm: `burst` units, never refilled before `period` of rest.
+//! #[derive(Debug)]
+//! struct Allowance(Quota);
+//!
+//! impl Algorithm for Allowance {
+//!     type State = u64; // (used << 32) | rest_start_secs, say; here: units used
+//!     type Cell = AtomicCell;
+//!     fn name(&self) -> &'static str { "allowance" }
+//!     fn quota(&self) -> &Quota { &self.0 }
+//!     fn capacity(&self) -> u64 { self.0.burst().into() }
+//!     fn initial_state(&self) -> u64 { 0 }
+//!     fn decide(&self, used: &mut u64, _now: u64, cost: u32) -> Result<Decision, Error> {
+//!         let cost = u64::from(cost);
+//!         if cost > self.capacity() {
+//!             return Err(Error::CostTooHigh { cost: cost as u32, capacity: self.capacity() });
+//!         }
+//!         if *used + cost > self.capacity() {
+//!             return Ok(Decision::deny(self.capacity(), self.capacity() - *used, u64::MAX, u64::MAX));
+//!         }
+//!         *used += cost;
+//!         Ok(Decision::allow(self.capacity(), self.capacity() - *used, u64::MAX))
+//!     }
+//!     fn full_at(&self, used: &u64) -> u64 { if *used == 0 { 0 } else { u64::MAX } }
+//! }
+//!
+//! let clock = ManualClock::new();
+//! let limiter = Keyed::with_clock(Allowance(Quota::per_minute(2)?), clock.clone());
+//! assert!(limiter.check(b"alice", 2)?.allowed);
+//! assert!(!limiter.check(b"alice", 1)?.allowed);
+//! assert!(limiter.check(b"bob", 1)?.allowed);
+//! // Cost 0 is a peek; a cost above the burst can never fit.
+//! assert_eq!(limiter.check(b"bob", 0)?.remaining, 1);
+//! assert!(matches!(limiter.check(b"bob", 3), Err(Error::CostTooHigh { .. })));
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
+//! Next: [`Quota`] for what a quota means to each algorithm, [`Decision`] for
+//! what every field promises, [`Keyed`] for how keys are stored and
+//! forgotten, [`wait_and_consume`] to wait for a turn.
+
+#![warn(missing_docs)]
+#![forbid(unsafe_code)]
+
+mod algorithm;
+mod decision;
+mod direct;
+mod error;
+mod keyed;
+mod limiter;
+mod quota;
+mod time;
+mod wait;
+
+pub use algorithm::{Algorithm, AtomicCell, LockedCell, StateCell};
+pub use decision::{Decision, ceil_secs};
+pub use direct::Direct;
+pub use error::{Error, ensure_fits};
+pub use keyed::{DEFAULT_MAX_KEYS, Keyed};
+pub use limiter::{AsyncRateLimiter, CheckFuture, Limiter, RateLimiter};
+pub use quota::{Quota, QuotaError};
+pub use time::{
+    Clock, MAX_INSTANT_MICROS, MAX_SPAN_MICROS, ManualClock, SystemClock, duration_to_micros,
+};
+#[cfg(feature = "tokio")]
+pub use wait::wait_and_consume_async;
+pub use wait::{WaitError, wait_and_consume, wait_for};

@@ -1,0 +1,78 @@
+//! The traits every limiter implements: [`Limiter`] (what it is),
+//! [`RateLimiter`] (decides synchronously, in memory) and
+//! [`AsyncRateLimiter`] (decides asynchronously: Redis, anything with I/O).
+//!
+//! Every [`RateLimiter`] is an [`AsyncRateLimiter`] by a blanket impl, and
+//! both are object safe, so limiters of different algorithms and backends fit
+//! in one `Vec<Box<dyn AsyncRateLimiter>>`.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+
+use crate::{Decision, Error, Quota};
+
+/// The future an [`AsyncRateLimiter`] returns.
+pub type CheckFuture<'a> = Pin<Box<dyn Future<Output = Result<Decision, Error>> + Send + 'a>>;
+
+/// What a limiter says about itself.
+pub trait Limiter: Send + Sync {
+    /// The quota it enforces.
+    fn quota(&self) -> Quota;
+
+    /// The algorithm's short name: `"gcra"`, `"token-bucket"`, ...
+    fn algorithm(&self) -> &'static str;
+
+    /// Where the state lives: `"memory"`, `"redis"`, ...
+    fn backend(&self) -> &'static str;
+}
+
+/// A keyed limiter that decides synchronously.
+///
+/// Keys are bytes: any byte string is a valid key, including the empty one.
+pub trait RateLimiter: Limiter {
+    /// Decides a request of weight `cost` for `key`: all or nothing.
+    ///
+    /// Cost 0 is a peek: it reports without consuming. A cost that can never
+    /// fit is [`Error::CostTooHigh`].
+    fn check(&self, key: &[u8], cost: u32) -> Result<Decision, Error>;
+}
+
+/// A keyed limiter that decides asynchronously.
+///
+/// Same contract as [`RateLimiter::check`]. Implementations with I/O bound
+/// each call by a timeout: a future never waits forever.
+pub trait AsyncRateLimiter: Limiter {
+    /// Decides a request of weight `cost` for `key`: all or nothing.
+    fn check_async<'a>(&'a self, key: &'a [u8], cost: u32) -> CheckFuture<'a>;
+}
+
+impl<L: RateLimiter + ?Sized> AsyncRateLimiter for L {
+    fn check_async<'a>(&'a self, key: &'a [u8], cost: u32) -> CheckFuture<'a> {
+        Box::pin(std::future::ready(self.check(key, cost)))
+    }
+}
+
+macro_rules! forward_through_pointer {
+    ($($pointer:ty),*) => {$(
+        impl<L: Limiter + ?Sized> Limiter for $pointer {
+            fn quota(&self) -> Quota {
+                (**self).quota()
+            }
+            fn algorithm(&self) -> &'static str {
+                (**self).algorithm()
+            }
+            fn backend(&self) -> &'static str {
+                (**self).backend()
+            }
+        }
+
+        impl<L: RateLimiter + ?Sized> RateLimiter for $pointer {
+            fn check(&self, key: &[u8], cost: u32) -> Result<Decision, Error> {
+                (**self).check(key, cost)
+            }
+        }
+    )*};
+}
+
+forward_through_pointer!(&L, Box<L>, Arc<L>);

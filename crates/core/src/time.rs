@@ -1,0 +1,173 @@
+//! Time: the [`Clock`] every limiter reads, and the bounds of the arithmetic.
+//!
+//! Every decision is made on integer microseconds. Instants are `u64`
+//! microseconds on the clock's own timeline; only differences between them
+//! matter, except for the fixed and sliding windows, which align to multiples
+//! of their period on that timeline.
+//!
+//! The bounds below keep every intermediate value under 2^53, so that a Redis
+//! Lua script (whose numbers are doubles) computes the same integers as Rust.
+
+use std::sync::Arc;
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+/// The latest instant a decision uses, 2^52 µs (about 142 years after the
+/// clock's origin; for Redis `TIME`, the year 2112). Later instants are
+/// clamped to it: time stands still there, which can only refuse more, never
+/// admit more.
+pub const MAX_INSTANT_MICROS: u64 = 1 << 52;
+
+/// The longest span a quota may involve (its period, or the time a full burst
+/// takes to refill): 2^50 µs, about 35.7 years.
+pub const MAX_SPAN_MICROS: u64 = 1 << 50;
+
+/// A source of the current time, in microseconds.
+///
+/// No algorithm reads the time itself: the limiter asks its clock, so tests
+/// and simulations can drive time by hand with [`ManualClock`].
+pub trait Clock: Send + Sync {
+    /// Now, in microseconds since this clock's origin.
+    fn now_micros(&self) -> u64;
+}
+
+impl<C: Clock + ?Sized> Clock for &C {
+    fn now_micros(&self) -> u64 {
+        (**self).now_micros()
+    }
+}
+
+impl<C: Clock + ?Sized> Clock for Arc<C> {
+    fn now_micros(&self) -> u64 {
+        (**self).now_micros()
+    }
+}
+
+impl<C: Clock + ?Sized> Clock for Box<C> {
+    fn now_micros(&self) -> u64 {
+        (**self).now_micros()
+    }
+}
+
+/// The monotonic system clock ([`Instant`]), in microseconds since the first
+/// time any `SystemClock` was read in this process.
+///
+/// Every `SystemClock` in a process shares one origin, so windows of the same
+/// period line up across limiters.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct SystemClock;
+
+fn process_origin() -> Instant {
+    static ORIGIN: OnceLock<Instant> = OnceLock::new();
+    *ORIGIN.get_or_init(Instant::now)
+}
+
+impl SystemClock {
+    /// The system clock.
+    pub fn new() -> Self {
+        SystemClock
+    }
+}
+
+impl Clock for SystemClock {
+    fn now_micros(&self) -> u64 {
+        // Saturates after 584,000 years of uptime.
+        u64::try_from(process_origin().elapsed().as_micros()).unwrap_or(u64::MAX)
+    }
+}
+
+/// A clock moved by hand, for tests and simulations.
+///
+/// Clones share one time: advance any of them and all see it. It can go
+/// backwards ([`ManualClock::rewind`], [`ManualClock::set`]) to test that
+/// nothing breaks when a real clock does.
+///
+/// ```
+/// use ratelab_core::{Clock, ManualClock};
+/// use std::time::Duration;
+///
+/// let clock = ManualClock::new();
+/// let shared = clock.clone();
+/// clock.advance(Duration::from_millis(1500));
+/// assert_eq!(shared.now_micros(), 1_500_000);
+/// shared.rewind(Duration::from_secs(1));
+/// assert_eq!(clock.now_micros(), 500_000);
+/// ```
+#[derive(Debug, Clone, Default)]
+pub struct ManualClock {
+    micros: Arc<AtomicU64>,
+}
+
+impl ManualClock {
+    /// A clock at instant 0.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// A clock at `micros`.
+    pub fn starting_at(micros: u64) -> Self {
+        let clock = Self::new();
+        clock.set(micros);
+        clock
+    }
+
+    /// Moves to `micros`, forwards or backwards.
+    pub fn set(&self, micros: u64) {
+        self.micros.store(micros, Ordering::SeqCst);
+    }
+
+    /// Moves forwards by `by` (saturating at `u64::MAX` µs).
+    pub fn advance(&self, by: Duration) {
+        let by = duration_to_micros(by);
+        let _ = self
+            .micros
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |now| {
+                Some(now.saturating_add(by))
+            });
+    }
+
+    /// Moves backwards by `by` (saturating at 0).
+    pub fn rewind(&self, by: Duration) {
+        let by = duration_to_micros(by);
+        let _ = self
+            .micros
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |now| {
+                Some(now.saturating_sub(by))
+            });
+    }
+}
+
+impl Clock for ManualClock {
+    fn now_micros(&self) -> u64 {
+        self.micros.load(Ordering::SeqCst)
+    }
+}
+
+/// Whole microseconds in `d`, rounded down, saturating at `u64::MAX`.
+pub fn duration_to_micros(d: Duration) -> u64 {
+    u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn system_clock_is_monotonic_and_shared() {
+        let a = SystemClock::new().now_micros();
+        std::thread::sleep(Duration::from_millis(2));
+        let b = SystemClock.now_micros();
+        assert!(b >= a + 2_000, "{a} then {b}");
+    }
+
+    #[test]
+    fn manual_clock_saturates() {
+        let clock = ManualClock::starting_at(u64::MAX - 1);
+        clock.advance(Duration::MAX);
+        assert_eq!(clock.now_micros(), u64::MAX);
+        clock.set(3);
+        clock.rewind(Duration::from_secs(1));
+        assert_eq!(clock.now_micros(), 0);
+    }
+}

@@ -1,0 +1,126 @@
+//! Fixed window: a counter per clock-aligned window, reset when the next
+//! window starts.
+//!
+//! The cheapest algorithm, and the one with a known flaw: a client can spend
+//! the whole limit at the end of one window and again at the start of the
+//! next, so up to **2 × limit** pass within a fraction of a period. This
+//! crate's tests prove it (20 requests within 0.11 s at 10 per second); the
+//! `ratelab-compare` report measures it against the other algorithms.
+//!
+//! **Quota mapping.** Windows hold the quota's burst and last
+//! [`Quota::window`](ratelab_core::Quota::window): with the default burst,
+//! exactly `limit` per `period`; with another burst `b`, `b` per
+//! `period × b / limit` (the same capacity and long-run rate as the bucket
+//! algorithms). Windows are aligned to multiples of the window length on the
+//! limiter's clock (for Redis `TIME`, on the Unix epoch).
+//!
+//! ```
+//! use ratelab_core::{Keyed, ManualClock, Quota};
+//! use ratelab_fixed_window::FixedWindow;
+//! use std::time::Duration;
+//!
+//! let clock = ManualClock::new();
+//! let limiter = Keyed::with_clock(FixedWindow::new(Quota::per_second(10)?), clock.clone());
+//!
+//! clock.set(950_000); // 0.95 s: the end of the first window.
+//! let first = (0..10).filter(|_| limiter.check(b"k", 1).unwrap().allowed).count();
+//! clock.set(1_050_000); // 1.05 s: the start of the next.
+//! let second = (0..10).filter(|_| limiter.check(b"k", 1).unwrap().allowed).count();
+//! assert_eq!(first + second, 20); // twice the limit within 0.1 s
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
+#![warn(missing_docs)]
+#![forbid(unsafe_code)]
+
+use ratelab_core::{Algorithm, Decision, Error, LockedCell, Quota, ensure_fits};
+
+/// Fixed window parameters derived from a [`Quota`]. See the crate docs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FixedWindow {
+    quota: Quota,
+    /// Units per window.
+    limit: u64,
+    /// Window length, µs.
+    window: u64,
+}
+
+/// The count of the current window.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Counter {
+    /// The window's index: it spans `[index × window, (index + 1) × window)`.
+    /// Never moves backwards.
+    pub index: u64,
+    /// Units admitted in it.
+    pub count: u64,
+}
+
+impl FixedWindow {
+    /// A fixed window limiter for `quota`.
+    pub fn new(quota: Quota) -> Self {
+        FixedWindow {
+            quota,
+            limit: u64::from(quota.burst()),
+            window: quota.window_micros(),
+        }
+    }
+
+    /// The window length, µs.
+    pub fn window_micros(&self) -> u64 {
+        self.window
+    }
+
+    fn end_of(&self, counter: &Counter) -> u64 {
+        (counter.index + 1) * self.window
+    }
+}
+
+impl Algorithm for FixedWindow {
+    type State = Counter;
+    type Cell = LockedCell<Counter>;
+
+    fn name(&self) -> &'static str {
+        "fixed-window"
+    }
+
+    fn quota(&self) -> &Quota {
+        &self.quota
+    }
+
+    fn capacity(&self) -> u64 {
+        self.limit
+    }
+
+    fn initial_state(&self) -> Counter {
+        Counter { index: 0, count: 0 }
+    }
+
+    fn decide(&self, counter: &mut Counter, now: u64, cost: u32) -> Result<Decision, Error> {
+        let cost = ensure_fits(cost, self.limit)?;
+        let index = now / self.window;
+        // A clock that went back stays in the window it had reached.
+        if index > counter.index {
+            *counter = Counter { index, count: 0 };
+        }
+        let until_end = self.end_of(counter) - now;
+        if counter.count + cost <= self.limit {
+            counter.count += cost;
+            let reset = if counter.count == 0 { 0 } else { until_end };
+            return Ok(Decision::allow(self.limit, self.limit - counter.count, reset));
+        }
+        Ok(Decision::deny(
+            self.limit,
+            self.limit - counter.count,
+            until_end,
+            until_end,
+        ))
+    }
+
+    fn full_at(&self, counter: &Counter) -> u64 {
+        if counter.count == 0 {
+            0
+        } else {
+            self.end_of(counter)
+        }
+    }
+}

@@ -1,0 +1,125 @@
+//! GCRA, the generic cell rate algorithm: a token bucket's bound with one
+//! timestamp of state per key.
+//!
+//! The state is the *theoretical arrival time* (TAT): when the key would be
+//! back to full capacity if nothing more were consumed. A request of `cost`
+//! moves it `cost × T` later, and passes if that stays within `τ` of now.
+//!
+//! **Quota mapping.** `T` is the quota's emission interval,
+//! `ceil(period / limit)`; the tolerance `τ = burst × T`, so `burst` units
+//! pass at once from full and one more every `T`. In any closed interval of
+//! length `t`, at most `burst + floor(t / T)` units pass.
+//!
+//! ```
+//! use ratelab_core::{Direct, Keyed, ManualClock, Quota};
+//! use ratelab_gcra::Gcra;
+//! use std::time::Duration;
+//!
+//! let clock = ManualClock::new();
+//! // 5 per second, bursts of 10.
+//! let quota = Quota::per_second(5)?.with_burst(10)?;
+//! let limiter = Keyed::with_clock(Gcra::new(quota), clock.clone());
+//!
+//! let admitted = (0..20).filter(|_| limiter.check(b"client", 1).unwrap().allowed).count();
+//! assert_eq!(admitted, 10);
+//! let refused = limiter.check(b"client", 1)?;
+//! assert_eq!(refused.retry_after, Duration::from_millis(200));
+//!
+//! clock.advance(Duration::from_secs(1));
+//! let admitted = (0..10).filter(|_| limiter.check(b"client", 1).unwrap().allowed).count();
+//! assert_eq!(admitted, 5);
+//!
+//! // One bucket for everyone: a lock-free compare-and-swap on one word.
+//! let direct = Direct::with_clock(Gcra::new(quota), clock);
+//! assert!(direct.check(1)?.allowed);
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
+#![warn(missing_docs)]
+#![forbid(unsafe_code)]
+
+use ratelab_core::{Algorithm, AtomicCell, Decision, Error, Quota, ensure_fits};
+
+/// GCRA parameters derived from a [`Quota`]. See the crate docs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Gcra {
+    quota: Quota,
+    /// Emission interval `T`, µs per unit.
+    interval: u64,
+    /// Tolerance `τ = burst × T`, µs.
+    tolerance: u64,
+}
+
+impl Gcra {
+    /// GCRA for `quota`.
+    pub fn new(quota: Quota) -> Self {
+        Gcra {
+            quota,
+            interval: quota.emission_interval_micros(),
+            tolerance: quota.burst_tolerance_micros(),
+        }
+    }
+
+    /// The emission interval `T`, in microseconds.
+    pub fn interval_micros(&self) -> u64 {
+        self.interval
+    }
+
+    /// The tolerance `τ = burst × T`, in microseconds.
+    pub fn tolerance_micros(&self) -> u64 {
+        self.tolerance
+    }
+
+    /// Unit requests that fit with the TAT at `tat`.
+    fn room(&self, now: u64, tat: u64) -> u64 {
+        (now + self.tolerance).saturating_sub(tat) / self.interval
+    }
+}
+
+impl Algorithm for Gcra {
+    /// The theoretical arrival time, in µs; 0 for a key never seen.
+    type State = u64;
+    type Cell = AtomicCell;
+
+    fn name(&self) -> &'static str {
+        "gcra"
+    }
+
+    fn quota(&self) -> &Quota {
+        &self.quota
+    }
+
+    fn capacity(&self) -> u64 {
+        u64::from(self.quota.burst())
+    }
+
+    fn initial_state(&self) -> u64 {
+        0
+    }
+
+    fn decide(&self, tat: &mut u64, now: u64, cost: u32) -> Result<Decision, Error> {
+        let limit = self.capacity();
+        let cost = ensure_fits(cost, limit)?;
+        // A TAT in the past means full capacity; one in the future (even far,
+        // after the clock went back) is debt still owed.
+        let current = (*tat).max(now);
+        let next = current + cost * self.interval;
+        if next <= now + self.tolerance {
+            // A peek writes nothing: a refusal or peek never costs a store.
+            if cost > 0 {
+                *tat = next;
+            }
+            return Ok(Decision::allow(limit, self.room(now, next), next - now));
+        }
+        Ok(Decision::deny(
+            limit,
+            self.room(now, current),
+            next - self.tolerance - now,
+            current - now,
+        ))
+    }
+
+    fn full_at(&self, tat: &u64) -> u64 {
+        *tat
+    }
+}

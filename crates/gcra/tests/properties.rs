@@ -1,0 +1,31 @@
+//! GCRA keeps `burst + floor(t / T)` in every interval `t`, and every field
+//! of its decisions tells the truth, for every arrival sequence.
+
+use proptest::prelude::*;
+use ratelab_gcra::Gcra;
+use ratelab_testkit::oracle::Bound;
+use ratelab_testkit::props::{all_properties, config, wild_clock_properties};
+use ratelab_testkit::strategies::{quota_and_arrivals, quota_and_wild_arrivals};
+
+fn bound(gcra: &Gcra) -> Bound {
+    Bound::Bucket {
+        burst: gcra.tolerance_micros() / gcra.interval_micros(),
+        interval: gcra.interval_micros(),
+    }
+}
+
+proptest! {
+    #![proptest_config(config(512))]
+
+    #[test]
+    fn decisions_keep_the_bound_and_tell_the_truth((quota, arrivals) in quota_and_arrivals(80)) {
+        let gcra = Gcra::new(quota);
+        all_properties(&gcra, &arrivals, bound(&gcra))?;
+    }
+
+    #[test]
+    fn a_wild_clock_never_admits_beyond_the_bound((quota, arrivals) in quota_and_wild_arrivals(60)) {
+        let gcra = Gcra::new(quota);
+        wild_clock_properties(&gcra, &arrivals, bound(&gcra))?;
+    }
+}

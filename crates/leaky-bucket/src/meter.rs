@@ -1,0 +1,87 @@
+//! The leaky bucket as a meter.
+
+use ratelab_core::{Algorithm, Decision, Error, LockedCell, Quota, ensure_fits};
+
+/// Leaky bucket (meter) parameters derived from a [`Quota`]: refuses what
+/// would overflow. See the crate docs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LeakyMeter {
+    quota: Quota,
+    capacity: u64,
+    /// µs one unit of water takes to drain.
+    interval: u64,
+    /// µs a full bucket takes to drain: `capacity × interval`.
+    depth: u64,
+}
+
+/// The water in a bucket, measured in the time it takes to drain.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Level {
+    /// µs of draining left at `at`.
+    pub water: u64,
+    /// When `water` was measured, µs. Never moves backwards.
+    pub at: u64,
+}
+
+impl LeakyMeter {
+    /// A leaky bucket meter for `quota`.
+    pub fn new(quota: Quota) -> Self {
+        LeakyMeter {
+            quota,
+            capacity: u64::from(quota.burst()),
+            interval: quota.emission_interval_micros(),
+            depth: quota.burst_tolerance_micros(),
+        }
+    }
+}
+
+impl Algorithm for LeakyMeter {
+    type State = Level;
+    type Cell = LockedCell<Level>;
+
+    fn name(&self) -> &'static str {
+        "leaky-meter"
+    }
+
+    fn quota(&self) -> &Quota {
+        &self.quota
+    }
+
+    fn capacity(&self) -> u64 {
+        self.capacity
+    }
+
+    fn initial_state(&self) -> Level {
+        Level { water: 0, at: 0 }
+    }
+
+    fn decide(&self, level: &mut Level, now: u64, cost: u32) -> Result<Decision, Error> {
+        let cost = ensure_fits(cost, self.capacity)?;
+        // A clock that went back drains nothing: measure from the later time.
+        let at = level.at.max(now);
+        let water = level.water.saturating_sub(at - level.at);
+        // `at - now` is the time the clock still owes us after going back.
+        let ahead = at - now;
+        let poured = water + cost * self.interval;
+        if poured <= self.depth {
+            if cost > 0 {
+                *level = Level { water: poured, at };
+            }
+            return Ok(Decision::allow(
+                self.capacity,
+                (self.depth - poured) / self.interval,
+                ahead + poured,
+            ));
+        }
+        Ok(Decision::deny(
+            self.capacity,
+            (self.depth - water) / self.interval,
+            ahead + poured - self.depth,
+            ahead + water,
+        ))
+    }
+
+    fn full_at(&self, level: &Level) -> u64 {
+        level.at + level.water
+    }
+}

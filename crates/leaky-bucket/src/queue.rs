@@ -1,0 +1,83 @@
+//! The leaky bucket as a queue (shaper).
+
+use ratelab_core::{Algorithm, AtomicCell, Decision, Error, Quota, ensure_fits};
+
+/// Leaky bucket (queue) parameters derived from a [`Quota`]: admits into a
+/// bounded queue and gives each request its slot. See the crate docs.
+///
+/// An admitted request's [`Decision::delay`] is the wait until its slot; the
+/// caller must wait it out before proceeding (the waiting helpers
+/// [`wait_and_consume`](ratelab_core::wait_and_consume) do). The queue holds
+/// `burst` units; `remaining` is the room left in it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LeakyQueue {
+    quota: Quota,
+    capacity: u64,
+    /// µs one unit occupies the output.
+    interval: u64,
+    /// µs of work the queue holds when full: `capacity × interval`.
+    depth: u64,
+}
+
+impl LeakyQueue {
+    /// A leaky bucket queue for `quota`.
+    pub fn new(quota: Quota) -> Self {
+        LeakyQueue {
+            quota,
+            capacity: u64::from(quota.burst()),
+            interval: quota.emission_interval_micros(),
+            depth: quota.burst_tolerance_micros(),
+        }
+    }
+}
+
+impl Algorithm for LeakyQueue {
+    /// The next free slot, in µs; 0 for a key never seen.
+    type State = u64;
+    type Cell = AtomicCell;
+
+    fn name(&self) -> &'static str {
+        "leaky-queue"
+    }
+
+    fn quota(&self) -> &Quota {
+        &self.quota
+    }
+
+    fn capacity(&self) -> u64 {
+        self.capacity
+    }
+
+    fn initial_state(&self) -> u64 {
+        0
+    }
+
+    fn decide(&self, next_free: &mut u64, now: u64, cost: u32) -> Result<Decision, Error> {
+        let cost = ensure_fits(cost, self.capacity)?;
+        let slot = (*next_free).max(now);
+        let after = slot + cost * self.interval;
+        if after - now <= self.depth {
+            if cost > 0 {
+                *next_free = after;
+            }
+            let room = (self.depth - (after - now)) / self.interval;
+            let decision = Decision::allow(self.capacity, room, after - now);
+            // A peek reserves no slot, so it has nothing to wait for.
+            return Ok(if cost > 0 {
+                decision.with_delay(slot - now)
+            } else {
+                decision
+            });
+        }
+        Ok(Decision::deny(
+            self.capacity,
+            self.depth.saturating_sub(slot - now) / self.interval,
+            after - self.depth - now,
+            slot - now,
+        ))
+    }
+
+    fn full_at(&self, next_free: &u64) -> u64 {
+        *next_free
+    }
+}

@@ -1,0 +1,190 @@
+//! The approximate sliding window: two counters, the previous one weighted.
+
+use ratelab_core::{Algorithm, Decision, Error, LockedCell, Quota, ensure_fits};
+
+/// The window position is measured in at most this many steps, so that
+/// `limit × steps` stays below 2^48 and the arithmetic is exact in a Redis Lua
+/// script as in Rust.
+const MAX_STEPS: u64 = 1 << 16;
+
+/// Sliding counter parameters derived from a [`Quota`]: approximate, O(1)
+/// memory. See the crate docs.
+///
+/// The estimate of the trailing window at offset `e` into the current window
+/// is `previous × (steps − k) / steps + current`, with `k = floor(e / step)`:
+/// the offset is measured in whole steps of `ceil(window / 65536)` µs,
+/// rounded down, so the previous window's weight is rounded up (against the
+/// client). A request passes if the estimate plus its cost is within the
+/// limit. Integer arithmetic only: the comparison is cross-multiplied by
+/// `steps`, never divided.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SlidingCounter {
+    quota: Quota,
+    limit: u64,
+    window: u64,
+    /// µs per step of the window position.
+    step: u64,
+    /// Steps per window: `ceil(window / step)`.
+    steps: u64,
+}
+
+/// The counts of the current aligned window and the one before it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Windows {
+    /// The current window's index: it spans `[index × window, (index + 1) ×
+    /// window)`. Never moves backwards.
+    pub index: u64,
+    /// Units admitted in the previous window, `index − 1`.
+    pub previous: u64,
+    /// Units admitted in the current window.
+    pub current: u64,
+}
+
+impl SlidingCounter {
+    /// A sliding counter limiter for `quota`.
+    pub fn new(quota: Quota) -> Self {
+        let window = quota.window_micros();
+        let step = window.div_ceil(MAX_STEPS);
+        SlidingCounter {
+            quota,
+            limit: u64::from(quota.burst()),
+            window,
+            step,
+            steps: window.div_ceil(step),
+        }
+    }
+
+    /// The window length, µs.
+    pub fn window_micros(&self) -> u64 {
+        self.window
+    }
+
+    /// µs per step of the window position.
+    pub fn step_micros(&self) -> u64 {
+        self.step
+    }
+
+    /// Steps per window.
+    pub fn steps(&self) -> u64 {
+        self.steps
+    }
+
+    /// Moves the windows forward to `now`'s, if it is later.
+    fn roll(&self, windows: &mut Windows, now: u64) {
+        let index = now / self.window;
+        if index == windows.index + 1 {
+            *windows = Windows {
+                index,
+                previous: windows.current,
+                current: 0,
+            };
+        } else if index > windows.index + 1 {
+            *windows = Windows {
+                index,
+                previous: 0,
+                current: 0,
+            };
+        }
+    }
+
+    /// The largest `x` with `previous × (steps − k) + x × steps <=
+    /// limit × steps`: the units that fit on top of the weighted previous
+    /// window at step `k`.
+    fn room_at(&self, previous: u64, k: u64) -> u64 {
+        (self.limit * self.steps - previous * (self.steps - k)) / self.steps
+    }
+
+    /// The first step in a window at which `units` fit on top of `previous`
+    /// weighted, or `None` if they never do within the window.
+    fn first_step_fitting(&self, previous: u64, units: u64) -> Option<u64> {
+        if previous == 0 {
+            return Some(0);
+        }
+        // previous × (steps − k) <= units × steps  <=>  k >= steps − floor(units × steps / previous)
+        let k = self.steps.saturating_sub(units * self.steps / previous);
+        (k * self.step < self.window).then_some(k)
+    }
+
+    /// The instant a request of `cost` first fits, given `windows` at `now`
+    /// (refused now).
+    fn retry_at(&self, windows: &Windows, cost: u64) -> u64 {
+        let start = windows.index * self.window;
+        // Within the current window, as the previous one's weight decays.
+        if let Some(units) = self.limit.checked_sub(windows.current + cost) {
+            if let Some(k) = self.first_step_fitting(windows.previous, units) {
+                return start + k * self.step;
+            }
+        }
+        // In the next window, the current one becomes the previous.
+        let next = start + self.window;
+        match self.first_step_fitting(windows.current, self.limit - cost) {
+            Some(k) => next + k * self.step,
+            None => next + self.window,
+        }
+    }
+
+    /// The instant both windows' counts no longer weigh: back to full.
+    fn full_at_of(&self, windows: &Windows) -> u64 {
+        let start = windows.index * self.window;
+        if windows.current > 0 {
+            start + 2 * self.window
+        } else if windows.previous > 0 {
+            start + self.window
+        } else {
+            0
+        }
+    }
+}
+
+impl Algorithm for SlidingCounter {
+    type State = Windows;
+    type Cell = LockedCell<Windows>;
+
+    fn name(&self) -> &'static str {
+        "sliding-counter"
+    }
+
+    fn quota(&self) -> &Quota {
+        &self.quota
+    }
+
+    fn capacity(&self) -> u64 {
+        self.limit
+    }
+
+    fn initial_state(&self) -> Windows {
+        Windows {
+            index: 0,
+            previous: 0,
+            current: 0,
+        }
+    }
+
+    fn decide(&self, windows: &mut Windows, now: u64, cost: u32) -> Result<Decision, Error> {
+        let cost = ensure_fits(cost, self.limit)?;
+        self.roll(windows, now);
+        // After a clock went back, take the window's start: the previous
+        // window then weighs in full, the most it can.
+        let offset = now.saturating_sub(windows.index * self.window);
+        let k = offset / self.step;
+        let room = self.room_at(windows.previous, k);
+        if windows.current + cost <= room {
+            windows.current += cost;
+            return Ok(Decision::allow(
+                self.limit,
+                room - windows.current,
+                self.full_at_of(windows).saturating_sub(now),
+            ));
+        }
+        Ok(Decision::deny(
+            self.limit,
+            room.saturating_sub(windows.current),
+            self.retry_at(windows, cost) - now,
+            self.full_at_of(windows) - now,
+        ))
+    }
+
+    fn full_at(&self, windows: &Windows) -> u64 {
+        self.full_at_of(windows)
+    }
+}

@@ -1,0 +1,125 @@
+//! The exact sliding window: a log of admitted units.
+
+use std::collections::VecDeque;
+
+use ratelab_core::{Algorithm, Decision, Error, LockedCell, Quota, ensure_fits};
+
+/// Sliding log parameters derived from a [`Quota`]: exact, O(limit) memory.
+/// See the crate docs.
+///
+/// A unit admitted at `t` counts against every instant in `[t, t + window)`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SlidingLog {
+    quota: Quota,
+    limit: u64,
+    window: u64,
+}
+
+/// The units admitted within the last window, oldest first.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
+pub struct Log {
+    /// `(admitted at, units)`, in non-decreasing time order; units admitted
+    /// at the same microsecond share an entry.
+    pub entries: VecDeque<(u64, u64)>,
+    /// The sum of the entries' units.
+    pub total: u64,
+}
+
+impl SlidingLog {
+    /// A sliding log limiter for `quota`.
+    pub fn new(quota: Quota) -> Self {
+        SlidingLog {
+            quota,
+            limit: u64::from(quota.burst()),
+            window: quota.window_micros(),
+        }
+    }
+
+    /// The window length, µs.
+    pub fn window_micros(&self) -> u64 {
+        self.window
+    }
+
+    /// Drops the entries that have left the window at `now`.
+    fn prune(&self, log: &mut Log, now: u64) {
+        while let Some(&(at, units)) = log.entries.front() {
+            if at + self.window > now {
+                break;
+            }
+            log.entries.pop_front();
+            log.total -= units;
+        }
+    }
+
+    /// The instant the log is empty again.
+    fn empty_at(&self, log: &Log) -> u64 {
+        log.entries.back().map_or(0, |&(at, _)| at + self.window)
+    }
+
+    /// The instant at least `needed` units have left the window.
+    fn freed_at(&self, log: &Log, needed: u64) -> u64 {
+        let mut freed = 0;
+        for &(at, units) in &log.entries {
+            freed += units;
+            if freed >= needed {
+                return at + self.window;
+            }
+        }
+        // Unreachable for a cost within the limit: the whole log frees `total`.
+        self.empty_at(log)
+    }
+}
+
+impl Algorithm for SlidingLog {
+    type State = Log;
+    type Cell = LockedCell<Log>;
+
+    fn name(&self) -> &'static str {
+        "sliding-log"
+    }
+
+    fn quota(&self) -> &Quota {
+        &self.quota
+    }
+
+    fn capacity(&self) -> u64 {
+        self.limit
+    }
+
+    fn initial_state(&self) -> Log {
+        Log::default()
+    }
+
+    fn decide(&self, log: &mut Log, now: u64, cost: u32) -> Result<Decision, Error> {
+        let cost = ensure_fits(cost, self.limit)?;
+        self.prune(log, now);
+        if log.total + cost <= self.limit {
+            if cost > 0 {
+                // After a clock went back, log at the latest time seen: the
+                // entry then stays longer, never shorter.
+                let at = log.entries.back().map_or(now, |&(last, _)| last.max(now));
+                match log.entries.back_mut() {
+                    Some((last, units)) if *last == at => *units += cost,
+                    _ => log.entries.push_back((at, cost)),
+                }
+                log.total += cost;
+            }
+            return Ok(Decision::allow(
+                self.limit,
+                self.limit - log.total,
+                self.empty_at(log).saturating_sub(now),
+            ));
+        }
+        let needed = log.total + cost - self.limit;
+        Ok(Decision::deny(
+            self.limit,
+            self.limit - log.total,
+            self.freed_at(log, needed) - now,
+            self.empty_at(log) - now,
+        ))
+    }
+
+    fn full_at(&self, log: &Log) -> u64 {
+        self.empty_at(log)
+    }
+}

@@ -1,0 +1,142 @@
+//! Token bucket: tokens refill at a steady rate up to a capacity; a request
+//! takes as many tokens as it costs, or none.
+//!
+//! The state is whole tokens and the instant the last whole token was counted:
+//! a partial token is never rounded into existence, it stays as the time since
+//! `last`. All arithmetic is integer microseconds.
+//!
+//! **Quota mapping.** Capacity = the quota's burst; one token every
+//! `T = ceil(period / limit)` µs. In any closed interval of length `t`, at
+//! most `burst + floor(t / T)` tokens are spent.
+//!
+//! ```
+//! use ratelab_core::{Keyed, ManualClock, Quota};
+//! use ratelab_token_bucket::TokenBucket;
+//! use std::time::Duration;
+//!
+//! let clock = ManualClock::new();
+//! // The reference article's bucket: capacity 10, 5 tokens per second.
+//! let quota = Quota::per_second(5)?.with_burst(10)?;
+//! let limiter = Keyed::with_clock(TokenBucket::new(quota), clock.clone());
+//!
+//! let admitted = (0..20).filter(|_| limiter.check(b"client", 1).unwrap().allowed).count();
+//! assert_eq!(admitted, 10);
+//! assert_eq!(limiter.check(b"client", 1)?.retry_after_secs(), 1);
+//!
+//! clock.advance(Duration::from_secs(1));
+//! let admitted = (0..10).filter(|_| limiter.check(b"client", 1).unwrap().allowed).count();
+//! assert_eq!(admitted, 5);
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
+#![warn(missing_docs)]
+#![forbid(unsafe_code)]
+
+use ratelab_core::{Algorithm, Decision, Error, LockedCell, Quota, ensure_fits};
+
+/// Token bucket parameters derived from a [`Quota`]. See the crate docs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TokenBucket {
+    quota: Quota,
+    /// Tokens when full.
+    capacity: u64,
+    /// µs per token.
+    interval: u64,
+}
+
+/// A bucket: whole tokens, and when the last whole token was counted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Bucket {
+    /// Whole tokens in the bucket at `last`.
+    pub tokens: u64,
+    /// The instant `tokens` was counted, µs; the next token arrives
+    /// `interval` after it. Never moves backwards.
+    pub last: u64,
+}
+
+impl TokenBucket {
+    /// A token bucket for `quota`.
+    pub fn new(quota: Quota) -> Self {
+        TokenBucket {
+            quota,
+            capacity: u64::from(quota.burst()),
+            interval: quota.emission_interval_micros(),
+        }
+    }
+
+    /// µs per token.
+    pub fn interval_micros(&self) -> u64 {
+        self.interval
+    }
+
+    /// Adds the whole tokens that arrived by `now`, keeping the fraction of
+    /// the next one as time since `last`.
+    fn refill(&self, bucket: &mut Bucket, now: u64) {
+        if now <= bucket.last {
+            // Nothing arrived, or the clock went back: time stands still.
+            return;
+        }
+        let arrived = (now - bucket.last) / self.interval;
+        if bucket.tokens + arrived >= self.capacity {
+            bucket.tokens = self.capacity;
+            bucket.last = now;
+        } else {
+            bucket.tokens += arrived;
+            bucket.last += arrived * self.interval;
+        }
+    }
+
+    /// The instant the bucket holds `tokens` tokens, given what it holds now.
+    fn when_holding(&self, bucket: &Bucket, tokens: u64) -> u64 {
+        bucket.last + tokens.saturating_sub(bucket.tokens) * self.interval
+    }
+}
+
+impl Algorithm for TokenBucket {
+    type State = Bucket;
+    type Cell = LockedCell<Bucket>;
+
+    fn name(&self) -> &'static str {
+        "token-bucket"
+    }
+
+    fn quota(&self) -> &Quota {
+        &self.quota
+    }
+
+    fn capacity(&self) -> u64 {
+        self.capacity
+    }
+
+    fn initial_state(&self) -> Bucket {
+        Bucket {
+            tokens: self.capacity,
+            last: 0,
+        }
+    }
+
+    fn decide(&self, bucket: &mut Bucket, now: u64, cost: u32) -> Result<Decision, Error> {
+        let cost = ensure_fits(cost, self.capacity)?;
+        self.refill(bucket, now);
+        let full_at = self.when_holding(bucket, self.capacity);
+        if cost <= bucket.tokens {
+            bucket.tokens -= cost;
+            let full_at = self.when_holding(bucket, self.capacity);
+            return Ok(Decision::allow(
+                self.capacity,
+                bucket.tokens,
+                full_at.saturating_sub(now),
+            ));
+        }
+        Ok(Decision::deny(
+            self.capacity,
+            bucket.tokens,
+            self.when_holding(bucket, cost) - now,
+            full_at.saturating_sub(now),
+        ))
+    }
+
+    fn full_at(&self, bucket: &Bucket) -> u64 {
+        self.when_holding(bucket, self.capacity)
+    }
+}
