@@ -67,7 +67,11 @@ impl<A: Algorithm, C: Clock> Direct<A, C> {
 
     /// Blocks until a request of weight `cost` is admitted, or `timeout`
     /// passes (see [`wait_for`](crate::wait_for)).
-    pub fn wait(&self, cost: u32, timeout: std::time::Duration) -> Result<Decision, crate::WaitError> {
+    pub fn wait(
+        &self,
+        cost: u32,
+        timeout: std::time::Duration,
+    ) -> Result<Decision, crate::WaitError> {
         crate::wait_for(|| self.check(cost), timeout)
     }
 

@@ -56,10 +56,13 @@ pub struct Keyed<A: Algorithm, C = SystemClock, K = Vec<u8>> {
     algorithm: A,
     clock: C,
     hasher: foldhash::fast::RandomState,
-    shards: Box<[Padded<Mutex<Shard<K, A::State>>>]>,
+    shards: Box<[LockedShard<K, A::State>]>,
     shard_mask: u64,
     max_keys_per_shard: usize,
 }
+
+/// One shard's lock and what it guards.
+type LockedShard<K, S> = Padded<Mutex<Shard<K, S>>>;
 
 struct Shard<K, S> {
     table: HashTable<(K, S)>,

@@ -137,11 +137,11 @@ impl Quota {
         if period > max {
             return Err(QuotaError::PeriodTooLong { period, max });
         }
-        if period.subsec_nanos() % 1_000 != 0 {
+        if !period.subsec_nanos().is_multiple_of(1_000) {
             return Err(QuotaError::SubMicrosecondPeriod { period });
         }
         // Fits: period <= MAX_SPAN_MICROS < 2^64.
-        let period_micros = period.as_micros() as u64;
+        let period_micros = crate::time::duration_to_micros(period);
         if u64::from(limit) > period_micros {
             return Err(QuotaError::RateTooFine { limit, period });
         }
@@ -156,8 +156,10 @@ impl Quota {
             });
         }
         // ceil(period × burst / limit) <= burst × T <= MAX_SPAN_MICROS.
-        let window_micros = (u128::from(period_micros) * u128::from(burst))
-            .div_ceil(u128::from(limit)) as u64;
+        let window_micros = u64::try_from(
+            (u128::from(period_micros) * u128::from(burst)).div_ceil(u128::from(limit)),
+        )
+        .expect("at most burst × T, checked above");
         Ok(Quota {
             limit,
             period_micros,

@@ -106,7 +106,11 @@ impl Algorithm for FixedWindow {
         if counter.count + cost <= self.limit {
             counter.count += cost;
             let reset = if counter.count == 0 { 0 } else { until_end };
-            return Ok(Decision::allow(self.limit, self.limit - counter.count, reset));
+            return Ok(Decision::allow(
+                self.limit,
+                self.limit - counter.count,
+                reset,
+            ));
         }
         Ok(Decision::deny(
             self.limit,

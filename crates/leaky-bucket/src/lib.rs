@@ -44,5 +44,5 @@
 mod meter;
 mod queue;
 
-pub use meter::{Level, LeakyMeter};
+pub use meter::{LeakyMeter, Level};
 pub use queue::LeakyQueue;

@@ -110,10 +110,10 @@ impl SlidingCounter {
     fn retry_at(&self, windows: &Windows, cost: u64) -> u64 {
         let start = windows.index * self.window;
         // Within the current window, as the previous one's weight decays.
-        if let Some(units) = self.limit.checked_sub(windows.current + cost) {
-            if let Some(k) = self.first_step_fitting(windows.previous, units) {
-                return start + k * self.step;
-            }
+        if let Some(units) = self.limit.checked_sub(windows.current + cost)
+            && let Some(k) = self.first_step_fitting(windows.previous, units)
+        {
+            return start + k * self.step;
         }
         // In the next window, the current one becomes the previous.
         let next = start + self.window;

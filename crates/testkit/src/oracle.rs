@@ -141,7 +141,7 @@ mod tests {
             window: 10,
             factor: 1,
         };
-        let admitted = at(&[(0, 1), (5, 1), (10, 1), (14, 1)]);
+        let admitted = at(&[(0, 1), (5, 1), (10, 1), (15, 1)]);
         assert_eq!(bound.violation(&admitted), None);
         assert_eq!(max_within(&admitted, 10), 2);
         let admitted = at(&[(0, 1), (5, 1), (9, 1)]);

@@ -11,7 +11,9 @@ use std::collections::HashMap;
 
 use proptest::prelude::*;
 use proptest::test_runner::TestCaseError;
-use ratelab_core::{Algorithm, Clock, Decision, Error, Keyed, MAX_INSTANT_MICROS, ManualClock};
+use ratelab_core::{
+    Algorithm, Clock, Decision, Error, Keyed, MAX_INSTANT_MICROS, ManualClock, duration_to_micros,
+};
 
 use crate::oracle::{Admitted, Bound};
 use crate::strategies::{Arrival, unwrapped};
@@ -126,15 +128,15 @@ where
                     "cost {cost} within capacity {capacity} failed: {message}"
                 );
                 prop_assert_eq!(&step.before, &step.after, "an error changed the state");
-                prop_assert_eq!(
-                    message,
-                    &Error::CostTooHigh { cost, capacity }.to_string()
-                );
+                prop_assert_eq!(message, &Error::CostTooHigh { cost, capacity }.to_string());
                 continue;
             }
             Ok(decision) => *decision,
         };
-        prop_assert!(u64::from(cost) <= capacity, "cost {cost} > capacity {capacity} decided");
+        prop_assert!(
+            u64::from(cost) <= capacity,
+            "cost {cost} > capacity {capacity} decided"
+        );
         prop_assert_eq!(decision.limit, capacity);
         if cost == 0 {
             prop_assert!(decision.allowed, "a peek was refused");
@@ -168,7 +170,7 @@ where
         if decision.allowed {
             prop_assert!(decision.retry_after.is_zero(), "allowed with a retry_after");
         } else {
-            let retry = decision.retry_after.as_micros() as u64;
+            let retry = duration_to_micros(decision.retry_after);
             prop_assert!(retry > 0, "refused with retry_after 0: {:?}", decision);
             prop_assert!(
                 probe(algorithm, &step.after, now + retry, cost).allowed,
@@ -180,7 +182,7 @@ where
             );
         }
 
-        let reset = decision.reset_after.as_micros() as u64;
+        let reset = duration_to_micros(decision.reset_after);
         let at_reset = probe(algorithm, &step.after, now + reset, 0);
         prop_assert_eq!(
             at_reset.remaining,
@@ -221,8 +223,8 @@ pub fn refusals_consume_nothing<A: Algorithm>(
         let now = step.now;
         for at in [
             now,
-            now + decision.retry_after.as_micros() as u64,
-            now + decision.reset_after.as_micros() as u64,
+            now + duration_to_micros(decision.retry_after),
+            now + duration_to_micros(decision.reset_after),
         ] {
             for cost in [1, step.arrival.cost] {
                 prop_assert_eq!(
@@ -254,7 +256,7 @@ pub fn idle_restores_the_burst<A: Algorithm>(
     let capacity = u32::try_from(algorithm.capacity()).expect("capacity is a burst");
     for (key, step) in last {
         let decision = step.result.as_ref().expect("kept only decided steps");
-        let at = step.now + decision.reset_after.as_micros() as u64;
+        let at = step.now + duration_to_micros(decision.reset_after);
         let full = probe(algorithm, &step.after, at, capacity);
         prop_assert!(
             full.allowed,
@@ -283,9 +285,14 @@ pub fn keyed_agrees<A: Algorithm + Clone>(
     Ok(())
 }
 
-/// A proptest config for property files: `cases` cases, failures saved next
-/// to the test source in `<file>.proptest-regressions` (committed).
+/// A proptest config for property files: `cases` cases (or
+/// `$PROPTEST_CASES`, for a longer hunt), failures saved next to the test
+/// source in `<file>.proptest-regressions` (committed).
 pub fn config(cases: u32) -> ProptestConfig {
+    let cases = std::env::var("PROPTEST_CASES")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(cases);
     ProptestConfig {
         cases,
         failure_persistence: Some(Box::new(

@@ -135,7 +135,7 @@ pub fn quota_and_wild_arrivals(max_len: usize) -> impl Strategy<Value = (Quota, 
                     .clamp(0, i128::from(u64::MAX));
                     offset = at - i128::from(arrival.at);
                     Arrival {
-                        at: at as u64,
+                        at: u64::try_from(at).expect("clamped to the u64 range"),
                         ..arrival
                     }
                 })

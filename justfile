@@ -1,0 +1,23 @@
+# ratelab tasks. `just --list` shows them with these comments.
+
+set shell := ["bash", "-euo", "pipefail", "-c"]
+
+# Show the recipes.
+default:
+    @just --list
+
+# Everything CI checks: formatting, clippy on all targets, every test and doctest.
+test: lint test-only
+
+# Every test and doctest of the workspace (needs redis-server on PATH).
+test-only:
+    cargo test --workspace --locked
+
+# Formatting and clippy with warnings as errors, on every target.
+lint:
+    cargo fmt --all --check
+    cargo clippy --workspace --all-targets --locked -- -D warnings
+
+# Format the code in place.
+fmt:
+    cargo fmt --all
