@@ -18,4 +18,5 @@
 pub mod concurrency;
 pub mod oracle;
 pub mod props;
+pub mod redis;
 pub mod strategies;

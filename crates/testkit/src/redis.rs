@@ -1,0 +1,387 @@
+//! Throwaway Redis servers for tests: a [`RedisServer`] guard and a
+//! three-master [`RedisCluster`] guard, each on free loopback ports, without
+//! persistence, logging to a file, killed on drop.
+//!
+//! The binaries come from `$RATELAB_REDIS_SERVER` / `$RATELAB_REDIS_CLI`, else
+//! from `PATH`. A missing binary fails the test with a message that says how
+//! to install it: a test that needs Redis never skips silently.
+
+use std::io::{BufRead, BufReader, Write};
+use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// How to get Redis, for the error messages.
+const INSTALL_HINT: &str = "install Redis (Debian/Ubuntu: `sudo apt-get install redis-server redis-tools`; \
+     macOS: `brew install redis`), or point $RATELAB_REDIS_SERVER and $RATELAB_REDIS_CLI at the binaries";
+
+/// How long a server may take to answer PING after it starts.
+const START_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Finds a binary: `$env_var`, else `name` on `PATH`; panics with an install
+/// hint if neither exists.
+fn find_binary(env_var: &str, name: &str) -> PathBuf {
+    if let Some(path) = std::env::var_os(env_var) {
+        let path = PathBuf::from(path);
+        assert!(
+            path.is_file(),
+            "${env_var} is {} but no such file exists; {INSTALL_HINT}",
+            path.display()
+        );
+        return path;
+    }
+    std::env::var_os("PATH")
+        .iter()
+        .flat_map(std::env::split_paths)
+        .map(|dir| dir.join(name))
+        .find(|candidate| candidate.is_file())
+        .unwrap_or_else(|| panic!("`{name}` was not found on PATH; {INSTALL_HINT}"))
+}
+
+/// The `redis-server` binary the tests use.
+pub fn redis_server_binary() -> PathBuf {
+    find_binary("RATELAB_REDIS_SERVER", "redis-server")
+}
+
+/// The `redis-cli` binary the tests use.
+pub fn redis_cli_binary() -> PathBuf {
+    find_binary("RATELAB_REDIS_CLI", "redis-cli")
+}
+
+/// A port that was free a moment ago (the OS picked it).
+fn free_port() -> u16 {
+    TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("cannot bind a loopback port")
+}
+
+fn port_is_free(port: u16) -> bool {
+    TcpListener::bind((Ipv4Addr::LOCALHOST, port)).is_ok()
+}
+
+/// One RESP reply, as text: simple strings and bulk strings as they are,
+/// integers in decimal, arrays as their elements joined by newlines, errors
+/// as `Err`.
+fn read_reply(reader: &mut impl BufRead) -> Result<String, String> {
+    let mut line = String::new();
+    reader
+        .read_line(&mut line)
+        .map_err(|e| format!("read: {e}"))?;
+    let line = line.trim_end_matches("\r\n");
+    let (kind, rest) = line.split_at(line.len().min(1));
+    match kind {
+        "+" | ":" => Ok(rest.to_owned()),
+        "-" => Err(rest.to_owned()),
+        "$" => {
+            let len: i64 = rest.parse().map_err(|_| format!("bad length {rest}"))?;
+            if len < 0 {
+                return Ok(String::new());
+            }
+            let mut buf = vec![0; usize::try_from(len).unwrap_or(0) + 2];
+            std::io::Read::read_exact(reader, &mut buf).map_err(|e| format!("read: {e}"))?;
+            buf.truncate(buf.len() - 2);
+            Ok(String::from_utf8_lossy(&buf).into_owned())
+        }
+        "*" => {
+            let len: i64 = rest.parse().map_err(|_| format!("bad length {rest}"))?;
+            let items: Result<Vec<String>, String> =
+                (0..len.max(0)).map(|_| read_reply(reader)).collect();
+            Ok(items?.join("\n"))
+        }
+        _ => Err(format!("unexpected reply line {line:?}")),
+    }
+}
+
+/// Sends one command to the server at `port` and returns its reply as text
+/// (see [`read_reply`]). A small, dependency-free client for the guards and
+/// for tests that poke at the server (`SCRIPT FLUSH`, `TTL`, `CLIENT PAUSE`).
+pub fn command(port: u16, args: &[&str]) -> Result<String, String> {
+    let address = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
+    let mut stream = TcpStream::connect_timeout(&address, Duration::from_secs(2))
+        .map_err(|e| format!("connect to {address}: {e}"))?;
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .map_err(|e| e.to_string())?;
+    let mut request = format!("*{}\r\n", args.len());
+    for arg in args {
+        request.push_str(&format!("${}\r\n{arg}\r\n", arg.len()));
+    }
+    stream
+        .write_all(request.as_bytes())
+        .map_err(|e| format!("write: {e}"))?;
+    read_reply(&mut BufReader::new(stream))
+}
+
+/// A `redis-server` process on a free loopback port, killed on drop.
+///
+/// ```no_run
+/// let server = ratelab_testkit::redis::RedisServer::start();
+/// assert_eq!(server.command(&["PING"]).unwrap(), "PONG");
+/// println!("{}", server.url());
+/// ```
+#[derive(Debug)]
+pub struct RedisServer {
+    child: Option<Child>,
+    port: u16,
+    dir: tempfile::TempDir,
+    extra: Vec<String>,
+}
+
+impl RedisServer {
+    /// Starts a server, or panics saying why (and how to install Redis).
+    pub fn start() -> Self {
+        Self::start_with(&[])
+    }
+
+    /// Starts a server with extra `redis-server` arguments
+    /// (e.g. `["--cluster-enabled", "yes"]`).
+    pub fn start_with(extra: &[&str]) -> Self {
+        let extra: Vec<String> = extra.iter().map(|s| (*s).to_owned()).collect();
+        // Retry: the free port may be taken between the probe and the bind.
+        let mut last_error = String::new();
+        for _ in 0..10 {
+            let mut server = RedisServer {
+                child: None,
+                port: free_port(),
+                dir: tempfile::tempdir().expect("cannot create a temporary directory"),
+                extra: extra.clone(),
+            };
+            match server.spawn() {
+                Ok(()) => return server,
+                Err(e) => last_error = e,
+            }
+        }
+        panic!("redis-server did not start after 10 tries: {last_error}");
+    }
+
+    /// Starts on a given port (for the cluster, whose bus ports must be free
+    /// too).
+    fn start_on(port: u16, dir: &Path, extra: &[&str]) -> Result<Self, String> {
+        let mut server = RedisServer {
+            child: None,
+            port,
+            dir: tempfile::tempdir_in(dir).map_err(|e| e.to_string())?,
+            extra: extra.iter().map(|s| (*s).to_owned()).collect(),
+        };
+        server.spawn()?;
+        Ok(server)
+    }
+
+    fn spawn(&mut self) -> Result<(), String> {
+        let binary = redis_server_binary();
+        let log = self.log_path();
+        let child = Command::new(&binary)
+            .args(["--port", &self.port.to_string()])
+            .args(["--bind", "127.0.0.1"])
+            .args(["--save", "", "--appendonly", "no", "--daemonize", "no"])
+            .arg("--dir")
+            .arg(self.dir.path())
+            .arg("--logfile")
+            .arg(&log)
+            .args(&self.extra)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .map_err(|e| format!("cannot run {}: {e}; {INSTALL_HINT}", binary.display()))?;
+        self.child = Some(child);
+        let deadline = Instant::now() + START_TIMEOUT;
+        loop {
+            if let Ok(reply) = command(self.port, &["PING"])
+                && reply == "PONG"
+            {
+                return Ok(());
+            }
+            let exited = self
+                .child
+                .as_mut()
+                .and_then(|c| c.try_wait().ok().flatten());
+            if exited.is_some() || Instant::now() > deadline {
+                self.kill();
+                let log = std::fs::read_to_string(&log).unwrap_or_default();
+                return Err(format!(
+                    "redis-server on port {} did not answer PING; its log:\n{log}",
+                    self.port
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// `redis://127.0.0.1:<port>/`.
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}/", self.port)
+    }
+
+    /// The TCP port.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// The server's log file.
+    pub fn log_path(&self) -> PathBuf {
+        self.dir.path().join("redis.log")
+    }
+
+    /// Sends one command (see [`command`]).
+    pub fn command(&self, args: &[&str]) -> Result<String, String> {
+        command(self.port, args)
+    }
+
+    /// Kills the server (SIGKILL) and waits for it to exit. Idempotent.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Starts the server again on the same port, empty (after [`kill`]).
+    ///
+    /// [`kill`]: RedisServer::kill
+    pub fn restart(&mut self) {
+        self.kill();
+        let deadline = Instant::now() + START_TIMEOUT;
+        // The old socket may linger a moment.
+        while !port_is_free(self.port) && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        if let Err(e) = self.spawn() {
+            panic!("redis-server did not restart on port {}: {e}", self.port);
+        }
+    }
+
+    /// Freezes the process (SIGSTOP): connections stay open, nothing answers.
+    pub fn pause(&self) {
+        self.signal("-STOP");
+    }
+
+    /// Thaws a paused process (SIGCONT).
+    pub fn resume(&self) {
+        self.signal("-CONT");
+    }
+
+    fn signal(&self, signal: &str) {
+        let child = self.child.as_ref().expect("the server is not running");
+        let status = Command::new("kill")
+            .arg(signal)
+            .arg(child.id().to_string())
+            .status()
+            .expect("cannot run kill");
+        assert!(status.success(), "kill {signal} failed");
+    }
+
+    /// Whether the process is running.
+    pub fn is_running(&mut self) -> bool {
+        self.child
+            .as_mut()
+            .is_some_and(|c| c.try_wait().ok().flatten().is_none())
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        // A paused process still dies of SIGKILL.
+        self.kill();
+    }
+}
+
+/// Three Redis masters on loopback, joined into a cluster with
+/// `redis-cli --cluster create`; ready when every node reports
+/// `cluster_state:ok`. Killed on drop.
+#[derive(Debug)]
+pub struct RedisCluster {
+    nodes: Vec<RedisServer>,
+    _dir: tempfile::TempDir,
+}
+
+impl RedisCluster {
+    /// Starts the cluster, or panics saying why.
+    pub fn start() -> Self {
+        let mut last_error = String::new();
+        for _ in 0..10 {
+            match Self::try_start() {
+                Ok(cluster) => return cluster,
+                Err(e) => last_error = e,
+            }
+        }
+        panic!("the Redis cluster did not start after 10 tries: {last_error}");
+    }
+
+    fn try_start() -> Result<Self, String> {
+        let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
+        // Each node needs its port and its bus port (port + 10000) free.
+        let mut ports = Vec::new();
+        while ports.len() < 3 {
+            let port = free_port();
+            if port < 55_535 && port_is_free(port + 10_000) && !ports.contains(&port) {
+                ports.push(port);
+            }
+        }
+        let mut nodes = Vec::new();
+        for &port in &ports {
+            let config = format!("nodes-{port}.conf");
+            nodes.push(RedisServer::start_on(
+                port,
+                dir.path(),
+                &[
+                    "--cluster-enabled",
+                    "yes",
+                    "--cluster-config-file",
+                    &config,
+                    "--cluster-node-timeout",
+                    "2000",
+                ],
+            )?);
+        }
+        let addresses: Vec<String> = ports.iter().map(|p| format!("127.0.0.1:{p}")).collect();
+        let output = Command::new(redis_cli_binary())
+            .args(["--cluster", "create"])
+            .args(&addresses)
+            .args(["--cluster-replicas", "0", "--cluster-yes"])
+            .stdin(Stdio::null())
+            .output()
+            .map_err(|e| format!("cannot run redis-cli: {e}; {INSTALL_HINT}"))?;
+        if !output.status.success() {
+            return Err(format!(
+                "redis-cli --cluster create failed: {}{}",
+                String::from_utf8_lossy(&output.stdout),
+                String::from_utf8_lossy(&output.stderr)
+            ));
+        }
+        let deadline = Instant::now() + Duration::from_secs(30);
+        for node in &nodes {
+            loop {
+                let info = node.command(&["CLUSTER", "INFO"]).unwrap_or_default();
+                if info.contains("cluster_state:ok") {
+                    break;
+                }
+                if Instant::now() > deadline {
+                    return Err(format!(
+                        "node {} never reported cluster_state:ok: {info}",
+                        node.port
+                    ));
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }
+        Ok(RedisCluster { nodes, _dir: dir })
+    }
+
+    /// `redis://127.0.0.1:<port>/` of every node.
+    pub fn urls(&self) -> Vec<String> {
+        self.nodes.iter().map(RedisServer::url).collect()
+    }
+
+    /// The nodes, to poke at or kill one.
+    pub fn nodes(&self) -> &[RedisServer] {
+        &self.nodes
+    }
+
+    /// The nodes, mutably (to kill or restart one).
+    pub fn nodes_mut(&mut self) -> &mut [RedisServer] {
+        &mut self.nodes
+    }
+}
