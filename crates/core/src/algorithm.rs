@@ -22,6 +22,10 @@ use crate::{Decision, Error, Quota};
 ///   leaves the state untouched;
 /// - all or nothing: a refused request consumes nothing;
 /// - cost 0 is a peek: it reports without consuming (always allowed);
+/// - only an admission with a positive cost changes the state (the sliding
+///   log may also forget units that have left its window), so a refusal or a
+///   peek costs a Redis script no write, and the script mirrors the state
+///   changes exactly;
 /// - `now` may go backwards: the state must never let that admit more than
 ///   the quota (treat it as time standing still);
 /// - `now` is at most [`MAX_INSTANT_MICROS`](crate::MAX_INSTANT_MICROS)

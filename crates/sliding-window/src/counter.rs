@@ -160,8 +160,11 @@ impl Algorithm for SlidingCounter {
         }
     }
 
-    fn decide(&self, windows: &mut Windows, now: u64, cost: u32) -> Result<Decision, Error> {
+    fn decide(&self, stored: &mut Windows, now: u64, cost: u32) -> Result<Decision, Error> {
         let cost = ensure_fits(cost, self.limit)?;
+        // Roll a copy: only an admission with a cost is written back.
+        let mut copy = *stored;
+        let windows = &mut copy;
         self.roll(windows, now);
         // After a clock went back, take the window's start: the previous
         // window then weighs in full, the most it can.
@@ -170,6 +173,9 @@ impl Algorithm for SlidingCounter {
         let room = self.room_at(windows.previous, k);
         if windows.current + cost <= room {
             windows.current += cost;
+            if cost > 0 {
+                *stored = *windows;
+            }
             return Ok(Decision::allow(
                 self.limit,
                 room - windows.current,

@@ -115,13 +115,19 @@ impl Algorithm for TokenBucket {
         }
     }
 
-    fn decide(&self, bucket: &mut Bucket, now: u64, cost: u32) -> Result<Decision, Error> {
+    fn decide(&self, stored: &mut Bucket, now: u64, cost: u32) -> Result<Decision, Error> {
         let cost = ensure_fits(cost, self.capacity)?;
-        self.refill(bucket, now);
-        let full_at = self.when_holding(bucket, self.capacity);
+        // Refill a copy: only an admission with a cost is written back, so a
+        // refusal or a peek changes nothing (and costs the Redis script no
+        // write).
+        let mut bucket = *stored;
+        self.refill(&mut bucket, now);
         if cost <= bucket.tokens {
             bucket.tokens -= cost;
-            let full_at = self.when_holding(bucket, self.capacity);
+            if cost > 0 {
+                *stored = bucket;
+            }
+            let full_at = self.when_holding(&bucket, self.capacity);
             return Ok(Decision::allow(
                 self.capacity,
                 bucket.tokens,
@@ -131,8 +137,9 @@ impl Algorithm for TokenBucket {
         Ok(Decision::deny(
             self.capacity,
             bucket.tokens,
-            self.when_holding(bucket, cost) - now,
-            full_at.saturating_sub(now),
+            self.when_holding(&bucket, cost) - now,
+            self.when_holding(&bucket, self.capacity)
+                .saturating_sub(now),
         ))
     }
 

@@ -1,0 +1,36 @@
+-- ratelab fixed window: mirrors `FixedWindow::decide` in crates/fixed-window/src/lib.rs.
+-- KEYS[1]  the counter: struct '<dd' (window index, units admitted in it)
+-- ARGV[1]  now, µs, or "" to read Redis TIME     ARGV[2]  cost
+-- ARGV[3]  TTL slack, ms (0 with Redis TIME)
+-- ARGV[4]  window length W, µs     ARGV[5]  limit per window
+-- Returns {allowed, limit, remaining, retry_after_us, reset_after_us, delay_us}.
+local now = tonumber(ARGV[1])
+if not now then
+  local t = redis.call('TIME')
+  now = t[1] * 1000000 + t[2]
+end
+local cost, slack = tonumber(ARGV[2]), tonumber(ARGV[3])
+local W, limit = tonumber(ARGV[4]), tonumber(ARGV[5])
+if not (cost and slack and W and limit) or now < 0 or cost < 0 or cost > limit
+    or cost % 1 ~= 0 or now % 1 ~= 0 or W < 1 then
+  return redis.error_reply('ratelab fixed-window: invalid arguments')
+end
+if now > 4503599627370496 then now = 4503599627370496 end
+
+local index, count = 0, 0
+local raw = redis.call('GET', KEYS[1])
+if raw then index, count = struct.unpack('<dd', raw) end
+-- A clock that went back stays in the window it had reached.
+local current = math.floor(now / W)
+if current > index then index, count = current, 0 end
+local until_end = (index + 1) * W - now
+if count + cost <= limit then
+  count = count + cost
+  if cost > 0 then
+    redis.call('SET', KEYS[1], struct.pack('<dd', index, count), 'PX',
+      math.ceil(until_end / 1000) + slack)
+  end
+  if count == 0 then until_end = 0 end
+  return {1, limit, limit - count, 0, until_end, 0}
+end
+return {0, limit, limit - count, until_end, until_end, 0}

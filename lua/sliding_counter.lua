@@ -1,0 +1,71 @@
+-- ratelab sliding window counter: mirrors `SlidingCounter::decide` in
+-- crates/sliding-window/src/counter.rs.
+-- KEYS[1]  the windows: struct '<ddd' (current window index, previous count, current count)
+-- ARGV[1]  now, µs, or "" to read Redis TIME     ARGV[2]  cost
+-- ARGV[3]  TTL slack, ms (0 with Redis TIME)
+-- ARGV[4]  window length W, µs   ARGV[5]  limit   ARGV[6]  µs per step   ARGV[7]  steps per window
+-- Returns {allowed, limit, remaining, retry_after_us, reset_after_us, delay_us}.
+-- limit x steps < 2^48: every product below is exact.
+local now = tonumber(ARGV[1])
+if not now then
+  local t = redis.call('TIME')
+  now = t[1] * 1000000 + t[2]
+end
+local cost, slack = tonumber(ARGV[2]), tonumber(ARGV[3])
+local W, limit, step, steps = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
+if not (cost and slack and W and limit and step and steps) or now < 0 or cost < 0
+    or cost > limit or cost % 1 ~= 0 or now % 1 ~= 0 or W < 1 or step < 1 or steps < 1 then
+  return redis.error_reply('ratelab sliding-counter: invalid arguments')
+end
+if now > 4503599627370496 then now = 4503599627370496 end
+
+local index, previous, current = 0, 0, 0
+local raw = redis.call('GET', KEYS[1])
+if raw then index, previous, current = struct.unpack('<ddd', raw) end
+local now_index = math.floor(now / W)
+if now_index == index + 1 then
+  index, previous, current = now_index, current, 0
+elseif now_index > index + 1 then
+  index, previous, current = now_index, 0, 0
+end
+local start = index * W
+local function full_at()
+  if current > 0 then return start + 2 * W end
+  if previous > 0 then return start + W end
+  return 0
+end
+-- After a clock went back, take the window's start: the previous window weighs in full.
+local offset = now - start
+if offset < 0 then offset = 0 end
+local k = math.floor(offset / step)
+local room = math.floor((limit * steps - previous * (steps - k)) / steps)
+if current + cost <= room then
+  current = current + cost
+  local reset = full_at() - now
+  if reset < 0 then reset = 0 end
+  if cost > 0 then
+    redis.call('SET', KEYS[1], struct.pack('<ddd', index, previous, current), 'PX',
+      math.ceil(reset / 1000) + slack)
+  end
+  return {1, limit, room - current, 0, reset, 0}
+end
+-- The first step at which `units` fit on top of `weighing` weighted, within a window.
+local function first_step(weighing, units)
+  if weighing == 0 then return 0 end
+  local s = steps - math.floor(units * steps / weighing)
+  if s < 0 then s = 0 end
+  if s * step < W then return s end
+  return nil
+end
+local retry_at
+if limit - current - cost >= 0 then
+  local s = first_step(previous, limit - current - cost)
+  if s then retry_at = start + s * step end
+end
+if not retry_at then
+  local s = first_step(current, limit - cost)
+  if s then retry_at = start + W + s * step else retry_at = start + 2 * W end
+end
+local remaining = room - current
+if remaining < 0 then remaining = 0 end
+return {0, limit, remaining, retry_at - now, full_at() - now, 0}

@@ -1,0 +1,61 @@
+-- ratelab sliding window log: mirrors `SlidingLog::decide` in
+-- crates/sliding-window/src/log.rs.
+-- KEYS[1]  the log: a sorted set, one member per admitted unit, scored by the µs it
+--          was admitted at (members "<µs>:<n>", n counting the units of that µs)
+-- ARGV[1]  now, µs, or "" to read Redis TIME     ARGV[2]  cost
+-- ARGV[3]  TTL slack, ms (0 with Redis TIME)
+-- ARGV[4]  window length W, µs     ARGV[5]  limit per window
+-- Returns {allowed, limit, remaining, retry_after_us, reset_after_us, delay_us}.
+-- O(log n + units added or expired) per call.
+local now = tonumber(ARGV[1])
+if not now then
+  local t = redis.call('TIME')
+  now = t[1] * 1000000 + t[2]
+end
+local cost, slack = tonumber(ARGV[2]), tonumber(ARGV[3])
+local W, limit = tonumber(ARGV[4]), tonumber(ARGV[5])
+if not (cost and slack and W and limit) or now < 0 or cost < 0 or cost > limit
+    or cost % 1 ~= 0 or now % 1 ~= 0 or W < 1 then
+  return redis.error_reply('ratelab sliding-log: invalid arguments')
+end
+if now > 4503599627370496 then now = 4503599627370496 end
+
+local key = KEYS[1]
+-- A unit admitted at `at` counts while at + W > now.
+redis.call('ZREMRANGEBYSCORE', key, '-inf', now - W)
+local total = redis.call('ZCARD', key)
+local newest = nil
+if total > 0 then
+  newest = tonumber(redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')[2])
+end
+if total + cost <= limit then
+  if cost > 0 then
+    -- After a clock went back, log at the latest instant seen: the entry then
+    -- stays longer, never shorter.
+    local at = now
+    if newest and newest > at then at = newest end
+    local first = 0
+    if newest == at then first = redis.call('ZCOUNT', key, at, at) end
+    -- In chunks: unpack() of a long list would overflow Lua's C stack.
+    local added = 0
+    while added < cost do
+      local args, n = {}, math.min(cost - added, 1000)
+      for i = 1, n do
+        args[2 * i - 1] = at
+        args[2 * i] = string.format('%d:%d', at, first + added + i)
+      end
+      redis.call('ZADD', key, unpack(args))
+      added = added + n
+    end
+    redis.call('PEXPIRE', key, math.ceil((at + W - now) / 1000) + slack)
+    total, newest = total + cost, at
+  end
+  local reset = 0
+  if newest then reset = newest + W - now end
+  if reset < 0 then reset = 0 end
+  return {1, limit, limit - total, 0, reset, 0}
+end
+-- The unit whose leaving frees enough room for `cost`.
+local needed = total + cost - limit
+local freeing = tonumber(redis.call('ZRANGE', key, needed - 1, needed - 1, 'WITHSCORES')[2])
+return {0, limit, limit - total, freeing + W - now, newest + W - now, 0}

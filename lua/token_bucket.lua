@@ -1,0 +1,44 @@
+-- ratelab token bucket: mirrors `TokenBucket::decide` in crates/token-bucket/src/lib.rs.
+-- KEYS[1]  the bucket: struct '<dd' (whole tokens, instant they were counted in µs)
+-- ARGV[1]  now, µs, or "" to read Redis TIME     ARGV[2]  cost
+-- ARGV[3]  TTL slack, ms (0 with Redis TIME)
+-- ARGV[4]  µs per token T     ARGV[5]  capacity (burst)
+-- Returns {allowed, limit, remaining, retry_after_us, reset_after_us, delay_us}.
+local now = tonumber(ARGV[1])
+if not now then
+  local t = redis.call('TIME')
+  now = t[1] * 1000000 + t[2]
+end
+local cost, slack = tonumber(ARGV[2]), tonumber(ARGV[3])
+local T, cap = tonumber(ARGV[4]), tonumber(ARGV[5])
+if not (cost and slack and T and cap) or now < 0 or cost < 0 or cost > cap
+    or cost % 1 ~= 0 or now % 1 ~= 0 or T < 1 then
+  return redis.error_reply('ratelab token-bucket: invalid arguments')
+end
+if now > 4503599627370496 then now = 4503599627370496 end
+
+local tokens, last = cap, 0
+local raw = redis.call('GET', KEYS[1])
+if raw then tokens, last = struct.unpack('<dd', raw) end
+-- Whole tokens that arrived; the fraction of the next stays as time since `last`.
+if now > last then
+  local arrived = math.floor((now - last) / T)
+  if tokens + arrived >= cap then
+    tokens, last = cap, now
+  else
+    tokens, last = tokens + arrived, last + arrived * T
+  end
+end
+if cost <= tokens then
+  tokens = tokens - cost
+  local reset = last + (cap - tokens) * T - now
+  if reset < 0 then reset = 0 end
+  if cost > 0 then
+    redis.call('SET', KEYS[1], struct.pack('<dd', tokens, last), 'PX',
+      math.ceil(reset / 1000) + slack)
+  end
+  return {1, cap, tokens, 0, reset, 0}
+end
+local reset = last + (cap - tokens) * T - now
+if reset < 0 then reset = 0 end
+return {0, cap, tokens, last + (cost - tokens) * T - now, reset, 0}
