@@ -33,6 +33,11 @@
 #![warn(missing_docs)]
 #![forbid(unsafe_code)]
 
+#[cfg(feature = "redis")]
+mod redis;
+#[cfg(feature = "redis")]
+pub use redis::RedisFixedWindow;
+
 use ratelab_core::{Algorithm, Decision, Error, LockedCell, Quota, ensure_fits};
 
 /// Fixed window parameters derived from a [`Quota`]. See the crate docs.
@@ -95,16 +100,21 @@ impl Algorithm for FixedWindow {
         Counter { index: 0, count: 0 }
     }
 
-    fn decide(&self, counter: &mut Counter, now: u64, cost: u32) -> Result<Decision, Error> {
+    fn decide(&self, stored: &mut Counter, now: u64, cost: u32) -> Result<Decision, Error> {
         let cost = ensure_fits(cost, self.limit)?;
         let index = now / self.window;
-        // A clock that went back stays in the window it had reached.
+        // A clock that went back stays in the window it had reached. Roll a
+        // copy: only an admission with a cost is written back.
+        let mut counter = *stored;
         if index > counter.index {
-            *counter = Counter { index, count: 0 };
+            counter = Counter { index, count: 0 };
         }
-        let until_end = self.end_of(counter) - now;
+        let until_end = self.end_of(&counter) - now;
         if counter.count + cost <= self.limit {
             counter.count += cost;
+            if cost > 0 {
+                *stored = counter;
+            }
             let reset = if counter.count == 0 { 0 } else { until_end };
             return Ok(Decision::allow(
                 self.limit,

@@ -38,6 +38,11 @@
 #![warn(missing_docs)]
 #![forbid(unsafe_code)]
 
+#[cfg(feature = "redis")]
+mod redis;
+#[cfg(feature = "redis")]
+pub use redis::RedisGcra;
+
 use ratelab_core::{Algorithm, AtomicCell, Decision, Error, Quota, ensure_fits};
 
 /// GCRA parameters derived from a [`Quota`]. See the crate docs.

@@ -1,1 +1,52 @@
-//! Work in progress.
+//! The Redis backend of ratelab: every algorithm's decision, run atomically
+//! by a Lua script on Redis or Redis Cluster, so that any number of
+//! application instances share one limit.
+//!
+//! A [`RedisLimiter`] runs any [`RedisAlgorithm`] (each algorithm crate
+//! implements it under its `redis` feature) over a [`Connection`] to one node
+//! or a cluster: one `EVALSHA` per check, the time from Redis `TIME` (or the
+//! caller's clock: [`TimeSource`]), keys named by [`redis_key`] (braces in a
+//! user key never move the cluster hash tag), every key expiring when it is
+//! back to full capacity, a per-call timeout and a [`FailurePolicy`] for when
+//! Redis fails, with alerts a program can observe.
+//!
+//! ```
+//! use ratelab_core::Quota;
+//! use ratelab_gcra::Gcra;
+//! use ratelab_redis::{Connection, FailurePolicy, RedisLimiter};
+//! # let server = ratelab_testkit::redis::RedisServer::start();
+//! # let url = server.url();
+//!
+//! # tokio::runtime::Runtime::new()?.block_on(async {
+//! let connection = Connection::single(&url).await?;
+//! let quota = Quota::per_second(5)?.with_burst(10)?;
+//! let limiter = RedisLimiter::builder(connection, Gcra::new(quota))
+//!     .on_failure(FailurePolicy::Deny)
+//!     .build();
+//!
+//! let mut admitted = 0;
+//! for _ in 0..20 {
+//!     admitted += limiter.check(b"client-42", 1).await?.allowed as u32;
+//! }
+//! assert_eq!(admitted, 10);
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! # })?;
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
+#![warn(missing_docs)]
+#![forbid(unsafe_code)]
+
+mod connection;
+mod key;
+mod limiter;
+mod script;
+
+pub use connection::Connection;
+pub use key::{hash_tag, redis_key};
+pub use limiter::{
+    Alert, DEFAULT_CLIENT_TTL_SLACK, DEFAULT_PREFIX, DEFAULT_TIMEOUT, FailurePolicy, RedisLimiter,
+    RedisLimiterBuilder, Stats, TimeSource,
+};
+pub use redis::RedisError;
+pub use script::{RedisAlgorithm, Script};

@@ -32,6 +32,11 @@
 #![warn(missing_docs)]
 #![forbid(unsafe_code)]
 
+#[cfg(feature = "redis")]
+mod redis;
+#[cfg(feature = "redis")]
+pub use redis::RedisTokenBucket;
+
 use ratelab_core::{Algorithm, Decision, Error, LockedCell, Quota, ensure_fits};
 
 /// Token bucket parameters derived from a [`Quota`]. See the crate docs.
