@@ -1,1 +1,89 @@
-//! Work in progress.
+//! Rate limiting in front of an HTTP API: a tower layer, for axum and plain
+//! hyper, that identifies the client (API key, authenticated user, or IP
+//! address, reading `X-Forwarded-For` only from trusted proxies), applies
+//! per-route and per-plan [`Policy`]s over any ratelab limiter (any
+//! algorithm, in memory or on Redis), refuses with `429 Too Many Requests`,
+//! `Retry-After` and an RFC 9457 problem body, and puts the IETF
+//! `RateLimit-Policy` and `RateLimit` fields (draft-ietf-httpapi-ratelimit-headers-10)
+//! on every response.
+//!
+//! ```
+//! use http::{Method, Request, Response, StatusCode};
+//! use ratelab_core::{Keyed, ManualClock, Quota};
+//! use ratelab_gcra::Gcra;
+//! use ratelab_http::{PeerAddr, Policy, RateLimitLayer};
+//! use std::convert::Infallible;
+//! use tower::{Layer, ServiceExt, service_fn};
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let clock = ManualClock::new(); // time stands still in this example
+//! let per_client = Keyed::with_clock(Gcra::new(Quota::per_minute(2)?), clock.clone());
+//! let logins = Keyed::with_clock(Gcra::new(Quota::per_minute(1)?), clock.clone());
+//! let layer = RateLimitLayer::builder()
+//!     .policy(Policy::new("default", per_client))
+//!     .policy(Policy::new("login", logins).route(Method::POST, "/login"))
+//!     .build()?;
+//! let app = layer.layer(service_fn(|_: Request<()>| async {
+//!     Ok::<_, Infallible>(Response::new("hello"))
+//! }));
+//!
+//! // With axum, `into_make_service_with_connect_info::<SocketAddr>()` provides the
+//! // peer address; here we set it by hand.
+//! let from = |method: Method, path: &str| {
+//!     let mut request = Request::builder().method(method).uri(path).body(()).unwrap();
+//!     request.extensions_mut().insert(PeerAddr("203.0.113.9:4711".parse().unwrap()));
+//!     request
+//! };
+//!
+//! let ok = app.clone().oneshot(from(Method::GET, "/")).await?;
+//! assert_eq!(ok.status(), StatusCode::OK);
+//! assert_eq!(ok.headers()["ratelimit-policy"], r#""default";q=2;w=60"#);
+//! assert_eq!(ok.headers()["ratelimit"], r#""default";r=1;t=30"#);
+//!
+//! // The login route is under both policies.
+//! let login = app.clone().oneshot(from(Method::POST, "/login")).await?;
+//! assert_eq!(login.headers()["ratelimit"], r#""default";r=0;t=60, "login";r=0;t=60"#);
+//!
+//! let refused = app.clone().oneshot(from(Method::GET, "/")).await?;
+//! assert_eq!(refused.status(), StatusCode::TOO_MANY_REQUESTS);
+//! assert_eq!(refused.headers()["retry-after"], "30");
+//! assert_eq!(refused.headers()["ratelimit"], r#""default";r=0;t=30"#);
+//! assert_eq!(refused.headers()["content-type"], "application/problem+json");
+//! # Ok(()) }
+//! ```
+//!
+//! Next: [`guide`] for exactly what the layer does (identity, several
+//! policies on one request, how the headers are computed, failures),
+//! [`Identify`] and [`TrustedProxies`] for client identity, [`Policy`] for
+//! routes, plans, keys and costs, [`Throttle`] and [`ThrottleLayer`] for the
+//! client side. The crate's `examples/server.rs` is a runnable API (in
+//! memory, or on Redis with `REDIS_URL`).
+
+#![warn(missing_docs)]
+#![forbid(unsafe_code)]
+
+mod client;
+pub mod guide;
+mod identity;
+mod layer;
+mod policy;
+mod proxy;
+mod response;
+mod route;
+
+pub use client::{
+    SameKey, Throttle, ThrottleError, ThrottleKey, ThrottleLayer, Throttled, ThrottledFuture,
+};
+pub use identity::{Client, ClientKind, Identify, Identity, PeerAddr, SetPeerAddr};
+pub use layer::{
+    ConfigError, LimitedBody, LimiterFailure, RateLimit, RateLimitLayer, RateLimitLayerBuilder,
+    ResponseFuture, Stats,
+};
+pub use policy::{DEFAULT_TIMEOUT, FailureMode, Policy};
+pub use proxy::{ForwardedHeader, InvalidNetwork, TrustedProxies};
+pub use response::{
+    QUOTA_EXCEEDED, RATELIMIT, RATELIMIT_POLICY, X_RATELIMIT_LIMIT, X_RATELIMIT_REMAINING,
+    X_RATELIMIT_RESET,
+};
+pub use route::{Route, RouteError};

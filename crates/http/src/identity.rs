@@ -1,0 +1,486 @@
+//! Who is calling: [`Identify`] turns a request into a [`Client`], by API key,
+//! then by an authenticated user the application put in the request
+//! extensions, then by IP address.
+
+use std::fmt;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use http::HeaderName;
+use http::request::Parts;
+use ipnet::IpNet;
+
+use crate::proxy::TrustedProxies;
+
+/// An identity the application vouches for: an account id and its plan.
+///
+/// Returned by the resolvers given to [`Identify::api_key`] and
+/// [`Identify::user`]. The id becomes part of the limiter key (and so of the
+/// Redis key): use an account id, never the API key or a password itself.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Identity {
+    id: String,
+    plan: Option<String>,
+}
+
+impl Identity {
+    /// The account `id`, without a plan.
+    pub fn new(id: impl Into<String>) -> Self {
+        Identity {
+            id: id.into(),
+            plan: None,
+        }
+    }
+
+    /// The same identity on `plan` (`"free"`, `"pro"`...), which selects the
+    /// policies declared with [`Policy::plan`](crate::Policy::plan).
+    pub fn with_plan(mut self, plan: impl Into<String>) -> Self {
+        self.plan = Some(plan.into());
+        self
+    }
+
+    /// The account id.
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+
+    /// The plan, if any.
+    pub fn plan(&self) -> Option<&str> {
+        self.plan.as_deref()
+    }
+}
+
+/// How a [`Client`] was identified.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum ClientKind {
+    /// By an API key the resolver recognised.
+    ApiKey,
+    /// By an authenticated user found in the request extensions.
+    User,
+    /// By IP address (or IPv6 network): an anonymous client.
+    Ip,
+}
+
+/// The caller of one request, as [`Identify`] resolved it. The layer also
+/// inserts it into the request's extensions, for handlers and logs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Client {
+    kind: ClientKind,
+    id: String,
+    plan: Option<String>,
+    ip: Option<IpAddr>,
+    key: String,
+}
+
+impl Client {
+    /// A client identified some other way than by IP (for tests, and for
+    /// custom code around the layer).
+    pub fn identified(kind: ClientKind, identity: Identity, ip: Option<IpAddr>) -> Self {
+        let prefix = match kind {
+            ClientKind::ApiKey => "key",
+            ClientKind::User => "user",
+            ClientKind::Ip => "ip",
+        };
+        Client {
+            kind,
+            key: format!("{prefix}:{}", identity.id),
+            id: identity.id,
+            plan: identity.plan,
+            ip,
+        }
+    }
+
+    /// How the client was identified.
+    pub fn kind(&self) -> ClientKind {
+        self.kind
+    }
+
+    /// The account id, or for an anonymous client its address (or IPv6
+    /// network, `2001:db8:1:2::/64`); `unknown` if the peer address was
+    /// missing.
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+
+    /// The plan: the identity's, or [`Identify::anonymous_plan`] for an
+    /// anonymous client.
+    pub fn plan(&self) -> Option<&str> {
+        self.plan.as_deref()
+    }
+
+    /// The client's IP address (after the trusted proxies), whatever
+    /// identified it; `None` if the peer address was missing.
+    pub fn ip(&self) -> Option<IpAddr> {
+        self.ip
+    }
+
+    /// The key this client is limited by: `key:<id>`, `user:<id>` or
+    /// `ip:<address or network>`. Each policy prefixes it with its name.
+    pub fn key(&self) -> &str {
+        &self.key
+    }
+}
+
+impl fmt::Display for Client {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.key)
+    }
+}
+
+/// The peer address of a connection, for servers that are not axum: insert it
+/// into each request's extensions (see [`SetPeerAddr`](crate::SetPeerAddr)).
+/// With axum, serve with `into_make_service_with_connect_info::<SocketAddr>()`
+/// instead (feature `axum`, on by default).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct PeerAddr(pub SocketAddr);
+
+/// A service that inserts the connection's [`PeerAddr`] into every request,
+/// for plain hyper servers: wrap the per-connection service in it.
+///
+/// ```
+/// use http::{Request, Response};
+/// use ratelab_http::{PeerAddr, SetPeerAddr};
+/// use tower::{ServiceExt, service_fn};
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let peer = "203.0.113.9:50000".parse()?; // from TcpListener::accept
+/// let service = SetPeerAddr::new(
+///     service_fn(|request: Request<()>| async move {
+///         let PeerAddr(addr) = *request.extensions().get::<PeerAddr>().unwrap();
+///         Ok::<_, std::convert::Infallible>(Response::new(addr.to_string()))
+///     }),
+///     peer,
+/// );
+/// let response = service.oneshot(Request::new(())).await?;
+/// assert_eq!(response.body(), "203.0.113.9:50000");
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone)]
+pub struct SetPeerAddr<S> {
+    inner: S,
+    peer: SocketAddr,
+}
+
+impl<S> SetPeerAddr<S> {
+    /// `inner`, told that its requests come from `peer`.
+    pub fn new(inner: S, peer: SocketAddr) -> Self {
+        SetPeerAddr { inner, peer }
+    }
+}
+
+impl<S, B> tower::Service<http::Request<B>> for SetPeerAddr<S>
+where
+    S: tower::Service<http::Request<B>>,
+{
+    type Response = S::Response;
+    type Error = S::Error;
+    type Future = S::Future;
+
+    fn poll_ready(
+        &mut self,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, mut request: http::Request<B>) -> Self::Future {
+        request.extensions_mut().insert(PeerAddr(self.peer));
+        self.inner.call(request)
+    }
+}
+
+type ApiKeyResolver = Arc<dyn Fn(&str) -> Option<Identity> + Send + Sync>;
+type UserResolver = Arc<dyn Fn(&http::Extensions) -> Option<Identity> + Send + Sync>;
+type PeerResolver = Arc<dyn Fn(&Parts) -> Option<IpAddr> + Send + Sync>;
+
+/// The chain that identifies the caller of a request: the first link that
+/// answers wins.
+///
+/// 1. **API key** ([`Identify::api_key`]): the header's value is given to a
+///    resolver, which returns the [`Identity`] it belongs to, or `None` for a
+///    key it does not know. An unknown key is no identity at all, so inventing
+///    keys buys a client nothing: it is limited by IP like anyone anonymous.
+///    The resolver runs on every request: make it a lookup in memory. To
+///    check keys against a database, do it in an authentication layer placed
+///    before this one and use the next link.
+/// 2. **Authenticated user** ([`Identify::user`]): a value of your type that
+///    an earlier layer (your authentication middleware) inserted into the
+///    request extensions, turned into an [`Identity`].
+/// 3. **IP address**: the peer address, or behind trusted proxies the one
+///    they recorded ([`TrustedProxies`]). IPv6 clients are grouped by /64 by
+///    default ([`Identify::ipv6_prefix`]), since one host commonly owns a
+///    whole /64 and could otherwise rotate through addresses.
+///
+/// The peer address comes from a resolver set with [`Identify::peer_addr`],
+/// else from a [`PeerAddr`] extension, else from axum's
+/// `ConnectInfo<SocketAddr>`. If none is there (a server set up without
+/// connect info), the client is `ip:unknown`, shared by every such request,
+/// and an error is logged once: the layer never lets a request through
+/// unlimited for want of an address.
+///
+/// ```
+/// use http::{HeaderName, Request};
+/// use ratelab_http::{Client, ClientKind, Identify, Identity, PeerAddr, TrustedProxies};
+///
+/// #[derive(Clone)]
+/// struct CurrentUser { id: u64, pro: bool }
+///
+/// let identify = Identify::new()
+///     .api_key(HeaderName::from_static("x-api-key"), |key| match key {
+///         "k-3f9a" => Some(Identity::new("acme").with_plan("pro")),
+///         _ => None,
+///     })
+///     .user(|user: &CurrentUser| {
+///         Some(Identity::new(user.id.to_string()).with_plan(if user.pro { "pro" } else { "free" }))
+///     })
+///     .trusted_proxies(TrustedProxies::parse(["10.0.0.0/8"])?)
+///     .anonymous_plan("anonymous");
+///
+/// let (mut parts, ()) = Request::get("/").header("x-api-key", "k-3f9a").body(())?.into_parts();
+/// parts.extensions.insert(PeerAddr("10.0.0.1:5000".parse()?));
+/// assert_eq!(identify.client(&parts).key(), "key:acme");
+///
+/// parts.headers.clear();
+/// parts.extensions.insert(CurrentUser { id: 42, pro: false });
+/// assert_eq!(identify.client(&parts).plan(), Some("free"));
+///
+/// parts.extensions.remove::<CurrentUser>();
+/// parts.headers.insert("x-forwarded-for", "203.0.113.9".parse()?);
+/// let client = identify.client(&parts);
+/// assert_eq!((client.kind(), client.key()), (ClientKind::Ip, "ip:203.0.113.9"));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Clone)]
+pub struct Identify {
+    api_key: Option<(HeaderName, ApiKeyResolver)>,
+    users: Vec<UserResolver>,
+    proxies: TrustedProxies,
+    peer: Option<PeerResolver>,
+    anonymous_plan: Option<String>,
+    ipv6_prefix: u8,
+}
+
+impl Default for Identify {
+    fn default() -> Self {
+        Identify {
+            api_key: None,
+            users: Vec::new(),
+            proxies: TrustedProxies::none(),
+            peer: None,
+            anonymous_plan: None,
+            ipv6_prefix: 64,
+        }
+    }
+}
+
+impl Identify {
+    /// By IP address only, with no trusted proxy and IPv6 clients grouped by
+    /// /64.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Identify by the API key in `header`: `resolve` returns the identity a
+    /// key belongs to, or `None` for an unknown key (then the next link
+    /// decides). Replaces any API key link set before.
+    pub fn api_key<F>(mut self, header: HeaderName, resolve: F) -> Self
+    where
+        F: Fn(&str) -> Option<Identity> + Send + Sync + 'static,
+    {
+        self.api_key = Some((header, Arc::new(resolve)));
+        self
+    }
+
+    /// Identify by a value of type `T` in the request extensions, put there
+    /// by an earlier authentication layer. Several user links are tried in
+    /// the order they were added.
+    pub fn user<T, F>(mut self, resolve: F) -> Self
+    where
+        T: Send + Sync + 'static,
+        F: Fn(&T) -> Option<Identity> + Send + Sync + 'static,
+    {
+        self.users
+            .push(Arc::new(move |extensions: &http::Extensions| {
+                extensions.get::<T>().and_then(&resolve)
+            }));
+        self
+    }
+
+    /// Believe the forwarding header when the peer is one of these proxies.
+    pub fn trusted_proxies(mut self, proxies: TrustedProxies) -> Self {
+        self.proxies = proxies;
+        self
+    }
+
+    /// Read the peer address with `resolve` (for a server that records it in
+    /// its own extension type) instead of [`PeerAddr`] / `ConnectInfo`.
+    pub fn peer_addr<F>(mut self, resolve: F) -> Self
+    where
+        F: Fn(&Parts) -> Option<IpAddr> + Send + Sync + 'static,
+    {
+        self.peer = Some(Arc::new(resolve));
+        self
+    }
+
+    /// The plan of clients identified by IP address (none by default).
+    pub fn anonymous_plan(mut self, plan: impl Into<String>) -> Self {
+        self.anonymous_plan = Some(plan.into());
+        self
+    }
+
+    /// Group anonymous IPv6 clients by their first `len` bits (64 by
+    /// default; 128 limits every address on its own). Capped at 128.
+    pub fn ipv6_prefix(mut self, len: u8) -> Self {
+        self.ipv6_prefix = len.min(128);
+        self
+    }
+
+    /// The trusted proxies.
+    pub fn proxies(&self) -> &TrustedProxies {
+        &self.proxies
+    }
+
+    /// The caller of the request whose head is `parts`.
+    pub fn client(&self, parts: &Parts) -> Client {
+        let ip = self
+            .peer_ip(parts)
+            .map(|peer| self.proxies.client_ip(peer, &parts.headers));
+        if let Some((header, resolve)) = &self.api_key {
+            let key = parts.headers.get(header).and_then(|v| v.to_str().ok());
+            if let Some(identity) = key
+                .map(str::trim)
+                .filter(|k| !k.is_empty())
+                .and_then(|k| resolve(k))
+            {
+                return Client::identified(ClientKind::ApiKey, identity, ip);
+            }
+        }
+        for resolve in &self.users {
+            if let Some(identity) = resolve(&parts.extensions) {
+                return Client::identified(ClientKind::User, identity, ip);
+            }
+        }
+        let id = match ip {
+            Some(IpAddr::V6(v6)) if self.ipv6_prefix < 128 => {
+                let net = IpNet::new(IpAddr::V6(v6), self.ipv6_prefix)
+                    .map_or_else(|_| IpNet::from(IpAddr::V6(v6)), |n| n.trunc());
+                net.to_string()
+            }
+            Some(ip) => ip.to_string(),
+            None => {
+                warn_missing_peer_once();
+                "unknown".to_owned()
+            }
+        };
+        let mut identity = Identity::new(id);
+        identity.plan = self.anonymous_plan.clone();
+        Client::identified(ClientKind::Ip, identity, ip)
+    }
+
+    fn peer_ip(&self, parts: &Parts) -> Option<IpAddr> {
+        if let Some(resolve) = &self.peer {
+            return resolve(parts);
+        }
+        if let Some(PeerAddr(addr)) = parts.extensions.get::<PeerAddr>() {
+            return Some(addr.ip());
+        }
+        #[cfg(feature = "axum")]
+        if let Some(info) = parts
+            .extensions
+            .get::<axum::extract::ConnectInfo<SocketAddr>>()
+        {
+            return Some(info.0.ip());
+        }
+        None
+    }
+}
+
+fn warn_missing_peer_once() {
+    static WARNED: AtomicBool = AtomicBool::new(false);
+    if !WARNED.swap(true, Ordering::Relaxed) {
+        tracing::error!(
+            "ratelab-http: a request carries no peer address (no PeerAddr or ConnectInfo<SocketAddr> \
+             extension); every such request is limited as the one client `ip:unknown`. With axum, \
+             serve `app.into_make_service_with_connect_info::<SocketAddr>()`; with hyper, wrap the \
+             service in `SetPeerAddr`."
+        );
+    }
+}
+
+impl fmt::Debug for Identify {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Identify")
+            .field("api_key", &self.api_key.as_ref().map(|(h, _)| h))
+            .field("users", &self.users.len())
+            .field("proxies", &self.proxies)
+            .field("custom_peer", &self.peer.is_some())
+            .field("anonymous_plan", &self.anonymous_plan)
+            .field("ipv6_prefix", &self.ipv6_prefix)
+            .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use http::Request;
+
+    fn parts(peer: &str) -> Parts {
+        let (mut parts, ()) = Request::get("/").body(()).unwrap().into_parts();
+        parts.extensions.insert(PeerAddr(peer.parse().unwrap()));
+        parts
+    }
+
+    #[test]
+    fn ipv6_grouped_by_prefix() {
+        let p = parts("[2001:db8:1:2:3:4:5:6]:80");
+        assert_eq!(Identify::new().client(&p).key(), "ip:2001:db8:1:2::/64");
+        assert_eq!(
+            Identify::new().ipv6_prefix(128).client(&p).key(),
+            "ip:2001:db8:1:2:3:4:5:6"
+        );
+        assert_eq!(
+            Identify::new().ipv6_prefix(48).client(&p).key(),
+            "ip:2001:db8:1::/48"
+        );
+        let c = Identify::new().client(&p);
+        assert_eq!(c.ip(), Some("2001:db8:1:2:3:4:5:6".parse().unwrap()));
+    }
+
+    #[test]
+    fn unknown_key_falls_through() {
+        let id = Identify::new()
+            .api_key(HeaderName::from_static("x-api-key"), |k| {
+                (k == "good").then(|| Identity::new("acct"))
+            })
+            .anonymous_plan("anon");
+        let mut p = parts("1.2.3.4:1");
+        p.headers.insert("x-api-key", "bad".parse().unwrap());
+        let c = id.client(&p);
+        assert_eq!((c.key(), c.plan()), ("ip:1.2.3.4", Some("anon")));
+        p.headers.insert("x-api-key", " good ".parse().unwrap());
+        let c = id.client(&p);
+        assert_eq!((c.key(), c.plan()), ("key:acct", None));
+        p.headers.insert(
+            "x-api-key",
+            http::HeaderValue::from_bytes(b"\xffgood").unwrap(),
+        );
+        assert_eq!(id.client(&p).key(), "ip:1.2.3.4");
+    }
+
+    #[test]
+    fn missing_peer_is_one_shared_client() {
+        let (p, ()) = Request::get("/").body(()).unwrap().into_parts();
+        let c = Identify::new().client(&p);
+        assert_eq!((c.key(), c.ip()), ("ip:unknown", None));
+    }
+
+    #[test]
+    fn custom_peer_resolver_wins() {
+        let id = Identify::new().peer_addr(|_| Some("9.9.9.9".parse().unwrap()));
+        assert_eq!(id.client(&parts("1.2.3.4:1")).key(), "ip:9.9.9.9");
+    }
+}

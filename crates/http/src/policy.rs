@@ -1,0 +1,259 @@
+//! [`Policy`]: one quota, its limiter, what it applies to, what a request
+//! costs, and what to do when the limiter cannot decide.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use http::Method;
+use http::request::Parts;
+use ratelab_core::AsyncRateLimiter;
+
+use crate::identity::Client;
+
+/// What a policy does when its limiter cannot decide (its backend is down or
+/// too slow: [`ratelab_core::Error::is_unavailable`], or any other error but
+/// a cost that can never fit).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[non_exhaustive]
+pub enum FailureMode {
+    /// Let the request pass unchecked by this policy, and raise an alert: a
+    /// `tracing` warning, the [`Stats::failed_open`](crate::Stats::failed_open)
+    /// counter and the
+    /// [`on_limiter_failure`](crate::RateLimitLayerBuilder::on_limiter_failure)
+    /// callback. The default: an outage of the limiter is not an outage of
+    /// the API. The other policies still apply.
+    #[default]
+    Open,
+    /// Refuse the request with `503 Service Unavailable` and a problem body
+    /// (and the same alerts): for policies that protect something costly or
+    /// abusable, such as logins or SMS sends.
+    Closed,
+}
+
+pub(crate) type Predicate = Arc<dyn Fn(&Parts, &Client) -> bool + Send + Sync>;
+pub(crate) type KeyFn = Arc<dyn Fn(&Parts, &Client) -> Option<String> + Send + Sync>;
+pub(crate) type CostFn = Arc<dyn Fn(&Parts, &Client) -> u32 + Send + Sync>;
+
+/// The default bound on one limiter call.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_millis(100);
+
+/// One quota policy: a name, a limiter (any algorithm, in memory or on
+/// Redis), the requests it applies to, the key it counts them under, their
+/// cost, and its failure mode.
+///
+/// **Applies to** a request when all of these hold: one of its routes matches
+/// (or it has none: every route), the client's plan is one of its plans (or
+/// it has none: every client), its [`when`](Policy::when) predicate says yes,
+/// and its key function gives a key. Several policies can apply to one
+/// request; see [the guide](crate::guide) for what happens then.
+///
+/// **Key**: by default the [`Client`] (API key account, user or IP), so each
+/// client has its own quota. [`Policy::key`] counts by something else, such
+/// as the account a login attempt is for, or one shared key for a global
+/// limit. The limiter sees `<policy name>:<key>`, so policies never share
+/// state even on one Redis.
+///
+/// **Cost**: 1 unit per request by default; [`Policy::cost`] and
+/// [`Policy::cost_with`] say otherwise (an SMS to three numbers costs 3). A
+/// cost of 0 consumes nothing but still reports the policy's state. A cost
+/// above the policy's burst can never pass: the request is refused with
+/// `429` without `Retry-After`, since no wait would help.
+///
+/// ```
+/// use http::Method;
+/// use ratelab_core::{Keyed, Quota};
+/// use ratelab_gcra::Gcra;
+/// use ratelab_http::Policy;
+/// use std::time::Duration;
+///
+/// // Five login attempts per account per 15 minutes, whoever tries them,
+/// // refused (503) rather than unchecked if the limiter is down.
+/// let login = Policy::new("login", Keyed::new(Gcra::new(Quota::new(5, Duration::from_secs(900))?)))
+///     .route(Method::POST, "/login")
+///     .key(|request, _client| {
+///         let account = request.headers.get("x-account")?.to_str().ok()?;
+///         Some(account.to_ascii_lowercase())
+///     })
+///     .fail_closed();
+///
+/// // Ten text messages per client per hour; a request costs one unit per
+/// // recipient (`?to=a,b,c` costs 3).
+/// let sms = Policy::new("sms", Keyed::new(Gcra::new(Quota::per_hour(10)?)))
+///     .route(Method::POST, "/sms")
+///     .cost_with(|request, _client| {
+///         let to = request.uri.query().unwrap_or("").split('&').find_map(|p| p.strip_prefix("to="));
+///         to.map_or(1, |to| u32::try_from(to.split(',').count()).unwrap_or(u32::MAX))
+///     })
+///     .fail_closed();
+///
+/// // A pro plan gets more than a free one.
+/// let free = Policy::new("free", Keyed::new(Gcra::new(Quota::per_minute(60)?))).plan("free");
+/// let pro = Policy::new("pro", Keyed::new(Gcra::new(Quota::per_minute(600)?))).plan("pro");
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Clone)]
+pub struct Policy {
+    pub(crate) name: String,
+    pub(crate) limiter: Arc<dyn AsyncRateLimiter>,
+    pub(crate) routes: Vec<(Option<Method>, String)>,
+    pub(crate) plans: Vec<String>,
+    pub(crate) when: Option<Predicate>,
+    pub(crate) key: Option<KeyFn>,
+    pub(crate) cost: Cost,
+    pub(crate) failure: FailureMode,
+    pub(crate) timeout: Duration,
+}
+
+#[derive(Clone)]
+pub(crate) enum Cost {
+    Fixed(u32),
+    With(CostFn),
+}
+
+impl Policy {
+    /// A policy named `name` enforced by `limiter`, on every request of every
+    /// client, costing 1, failing open, with a
+    /// [`DEFAULT_TIMEOUT`] of 100 ms per limiter call.
+    ///
+    /// The name is what clients see in the `RateLimit` headers: 1 to 64
+    /// characters among `A-Z a-z 0-9 _ . -`, unique within a layer (checked
+    /// by [`RateLimitLayerBuilder::build`](crate::RateLimitLayerBuilder::build)).
+    pub fn new(name: impl Into<String>, limiter: impl AsyncRateLimiter + 'static) -> Self {
+        Self::shared(name, Arc::new(limiter))
+    }
+
+    /// A policy on a limiter shared with other code (or other policies).
+    pub fn shared(name: impl Into<String>, limiter: Arc<dyn AsyncRateLimiter>) -> Self {
+        Policy {
+            name: name.into(),
+            limiter,
+            routes: Vec::new(),
+            plans: Vec::new(),
+            when: None,
+            key: None,
+            cost: Cost::Fixed(1),
+            failure: FailureMode::Open,
+            timeout: DEFAULT_TIMEOUT,
+        }
+    }
+
+    /// Apply to `method` requests on paths matching `pattern` (see
+    /// [`Route`](crate::Route) for the syntax). May be called several times:
+    /// any of the routes. An invalid pattern is reported by `build`.
+    pub fn route(mut self, method: Method, pattern: &str) -> Self {
+        self.routes.push((Some(method), pattern.to_owned()));
+        self
+    }
+
+    /// Apply to requests of any method on paths matching `pattern`.
+    pub fn path(mut self, pattern: &str) -> Self {
+        self.routes.push((None, pattern.to_owned()));
+        self
+    }
+
+    /// Apply to clients on `plan` (see [`Identity::with_plan`](crate::Identity::with_plan)
+    /// and [`Identify::anonymous_plan`](crate::Identify::anonymous_plan)). May
+    /// be called several times: any of the plans.
+    pub fn plan(mut self, plan: impl Into<String>) -> Self {
+        self.plans.push(plan.into());
+        self
+    }
+
+    /// Apply only to requests for which `predicate` is true (in addition to
+    /// the routes and plans).
+    pub fn when<F>(mut self, predicate: F) -> Self
+    where
+        F: Fn(&Parts, &Client) -> bool + Send + Sync + 'static,
+    {
+        self.when = Some(Arc::new(predicate));
+        self
+    }
+
+    /// Count requests under the key `key` returns instead of the client's;
+    /// `None` means the policy does not apply to this request.
+    ///
+    /// The function sees the request head only (the body has not been read
+    /// when the layer runs): for a key in the body, parse it in an earlier
+    /// layer and put it into the extensions, which the function can read.
+    pub fn key<F>(mut self, key: F) -> Self
+    where
+        F: Fn(&Parts, &Client) -> Option<String> + Send + Sync + 'static,
+    {
+        self.key = Some(Arc::new(key));
+        self
+    }
+
+    /// Every request costs `cost` units (1 by default).
+    pub fn cost(mut self, cost: u32) -> Self {
+        self.cost = Cost::Fixed(cost);
+        self
+    }
+
+    /// Each request costs what `cost` says.
+    pub fn cost_with<F>(mut self, cost: F) -> Self
+    where
+        F: Fn(&Parts, &Client) -> u32 + Send + Sync + 'static,
+    {
+        self.cost = Cost::With(Arc::new(cost));
+        self
+    }
+
+    /// What to do when the limiter cannot decide.
+    pub fn on_failure(mut self, mode: FailureMode) -> Self {
+        self.failure = mode;
+        self
+    }
+
+    /// [`FailureMode::Open`]: pass unchecked, with an alert (the default).
+    pub fn fail_open(self) -> Self {
+        self.on_failure(FailureMode::Open)
+    }
+
+    /// [`FailureMode::Closed`]: refuse with `503`, with an alert.
+    pub fn fail_closed(self) -> Self {
+        self.on_failure(FailureMode::Closed)
+    }
+
+    /// The longest this policy may hold a request deciding it (all its
+    /// limiter calls for that request together); past it, the limiter has
+    /// failed ([`ratelab_core::Error::Timeout`]) and the failure mode applies.
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
+        self
+    }
+
+    /// The name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The limiter.
+    pub fn limiter(&self) -> &Arc<dyn AsyncRateLimiter> {
+        &self.limiter
+    }
+}
+
+impl fmt::Debug for Policy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Policy")
+            .field("name", &self.name)
+            .field("quota", &self.limiter.quota())
+            .field("algorithm", &self.limiter.algorithm())
+            .field("backend", &self.limiter.backend())
+            .field("routes", &self.routes)
+            .field("plans", &self.plans)
+            .field("when", &self.when.is_some())
+            .field("custom_key", &self.key.is_some())
+            .field(
+                "cost",
+                &match self.cost {
+                    Cost::Fixed(n) => Some(n),
+                    Cost::With(_) => None,
+                },
+            )
+            .field("failure", &self.failure)
+            .field("timeout", &self.timeout)
+            .finish()
+    }
+}
