@@ -6,7 +6,7 @@
 mod common;
 
 use proptest::prelude::*;
-use ratelab_core::{Algorithm, AsyncRateLimiter, ManualClock, Quota};
+use ratelab_core::{Algorithm, ManualClock, Quota};
 use ratelab_redis::Connection;
 use ratelab_testkit::props::{Step, config, simulate};
 use ratelab_testkit::redis::RedisCluster;
