@@ -1,0 +1,216 @@
+//! Where the Redis scenarios get their Redis: `--redis-url`, else
+//! `$REDIS_URL`, else a throwaway `redis-server` started here when one is on
+//! `PATH`, else none (the in-memory scenarios still run, and the report says
+//! what was skipped and how to enable it).
+//!
+//! This module is also the one seam between the scenarios and the Redis
+//! variants of the algorithms (`ratelab-redis`): [`RedisEnv::atomic`] builds
+//! the atomic, script-based limiter of an algorithm.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use ratelab_core::{AsyncRateLimiter, ManualClock, Quota};
+use ratelab_testkit::redis::RedisServer;
+use redis::AsyncConnectionConfig;
+use redis::aio::MultiplexedConnection;
+
+use crate::CompareError;
+
+/// How long connecting to Redis may take before the run gives up.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
+/// How long one Redis command may take.
+const RESPONSE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How to get Redis, for the messages that say what was skipped.
+pub const HOW_TO_ENABLE: &str = "install Redis so that `redis-server` is on PATH \
+(Debian/Ubuntu: `sudo apt-get install redis-server`; macOS: `brew install redis`) and run \
+`just compare` again, or point it at a running server with `REDIS_URL=redis://host:6379/ just compare` \
+(or `--redis-url`)";
+
+/// Which clock a Redis limiter decides on.
+#[derive(Debug, Clone)]
+pub enum Time {
+    /// Redis `TIME`: the same clock for every app instance (production).
+    Redis,
+    /// `now` passed by the client from a clock moved by hand: deterministic
+    /// runs, and the same instants as the in-memory limiters.
+    Manual(ManualClock),
+}
+
+/// A Redis server the run may use.
+#[derive(Debug)]
+pub struct RedisEnv {
+    url: String,
+    version: String,
+    origin: String,
+    client: redis::Client,
+    /// Kept alive for the run when we started it; killed on drop.
+    _server: Option<RedisServer>,
+}
+
+/// Whether the run has Redis, and if not, why.
+#[derive(Debug)]
+pub enum RedisChoice {
+    /// Redis is there.
+    Available(RedisEnv),
+    /// No Redis: the Redis scenarios are skipped.
+    Skipped {
+        /// Why, in a sentence.
+        reason: String,
+    },
+}
+
+/// The `redis-server` binary the run would start: `$RATELAB_REDIS_SERVER`,
+/// else `redis-server` on `PATH`.
+pub fn find_redis_server() -> Option<PathBuf> {
+    if let Some(path) = std::env::var_os("RATELAB_REDIS_SERVER") {
+        let path = PathBuf::from(path);
+        return path.is_file().then_some(path);
+    }
+    std::env::var_os("PATH")
+        .iter()
+        .flat_map(std::env::split_paths)
+        .map(|dir| dir.join("redis-server"))
+        .find(|candidate| candidate.is_file())
+}
+
+/// Chooses the run's Redis. An explicit URL that does not answer is an
+/// error (the user asked for it); a missing `redis-server` is not.
+pub async fn resolve(url: Option<String>, no_redis: bool) -> Result<RedisChoice, CompareError> {
+    if no_redis {
+        return Ok(RedisChoice::Skipped {
+            reason: "`--no-redis` was given".into(),
+        });
+    }
+    if let Some(url) = url {
+        let env = RedisEnv::connect(url, "given with --redis-url".into(), None).await?;
+        return Ok(RedisChoice::Available(env));
+    }
+    if let Some(url) = std::env::var("REDIS_URL").ok().filter(|u| !u.is_empty()) {
+        let env = RedisEnv::connect(url, "given in $REDIS_URL".into(), None).await?;
+        return Ok(RedisChoice::Available(env));
+    }
+    let Some(binary) = find_redis_server() else {
+        return Ok(RedisChoice::Skipped {
+            reason: "no `--redis-url`, no `$REDIS_URL`, and no `redis-server` on PATH".into(),
+        });
+    };
+    // The guard panics with its own message when the server cannot start.
+    let server = std::panic::catch_unwind(RedisServer::start).map_err(|panic| {
+        let message = panic
+            .downcast_ref::<String>()
+            .cloned()
+            .or_else(|| panic.downcast_ref::<&str>().map(|s| (*s).to_owned()))
+            .unwrap_or_default();
+        CompareError::Unavailable(format!(
+            "{} was found but did not start: {message}",
+            binary.display()
+        ))
+    })?;
+    let origin = format!(
+        "a throwaway `{}` started for this run (no persistence, killed at the end)",
+        binary.display()
+    );
+    let env = RedisEnv::connect(server.url(), origin, Some(server)).await?;
+    Ok(RedisChoice::Available(env))
+}
+
+impl RedisEnv {
+    /// Connects to `url`, checks that it answers, and reads its version.
+    pub async fn connect(
+        url: String,
+        origin: String,
+        server: Option<RedisServer>,
+    ) -> Result<Self, CompareError> {
+        let unreachable = |source: redis::RedisError| CompareError::RedisUnreachable {
+            url: url.clone(),
+            source,
+        };
+        let client = redis::Client::open(url.as_str()).map_err(unreachable)?;
+        let mut env = RedisEnv {
+            url: url.clone(),
+            version: String::new(),
+            origin,
+            client,
+            _server: server,
+        };
+        let mut conn = env.connection().await.map_err(|e| match e {
+            CompareError::Redis(source) => unreachable(source),
+            other => other,
+        })?;
+        let info: String = redis::cmd("INFO")
+            .arg("server")
+            .query_async(&mut conn)
+            .await
+            .map_err(unreachable)?;
+        env.version = info
+            .lines()
+            .find_map(|l| l.strip_prefix("redis_version:"))
+            .unwrap_or("unknown")
+            .trim()
+            .to_owned();
+        Ok(env)
+    }
+
+    /// A new connection of its own (one per simulated app instance).
+    pub async fn connection(&self) -> Result<MultiplexedConnection, CompareError> {
+        let config = AsyncConnectionConfig::new()
+            .set_connection_timeout(Some(CONNECT_TIMEOUT))
+            .set_response_timeout(Some(RESPONSE_TIMEOUT));
+        let connect = self
+            .client
+            .get_multiplexed_async_connection_with_config(&config);
+        match tokio::time::timeout(CONNECT_TIMEOUT, connect).await {
+            Ok(result) => Ok(result?),
+            Err(_) => Err(CompareError::Redis(redis::RedisError::from((
+                redis::ErrorKind::Io,
+                "connection timed out",
+            )))),
+        }
+    }
+
+    /// The server's URL.
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    /// The server's version (`INFO server`).
+    pub fn version(&self) -> &str {
+        &self.version
+    }
+
+    /// Where this server came from, in a phrase.
+    pub fn origin(&self) -> &str {
+        &self.origin
+    }
+
+    /// The atomic Redis variant of the named algorithm (its Lua script run
+    /// with EVALSHA), on a connection of its own, deciding on `time`.
+    pub async fn atomic(
+        &self,
+        name: &str,
+        quota: Quota,
+        time: &Time,
+    ) -> Result<Box<dyn AsyncRateLimiter>, CompareError> {
+        crate::redis_variants::atomic(self, name, quota, time).await
+    }
+
+    /// Whether the atomic Redis variants can be built, and if not, why.
+    pub async fn atomic_status(&self) -> Result<(), String> {
+        let quota = Quota::per_second(1).map_err(|e| e.to_string())?;
+        self.atomic("gcra", quota, &Time::Manual(ManualClock::new()))
+            .await
+            .map(|_| ())
+            .map_err(|e| e.to_string())
+    }
+
+    /// Runs one command on a fresh connection (for `INFO`, `MEMORY USAGE`).
+    pub async fn command<T: redis::FromRedisValue>(
+        &self,
+        cmd: &redis::Cmd,
+    ) -> Result<T, CompareError> {
+        let mut conn = self.connection().await?;
+        Ok(cmd.query_async(&mut conn).await?)
+    }
+}

@@ -1,0 +1,451 @@
+//! `ratelab-compare`: every ratelab algorithm through the same scenarios, in
+//! memory and on Redis, and a report with charts (`reports/README.md`) that
+//! tells a reader which one to choose. The binary is `just compare`.
+//!
+//! The scenarios reproduce the reference articles' figures (the result
+//! table; the window edge, read-then-write race and per-instance counter
+//! tests) and measure what a reader choosing a limiter asks: how far each
+//! algorithm strays from the exact limit on realistic traffic, how smooth
+//! its output is, and what a check costs. Simulated-time scenarios are
+//! deterministic for a seed; real-time and Redis ones are repeated and
+//! reported with their spread. [`flawed`] holds the deliberately broken
+//! limiters the report measures against the correct ones.
+//!
+//! ```no_run
+//! let config = ratelab_compare::Config::quick(7);
+//! let results = ratelab_compare::run_blocking(&config, None)?;
+//! ratelab_compare::report::write(&results, std::path::Path::new("reports"))?;
+//! # Ok::<(), ratelab_compare::CompareError>(())
+//! ```
+
+#![forbid(unsafe_code)]
+
+pub mod algorithms;
+pub mod backend;
+pub mod charts;
+pub mod flawed;
+pub mod report;
+pub mod scenario;
+pub mod stats;
+
+mod redis_variants;
+
+use std::path::PathBuf;
+use std::time::Instant;
+
+use serde::Serialize;
+
+use backend::RedisEnv;
+pub use scenario::ScenarioName;
+
+/// Counts the heap bytes in use, for the memory-per-key measurement.
+#[global_allocator]
+static ALLOCATOR: cap::Cap<std::alloc::System> = cap::Cap::new(std::alloc::System, usize::MAX);
+
+/// Heap bytes in use by the whole process now.
+pub fn heap_bytes() -> usize {
+    ALLOCATOR.allocated()
+}
+
+/// Why a run failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum CompareError {
+    /// The Redis the user asked for does not answer.
+    #[error(
+        "cannot reach Redis at {url}: {source}\n  hint: start Redis there, fix --redis-url / $REDIS_URL, or run without Redis with --no-redis"
+    )]
+    RedisUnreachable {
+        /// The URL given.
+        url: String,
+        /// What the client said.
+        #[source]
+        source: redis::RedisError,
+    },
+    /// A Redis command failed mid-run.
+    #[error("redis: {0}")]
+    Redis(#[from] redis::RedisError),
+    /// A limiter failed.
+    #[error("limiter: {0}")]
+    Limiter(#[from] ratelab_core::Error),
+    /// Something the run needs is missing.
+    #[error("{0}")]
+    Unavailable(String),
+    /// Writing the report failed.
+    #[error("cannot write {path}: {source}")]
+    Write {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// Drawing a chart failed.
+    #[error("chart {name}: {message}")]
+    Chart {
+        /// The chart.
+        name: String,
+        /// Why.
+        message: String,
+    },
+}
+
+/// What to run.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// Seeds every simulated arrival process.
+    pub seed: u64,
+    /// The scenarios, in report order.
+    pub scenarios: Vec<ScenarioName>,
+    /// Repeats of each real-time and Redis measurement.
+    pub repeats: usize,
+    /// Smaller simulations and measurements (tests, smoke runs).
+    pub quick: bool,
+    /// Show progress bars and per-scenario lines on stderr.
+    pub progress: bool,
+    /// Where a benchmark summary may be (see [`scenario::cost`]).
+    pub bench_summary: Option<PathBuf>,
+    /// The command line, for the report.
+    pub command: String,
+}
+
+impl Config {
+    /// Every scenario at full size.
+    pub fn full(seed: u64) -> Self {
+        Config {
+            seed,
+            scenarios: ScenarioName::ALL.to_vec(),
+            repeats: 30,
+            quick: false,
+            progress: false,
+            bench_summary: None,
+            command: "ratelab-compare".into(),
+        }
+    }
+
+    /// Every scenario, small: seconds, for tests.
+    pub fn quick(seed: u64) -> Self {
+        Config {
+            repeats: 3,
+            quick: true,
+            ..Self::full(seed)
+        }
+    }
+}
+
+/// Something the run could not do, said loudly on the terminal and in the
+/// report.
+#[derive(Debug, Clone, Serialize)]
+pub struct Skipped {
+    /// Which scenario.
+    pub scenario: String,
+    /// What part of it.
+    pub what: String,
+    /// Why.
+    pub reason: String,
+    /// How to get it.
+    pub how_to_enable: String,
+}
+
+/// How the run went: where, when, on what.
+#[derive(Debug, Clone, Serialize)]
+pub struct Meta {
+    /// The command line.
+    pub command: String,
+    /// The seed.
+    pub seed: u64,
+    /// Quick mode.
+    pub quick: bool,
+    /// Repeats of real-time measurements.
+    pub repeats: usize,
+    /// The git commit of the tree, if known.
+    pub commit: String,
+    /// When the run started (RFC 3339, local time zone).
+    pub date: String,
+    /// CPU, cores, OS.
+    pub machine: String,
+    /// `ratelab-compare`'s version and build profile.
+    pub build: String,
+    /// The Redis server, or why there was none.
+    pub redis: String,
+    /// The Redis server's version, when there was one.
+    pub redis_version: Option<String>,
+    /// Seconds each scenario took.
+    pub durations: Vec<(String, f64)>,
+}
+
+/// Everything a run measured.
+#[derive(Debug, Clone, Serialize)]
+pub struct Results {
+    /// How it ran.
+    pub meta: Meta,
+    /// What it could not do.
+    pub skipped: Vec<Skipped>,
+    /// The reference article's table.
+    pub reference: Option<scenario::reference::Reference>,
+    /// Two bursts either side of a window edge.
+    pub window_edge: Option<scenario::window_edge::WindowEdge>,
+    /// Simultaneous requests: atomic versus read-then-write.
+    pub concurrency: Option<scenario::concurrency::Concurrency>,
+    /// Two instances behind a round-robin balancer.
+    pub load_balancer: Option<scenario::balancer::LoadBalancer>,
+    /// Many simulated clients.
+    pub traffic: Option<scenario::traffic::Traffic>,
+    /// Output smoothness downstream.
+    pub smoothness: Option<scenario::smoothness::Smoothness>,
+    /// Time and memory per check.
+    pub cost: Option<scenario::cost::Cost>,
+}
+
+impl Results {
+    /// The deterministic part of the results as JSON: identical for the same
+    /// seed and configuration, run after run.
+    pub fn deterministic_json(&self) -> String {
+        #[derive(Serialize)]
+        struct Deterministic<'a> {
+            seed: u64,
+            reference: Option<&'a [scenario::reference::Row]>,
+            window_edge: Option<&'a scenario::window_edge::WindowEdge>,
+            load_balancer: Option<Vec<usize>>,
+            traffic: Option<&'a scenario::traffic::Traffic>,
+            smoothness: Option<&'a scenario::smoothness::Smoothness>,
+        }
+        let d = Deterministic {
+            seed: self.meta.seed,
+            reference: self.reference.as_ref().map(|r| r.rows.as_slice()),
+            window_edge: self.window_edge.as_ref(),
+            load_balancer: self
+                .load_balancer
+                .as_ref()
+                .map(|b| b.rows.iter().map(|r| r.per_instance_memory).collect()),
+            traffic: self.traffic.as_ref(),
+            smoothness: self.smoothness.as_ref(),
+        };
+        serde_json::to_string_pretty(&d).expect("plain data serializes")
+    }
+}
+
+/// The shared state of one run, handed to every scenario.
+#[derive(Debug)]
+pub struct Context<'a> {
+    /// What to run.
+    pub config: &'a Config,
+    /// The Redis server, if any.
+    pub redis: Option<&'a RedisEnv>,
+    /// Whether the atomic Redis variants can be built (`Err` says why not).
+    pub atomic: Result<(), String>,
+    /// Prefixes every Redis key of this run, so runs never share state.
+    pub nonce: String,
+    /// The current scenario's progress bar (hidden when not wanted).
+    pub bar: indicatif::ProgressBar,
+    /// What could not be done.
+    pub skipped: std::sync::Mutex<Vec<Skipped>>,
+}
+
+impl Context<'_> {
+    /// Records that `what` of `scenario` was skipped.
+    pub fn skip(&self, scenario: ScenarioName, what: &str, reason: &str, how: &str) {
+        self.skipped
+            .lock()
+            .expect("no panic while holding it")
+            .push(Skipped {
+                scenario: scenario.title().into(),
+                what: what.into(),
+                reason: reason.into(),
+                how_to_enable: how.into(),
+            });
+    }
+
+    /// The Redis server, or a skip recorded for `what` of `scenario`.
+    pub fn redis_or_skip(&self, scenario: ScenarioName, what: &str) -> Option<&RedisEnv> {
+        if self.redis.is_none() {
+            self.skip(scenario, what, "no Redis server", backend::HOW_TO_ENABLE);
+        }
+        self.redis
+    }
+
+    /// The Redis server when the atomic variants can be built, or a skip
+    /// recorded for `what` of `scenario`.
+    pub fn atomic_or_skip(&self, scenario: ScenarioName, what: &str) -> Option<&RedisEnv> {
+        let redis = self.redis_or_skip(scenario, what)?;
+        match &self.atomic {
+            Ok(()) => Some(redis),
+            Err(reason) => {
+                self.skip(
+                    scenario,
+                    what,
+                    reason,
+                    "build with the ratelab-redis crate in the workspace",
+                );
+                None
+            }
+        }
+    }
+
+    /// Moves the current bar one step on.
+    pub fn tick(&self) {
+        self.bar.inc(1);
+    }
+}
+
+/// Runs the configured scenarios on `redis` (or without Redis).
+pub async fn run(config: &Config, redis: Option<&RedisEnv>) -> Result<Results, CompareError> {
+    let atomic = match redis {
+        Some(env) => env.atomic_status().await,
+        None => Err("no Redis server".into()),
+    };
+    let nonce = format!(
+        "ratelab-compare:{}:{}",
+        std::process::id(),
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_micros())
+    );
+    let mut ctx = Context {
+        config,
+        redis,
+        atomic,
+        nonce,
+        bar: indicatif::ProgressBar::hidden(),
+        skipped: std::sync::Mutex::new(Vec::new()),
+    };
+    let mut results = Results {
+        meta: meta(config, redis),
+        skipped: Vec::new(),
+        reference: None,
+        window_edge: None,
+        concurrency: None,
+        load_balancer: None,
+        traffic: None,
+        smoothness: None,
+        cost: None,
+    };
+    let total = config.scenarios.len();
+    for (i, &name) in config.scenarios.iter().enumerate() {
+        ctx.bar = if config.progress {
+            let bar = indicatif::ProgressBar::new(0);
+            bar.set_style(
+                indicatif::ProgressStyle::with_template(
+                    "{prefix:>22} [{bar:30}] {pos}/{len} {msg} ({elapsed})",
+                )
+                .expect("a valid template")
+                .progress_chars("=> "),
+            );
+            bar.set_prefix(format!("[{}/{total}] {}", i + 1, name.title()));
+            bar
+        } else {
+            indicatif::ProgressBar::hidden()
+        };
+        let started = Instant::now();
+        match name {
+            ScenarioName::Reference => {
+                results.reference = Some(scenario::reference::run(&ctx).await?);
+            }
+            ScenarioName::WindowEdge => {
+                results.window_edge = Some(scenario::window_edge::run(&ctx).await?);
+            }
+            ScenarioName::Concurrency => {
+                results.concurrency = scenario::concurrency::run(&ctx).await?;
+            }
+            ScenarioName::LoadBalancer => {
+                results.load_balancer = Some(scenario::balancer::run(&ctx).await?);
+            }
+            ScenarioName::Traffic => results.traffic = Some(scenario::traffic::run(&ctx)),
+            ScenarioName::Smoothness => results.smoothness = Some(scenario::smoothness::run(&ctx)),
+            ScenarioName::Cost => results.cost = Some(scenario::cost::run(&ctx).await?),
+        }
+        let secs = started.elapsed().as_secs_f64();
+        ctx.bar.finish_and_clear();
+        if config.progress {
+            eprintln!("  done [{}/{total}] {} in {secs:.1} s", i + 1, name.title());
+        }
+        results
+            .meta
+            .durations
+            .push((name.slug().into(), stats::round(secs, 2)));
+    }
+    results.skipped = ctx.skipped.into_inner().expect("no panic while holding it");
+    Ok(results)
+}
+
+/// [`run`] on a runtime of its own.
+pub fn run_blocking(config: &Config, redis: Option<&RedisEnv>) -> Result<Results, CompareError> {
+    runtime()?.block_on(run(config, redis))
+}
+
+/// The multi-threaded runtime the run uses.
+pub fn runtime() -> Result<tokio::runtime::Runtime, CompareError> {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| CompareError::Unavailable(format!("cannot start the async runtime: {e}")))
+}
+
+fn meta(config: &Config, redis: Option<&RedisEnv>) -> Meta {
+    Meta {
+        command: config.command.clone(),
+        seed: config.seed,
+        quick: config.quick,
+        repeats: config.repeats,
+        commit: commit(),
+        date: jiff::ZonedDateTime::now()
+            .strftime("%Y-%m-%d %H:%M:%S %Z")
+            .to_string(),
+        machine: machine(),
+        build: format!(
+            "ratelab-compare {} ({} build)",
+            env!("CARGO_PKG_VERSION"),
+            if cfg!(debug_assertions) {
+                "debug"
+            } else {
+                "release"
+            }
+        ),
+        redis: redis.map_or_else(
+            || "none: Redis scenarios skipped".into(),
+            |r| format!("{} ({})", r.url(), r.origin()),
+        ),
+        redis_version: redis.map(|r| r.version().to_owned()),
+        durations: Vec::new(),
+    }
+}
+
+/// `git rev-parse --short HEAD`, marked `-dirty` when the tree has changes.
+fn commit() -> String {
+    let git = |args: &[&str]| {
+        std::process::Command::new("git")
+            .args(args)
+            .output()
+            .ok()
+            .filter(|o| o.status.success())
+            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned())
+    };
+    match git(&["rev-parse", "--short", "HEAD"]) {
+        Some(hash) => {
+            let dirty = git(&["status", "--porcelain", "--untracked-files=no"])
+                .is_some_and(|s| !s.is_empty());
+            if dirty { format!("{hash}-dirty") } else { hash }
+        }
+        None => "unknown (not a git checkout)".into(),
+    }
+}
+
+/// CPU model, logical cores, OS and kernel.
+fn machine() -> String {
+    let cpu = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|info| {
+            info.lines()
+                .find_map(|l| l.strip_prefix("model name"))
+                .map(|l| l.trim_start_matches([' ', '\t', ':']).trim().to_owned())
+        })
+        .unwrap_or_else(|| std::env::consts::ARCH.to_owned());
+    let cores = std::thread::available_parallelism().map_or(0, usize::from);
+    let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease")
+        .map(|s| format!(" {}", s.trim()))
+        .unwrap_or_default();
+    format!(
+        "{cpu}, {cores} logical cores, {}{kernel}",
+        std::env::consts::OS
+    )
+}

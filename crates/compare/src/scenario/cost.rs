@@ -1,0 +1,455 @@
+//! What a check costs: time per check in memory, microseconds per call and
+//! checks per second on Redis, bytes per key in both.
+//!
+//! The figures come from the benchmark summary (`ratelab-benches`, issue 5)
+//! when it is present, else from a short measurement here; every row says
+//! which. The summary is a JSON file, by default `reports/bench/summary.json`:
+//!
+//! ```json
+//! {
+//!   "generated_by": "ratelab-benches",
+//!   "commit": "abc1234",
+//!   "date": "2026-05-01 12:00:00 UTC",
+//!   "results": [
+//!     { "algorithm": "gcra", "backend": "memory", "ns_per_check": 31.5, "bytes_per_key": 64 },
+//!     { "algorithm": "gcra", "backend": "redis", "us_per_call": 48.0,
+//!       "checks_per_sec": 91000, "bytes_per_key": 88 }
+//!   ]
+//! }
+//! ```
+//!
+//! `algorithm` is one of the seven names, `backend` is `memory` or `redis`;
+//! every figure is optional, and a figure the summary lacks is measured here.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use ratelab_core::{AsyncRateLimiter, Keyed, ManualClock, Quota, SystemClock};
+use serde::{Deserialize, Serialize};
+
+use super::ScenarioName;
+use crate::algorithms::{NAMES, with_algorithm};
+use crate::backend::{RedisEnv, Time};
+use crate::stats::{Spread, percentile_sorted, round};
+use crate::{CompareError, Context};
+
+/// Where the summary is looked for, relative to the output folder.
+pub const SUMMARY_PATH: &str = "bench/summary.json";
+
+/// The benchmark summary's shape.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+pub struct Summary {
+    /// What wrote it.
+    #[serde(default)]
+    pub generated_by: Option<String>,
+    /// The commit it measured.
+    #[serde(default)]
+    pub commit: Option<String>,
+    /// When.
+    #[serde(default)]
+    pub date: Option<String>,
+    /// The figures.
+    pub results: Vec<SummaryEntry>,
+}
+
+/// One algorithm on one backend in the summary.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+pub struct SummaryEntry {
+    /// The algorithm's name.
+    pub algorithm: String,
+    /// `memory` or `redis`.
+    pub backend: String,
+    /// Nanoseconds per check (memory).
+    #[serde(default)]
+    pub ns_per_check: Option<f64>,
+    /// Microseconds per call from one task (Redis).
+    #[serde(default)]
+    pub us_per_call: Option<f64>,
+    /// Checks per second with concurrency (Redis).
+    #[serde(default)]
+    pub checks_per_sec: Option<f64>,
+    /// Bytes per key.
+    #[serde(default)]
+    pub bytes_per_key: Option<f64>,
+}
+
+/// One figure and where it came from.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Figure {
+    /// The value.
+    pub value: f64,
+    /// `true` from the benchmark summary, `false` measured here.
+    pub from_bench: bool,
+}
+
+/// One algorithm.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Row {
+    /// The algorithm.
+    pub algorithm: String,
+    /// Nanoseconds per in-memory check (keyed, 1,000 keys).
+    pub memory_ns_per_check: Option<Figure>,
+    /// The spread of the in-memory measurement over repeats, when measured.
+    pub memory_ns_spread: Option<Spread>,
+    /// Heap bytes per key in memory, at its fullest (the whole burst used).
+    pub memory_bytes_per_key: Option<Figure>,
+    /// Microseconds per Redis call from one task (median).
+    pub redis_us_per_call: Option<Figure>,
+    /// The 99th percentile of the Redis call time, µs, when measured.
+    pub redis_p99_us: Option<f64>,
+    /// Redis checks per second with 32 tasks on one connection.
+    pub redis_checks_per_sec: Option<Figure>,
+    /// Redis memory per key (`used_memory` growth), bytes.
+    pub redis_bytes_per_key: Option<Figure>,
+}
+
+/// The scenario's results.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Cost {
+    /// Where the figures came from, in a sentence.
+    pub source: String,
+    /// How the figures measured here were measured.
+    pub method: Vec<String>,
+    /// One row per algorithm.
+    pub rows: Vec<Row>,
+}
+
+/// Reads the summary at `path`: `Ok(None)` when there is none, `Err` with a
+/// reason when it is there but unreadable.
+pub fn read_summary(path: &Path) -> Result<Option<Summary>, String> {
+    match std::fs::read_to_string(path) {
+        Ok(text) => serde_json::from_str(&text)
+            .map(Some)
+            .map_err(|e| format!("{} is not a benchmark summary: {e}", path.display())),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(format!("cannot read {}: {e}", path.display())),
+    }
+}
+
+/// Sizes of the measurement.
+struct Sizes {
+    memory_checks: usize,
+    memory_repeats: usize,
+    memory_keys: usize,
+    redis_calls: usize,
+    redis_throughput_calls: usize,
+    redis_keys: usize,
+}
+
+const TASKS: usize = 32;
+const HOT_KEYS: usize = 1_000;
+
+/// A quota that never refills during a measurement, so no key is forgotten
+/// while memory is counted.
+fn slow_quota() -> Quota {
+    Quota::per_hour(10).expect("a valid quota")
+}
+
+/// Nanoseconds per check of a keyed in-memory limiter on the system clock,
+/// over [`HOT_KEYS`] keys in turn; one figure per repeat.
+fn memory_time(name: &str, quota: Quota, checks: usize, repeats: usize) -> Vec<f64> {
+    fn measure<A: ratelab_core::Algorithm>(a: A, checks: usize, repeats: usize) -> Vec<f64> {
+        let limiter = Keyed::with_clock(a, SystemClock);
+        let keys: Vec<Vec<u8>> = (0..HOT_KEYS)
+            .map(|i| format!("client-{i:08}").into_bytes())
+            .collect();
+        (0..repeats)
+            .map(|_| {
+                let started = Instant::now();
+                for i in 0..checks {
+                    let d = limiter.check(std::hint::black_box(&keys[i % HOT_KEYS]), 1);
+                    std::hint::black_box(d.ok());
+                }
+                started.elapsed().as_nanos() as f64 / checks as f64
+            })
+            .collect()
+    }
+    with_algorithm!(name, quota, |a| measure(a, checks, repeats)).unwrap_or_default()
+}
+
+/// Heap bytes per key of a keyed in-memory limiter, each key having used its
+/// whole burst at distinct microseconds (the sliding log's largest state).
+fn memory_bytes(name: &str, keys: usize) -> f64 {
+    fn measure<A: ratelab_core::Algorithm>(a: A, keys: usize) -> f64 {
+        let burst = a.quota().burst();
+        let clock = ManualClock::new();
+        let limiter = Keyed::with_clock(a, clock.clone());
+        let names: Vec<Vec<u8>> = (0..keys)
+            .map(|i| format!("client-{i:08}").into_bytes())
+            .collect();
+        let before = crate::heap_bytes();
+        for key in &names {
+            for _ in 0..burst {
+                clock.advance(Duration::from_micros(1));
+                let _ = limiter.check(key, 1);
+            }
+        }
+        let after = crate::heap_bytes();
+        assert_eq!(limiter.len(), keys, "every key is still tracked");
+        drop(limiter);
+        after.saturating_sub(before) as f64 / keys as f64
+    }
+    with_algorithm!(name, slow_quota(), |a| measure(a, keys)).unwrap_or(0.0)
+}
+
+async fn used_memory(redis: &RedisEnv) -> Result<f64, CompareError> {
+    let info: String = redis.command(redis::cmd("INFO").arg("memory")).await?;
+    Ok(info
+        .lines()
+        .find_map(|l| l.strip_prefix("used_memory:"))
+        .and_then(|v| v.trim().parse::<f64>().ok())
+        .unwrap_or(0.0))
+}
+
+/// Runs `calls` checks over `keys` keys from [`TASKS`] tasks sharing
+/// `limiter`; returns the elapsed time.
+async fn concurrent(
+    limiter: &Arc<dyn AsyncRateLimiter>,
+    prefix: &str,
+    keys: usize,
+    calls_per_key: usize,
+) -> Result<Duration, CompareError> {
+    let started = Instant::now();
+    let mut tasks = Vec::new();
+    for t in 0..TASKS {
+        let limiter = Arc::clone(limiter);
+        let prefix = prefix.to_owned();
+        tasks.push(tokio::spawn(async move {
+            for k in (t..keys).step_by(TASKS) {
+                let key = format!("{prefix}:{k:08}");
+                for _ in 0..calls_per_key {
+                    limiter.check_async(key.as_bytes(), 1).await?;
+                }
+            }
+            Ok::<(), ratelab_core::Error>(())
+        }));
+    }
+    for task in tasks {
+        task.await
+            .map_err(|e| CompareError::Unavailable(format!("a task failed: {e}")))??;
+    }
+    Ok(started.elapsed())
+}
+
+/// Redis figures of one algorithm: (median µs, p99 µs, checks/s, bytes/key).
+async fn redis_figures(
+    ctx: &Context<'_>,
+    redis: &RedisEnv,
+    name: &str,
+    sizes: &Sizes,
+) -> Result<(f64, f64, Spread, f64), CompareError> {
+    let quota = Quota::per_second(10).expect("a valid quota");
+    let limiter: Arc<dyn AsyncRateLimiter> =
+        Arc::from(redis.atomic(name, quota, &Time::Redis).await?);
+    // Latency: one task, one call at a time, over many keys.
+    let mut times = Vec::with_capacity(sizes.redis_calls);
+    for i in 0..sizes.redis_calls {
+        let key = format!("{}:cost-latency:{name}:{:08}", ctx.nonce, i % HOT_KEYS);
+        let started = Instant::now();
+        limiter.check_async(key.as_bytes(), 1).await?;
+        times.push(started.elapsed().as_secs_f64() * 1e6);
+    }
+    times.sort_by(f64::total_cmp);
+    let median = percentile_sorted(&times, 50.0);
+    let p99 = percentile_sorted(&times, 99.0);
+    // Throughput: TASKS tasks on one multiplexed connection.
+    let mut rates = Vec::new();
+    for repeat in 0..3 {
+        let prefix = format!("{}:cost-throughput:{name}:{repeat}", ctx.nonce);
+        let per_key = sizes.redis_throughput_calls / HOT_KEYS;
+        let elapsed = concurrent(&limiter, &prefix, HOT_KEYS, per_key.max(1)).await?;
+        rates.push((HOT_KEYS * per_key.max(1)) as f64 / elapsed.as_secs_f64());
+    }
+    // Memory: used_memory growth over fresh keys, each at its burst.
+    let slow: Arc<dyn AsyncRateLimiter> =
+        Arc::from(redis.atomic(name, slow_quota(), &Time::Redis).await?);
+    slow.check_async(format!("{}:cost-warm:{name}", ctx.nonce).as_bytes(), 1)
+        .await?;
+    let before = used_memory(redis).await?;
+    let prefix = format!("{}:cost-memory:{name}", ctx.nonce);
+    let burst = usize::try_from(slow_quota().burst()).unwrap_or(1);
+    concurrent(&slow, &prefix, sizes.redis_keys, burst).await?;
+    let after = used_memory(redis).await?;
+    Ok((
+        median,
+        p99,
+        Spread::of(&rates),
+        (after - before).max(0.0) / sizes.redis_keys as f64,
+    ))
+}
+
+/// Runs the scenario.
+pub async fn run(ctx: &Context<'_>) -> Result<Cost, CompareError> {
+    let sizes = if ctx.config.quick {
+        Sizes {
+            memory_checks: 50_000,
+            memory_repeats: 2,
+            memory_keys: 5_000,
+            redis_calls: 200,
+            redis_throughput_calls: 2_000,
+            redis_keys: 200,
+        }
+    } else {
+        Sizes {
+            memory_checks: 1_000_000,
+            memory_repeats: 5,
+            memory_keys: 100_000,
+            redis_calls: 3_000,
+            redis_throughput_calls: 30_000,
+            redis_keys: 5_000,
+        }
+    };
+    let summary_path = ctx.config.bench_summary.clone();
+    let (summary, summary_note) = match summary_path.as_deref().map(read_summary) {
+        None => (None, "no benchmark summary path was given".to_owned()),
+        Some(Ok(None)) => (
+            None,
+            format!(
+                "no benchmark summary at {} (run `just bench` to write one)",
+                summary_path
+                    .as_deref()
+                    .map_or(String::new(), |p| p.display().to_string())
+            ),
+        ),
+        Some(Ok(Some(s))) => {
+            let note = format!(
+                "the benchmark summary at {} ({}, commit {}, {})",
+                summary_path
+                    .as_deref()
+                    .map_or(String::new(), |p| p.display().to_string()),
+                s.generated_by.as_deref().unwrap_or("unknown tool"),
+                s.commit.as_deref().unwrap_or("unknown"),
+                s.date.as_deref().unwrap_or("undated"),
+            );
+            (Some(s), note)
+        }
+        Some(Err(reason)) => (None, format!("{reason}; measured here instead")),
+    };
+    let find = |name: &str, backend: &str| {
+        summary.as_ref().and_then(|s| {
+            s.results
+                .iter()
+                .find(|e| e.algorithm == name && e.backend == backend)
+                .cloned()
+        })
+    };
+    let redis = ctx.atomic_or_skip(ScenarioName::Cost, "the Redis figures");
+    ctx.bar
+        .set_length((NAMES.len() * (1 + usize::from(redis.is_some()))) as u64);
+    let quota = Quota::per_second(10).expect("a valid quota");
+    let bench = |value: Option<f64>| {
+        value.map(|value| Figure {
+            value,
+            from_bench: true,
+        })
+    };
+    let measured = |value: f64| {
+        Some(Figure {
+            value,
+            from_bench: false,
+        })
+    };
+    let mut rows = Vec::new();
+    for name in NAMES {
+        let memory = find(name, "memory").unwrap_or(SummaryEntry {
+            algorithm: name.into(),
+            backend: "memory".into(),
+            ns_per_check: None,
+            us_per_call: None,
+            checks_per_sec: None,
+            bytes_per_key: None,
+        });
+        let mut row = Row {
+            algorithm: name.into(),
+            memory_ns_per_check: bench(memory.ns_per_check),
+            memory_ns_spread: None,
+            memory_bytes_per_key: bench(memory.bytes_per_key),
+            redis_us_per_call: None,
+            redis_p99_us: None,
+            redis_checks_per_sec: None,
+            redis_bytes_per_key: None,
+        };
+        if row.memory_ns_per_check.is_none() {
+            let spread = Spread::of(&memory_time(
+                name,
+                quota,
+                sizes.memory_checks,
+                sizes.memory_repeats,
+            ));
+            row.memory_ns_per_check = measured(round(spread.median, 1));
+            row.memory_ns_spread = Some(spread);
+        }
+        if row.memory_bytes_per_key.is_none() {
+            row.memory_bytes_per_key = measured(round(memory_bytes(name, sizes.memory_keys), 1));
+        }
+        ctx.tick();
+        if let Some(redis) = redis {
+            let entry = find(name, "redis");
+            row.redis_us_per_call = bench(entry.as_ref().and_then(|e| e.us_per_call));
+            row.redis_checks_per_sec = bench(entry.as_ref().and_then(|e| e.checks_per_sec));
+            row.redis_bytes_per_key = bench(entry.as_ref().and_then(|e| e.bytes_per_key));
+            if row.redis_us_per_call.is_none()
+                || row.redis_checks_per_sec.is_none()
+                || row.redis_bytes_per_key.is_none()
+            {
+                let (median, p99, rate, bytes) = redis_figures(ctx, redis, name, &sizes).await?;
+                row.redis_us_per_call = row.redis_us_per_call.or(measured(round(median, 1)));
+                row.redis_p99_us = Some(round(p99, 1));
+                row.redis_checks_per_sec =
+                    row.redis_checks_per_sec.or(measured(round(rate.median, 0)));
+                row.redis_bytes_per_key = row.redis_bytes_per_key.or(measured(round(bytes, 1)));
+            }
+            ctx.tick();
+        }
+        rows.push(row);
+    }
+    let any_measured = rows.iter().any(|r| {
+        [
+            r.memory_ns_per_check,
+            r.memory_bytes_per_key,
+            r.redis_us_per_call,
+            r.redis_checks_per_sec,
+            r.redis_bytes_per_key,
+        ]
+        .iter()
+        .flatten()
+        .any(|f| !f.from_bench)
+    });
+    let source = match (&summary, any_measured) {
+        (Some(_), false) => format!("Every figure comes from {summary_note}."),
+        (Some(_), true) => format!(
+            "Figures marked (b) come from {summary_note}; the rest were measured by this run (the summary lacked them)."
+        ),
+        (None, _) => format!(
+            "Every figure was measured by this run, briefly: {summary_note}. The benchmarks (`just bench`) measure longer and more carefully."
+        ),
+    };
+    let method = vec![
+        format!(
+            "Memory, time: a keyed limiter on the system clock, {} checks over {HOT_KEYS} keys in turn, {} repeats; the median of the repeats, in ns per check (admissions and refusals mixed).",
+            sizes.memory_checks, sizes.memory_repeats
+        ),
+        format!(
+            "Memory, bytes per key: heap bytes requested (a counting allocator; malloc's own overhead not included) after {} keys each used their whole burst of 10, divided by the keys: key, state and table slack.",
+            sizes.memory_keys
+        ),
+        format!(
+            "Redis, µs per call: one task, one call at a time, {} calls over {HOT_KEYS} keys; the median (and the 99th percentile), round trip included, on Redis `TIME`.",
+            sizes.redis_calls
+        ),
+        format!(
+            "Redis, checks per second: {TASKS} tasks sharing one multiplexed connection, {} calls; the median of 3 repeats.",
+            sizes.redis_throughput_calls
+        ),
+        format!(
+            "Redis, bytes per key: growth of `used_memory` (INFO memory) after {} fresh keys each used their whole burst of 10, divided by the keys.",
+            sizes.redis_keys
+        ),
+    ];
+    Ok(Cost {
+        source,
+        method,
+        rows,
+    })
+}

@@ -1,0 +1,122 @@
+//! The scenarios. Each runs every algorithm on the same quota, in memory and
+//! on Redis where it applies, and returns plain data for the report.
+
+pub mod balancer;
+pub mod concurrency;
+pub mod cost;
+pub mod reference;
+pub mod smoothness;
+pub mod traffic;
+pub mod window_edge;
+
+use std::sync::Arc;
+
+use ratelab_core::{AsyncRateLimiter, Decision};
+
+use crate::CompareError;
+
+/// The scenarios, in report order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, clap::ValueEnum)]
+pub enum ScenarioName {
+    /// The reference article's table: capacity 10, 5 per second; a burst of
+    /// 20 simultaneous requests, 10 more one second later, the wait a
+    /// refusal indicates. Every algorithm, in memory and on Redis.
+    Reference,
+    /// 10 per second; 10 requests at 0.95 s and 10 at 1.05 s: how many pass
+    /// within 0.11 s (the fixed window's flaw).
+    WindowEdge,
+    /// 20 simultaneous requests for a limit of 10 on a real Redis: each
+    /// algorithm's atomic script against a read-then-write (GET, decide, SET)
+    /// version of it; repeated, with the spread.
+    Concurrency,
+    /// 30 requests round-robin over 2 app instances, limit 10: a limiter in
+    /// each instance's memory against one shared on Redis.
+    LoadBalancer,
+    /// Simulated time: hundreds of clients with Poisson arrivals, on/off
+    /// bursts and a few heavy hitters. The most each algorithm admits in any
+    /// trailing window, its false admissions and refusals against the exact
+    /// sliding log, and how a heavy hitter and a light client fare. Also one
+    /// client's burst, admitted against offered over time.
+    Traffic,
+    /// Simulated time: one bursty client; the leaky bucket queue against the
+    /// token bucket (and the rest) downstream: peak output rate, spread of
+    /// gaps between admitted requests, added delay.
+    Smoothness,
+    /// Time per check in memory, microseconds per call and checks per second
+    /// on Redis, bytes per key in both: from the benchmark summary when
+    /// present, else a short measurement of its own.
+    Cost,
+}
+
+impl ScenarioName {
+    /// Every scenario, in report order.
+    pub const ALL: [ScenarioName; 7] = [
+        ScenarioName::Reference,
+        ScenarioName::WindowEdge,
+        ScenarioName::Concurrency,
+        ScenarioName::LoadBalancer,
+        ScenarioName::Traffic,
+        ScenarioName::Smoothness,
+        ScenarioName::Cost,
+    ];
+
+    /// The name on the command line and in file names.
+    pub fn slug(self) -> &'static str {
+        match self {
+            ScenarioName::Reference => "reference",
+            ScenarioName::WindowEdge => "window-edge",
+            ScenarioName::Concurrency => "concurrency",
+            ScenarioName::LoadBalancer => "load-balancer",
+            ScenarioName::Traffic => "traffic",
+            ScenarioName::Smoothness => "smoothness",
+            ScenarioName::Cost => "cost",
+        }
+    }
+
+    /// The section title.
+    pub fn title(self) -> &'static str {
+        match self {
+            ScenarioName::Reference => "Reference table",
+            ScenarioName::WindowEdge => "Window edge",
+            ScenarioName::Concurrency => "Concurrency",
+            ScenarioName::LoadBalancer => "Load balancer",
+            ScenarioName::Traffic => "Realistic traffic",
+            ScenarioName::Smoothness => "Smoothness",
+            ScenarioName::Cost => "Cost",
+        }
+    }
+}
+
+/// Sends `n` requests for `key` at once, each on its own task (tasks wait on
+/// a barrier, then all call), on the limiter of task `i % limiters.len()`;
+/// returns the decisions in task order.
+pub async fn release_together(
+    limiters: &[Arc<dyn AsyncRateLimiter>],
+    n: usize,
+    key: &str,
+) -> Result<Vec<Decision>, CompareError> {
+    let barrier = Arc::new(tokio::sync::Barrier::new(n));
+    let mut tasks = Vec::with_capacity(n);
+    for i in 0..n {
+        let limiter = Arc::clone(&limiters[i % limiters.len()]);
+        let barrier = Arc::clone(&barrier);
+        let key = key.to_owned();
+        tasks.push(tokio::spawn(async move {
+            barrier.wait().await;
+            limiter.check_async(key.as_bytes(), 1).await
+        }));
+    }
+    let mut decisions = Vec::with_capacity(n);
+    for task in tasks {
+        let decision = task
+            .await
+            .map_err(|e| CompareError::Unavailable(format!("a request task failed: {e}")))??;
+        decisions.push(decision);
+    }
+    Ok(decisions)
+}
+
+/// How many of `decisions` passed.
+pub fn admitted(decisions: &[Decision]) -> usize {
+    decisions.iter().filter(|d| d.allowed).count()
+}

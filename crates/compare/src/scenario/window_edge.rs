@@ -1,0 +1,125 @@
+//! The window edge: at 10 per second, 10 requests at 0.95 s and 10 at
+//! 1.05 s. A fixed window resets between them and admits all 20 within
+//! 0.11 s; the others keep their own bound. Same instants on every algorithm
+//! and backend (the Redis scripts get `now` from the same manual clock).
+
+use ratelab_core::{ManualClock, Quota};
+use ratelab_testkit::oracle::Bound;
+use serde::Serialize;
+
+use super::ScenarioName;
+use crate::algorithms::{self, NAMES};
+use crate::backend::Time;
+use crate::{CompareError, Context};
+
+/// The two instants, µs.
+pub const INSTANTS: [u64; 2] = [950_000, 1_050_000];
+/// Requests at each instant.
+pub const PER_INSTANT: usize = 10;
+
+/// The quota: 10 per second.
+pub fn quota() -> Quota {
+    Quota::per_second(10).expect("a valid quota")
+}
+
+/// What the named algorithm promises about any interval, for `quota`.
+pub fn bound(name: &str, quota: Quota) -> Bound {
+    let limit = u64::from(quota.burst());
+    let window = quota.window_micros();
+    match name {
+        "fixed-window" | "sliding-counter" => Bound::Window {
+            limit,
+            window,
+            factor: 2,
+        },
+        "sliding-log" => Bound::Window {
+            limit,
+            window,
+            factor: 1,
+        },
+        _ => Bound::Bucket {
+            burst: limit,
+            interval: quota.emission_interval_micros(),
+        },
+    }
+}
+
+/// One algorithm on one backend.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Row {
+    /// The algorithm.
+    pub algorithm: String,
+    /// `memory` or `redis`.
+    pub backend: String,
+    /// Admitted at 0.95 s.
+    pub first: usize,
+    /// Admitted at 1.05 s.
+    pub second: usize,
+    /// Admitted within the 0.1 s between them.
+    pub total: usize,
+    /// What the algorithm's own bound allows within 0.1 s.
+    pub own_bound: u64,
+}
+
+/// The scenario's results.
+#[derive(Debug, Clone, Serialize)]
+pub struct WindowEdge {
+    /// The limit per second.
+    pub limit: u32,
+    /// One row per algorithm and backend.
+    pub rows: Vec<Row>,
+}
+
+fn row(name: &str, backend: &str, counts: [usize; 2], quota: Quota) -> Row {
+    let span = INSTANTS[1] - INSTANTS[0];
+    Row {
+        algorithm: name.into(),
+        backend: backend.into(),
+        first: counts[0],
+        second: counts[1],
+        total: counts[0] + counts[1],
+        own_bound: bound(name, quota).allowed_within(span).unwrap_or(u64::MAX),
+    }
+}
+
+/// Runs the scenario.
+pub async fn run(ctx: &Context<'_>) -> Result<WindowEdge, CompareError> {
+    let quota = quota();
+    let redis = ctx.atomic_or_skip(ScenarioName::WindowEdge, "the Redis rows");
+    ctx.bar
+        .set_length((NAMES.len() * (1 + usize::from(redis.is_some()))) as u64);
+    let mut rows = Vec::new();
+    for name in NAMES {
+        let clock = ManualClock::new();
+        let limiter = algorithms::keyed(name, quota, clock.clone());
+        let mut counts = [0; 2];
+        for (count, at) in counts.iter_mut().zip(INSTANTS) {
+            clock.set(at);
+            for _ in 0..PER_INSTANT {
+                *count += usize::from(limiter.check(b"edge", 1)?.allowed);
+            }
+        }
+        rows.push(row(name, "memory", counts, quota));
+        ctx.tick();
+        if let Some(redis) = redis {
+            let clock = ManualClock::new();
+            let limiter = redis
+                .atomic(name, quota, &Time::Manual(clock.clone()))
+                .await?;
+            let key = format!("{}:window-edge:{name}", ctx.nonce);
+            let mut counts = [0; 2];
+            for (count, at) in counts.iter_mut().zip(INSTANTS) {
+                clock.set(at);
+                for _ in 0..PER_INSTANT {
+                    *count += usize::from(limiter.check_async(key.as_bytes(), 1).await?.allowed);
+                }
+            }
+            rows.push(row(name, "redis", counts, quota));
+            ctx.tick();
+        }
+    }
+    Ok(WindowEdge {
+        limit: quota.limit(),
+        rows,
+    })
+}
