@@ -16,6 +16,7 @@
 #![forbid(unsafe_code)]
 
 pub mod concurrency;
+pub mod conformance;
 pub mod oracle;
 pub mod props;
 pub mod redis;
