@@ -224,7 +224,7 @@ fn a_killed_cluster_master_gets_the_policy_without_a_hang() {
                         FailurePolicy::Allow => assert!(answer.unwrap().allowed),
                         FailurePolicy::Deny => assert!(!answer.unwrap().allowed),
                         FailurePolicy::Fallback => {
-                            assert!(answer.unwrap().allowed, "first use in memory")
+                            assert!(answer.unwrap().allowed, "first use in memory");
                         }
                     }
                 } else {
