@@ -58,9 +58,13 @@
 //! prediction needs.
 //!
 //! A limiter that fails during these rounds follows its policy's
-//! [`FailureMode`](crate::FailureMode) (below); a refusal wins over a
-//! failure (`429` rather than `503`), and a fail-closed failure at the peek
-//! answers `503` before anything is consumed.
+//! [`FailureMode`](crate::FailureMode) (below): a fail-open policy drops out
+//! of the later rounds; a fail-closed one makes the answer `503`. A refusal
+//! wins over a failure (`429` rather than `503`: the client is over a quota
+//! whatever the broken limiter would have said), and a fail-closed failure at
+//! the peek stops before step 3, so nothing is consumed for a request that
+//! is not served. A failure in step 3 itself comes after the other policies
+//! of step 3 consumed: like a lost race, they keep it.
 //!
 //! # The headers
 //!

@@ -424,12 +424,6 @@ impl Shared {
             for (report, result) in reports.iter_mut().zip(peeks) {
                 report.state = self.settle(report, result, client, State::Peeked);
             }
-            if reports.iter().any(|r| r.state == State::FailedClosed) {
-                return Verdict {
-                    reports,
-                    outcome: Outcome::Unavailable,
-                };
-            }
         }
 
         // The policies predicted to refuse go first, alone: a refusal
@@ -446,7 +440,16 @@ impl Shared {
                 .collect();
             [predicted, rest]
         };
-        for round in rounds {
+        for (n, round) in rounds.into_iter().enumerate() {
+            // A policy failed closed at the peek: the request gets a 503
+            // unless a predicted refusal (round 0, which consumes nothing)
+            // makes it a 429; either way nothing else is consumed.
+            if n == 1 && reports.iter().any(|r| r.state == State::FailedClosed) {
+                return Verdict {
+                    reports,
+                    outcome: Outcome::Unavailable,
+                };
+            }
             let round: Vec<usize> = round
                 .into_iter()
                 .filter(|&i| matches!(reports[i].state, State::Pending | State::Peeked(_)))
