@@ -74,7 +74,8 @@ pub use keyed::{DEFAULT_MAX_KEYS, Keyed};
 pub use limiter::{AsyncRateLimiter, CheckFuture, Limiter, RateLimiter};
 pub use quota::{Quota, QuotaError};
 pub use time::{
-    Clock, MAX_INSTANT_MICROS, MAX_SPAN_MICROS, ManualClock, SystemClock, duration_to_micros,
+    Clock, CoarseClock, MAX_INSTANT_MICROS, MAX_SPAN_MICROS, ManualClock, SystemClock,
+    duration_to_micros,
 };
 #[cfg(feature = "tokio")]
 pub use wait::wait_and_consume_async;
