@@ -53,7 +53,7 @@ pub struct RedisEnv {
 #[derive(Debug)]
 pub enum RedisChoice {
     /// Redis is there.
-    Available(RedisEnv),
+    Available(Box<RedisEnv>),
     /// No Redis: the Redis scenarios are skipped.
     Skipped {
         /// Why, in a sentence.
@@ -85,11 +85,11 @@ pub async fn resolve(url: Option<String>, no_redis: bool) -> Result<RedisChoice,
     }
     if let Some(url) = url {
         let env = RedisEnv::connect(url, "given with --redis-url".into(), None).await?;
-        return Ok(RedisChoice::Available(env));
+        return Ok(RedisChoice::Available(Box::new(env)));
     }
     if let Some(url) = std::env::var("REDIS_URL").ok().filter(|u| !u.is_empty()) {
         let env = RedisEnv::connect(url, "given in $REDIS_URL".into(), None).await?;
-        return Ok(RedisChoice::Available(env));
+        return Ok(RedisChoice::Available(Box::new(env)));
     }
     let Some(binary) = find_redis_server() else {
         return Ok(RedisChoice::Skipped {
@@ -113,7 +113,7 @@ pub async fn resolve(url: Option<String>, no_redis: bool) -> Result<RedisChoice,
         binary.display()
     );
     let env = RedisEnv::connect(server.url(), origin, Some(server)).await?;
-    Ok(RedisChoice::Available(env))
+    Ok(RedisChoice::Available(Box::new(env)))
 }
 
 impl RedisEnv {

@@ -22,9 +22,10 @@ pub fn register_font() {
     static ONCE: Once = Once::new();
     ONCE.call_once(|| {
         // The font is compiled in and valid: a failure is a broken build.
-        if plotters::style::register_font(FAMILY, FontStyle::Normal, FONT).is_err() {
-            panic!("the bundled DejaVu Sans font is not a valid font");
-        }
+        assert!(
+            plotters::style::register_font(FAMILY, FontStyle::Normal, FONT).is_ok(),
+            "the bundled DejaVu Sans font is not a valid font"
+        );
     });
 }
 
@@ -102,6 +103,7 @@ where
         .configure_mesh()
         .disable_x_mesh()
         .x_labels(0)
+        .y_label_formatter(&|v| num_label(*v))
         .y_label_style(font(14.0))
         .y_desc(y_desc)
         .axis_desc_style(font(15.0))
@@ -181,6 +183,16 @@ where
     Ok(())
 }
 
+/// An axis label: no decimals on round values.
+fn num_label(v: f64) -> String {
+    if (v - v.round()).abs() < 1e-9 {
+        format!("{v:.0}")
+    } else {
+        let s = format!("{v:.2}");
+        s.trim_end_matches('0').to_owned()
+    }
+}
+
 /// A note in an empty panel.
 fn note<DB: DrawingBackend>(area: &DrawingArea<DB, Shift>, title: &str, text: &str) -> Drawn
 where
@@ -230,6 +242,8 @@ where
             .configure_mesh()
             .x_desc("time (s)")
             .y_desc("requests / s")
+            .x_label_formatter(&|v| num_label(*v))
+            .y_label_formatter(&|v| num_label(*v))
             .x_label_style(font(12.0))
             .y_label_style(font(12.0))
             .axis_desc_style(font(13.0))
@@ -280,6 +294,11 @@ where
             ))?;
         }
         legend.draw(&Text::new(
+            "(the leaky queue's admitted requests then wait for their slot: see Smoothness)",
+            (x, 60 + 40 * 4),
+            font(13.0).pos(Pos::new(HPos::Left, VPos::Center)),
+        ))?;
+        legend.draw(&Text::new(
             format!("bins of {} ms", t.bin_ms),
             (x, 60 + 40 * 3),
             font(15.0).pos(Pos::new(HPos::Left, VPos::Center)),
@@ -323,6 +342,8 @@ where
         .configure_mesh()
         .x_desc("time (s)")
         .y_desc("requests / s reaching the service")
+        .x_label_formatter(&|v| num_label(*v))
+        .y_label_formatter(&|v| num_label(*v))
         .label_style(font(13.0))
         .axis_desc_style(font(14.0))
         .draw()?;
@@ -347,7 +368,7 @@ where
     for (name, values) in &s.excerpt_output {
         let c = color(name);
         chart
-            .draw_series(LineSeries::new(steps(values), c.stroke_width(2)))?
+            .draw_series(LineSeries::new(steps(values), c.stroke_width(3)))?
             .label(name.as_str())
             .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 14, y)], c.stroke_width(3)));
     }
@@ -370,7 +391,7 @@ where
         .background_style(WHITE.mix(0.9))
         .border_style(BLACK)
         .draw()?;
-    let (left, right) = lower.split_horizontally(lower.dim_in_pixel().0 / 2);
+    let (left, right) = lower.split_vertically(lower.dim_in_pixel().1 / 2);
     let peaks: Vec<Option<f64>> = s
         .outputs
         .iter()
@@ -389,19 +410,22 @@ where
         Some((s.rate_per_sec, format!("rate {} / s", s.rate_per_sec))),
         0,
     )?;
-    let cv: Vec<Option<f64>> = s.outputs.iter().map(|o| Some(o.gap_cv)).collect();
+    let short: Vec<Option<f64>> = s.outputs.iter().map(|o| Some(o.short_gaps_pct)).collect();
     grouped_bars(
         &right,
-        "Spread of gaps between requests (stddev / mean)",
-        "coefficient of variation",
+        &format!(
+            "Gaps shorter than 1/rate ({} ms), % of gaps",
+            num_label(1e3 / s.rate_per_sec)
+        ),
+        "% of gaps",
         &[Bars {
-            label: "0 = evenly spaced",
+            label: "0 = never faster than the rate",
             color: THIRD,
-            values: cv,
+            values: short,
             whiskers: vec![None; NAMES.len()],
         }],
         None,
-        2,
+        1,
     )?;
     Ok(())
 }
@@ -619,7 +643,7 @@ pub fn draw_all(results: &Results, dir: &Path) -> Result<Vec<String>, CompareErr
         ));
     }
     if let Some(s) = &results.smoothness {
-        render!("smoothness", (1300, 960), |root| smoothness(&root, s));
+        render!("smoothness", (1300, 1300), |root| smoothness(&root, s));
     }
     if let Some(c) = &results.cost {
         let value = |f: Option<crate::scenario::cost::Figure>| f.map(|f| f.value);

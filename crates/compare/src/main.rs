@@ -120,7 +120,7 @@ fn run(cli: Cli) -> Result<(), ratelab_compare::CompareError> {
                 env.url(),
                 env.origin()
             );
-            Some(env)
+            Some(env.as_ref())
         }
         RedisChoice::Skipped { reason } => {
             banner(&[

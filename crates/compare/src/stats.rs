@@ -71,6 +71,8 @@ pub fn percentile_sorted(sorted: &[f64], p: f64) -> f64 {
         n => {
             let rank = p / 100.0 * (n - 1) as f64;
             let low = rank.floor();
+            // 0 <= low <= n - 1: exact.
+            #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
             let i = low as usize;
             let frac = rank - low;
             if i + 1 >= n {

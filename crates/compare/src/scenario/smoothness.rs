@@ -46,6 +46,9 @@ pub struct Output {
     pub gap_ms: Spread,
     /// The 5th percentile gap, ms.
     pub gap_p5_ms: f64,
+    /// Gaps shorter than the quota's emission interval (1 / rate), % of
+    /// gaps: requests closer together than the steady rate allows.
+    pub short_gaps_pct: f64,
     /// Coefficient of variation of the gaps (stddev / mean): 0 is a
     /// metronome.
     pub gap_cv: f64,
@@ -101,6 +104,7 @@ pub fn arrivals(seconds: u64, seed: u64) -> Vec<u64> {
 }
 
 fn output(name: &str, quota: Quota, arrivals: &[u64]) -> (Output, Vec<u64>) {
+    let interval_ms = quota.emission_interval_micros() as f64 / 1e3;
     let mut sim = algorithms::simulated(name, quota, 1);
     let mut downstream = Vec::new();
     let mut delays = Vec::new();
@@ -142,6 +146,10 @@ fn output(name: &str, quota: Quota, arrivals: &[u64]) -> (Output, Vec<u64>) {
             stddev: r(gap.stddev),
         },
         gap_p5_ms: r(percentile_sorted(&sorted_gaps, 5.0)),
+        short_gaps_pct: r(
+            100.0 * gaps.iter().filter(|&&g| g < interval_ms).count() as f64
+                / gaps.len().max(1) as f64,
+        ),
         gap_cv: if gap.mean > 0.0 {
             r(gap.stddev / gap.mean)
         } else {
@@ -190,7 +198,7 @@ pub fn simulate(seconds: u64, seed: u64, tick: impl Fn()) -> Smoothness {
         tick();
     }
     Smoothness {
-        quota: quota.to_string(),
+        quota: format!("{} per second, burst {}", quota.limit(), quota.burst()),
         rate_per_sec: 1e6 / quota.emission_interval_micros() as f64,
         seconds,
         offered: arrivals.len(),

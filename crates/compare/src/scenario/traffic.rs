@@ -159,6 +159,12 @@ pub struct Class {
     pub admitted_per_sec: f64,
     /// Percentage refused.
     pub refused_pct: f64,
+    /// Admitted although the trailing window already held the limit.
+    pub false_admissions: u64,
+    /// Refused although the trailing window had room.
+    pub false_refusals: u64,
+    /// Either, % of the class's requests.
+    pub wrong_pct: f64,
 }
 
 /// One algorithm on the whole population.
@@ -230,8 +236,8 @@ pub fn outcome(name: &str, quota: Quota, population: &Population, arrivals: &[Ar
     let mut sim = algorithms::simulated(name, quota, clients);
     let mut trailing: Vec<VecDeque<u64>> = vec![VecDeque::new(); clients];
     let mut history: Vec<Vec<Admitted>> = vec![Vec::new(); clients];
-    let (mut false_admissions, mut false_refusals) = (0, 0);
-    let mut per_client = vec![(0u64, 0u64); clients];
+    // Per client: offered, admitted, false admissions, false refusals.
+    let mut per_client = vec![(0u64, 0u64, 0u64, 0u64); clients];
     for a in arrivals {
         let recent = &mut trailing[a.client];
         while recent.front().is_some_and(|&at| at + window <= a.at) {
@@ -247,22 +253,24 @@ pub fn outcome(name: &str, quota: Quota, population: &Population, arrivals: &[Ar
             per_client[a.client].1 += 1;
             recent.push_back(a.at);
             history[a.client].push(Admitted { at: a.at, units: 1 });
-            false_admissions += u64::from(!room);
+            per_client[a.client].2 += u64::from(!room);
         } else {
-            false_refusals += u64::from(room);
+            per_client[a.client].3 += u64::from(room);
         }
     }
     let maxima: Vec<u64> = history.iter().map(|h| max_within(h, window)).collect();
     let class = |range: std::ops::Range<usize>| {
         let n = range.len();
-        let (offered, admitted) = per_client[range]
+        let (offered, admitted, fa, fr) = per_client[range]
             .iter()
-            .fold((0, 0), |(o, a), &(co, ca)| (o + co, a + ca));
+            .fold((0, 0, 0, 0), |(o, a, f, r), c| {
+                (o + c.0, a + c.1, f + c.2, r + c.3)
+            });
         let pct = |x: u64| {
             if offered == 0 {
                 0.0
             } else {
-                round(100.0 * x as f64 / offered as f64, 3)
+                round(100.0 * x as f64 / offered as f64, 4)
             }
         };
         Class {
@@ -276,8 +284,13 @@ pub fn outcome(name: &str, quota: Quota, population: &Population, arrivals: &[Ar
                 round(admitted as f64 / n as f64 / population.seconds as f64, 3)
             },
             refused_pct: pct(offered - admitted),
+            false_admissions: fa,
+            false_refusals: fr,
+            wrong_pct: pct(fa + fr),
         }
     };
+    let false_admissions: u64 = per_client.iter().map(|c| c.2).sum();
+    let false_refusals: u64 = per_client.iter().map(|c| c.3).sum();
     let offered = arrivals.len() as u64;
     let pct = |x: u64| round(100.0 * x as f64 / offered.max(1) as f64, 4);
     Outcome {
@@ -387,7 +400,7 @@ pub fn simulate(
         })
         .collect();
     Traffic {
-        quota: quota.to_string(),
+        quota: format!("{} per second, burst {}", quota.limit(), quota.burst()),
         limit: u64::from(quota.burst()),
         window_ms: quota.window_micros() / 1_000,
         population: *population,

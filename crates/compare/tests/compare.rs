@@ -1,0 +1,262 @@
+//! The scenarios and the report, end to end: deterministic output, the
+//! article's figures on both backends, the window edge, every chart and
+//! section, and clear CLI errors.
+
+use std::process::Command;
+
+use ratelab_compare::backend::RedisEnv;
+use ratelab_compare::{Config, ScenarioName, report};
+use ratelab_testkit::redis::RedisServer;
+
+fn simulated_only(seed: u64) -> Config {
+    Config {
+        scenarios: vec![
+            ScenarioName::Reference,
+            ScenarioName::WindowEdge,
+            ScenarioName::LoadBalancer,
+            ScenarioName::Traffic,
+            ScenarioName::Smoothness,
+        ],
+        ..Config::quick(seed)
+    }
+}
+
+#[test]
+fn deterministic_scenarios_give_the_same_output_twice() {
+    let first = ratelab_compare::run_blocking(&simulated_only(7), None).unwrap();
+    let second = ratelab_compare::run_blocking(&simulated_only(7), None).unwrap();
+    assert_eq!(first.deterministic_json(), second.deterministic_json());
+    let other = ratelab_compare::run_blocking(&simulated_only(8), None).unwrap();
+    assert_ne!(first.deterministic_json(), other.deterministic_json());
+    // The generated guide is part of what must reproduce.
+    assert_eq!(report::guide(&first), report::guide(&second));
+}
+
+#[test]
+fn without_redis_the_redis_parts_are_skipped_loudly() {
+    let results = ratelab_compare::run_blocking(&simulated_only(1), None).unwrap();
+    assert!(!results.skipped.is_empty());
+    let readme = report::readme(&results, &[]);
+    assert!(readme.contains("## ⚠ Skipped in this run"), "{readme}");
+    assert!(readme.contains("redis-server"), "says how to enable it");
+    let edge = results.window_edge.unwrap();
+    assert!(edge.rows.iter().all(|r| r.backend == "memory"));
+}
+
+/// Runs `config` on a throwaway Redis server.
+fn with_redis(config: &Config) -> ratelab_compare::Results {
+    let server = RedisServer::start();
+    let runtime = ratelab_compare::runtime().unwrap();
+    runtime.block_on(async {
+        let env = RedisEnv::connect(server.url(), "test server".into(), None)
+            .await
+            .unwrap();
+        ratelab_compare::run(config, Some(&env)).await.unwrap()
+    })
+}
+
+#[test]
+fn the_reference_table_and_the_window_edge_on_both_backends() {
+    let config = Config {
+        scenarios: vec![ScenarioName::Reference, ScenarioName::WindowEdge],
+        ..Config::quick(1)
+    };
+    let results = with_redis(&config);
+    assert!(results.skipped.is_empty(), "{:?}", results.skipped);
+    let reference = results.reference.unwrap();
+    for backend in ["memory", "redis"] {
+        let row = reference
+            .rows
+            .iter()
+            .find(|r| r.algorithm == "token-bucket" && r.backend == backend)
+            .unwrap();
+        // The article: 10 admitted, then 5, and a refusal says wait 1 s.
+        assert_eq!(
+            (
+                row.burst_admitted,
+                row.later_admitted,
+                row.burst_wait_secs,
+                row.later_wait_secs
+            ),
+            (10, 5, Some(1), Some(1)),
+            "{backend}"
+        );
+        assert_eq!(row.wait_text(), "1 s");
+    }
+    // The article's own setup, real clock and real wait, gives the same.
+    for row in &reference.real_time_rows {
+        assert_eq!((row.burst_admitted, row.later_admitted), (10, 5), "{row:?}");
+    }
+    assert_eq!(reference.real_time_rows.len(), 2);
+
+    let edge = results.window_edge.unwrap();
+    for backend in ["memory", "redis"] {
+        let total = |name: &str| {
+            edge.rows
+                .iter()
+                .find(|r| r.algorithm == name && r.backend == backend)
+                .unwrap()
+                .total
+        };
+        assert!(
+            total("fixed-window") > 10,
+            "{backend}: the fixed window's flaw"
+        );
+        assert_eq!(total("fixed-window"), 20, "{backend}");
+        assert!(total("sliding-log") <= 10, "{backend}: the exact log");
+    }
+}
+
+#[test]
+fn the_report_has_every_chart_and_section_on_a_small_run() {
+    let config = Config {
+        repeats: 2,
+        ..Config::quick(3)
+    };
+    let results = with_redis(&config);
+    assert!(results.skipped.is_empty(), "{:?}", results.skipped);
+    // The flaws show on a real Redis.
+    let race = results.concurrency.as_ref().unwrap();
+    assert!(race.rows.iter().all(|r| r.atomic.unwrap().max <= 10.0));
+    let balancer = results.load_balancer.as_ref().unwrap();
+    assert!(balancer.rows.iter().all(|r| r.per_instance_memory == 20));
+    assert!(
+        balancer
+            .rows
+            .iter()
+            .all(|r| r.shared_redis.unwrap().max <= 10.0)
+    );
+
+    let dir = tempfile::tempdir().unwrap();
+    report::write(&results, dir.path()).unwrap();
+    let readme = std::fs::read_to_string(dir.path().join("README.md")).unwrap();
+    for chart in [
+        "burst-timeline",
+        "accuracy",
+        "window-edge",
+        "concurrency",
+        "load-balancer",
+        "smoothness",
+        "cost",
+    ] {
+        for ext in ["svg", "png"] {
+            let path = dir.path().join("charts").join(format!("{chart}.{ext}"));
+            let size = std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
+            assert!(size > 1_000, "{} is missing or empty", path.display());
+        }
+        assert!(
+            readme.contains(&format!("charts/{chart}.png")),
+            "{chart} inline"
+        );
+    }
+    for section in [
+        "## What was run",
+        "## Decision guide",
+        "## Reference table",
+        "## Window edge",
+        "## Concurrency",
+        "## Load balancer",
+        "## Realistic traffic",
+        "## Smoothness",
+        "## Cost",
+        "## Raw data",
+    ] {
+        assert!(readme.contains(section), "{section} missing");
+    }
+    assert!(!readme.contains("Skipped in this run"));
+    for data in [
+        "results.json",
+        "reference.csv",
+        "window-edge.csv",
+        "concurrency.csv",
+        "load-balancer.csv",
+        "traffic.csv",
+        "burst-timeline.csv",
+        "smoothness.csv",
+        "cost.csv",
+    ] {
+        assert!(dir.path().join("data").join(data).is_file(), "{data}");
+    }
+    let guide = report::guide(&results);
+    assert!(guide.len() >= 8, "{guide:#?}");
+}
+
+#[test]
+fn a_bench_summary_is_read_when_present() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("summary.json");
+    std::fs::write(
+        &path,
+        r#"{"generated_by":"ratelab-benches","commit":"abc","results":[
+            {"algorithm":"gcra","backend":"memory","ns_per_check":12.5,"bytes_per_key":48}]}"#,
+    )
+    .unwrap();
+    let config = Config {
+        scenarios: vec![ScenarioName::Cost],
+        bench_summary: Some(path),
+        ..Config::quick(1)
+    };
+    let results = ratelab_compare::run_blocking(&config, None).unwrap();
+    let cost = results.cost.unwrap();
+    let gcra = cost.rows.iter().find(|r| r.algorithm == "gcra").unwrap();
+    let figure = gcra.memory_ns_per_check.unwrap();
+    assert_eq!((figure.value, figure.from_bench), (12.5, true));
+    let token = cost
+        .rows
+        .iter()
+        .find(|r| r.algorithm == "token-bucket")
+        .unwrap();
+    assert!(
+        !token.memory_ns_per_check.unwrap().from_bench,
+        "measured here"
+    );
+    assert!(cost.source.contains("summary"), "{}", cost.source);
+}
+
+#[test]
+fn bad_options_and_unreachable_redis_are_clear_errors() {
+    let bin = env!("CARGO_BIN_EXE_ratelab-compare");
+    let out = Command::new(bin)
+        .arg("--scenario")
+        .arg("nope")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("invalid value 'nope'"), "{stderr}");
+    assert!(!stderr.contains("panicked"));
+
+    let dir = tempfile::tempdir().unwrap();
+    let out = Command::new(bin)
+        .args([
+            "--redis-url",
+            "redis://127.0.0.1:1/",
+            "--quick",
+            "--quiet",
+            "-o",
+        ])
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("cannot reach Redis at redis://127.0.0.1:1/"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("panicked"), "{stderr}");
+
+    let out = Command::new(bin).arg("--help").output().unwrap();
+    let help = String::from_utf8_lossy(&out.stdout);
+    for scenario in [
+        "reference",
+        "window-edge",
+        "concurrency",
+        "load-balancer",
+        "traffic",
+        "smoothness",
+        "cost",
+    ] {
+        assert!(help.contains(scenario), "--help explains {scenario}");
+    }
+}
