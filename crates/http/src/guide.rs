@@ -40,7 +40,9 @@
 //! 3. Otherwise ask **all the others** with the real cost, concurrently. If
 //!    all admit, the request passes.
 //!
-//! With one policy, there is no peek: one call.
+//! With one policy, there is no peek: one call. With several, two rounds of
+//! calls (each round concurrent across the policies): on Redis, two round
+//! trips instead of one, the price of not consuming on refusal.
 //!
 //! **What can still consume without serving** (the races): between the peek
 //! and the real call, other requests of the same key run too. If the room a
@@ -145,7 +147,9 @@
 //!
 //! - **open** (the default): the request passes unchecked by that policy
 //!   (the others still apply). Alerts: a `tracing` `WARN` event naming the
-//!   policy, client and error; [`Stats::failed_open`](crate::Stats::failed_open)
+//!   policy, client and error (at most one a second per policy, with the
+//!   count of those `suppressed` since the last, so that an outage does not
+//!   flood the log); [`Stats::failed_open`](crate::Stats::failed_open)
 //!   counts it; the [`on_limiter_failure`](crate::RateLimitLayerBuilder::on_limiter_failure)
 //!   callback runs.
 //! - **closed**: the request is refused with `503 Service Unavailable` and a
@@ -157,6 +161,15 @@
 //! Fail closed where letting requests through unchecked is worse than
 //! refusing them for a while: login attempts (password guessing), SMS and
 //! e-mail sends (they cost money and can be abused).
+//!
+//! One error always fails closed, whatever the mode:
+//! [`Error::TooManyKeys`](ratelab_core::Error::TooManyKeys), a keyed
+//! in-memory limiter holding its maximum of keys, none back to full. That is
+//! not an outage but a flood of new clients (addresses are cheap: an IPv6 /32
+//! holds 2^32 /64 networks), and failing open would let the flood through
+//! unlimited. The new client gets `503` with `Retry-After` set to when the
+//! limiter expects a slot to free; clients already tracked are still limited
+//! as usual.
 //!
 //! # Examples
 //!

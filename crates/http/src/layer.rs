@@ -5,8 +5,8 @@
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -142,6 +142,42 @@ struct Compiled {
     policy: Policy,
     routes: Vec<Route>,
     item: PolicyItem,
+    log_gate: LogGate,
+}
+
+/// Lets one failure event per policy per second through to the log, so that
+/// an outage at thousands of requests a second logs a line a second (with
+/// the count of the others), not thousands. Counters and the callback still
+/// see every failure.
+#[derive(Default)]
+struct LogGate {
+    /// The second (since the process's first failure, plus one) last logged.
+    second: AtomicU64,
+    /// Failures not logged since.
+    suppressed: AtomicU64,
+}
+
+impl LogGate {
+    /// `Some(suppressed since the last line)` if this failure may be logged.
+    fn admit(&self) -> Option<u64> {
+        static ORIGIN: OnceLock<std::time::Instant> = OnceLock::new();
+        let now = ORIGIN
+            .get_or_init(std::time::Instant::now)
+            .elapsed()
+            .as_secs()
+            + 1;
+        let last = self.second.load(Ordering::Relaxed);
+        if last != now
+            && self
+                .second
+                .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
+                .is_ok()
+        {
+            return Some(self.suppressed.swap(0, Ordering::Relaxed));
+        }
+        self.suppressed.fetch_add(1, Ordering::Relaxed);
+        None
+    }
 }
 
 impl RateLimitLayer {
@@ -231,6 +267,7 @@ impl RateLimitLayerBuilder {
                 policy,
                 routes,
                 item,
+                log_gate: LogGate::default(),
             });
         }
         Ok(RateLimitLayer {
@@ -324,13 +361,16 @@ where
                     }
                     Outcome::Unavailable => {
                         shared.stats.unavailable.fetch_add(1, Ordering::Relaxed);
-                        let names: Vec<&str> = verdict
-                            .reports
-                            .iter()
-                            .filter(|r| r.state == State::FailedClosed)
-                            .map(|r| shared.policies[r.policy].policy.name.as_str())
-                            .collect();
-                        response::unavailable(&names).map(Either::Right)
+                        let mut names = Vec::new();
+                        let mut retry_after = None;
+                        for report in &verdict.reports {
+                            if let State::FailedClosed(wait) = report.state {
+                                names.push(shared.policies[report.policy].policy.name.as_str());
+                                let secs = wait.map(|w| ceil_secs(w).max(1));
+                                retry_after = retry_after.max(secs);
+                            }
+                        }
+                        response::unavailable(&names, retry_after).map(Either::Right)
                     }
                 };
                 let headers = response.headers_mut();
@@ -359,15 +399,17 @@ enum State {
     Never { capacity: u64 },
     /// The limiter failed; the request passes this policy unchecked.
     FailedOpen,
-    /// The limiter failed; the request is refused with 503.
-    FailedClosed,
+    /// The limiter failed; the request is refused with 503, retryable after
+    /// the wait if the error says when.
+    FailedClosed(Option<Duration>),
 }
 
 struct Report {
     policy: usize,
     key: Vec<u8>,
     cost: u32,
-    deadline: Instant,
+    /// `None`: a timeout too long to represent, no bound.
+    deadline: Option<Instant>,
     state: State,
 }
 
@@ -411,7 +453,7 @@ impl Shared {
                     policy: i,
                     key,
                     cost,
-                    deadline: now + c.policy.timeout,
+                    deadline: now.checked_add(c.policy.timeout),
                     state: State::Pending,
                 })
             })
@@ -444,7 +486,11 @@ impl Shared {
             // A policy failed closed at the peek: the request gets a 503
             // unless a predicted refusal (round 0, which consumes nothing)
             // makes it a 429; either way nothing else is consumed.
-            if n == 1 && reports.iter().any(|r| r.state == State::FailedClosed) {
+            if n == 1
+                && reports
+                    .iter()
+                    .any(|r| matches!(r.state, State::FailedClosed(_)))
+            {
                 return Verdict {
                     reports,
                     outcome: Outcome::Unavailable,
@@ -469,7 +515,10 @@ impl Shared {
                     outcome: Outcome::Refuse,
                 };
             }
-            if reports.iter().any(|r| r.state == State::FailedClosed) {
+            if reports
+                .iter()
+                .any(|r| matches!(r.state, State::FailedClosed(_)))
+            {
                 return Verdict {
                     reports,
                     outcome: Outcome::Unavailable,
@@ -493,12 +542,11 @@ impl Shared {
     /// One limiter call, bounded by the policy's deadline.
     async fn check(&self, report: &Report, cost: u32) -> Result<Decision, Error> {
         let policy = &self.policies[report.policy].policy;
-        match tokio::time::timeout_at(
-            report.deadline,
-            policy.limiter.check_async(&report.key, cost),
-        )
-        .await
-        {
+        let call = policy.limiter.check_async(&report.key, cost);
+        let Some(deadline) = report.deadline else {
+            return call.await;
+        };
+        match tokio::time::timeout_at(deadline, call).await {
             Ok(result) => result,
             Err(_) => Err(Error::Timeout(policy.timeout)),
         }
@@ -518,26 +566,38 @@ impl Shared {
             Err(Error::CostTooHigh { capacity, .. }) => return State::Never { capacity },
             Err(error) => error,
         };
-        let policy = &self.policies[report.policy].policy;
-        let mode = policy.failure;
-        match mode {
-            FailureMode::Open => {
-                self.stats.failed_open.fetch_add(1, Ordering::Relaxed);
-                tracing::warn!(
+        let compiled = &self.policies[report.policy];
+        let policy = &compiled.policy;
+        // A keyed in-memory limiter full of keys is not an outage but a
+        // flood of new clients (addresses are cheap, an IPv6 /32 holds 2^32
+        // /64s): failing open there would let the flood through unlimited.
+        // The limiter refuses the new key; so does the layer, whatever the
+        // policy's mode.
+        let (mode, retry_after) = match &error {
+            Error::TooManyKeys { retry_after, .. } => (FailureMode::Closed, Some(*retry_after)),
+            _ => (policy.failure, None),
+        };
+        let counter = match mode {
+            FailureMode::Open => &self.stats.failed_open,
+            FailureMode::Closed => &self.stats.failed_closed,
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
+        if let Some(suppressed) = compiled.log_gate.admit() {
+            match mode {
+                FailureMode::Open => tracing::warn!(
                     policy = %policy.name,
                     client = %client,
                     error = %error,
+                    suppressed,
                     "rate limiter failed; policy fails open: the request passes unchecked by it"
-                );
-            }
-            FailureMode::Closed => {
-                self.stats.failed_closed.fetch_add(1, Ordering::Relaxed);
-                tracing::error!(
+                ),
+                FailureMode::Closed => tracing::error!(
                     policy = %policy.name,
                     client = %client,
                     error = %error,
+                    suppressed,
                     "rate limiter failed; policy fails closed: the request is refused with 503"
-                );
+                ),
             }
         }
         if let Some(callback) = &self.on_failure {
@@ -550,7 +610,7 @@ impl Shared {
         }
         match mode {
             FailureMode::Open => State::FailedOpen,
-            FailureMode::Closed => State::FailedClosed,
+            FailureMode::Closed => State::FailedClosed(retry_after),
         }
     }
 

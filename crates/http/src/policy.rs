@@ -14,6 +14,10 @@ use crate::identity::Client;
 /// What a policy does when its limiter cannot decide (its backend is down or
 /// too slow: [`ratelab_core::Error::is_unavailable`], or any other error but
 /// a cost that can never fit).
+///
+/// Except [`Error::TooManyKeys`](ratelab_core::Error::TooManyKeys) (an
+/// in-memory limiter full of keys, under a flood of new clients), which
+/// always fails closed: see [the guide](crate::guide#limiter-failures-fail-open-or-closed).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 #[non_exhaustive]
 pub enum FailureMode {

@@ -164,9 +164,10 @@ pub(crate) fn too_many_requests(
     response
 }
 
-/// `503 Service Unavailable`: a policy that fails closed could not decide.
-pub(crate) fn unavailable(policies: &[&str]) -> Response<Full<Bytes>> {
-    problem(
+/// `503 Service Unavailable`: a policy that fails closed could not decide;
+/// with `Retry-After` when the limiter said when it could.
+pub(crate) fn unavailable(policies: &[&str], retry_after: Option<u64>) -> Response<Full<Bytes>> {
+    let mut response = problem(
         StatusCode::SERVICE_UNAVAILABLE,
         "about:blank",
         "Service Unavailable",
@@ -174,7 +175,13 @@ pub(crate) fn unavailable(policies: &[&str]) -> Response<Full<Bytes>> {
          and refuses it rather than let it pass unchecked. Try again later.",
         "unavailable-policies",
         policies,
-    )
+    );
+    if let Some(secs) = retry_after {
+        response
+            .headers_mut()
+            .insert(RETRY_AFTER, HeaderValue::from(secs));
+    }
+    response
 }
 
 #[cfg(test)]

@@ -242,3 +242,39 @@ async fn failures_follow_each_policy_and_a_refusal_wins() {
     assert_eq!(stats.refused(), 1);
     assert_eq!(stats.unavailable(), 1);
 }
+
+#[tokio::test]
+async fn a_limiter_full_of_keys_refuses_new_clients_even_when_failing_open() {
+    log();
+    let clock = ManualClock::new();
+    // Room for one client only.
+    let limiter = Keyed::with_clock(Gcra::new(Quota::per_minute(2).unwrap()), clock.clone())
+        .with_shards(1)
+        .with_max_keys(1);
+    let layer = RateLimitLayer::builder()
+        .policy(Policy::new("tiny", limiter).fail_open())
+        .build()
+        .unwrap();
+    let stats = layer.stats().clone();
+    let addr = serve(app(layer)).await;
+
+    assert_eq!(fetch(addr, "/").await.status, 200);
+    // A new client while the only slot is taken: refused, not let through.
+    let newcomer = send(addr, common::other_peer(), "GET", "/", &[]).await;
+    assert_eq!(newcomer.status, 503);
+    assert_eq!(newcomer.json()["unavailable-policies"], json!(["tiny"]));
+    // The slot frees when the first client is back to full: 30 s from now.
+    assert_eq!(newcomer.header("retry-after"), "30");
+    assert_eq!((stats.failed_open(), stats.failed_closed()), (0, 1));
+    // The tracked client is still limited as usual.
+    assert_eq!(fetch(addr, "/").await.status, 200);
+    assert_eq!(fetch(addr, "/").await.status, 429);
+
+    clock.advance(Duration::from_secs(60));
+    assert_eq!(
+        send(addr, common::other_peer(), "GET", "/", &[])
+            .await
+            .status,
+        200
+    );
+}
