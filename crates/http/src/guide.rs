@@ -20,7 +20,10 @@
 //!    timeout among them.
 //! 4. **Answer**: the inner service's response, or `429`, or `503`, with the
 //!    headers below on every one of them. Passed requests carry the
-//!    [`Client`](crate::Client) in their extensions.
+//!    [`Client`](crate::Client) in their extensions. A request admitted by a
+//!    queueing policy (the leaky bucket queue, whose decisions carry a
+//!    `delay`) first waits for its slot, at most the queue's depth: that is
+//!    the shaping such a policy is for.
 //!
 //! # Several policies on one request
 //!
