@@ -45,6 +45,9 @@ pub struct RedisEnv {
     version: String,
     origin: String,
     client: redis::Client,
+    /// Prefixes the keys of this run's atomic limiters: runs never share
+    /// state, even on a long-lived server.
+    prefix: String,
     /// Kept alive for the run when we started it; killed on drop.
     _server: Option<RedisServer>,
 }
@@ -133,6 +136,13 @@ impl RedisEnv {
             version: String::new(),
             origin,
             client,
+            prefix: format!(
+                "ratelab-compare-{}-{}",
+                std::process::id(),
+                std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(0, |d| d.as_micros())
+            ),
             _server: server,
         };
         let mut conn = env.connection().await.map_err(|e| match e {
@@ -173,6 +183,11 @@ impl RedisEnv {
     /// The server's URL.
     pub fn url(&self) -> &str {
         &self.url
+    }
+
+    /// The key prefix of this run's atomic limiters.
+    pub fn prefix(&self) -> &str {
+        &self.prefix
     }
 
     /// The server's version (`INFO server`).

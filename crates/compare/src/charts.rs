@@ -630,7 +630,31 @@ pub fn draw_all(results: &Results, dir: &Path) -> Result<Vec<String>, CompareErr
                     .collect(),
             });
         }
-        render!("load-balancer", (1300, 560), |root| grouped_bars(
+        if b.rows.iter().any(|r| r.http_per_instance_memory.is_some()) {
+            series.push(Bars {
+                label: "through HTTP: memory in each server (flawed)",
+                color: RGBColor(240, 170, 120),
+                values: b
+                    .rows
+                    .iter()
+                    .map(|r| r.http_per_instance_memory.map(|n| n as f64))
+                    .collect(),
+                whiskers: vec![None; NAMES.len()],
+            });
+        }
+        if b.rows.iter().any(|r| r.http_shared_redis.is_some()) {
+            series.push(Bars {
+                label: "through HTTP: shared Redis",
+                color: RGBColor(110, 170, 220),
+                values: b
+                    .rows
+                    .iter()
+                    .map(|r| r.http_shared_redis.map(|n| n as f64))
+                    .collect(),
+                whiskers: vec![None; NAMES.len()],
+            });
+        }
+        render!("load-balancer", (1300, 600), |root| grouped_bars(
             &root,
             &format!(
                 "Load balancer: {} requests round-robin over {} instances, limit {}",

@@ -27,9 +27,11 @@ pub(crate) async fn atomic(
         connection: Connection,
         algorithm: A,
         time: TimeSource,
+        prefix: &str,
     ) -> Box<dyn AsyncRateLimiter> {
         Box::new(
             RedisLimiter::builder(connection, algorithm)
+                .prefix(prefix)
                 .time_source(time)
                 .timeout(TIMEOUT)
                 .build(),
@@ -40,6 +42,6 @@ pub(crate) async fn atomic(
         Time::Redis => TimeSource::Redis,
         Time::Manual(clock) => TimeSource::Client(Arc::new(clock.clone())),
     };
-    with_algorithm!(name, quota, |a| build(connection, a, time))
+    with_algorithm!(name, quota, |a| build(connection, a, time, env.prefix()))
         .ok_or_else(|| CompareError::Unavailable(format!("no algorithm named {name}")))
 }

@@ -150,6 +150,8 @@ fn write_data(results: &Results, dir: &Path) -> Result<(), CompareError> {
                 "shared_redis_min",
                 "shared_redis_median",
                 "shared_redis_max",
+                "http_per_instance_memory",
+                "http_shared_redis",
             ]
             .map(String::from),
         );
@@ -160,6 +162,8 @@ fn write_data(results: &Results, dir: &Path) -> Result<(), CompareError> {
                 opt(row.shared_redis.map(|s| s.min)),
                 opt(row.shared_redis.map(|s| s.median)),
                 opt(row.shared_redis.map(|s| s.max)),
+                opt(row.http_per_instance_memory),
+                opt(row.http_shared_redis),
             ]);
         }
         files.push(("load-balancer.csv", csv));
@@ -635,6 +639,8 @@ fn section_balancer(out: &mut String, b: &scenario::balancer::LoadBalancer, char
             "Algorithm",
             "Memory in each instance (flawed): admitted",
             "Shared Redis: admitted",
+            "Through HTTP, memory in each server (flawed)",
+            "Through HTTP, shared Redis",
         ],
         &rows,
     );

@@ -2,6 +2,20 @@
 //! 10. Each instance counting in its own memory
 //! ([`crate::flawed::PerInstance`]) against both instances sharing one
 //! Redis. Time is frozen, so the only difference is where the count lives.
+//!
+//! Run twice: with in-process calls to the instances' limiters, and through
+//! real HTTP servers (one axum server per instance on loopback, each behind
+//! `ratelab-http`'s layer; a plain HTTP/1.1 client sends the requests in
+//! turn and counts the `200`s against the `429`s).
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use axum::Router;
+use axum::routing::get;
+use ratelab_core::AsyncRateLimiter;
+use ratelab_http::{Policy, RateLimitLayer};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use ratelab_core::{ManualClock, Quota};
 use serde::Serialize;
@@ -34,6 +48,10 @@ pub struct Row {
     pub per_instance_memory: usize,
     /// Admitted with one count on Redis shared by the instances, per repeat.
     pub shared_redis: Option<Spread>,
+    /// Through HTTP servers, a limiter in each server's memory.
+    pub http_per_instance_memory: Option<usize>,
+    /// Through HTTP servers sharing one count on Redis.
+    pub http_shared_redis: Option<usize>,
 }
 
 /// The scenario's results.
@@ -97,10 +115,30 @@ pub async fn run(ctx: &Context<'_>) -> Result<LoadBalancer, CompareError> {
             }
             None => None,
         };
+        let memory: Vec<Arc<dyn AsyncRateLimiter>> = (0..INSTANCES)
+            .map(|_| algorithms::keyed_shared(name, quota, clock.clone()))
+            .collect();
+        let http_per_instance_memory = Some(through_http(memory, REQUESTS).await?);
+        let http_shared_redis = match redis {
+            Some(redis) => {
+                let mut shared: Vec<Arc<dyn AsyncRateLimiter>> = Vec::new();
+                for _ in 0..INSTANCES {
+                    shared.push(Arc::from(
+                        redis
+                            .atomic(name, quota, &Time::Manual(clock.clone()))
+                            .await?,
+                    ));
+                }
+                Some(through_http(shared, REQUESTS).await?)
+            }
+            None => None,
+        };
         rows.push(Row {
             algorithm: name.into(),
             per_instance_memory: per_instance,
             shared_redis,
+            http_per_instance_memory,
+            http_shared_redis,
         });
         ctx.tick();
     }
@@ -108,8 +146,90 @@ pub async fn run(ctx: &Context<'_>) -> Result<LoadBalancer, CompareError> {
         limit: quota.burst(),
         requests: REQUESTS,
         instances: INSTANCES,
-        transport: "in-process calls (round-robin over the instances' limiters)".into(),
+        transport: "in-process calls to the instances' limiters, and real HTTP servers (axum + ratelab-http on loopback, one per instance)".into(),
         repeats,
         rows,
     })
+}
+
+fn io_error(what: &str, e: std::io::Error) -> CompareError {
+    CompareError::Unavailable(format!("{what}: {e}"))
+}
+
+/// One HTTP server per limiter (axum behind `ratelab-http`'s layer, on a
+/// loopback port); `requests` GETs sent to them in turn, one after the
+/// other; how many were answered `200`.
+async fn through_http(
+    limiters: Vec<Arc<dyn AsyncRateLimiter>>,
+    requests: usize,
+) -> Result<usize, CompareError> {
+    let mut addresses = Vec::new();
+    let mut servers = Vec::new();
+    for limiter in limiters {
+        let layer = RateLimitLayer::builder()
+            .policy(Policy::shared("default", limiter))
+            .build()
+            .map_err(|e| CompareError::Unavailable(format!("rate-limit layer: {e}")))?;
+        let app = Router::new()
+            .route("/", get(|| async { "ok" }))
+            .layer(layer);
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .map_err(|e| io_error("bind a loopback port", e))?;
+        addresses.push(
+            listener
+                .local_addr()
+                .map_err(|e| io_error("read the bound port", e))?,
+        );
+        servers.push(tokio::spawn(async move {
+            axum::serve(
+                listener,
+                app.into_make_service_with_connect_info::<SocketAddr>(),
+            )
+            .await
+        }));
+    }
+    let mut admitted = 0;
+    let mut result = Ok(());
+    for i in 0..requests {
+        match status(addresses[i % addresses.len()]).await {
+            Ok(200) => admitted += 1,
+            Ok(429) => {}
+            Ok(other) => {
+                result = Err(CompareError::Unavailable(format!(
+                    "the test server answered {other}, not 200 or 429"
+                )));
+                break;
+            }
+            Err(e) => {
+                result = Err(e);
+                break;
+            }
+        }
+    }
+    for server in servers {
+        server.abort();
+    }
+    result.map(|()| admitted)
+}
+
+/// The status code of `GET /` on `address`.
+async fn status(address: SocketAddr) -> Result<u16, CompareError> {
+    let mut stream = tokio::net::TcpStream::connect(address)
+        .await
+        .map_err(|e| io_error("connect to the test server", e))?;
+    stream
+        .write_all(b"GET / HTTP/1.1\r\nHost: compare\r\nConnection: close\r\n\r\n")
+        .await
+        .map_err(|e| io_error("send a request", e))?;
+    let mut response = Vec::new();
+    stream
+        .read_to_end(&mut response)
+        .await
+        .map_err(|e| io_error("read a response", e))?;
+    let head = String::from_utf8_lossy(&response[..response.len().min(32)]).into_owned();
+    head.split_whitespace()
+        .nth(1)
+        .and_then(|code| code.parse().ok())
+        .ok_or_else(|| CompareError::Unavailable(format!("not an HTTP response: {head:?}")))
 }
