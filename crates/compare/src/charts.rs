@@ -91,7 +91,13 @@ where
         })
         .chain(limit.iter().map(|l| l.0))
         .fold(0.0f64, f64::max);
-    let y_max = if top > 0.0 { top * 1.18 } else { 1.0 };
+    // Headroom for the legend, one line per series and the limit.
+    let entries = series.len() + usize::from(limit.is_some());
+    let y_max = if top > 0.0 {
+        top * (1.1 + 0.08 * entries as f64)
+    } else {
+        1.0
+    };
     let n = NAMES.len();
     let mut chart = ChartBuilder::on(area)
         .caption(title, font(22.0))
