@@ -445,7 +445,7 @@ impl<A: RedisAlgorithm> Inner<A> {
                 policy = ?self.failure,
                 timeouts = self.counters.timeouts.load(Ordering::Relaxed),
                 errors = self.counters.errors.load(Ordering::Relaxed),
-                "rate limiter backend failed: {error}"
+                "{error}"
             );
         }
     }
