@@ -1,1 +1,33 @@
-//! Benchmark support (work in progress).
+//! ratelab's benchmarks: every algorithm in memory and on Redis, side by
+//! side with governor (the Rust reference) and `redis-benchmark` (the
+//! server's own ceiling), in one run.
+//!
+//! Three bench binaries (`benches/memory.rs`, `benches/footprint.rs`,
+//! `benches/redis.rs`) measure; each leaves its figures as [`Row`]s in
+//! criterion's home; the `bench-summary` binary turns them into
+//! `reports/bench/summary.json` and `reports/bench/README.md`, with the
+//! targets of issue 5 as ratios marked pass or miss ([`summary`]).
+//!
+//! ```text
+//! cargo bench -p ratelab-benches                      # measure (starts its own Redis)
+//! cargo run --release -p ratelab-benches --bin bench-summary   # write reports/bench, print the tables
+//! RATELAB_BENCH_QUICK=1 cargo bench -p ratelab-benches # shorter, noisier
+//! cargo test -p ratelab-benches --benches             # every bench once, small (test mode)
+//! ```
+//!
+//! This library holds what the binaries share: the quotas and the list of
+//! algorithms ([`algorithms`]), pre-generated keys ([`keys`]), the run mode
+//! and the rows ([`run`]), a counting allocator ([`alloc`]), the Redis probes
+//! ([`redis_tools`]) and the report ([`summary`]).
+
+#![deny(unsafe_code)]
+
+pub mod algorithms;
+pub mod alloc;
+pub mod keys;
+pub mod redis_tools;
+pub mod run;
+pub mod summary;
+
+pub use algorithms::{NAMES, Setting, Visit, each_algorithm};
+pub use run::{Metric, Mode, Recorder, Row, criterion};

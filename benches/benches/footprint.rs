@@ -1,0 +1,105 @@
+//! Heap bytes per key of every algorithm's `Keyed` store and of governor's
+//! keyed store, measured with a counting global allocator: bytes allocated
+//! after one check on each of N keys, minus before, divided by N.
+//!
+//! Not a criterion bench (nothing is timed). Groups `memory-footprint-100k`
+//! and `memory-footprint-1m`, metric `bytes_per_key`.
+
+use ratelab_benches::algorithms::governor_quota;
+use ratelab_benches::alloc::CountingAlloc;
+use ratelab_benches::keys::KeySet;
+use ratelab_benches::{Metric, Mode, Recorder, Row, Setting, Visit, each_algorithm};
+use ratelab_core::{Keyed, SystemClock};
+use ratelab_redis::RedisAlgorithm;
+
+#[global_allocator]
+static ALLOCATOR: CountingAlloc = CountingAlloc::new();
+
+fn main() {
+    let mode = Mode::from_args();
+    if mode.criterion_only() {
+        return;
+    }
+    let mut rec = Recorder::new("footprint", &mode);
+    for (group, n) in [
+        ("memory-footprint-100k", mode.size(100_000, 100_000, 1_000)),
+        (
+            "memory-footprint-1m",
+            mode.size(1_000_000, 1_000_000, 2_000),
+        ),
+    ] {
+        if !mode.wants_any(
+            group,
+            ratelab_benches::NAMES.into_iter().chain(["governor"]),
+        ) {
+            continue;
+        }
+        let keys = KeySet::new(n, 1);
+        let governor = per_key(n, || {
+            let limiter = governor::RateLimiter::keyed(governor_quota(Setting::ManyKeys));
+            for key in &keys.keys {
+                assert!(limiter.check_key(key).is_ok(), "governor admits");
+            }
+            assert_eq!(limiter.len(), n);
+            limiter
+        });
+        rec.push(Row::new(
+            group,
+            "gcra",
+            "governor",
+            Metric::BytesPerKey,
+            governor,
+        ));
+        each_algorithm(
+            Setting::ManyKeys,
+            &mut Footprint {
+                rec: &mut rec,
+                group,
+                keys: &keys,
+            },
+        );
+    }
+    if mode.is_test() {
+        println!("footprint: ok (test mode, nothing recorded)");
+    }
+    rec.finish();
+}
+
+/// Heap bytes per key that `build` leaves allocated in what it returns, over
+/// `n` keys; the result is dropped after it is measured.
+fn per_key<T>(n: usize, build: impl FnOnce() -> T) -> f64 {
+    let before = ALLOCATOR.live_bytes();
+    let store = build();
+    let after = ALLOCATOR.live_bytes();
+    drop(store);
+    after.saturating_sub(before) as f64 / n as f64
+}
+
+struct Footprint<'a> {
+    rec: &'a mut Recorder,
+    group: &'static str,
+    keys: &'a KeySet,
+}
+
+impl Visit for Footprint<'_> {
+    fn visit<A: RedisAlgorithm + std::fmt::Debug>(&mut self, algorithm: A) {
+        let name = algorithm.name();
+        let n = self.keys.keys.len();
+        let bytes = per_key(n, || {
+            let limiter = Keyed::typed(algorithm, SystemClock).with_max_keys(4_000_000);
+            for key in &self.keys.keys {
+                let decision = limiter.check_key(key, 1).expect("room for every key");
+                assert!(decision.allowed, "{name} admits");
+            }
+            assert_eq!(limiter.len(), n, "{name}: every key is tracked");
+            limiter
+        });
+        self.rec.push(Row::new(
+            self.group,
+            name,
+            "memory",
+            Metric::BytesPerKey,
+            bytes,
+        ));
+    }
+}

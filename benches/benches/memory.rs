@@ -1,0 +1,290 @@
+//! In memory: every algorithm and governor on one key (one thread, then two
+//! threads at once) and keyed over 100,000 and 1,000,000 random keys.
+//!
+//! Groups (criterion ids `<group>/<function>`, the function being the
+//! algorithm's name, `governor` or `governor-foldhash`): `memory-direct`,
+//! `memory-two-threads`, `memory-keyed-100k`, `memory-keyed-1m`. Quotas and
+//! fairness: see `ratelab_benches::algorithms`.
+
+use std::hint::black_box;
+use std::sync::Barrier;
+use std::time::{Duration, Instant};
+
+use criterion::measurement::WallTime;
+use criterion::{BenchmarkGroup, Criterion, Throughput};
+use ratelab_benches::algorithms::{admitted_share, assert_mostly_admits, governor_quota};
+use ratelab_benches::keys::KeySet;
+use ratelab_benches::{Metric, Mode, Recorder, Setting, Visit, each_algorithm};
+use ratelab_core::{Direct, Keyed, SystemClock};
+use ratelab_redis::RedisAlgorithm;
+
+/// The bound on keys tracked: well above the largest key set, so no shard
+/// (each gets an equal share) fills up with random keys.
+const MAX_KEYS: usize = 4_000_000;
+
+fn main() {
+    let mode = Mode::from_args();
+    let mut c = ratelab_benches::criterion(&mode);
+    let mut rec = Recorder::new("memory", &mode);
+    one_key(&mut c, &mut rec, &mode);
+    two_threads(&mut c, &mut rec, &mode);
+    keyed(
+        &mut c,
+        &mut rec,
+        &mode,
+        "memory-keyed-100k",
+        mode.size(100_000, 100_000, 1_000),
+    );
+    keyed(
+        &mut c,
+        &mut rec,
+        &mode,
+        "memory-keyed-1m",
+        mode.size(1_000_000, 1_000_000, 2_000),
+    );
+    c.final_summary();
+    rec.finish();
+}
+
+/// Fewer checks before measuring in test mode (everything runs once there).
+fn precheck(mode: &Mode) -> u32 {
+    mode.size(10_000, 10_000, 100)
+}
+
+struct OneKey<'a, 'c> {
+    group: &'a mut BenchmarkGroup<'c, WallTime>,
+    rec: &'a mut Recorder,
+    mode: &'a Mode,
+}
+
+const DIRECT: &str = "memory-direct";
+
+impl Visit for OneKey<'_, '_> {
+    fn visit<A: RedisAlgorithm + std::fmt::Debug>(&mut self, algorithm: A) {
+        let name = algorithm.name();
+        let limiter = Direct::new(algorithm);
+        let share = admitted_share(precheck(self.mode), || {
+            limiter.check(1).ok().map(|d| d.allowed)
+        });
+        assert_mostly_admits(name, share);
+        self.group
+            .bench_function(name, |b| b.iter(|| black_box(limiter.check(black_box(1)))));
+        self.rec
+            .criterion(DIRECT, name, (name, "memory"), Metric::NsPerCheck, 1.0);
+    }
+}
+
+fn one_key(c: &mut Criterion, rec: &mut Recorder, mode: &Mode) {
+    let mut group = c.benchmark_group(DIRECT);
+    group.throughput(Throughput::Elements(1));
+    let governor = governor::RateLimiter::direct(governor_quota(Setting::OneKey));
+    let share = admitted_share(precheck(mode), || Some(governor.check().is_ok()));
+    assert_mostly_admits("governor", share);
+    group.bench_function("governor", |b| b.iter(|| black_box(governor.check())));
+    rec.criterion(
+        DIRECT,
+        "governor",
+        ("gcra", "governor"),
+        Metric::NsPerCheck,
+        1.0,
+    );
+    each_algorithm(
+        Setting::OneKey,
+        &mut OneKey {
+            group: &mut group,
+            rec,
+            mode,
+        },
+    );
+    group.finish();
+}
+
+/// Two threads call `check` `iters` times each, released together; the time
+/// is the slower thread's.
+fn two_at_once(iters: u64, check: impl Fn() + Sync) -> Duration {
+    let barrier = Barrier::new(2);
+    std::thread::scope(|s| {
+        let run = || {
+            barrier.wait();
+            let started = Instant::now();
+            for _ in 0..iters {
+                check();
+            }
+            started.elapsed()
+        };
+        let other = s.spawn(run);
+        let mine = run();
+        mine.max(other.join().expect("the bench thread panicked"))
+    })
+}
+
+const TWO_THREADS: &str = "memory-two-threads";
+
+struct TwoThreads<'a, 'c> {
+    group: &'a mut BenchmarkGroup<'c, WallTime>,
+    rec: &'a mut Recorder,
+    mode: &'a Mode,
+}
+
+impl Visit for TwoThreads<'_, '_> {
+    fn visit<A: RedisAlgorithm + std::fmt::Debug>(&mut self, algorithm: A) {
+        let name = algorithm.name();
+        let limiter = Direct::new(algorithm);
+        let share = admitted_share(precheck(self.mode), || {
+            limiter.check(1).ok().map(|d| d.allowed)
+        });
+        assert_mostly_admits(name, share);
+        self.group.bench_function(name, |b| {
+            b.iter_custom(|iters| {
+                two_at_once(iters, || {
+                    black_box(limiter.check(black_box(1)).ok());
+                })
+            });
+        });
+        self.rec.criterion(
+            TWO_THREADS,
+            name,
+            (name, "memory"),
+            Metric::ChecksPerSec,
+            2.0,
+        );
+    }
+}
+
+fn two_threads(c: &mut Criterion, rec: &mut Recorder, mode: &Mode) {
+    let mut group = c.benchmark_group(TWO_THREADS);
+    // One iteration is one check on each thread.
+    group.throughput(Throughput::Elements(2));
+    let governor = governor::RateLimiter::direct(governor_quota(Setting::OneKey));
+    group.bench_function("governor", |b| {
+        b.iter_custom(|iters| {
+            two_at_once(iters, || {
+                black_box(governor.check().ok());
+            })
+        });
+    });
+    rec.criterion(
+        TWO_THREADS,
+        "governor",
+        ("gcra", "governor"),
+        Metric::ChecksPerSec,
+        2.0,
+    );
+    each_algorithm(
+        Setting::OneKey,
+        &mut TwoThreads {
+            group: &mut group,
+            rec,
+            mode,
+        },
+    );
+    group.finish();
+}
+
+struct ManyKeys<'a, 'c> {
+    group: &'a mut BenchmarkGroup<'c, WallTime>,
+    group_name: &'static str,
+    rec: &'a mut Recorder,
+    keys: &'a KeySet,
+}
+
+impl Visit for ManyKeys<'_, '_> {
+    fn visit<A: RedisAlgorithm + std::fmt::Debug>(&mut self, algorithm: A) {
+        let name = algorithm.name();
+        let limiter = Keyed::typed(algorithm, SystemClock).with_max_keys(MAX_KEYS);
+        // Insert every key first: the bench measures lookups, as governor's.
+        let share = admitted_share(u32::try_from(self.keys.keys.len()).unwrap_or(u32::MAX), {
+            let (mut keys, limiter) = (self.keys.keys.iter(), &limiter);
+            move || {
+                let key = keys.next()?;
+                limiter.check_key(key, 1).ok().map(|d| d.allowed)
+            }
+        });
+        assert_mostly_admits(name, share);
+        assert_eq!(
+            limiter.len(),
+            self.keys.keys.len(),
+            "{name}: every key is tracked"
+        );
+        let mut cursor = self.keys.cursor();
+        self.group.bench_function(name, |b| {
+            b.iter(|| black_box(limiter.check_key(&cursor.next_key(), 1)));
+        });
+        self.rec.criterion(
+            self.group_name,
+            name,
+            (name, "memory"),
+            Metric::NsPerCheck,
+            1.0,
+        );
+    }
+}
+
+fn keyed(c: &mut Criterion, rec: &mut Recorder, mode: &Mode, group_name: &'static str, n: usize) {
+    let functions = ratelab_benches::NAMES
+        .into_iter()
+        .chain(["governor", "governor-foldhash"]);
+    if !mode.wants_any(group_name, functions) && !mode.criterion_only() {
+        // Skip building a million keys for nothing (criterion would skip
+        // every function of the group anyway).
+        return;
+    }
+    let keys = KeySet::new(n, mode.size(22, 22, 12));
+    let mut group = c.benchmark_group(group_name);
+    group.throughput(Throughput::Elements(1));
+
+    let governor = governor::RateLimiter::keyed(governor_quota(Setting::ManyKeys));
+    bench_governor(&mut group, "governor", &keys, |k| governor.check_key(k));
+    rec.criterion(
+        group_name,
+        "governor",
+        ("gcra", "governor"),
+        Metric::NsPerCheck,
+        1.0,
+    );
+    drop(governor);
+
+    let governor = governor::RateLimiter::dashmap_with_hasher(
+        governor_quota(Setting::ManyKeys),
+        foldhash::fast::RandomState::default(),
+    );
+    bench_governor(&mut group, "governor-foldhash", &keys, |k| {
+        governor.check_key(k)
+    });
+    rec.criterion(
+        group_name,
+        "governor-foldhash",
+        ("gcra-foldhash", "governor"),
+        Metric::NsPerCheck,
+        1.0,
+    );
+    drop(governor);
+
+    each_algorithm(
+        Setting::ManyKeys,
+        &mut ManyKeys {
+            group: &mut group,
+            group_name,
+            rec,
+            keys: &keys,
+        },
+    );
+    group.finish();
+}
+
+fn bench_governor<E>(
+    group: &mut BenchmarkGroup<'_, WallTime>,
+    function: &str,
+    keys: &KeySet,
+    check: impl Fn(&u64) -> Result<(), E>,
+) {
+    let share = admitted_share(u32::try_from(keys.keys.len()).unwrap_or(u32::MAX), {
+        let (mut all, check) = (keys.keys.iter(), &check);
+        move || all.next().map(|k| check(k).is_ok())
+    });
+    assert_mostly_admits(function, share);
+    let mut cursor = keys.cursor();
+    group.bench_function(function, |b| {
+        b.iter(|| black_box(check(&cursor.next_key())));
+    });
+}

@@ -1,0 +1,359 @@
+//! Redis: every algorithm through `RedisLimiter`, on a single node and on a
+//! 3-master cluster this bench starts itself; raw EVALSHA against EVAL; what
+//! the server says (cost per call, commands received, memory per key); and
+//! `redis-benchmark` on the same script, keys and arguments as the ceiling.
+//!
+//! Criterion groups (function = algorithm): `redis-latency`,
+//! `redis-cluster-latency`, `redis-throughput-64`,
+//! `redis-cluster-throughput-64`, `redis-evalsha`, `redis-eval`. Measured by
+//! hand: `redis-round-trips`, `redis-server-evalsha`, `redis-server-eval`,
+//! `redis-memory`, and `redis-benchmark` (recorded in `redis-throughput-64`
+//! with backend `redis-benchmark`).
+
+use std::hint::black_box;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use criterion::{Criterion, Throughput};
+use ratelab_benches::algorithms::{admitted_share, assert_mostly_admits};
+use ratelab_benches::redis_tools::{count_client_commands, parse_commandstats, redis_benchmark};
+use ratelab_benches::{Metric, Mode, Recorder, Row, Setting, Visit, each_algorithm};
+use ratelab_redis::{Connection, DEFAULT_PREFIX, RedisAlgorithm, RedisLimiter, redis_key};
+use ratelab_testkit::redis::{RedisCluster, RedisServer};
+use tokio::runtime::Runtime;
+
+/// Concurrent tasks sharing one connection, and `redis-benchmark -c`.
+const TASKS: usize = 64;
+/// Keys the checks are spread over (`redis-benchmark -r`).
+const KEYSPACE: usize = 1_000;
+/// A check waits this long before it fails: a busy machine must show as
+/// slow figures, not as errors.
+const TIMEOUT: Duration = Duration::from_secs(10);
+
+fn main() {
+    let mode = Mode::from_args();
+    let mut c = ratelab_benches::criterion(&mode);
+    let mut rec = Recorder::new("redis", &mode);
+    // One thread for the client, like redis-benchmark; the server gets the
+    // other core.
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a tokio runtime");
+    let server = RedisServer::start();
+    let cluster = RedisCluster::start();
+    let info = server.command(&["INFO", "server"]).expect("INFO server");
+    if let Some(version) = info.lines().find_map(|l| l.strip_prefix("redis_version:")) {
+        rec.meta("redis_version", version.trim());
+    }
+    let single = rt
+        .block_on(Connection::single(&server.url()))
+        .expect("connect to the Redis node");
+    let clustered = rt
+        .block_on(Connection::cluster(&cluster.urls()))
+        .expect("connect to the Redis cluster");
+    let keys: Arc<Vec<Vec<u8>>> = Arc::new(
+        (0..KEYSPACE)
+            .map(|i| format!("bench:{i:012}").into_bytes())
+            .collect(),
+    );
+    each_algorithm(
+        Setting::ManyKeys,
+        &mut Bench {
+            c: &mut c,
+            rec: &mut rec,
+            mode: &mode,
+            rt: &rt,
+            server: &server,
+            cluster: &cluster,
+            single,
+            clustered,
+            keys,
+        },
+    );
+    c.final_summary();
+    rec.finish();
+}
+
+struct Bench<'a> {
+    c: &'a mut Criterion,
+    rec: &'a mut Recorder,
+    mode: &'a Mode,
+    rt: &'a Runtime,
+    server: &'a RedisServer,
+    cluster: &'a RedisCluster,
+    single: Connection,
+    clustered: Connection,
+    keys: Arc<Vec<Vec<u8>>>,
+}
+
+/// `checks` checks from [`TASKS`] tasks sharing `limiter`, over the keys in
+/// turn; the time they took.
+async fn concurrent<A: RedisAlgorithm>(
+    limiter: &RedisLimiter<A>,
+    keys: &Arc<Vec<Vec<u8>>>,
+    checks: u64,
+) -> Duration {
+    let checks = usize::try_from(checks).expect("checks fit in memory");
+    let started = Instant::now();
+    let tasks: Vec<_> = (0..TASKS)
+        .map(|task| {
+            let limiter = limiter.clone();
+            let keys = Arc::clone(keys);
+            let mine = checks / TASKS + usize::from(task < checks % TASKS);
+            tokio::spawn(async move {
+                for i in 0..mine {
+                    let key = &keys[(task + i * TASKS) % keys.len()];
+                    black_box(limiter.check(key, 1).await.expect("a Redis check"));
+                }
+            })
+        })
+        .collect();
+    for task in tasks {
+        task.await.expect("a bench task panicked");
+    }
+    started.elapsed()
+}
+
+impl Bench<'_> {
+    fn wants(&self, group: &str, algorithm: &str) -> bool {
+        !self.mode.criterion_only() && self.mode.wants(&format!("{group}/{algorithm}"))
+    }
+
+    /// Latency from one task, then throughput from 64, on `connection`.
+    fn client<A: RedisAlgorithm>(
+        &mut self,
+        limiter: &RedisLimiter<A>,
+        (latency, throughput): (&str, &str),
+        backend: &str,
+    ) {
+        let name = limiter.algorithm().name();
+        let rt = self.rt;
+        let mut group = self.c.benchmark_group(latency);
+        group.throughput(Throughput::Elements(1));
+        let keys: &[Vec<u8>] = &self.keys;
+        let mut next = 0;
+        group.bench_function(name, |b| {
+            b.to_async(rt).iter(|| {
+                let key = &keys[next % keys.len()];
+                next += 1;
+                async move { limiter.check(key, 1).await.expect("a Redis check") }
+            });
+        });
+        group.finish();
+        self.rec
+            .criterion(latency, name, (name, backend), Metric::NsPerCheck, 1.0);
+
+        let mut group = self.c.benchmark_group(throughput);
+        group.throughput(Throughput::Elements(1));
+        let keys = &self.keys;
+        group.bench_function(name, |b| {
+            b.to_async(rt)
+                .iter_custom(|checks| async move { concurrent(limiter, keys, checks).await });
+        });
+        group.finish();
+        self.rec
+            .criterion(throughput, name, (name, backend), Metric::ChecksPerSec, 1.0);
+    }
+
+    /// The limiter's call, built by hand: EVALSHA with the SHA1, or EVAL with
+    /// the source, one task.
+    fn raw<A: RedisAlgorithm>(&mut self, algorithm: &A) {
+        let name = algorithm.name();
+        let script = algorithm.script();
+        let params = algorithm.script_params();
+        let redis_keys: Vec<Vec<u8>> = self
+            .keys
+            .iter()
+            .map(|k| redis_key(DEFAULT_PREFIX, k, name))
+            .collect();
+        let connection = &self.single;
+        let rt = self.rt;
+        rt.block_on(
+            connection.query::<String>(redis::cmd("SCRIPT").arg("LOAD").arg(script.source())),
+        )
+        .expect("SCRIPT LOAD");
+        for (group, sha) in [("redis-evalsha", true), ("redis-eval", false)] {
+            let mut g = self.c.benchmark_group(group);
+            g.throughput(Throughput::Elements(1));
+            let mut next = 0;
+            let (redis_keys, params) = (&redis_keys, &params);
+            g.bench_function(name, |b| {
+                b.to_async(rt).iter(|| {
+                    let key = &redis_keys[next % redis_keys.len()];
+                    next += 1;
+                    let mut cmd = if sha {
+                        let mut cmd = redis::cmd("EVALSHA");
+                        cmd.arg(script.sha());
+                        cmd
+                    } else {
+                        let mut cmd = redis::cmd("EVAL");
+                        cmd.arg(script.source());
+                        cmd
+                    };
+                    cmd.arg(1).arg(key).arg("").arg(1).arg(0).arg(&params[..]);
+                    async move {
+                        let reply: Vec<u64> = connection.query(&cmd).await.expect("a raw call");
+                        reply
+                    }
+                });
+            });
+            g.finish();
+            self.rec
+                .criterion(group, name, (name, "redis"), Metric::NsPerCheck, 1.0);
+        }
+    }
+
+    /// Commands the servers on `ports` received per check, over checks from
+    /// 64 tasks.
+    fn round_trips<A: RedisAlgorithm>(&self, limiter: &RedisLimiter<A>, ports: &[u16]) -> f64 {
+        let checks = self.mode.size(1_000, 1_000, 64);
+        let commands = count_client_commands(ports, || {
+            self.rt.block_on(concurrent(limiter, &self.keys, checks));
+        })
+        .expect("MONITOR");
+        commands as f64 / checks as f64
+    }
+
+    /// `redis-benchmark -c 64` running the limiter's exact call.
+    fn ceiling<A: RedisAlgorithm>(&mut self, algorithm: &A) {
+        let name = algorithm.name();
+        let key = redis_key(DEFAULT_PREFIX, b"bench:__rand_int__", name);
+        let mut command = vec![
+            "EVALSHA".to_owned(),
+            algorithm.script().sha().to_owned(),
+            "1".to_owned(),
+            String::from_utf8(key).expect("an ASCII key"),
+            // Now: empty, so the script reads Redis TIME; cost 1; no slack.
+            String::new(),
+            "1".to_owned(),
+            "0".to_owned(),
+        ];
+        command.extend(algorithm.script_params().iter().map(u64::to_string));
+        let requests = self.mode.size(200_000, 50_000, 500);
+        let run = redis_benchmark(self.server.port(), TASKS, requests, KEYSPACE, &command)
+            .unwrap_or_else(|e| panic!("{name}: {e}"));
+        self.rec.push(Row::new(
+            "redis-throughput-64",
+            name,
+            "redis-benchmark",
+            Metric::ChecksPerSec,
+            run.rps,
+        ));
+    }
+
+    /// `MEMORY USAGE` of fresh keys after one check each.
+    fn memory<A: RedisAlgorithm>(&mut self, limiter: &RedisLimiter<A>) {
+        let name = limiter.algorithm().name();
+        let n: u32 = self.mode.size(100, 100, 5);
+        let mut total = 0.0;
+        for i in 0..n {
+            let key = format!("memory:{i}");
+            let decision = self
+                .rt
+                .block_on(limiter.check(key.as_bytes(), 1))
+                .expect("a Redis check");
+            assert!(decision.allowed, "{name}: a fresh key is admitted");
+            let redis_key = String::from_utf8(limiter.redis_key(key.as_bytes())).expect("ASCII");
+            let bytes = self
+                .server
+                .command(&["MEMORY", "USAGE", &redis_key])
+                .expect("MEMORY USAGE");
+            total += bytes
+                .parse::<f64>()
+                .unwrap_or_else(|_| panic!("MEMORY USAGE {redis_key}: {bytes:?}"));
+        }
+        self.rec.push(Row::new(
+            "redis-memory",
+            name,
+            "redis",
+            Metric::BytesPerKey,
+            total / f64::from(n),
+        ));
+    }
+}
+
+impl Visit for Bench<'_> {
+    fn visit<A: RedisAlgorithm + std::fmt::Debug>(&mut self, algorithm: A) {
+        let name = algorithm.name();
+        let build = |connection: &Connection| {
+            RedisLimiter::builder(connection.clone(), algorithm.clone())
+                .timeout(TIMEOUT)
+                .build()
+        };
+        let single = build(&self.single);
+        let cluster = build(&self.clustered);
+        // One check on every key, on both: the scripts get cached on every
+        // node (a NOSCRIPT retry is a one-off, not the steady state), and
+        // the quota is seen to admit.
+        for limiter in [&single, &cluster] {
+            let mut keys = self.keys.iter();
+            let share = admitted_share(u32::try_from(KEYSPACE).unwrap_or(u32::MAX), || {
+                let key = keys.next()?;
+                self.rt
+                    .block_on(limiter.check(key, 1))
+                    .ok()
+                    .map(|d| d.allowed)
+            });
+            assert_mostly_admits(&format!("{name} on {}", limiter.connection().kind()), share);
+        }
+
+        if self.wants("redis-round-trips", name) {
+            let single_port = [self.server.port()];
+            let cluster_ports: Vec<u16> =
+                self.cluster.nodes().iter().map(RedisServer::port).collect();
+            for (limiter, ports, backend) in [
+                (&single, &single_port[..], "redis"),
+                (&cluster, &cluster_ports[..], "redis-cluster"),
+            ] {
+                let per_check = self.round_trips(limiter, ports);
+                self.rec.push(Row::new(
+                    "redis-round-trips",
+                    name,
+                    backend,
+                    Metric::RoundTripsPerCheck,
+                    per_check,
+                ));
+            }
+        }
+        // The server's cost per call counts from here (MONITOR slows it).
+        self.server
+            .command(&["CONFIG", "RESETSTAT"])
+            .expect("CONFIG RESETSTAT");
+
+        self.client(&single, ("redis-latency", "redis-throughput-64"), "redis");
+        self.client(
+            &cluster,
+            ("redis-cluster-latency", "redis-cluster-throughput-64"),
+            "redis-cluster",
+        );
+        self.raw(&algorithm);
+        if self.wants("redis-benchmark", name) || self.wants("redis-throughput-64", name) {
+            self.ceiling(&algorithm);
+        }
+        if self.wants("redis-server", name) {
+            let info = self
+                .server
+                .command(&["INFO", "commandstats"])
+                .expect("INFO commandstats");
+            let stats = parse_commandstats(&info);
+            for (command, group) in [
+                ("evalsha", "redis-server-evalsha"),
+                ("eval", "redis-server-eval"),
+            ] {
+                if let Some(stat) = stats.get(command).filter(|s| s.calls > 0) {
+                    self.rec.push(Row::new(
+                        group,
+                        name,
+                        "redis",
+                        Metric::UsecPerCall,
+                        stat.usec_per_call,
+                    ));
+                }
+            }
+        }
+        if self.wants("redis-memory", name) {
+            self.memory(&single);
+        }
+    }
+}

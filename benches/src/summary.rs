@@ -1,0 +1,767 @@
+//! `reports/bench/summary.json` and `reports/bench/README.md`, from the rows
+//! the bench binaries recorded; the targets of issue 5 as ratios with pass or
+//! miss.
+//!
+//! The summary's shape (read by `ratelab-compare`'s cost scenario):
+//!
+//! ```json
+//! {
+//!   "generated": "2026-11-29T20:30:00Z",
+//!   "commit": "10fe9c2a1b2c",
+//!   "machine": { "cpu": "AMD EPYC", "cores": 2, "load_average": { "memory": "..." } },
+//!   "redis_version": "7.0.15",
+//!   "rows": [
+//!     { "group": "memory-direct", "algorithm": "gcra", "backend": "memory",
+//!       "metric": "ns_per_check", "value": 31.2, "unit": "ns" }
+//!   ],
+//!   "targets": [
+//!     { "target": "one key: ours / governor direct", "group": "memory-direct",
+//!       "algorithm": "gcra", "value": 0.93, "limit": 0.8, "comparison": "<=", "pass": false }
+//!   ]
+//! }
+//! ```
+//!
+//! `backend` is `memory`, `redis`, `redis-cluster`, `governor` or
+//! `redis-benchmark`. For the compare crate as first written, the same file
+//! also carries `generated_by`, `date` and `results` (one entry per algorithm
+//! and backend with `ns_per_check`, `us_per_call`, `checks_per_sec`,
+//! `bytes_per_key`).
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+use serde::Serialize;
+
+use crate::algorithms::{CONSTANT_TIME, NAMES};
+use crate::run::Row;
+
+/// The machine the figures were measured on.
+#[derive(Debug, Clone, Serialize)]
+pub struct Machine {
+    /// The CPU model (`/proc/cpuinfo`).
+    pub cpu: String,
+    /// Cores available to the process.
+    pub cores: usize,
+    /// The load averages (1, 5, 15 min) before and after each bench binary:
+    /// other work on the machine makes the figures noisy.
+    pub load_average: BTreeMap<String, String>,
+}
+
+/// One target of issue 5, measured.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Target {
+    /// What is compared: `one key: ours / governor direct`, ...
+    pub target: String,
+    /// The bench group the figures come from.
+    pub group: String,
+    /// The algorithm held to it.
+    pub algorithm: String,
+    /// The measured ratio (or figure, for absolute targets).
+    pub value: f64,
+    /// The bound.
+    pub limit: f64,
+    /// `<=` or `>=`.
+    pub comparison: &'static str,
+    /// Whether `value comparison limit` holds.
+    pub pass: bool,
+}
+
+/// An entry of the summary's `results`, the shape `ratelab-compare` first
+/// read.
+#[derive(Debug, Clone, Serialize)]
+pub struct CompatEntry {
+    algorithm: String,
+    backend: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    ns_per_check: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    us_per_call: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    checks_per_sec: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    bytes_per_key: Option<f64>,
+}
+
+/// `reports/bench/summary.json`.
+#[derive(Debug, Clone, Serialize)]
+pub struct Summary {
+    /// When, ISO 8601 UTC.
+    pub generated: String,
+    /// The commit measured (`+dirty` when the measured code had uncommitted
+    /// changes).
+    pub commit: String,
+    /// Where.
+    pub machine: Machine,
+    /// The Redis server the Redis benches started.
+    pub redis_version: String,
+    /// Every figure.
+    pub rows: Vec<Row>,
+    /// The targets, as ratios with pass or miss.
+    pub targets: Vec<Target>,
+    /// Compatibility: `ratelab-benches`.
+    pub generated_by: &'static str,
+    /// Compatibility: the date, as `generated`.
+    pub date: String,
+    /// Compatibility: one entry per algorithm and backend.
+    pub results: Vec<CompatEntry>,
+}
+
+impl Summary {
+    /// The summary of `rows`.
+    pub fn new(
+        generated: String,
+        commit: String,
+        machine: Machine,
+        redis_version: String,
+        rows: Vec<Row>,
+    ) -> Self {
+        let targets = targets(&rows);
+        let results = compat(&rows);
+        Summary {
+            date: generated.clone(),
+            generated,
+            commit,
+            machine,
+            redis_version,
+            rows,
+            targets,
+            generated_by: "ratelab-benches",
+            results,
+        }
+    }
+
+    fn get(&self, group: &str, algorithm: &str, backend: &str, metric: &str) -> Option<f64> {
+        get(&self.rows, group, algorithm, backend, metric)
+    }
+}
+
+fn get(rows: &[Row], group: &str, algorithm: &str, backend: &str, metric: &str) -> Option<f64> {
+    rows.iter()
+        .find(|r| {
+            r.group == group
+                && r.algorithm == algorithm
+                && r.backend == backend
+                && r.metric == metric
+        })
+        .map(|r| r.value)
+}
+
+/// The bench groups, as the README names them.
+pub const GROUPS: [(&str, &str); 17] = [
+    ("memory-direct", "one key (`Direct`), one thread"),
+    ("memory-two-threads", "one key (`Direct`), two threads"),
+    ("memory-keyed-100k", "keyed, 100,000 keys, random access"),
+    ("memory-keyed-1m", "keyed, 1,000,000 keys, random access"),
+    ("memory-footprint-100k", "heap bytes per key, 100,000 keys"),
+    ("memory-footprint-1m", "heap bytes per key, 1,000,000 keys"),
+    ("redis-latency", "Redis, one task, one check at a time"),
+    ("redis-cluster-latency", "Redis Cluster, one task"),
+    ("redis-throughput-64", "Redis, 64 tasks, one connection"),
+    (
+        "redis-cluster-throughput-64",
+        "Redis Cluster, 64 tasks, one connection",
+    ),
+    ("redis-evalsha", "raw EVALSHA, one task"),
+    ("redis-eval", "raw EVAL (script source sent), one task"),
+    ("redis-server-evalsha", "server time per EVALSHA"),
+    ("redis-server-eval", "server time per EVAL"),
+    ("redis-round-trips", "commands received per check"),
+    ("redis-memory", "MEMORY USAGE per key"),
+    ("redis-benchmark", "redis-benchmark"),
+];
+
+const LE: &str = "<=";
+const GE: &str = ">=";
+
+/// The targets of issue 5 that the rows allow to judge.
+pub fn targets(rows: &[Row]) -> Vec<Target> {
+    let mut out = Vec::new();
+    let mut ratio = |target: &str,
+                     group: &str,
+                     algorithm: &str,
+                     ours: Option<f64>,
+                     reference: Option<f64>,
+                     comparison: &'static str,
+                     limit: f64| {
+        let (Some(ours), Some(reference)) = (ours, reference) else {
+            return;
+        };
+        let value = if reference.is_nan() {
+            ours
+        } else {
+            ours / reference
+        };
+        out.push(Target {
+            target: target.to_owned(),
+            group: group.to_owned(),
+            algorithm: algorithm.to_owned(),
+            value,
+            limit,
+            comparison,
+            pass: if comparison == LE {
+                value <= limit
+            } else {
+                value >= limit
+            },
+        });
+    };
+    let ns = |group: &str, algorithm: &str, backend: &str| {
+        get(rows, group, algorithm, backend, "ns_per_check")
+    };
+    let absolute = Some(f64::NAN);
+    for algorithm in ["gcra", "token-bucket"] {
+        ratio(
+            "one key: ours / governor direct",
+            "memory-direct",
+            algorithm,
+            ns("memory-direct", algorithm, "memory"),
+            ns("memory-direct", "gcra", "governor"),
+            LE,
+            0.8,
+        );
+    }
+    for group in ["memory-keyed-100k", "memory-keyed-1m"] {
+        for algorithm in ["gcra", "token-bucket"] {
+            ratio(
+                "keyed: ours / governor keyed",
+                group,
+                algorithm,
+                ns(group, algorithm, "memory"),
+                ns(group, "gcra", "governor"),
+                LE,
+                0.8,
+            );
+        }
+    }
+    let per_sec = |group: &str, algorithm: &str, backend: &str| {
+        get(rows, group, algorithm, backend, "checks_per_sec")
+    };
+    for algorithm in ["gcra", "token-bucket"] {
+        ratio(
+            "two threads, one key: ours / governor throughput",
+            "memory-two-threads",
+            algorithm,
+            per_sec("memory-two-threads", algorithm, "memory"),
+            per_sec("memory-two-threads", "gcra", "governor"),
+            GE,
+            1.0,
+        );
+    }
+    for group in ["memory-direct", "memory-keyed-100k", "memory-keyed-1m"] {
+        for algorithm in CONSTANT_TIME.iter().skip(1) {
+            ratio(
+                "O(1) algorithm / our GCRA",
+                group,
+                algorithm,
+                ns(group, algorithm, "memory"),
+                ns(group, "gcra", "memory"),
+                LE,
+                2.0,
+            );
+        }
+    }
+    for group in ["memory-footprint-100k", "memory-footprint-1m"] {
+        for algorithm in ["gcra", "token-bucket"] {
+            ratio(
+                "bytes per key: ours / governor keyed",
+                group,
+                algorithm,
+                get(rows, group, algorithm, "memory", "bytes_per_key"),
+                get(rows, group, "gcra", "governor", "bytes_per_key"),
+                LE,
+                1.0,
+            );
+        }
+    }
+    for algorithm in NAMES {
+        for backend in ["redis", "redis-cluster"] {
+            ratio(
+                &format!("round trips per check ({backend})"),
+                "redis-round-trips",
+                algorithm,
+                get(
+                    rows,
+                    "redis-round-trips",
+                    algorithm,
+                    backend,
+                    "round_trips_per_check",
+                ),
+                absolute,
+                LE,
+                1.0,
+            );
+        }
+    }
+    for algorithm in NAMES {
+        ratio(
+            "Redis throughput: client / redis-benchmark",
+            "redis-throughput-64",
+            algorithm,
+            per_sec("redis-throughput-64", algorithm, "redis"),
+            per_sec("redis-throughput-64", algorithm, "redis-benchmark"),
+            GE,
+            0.8,
+        );
+    }
+    for algorithm in ["gcra", "token-bucket"] {
+        ratio(
+            "Redis MEMORY USAGE per key, bytes",
+            "redis-memory",
+            algorithm,
+            get(rows, "redis-memory", algorithm, "redis", "bytes_per_key"),
+            absolute,
+            LE,
+            100.0,
+        );
+    }
+    out
+}
+
+fn compat(rows: &[Row]) -> Vec<CompatEntry> {
+    let mut out = Vec::new();
+    for algorithm in NAMES {
+        let g =
+            |group: &str, backend: &str, metric: &str| get(rows, group, algorithm, backend, metric);
+        let memory = CompatEntry {
+            algorithm: algorithm.to_owned(),
+            backend: "memory",
+            ns_per_check: g("memory-keyed-100k", "memory", "ns_per_check"),
+            us_per_call: None,
+            checks_per_sec: None,
+            bytes_per_key: g("memory-footprint-100k", "memory", "bytes_per_key"),
+        };
+        let redis = CompatEntry {
+            algorithm: algorithm.to_owned(),
+            backend: "redis",
+            ns_per_check: None,
+            us_per_call: g("redis-latency", "redis", "ns_per_check").map(|ns| ns / 1000.0),
+            checks_per_sec: g("redis-throughput-64", "redis", "checks_per_sec"),
+            bytes_per_key: g("redis-memory", "redis", "bytes_per_key"),
+        };
+        for entry in [memory, redis] {
+            if entry.ns_per_check.is_some()
+                || entry.us_per_call.is_some()
+                || entry.checks_per_sec.is_some()
+                || entry.bytes_per_key.is_some()
+            {
+                out.push(entry);
+            }
+        }
+    }
+    out
+}
+
+/// `1234.5` as `1.23 k` style: three significant figures with a suffix.
+fn si(value: f64) -> String {
+    let (scaled, suffix) = if value >= 1e6 {
+        (value / 1e6, " M")
+    } else if value >= 1e4 {
+        (value / 1e3, " k")
+    } else {
+        (value, "")
+    };
+    let digits = if scaled >= 100.0 {
+        0
+    } else if scaled >= 10.0 {
+        1
+    } else {
+        2
+    };
+    format!("{scaled:.digits$}{suffix}")
+}
+
+fn cell(value: Option<f64>, format: impl Fn(f64) -> String) -> String {
+    value.map_or_else(|| "–".to_owned(), format)
+}
+
+fn one(value: f64) -> String {
+    format!("{value:.1}")
+}
+
+fn two(value: f64) -> String {
+    format!("{value:.2}")
+}
+
+/// The targets table, in Markdown.
+pub fn targets_table(summary: &Summary) -> String {
+    let mut out = String::new();
+    out.push_str("| target | group | algorithm | measured | bound | |\n");
+    out.push_str("|---|---|---|---:|---:|---|\n");
+    for t in &summary.targets {
+        let _ = writeln!(
+            out,
+            "| {} | {} | {} | {} | {} {} | {} |",
+            t.target,
+            t.group,
+            t.algorithm,
+            two(t.value),
+            t.comparison,
+            t.limit,
+            if t.pass { "pass" } else { "**miss**" }
+        );
+    }
+    let passed = summary.targets.iter().filter(|t| t.pass).count();
+    let _ = writeln!(out, "\n{passed} of {} targets met.", summary.targets.len());
+    out
+}
+
+/// The in-memory table, in Markdown.
+pub fn memory_table(summary: &Summary) -> String {
+    let mut out = String::new();
+    out.push_str(
+        "| algorithm | one key, ns | keyed 100k, ns | keyed 1M, ns | two threads, one key, checks/s | bytes/key (100k) | bytes/key (1M) |\n",
+    );
+    out.push_str("|---|---:|---:|---:|---:|---:|---:|\n");
+    let mut lines: Vec<(String, &str, &str)> = NAMES
+        .iter()
+        .map(|n| ((*n).to_owned(), *n, "memory"))
+        .collect();
+    lines.push(("governor".to_owned(), "gcra", "governor"));
+    lines.push(("governor, foldhash".to_owned(), "gcra-foldhash", "governor"));
+    for (label, algorithm, backend) in lines {
+        let ns = |group| summary.get(group, algorithm, backend, "ns_per_check");
+        let bytes = |group| summary.get(group, algorithm, backend, "bytes_per_key");
+        let _ = writeln!(
+            out,
+            "| {label} | {} | {} | {} | {} | {} | {} |",
+            cell(ns("memory-direct"), one),
+            cell(ns("memory-keyed-100k"), one),
+            cell(ns("memory-keyed-1m"), one),
+            cell(
+                summary.get("memory-two-threads", algorithm, backend, "checks_per_sec"),
+                si
+            ),
+            cell(bytes("memory-footprint-100k"), one),
+            cell(bytes("memory-footprint-1m"), one),
+        );
+    }
+    out
+}
+
+/// The Redis tables, in Markdown.
+pub fn redis_tables(summary: &Summary) -> String {
+    let mut out = String::new();
+    out.push_str(
+        "| algorithm | one task, µs | cluster, one task, µs | 64 tasks, checks/s | redis-benchmark -c 64, req/s | client / redis-benchmark | cluster, 64 tasks, checks/s |\n",
+    );
+    out.push_str("|---|---:|---:|---:|---:|---:|---:|\n");
+    for algorithm in NAMES {
+        let g = |group, backend, metric| summary.get(group, algorithm, backend, metric);
+        let client = g("redis-throughput-64", "redis", "checks_per_sec");
+        let ceiling = g("redis-throughput-64", "redis-benchmark", "checks_per_sec");
+        let _ = writeln!(
+            out,
+            "| {algorithm} | {} | {} | {} | {} | {} | {} |",
+            cell(g("redis-latency", "redis", "ns_per_check"), |ns| one(
+                ns / 1e3
+            )),
+            cell(
+                g("redis-cluster-latency", "redis-cluster", "ns_per_check"),
+                |ns| one(ns / 1e3)
+            ),
+            cell(client, si),
+            cell(ceiling, si),
+            cell(client.zip(ceiling).map(|(c, r)| c / r), two),
+            cell(
+                g(
+                    "redis-cluster-throughput-64",
+                    "redis-cluster",
+                    "checks_per_sec"
+                ),
+                si
+            ),
+        );
+    }
+    out.push('\n');
+    out.push_str(
+        "| algorithm | EVALSHA, µs | EVAL, µs | server µs per EVALSHA | server µs per EVAL | round trips per check | round trips (cluster) | MEMORY USAGE, bytes/key |\n",
+    );
+    out.push_str("|---|---:|---:|---:|---:|---:|---:|---:|\n");
+    for algorithm in NAMES {
+        let g = |group, backend, metric| summary.get(group, algorithm, backend, metric);
+        let _ = writeln!(
+            out,
+            "| {algorithm} | {} | {} | {} | {} | {} | {} | {} |",
+            cell(g("redis-evalsha", "redis", "ns_per_check"), |ns| one(
+                ns / 1e3
+            )),
+            cell(g("redis-eval", "redis", "ns_per_check"), |ns| one(ns / 1e3)),
+            cell(g("redis-server-evalsha", "redis", "usec_per_call"), two),
+            cell(g("redis-server-eval", "redis", "usec_per_call"), two),
+            cell(
+                g("redis-round-trips", "redis", "round_trips_per_check"),
+                two
+            ),
+            cell(
+                g(
+                    "redis-round-trips",
+                    "redis-cluster",
+                    "round_trips_per_check"
+                ),
+                two
+            ),
+            cell(g("redis-memory", "redis", "bytes_per_key"), one),
+        );
+    }
+    out
+}
+
+/// How the figures were produced, for the README.
+const METHOD: &str = "\
+## How these figures were produced
+
+`just bench` runs `cargo bench -p ratelab-benches` (three bench binaries:
+`memory`, `footprint`, `redis`), then `cargo run --release -p ratelab-benches
+--bin bench-summary`, which merges the rows the binaries left in
+`<criterion home>/ratelab-rows/` into this folder and prints the tables.
+`RATELAB_BENCH_QUICK=1` makes every measurement shorter (same benches, noisier
+figures). Criterion's own reports are under `target/criterion/`.
+
+**Timing.** Criterion, 1 s warm-up and 3 s of measurement per benchmark (quick:
+0.3 s and 1 s); the figure is the median of criterion's samples, in ns per
+check (or checks per second from the median time of an iteration). Every
+limiter reads its real clock: ratelab's `SystemClock` (`Instant`), governor's
+default clock (quanta).
+
+**Fairness.** Same quota for ratelab and governor, one under which every
+check is admitted (the path that writes state); each bench checks that before
+measuring and fails rather than time a limiter on its refusal path. One key:
+1,000/s with a burst of `u32::MAX`. Keyed and Redis: 1/s with a burst of
+1,000,000, so that no key is back to full capacity (and forgotten) between
+two of its checks; the keys are inserted before measuring, for ratelab and
+governor alike. The sliding log, whose state is O(limit), runs keyed and on
+Redis on 1,000/s (a 1 s window) to keep its log bounded; no target compares
+it.
+
+- **one key**: `Direct::new(algorithm).check(1)` vs governor's
+  `RateLimiter::direct(quota).check()`, one thread.
+- **two threads, one key**: the same limiters, two threads checking at once
+  (`iter_custom`: each thread makes one check per iteration; the time is the
+  slower thread's); checks per second = 2 / time per iteration.
+- **keyed**: `Keyed::typed(algorithm, SystemClock).with_max_keys(4_000_000)`
+  with `u64` keys, `check_key(&key, 1)`, vs governor's `RateLimiter::keyed`
+  (DashMap, std's SipHash) and, for reference, governor's DashMap with
+  foldhash (ratelab's hasher). 100,000 or 1,000,000 random `u64` keys, visited
+  in a pre-generated random order (4M accesses, cycled); the same keys and
+  order for every limiter.
+- **bytes per key**: a counting global allocator (the `footprint` bench only):
+  heap bytes requested after one check of each of N keys, minus before, / N;
+  the store's whole footprint (table, slack, padding), not malloc's own
+  overhead. governor: `RateLimiter::keyed` with the same keys.
+- **Redis**: each bench starts its own `redis-server` and a 3-master cluster
+  (loopback, no persistence). One `RedisLimiter` per algorithm on one
+  multiplexed connection (`Connection::single` / `Connection::cluster`),
+  Redis `TIME`, a 10 s timeout (so a busy machine does not turn into errors),
+  a tokio current-thread runtime (the client uses one core, like
+  redis-benchmark). 1,000 keys `bench:000000000000`...
+  - one task: one check at a time, keys in turn;
+  - 64 tasks: 64 tokio tasks sharing the limiter, checks per second;
+  - EVALSHA vs EVAL: the same call built by hand (`Connection::query`), with
+    the SHA1 or with the script's source;
+  - server µs per call: `INFO commandstats` `usec_per_call` of `evalsha`
+    (and `eval`) over the run (`CONFIG RESETSTAT` first);
+  - round trips per check: commands the server received from clients
+    (`MONITOR`, script-internal commands excluded) over 1,000 checks from 64
+    tasks, divided by 1,000; on the cluster, summed over the masters;
+  - MEMORY USAGE: one check on each of 100 fresh keys, `MEMORY USAGE` of each,
+    averaged;
+  - redis-benchmark: `redis-benchmark -c 64 -r 1000 -n N EVALSHA <sha> 1
+    ratelab:{bench:__rand_int__}:<algorithm> \"\" 1 0 <params>`: the same
+    script, keys and arguments as the client, 64 connections, one thread.
+";
+
+/// The README, in Markdown.
+pub fn readme(summary: &Summary) -> String {
+    let mut out = String::new();
+    out.push_str("# Benchmarks\n\n");
+    out.push_str(
+        "Generated by `just bench` (`ratelab-benches`); do not edit by hand. \
+         The same figures, machine-readable: [`summary.json`](summary.json).\n\n",
+    );
+    let loads: Vec<String> = summary
+        .machine
+        .load_average
+        .iter()
+        .map(|(k, v)| format!("{k}: {v}"))
+        .collect();
+    let _ = writeln!(
+        out,
+        "Measured {} at commit `{}` on {} ({} cores), Redis {}. Load averages (1, 5, 15 min): {}.\n",
+        summary.generated,
+        summary.commit,
+        summary.machine.cpu,
+        summary.machine.cores,
+        summary.redis_version,
+        if loads.is_empty() {
+            "unknown".to_owned()
+        } else {
+            loads.join("; ")
+        }
+    );
+    out.push_str("## Targets (issue 5), each a ratio from this one run\n\n");
+    out.push_str(&targets_table(summary));
+    out.push_str("\n## In memory\n\nTime per check (median, ns; lower is better), throughput of two threads on one key, heap bytes per key.\n\n");
+    out.push_str(&memory_table(summary));
+    out.push_str("\n## Redis\n\n");
+    out.push_str(&redis_tables(summary));
+    out.push('\n');
+    out.push_str(METHOD);
+    out
+}
+
+/// `seconds` since 1970 as `YYYY-MM-DDTHH:MM:SSZ`.
+pub fn iso8601(seconds: u64) -> String {
+    let days = seconds / 86_400;
+    let rest = seconds % 86_400;
+    // Howard Hinnant's civil-from-days, for days since 1970-01-01.
+    let z = days + 719_468;
+    let era = z / 146_097;
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + u64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z",
+        rest / 3600,
+        rest / 60 % 60,
+        rest % 60
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::run::Metric;
+
+    #[test]
+    fn dates() {
+        assert_eq!(iso8601(0), "1970-01-01T00:00:00Z");
+        assert_eq!(iso8601(951_782_400), "2000-02-29T00:00:00Z");
+        assert_eq!(iso8601(1_795_982_929), "2026-11-29T20:08:49Z");
+    }
+
+    fn rows() -> Vec<Row> {
+        vec![
+            Row::new("memory-direct", "gcra", "memory", Metric::NsPerCheck, 20.0),
+            Row::new(
+                "memory-direct",
+                "token-bucket",
+                "memory",
+                Metric::NsPerCheck,
+                30.0,
+            ),
+            Row::new(
+                "memory-direct",
+                "leaky-meter",
+                "memory",
+                Metric::NsPerCheck,
+                50.0,
+            ),
+            Row::new(
+                "memory-direct",
+                "gcra",
+                "governor",
+                Metric::NsPerCheck,
+                29.0,
+            ),
+            Row::new(
+                "redis-round-trips",
+                "gcra",
+                "redis",
+                Metric::RoundTripsPerCheck,
+                1.0,
+            ),
+            Row::new("redis-memory", "gcra", "redis", Metric::BytesPerKey, 72.0),
+            Row::new(
+                "redis-throughput-64",
+                "gcra",
+                "redis",
+                Metric::ChecksPerSec,
+                70e3,
+            ),
+            Row::new(
+                "redis-throughput-64",
+                "gcra",
+                "redis-benchmark",
+                Metric::ChecksPerSec,
+                100e3,
+            ),
+        ]
+    }
+
+    #[test]
+    fn targets_are_ratios_with_pass_or_miss() {
+        let targets = targets(&rows());
+        let find = |target: &str, algorithm: &str| {
+            targets
+                .iter()
+                .find(|t| t.target.starts_with(target) && t.algorithm == algorithm)
+                .unwrap_or_else(|| panic!("{target} {algorithm}: {targets:#?}"))
+        };
+        let gcra = find("one key", "gcra");
+        assert!((gcra.value - 20.0 / 29.0).abs() < 1e-9 && gcra.pass);
+        let token = find("one key", "token-bucket");
+        assert!(!token.pass, "30/29 > 0.8");
+        assert!(!find("O(1)", "leaky-meter").pass, "50/20 > 2");
+        assert!(find("O(1)", "token-bucket").pass);
+        assert!(find("round trips", "gcra").pass);
+        assert_eq!(find("Redis MEMORY", "gcra").value, 72.0);
+        let ceiling = find("Redis throughput", "gcra");
+        assert!((ceiling.value - 0.7).abs() < 1e-9 && !ceiling.pass);
+        // Nothing is judged without its figures.
+        assert!(!targets.iter().any(|t| t.group == "memory-keyed-1m"));
+    }
+
+    #[test]
+    fn the_summary_serializes_to_the_agreed_shape() {
+        let summary = Summary::new(
+            iso8601(0),
+            "abc".into(),
+            Machine {
+                cpu: "cpu".into(),
+                cores: 2,
+                load_average: BTreeMap::new(),
+            },
+            "7.0.15".into(),
+            rows(),
+        );
+        let json: serde_json::Value = serde_json::to_value(&summary).unwrap();
+        for key in [
+            "generated",
+            "commit",
+            "machine",
+            "redis_version",
+            "rows",
+            "targets",
+        ] {
+            assert!(json.get(key).is_some(), "{key}");
+        }
+        assert_eq!(json["machine"]["cores"], 2);
+        let row = &json["rows"][0];
+        let mut keys: Vec<&str> = row
+            .as_object()
+            .unwrap()
+            .keys()
+            .map(String::as_str)
+            .collect();
+        keys.sort_unstable();
+        assert_eq!(
+            keys,
+            ["algorithm", "backend", "group", "metric", "unit", "value"]
+        );
+        assert_eq!(json["results"][0]["algorithm"], "gcra");
+        let readme = readme(&summary);
+        assert!(readme.contains("| gcra | 20.0 |"), "{readme}");
+        assert!(readme.contains("**miss**"));
+    }
+
+    #[test]
+    fn numbers() {
+        assert_eq!(si(1_234_567.0), "1.23 M");
+        assert_eq!(si(98_765.0), "98.8 k");
+        assert_eq!(si(512.0), "512");
+    }
+}
