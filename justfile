@@ -13,6 +13,10 @@ test: lint test-only
 test-only:
     cargo test --workspace --locked
 
+# Every algorithm through the same scenarios; writes reports/README.md, charts and data (starts a throwaway redis-server if one is on PATH, or uses REDIS_URL).
+compare *ARGS:
+    cargo run --release --locked -p ratelab-compare -- {{ARGS}}
+
 # Formatting and clippy with warnings as errors, on every target.
 lint:
     cargo fmt --all --check
