@@ -12,11 +12,14 @@ use std::time::{Duration, Instant};
 
 use criterion::measurement::WallTime;
 use criterion::{BenchmarkGroup, Criterion, Throughput};
-use ratelab_benches::algorithms::{admitted_share, assert_mostly_admits, governor_quota};
+use governor::clock::{Clock as _, FakeRelativeClock};
+use ratelab_benches::algorithms::{admitted_share, assert_mostly_admits, governor_quota, quota};
 use ratelab_benches::keys::KeySet;
 use ratelab_benches::{Metric, Mode, Recorder, Setting, Visit, each_algorithm};
-use ratelab_core::{Direct, Keyed, SystemClock};
+use ratelab_core::{Algorithm, Clock, Direct, Keyed, ManualClock, SystemClock};
+use ratelab_gcra::Gcra;
 use ratelab_redis::RedisAlgorithm;
+use ratelab_token_bucket::TokenBucket;
 
 /// The bound on keys tracked: well above the largest key set, so no shard
 /// (each gets an equal share) fills up with random keys.
@@ -28,6 +31,8 @@ fn main() {
     let mut rec = Recorder::new("memory", &mode);
     one_key(&mut c, &mut rec, &mode);
     two_threads(&mut c, &mut rec, &mode);
+    clocks(&mut c, &mut rec);
+    manual_clock(&mut c, &mut rec, &mode);
     keyed(
         &mut c,
         &mut rec,
@@ -192,24 +197,7 @@ impl Visit for ManyKeys<'_, '_> {
     fn visit<A: RedisAlgorithm + std::fmt::Debug>(&mut self, algorithm: A) {
         let name = algorithm.name();
         let limiter = Keyed::typed(algorithm, SystemClock).with_max_keys(MAX_KEYS);
-        // Insert every key first: the bench measures lookups, as governor's.
-        let share = admitted_share(u32::try_from(self.keys.keys.len()).unwrap_or(u32::MAX), {
-            let (mut keys, limiter) = (self.keys.keys.iter(), &limiter);
-            move || {
-                let key = keys.next()?;
-                limiter.check_key(key, 1).ok().map(|d| d.allowed)
-            }
-        });
-        assert_mostly_admits(name, share);
-        assert_eq!(
-            limiter.len(),
-            self.keys.keys.len(),
-            "{name}: every key is tracked"
-        );
-        let mut cursor = self.keys.cursor();
-        self.group.bench_function(name, |b| {
-            b.iter(|| black_box(limiter.check_key(&cursor.next_key(), 1)));
-        });
+        bench_keyed(self.group, name, self.keys, &limiter);
         self.rec.criterion(
             self.group_name,
             name,
@@ -218,6 +206,33 @@ impl Visit for ManyKeys<'_, '_> {
             1.0,
         );
     }
+}
+
+/// Inserts every key, then times `check_key` over the random accesses: the
+/// bench measures lookups, as governor's does.
+fn bench_keyed<A: Algorithm, C: Clock>(
+    group: &mut BenchmarkGroup<'_, WallTime>,
+    name: &str,
+    keys: &KeySet,
+    limiter: &Keyed<A, C, u64>,
+) {
+    let share = admitted_share(u32::try_from(keys.keys.len()).unwrap_or(u32::MAX), {
+        let mut all = keys.keys.iter();
+        move || {
+            let key = all.next()?;
+            limiter.check_key(key, 1).ok().map(|d| d.allowed)
+        }
+    });
+    assert_mostly_admits(name, share);
+    assert_eq!(
+        limiter.len(),
+        keys.keys.len(),
+        "{name}: every key is tracked"
+    );
+    let mut cursor = keys.cursor();
+    group.bench_function(name, |b| {
+        b.iter(|| black_box(limiter.check_key(&cursor.next_key(), 1)));
+    });
 }
 
 fn keyed(c: &mut Criterion, rec: &mut Recorder, mode: &Mode, group_name: &'static str, n: usize) {
@@ -287,4 +302,148 @@ fn bench_governor<E>(
     group.bench_function(function, |b| {
         b.iter(|| black_box(check(&cursor.next_key())));
     });
+}
+
+const CLOCK: &str = "memory-clock";
+
+/// The clock reads alone: `Instant::now`, ratelab's `SystemClock` (µs since
+/// the process's first read) and governor's default clock (quanta).
+fn clocks(c: &mut Criterion, rec: &mut Recorder) {
+    let mut group = c.benchmark_group(CLOCK);
+    group.throughput(Throughput::Elements(1));
+    group.bench_function("instant", |b| b.iter(Instant::now));
+    rec.criterion(
+        CLOCK,
+        "instant",
+        ("instant", "memory"),
+        Metric::NsPerCheck,
+        1.0,
+    );
+    group.bench_function("system-clock", |b| b.iter(|| SystemClock.now_micros()));
+    rec.criterion(
+        CLOCK,
+        "system-clock",
+        ("system-clock", "memory"),
+        Metric::NsPerCheck,
+        1.0,
+    );
+    let quanta = governor::clock::DefaultClock::default();
+    group.bench_function("quanta", |b| b.iter(|| quanta.now()));
+    rec.criterion(
+        CLOCK,
+        "quanta",
+        ("quanta", "governor"),
+        Metric::NsPerCheck,
+        1.0,
+    );
+    group.finish();
+}
+
+const DIRECT_MANUAL: &str = "memory-direct-manual-clock";
+const KEYED_MANUAL: &str = "memory-keyed-100k-manual-clock";
+
+/// GCRA, token bucket and governor again, on clocks that never move
+/// (ratelab's `ManualClock`, governor's `FakeRelativeClock`): everything but
+/// the clock read. With the groups above, this splits a check into its clock
+/// and the rest.
+fn manual_clock(c: &mut Criterion, rec: &mut Recorder, mode: &Mode) {
+    let start = || ManualClock::starting_at(1_000_000);
+    let mut group = c.benchmark_group(DIRECT_MANUAL);
+    group.throughput(Throughput::Elements(1));
+    let governor = governor::RateLimiter::direct_with_clock(
+        governor_quota(Setting::OneKey),
+        FakeRelativeClock::default(),
+    );
+    group.bench_function("governor", |b| b.iter(|| black_box(governor.check())));
+    rec.criterion(
+        DIRECT_MANUAL,
+        "governor",
+        ("gcra", "governor"),
+        Metric::NsPerCheck,
+        1.0,
+    );
+    let gcra = Direct::with_clock(Gcra::new(quota(Setting::OneKey, "gcra")), start());
+    group.bench_function("gcra", |b| b.iter(|| black_box(gcra.check(black_box(1)))));
+    rec.criterion(
+        DIRECT_MANUAL,
+        "gcra",
+        ("gcra", "memory"),
+        Metric::NsPerCheck,
+        1.0,
+    );
+    let bucket = Direct::with_clock(
+        TokenBucket::new(quota(Setting::OneKey, "token-bucket")),
+        start(),
+    );
+    group.bench_function("token-bucket", |b| {
+        b.iter(|| black_box(bucket.check(black_box(1))));
+    });
+    rec.criterion(
+        DIRECT_MANUAL,
+        "token-bucket",
+        ("token-bucket", "memory"),
+        Metric::NsPerCheck,
+        1.0,
+    );
+    group.finish();
+
+    let functions = ["governor", "governor-foldhash", "gcra", "token-bucket"];
+    if !mode.wants_any(KEYED_MANUAL, functions) && !mode.criterion_only() {
+        return;
+    }
+    let keys = KeySet::new(mode.size(100_000, 100_000, 1_000), mode.size(22, 22, 12));
+    let mut group = c.benchmark_group(KEYED_MANUAL);
+    group.throughput(Throughput::Elements(1));
+    let q = governor_quota(Setting::ManyKeys);
+    let governor = governor::RateLimiter::dashmap_with_clock(q, FakeRelativeClock::default());
+    bench_governor(&mut group, "governor", &keys, |k| governor.check_key(k));
+    rec.criterion(
+        KEYED_MANUAL,
+        "governor",
+        ("gcra", "governor"),
+        Metric::NsPerCheck,
+        1.0,
+    );
+    drop(governor);
+    let store = governor::state::keyed::DashMapStateStore::with_hasher(
+        foldhash::fast::RandomState::default(),
+    );
+    let governor: governor::RateLimiter<u64, _, _, governor::middleware::NoOpMiddleware<_>> =
+        governor::RateLimiter::new(q, store, FakeRelativeClock::default());
+    bench_governor(&mut group, "governor-foldhash", &keys, |k| {
+        governor.check_key(k)
+    });
+    rec.criterion(
+        KEYED_MANUAL,
+        "governor-foldhash",
+        ("gcra-foldhash", "governor"),
+        Metric::NsPerCheck,
+        1.0,
+    );
+    drop(governor);
+    let gcra =
+        Keyed::typed(Gcra::new(quota(Setting::ManyKeys, "gcra")), start()).with_max_keys(MAX_KEYS);
+    bench_keyed(&mut group, "gcra", &keys, &gcra);
+    rec.criterion(
+        KEYED_MANUAL,
+        "gcra",
+        ("gcra", "memory"),
+        Metric::NsPerCheck,
+        1.0,
+    );
+    drop(gcra);
+    let bucket = Keyed::typed(
+        TokenBucket::new(quota(Setting::ManyKeys, "token-bucket")),
+        start(),
+    )
+    .with_max_keys(MAX_KEYS);
+    bench_keyed(&mut group, "token-bucket", &keys, &bucket);
+    rec.criterion(
+        KEYED_MANUAL,
+        "token-bucket",
+        ("token-bucket", "memory"),
+        Metric::NsPerCheck,
+        1.0,
+    );
+    group.finish();
 }

@@ -147,8 +147,17 @@ fn get(rows: &[Row], group: &str, algorithm: &str, backend: &str, metric: &str) 
 }
 
 /// The bench groups, as the README names them.
-pub const GROUPS: [(&str, &str); 17] = [
+pub const GROUPS: [(&str, &str); 20] = [
     ("memory-direct", "one key (`Direct`), one thread"),
+    ("memory-clock", "the clock read alone"),
+    (
+        "memory-direct-manual-clock",
+        "one key, on a clock that never moves (no clock read)",
+    ),
+    (
+        "memory-keyed-100k-manual-clock",
+        "keyed 100k, on a clock that never moves",
+    ),
     ("memory-two-threads", "one key (`Direct`), two threads"),
     ("memory-keyed-100k", "keyed, 100,000 keys, random access"),
     ("memory-keyed-1m", "keyed, 1,000,000 keys, random access"),
@@ -378,6 +387,10 @@ fn one(value: f64) -> String {
     format!("{value:.1}")
 }
 
+fn three(value: f64) -> String {
+    format!("{value:.3}")
+}
+
 fn two(value: f64) -> String {
     format!("{value:.2}")
 }
@@ -394,7 +407,7 @@ pub fn targets_table(summary: &Summary) -> String {
             t.target,
             t.group,
             t.algorithm,
-            two(t.value),
+            three(t.value),
             t.comparison,
             t.limit,
             if t.pass { "pass" } else { "**miss**" }
@@ -435,6 +448,42 @@ pub fn memory_table(summary: &Summary) -> String {
             cell(bytes("memory-footprint-1m"), one),
         );
     }
+    out
+}
+
+/// Where the time of a check goes: the same limiters with their real clock
+/// and with a clock that never moves, and the clock reads alone.
+pub fn clock_table(summary: &Summary) -> String {
+    let mut out = String::new();
+    out.push_str(
+        "| limiter | one key, ns | one key, clock never moves, ns | keyed 100k, ns | keyed 100k, clock never moves, ns |\n",
+    );
+    out.push_str("|---|---:|---:|---:|---:|\n");
+    for (label, algorithm, backend) in [
+        ("gcra", "gcra", "memory"),
+        ("token-bucket", "token-bucket", "memory"),
+        ("governor", "gcra", "governor"),
+        ("governor, foldhash", "gcra-foldhash", "governor"),
+    ] {
+        let ns = |group| summary.get(group, algorithm, backend, "ns_per_check");
+        let _ = writeln!(
+            out,
+            "| {label} | {} | {} | {} | {} |",
+            cell(ns("memory-direct"), one),
+            cell(ns("memory-direct-manual-clock"), one),
+            cell(ns("memory-keyed-100k"), one),
+            cell(ns("memory-keyed-100k-manual-clock"), one),
+        );
+    }
+    let clock =
+        |algorithm, backend| summary.get("memory-clock", algorithm, backend, "ns_per_check");
+    let _ = writeln!(
+        out,
+        "\nThe clock read alone: `Instant::now()` {} ns, ratelab's `SystemClock::now_micros()` {} ns, governor's quanta clock {} ns.",
+        cell(clock("instant", "memory"), one),
+        cell(clock("system-clock", "memory"), one),
+        cell(clock("quanta", "governor"), one),
+    );
     out
 }
 
@@ -544,6 +593,12 @@ it.
   foldhash (ratelab's hasher). 100,000 or 1,000,000 random `u64` keys, visited
   in a pre-generated random order (4M accesses, cycled); the same keys and
   order for every limiter.
+- **where the time goes**: the clock read alone (`Instant::now`,
+  `SystemClock::now_micros`, governor's quanta clock), and GCRA, token bucket
+  and governor again on clocks that never move (ratelab's `ManualClock`,
+  governor's `FakeRelativeClock`): the difference is what the clock costs in
+  place, which can exceed the read alone (the vDSO's ordered `rdtsc` also
+  keeps the CPU from overlapping one check's cache misses with the next).
 - **bytes per key**: a counting global allocator (the `footprint` bench only):
   heap bytes requested after one check of each of N keys, minus before, / N;
   the store's whole footprint (table, slack, padding), not malloc's own
@@ -602,10 +657,16 @@ pub fn readme(summary: &Summary) -> String {
     out.push_str(&targets_table(summary));
     out.push_str("\n## In memory\n\nTime per check (median, ns; lower is better), throughput of two threads on one key, heap bytes per key.\n\n");
     out.push_str(&memory_table(summary));
+    out.push_str("\n### Where the time goes\n\n");
+    out.push_str(&clock_table(summary));
     out.push_str("\n## Redis\n\n");
     out.push_str(&redis_tables(summary));
     out.push('\n');
     out.push_str(METHOD);
+    out.push_str("\n### The groups\n\n");
+    for (group, what) in GROUPS {
+        let _ = writeln!(out, "- `{group}`: {what}");
+    }
     out
 }
 

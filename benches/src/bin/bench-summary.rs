@@ -93,6 +93,7 @@ fn main() -> ExitCode {
     }
     println!("{}", summary::targets_table(&summary));
     println!("{}", summary::memory_table(&summary));
+    println!("{}", summary::clock_table(&summary));
     println!("{}", summary::redis_tables(&summary));
     println!(
         "Written: {} and {}",
