@@ -8,7 +8,8 @@
 //! `redis-cluster-throughput-64`, `redis-evalsha`, `redis-eval`. Measured by
 //! hand: `redis-round-trips`, `redis-server-evalsha`, `redis-server-eval`,
 //! `redis-memory`, and `redis-benchmark` (recorded in `redis-throughput-64`
-//! with backend `redis-benchmark`).
+//! with `-c 64` and in `redis-latency` with `-c 1`, backend
+//! `redis-benchmark`).
 
 use std::hint::black_box;
 use std::sync::Arc;
@@ -215,7 +216,8 @@ impl Bench<'_> {
         commands as f64 / checks as f64
     }
 
-    /// `redis-benchmark -c 64` running the limiter's exact call.
+    /// `redis-benchmark -c 64`, then `-c 1`, running the limiter's exact
+    /// call.
     fn ceiling<A: RedisAlgorithm>(&mut self, algorithm: &A) {
         let name = algorithm.name();
         let key = redis_key(DEFAULT_PREFIX, b"bench:__rand_int__", name);
@@ -230,8 +232,9 @@ impl Bench<'_> {
             "0".to_owned(),
         ];
         command.extend(algorithm.script_params().iter().map(u64::to_string));
+        let port = self.server.port();
         let requests = self.mode.size(200_000, 50_000, 500);
-        let run = redis_benchmark(self.server.port(), TASKS, requests, KEYSPACE, &command)
+        let run = redis_benchmark(port, TASKS, requests, KEYSPACE, &command)
             .unwrap_or_else(|e| panic!("{name}: {e}"));
         self.rec.push(Row::new(
             "redis-throughput-64",
@@ -239,6 +242,18 @@ impl Bench<'_> {
             "redis-benchmark",
             Metric::ChecksPerSec,
             run.rps,
+        ));
+        // One connection, one request at a time: the round trip's floor on
+        // this machine, to read the one-task latency against.
+        let requests = self.mode.size(20_000, 5_000, 100);
+        let run = redis_benchmark(port, 1, requests, KEYSPACE, &command)
+            .unwrap_or_else(|e| panic!("{name}: {e}"));
+        self.rec.push(Row::new(
+            "redis-latency",
+            name,
+            "redis-benchmark",
+            Metric::NsPerCheck,
+            1e9 / run.rps,
         ));
     }
 
@@ -328,7 +343,10 @@ impl Visit for Bench<'_> {
             "redis-cluster",
         );
         self.raw(&algorithm);
-        if self.wants("redis-benchmark", name) || self.wants("redis-throughput-64", name) {
+        if self.wants("redis-benchmark", name)
+            || self.wants("redis-throughput-64", name)
+            || self.wants("redis-latency", name)
+        {
             self.ceiling(&algorithm);
         }
         if self.wants("redis-server", name) {

@@ -4,7 +4,7 @@
 //! ```text
 //! cargo build --release -p ratelab-benches --example hot_path
 //! hot_path <setting> <limiter> [checks] [--manual-clock]
-//!   setting:  direct | keyed-100k | keyed-1m
+//!   setting:  direct | two-threads (direct, two threads at once) | keyed-100k | keyed-1m
 //!   limiter:  gcra | token-bucket | ... | governor | governor-foldhash (keyed)
 //!             | clock-instant | clock-system | clock-quanta (the clock read alone)
 //!   checks:   default 10,000,000; 0 runs the setup alone (to subtract it)
@@ -12,7 +12,7 @@
 //!             never move: everything but the clock read
 //! ```
 //!
-//! Prints the time per check. Under callgrind, run it twice (N checks and 0)
+//! Prints the time per check (wall time over all checks, with two threads). Under callgrind, run it twice (N checks and 0)
 //! and divide the difference of the instruction counts by N. Valgrind does not
 //! run the vDSO: `Instant::now` there is a real system call whose kernel time
 //! callgrind does not see, so time the clock with this binary instead.
@@ -29,7 +29,7 @@ use ratelab_redis::RedisAlgorithm;
 
 fn usage() -> ! {
     eprintln!(
-        "usage: hot_path <direct|keyed-100k|keyed-1m> <algorithm|governor|governor-foldhash|clock-instant|clock-system|clock-quanta> [checks] [--manual-clock]"
+        "usage: hot_path <direct|two-threads|keyed-100k|keyed-1m> <algorithm|governor|governor-foldhash|clock-instant|clock-system|clock-quanta> [checks] [--manual-clock]"
     );
     std::process::exit(2)
 }
@@ -46,12 +46,13 @@ fn main() {
         .map_or(Ok(10_000_000), |s| s.parse())
         .unwrap_or_else(|_| usage());
     let keys = match setting.as_str() {
-        "direct" => None,
+        "direct" | "two-threads" => None,
         "keyed-100k" => Some(KeySet::new(100_000, 22)),
         "keyed-1m" => Some(KeySet::new(1_000_000, 22)),
         _ => usage(),
     };
     let mut run = Run {
+        threads: if setting == "two-threads" { 2 } else { 1 },
         wanted: limiter.clone(),
         keys,
         checks,
@@ -86,6 +87,21 @@ fn sink<T>(value: T) {
     black_box(value);
 }
 
+/// Wall time per check, `threads` threads making `checks` checks each.
+fn time_threads(threads: usize, checks: u64, f: impl Fn() + Sync) -> f64 {
+    let started = Instant::now();
+    std::thread::scope(|s| {
+        for _ in 0..threads {
+            s.spawn(|| {
+                for _ in 0..checks {
+                    f();
+                }
+            });
+        }
+    });
+    started.elapsed().as_nanos() as f64 / (checks.max(1) as f64 * threads as f64)
+}
+
 fn time(checks: u64, mut f: impl FnMut()) -> f64 {
     let started = Instant::now();
     for _ in 0..checks {
@@ -95,6 +111,8 @@ fn time(checks: u64, mut f: impl FnMut()) -> f64 {
 }
 
 struct Run {
+    /// Threads checking the one `Direct` limiter at once.
+    threads: usize,
     wanted: String,
     keys: Option<KeySet>,
     checks: u64,
@@ -125,11 +143,11 @@ impl Run {
         match (self.keys.is_some(), self.manual, foldhash) {
             (false, false, _) => {
                 let l = governor::RateLimiter::direct(q);
-                self.ns = Some(time(self.checks, || sink(l.check())));
+                self.ns = Some(time_threads(self.threads, self.checks, || sink(l.check())));
             }
             (false, true, _) => {
                 let l = governor::RateLimiter::direct_with_clock(q, FakeRelativeClock::default());
-                self.ns = Some(time(self.checks, || sink(l.check())));
+                self.ns = Some(time_threads(self.threads, self.checks, || sink(l.check())));
             }
             (true, false, false) => {
                 let l = governor::RateLimiter::keyed(q);
@@ -163,7 +181,9 @@ impl Run {
             self.keyed(|k| limiter.check_key(k, 1).is_ok_and(|d| d.allowed));
         } else {
             let limiter = Direct::with_clock(algorithm, clock);
-            self.ns = Some(time(self.checks, || sink(limiter.check(1))));
+            self.ns = Some(time_threads(self.threads, self.checks, || {
+                sink(limiter.check(1));
+            }));
         }
     }
 }
