@@ -31,8 +31,30 @@ const KEYSPACE: usize = 1_000;
 /// slow figures, not as errors.
 const TIMEOUT: Duration = Duration::from_secs(10);
 
+/// Every group this bench fills, criterion's and by hand.
+const GROUPS: [&str; 11] = [
+    "redis-latency",
+    "redis-cluster-latency",
+    "redis-throughput-64",
+    "redis-cluster-throughput-64",
+    "redis-evalsha",
+    "redis-eval",
+    "redis-round-trips",
+    "redis-server-evalsha",
+    "redis-server-eval",
+    "redis-memory",
+    "redis-benchmark",
+];
+
 fn main() {
     let mode = Mode::from_args();
+    if !GROUPS
+        .iter()
+        .any(|g| mode.wants_any(g, ratelab_benches::NAMES))
+    {
+        // Filtered out: no servers to start.
+        return;
+    }
     let mut c = ratelab_benches::criterion(&mode);
     let mut rec = Recorder::new("redis", &mode);
     // One thread for the client, like redis-benchmark; the server gets the

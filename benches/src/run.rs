@@ -319,6 +319,7 @@ impl Recorder {
     pub fn new(binary: &'static str, mode: &Mode) -> Self {
         let mut file = RowsFile::default();
         file.meta.insert("load_before".into(), load_average());
+        file.meta.insert("commit".into(), commit());
         Recorder {
             binary,
             mode: mode.clone(),
@@ -382,6 +383,10 @@ impl Recorder {
                 self.file.rows.push(row);
             }
         }
+        if self.file.rows.is_empty() {
+            // Filtered out: leave the last run's figures and facts alone.
+            return;
+        }
         self.file.meta.insert("load_after".into(), load_average());
         let dir = rows_dir();
         let path = dir.join(format!("{}.json", self.binary));
@@ -415,6 +420,45 @@ fn median_ns(directory: &Path, since: SystemTime) -> Option<f64> {
     let estimates: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&path).ok()?).ok()?;
     estimates["median"]["point_estimate"].as_f64()
+}
+
+/// The code the benches measure: every crate they run and the Lua scripts
+/// (the workspace's other crates do not change the figures).
+const MEASURED: [&str; 9] = [
+    "crates/core",
+    "crates/gcra",
+    "crates/token-bucket",
+    "crates/leaky-bucket",
+    "crates/fixed-window",
+    "crates/sliding-window",
+    "crates/redis",
+    "lua",
+    "benches",
+];
+
+/// `HEAD`, short, with `+dirty` when the measured code ([`MEASURED`]) has
+/// uncommitted changes; `unknown` outside a git checkout.
+pub fn commit() -> String {
+    let workspace = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap_or(Path::new("."));
+    let git = |args: &[&str]| {
+        std::process::Command::new("git")
+            .arg("-C")
+            .arg(workspace)
+            .args(args)
+            .output()
+            .ok()
+            .filter(|o| o.status.success())
+            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned())
+    };
+    let Some(head) = git(&["rev-parse", "--short=12", "HEAD"]) else {
+        return "unknown".to_owned();
+    };
+    let mut status = vec!["status", "--porcelain", "--"];
+    status.extend(MEASURED);
+    let dirty = git(&status).is_some_and(|s| !s.is_empty());
+    if dirty { format!("{head}+dirty") } else { head }
 }
 
 /// `/proc/loadavg`'s three load averages, or `unknown`.

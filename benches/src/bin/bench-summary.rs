@@ -8,7 +8,7 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::process::{Command, ExitCode};
+use std::process::ExitCode;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use ratelab_benches::run::{RowsFile, rows_dir};
@@ -39,6 +39,7 @@ fn main() -> ExitCode {
     let mut all = Vec::new();
     let mut load_average = BTreeMap::new();
     let mut redis_version = None;
+    let mut commits: Vec<String> = Vec::new();
     for binary in BINARIES {
         let path = rows.join(format!("{binary}.json"));
         let Some(file) = RowsFile::read(&path) else {
@@ -52,6 +53,11 @@ fn main() -> ExitCode {
             (file.meta.get("load_before"), file.meta.get("load_after"))
         {
             load_average.insert(binary.to_owned(), format!("{before} before, {after} after"));
+        }
+        if let Some(commit) = file.meta.get("commit")
+            && !commits.contains(commit)
+        {
+            commits.push(commit.clone());
         }
         if let Some(version) = file.meta.get("redis_version") {
             redis_version = Some(version.clone());
@@ -76,7 +82,12 @@ fn main() -> ExitCode {
     };
     let summary = Summary::new(
         summary::iso8601(now),
-        commit(&workspace),
+        // The commit each bench binary measured; one, normally.
+        if commits.is_empty() {
+            ratelab_benches::run::commit()
+        } else {
+            commits.join(", ")
+        },
         machine,
         redis_version.unwrap_or_else(|| "unknown".to_owned()),
         all,
@@ -101,27 +112,6 @@ fn main() -> ExitCode {
         out.join("README.md").display()
     );
     ExitCode::SUCCESS
-}
-
-/// `HEAD`, short, with `+dirty` when the measured code (crates, lua,
-/// benches) has uncommitted changes.
-fn commit(workspace: &Path) -> String {
-    let git = |args: &[&str]| {
-        Command::new("git")
-            .arg("-C")
-            .arg(workspace)
-            .args(args)
-            .output()
-            .ok()
-            .filter(|o| o.status.success())
-            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned())
-    };
-    let Some(head) = git(&["rev-parse", "--short=12", "HEAD"]) else {
-        return "unknown".to_owned();
-    };
-    let dirty = git(&["status", "--porcelain", "--", "crates", "lua", "benches"])
-        .is_some_and(|s| !s.is_empty());
-    if dirty { format!("{head}+dirty") } else { head }
 }
 
 fn cpu_model() -> String {
