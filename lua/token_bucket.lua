@@ -1,5 +1,6 @@
 -- ratelab token bucket: mirrors `TokenBucket::decide` in crates/token-bucket/src/lib.rs.
--- KEYS[1]  the bucket: struct '<dd' (whole tokens, instant they were counted in µs)
+-- KEYS[1]  the bucket: struct '<Id' (whole tokens as a 4-byte integer, the instant they
+--          were counted in µs as a double: 12 bytes, exact below 2^53)
 -- ARGV[1]  now, µs, or "" to read Redis TIME     ARGV[2]  cost
 -- ARGV[3]  TTL slack, ms (0 with Redis TIME)
 -- ARGV[4]  µs per token T     ARGV[5]  capacity (burst)
@@ -19,7 +20,7 @@ if now > 4503599627370496 then now = 4503599627370496 end
 
 local tokens, last = cap, 0
 local raw = redis.call('GET', KEYS[1])
-if raw then tokens, last = struct.unpack('<dd', raw) end
+if raw then tokens, last = struct.unpack('<Id', raw) end
 -- Whole tokens that arrived; the fraction of the next stays as time since `last`.
 if now > last then
   local arrived = math.floor((now - last) / T)
@@ -34,7 +35,7 @@ if cost <= tokens then
   local reset = last + (cap - tokens) * T - now
   if reset < 0 then reset = 0 end
   if cost > 0 then
-    redis.call('SET', KEYS[1], struct.pack('<dd', tokens, last), 'PX',
+    redis.call('SET', KEYS[1], struct.pack('<Id', tokens, last), 'PX',
       math.ceil(reset / 1000) + slack)
   end
   return {1, cap, tokens, 0, reset, 0}

@@ -188,7 +188,7 @@ impl Bench<'_> {
         let redis_keys: Vec<Vec<u8>> = self
             .keys
             .iter()
-            .map(|k| redis_key(DEFAULT_PREFIX, k, name))
+            .map(|k| redis_key(DEFAULT_PREFIX, k, algorithm.key_suffix()))
             .collect();
         let connection = &self.single;
         let rt = self.rt;
@@ -242,7 +242,11 @@ impl Bench<'_> {
     /// call.
     fn ceiling<A: RedisAlgorithm>(&mut self, algorithm: &A) {
         let name = algorithm.name();
-        let key = redis_key(DEFAULT_PREFIX, b"bench:__rand_int__", name);
+        let key = redis_key(
+            DEFAULT_PREFIX,
+            b"bench:__rand_int__",
+            algorithm.key_suffix(),
+        );
         let mut command = vec![
             "EVALSHA".to_owned(),
             algorithm.script().sha().to_owned(),

@@ -82,10 +82,12 @@ pub struct LockedCell<S>(Mutex<S>);
 impl<S: Send> StateCell for LockedCell<S> {
     type State = S;
 
+    #[inline]
     fn new(state: S) -> Self {
         LockedCell(Mutex::new(state))
     }
 
+    #[inline]
     fn update<R>(&self, mut f: impl FnMut(&mut S) -> R) -> R {
         f(&mut self.0.lock())
     }
@@ -105,10 +107,12 @@ pub struct AtomicCell(AtomicU64);
 impl StateCell for AtomicCell {
     type State = u64;
 
+    #[inline]
     fn new(state: u64) -> Self {
         AtomicCell(AtomicU64::new(state))
     }
 
+    #[inline]
     fn update<R>(&self, mut f: impl FnMut(&mut u64) -> R) -> R {
         let mut current = self.0.load(Ordering::Acquire);
         loop {

@@ -40,6 +40,7 @@ pub struct Decision {
 
 impl Decision {
     /// An admitted request.
+    #[inline]
     pub fn allow(limit: u64, remaining: u64, reset_after_micros: u64) -> Self {
         Decision {
             allowed: true,
@@ -52,6 +53,7 @@ impl Decision {
     }
 
     /// A refused request: it passes if retried after `retry_after_micros`.
+    #[inline]
     pub fn deny(
         limit: u64,
         remaining: u64,
@@ -70,17 +72,20 @@ impl Decision {
 
     /// The same decision, with an admitted request told to wait `delay_micros`
     /// for its slot.
+    #[inline]
     pub fn with_delay(mut self, delay_micros: u64) -> Self {
         self.delay = Duration::from_micros(delay_micros);
         self
     }
 
     /// `retry_after` in whole seconds, rounded up: the HTTP `Retry-After`.
+    #[inline]
     pub fn retry_after_secs(&self) -> u64 {
         ceil_secs(self.retry_after)
     }
 
     /// `reset_after` in whole seconds, rounded up.
+    #[inline]
     pub fn reset_after_secs(&self) -> u64 {
         ceil_secs(self.reset_after)
     }
@@ -88,6 +93,7 @@ impl Decision {
 
 /// Whole seconds in `d`, rounded up: a client told to wait this long never
 /// retries too early.
+#[inline]
 pub fn ceil_secs(d: Duration) -> u64 {
     d.as_secs() + u64::from(d.subsec_nanos() > 0)
 }

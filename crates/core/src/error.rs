@@ -41,6 +41,7 @@ pub enum Error {
 
 impl Error {
     /// A backend failure from any error.
+    #[inline]
     pub fn backend(error: impl Into<Box<dyn std::error::Error + Send + Sync + 'static>>) -> Self {
         Error::Backend(error.into())
     }
@@ -49,6 +50,7 @@ impl Error {
     /// or was too slow, or it is out of room for keys), as opposed to a
     /// request that can never pass. This is where a failure policy (fail open,
     /// fail closed) applies.
+    #[inline]
     pub fn is_unavailable(&self) -> bool {
         matches!(
             self,
@@ -59,6 +61,7 @@ impl Error {
 
 /// `cost` as a `u64`, or [`Error::CostTooHigh`] if it is above `capacity`:
 /// the first line of every algorithm's decision.
+#[inline]
 pub fn ensure_fits(cost: u32, capacity: u64) -> Result<u64, Error> {
     let units = u64::from(cost);
     if units > capacity {

@@ -74,9 +74,9 @@ struct Shard<K, S> {
     no_room_until: u64,
 }
 
-/// Keeps each shard on its own cache lines, so two threads working on
+/// Keeps each shard on its own cache line, so two threads working on
 /// different shards do not invalidate each other's.
-#[repr(align(128))]
+#[repr(align(64))]
 struct Padded<T>(T);
 
 impl<A: Algorithm> Keyed<A, SystemClock, Vec<u8>> {
@@ -106,7 +106,9 @@ impl<A: Algorithm, C: Clock, K: Hash + Eq> Keyed<A, C, K> {
     /// ...), and the default bound of [`DEFAULT_MAX_KEYS`] keys.
     pub fn typed(algorithm: A, clock: C) -> Self {
         let parallelism = std::thread::available_parallelism().map_or(4, usize::from);
-        let shards = (parallelism * 8).next_power_of_two().clamp(8, 256);
+        // Four shards per core, as dashmap does: little contention, little
+        // memory per shard.
+        let shards = (parallelism * 4).next_power_of_two().clamp(4, 256);
         Self::build(algorithm, clock, shards, DEFAULT_MAX_KEYS)
     }
 

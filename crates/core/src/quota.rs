@@ -104,21 +104,25 @@ impl Quota {
     }
 
     /// `limit` units per second.
+    #[inline]
     pub fn per_second(limit: u32) -> Result<Self, QuotaError> {
         Self::new(limit, Duration::from_secs(1))
     }
 
     /// `limit` units per minute.
+    #[inline]
     pub fn per_minute(limit: u32) -> Result<Self, QuotaError> {
         Self::new(limit, Duration::from_secs(60))
     }
 
     /// `limit` units per hour.
+    #[inline]
     pub fn per_hour(limit: u32) -> Result<Self, QuotaError> {
         Self::new(limit, Duration::from_secs(3600))
     }
 
     /// The same rate, with up to `burst` units at once.
+    #[inline]
     pub fn with_burst(self, burst: u32) -> Result<Self, QuotaError> {
         Self::build(self.limit, self.period(), burst)
     }
@@ -170,47 +174,56 @@ impl Quota {
     }
 
     /// Units per period.
+    #[inline]
     pub fn limit(&self) -> u32 {
         self.limit
     }
 
     /// The period over which `limit` units pass.
+    #[inline]
     pub fn period(&self) -> Duration {
         Duration::from_micros(self.period_micros)
     }
 
     /// The period in microseconds.
+    #[inline]
     pub fn period_micros(&self) -> u64 {
         self.period_micros
     }
 
     /// The most units that can pass at once, from full capacity.
+    #[inline]
     pub fn burst(&self) -> u32 {
         self.burst
     }
 
     /// The time one unit takes to come back: `ceil(period / limit)`.
+    #[inline]
     pub fn emission_interval(&self) -> Duration {
         Duration::from_micros(self.emission_interval_micros)
     }
 
     /// [`Quota::emission_interval`] in microseconds.
+    #[inline]
     pub fn emission_interval_micros(&self) -> u64 {
         self.emission_interval_micros
     }
 
     /// The time an empty bucket takes to refill completely:
     /// `burst × emission interval`, in microseconds (the GCRA's tolerance).
+    #[inline]
     pub fn burst_tolerance_micros(&self) -> u64 {
         u64::from(self.burst) * self.emission_interval_micros
     }
 
     /// The window the window algorithms use: `burst` units per this span.
+    #[inline]
     pub fn window(&self) -> Duration {
         Duration::from_micros(self.window_micros)
     }
 
     /// [`Quota::window`] in microseconds.
+    #[inline]
     pub fn window_micros(&self) -> u64 {
         self.window_micros
     }

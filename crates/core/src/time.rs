@@ -32,18 +32,21 @@ pub trait Clock: Send + Sync {
 }
 
 impl<C: Clock + ?Sized> Clock for &C {
+    #[inline]
     fn now_micros(&self) -> u64 {
         (**self).now_micros()
     }
 }
 
 impl<C: Clock + ?Sized> Clock for Arc<C> {
+    #[inline]
     fn now_micros(&self) -> u64 {
         (**self).now_micros()
     }
 }
 
 impl<C: Clock + ?Sized> Clock for Box<C> {
+    #[inline]
     fn now_micros(&self) -> u64 {
         (**self).now_micros()
     }
@@ -57,6 +60,7 @@ impl<C: Clock + ?Sized> Clock for Box<C> {
 #[derive(Debug, Clone, Copy, Default)]
 pub struct SystemClock;
 
+#[inline]
 fn process_origin() -> Instant {
     static ORIGIN: OnceLock<Instant> = OnceLock::new();
     *ORIGIN.get_or_init(Instant::now)
@@ -70,6 +74,7 @@ impl SystemClock {
 }
 
 impl Clock for SystemClock {
+    #[inline]
     fn now_micros(&self) -> u64 {
         // Saturates after 584,000 years of uptime.
         u64::try_from(process_origin().elapsed().as_micros()).unwrap_or(u64::MAX)
@@ -131,6 +136,7 @@ impl CoarseClock {
     }
 
     /// One clock for the whole process, refreshed every millisecond.
+    #[inline]
     pub fn shared() -> Self {
         static SHARED: OnceLock<CoarseClock> = OnceLock::new();
         SHARED
@@ -140,6 +146,7 @@ impl CoarseClock {
 }
 
 impl Clock for CoarseClock {
+    #[inline]
     fn now_micros(&self) -> u64 {
         self.micros.load(Ordering::Relaxed)
     }
@@ -174,6 +181,7 @@ impl ManualClock {
     }
 
     /// A clock at `micros`.
+    #[inline]
     pub fn starting_at(micros: u64) -> Self {
         let clock = Self::new();
         clock.set(micros);
@@ -181,11 +189,13 @@ impl ManualClock {
     }
 
     /// Moves to `micros`, forwards or backwards.
+    #[inline]
     pub fn set(&self, micros: u64) {
         self.micros.store(micros, Ordering::SeqCst);
     }
 
     /// Moves forwards by `by` (saturating at `u64::MAX` µs).
+    #[inline]
     pub fn advance(&self, by: Duration) {
         let by = duration_to_micros(by);
         let _ = self
@@ -196,6 +206,7 @@ impl ManualClock {
     }
 
     /// Moves backwards by `by` (saturating at 0).
+    #[inline]
     pub fn rewind(&self, by: Duration) {
         let by = duration_to_micros(by);
         let _ = self
@@ -207,12 +218,14 @@ impl ManualClock {
 }
 
 impl Clock for ManualClock {
+    #[inline]
     fn now_micros(&self) -> u64 {
         self.micros.load(Ordering::SeqCst)
     }
 }
 
 /// Whole microseconds in `d`, rounded down, saturating at `u64::MAX`.
+#[inline]
 pub fn duration_to_micros(d: Duration) -> u64 {
     u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
 }

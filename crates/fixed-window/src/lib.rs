@@ -62,6 +62,7 @@ pub struct Counter {
 
 impl FixedWindow {
     /// A fixed window limiter for `quota`.
+    #[inline]
     pub fn new(quota: Quota) -> Self {
         FixedWindow {
             quota,
@@ -71,10 +72,12 @@ impl FixedWindow {
     }
 
     /// The window length, µs.
+    #[inline]
     pub fn window_micros(&self) -> u64 {
         self.window
     }
 
+    #[inline]
     fn end_of(&self, counter: &Counter) -> u64 {
         (counter.index + 1) * self.window
     }
@@ -84,22 +87,27 @@ impl Algorithm for FixedWindow {
     type State = Counter;
     type Cell = LockedCell<Counter>;
 
+    #[inline]
     fn name(&self) -> &'static str {
         "fixed-window"
     }
 
+    #[inline]
     fn quota(&self) -> &Quota {
         &self.quota
     }
 
+    #[inline]
     fn capacity(&self) -> u64 {
         self.limit
     }
 
+    #[inline]
     fn initial_state(&self) -> Counter {
         Counter { index: 0, count: 0 }
     }
 
+    #[inline]
     fn decide(&self, stored: &mut Counter, now: u64, cost: u32) -> Result<Decision, Error> {
         let cost = ensure_fits(cost, self.limit)?;
         let index = now / self.window;
@@ -130,6 +138,7 @@ impl Algorithm for FixedWindow {
         ))
     }
 
+    #[inline]
     fn full_at(&self, counter: &Counter) -> u64 {
         if counter.count == 0 {
             0

@@ -15,6 +15,10 @@ static SCRIPT: LazyLock<Script> =
 pub type RedisFixedWindow = RedisLimiter<FixedWindow>;
 
 impl RedisAlgorithm for FixedWindow {
+    fn key_suffix(&self) -> &'static str {
+        "fw"
+    }
+
     fn script(&self) -> &'static Script {
         &SCRIPT
     }

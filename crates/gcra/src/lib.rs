@@ -57,6 +57,7 @@ pub struct Gcra {
 
 impl Gcra {
     /// GCRA for `quota`.
+    #[inline]
     pub fn new(quota: Quota) -> Self {
         Gcra {
             quota,
@@ -66,16 +67,19 @@ impl Gcra {
     }
 
     /// The emission interval `T`, in microseconds.
+    #[inline]
     pub fn interval_micros(&self) -> u64 {
         self.interval
     }
 
     /// The tolerance `τ = burst × T`, in microseconds.
+    #[inline]
     pub fn tolerance_micros(&self) -> u64 {
         self.tolerance
     }
 
     /// Unit requests that fit with the TAT at `tat`.
+    #[inline]
     fn room(&self, now: u64, tat: u64) -> u64 {
         (now + self.tolerance).saturating_sub(tat) / self.interval
     }
@@ -86,22 +90,27 @@ impl Algorithm for Gcra {
     type State = u64;
     type Cell = AtomicCell;
 
+    #[inline]
     fn name(&self) -> &'static str {
         "gcra"
     }
 
+    #[inline]
     fn quota(&self) -> &Quota {
         &self.quota
     }
 
+    #[inline]
     fn capacity(&self) -> u64 {
         u64::from(self.quota.burst())
     }
 
+    #[inline]
     fn initial_state(&self) -> u64 {
         0
     }
 
+    #[inline]
     fn decide(&self, tat: &mut u64, now: u64, cost: u32) -> Result<Decision, Error> {
         let limit = self.capacity();
         let cost = ensure_fits(cost, limit)?;
@@ -124,6 +133,7 @@ impl Algorithm for Gcra {
         ))
     }
 
+    #[inline]
     fn full_at(&self, tat: &u64) -> u64 {
         *tat
     }

@@ -14,6 +14,10 @@ static SCRIPT: LazyLock<Script> =
 pub type RedisGcra = RedisLimiter<Gcra>;
 
 impl RedisAlgorithm for Gcra {
+    fn key_suffix(&self) -> &'static str {
+        "gcra"
+    }
+
     fn script(&self) -> &'static Script {
         &SCRIPT
     }

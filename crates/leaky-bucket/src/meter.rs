@@ -25,6 +25,7 @@ pub struct Level {
 
 impl LeakyMeter {
     /// A leaky bucket meter for `quota`.
+    #[inline]
     pub fn new(quota: Quota) -> Self {
         LeakyMeter {
             quota,
@@ -39,22 +40,27 @@ impl Algorithm for LeakyMeter {
     type State = Level;
     type Cell = LockedCell<Level>;
 
+    #[inline]
     fn name(&self) -> &'static str {
         "leaky-meter"
     }
 
+    #[inline]
     fn quota(&self) -> &Quota {
         &self.quota
     }
 
+    #[inline]
     fn capacity(&self) -> u64 {
         self.capacity
     }
 
+    #[inline]
     fn initial_state(&self) -> Level {
         Level { water: 0, at: 0 }
     }
 
+    #[inline]
     fn decide(&self, level: &mut Level, now: u64, cost: u32) -> Result<Decision, Error> {
         let cost = ensure_fits(cost, self.capacity)?;
         // A clock that went back drains nothing: measure from the later time.
@@ -81,6 +87,7 @@ impl Algorithm for LeakyMeter {
         ))
     }
 
+    #[inline]
     fn full_at(&self, level: &Level) -> u64 {
         level.at + level.water
     }

@@ -21,6 +21,7 @@ pub struct LeakyQueue {
 
 impl LeakyQueue {
     /// A leaky bucket queue for `quota`.
+    #[inline]
     pub fn new(quota: Quota) -> Self {
         LeakyQueue {
             quota,
@@ -36,22 +37,27 @@ impl Algorithm for LeakyQueue {
     type State = u64;
     type Cell = AtomicCell;
 
+    #[inline]
     fn name(&self) -> &'static str {
         "leaky-queue"
     }
 
+    #[inline]
     fn quota(&self) -> &Quota {
         &self.quota
     }
 
+    #[inline]
     fn capacity(&self) -> u64 {
         self.capacity
     }
 
+    #[inline]
     fn initial_state(&self) -> u64 {
         0
     }
 
+    #[inline]
     fn decide(&self, next_free: &mut u64, now: u64, cost: u32) -> Result<Decision, Error> {
         let cost = ensure_fits(cost, self.capacity)?;
         let slot = (*next_free).max(now);
@@ -77,6 +83,7 @@ impl Algorithm for LeakyQueue {
         ))
     }
 
+    #[inline]
     fn full_at(&self, next_free: &u64) -> u64 {
         *next_free
     }

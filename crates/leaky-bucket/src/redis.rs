@@ -21,6 +21,10 @@ pub type RedisLeakyMeter = RedisLimiter<LeakyMeter>;
 pub type RedisLeakyQueue = RedisLimiter<LeakyQueue>;
 
 impl RedisAlgorithm for LeakyMeter {
+    fn key_suffix(&self) -> &'static str {
+        "lm"
+    }
+
     fn script(&self) -> &'static Script {
         &METER
     }
@@ -36,6 +40,10 @@ impl RedisAlgorithm for LeakyMeter {
 }
 
 impl RedisAlgorithm for LeakyQueue {
+    fn key_suffix(&self) -> &'static str {
+        "lq"
+    }
+
     fn script(&self) -> &'static Script {
         &QUEUE
     }

@@ -1,4 +1,5 @@
-//! The key scheme: `<prefix>:{<user key, escaped>}:<algorithm>`.
+//! The key scheme: `<prefix>:{<user key, escaped>}:<algorithm code>`
+//! (the codes: `fw`, `sl`, `sc`, `lm`, `lq`, `tb`, `gcra`).
 //!
 //! The user key is the Redis Cluster hash tag, so every key of one user key
 //! sits in one slot. Braces in it must never change which part is the tag,

@@ -312,7 +312,7 @@ impl<A: RedisAlgorithm> RedisLimiter<A> {
                 .fetch_add(1, Ordering::Relaxed);
             return Ok(refusal);
         }
-        let redis_key = redis_key(&inner.prefix, key, inner.algorithm.name());
+        let redis_key = redis_key(&inner.prefix, key, inner.algorithm.key_suffix());
         let result =
             match tokio::time::timeout(inner.timeout, inner.run(&redis_key, now, cost)).await {
                 Ok(Ok(decision)) => Ok(decision),
@@ -363,7 +363,7 @@ impl<A: RedisAlgorithm> RedisLimiter<A> {
 
     /// The Redis key holding `key`'s state.
     pub fn redis_key(&self, key: &[u8]) -> Vec<u8> {
-        redis_key(&self.inner.prefix, key, self.inner.algorithm.name())
+        redis_key(&self.inner.prefix, key, self.inner.algorithm.key_suffix())
     }
 }
 

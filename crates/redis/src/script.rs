@@ -55,4 +55,9 @@ pub trait RedisAlgorithm: Algorithm + Clone {
 
     /// The parameters the script takes after `now`, `cost` and the slack.
     fn script_params(&self) -> Vec<u64>;
+
+    /// The last part of the Redis key, after the user key: a short code for
+    /// the algorithm (`gcra`, `tb`, ...), short because on Redis the key name
+    /// is a good part of the memory a key takes.
+    fn key_suffix(&self) -> &'static str;
 }

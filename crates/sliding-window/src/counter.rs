@@ -42,6 +42,7 @@ pub struct Windows {
 
 impl SlidingCounter {
     /// A sliding counter limiter for `quota`.
+    #[inline]
     pub fn new(quota: Quota) -> Self {
         let window = quota.window_micros();
         let step = window.div_ceil(MAX_STEPS);
@@ -55,21 +56,25 @@ impl SlidingCounter {
     }
 
     /// The window length, µs.
+    #[inline]
     pub fn window_micros(&self) -> u64 {
         self.window
     }
 
     /// µs per step of the window position.
+    #[inline]
     pub fn step_micros(&self) -> u64 {
         self.step
     }
 
     /// Steps per window.
+    #[inline]
     pub fn steps(&self) -> u64 {
         self.steps
     }
 
     /// Moves the windows forward to `now`'s, if it is later.
+    #[inline]
     fn roll(&self, windows: &mut Windows, now: u64) {
         let index = now / self.window;
         if index == windows.index + 1 {
@@ -90,12 +95,14 @@ impl SlidingCounter {
     /// The largest `x` with `previous × (steps − k) + x × steps <=
     /// limit × steps`: the units that fit on top of the weighted previous
     /// window at step `k`.
+    #[inline]
     fn room_at(&self, previous: u64, k: u64) -> u64 {
         (self.limit * self.steps - previous * (self.steps - k)) / self.steps
     }
 
     /// The first step in a window at which `units` fit on top of `previous`
     /// weighted, or `None` if they never do within the window.
+    #[inline]
     fn first_step_fitting(&self, previous: u64, units: u64) -> Option<u64> {
         if previous == 0 {
             return Some(0);
@@ -107,6 +114,7 @@ impl SlidingCounter {
 
     /// The instant a request of `cost` first fits, given `windows` at `now`
     /// (refused now).
+    #[inline]
     fn retry_at(&self, windows: &Windows, cost: u64) -> u64 {
         let start = windows.index * self.window;
         // Within the current window, as the previous one's weight decays.
@@ -124,6 +132,7 @@ impl SlidingCounter {
     }
 
     /// The instant both windows' counts no longer weigh: back to full.
+    #[inline]
     fn full_at_of(&self, windows: &Windows) -> u64 {
         let start = windows.index * self.window;
         if windows.current > 0 {
@@ -140,18 +149,22 @@ impl Algorithm for SlidingCounter {
     type State = Windows;
     type Cell = LockedCell<Windows>;
 
+    #[inline]
     fn name(&self) -> &'static str {
         "sliding-counter"
     }
 
+    #[inline]
     fn quota(&self) -> &Quota {
         &self.quota
     }
 
+    #[inline]
     fn capacity(&self) -> u64 {
         self.limit
     }
 
+    #[inline]
     fn initial_state(&self) -> Windows {
         Windows {
             index: 0,
@@ -160,6 +173,7 @@ impl Algorithm for SlidingCounter {
         }
     }
 
+    #[inline]
     fn decide(&self, stored: &mut Windows, now: u64, cost: u32) -> Result<Decision, Error> {
         let cost = ensure_fits(cost, self.limit)?;
         // Roll a copy: only an admission with a cost is written back.
@@ -190,6 +204,7 @@ impl Algorithm for SlidingCounter {
         ))
     }
 
+    #[inline]
     fn full_at(&self, windows: &Windows) -> u64 {
         self.full_at_of(windows)
     }

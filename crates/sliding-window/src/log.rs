@@ -27,6 +27,7 @@ pub struct Log {
 
 impl SlidingLog {
     /// A sliding log limiter for `quota`.
+    #[inline]
     pub fn new(quota: Quota) -> Self {
         SlidingLog {
             quota,
@@ -36,11 +37,13 @@ impl SlidingLog {
     }
 
     /// The window length, µs.
+    #[inline]
     pub fn window_micros(&self) -> u64 {
         self.window
     }
 
     /// Drops the entries that have left the window at `now`.
+    #[inline]
     fn prune(&self, log: &mut Log, now: u64) {
         while let Some(&(at, units)) = log.entries.front() {
             if at + self.window > now {
@@ -52,11 +55,13 @@ impl SlidingLog {
     }
 
     /// The instant the log is empty again.
+    #[inline]
     fn empty_at(&self, log: &Log) -> u64 {
         log.entries.back().map_or(0, |&(at, _)| at + self.window)
     }
 
     /// The instant at least `needed` units have left the window.
+    #[inline]
     fn freed_at(&self, log: &Log, needed: u64) -> u64 {
         let mut freed = 0;
         for &(at, units) in &log.entries {
@@ -74,22 +79,27 @@ impl Algorithm for SlidingLog {
     type State = Log;
     type Cell = LockedCell<Log>;
 
+    #[inline]
     fn name(&self) -> &'static str {
         "sliding-log"
     }
 
+    #[inline]
     fn quota(&self) -> &Quota {
         &self.quota
     }
 
+    #[inline]
     fn capacity(&self) -> u64 {
         self.limit
     }
 
+    #[inline]
     fn initial_state(&self) -> Log {
         Log::default()
     }
 
+    #[inline]
     fn decide(&self, log: &mut Log, now: u64, cost: u32) -> Result<Decision, Error> {
         let cost = ensure_fits(cost, self.limit)?;
         self.prune(log, now);
@@ -119,6 +129,7 @@ impl Algorithm for SlidingLog {
         ))
     }
 
+    #[inline]
     fn full_at(&self, log: &Log) -> u64 {
         self.empty_at(log)
     }

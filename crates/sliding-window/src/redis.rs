@@ -21,6 +21,10 @@ pub type RedisSlidingLog = RedisLimiter<SlidingLog>;
 pub type RedisSlidingCounter = RedisLimiter<SlidingCounter>;
 
 impl RedisAlgorithm for SlidingLog {
+    fn key_suffix(&self) -> &'static str {
+        "sl"
+    }
+
     fn script(&self) -> &'static Script {
         &LOG
     }
@@ -31,6 +35,10 @@ impl RedisAlgorithm for SlidingLog {
 }
 
 impl RedisAlgorithm for SlidingCounter {
+    fn key_suffix(&self) -> &'static str {
+        "sc"
+    }
+
     fn script(&self) -> &'static Script {
         &COUNTER
     }

@@ -61,6 +61,7 @@ pub struct Bucket {
 
 impl TokenBucket {
     /// A token bucket for `quota`.
+    #[inline]
     pub fn new(quota: Quota) -> Self {
         TokenBucket {
             quota,
@@ -70,12 +71,14 @@ impl TokenBucket {
     }
 
     /// µs per token.
+    #[inline]
     pub fn interval_micros(&self) -> u64 {
         self.interval
     }
 
     /// Adds the whole tokens that arrived by `now`, keeping the fraction of
     /// the next one as time since `last`.
+    #[inline]
     fn refill(&self, bucket: &mut Bucket, now: u64) {
         if now <= bucket.last {
             // Nothing arrived, or the clock went back: time stands still.
@@ -92,6 +95,7 @@ impl TokenBucket {
     }
 
     /// The instant the bucket holds `tokens` tokens, given what it holds now.
+    #[inline]
     fn when_holding(&self, bucket: &Bucket, tokens: u64) -> u64 {
         bucket.last + tokens.saturating_sub(bucket.tokens) * self.interval
     }
@@ -101,18 +105,22 @@ impl Algorithm for TokenBucket {
     type State = Bucket;
     type Cell = LockedCell<Bucket>;
 
+    #[inline]
     fn name(&self) -> &'static str {
         "token-bucket"
     }
 
+    #[inline]
     fn quota(&self) -> &Quota {
         &self.quota
     }
 
+    #[inline]
     fn capacity(&self) -> u64 {
         self.capacity
     }
 
+    #[inline]
     fn initial_state(&self) -> Bucket {
         Bucket {
             tokens: self.capacity,
@@ -120,6 +128,7 @@ impl Algorithm for TokenBucket {
         }
     }
 
+    #[inline]
     fn decide(&self, stored: &mut Bucket, now: u64, cost: u32) -> Result<Decision, Error> {
         let cost = ensure_fits(cost, self.capacity)?;
         // Refill a copy: only an admission with a cost is written back, so a
@@ -148,6 +157,7 @@ impl Algorithm for TokenBucket {
         ))
     }
 
+    #[inline]
     fn full_at(&self, bucket: &Bucket) -> u64 {
         self.when_holding(bucket, self.capacity)
     }

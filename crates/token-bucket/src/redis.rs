@@ -15,6 +15,10 @@ static SCRIPT: LazyLock<Script> =
 pub type RedisTokenBucket = RedisLimiter<TokenBucket>;
 
 impl RedisAlgorithm for TokenBucket {
+    fn key_suffix(&self) -> &'static str {
+        "tb"
+    }
+
     fn script(&self) -> &'static Script {
         &SCRIPT
     }
