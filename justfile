@@ -9,13 +9,23 @@ default:
 # Everything CI checks: formatting, clippy on all targets, every test and doctest.
 test: lint test-only
 
-# Every test and doctest of the workspace (needs redis-server on PATH).
+# Every test and doctest of the workspace, and every benchmark once in test mode (needs redis-server, redis-cli and redis-benchmark on PATH).
 test-only:
     cargo test --workspace --locked
+    cargo test -p ratelab-benches --benches --locked
 
 # Every algorithm through the same scenarios; writes reports/README.md, charts and data (starts a throwaway redis-server if one is on PATH, or uses REDIS_URL).
 compare *ARGS:
     cargo run --release --locked -p ratelab-compare -- {{ARGS}}
+
+# Benchmarks: every algorithm in memory against governor, and on Redis against redis-benchmark (starts its own Redis); writes reports/bench/ and prints the tables. Arguments go to criterion (a filter, --measurement-time 10).
+bench *ARGS:
+    cargo bench -p ratelab-benches --locked -- {{ARGS}}
+    cargo run --release -p ratelab-benches --locked --bin bench-summary
+
+# The same benchmarks, shorter and noisier (a few minutes).
+bench-quick *ARGS:
+    RATELAB_BENCH_QUICK=1 just bench {{ARGS}}
 
 # Formatting and clippy with warnings as errors, on every target.
 lint:
