@@ -328,6 +328,20 @@ fn num(x: f64, d: usize) -> String {
     }
 }
 
+/// A percentage with three significant digits (26.5, 4.2, 0.0312): small
+/// shares stay visible, large ones do not carry noise digits.
+fn pct(x: f64) -> String {
+    if x == 0.0 {
+        return "0".to_owned();
+    }
+    let magnitude = x.abs().log10().floor();
+    let decimals = [0, 1, 2, 3, 4, 5, 6]
+        .into_iter()
+        .find(|&d| f64::from(d) >= 2.0 - magnitude)
+        .unwrap_or(6);
+    num(x, decimals as usize)
+}
+
 fn spread_text(s: &Spread) -> String {
     s.counts_text()
 }
@@ -685,17 +699,13 @@ fn section_traffic(out: &mut String, t: &scenario::traffic::Traffic, charts: &[S
                 ),
                 format!("{}", o.max_in_window),
                 o.clients_over_limit.to_string(),
-                format!(
-                    "{} ({} %)",
-                    o.false_admissions,
-                    num(o.false_admission_pct, 4)
-                ),
-                format!("{} ({} %)", o.false_refusals, num(o.false_refusal_pct, 4)),
+                format!("{} ({} %)", o.false_admissions, pct(o.false_admission_pct)),
+                format!("{} ({} %)", o.false_refusals, pct(o.false_refusal_pct)),
                 format!(
                     "{} % ({} % / {} %)",
-                    num(o.wrong_pct, 4),
-                    num(o.light.wrong_pct, 4),
-                    num(o.heavy.wrong_pct, 4)
+                    pct(o.wrong_pct),
+                    pct(o.light.wrong_pct),
+                    pct(o.heavy.wrong_pct)
                 ),
             ]
         })
@@ -990,7 +1000,7 @@ pub fn guide(results: &Results) -> Vec<String> {
                     line,
                     ", and on realistic traffic its worst client got {} in a trailing second, with {} % false admissions [Realistic traffic]",
                     o.max_in_window,
-                    num(o.false_admission_pct, 3)
+                    pct(o.false_admission_pct)
                 );
             }
             if let (Some(b), Some(n)) = (bytes("fixed-window"), ns("fixed-window")) {
@@ -1037,11 +1047,11 @@ pub fn guide(results: &Results) -> Vec<String> {
         };
         let mut line = format!(
             "{verdict}: {} % of requests decided differently from the exact log ({} % of the light clients', {} % of the heavy hitters'; {} % false admissions, {} % false refusals in all; Cloudflare reported 0.003 % on its own traffic), worst client {} in a trailing second [Realistic traffic]",
-            num(o.wrong_pct, 4),
-            num(o.light.wrong_pct, 4),
-            num(o.heavy.wrong_pct, 4),
-            num(o.false_admission_pct, 4),
-            num(o.false_refusal_pct, 4),
+            pct(o.wrong_pct),
+            pct(o.light.wrong_pct),
+            pct(o.heavy.wrong_pct),
+            pct(o.false_admission_pct),
+            pct(o.false_refusal_pct),
             o.max_in_window
         );
         if let Some(b) = bytes("sliding-counter") {

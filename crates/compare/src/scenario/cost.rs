@@ -425,7 +425,12 @@ pub async fn run(ctx: &Context<'_>) -> Result<Cost, CompareError> {
             "Every figure was measured by this run, briefly: {summary_note}. The benchmarks (`just bench`) measure longer and more carefully."
         ),
     };
-    let method = vec![
+    let bench_method = "Figures marked (b): as the benchmark report says (reports/bench/README.md, \"How these figures were produced\"): memory, time per check of a keyed limiter on 100,000 keys (on `CoarseClock`), heap bytes per key at 100,000 keys; Redis, one task's time per call, 64 tasks' checks per second on one connection, `MEMORY USAGE` per key.".to_owned();
+    let mut method = Vec::new();
+    if summary.is_some() {
+        method.push(bench_method);
+    }
+    let measured_method = vec![
         format!(
             "Memory, time: a keyed limiter on the system clock, {} checks over {HOT_KEYS} keys in turn, {} repeats; the median of the repeats, in ns per check (admissions and refusals mixed).",
             sizes.memory_checks, sizes.memory_repeats
@@ -447,6 +452,13 @@ pub async fn run(ctx: &Context<'_>) -> Result<Cost, CompareError> {
             sizes.redis_keys
         ),
     ];
+    if any_measured {
+        method.extend(
+            measured_method
+                .into_iter()
+                .map(|m| format!("Measured here: {m}")),
+        );
+    }
     Ok(Cost {
         source,
         method,
