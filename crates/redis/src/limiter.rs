@@ -302,8 +302,12 @@ impl<A: RedisAlgorithm> RedisLimiter<A> {
             TimeSource::Redis => None,
             TimeSource::Client(clock) => Some(clock.now_micros().min(MAX_INSTANT_MICROS)),
         };
-        let local_now = now.unwrap_or_else(|| SystemClock.now_micros());
-        if let Some(cache) = &inner.refusals
+        // The refusal cache's clock: read only when there is a cache.
+        let local_now = inner
+            .refusals
+            .as_ref()
+            .map(|_| now.unwrap_or_else(|| SystemClock.now_micros()));
+        if let (Some(cache), Some(local_now)) = (&inner.refusals, local_now)
             && let Some(refusal) = cache.refusal(key, cost, local_now)
         {
             inner
@@ -328,7 +332,7 @@ impl<A: RedisAlgorithm> RedisLimiter<A> {
         match result {
             Ok(decision) => {
                 inner.counters.answered.fetch_add(1, Ordering::Relaxed);
-                if let Some(cache) = &inner.refusals
+                if let (Some(cache), Some(local_now)) = (&inner.refusals, local_now)
                     && !decision.allowed
                 {
                     cache.remember(key, cost, local_now, &decision);
