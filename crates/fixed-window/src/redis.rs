@@ -12,6 +12,28 @@ static SCRIPT: LazyLock<Script> =
 
 /// A fixed window with its state on Redis, windows aligned on Redis `TIME`
 /// (the Unix epoch).
+///
+/// ```
+/// use ratelab_core::Quota;
+/// use ratelab_fixed_window::{FixedWindow, RedisFixedWindow};
+/// use ratelab_redis::{Connection, RedisLimiter};
+/// # let server = ratelab_testkit::redis::RedisServer::start();
+/// # let url = server.url();
+/// # let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+/// # runtime.block_on(async {
+///
+/// // Every instance that connects to this Redis shares the limit.
+/// let connection = Connection::single(&url).await?;
+/// let limiter: RedisFixedWindow = RedisLimiter::new(connection, FixedWindow::new(Quota::per_hour(10)?));
+/// let mut admitted = 0;
+/// for _ in 0..20 {
+///     admitted += limiter.check(b"client-42", 1).await?.allowed as u32;
+/// }
+/// assert_eq!(admitted, 10);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// # })?;
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 pub type RedisFixedWindow = RedisLimiter<FixedWindow>;
 
 impl RedisAlgorithm for FixedWindow {

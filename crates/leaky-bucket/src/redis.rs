@@ -14,10 +14,54 @@ static QUEUE: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("../../../lua/leaky_queue.lua")));
 
 /// A leaky bucket meter with its state on Redis.
+///
+/// ```
+/// use ratelab_core::Quota;
+/// use ratelab_leaky_bucket::{LeakyMeter, RedisLeakyMeter};
+/// use ratelab_redis::{Connection, RedisLimiter};
+/// # let server = ratelab_testkit::redis::RedisServer::start();
+/// # let url = server.url();
+/// # let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+/// # runtime.block_on(async {
+///
+/// // Every instance that connects to this Redis shares the limit.
+/// let connection = Connection::single(&url).await?;
+/// let limiter: RedisLeakyMeter = RedisLimiter::new(connection, LeakyMeter::new(Quota::per_second(5)?.with_burst(10)?));
+/// let mut admitted = 0;
+/// for _ in 0..20 {
+///     admitted += limiter.check(b"client-42", 1).await?.allowed as u32;
+/// }
+/// assert_eq!(admitted, 10);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// # })?;
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 pub type RedisLeakyMeter = RedisLimiter<LeakyMeter>;
 
 /// A leaky bucket queue with its state on Redis: every instance hands out
 /// slots from the same queue.
+///
+/// ```
+/// use ratelab_core::Quota;
+/// use ratelab_leaky_bucket::{LeakyQueue, RedisLeakyQueue};
+/// use ratelab_redis::{Connection, RedisLimiter};
+/// # let server = ratelab_testkit::redis::RedisServer::start();
+/// # let url = server.url();
+/// # let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+/// # runtime.block_on(async {
+///
+/// // Every instance that connects to this Redis shares the limit.
+/// let connection = Connection::single(&url).await?;
+/// let limiter: RedisLeakyQueue = RedisLimiter::new(connection, LeakyQueue::new(Quota::per_second(5)?.with_burst(10)?));
+/// let mut admitted = 0;
+/// for _ in 0..20 {
+///     admitted += limiter.check(b"client-42", 1).await?.allowed as u32;
+/// }
+/// assert_eq!(admitted, 10);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// # })?;
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 pub type RedisLeakyQueue = RedisLimiter<LeakyQueue>;
 
 impl RedisAlgorithm for LeakyMeter {
