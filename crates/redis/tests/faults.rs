@@ -99,19 +99,27 @@ const POLICIES: [FailurePolicy; 4] = [
     FailurePolicy::Fallback,
 ];
 
+/// One limiter per policy on `connection`, each answered by Redis once.
+async fn warmed_up(
+    connection: &Connection,
+) -> Vec<(FailurePolicy, (RedisLimiter<Gcra>, Arc<AtomicU64>))> {
+    let limiters: Vec<_> = POLICIES
+        .iter()
+        .map(|&p| (p, limiter(connection, p)))
+        .collect();
+    for (_, (limiter, _)) in &limiters {
+        assert!(limiter.check(b"warm", 1).await.unwrap().allowed);
+    }
+    limiters
+}
+
 #[test]
 fn a_killed_server_gets_each_policy_then_recovers_on_restart() {
     let (_, runtime, _) = common::shared();
     let mut server = RedisServer::start();
     runtime.block_on(async {
         let connection = Connection::single(&server.url()).await.unwrap();
-        let limiters: Vec<_> = POLICIES
-            .iter()
-            .map(|&p| (p, limiter(&connection, p)))
-            .collect();
-        for (_, (limiter, _)) in &limiters {
-            assert!(limiter.check(b"warm", 1).await.unwrap().allowed);
-        }
+        let limiters = warmed_up(&connection).await;
         server.kill();
         for (policy, (limiter, alerts)) in &limiters {
             let answers = while_away(limiter).await;
@@ -139,13 +147,7 @@ fn a_paused_server_times_out_then_gets_each_policy() {
     let server = RedisServer::start();
     runtime.block_on(async {
         let connection = Connection::single(&server.url()).await.unwrap();
-        let limiters: Vec<_> = POLICIES
-            .iter()
-            .map(|&p| (p, limiter(&connection, p)))
-            .collect();
-        for (_, (limiter, _)) in &limiters {
-            assert!(limiter.check(b"warm", 1).await.unwrap().allowed);
-        }
+        let limiters = warmed_up(&connection).await;
         server.pause();
         for (policy, (limiter, alerts)) in &limiters {
             let answers = while_away(limiter).await;
