@@ -4,18 +4,11 @@
 -- ARGV[3]  TTL slack, ms (0 with Redis TIME)
 -- ARGV[4]  window length W, µs     ARGV[5]  limit per window
 -- Returns {allowed, limit, remaining, retry_after_us, reset_after_us, delay_us}.
-local now = tonumber(ARGV[1])
-if not now then
-  local t = redis.call('TIME')
-  now = t[1] * 1000000 + t[2]
-end
-local cost, slack = tonumber(ARGV[2]), tonumber(ARGV[3])
-local W, limit = tonumber(ARGV[4]), tonumber(ARGV[5])
-if not (cost and slack and W and limit) or now < 0 or cost < 0 or cost > limit
-    or cost % 1 ~= 0 or now % 1 ~= 0 or W < 1 then
+-- (prologue.lua comes first: it sets now, cost, slack, P and args_ok.)
+local W, limit = P[1], P[2]
+if not (args_ok and limit and cost <= limit and W >= 1) then
   return redis.error_reply('ratelab fixed-window: invalid arguments')
 end
-if now > 4503599627370496 then now = 4503599627370496 end
 
 local index, count = 0, 0
 local raw = redis.call('GET', KEYS[1])

@@ -5,18 +5,11 @@
 -- ARGV[4]  emission interval T, µs   ARGV[5]  tolerance = burst x T, µs   ARGV[6]  burst
 -- Returns {allowed, limit, remaining, retry_after_us, reset_after_us, delay_us}: integers
 -- below 2^53, exact in Lua's doubles (Redis passes numbers to commands exactly too).
-local now = tonumber(ARGV[1])
-if not now then
-  local t = redis.call('TIME')
-  now = t[1] * 1000000 + t[2]
-end
-local cost, slack = tonumber(ARGV[2]), tonumber(ARGV[3])
-local T, tau, cap = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
-if not (cost and slack and T and tau and cap) or now < 0 or cost < 0 or cost > cap
-    or cost % 1 ~= 0 or now % 1 ~= 0 or T < 1 then
+-- (prologue.lua comes first: it sets now, cost, slack, P and args_ok.)
+local T, tau, cap = P[1], P[2], P[3]
+if not (args_ok and cap and cost <= cap and T >= 1) then
   return redis.error_reply('ratelab gcra: invalid arguments')
 end
-if now > 4503599627370496 then now = 4503599627370496 end
 
 local tat = tonumber(redis.call('GET', KEYS[1])) or 0
 if tat < now then tat = now end

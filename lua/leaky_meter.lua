@@ -5,18 +5,11 @@
 -- ARGV[3]  TTL slack, ms (0 with Redis TIME)
 -- ARGV[4]  µs per unit T     ARGV[5]  depth = burst x T, µs     ARGV[6]  capacity (burst)
 -- Returns {allowed, limit, remaining, retry_after_us, reset_after_us, delay_us}.
-local now = tonumber(ARGV[1])
-if not now then
-  local t = redis.call('TIME')
-  now = t[1] * 1000000 + t[2]
-end
-local cost, slack = tonumber(ARGV[2]), tonumber(ARGV[3])
-local T, depth, cap = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
-if not (cost and slack and T and depth and cap) or now < 0 or cost < 0 or cost > cap
-    or cost % 1 ~= 0 or now % 1 ~= 0 or T < 1 then
+-- (prologue.lua comes first: it sets now, cost, slack, P and args_ok.)
+local T, depth, cap = P[1], P[2], P[3]
+if not (args_ok and cap and cost <= cap and T >= 1) then
   return redis.error_reply('ratelab leaky-meter: invalid arguments')
 end
-if now > 4503599627370496 then now = 4503599627370496 end
 
 local water, at = 0, 0
 local raw = redis.call('GET', KEYS[1])

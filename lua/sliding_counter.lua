@@ -6,18 +6,12 @@
 -- ARGV[4]  window length W, µs   ARGV[5]  limit   ARGV[6]  µs per step   ARGV[7]  steps per window
 -- Returns {allowed, limit, remaining, retry_after_us, reset_after_us, delay_us}.
 -- limit x steps < 2^48: every product below is exact.
-local now = tonumber(ARGV[1])
-if not now then
-  local t = redis.call('TIME')
-  now = t[1] * 1000000 + t[2]
-end
-local cost, slack = tonumber(ARGV[2]), tonumber(ARGV[3])
-local W, limit, step, steps = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
-if not (cost and slack and W and limit and step and steps) or now < 0 or cost < 0
-    or cost > limit or cost % 1 ~= 0 or now % 1 ~= 0 or W < 1 or step < 1 or steps < 1 then
+-- (prologue.lua comes first: it sets now, cost, slack, P and args_ok.)
+local W, limit, step, steps = P[1], P[2], P[3], P[4]
+if not (args_ok and steps and cost <= limit and W >= 1 and step >= 1
+    and steps >= 1) then
   return redis.error_reply('ratelab sliding-counter: invalid arguments')
 end
-if now > 4503599627370496 then now = 4503599627370496 end
 
 local index, previous, current = 0, 0, 0
 local raw = redis.call('GET', KEYS[1])

@@ -146,7 +146,7 @@ mod tests {
         let quota = Quota::per_second(10).unwrap();
         for name in NAMES {
             let limiter = keyed(name, quota, ratelab_core::ManualClock::new());
-            assert_eq!(limiter.algorithm(), name);
+            assert_eq!(limiter.algorithm_name(), name);
             let mut sim = simulated(name, quota, 2);
             assert!(sim.decide(1, 0, 1).unwrap().allowed);
         }

@@ -8,7 +8,6 @@
 //!   round-robin load balancer: each instance admits the whole limit (the
 //!   third test).
 
-use std::collections::VecDeque;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use ratelab_core::{
@@ -45,11 +44,11 @@ impl Codec for u64 {
 
 impl Codec for Counter {
     fn encode(&self) -> String {
-        format!("{} {}", self.index, self.count)
+        format!("{} {}", self.index(), self.count())
     }
     fn decode(text: &str) -> Option<Self> {
         match numbers(text)?[..] {
-            [index, count] => Some(Counter { index, count }),
+            [index, count] => Some(Counter::from_parts(index, count)),
             _ => None,
         }
     }
@@ -57,15 +56,11 @@ impl Codec for Counter {
 
 impl Codec for Windows {
     fn encode(&self) -> String {
-        format!("{} {} {}", self.index, self.previous, self.current)
+        format!("{} {} {}", self.index(), self.previous(), self.current())
     }
     fn decode(text: &str) -> Option<Self> {
         match numbers(text)?[..] {
-            [index, previous, current] => Some(Windows {
-                index,
-                previous,
-                current,
-            }),
+            [index, previous, current] => Some(Windows::from_parts(index, previous, current)),
             _ => None,
         }
     }
@@ -73,11 +68,11 @@ impl Codec for Windows {
 
 impl Codec for Level {
     fn encode(&self) -> String {
-        format!("{} {}", self.water, self.at)
+        format!("{} {}", self.water(), self.at())
     }
     fn decode(text: &str) -> Option<Self> {
         match numbers(text)?[..] {
-            [water, at] => Some(Level { water, at }),
+            [water, at] => Some(Level::from_parts(water, at)),
             _ => None,
         }
     }
@@ -85,11 +80,11 @@ impl Codec for Level {
 
 impl Codec for Bucket {
     fn encode(&self) -> String {
-        format!("{} {}", self.tokens, self.last)
+        format!("{} {}", self.tokens(), self.last())
     }
     fn decode(text: &str) -> Option<Self> {
         match numbers(text)?[..] {
-            [tokens, last] => Some(Bucket { tokens, last }),
+            [tokens, last] => Some(Bucket::from_parts(tokens, last)),
             _ => None,
         }
     }
@@ -97,8 +92,8 @@ impl Codec for Bucket {
 
 impl Codec for Log {
     fn encode(&self) -> String {
-        let mut text = self.total.to_string();
-        for (at, units) in &self.entries {
+        let mut text = self.total().to_string();
+        for (at, units) in self.entries() {
             text.push_str(&format!(" {at} {units}"));
         }
         text
@@ -109,8 +104,8 @@ impl Codec for Log {
         if rest.len() % 2 != 0 {
             return None;
         }
-        let entries: VecDeque<(u64, u64)> = rest.chunks(2).map(|p| (p[0], p[1])).collect();
-        Some(Log { entries, total })
+        let log = Log::from_entries(rest.chunks(2).map(|p| (p[0], p[1])))?;
+        (log.total() == total).then_some(log)
     }
 }
 
@@ -142,7 +137,7 @@ where
     fn quota(&self) -> Quota {
         *self.algorithm.quota()
     }
-    fn algorithm(&self) -> &'static str {
+    fn algorithm_name(&self) -> &'static str {
         self.algorithm.name()
     }
     fn backend(&self) -> &'static str {
@@ -252,8 +247,8 @@ impl Limiter for PerInstance {
     fn quota(&self) -> Quota {
         self.instances[0].quota()
     }
-    fn algorithm(&self) -> &'static str {
-        self.instances[0].algorithm()
+    fn algorithm_name(&self) -> &'static str {
+        self.instances[0].algorithm_name()
     }
     fn backend(&self) -> &'static str {
         "memory per instance (flawed)"
@@ -274,23 +269,16 @@ mod tests {
 
     #[test]
     fn states_survive_the_round_trip() {
-        let log = Log {
-            entries: [(5, 1), (9, 3)].into_iter().collect(),
-            total: 4,
-        };
+        let log = Log::from_entries([(5, 1), (9, 3)]).unwrap();
         assert_eq!(Log::decode(&log.encode()), Some(log));
         assert_eq!(Log::decode(""), None);
-        let bucket = Bucket { tokens: 3, last: 7 };
+        let bucket = Bucket::from_parts(3, 7);
         assert_eq!(Bucket::decode(&bucket.encode()), Some(bucket));
-        let w = Windows {
-            index: 1,
-            previous: 2,
-            current: 3,
-        };
+        let w = Windows::from_parts(1, 2, 3);
         assert_eq!(Windows::decode(&w.encode()), Some(w));
-        let c = Counter { index: 4, count: 5 };
+        let c = Counter::from_parts(4, 5);
         assert_eq!(Counter::decode(&c.encode()), Some(c));
-        let l = Level { water: 6, at: 7 };
+        let l = Level::from_parts(6, 7);
         assert_eq!(Level::decode(&l.encode()), Some(l));
         assert_eq!(u64::decode(" 8 "), Some(8));
     }

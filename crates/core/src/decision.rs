@@ -39,42 +39,57 @@ pub struct Decision {
 }
 
 impl Decision {
-    /// An admitted request.
+    /// An admitted request, with nothing remaining and full now until the
+    /// `with_*` methods say otherwise:
+    /// `Decision::admitted(10).with_remaining(4).with_reset_after_micros(1_200_000)`.
     #[inline]
-    pub fn allow(limit: u64, remaining: u64, reset_after_micros: u64) -> Self {
+    pub const fn admitted(limit: u64) -> Self {
         Decision {
             allowed: true,
             limit,
-            remaining,
+            remaining: 0,
             retry_after: Duration::ZERO,
-            reset_after: Duration::from_micros(reset_after_micros),
+            reset_after: Duration::ZERO,
             delay: Duration::ZERO,
         }
     }
 
-    /// A refused request: it passes if retried after `retry_after_micros`.
+    /// A refused request, to be completed by the `with_*` methods:
+    /// `Decision::refused(10).with_retry_after_micros(200_000).with_reset_after_micros(2_000_000)`.
     #[inline]
-    pub fn deny(
-        limit: u64,
-        remaining: u64,
-        retry_after_micros: u64,
-        reset_after_micros: u64,
-    ) -> Self {
+    pub const fn refused(limit: u64) -> Self {
         Decision {
             allowed: false,
-            limit,
-            remaining,
-            retry_after: Duration::from_micros(retry_after_micros),
-            reset_after: Duration::from_micros(reset_after_micros),
-            delay: Duration::ZERO,
+            ..Decision::admitted(limit)
         }
     }
 
-    /// The same decision, with an admitted request told to wait `delay_micros`
-    /// for its slot.
+    /// The same decision with `remaining` unit requests still admissible now.
     #[inline]
-    pub fn with_delay(mut self, delay_micros: u64) -> Self {
-        self.delay = Duration::from_micros(delay_micros);
+    pub const fn with_remaining(mut self, remaining: u64) -> Self {
+        self.remaining = remaining;
+        self
+    }
+
+    /// The same decision with a retry passing after `micros`.
+    #[inline]
+    pub const fn with_retry_after_micros(mut self, micros: u64) -> Self {
+        self.retry_after = Duration::from_micros(micros);
+        self
+    }
+
+    /// The same decision with the key back to full capacity after `micros`.
+    #[inline]
+    pub const fn with_reset_after_micros(mut self, micros: u64) -> Self {
+        self.reset_after = Duration::from_micros(micros);
+        self
+    }
+
+    /// The same decision, with an admitted request told to wait `micros` for
+    /// its slot (leaky bucket queue).
+    #[inline]
+    pub const fn with_delay_micros(mut self, micros: u64) -> Self {
+        self.delay = Duration::from_micros(micros);
         self
     }
 
@@ -108,7 +123,9 @@ mod tests {
         assert_eq!(ceil_secs(Duration::from_micros(1)), 1);
         assert_eq!(ceil_secs(Duration::from_secs(1)), 1);
         assert_eq!(ceil_secs(Duration::from_millis(1001)), 2);
-        let d = Decision::deny(10, 0, 200_000, 2_000_000);
+        let d = Decision::refused(10)
+            .with_retry_after_micros(200_000)
+            .with_reset_after_micros(2_000_000);
         assert_eq!((d.retry_after_secs(), d.reset_after_secs()), (1, 2));
     }
 }

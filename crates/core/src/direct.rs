@@ -25,7 +25,7 @@ use crate::{Decision, Error, Quota};
 /// #     fn capacity(&self) -> u64 { 1 }
 /// #     fn initial_state(&self) -> u64 { 0 }
 /// #     fn decide(&self, _: &mut u64, _: u64, _: u32) -> Result<Decision, Error> {
-/// #         Ok(Decision::allow(1, 1, 0))
+/// #         Ok(Decision::admitted(1).with_remaining(1).with_reset_after_micros(0))
 /// #     }
 /// #     fn full_at(&self, _: &u64) -> u64 { 0 }
 /// # }

@@ -39,7 +39,33 @@ pub enum Error {
     Backend(#[source] Box<dyn std::error::Error + Send + Sync + 'static>),
 }
 
+/// What kind of [`Error`] a limiter answered: comparable, copyable, for
+/// matching and tests (an [`Error`] may wrap a backend error that is neither).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum ErrorKind {
+    /// [`Error::CostTooHigh`].
+    CostTooHigh,
+    /// [`Error::TooManyKeys`].
+    TooManyKeys,
+    /// [`Error::Timeout`].
+    Timeout,
+    /// [`Error::Backend`].
+    Backend,
+}
+
 impl Error {
+    /// What kind of error this is.
+    #[inline]
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            Error::CostTooHigh { .. } => ErrorKind::CostTooHigh,
+            Error::TooManyKeys { .. } => ErrorKind::TooManyKeys,
+            Error::Timeout(_) => ErrorKind::Timeout,
+            Error::Backend(_) => ErrorKind::Backend,
+        }
+    }
+
     /// A backend failure from any error.
     #[inline]
     pub fn backend(error: impl Into<Box<dyn std::error::Error + Send + Sync + 'static>>) -> Self {

@@ -260,7 +260,7 @@ impl<A: Algorithm, C: Clock> Limiter for Keyed<A, C, Vec<u8>> {
         *self.algorithm.quota()
     }
 
-    fn algorithm(&self) -> &'static str {
+    fn algorithm_name(&self) -> &'static str {
         self.algorithm.name()
     }
 

@@ -30,10 +30,15 @@
 //!             return Err(Error::CostTooHigh { cost: cost as u32, capacity: self.capacity() });
 //!         }
 //!         if *used + cost > self.capacity() {
-//!             return Ok(Decision::deny(self.capacity(), self.capacity() - *used, u64::MAX, u64::MAX));
+//!             return Ok(Decision::refused(self.capacity())
+//!                 .with_remaining(self.capacity() - *used)
+//!                 .with_retry_after_micros(u64::MAX)
+//!                 .with_reset_after_micros(u64::MAX));
 //!         }
 //!         *used += cost;
-//!         Ok(Decision::allow(self.capacity(), self.capacity() - *used, u64::MAX))
+//!         Ok(Decision::admitted(self.capacity())
+//!             .with_remaining(self.capacity() - *used)
+//!             .with_reset_after_micros(u64::MAX))
 //!     }
 //!     fn full_at(&self, used: &u64) -> u64 { if *used == 0 { 0 } else { u64::MAX } }
 //! }
@@ -62,6 +67,7 @@ mod direct;
 mod error;
 mod keyed;
 mod limiter;
+mod log_gate;
 mod quota;
 mod time;
 mod wait;
@@ -69,13 +75,14 @@ mod wait;
 pub use algorithm::{Algorithm, AtomicCell, LockedCell, StateCell};
 pub use decision::{Decision, ceil_secs};
 pub use direct::Direct;
-pub use error::{Error, ensure_fits};
+pub use error::{Error, ErrorKind, ensure_fits};
 pub use keyed::{DEFAULT_MAX_KEYS, Keyed};
 pub use limiter::{AsyncRateLimiter, CheckFuture, Limiter, RateLimiter};
+pub use log_gate::LogGate;
 pub use quota::{Quota, QuotaError};
 pub use time::{
     Clock, CoarseClock, MAX_INSTANT_MICROS, MAX_SPAN_MICROS, ManualClock, SystemClock,
-    duration_to_micros,
+    clamp_instant, duration_to_micros,
 };
 #[cfg(feature = "tokio")]
 pub use wait::wait_and_consume_async;

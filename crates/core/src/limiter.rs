@@ -21,7 +21,10 @@ pub trait Limiter: Send + Sync {
     fn quota(&self) -> Quota;
 
     /// The algorithm's short name: `"gcra"`, `"token-bucket"`, ...
-    fn algorithm(&self) -> &'static str;
+    ///
+    /// A name, not the algorithm: a concrete limiter's inherent
+    /// `algorithm()` gives the algorithm and its parameters.
+    fn algorithm_name(&self) -> &'static str;
 
     /// Where the state lives: `"memory"`, `"redis"`, ...
     fn backend(&self) -> &'static str;
@@ -59,8 +62,8 @@ macro_rules! forward_through_pointer {
             fn quota(&self) -> Quota {
                 (**self).quota()
             }
-            fn algorithm(&self) -> &'static str {
-                (**self).algorithm()
+            fn algorithm_name(&self) -> &'static str {
+                (**self).algorithm_name()
             }
             fn backend(&self) -> &'static str {
                 (**self).backend()

@@ -18,6 +18,18 @@ use std::time::{Duration, Instant};
 /// admit more.
 pub const MAX_INSTANT_MICROS: u64 = 1 << 52;
 
+/// A clock reading as the algorithms take it: at most
+/// [`MAX_INSTANT_MICROS`]. Every runner (in memory, Redis client time) clamps
+/// through this one function; the scripts do the same in their prologue.
+#[inline]
+pub const fn clamp_instant(micros: u64) -> u64 {
+    if micros > MAX_INSTANT_MICROS {
+        MAX_INSTANT_MICROS
+    } else {
+        micros
+    }
+}
+
 /// The longest span a quota may involve (its period, or the time a full burst
 /// takes to refill): 2^50 µs, about 35.7 years.
 pub const MAX_SPAN_MICROS: u64 = 1 << 50;

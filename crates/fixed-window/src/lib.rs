@@ -33,10 +33,6 @@
 #![warn(missing_docs)]
 #![forbid(unsafe_code)]
 
-#[cfg(feature = "redis")]
-mod redis;
-#[cfg(feature = "redis")]
-pub use redis::RedisFixedWindow;
 
 use ratelab_core::{Algorithm, Decision, Error, LockedCell, Quota, ensure_fits};
 
@@ -55,9 +51,30 @@ pub struct FixedWindow {
 pub struct Counter {
     /// The window's index: it spans `[index × window, (index + 1) × window)`.
     /// Never moves backwards.
-    pub index: u64,
+    index: u64,
     /// Units admitted in it.
-    pub count: u64,
+    count: u64,
+}
+
+impl Counter {
+    /// A counter of `count` units in window `index` (as a store that keeps
+    /// the state elsewhere read it back).
+    #[inline]
+    pub const fn from_parts(index: u64, count: u64) -> Self {
+        Counter { index, count }
+    }
+
+    /// The window's index: it spans `[index × window, (index + 1) × window)`.
+    #[inline]
+    pub const fn index(&self) -> u64 {
+        self.index
+    }
+
+    /// Units admitted in the window.
+    #[inline]
+    pub const fn count(&self) -> u64 {
+        self.count
+    }
 }
 
 impl FixedWindow {
@@ -124,18 +141,9 @@ impl Algorithm for FixedWindow {
                 *stored = counter;
             }
             let reset = if counter.count == 0 { 0 } else { until_end };
-            return Ok(Decision::allow(
-                self.limit,
-                self.limit - counter.count,
-                reset,
-            ));
+            return Ok(Decision::admitted(self.limit).with_remaining(self.limit - counter.count).with_reset_after_micros(reset));
         }
-        Ok(Decision::deny(
-            self.limit,
-            self.limit - counter.count,
-            until_end,
-            until_end,
-        ))
+        Ok(Decision::refused(self.limit).with_remaining(self.limit - counter.count).with_retry_after_micros(until_end).with_reset_after_micros(until_end))
     }
 
     #[inline]

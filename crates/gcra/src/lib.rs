@@ -38,10 +38,6 @@
 #![warn(missing_docs)]
 #![forbid(unsafe_code)]
 
-#[cfg(feature = "redis")]
-mod redis;
-#[cfg(feature = "redis")]
-pub use redis::RedisGcra;
 
 use ratelab_core::{Algorithm, AtomicCell, Decision, Error, Quota, ensure_fits};
 
@@ -123,14 +119,9 @@ impl Algorithm for Gcra {
             if cost > 0 {
                 *tat = next;
             }
-            return Ok(Decision::allow(limit, self.room(now, next), next - now));
+            return Ok(Decision::admitted(limit).with_remaining(self.room(now, next)).with_reset_after_micros(next - now));
         }
-        Ok(Decision::deny(
-            limit,
-            self.room(now, current),
-            next - self.tolerance - now,
-            current - now,
-        ))
+        Ok(Decision::refused(limit).with_remaining(self.room(now, current)).with_retry_after_micros(next - self.tolerance - now).with_reset_after_micros(current - now))
     }
 
     #[inline]

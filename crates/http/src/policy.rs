@@ -243,7 +243,7 @@ impl fmt::Debug for Policy {
         f.debug_struct("Policy")
             .field("name", &self.name)
             .field("quota", &self.limiter.quota())
-            .field("algorithm", &self.limiter.algorithm())
+            .field("algorithm", &self.limiter.algorithm_name())
             .field("backend", &self.limiter.backend())
             .field("routes", &self.routes)
             .field("plans", &self.plans)

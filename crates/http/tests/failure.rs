@@ -29,7 +29,7 @@ impl Limiter for Stuck {
     fn quota(&self) -> Quota {
         Quota::per_minute(10).unwrap()
     }
-    fn algorithm(&self) -> &'static str {
+    fn algorithm_name(&self) -> &'static str {
         "gcra"
     }
     fn backend(&self) -> &'static str {
@@ -47,7 +47,7 @@ impl Limiter for Broken {
     fn quota(&self) -> Quota {
         Quota::per_minute(10).unwrap()
     }
-    fn algorithm(&self) -> &'static str {
+    fn algorithm_name(&self) -> &'static str {
         "gcra"
     }
     fn backend(&self) -> &'static str {

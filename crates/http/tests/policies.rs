@@ -301,7 +301,7 @@ async fn every_algorithm_fits_behind_the_layer() {
         Arc::new(Keyed::with_clock(SlidingCounter::new(quota), clock.clone())),
     ];
     for limiter in limiters {
-        let name = limiter.algorithm();
+        let name = limiter.algorithm_name();
         let shared: Arc<dyn AsyncRateLimiter> = Arc::new(limiter.clone());
         let layer = RateLimitLayer::builder()
             .policy(Policy::shared("default", shared))

@@ -41,10 +41,6 @@
 #![warn(missing_docs)]
 #![forbid(unsafe_code)]
 
-#[cfg(feature = "redis")]
-mod redis;
-#[cfg(feature = "redis")]
-pub use redis::{RedisLeakyMeter, RedisLeakyQueue};
 
 mod meter;
 mod queue;

@@ -18,9 +18,30 @@ pub struct LeakyMeter {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Level {
     /// µs of draining left at `at`.
-    pub water: u64,
+    water: u64,
     /// When `water` was measured, µs. Never moves backwards.
-    pub at: u64,
+    at: u64,
+}
+
+impl Level {
+    /// `water` µs of draining left at instant `at` (as a store that keeps
+    /// the state elsewhere read it back).
+    #[inline]
+    pub const fn from_parts(water: u64, at: u64) -> Self {
+        Level { water, at }
+    }
+
+    /// µs of draining left at [`Level::at`].
+    #[inline]
+    pub const fn water(&self) -> u64 {
+        self.water
+    }
+
+    /// When the water was measured, µs.
+    #[inline]
+    pub const fn at(&self) -> u64 {
+        self.at
+    }
 }
 
 impl LeakyMeter {
@@ -73,18 +94,9 @@ impl Algorithm for LeakyMeter {
             if cost > 0 {
                 *level = Level { water: poured, at };
             }
-            return Ok(Decision::allow(
-                self.capacity,
-                (self.depth - poured) / self.interval,
-                ahead + poured,
-            ));
+            return Ok(Decision::admitted(self.capacity).with_remaining((self.depth - poured) / self.interval).with_reset_after_micros(ahead + poured));
         }
-        Ok(Decision::deny(
-            self.capacity,
-            (self.depth - water) / self.interval,
-            ahead + poured - self.depth,
-            ahead + water,
-        ))
+        Ok(Decision::refused(self.capacity).with_remaining((self.depth - water) / self.interval).with_retry_after_micros(ahead + poured - self.depth).with_reset_after_micros(ahead + water))
     }
 
     #[inline]

@@ -67,20 +67,15 @@ impl Algorithm for LeakyQueue {
                 *next_free = after;
             }
             let room = (self.depth - (after - now)) / self.interval;
-            let decision = Decision::allow(self.capacity, room, after - now);
+            let decision = Decision::admitted(self.capacity).with_remaining(room).with_reset_after_micros(after - now);
             // A peek reserves no slot, so it has nothing to wait for.
             return Ok(if cost > 0 {
-                decision.with_delay(slot - now)
+                decision.with_delay_micros(slot - now)
             } else {
                 decision
             });
         }
-        Ok(Decision::deny(
-            self.capacity,
-            self.depth.saturating_sub(slot - now) / self.interval,
-            after - self.depth - now,
-            slot - now,
-        ))
+        Ok(Decision::refused(self.capacity).with_remaining(self.depth.saturating_sub(slot - now) / self.interval).with_retry_after_micros(after - self.depth - now).with_reset_after_micros(slot - now))
     }
 
     #[inline]

@@ -71,6 +71,14 @@ impl Connection {
         }
     }
 
+    /// Loads `script` (`SCRIPT LOAD`; on a cluster, on every master).
+    pub async fn load_script(&self, script: &redis::Script) -> RedisResult<String> {
+        match self {
+            Connection::Single(manager) => script.load_async(&mut manager.clone()).await,
+            Connection::Cluster(cluster) => script.load_async(&mut cluster.clone()).await,
+        }
+    }
+
     /// `"single"` or `"cluster"`.
     pub fn kind(&self) -> &'static str {
         match self {

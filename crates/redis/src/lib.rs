@@ -37,16 +37,31 @@
 #![warn(missing_docs)]
 #![forbid(unsafe_code)]
 
+mod alert;
+mod algorithms;
+mod builder;
 mod connection;
+mod failure;
 mod key;
 mod limiter;
+mod refusal_cache;
+mod reply;
 mod script;
+mod settings;
+mod stats;
 
+pub use alert::Alert;
+pub use algorithms::{
+    RedisFixedWindow, RedisGcra, RedisLeakyMeter, RedisLeakyQueue, RedisSlidingCounter,
+    RedisSlidingLog, RedisTokenBucket,
+};
+pub use builder::RedisLimiterBuilder;
 pub use connection::Connection;
 pub use key::{hash_tag, redis_key};
-pub use limiter::{
-    Alert, DEFAULT_CLIENT_TTL_SLACK, DEFAULT_PREFIX, DEFAULT_TIMEOUT, FailurePolicy, RedisLimiter,
-    RedisLimiterBuilder, Stats, TimeSource,
-};
+pub use limiter::RedisLimiter;
 pub use redis::RedisError;
-pub use script::{RedisAlgorithm, Script};
+pub use script::{RedisAlgorithm, Script, ScriptArgs};
+pub use settings::{
+    DEFAULT_CLIENT_TTL_SLACK, DEFAULT_PREFIX, DEFAULT_TIMEOUT, FailurePolicy, TimeSource,
+};
+pub use stats::Stats;

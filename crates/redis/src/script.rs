@@ -1,14 +1,18 @@
-//! [`Script`] and [`RedisAlgorithm`]: an algorithm's Lua mirror and its
-//! arguments.
+//! [`Script`] and [`RedisAlgorithm`]: an algorithm's Lua mirror, its
+//! arguments, and the one path every script call takes.
 
 use std::fmt;
 
 use ratelab_core::Algorithm;
+use redis::{ErrorKind, FromRedisValue, RedisResult, ServerErrorKind, ToRedisArgs};
 
-/// A Lua script and its SHA1, as `EVALSHA` wants it.
+use crate::connection::Connection;
+
+/// A Lua script (the shared prologue followed by an algorithm's file) and
+/// its SHA1, as `EVALSHA` wants it.
 pub struct Script {
     source: &'static str,
-    sha: String,
+    script: redis::Script,
 }
 
 impl Script {
@@ -16,24 +20,64 @@ impl Script {
     pub fn new(source: &'static str) -> Self {
         Script {
             source,
-            sha: redis::Script::new(source).get_hash().to_owned(),
+            script: redis::Script::new(source),
         }
     }
 
-    /// The Lua source.
+    /// The Lua source, as sent to Redis.
     pub fn source(&self) -> &'static str {
         self.source
     }
 
     /// The SHA1 of the source, in hex.
     pub fn sha(&self) -> &str {
-        &self.sha
+        self.script.get_hash()
+    }
+
+    /// `EVALSHA sha 1 key args...`. After `NOSCRIPT` (a flush, a restart, a
+    /// failover, a cluster node that never saw it) the script is loaded
+    /// (`SCRIPT LOAD`, on every master of a cluster), `on_reload` is told,
+    /// and the very same command is sent once more.
+    pub async fn invoke<T: FromRedisValue>(
+        &self,
+        connection: &Connection,
+        key: &[u8],
+        args: &ScriptArgs,
+        on_reload: impl FnOnce(),
+    ) -> RedisResult<T> {
+        let mut cmd = redis::cmd("EVALSHA");
+        cmd.arg(self.sha()).arg(1).arg(key).arg(&args.0);
+        match connection.query(&cmd).await {
+            Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
+                on_reload();
+                connection.load_script(&self.script).await?;
+                connection.query(&cmd).await
+            }
+            other => other,
+        }
     }
 }
 
 impl fmt::Debug for Script {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Script").field("sha", &self.sha).finish()
+        f.debug_struct("Script").field("sha", &self.sha()).finish()
+    }
+}
+
+/// The `ARGV` of one script call, each argument encoded once.
+#[derive(Debug, Default, Clone)]
+pub struct ScriptArgs(Vec<Vec<u8>>);
+
+impl ScriptArgs {
+    /// No arguments yet.
+    pub fn new() -> Self {
+        ScriptArgs(Vec::with_capacity(8))
+    }
+
+    /// Appends `arg` (a slice appends each of its items).
+    pub fn arg(&mut self, arg: impl ToRedisArgs) -> &mut Self {
+        arg.write_redis_args(&mut self.0);
+        self
     }
 }
 
@@ -48,7 +92,7 @@ impl fmt::Debug for Script {
 /// `PEXPIRE` of the time until the key is back to full capacity (rounded up
 /// to the millisecond) plus the slack.
 ///
-/// The algorithm crates implement it under their `redis` feature.
+/// This crate implements it for every algorithm of ratelab.
 pub trait RedisAlgorithm: Algorithm + Clone {
     /// The Lua mirror of [`Algorithm::decide`].
     fn script(&self) -> &'static Script;

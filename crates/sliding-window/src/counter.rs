@@ -33,11 +33,42 @@ pub struct SlidingCounter {
 pub struct Windows {
     /// The current window's index: it spans `[index × window, (index + 1) ×
     /// window)`. Never moves backwards.
-    pub index: u64,
+    index: u64,
     /// Units admitted in the previous window, `index − 1`.
-    pub previous: u64,
+    previous: u64,
     /// Units admitted in the current window.
-    pub current: u64,
+    current: u64,
+}
+
+impl Windows {
+    /// The counts `previous` and `current` of windows `index − 1` and
+    /// `index` (as a store that keeps the state elsewhere read it back).
+    #[inline]
+    pub const fn from_parts(index: u64, previous: u64, current: u64) -> Self {
+        Windows {
+            index,
+            previous,
+            current,
+        }
+    }
+
+    /// The current window's index.
+    #[inline]
+    pub const fn index(&self) -> u64 {
+        self.index
+    }
+
+    /// Units admitted in the previous window.
+    #[inline]
+    pub const fn previous(&self) -> u64 {
+        self.previous
+    }
+
+    /// Units admitted in the current window.
+    #[inline]
+    pub const fn current(&self) -> u64 {
+        self.current
+    }
 }
 
 impl SlidingCounter {
@@ -190,18 +221,9 @@ impl Algorithm for SlidingCounter {
             if cost > 0 {
                 *stored = *windows;
             }
-            return Ok(Decision::allow(
-                self.limit,
-                room - windows.current,
-                self.full_at_of(windows).saturating_sub(now),
-            ));
+            return Ok(Decision::admitted(self.limit).with_remaining(room - windows.current).with_reset_after_micros(self.full_at_of(windows).saturating_sub(now)));
         }
-        Ok(Decision::deny(
-            self.limit,
-            room.saturating_sub(windows.current),
-            self.retry_at(windows, cost) - now,
-            self.full_at_of(windows) - now,
-        ))
+        Ok(Decision::refused(self.limit).with_remaining(room.saturating_sub(windows.current)).with_retry_after_micros(self.retry_at(windows, cost) - now).with_reset_after_micros(self.full_at_of(windows) - now))
     }
 
     #[inline]

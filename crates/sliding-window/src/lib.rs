@@ -41,10 +41,6 @@
 #![warn(missing_docs)]
 #![forbid(unsafe_code)]
 
-#[cfg(feature = "redis")]
-mod redis;
-#[cfg(feature = "redis")]
-pub use redis::{RedisSlidingCounter, RedisSlidingLog};
 
 mod counter;
 mod log;

@@ -20,9 +20,39 @@ pub struct SlidingLog {
 pub struct Log {
     /// `(admitted at, units)`, in non-decreasing time order; units admitted
     /// at the same microsecond share an entry.
-    pub entries: VecDeque<(u64, u64)>,
+    entries: VecDeque<(u64, u64)>,
     /// The sum of the entries' units.
-    pub total: u64,
+    total: u64,
+}
+
+impl Log {
+    /// A log of `(admitted at, units)` entries, or `None` if they are not in
+    /// non-decreasing time order, hold an empty entry, or sum past
+    /// `u64::MAX`: the invariants `decide` relies on.
+    pub fn from_entries(entries: impl IntoIterator<Item = (u64, u64)>) -> Option<Self> {
+        let entries: VecDeque<(u64, u64)> = entries.into_iter().collect();
+        let mut total = 0u64;
+        let mut previous = None;
+        for &(at, units) in &entries {
+            if units == 0 || previous.is_some_and(|p| p > at) {
+                return None;
+            }
+            previous = Some(at);
+            total = total.checked_add(units)?;
+        }
+        Some(Log { entries, total })
+    }
+
+    /// The `(admitted at, units)` entries, oldest first.
+    pub fn entries(&self) -> impl ExactSizeIterator<Item = (u64, u64)> + '_ {
+        self.entries.iter().copied()
+    }
+
+    /// The units admitted within the window.
+    #[inline]
+    pub fn total(&self) -> u64 {
+        self.total
+    }
 }
 
 impl SlidingLog {
@@ -114,19 +144,10 @@ impl Algorithm for SlidingLog {
                 }
                 log.total += cost;
             }
-            return Ok(Decision::allow(
-                self.limit,
-                self.limit - log.total,
-                self.empty_at(log).saturating_sub(now),
-            ));
+            return Ok(Decision::admitted(self.limit).with_remaining(self.limit - log.total).with_reset_after_micros(self.empty_at(log).saturating_sub(now)));
         }
         let needed = log.total + cost - self.limit;
-        Ok(Decision::deny(
-            self.limit,
-            self.limit - log.total,
-            self.freed_at(log, needed) - now,
-            self.empty_at(log) - now,
-        ))
+        Ok(Decision::refused(self.limit).with_remaining(self.limit - log.total).with_retry_after_micros(self.freed_at(log, needed) - now).with_reset_after_micros(self.empty_at(log) - now))
     }
 
     #[inline]

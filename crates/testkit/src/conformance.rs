@@ -300,7 +300,7 @@ pub async fn run(backends: &[(&str, Factory<'_>)]) -> (Vec<String>, usize) {
             let clock = ManualClock::new();
             let limiter = factory(scenario.algorithm, scenario.quota(), clock.clone());
             assert_eq!(
-                limiter.algorithm(),
+                limiter.algorithm_name(),
                 scenario.algorithm,
                 "{backend} built the wrong limiter"
             );

@@ -32,10 +32,6 @@
 #![warn(missing_docs)]
 #![forbid(unsafe_code)]
 
-#[cfg(feature = "redis")]
-mod redis;
-#[cfg(feature = "redis")]
-pub use redis::RedisTokenBucket;
 
 use ratelab_core::{Algorithm, Decision, Error, LockedCell, Quota, ensure_fits};
 
@@ -53,10 +49,31 @@ pub struct TokenBucket {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Bucket {
     /// Whole tokens in the bucket at `last`.
-    pub tokens: u64,
+    tokens: u64,
     /// The instant `tokens` was counted, µs; the next token arrives
     /// `interval` after it. Never moves backwards.
-    pub last: u64,
+    last: u64,
+}
+
+impl Bucket {
+    /// `tokens` whole tokens counted at instant `last` (as a store that
+    /// keeps the state elsewhere read it back).
+    #[inline]
+    pub const fn from_parts(tokens: u64, last: u64) -> Self {
+        Bucket { tokens, last }
+    }
+
+    /// Whole tokens in the bucket at [`Bucket::last`].
+    #[inline]
+    pub const fn tokens(&self) -> u64 {
+        self.tokens
+    }
+
+    /// The instant the tokens were counted, µs.
+    #[inline]
+    pub const fn last(&self) -> u64 {
+        self.last
+    }
 }
 
 impl TokenBucket {
@@ -142,19 +159,10 @@ impl Algorithm for TokenBucket {
                 *stored = bucket;
             }
             let full_at = self.when_holding(&bucket, self.capacity);
-            return Ok(Decision::allow(
-                self.capacity,
-                bucket.tokens,
-                full_at.saturating_sub(now),
-            ));
+            return Ok(Decision::admitted(self.capacity).with_remaining(bucket.tokens).with_reset_after_micros(full_at.saturating_sub(now)));
         }
-        Ok(Decision::deny(
-            self.capacity,
-            bucket.tokens,
-            self.when_holding(&bucket, cost) - now,
-            self.when_holding(&bucket, self.capacity)
-                .saturating_sub(now),
-        ))
+        Ok(Decision::refused(self.capacity).with_remaining(bucket.tokens).with_retry_after_micros(self.when_holding(&bucket, cost) - now).with_reset_after_micros(self.when_holding(&bucket, self.capacity)
+                .saturating_sub(now)))
     }
 
     #[inline]

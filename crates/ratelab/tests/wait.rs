@@ -1,0 +1,92 @@
+//! Waiting for a turn, sync and async, in real time: a wait sleeps exactly
+//! until the limiter says a retry passes; a wait longer than the timeout
+//! gives up at once with a clear error; the queue's slots are waited out.
+
+use std::time::{Duration, Instant};
+
+use ratelab::{
+    Direct, Error, Keyed, Quota, WaitError, wait_and_consume, wait_and_consume_async,
+};
+use ratelab::Gcra;
+use ratelab::LeakyQueue;
+
+/// 20 per second, burst 1: one turn every 50 ms.
+fn quota() -> Quota {
+    Quota::per_second(20).unwrap().with_burst(1).unwrap()
+}
+
+#[test]
+fn a_blocking_wait_takes_the_next_turn() {
+    let limiter = Keyed::new(Gcra::new(quota()));
+    let started = Instant::now();
+    assert!(
+        wait_and_consume(&limiter, b"k", 1, Duration::from_secs(1))
+            .unwrap()
+            .allowed
+    );
+    let second = wait_and_consume(&limiter, b"k", 1, Duration::from_secs(1)).unwrap();
+    assert!(second.allowed);
+    assert!(
+        started.elapsed() >= Duration::from_millis(50),
+        "{:?}",
+        started.elapsed()
+    );
+}
+
+#[test]
+fn a_wait_beyond_the_timeout_gives_up_at_once() {
+    let limiter = Direct::new(Gcra::new(quota()));
+    assert!(limiter.wait(1, Duration::from_secs(1)).unwrap().allowed);
+    match limiter.wait(1, Duration::from_millis(10)) {
+        Err(WaitError::TimedOut {
+            waited,
+            retry_after,
+        }) => {
+            assert!(retry_after > Duration::from_millis(10), "{retry_after:?}");
+            assert!(
+                waited < Duration::from_millis(10),
+                "it did not sleep in vain"
+            );
+        }
+        other => panic!("expected a timeout, got {other:?}"),
+    }
+    let error = limiter.wait(2, Duration::from_secs(1)).unwrap_err();
+    assert!(matches!(
+        error,
+        WaitError::Limiter(Error::CostTooHigh { .. })
+    ));
+    assert_eq!(
+        error.to_string(),
+        "a cost of 2 can never fit: at most 1 pass at once"
+    );
+}
+
+#[test]
+fn the_queue_slots_are_waited_out() {
+    // The queue holds 3: three admitted at once, with slots 50 ms apart.
+    let limiter = Direct::new(LeakyQueue::new(quota().with_burst(3).unwrap()));
+    let started = Instant::now();
+    for slot in 0..3u32 {
+        let decision = limiter.wait(1, Duration::from_secs(1)).unwrap();
+        assert!(decision.allowed);
+        assert!(started.elapsed() >= Duration::from_millis(50) * slot);
+    }
+}
+
+#[tokio::test]
+async fn an_async_wait_takes_the_next_turn_or_times_out() {
+    let limiter = Keyed::new(Gcra::new(quota()));
+    let started = Instant::now();
+    for _ in 0..3 {
+        let d = wait_and_consume_async(&limiter, b"k", 1, Duration::from_secs(1))
+            .await
+            .unwrap();
+        assert!(d.allowed);
+    }
+    assert!(started.elapsed() >= Duration::from_millis(100));
+    let timed_out = wait_and_consume_async(&limiter, b"k", 1, Duration::ZERO).await;
+    assert!(
+        matches!(timed_out, Err(WaitError::TimedOut { .. })),
+        "{timed_out:?}"
+    );
+}

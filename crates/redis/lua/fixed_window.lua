@@ -1,0 +1,1 @@
+../../../lua/fixed_window.lua

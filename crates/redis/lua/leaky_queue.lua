@@ -1,0 +1,1 @@
+../../../lua/leaky_queue.lua

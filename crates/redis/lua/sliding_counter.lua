@@ -1,0 +1,1 @@
+../../../lua/sliding_counter.lua

@@ -1,0 +1,1 @@
+../../../lua/token_bucket.lua

@@ -1,0 +1,69 @@
+//! Alerts: every failure reaches the caller's callback, and a `tracing`
+//! warning at most once a second (an outage must not flood the logs).
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use ratelab_core::{Error, LogGate};
+
+use crate::settings::FailurePolicy;
+use crate::stats::Stats;
+
+/// One failure, as the alert callback sees it.
+#[derive(Debug)]
+#[non_exhaustive]
+pub struct Alert<'a> {
+    /// The algorithm of the limiter that failed.
+    pub algorithm: &'static str,
+    /// What went wrong.
+    pub error: &'a Error,
+    /// What the limiter did about it.
+    pub policy: FailurePolicy,
+}
+
+/// The callback a program registers with
+/// [`RedisLimiterBuilder::on_alert`](crate::RedisLimiterBuilder::on_alert).
+pub(crate) type AlertCallback = Arc<dyn Fn(&Alert<'_>) + Send + Sync>;
+
+/// Where a limiter's alerts go.
+pub(crate) struct Alerts {
+    callback: Option<AlertCallback>,
+    log_gate: LogGate,
+}
+
+impl Alerts {
+    pub(crate) fn new(callback: Option<AlertCallback>) -> Self {
+        Alerts {
+            callback,
+            log_gate: LogGate::new(Duration::from_secs(1)),
+        }
+    }
+
+    /// Tells the callback about `alert`, and logs it unless a warning went
+    /// out less than a second ago.
+    pub(crate) fn raise(&self, alert: &Alert<'_>, stats: Stats) {
+        if let Some(callback) = &self.callback {
+            callback(alert);
+        }
+        if let Some(suppressed) = self.log_gate.admit() {
+            tracing::warn!(
+                algorithm = alert.algorithm,
+                policy = ?alert.policy,
+                timeouts = stats.timeouts,
+                errors = stats.errors,
+                suppressed,
+                "{}",
+                alert.error
+            );
+        }
+    }
+}
+
+impl fmt::Debug for Alerts {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Alerts")
+            .field("callback", &self.callback.is_some())
+            .finish_non_exhaustive()
+    }
+}

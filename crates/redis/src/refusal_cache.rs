@@ -1,0 +1,71 @@
+//! A local cache of refusals: a key refused with `retry_after = d` is refused
+//! again without a round trip until `d` has passed.
+
+use std::collections::HashMap;
+
+use parking_lot::Mutex;
+use ratelab_core::{Decision, duration_to_micros};
+
+/// Refusals remembered locally, per key.
+pub(crate) struct RefusalCache {
+    entries: Mutex<HashMap<Vec<u8>, Refusal>>,
+    max_keys: usize,
+}
+
+#[derive(Clone, Copy)]
+struct Refusal {
+    /// The cost refused: requests of this cost or more are refused again.
+    cost: u32,
+    /// Until when, on the limiter's time source (µs).
+    until: u64,
+    /// When the key is full again, same clock.
+    full_at: u64,
+    limit: u64,
+    remaining: u64,
+}
+
+impl RefusalCache {
+    pub(crate) fn new(max_keys: usize) -> Self {
+        RefusalCache {
+            entries: Mutex::new(HashMap::new()),
+            max_keys,
+        }
+    }
+
+    pub(crate) fn refusal(&self, key: &[u8], cost: u32, now: u64) -> Option<Decision> {
+        if cost == 0 {
+            return None;
+        }
+        let mut entries = self.entries.lock();
+        let refusal = *entries.get(key)?;
+        if now >= refusal.until {
+            entries.remove(key);
+            return None;
+        }
+        (cost >= refusal.cost).then(|| {
+            Decision::refused(refusal.limit).with_remaining(refusal.remaining).with_retry_after_micros(refusal.until - now).with_reset_after_micros(refusal.full_at.saturating_sub(now))
+        })
+    }
+
+    /// `now` was read before the request was sent: Redis decided no earlier,
+    /// so `now + retry_after` is never later than the instant it named.
+    pub(crate) fn remember(&self, key: &[u8], cost: u32, now: u64, decision: &Decision) {
+        let mut entries = self.entries.lock();
+        if entries.len() >= self.max_keys {
+            entries.retain(|_, r| r.until > now);
+            if entries.len() >= self.max_keys {
+                return;
+            }
+        }
+        entries.insert(
+            key.to_vec(),
+            Refusal {
+                cost,
+                until: now + duration_to_micros(decision.retry_after),
+                full_at: now + duration_to_micros(decision.reset_after),
+                limit: decision.limit,
+                remaining: decision.remaining,
+            },
+        );
+    }
+}
