@@ -1,9 +1,10 @@
 //! [`Direct`]: one bucket, shared by every caller.
 
 use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::algorithm::{Algorithm, StateCell};
-use crate::time::{Clock, MAX_INSTANT_MICROS, SystemClock};
+use crate::time::{Clock, SystemClock, clamp_instant};
 use crate::{Decision, Error, Quota};
 
 /// A single-bucket limiter: one state for every caller, no key.
@@ -11,6 +12,10 @@ use crate::{Decision, Error, Quota};
 /// Thread-safe: the state sits in the algorithm's [`StateCell`] (one atomic
 /// word updated by compare-and-swap where the state fits, else a lock held
 /// only while deciding).
+///
+/// **Time.** A clock that jumps back is treated as standing still, as
+/// [`Keyed`](crate::Keyed) does: the limiter keeps the latest instant it has
+/// decided at, and decides no earlier.
 ///
 /// ```
 /// use ratelab_core::{Algorithm, Direct, ManualClock, Quota};
@@ -38,6 +43,8 @@ pub struct Direct<A: Algorithm, C = SystemClock> {
     algorithm: A,
     clock: C,
     cell: A::Cell,
+    /// The latest instant a decision has been made at.
+    latest: AtomicU64,
 }
 
 impl<A: Algorithm> Direct<A, SystemClock> {
@@ -55,14 +62,25 @@ impl<A: Algorithm, C: Clock> Direct<A, C> {
             algorithm,
             clock,
             cell,
+            latest: AtomicU64::new(0),
         }
     }
 
     /// Decides a request of weight `cost`: all or nothing. Cost 0 is a peek.
     pub fn check(&self, cost: u32) -> Result<Decision, Error> {
-        let now = self.clock.now_micros().min(MAX_INSTANT_MICROS);
-        self.cell
-            .update(|state| self.algorithm.decide(state, now, cost))
+        let reading = clamp_instant(self.clock.now_micros());
+        // Published before the state is touched, and read again inside the
+        // update: a state written at instant t is only ever decided again at
+        // t or later. A thread that read the state before another's write
+        // loses its compare-and-swap (or waits for the lock) and reruns the
+        // closure, whose load then sees the other's instant.
+        if reading > self.latest.load(Ordering::Relaxed) {
+            self.latest.fetch_max(reading, Ordering::AcqRel);
+        }
+        self.cell.update(|state| {
+            let now = reading.max(self.latest.load(Ordering::Acquire));
+            self.algorithm.decide(state, now, cost)
+        })
     }
 
     /// Blocks until a request of weight `cost` is admitted, or `timeout`

@@ -76,7 +76,9 @@ pub use algorithm::{Algorithm, AtomicCell, LockedCell, StateCell};
 pub use decision::{Decision, ceil_secs};
 pub use direct::Direct;
 pub use error::{Error, ErrorKind, ensure_fits};
-pub use keyed::{DEFAULT_MAX_KEYS, Keyed};
+pub use keyed::{
+    ByteKey, DEFAULT_MAX_KEYS, FloodPolicy, Keyed, KeyedBuilder, MAX_EXACT_KEY_LEN, MAX_SHARDS,
+};
 pub use limiter::{AsyncRateLimiter, CheckFuture, Limiter, RateLimiter};
 pub use log_gate::LogGate;
 pub use quota::{Quota, QuotaError};
@@ -86,4 +88,4 @@ pub use time::{
 };
 #[cfg(feature = "tokio")]
 pub use wait::wait_and_consume_async;
-pub use wait::{WaitError, wait_and_consume, wait_for};
+pub use wait::{MIN_RETRY_PAUSE, WaitError, wait_and_consume, wait_for};

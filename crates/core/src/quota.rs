@@ -152,7 +152,11 @@ impl Quota {
         // Rounds up: never faster than asked.
         let emission_interval_micros = period_micros.div_ceil(u64::from(limit));
         let tolerance = u128::from(burst) * u128::from(emission_interval_micros);
-        if tolerance > u128::from(MAX_SPAN_MICROS) {
+        // A burst up to the limit refills within the period plus the rounding
+        // of T (under `limit` µs): accepted whenever the period is, so that a
+        // quota whose burst nobody set never fails for it.
+        let refill_of_limit = u128::from(limit) * u128::from(emission_interval_micros);
+        if tolerance > u128::from(MAX_SPAN_MICROS).max(refill_of_limit) {
             return Err(QuotaError::BurstTooLong {
                 burst,
                 interval: Duration::from_micros(emission_interval_micros),
@@ -297,6 +301,18 @@ mod tests {
         ));
         // The extremes that are valid stay valid.
         assert!(Quota::new(1, Duration::from_micros(1)).is_ok());
+        // The longest period with any limit, its burst left unset: the
+        // rounding of T must not make the default burst too long.
+        let longest = Duration::from_micros(MAX_SPAN_MICROS);
+        for limit in [1, 3, 7, 1_000_003, u32::MAX] {
+            let quota = Quota::new(limit, longest).unwrap();
+            assert!(quota.burst_tolerance_micros() < MAX_SPAN_MICROS + u64::from(limit));
+            assert_eq!(quota.with_burst(limit).unwrap(), quota);
+        }
+        assert!(matches!(
+            Quota::new(3, longest).unwrap().with_burst(4),
+            Err(QuotaError::BurstTooLong { .. })
+        ));
         assert!(Quota::new(u32::MAX, Duration::from_secs(4_295)).is_ok());
         let fine = Quota::new(1_000, Duration::from_millis(1)).unwrap();
         assert!(fine.with_burst(u32::MAX).is_ok());

@@ -31,7 +31,10 @@ pub const fn clamp_instant(micros: u64) -> u64 {
 }
 
 /// The longest span a quota may involve (its period, or the time a full burst
-/// takes to refill): 2^50 µs, about 35.7 years.
+/// takes to refill): 2^50 µs, about 35.7 years. A burst no larger than the
+/// limit is accepted with any valid period, so its refill, `burst × ceil(period
+/// / limit)`, may exceed this by the rounding: less than `limit` µs (2^32).
+/// Instants plus spans stay under 2^53 all the same.
 pub const MAX_SPAN_MICROS: u64 = 1 << 50;
 
 /// A source of the current time, in microseconds.
@@ -122,13 +125,22 @@ pub struct CoarseClock {
 }
 
 impl CoarseClock {
+    /// The shortest refresh period: below it the thread would spend its time
+    /// refreshing (a system clock read takes tens of nanoseconds) for
+    /// readings no one can tell apart.
+    pub const MIN_RESOLUTION: Duration = Duration::from_micros(50);
+
     /// A clock refreshed every `resolution` by a thread of its own, which
     /// stops when the last clone is dropped.
+    ///
+    /// `resolution` is at least [`CoarseClock::MIN_RESOLUTION`]: a shorter
+    /// one (zero included) is raised to it, so the thread never spins.
     ///
     /// # Panics
     ///
     /// If the operating system cannot start a thread.
     pub fn new(resolution: Duration) -> Self {
+        let resolution = resolution.max(Self::MIN_RESOLUTION);
         let micros = Arc::new(AtomicU64::new(SystemClock.now_micros()));
         let weak: Weak<AtomicU64> = Arc::downgrade(&micros);
         let spawned = std::thread::Builder::new()
@@ -267,6 +279,40 @@ mod tests {
             last = now;
         }
         assert!(last > start, "it never moved");
+    }
+
+    #[test]
+    fn a_zero_resolution_is_raised_to_the_minimum() {
+        // Before the clamp, the thread slept zero and spun on a core.
+        let coarse = CoarseClock::new(Duration::ZERO);
+        // CPU ticks (utime + stime) of every coarse-clock thread of this
+        // process (Linux only: elsewhere the test only checks it moves).
+        let cpu = || -> Option<u64> {
+            let mut ticks = 0;
+            for task in std::fs::read_dir("/proc/self/task").ok()? {
+                let stat = std::fs::read_to_string(task.ok()?.path().join("stat")).ok()?;
+                let (name, rest) = stat.split_once(" (")?.1.rsplit_once(") ")?;
+                if name.starts_with("ratelab-coarse") {
+                    let fields: Vec<&str> = rest.split_whitespace().collect();
+                    ticks += fields.get(11)?.parse::<u64>().ok()?
+                        + fields.get(12)?.parse::<u64>().ok()?;
+                }
+            }
+            Some(ticks)
+        };
+        let before = cpu();
+        std::thread::sleep(Duration::from_millis(500));
+        if let (Some(before), Some(after)) = (before, cpu()) {
+            // A spinning thread burns about 50 ticks (100 Hz) in 500 ms.
+            assert!(
+                after - before < 20,
+                "{} ticks of CPU while idle",
+                after - before
+            );
+        }
+        let start = coarse.now_micros();
+        std::thread::sleep(Duration::from_millis(5));
+        assert!(coarse.now_micros() > start, "it still moves");
     }
 
     #[test]

@@ -9,6 +9,12 @@
 //! that delay, which counts against the timeout too: a slot later than the
 //! deadline is reported as [`WaitError::TimedOut`] (the slot stays taken; it
 //! was consumed, and unused room never admits more than the quota).
+//!
+//! **Never past the timeout**, whatever the limiter answers: a refusal with
+//! a zero `retry_after` is retried after [`MIN_RETRY_PAUSE`], not in a busy
+//! loop; no sleep ends after the deadline; [`Error::TooManyKeys`] is waited
+//! out like a refusal when its `retry_after` fits. The async helper reads
+//! tokio's clock, so it behaves the same under a paused test clock.
 
 use std::time::{Duration, Instant};
 
@@ -31,39 +37,55 @@ pub enum WaitError {
     Limiter(#[from] Error),
 }
 
+/// The shortest pause between two checks. A limiter that refuses with a
+/// zero `retry_after` (a third-party one, or an error such as
+/// [`Error::TooManyKeys`] with no wait) would otherwise be asked again in a
+/// busy loop; the pause never makes a wait outlast its timeout.
+pub const MIN_RETRY_PAUSE: Duration = Duration::from_millis(1);
+
 /// What the wait loop does next.
 enum Step {
     Done(Decision),
-    Sleep(Duration),
+    /// Sleep, then return the decision (an admitted request's queue slot).
+    SleepThenDone(Duration, Decision),
+    /// Sleep, then check again.
+    Retry(Duration),
 }
 
-/// `deadline` is `None` when the timeout is too long to represent: no limit.
+/// What to do with one answer, `elapsed` into a wait of `timeout` (`None`:
+/// no limit). Never a sleep past the deadline.
 fn next_step(
-    decision: Decision,
-    started: Instant,
-    deadline: Option<Instant>,
+    answer: Result<Decision, Error>,
+    elapsed: Duration,
+    timeout: Option<Duration>,
 ) -> Result<Step, WaitError> {
-    let now = Instant::now();
-    let left = deadline.map_or(Duration::MAX, |d| d.saturating_duration_since(now));
-    let wait = if decision.allowed {
-        decision.delay
-    } else {
-        decision.retry_after
+    let left = timeout.map_or(Duration::MAX, |t| t.saturating_sub(elapsed));
+    let timed_out = |retry_after| WaitError::TimedOut {
+        waited: elapsed,
+        retry_after,
+    };
+    let wait = match answer {
+        Ok(decision) if decision.allowed => {
+            if decision.delay.is_zero() {
+                return Ok(Step::Done(decision));
+            }
+            if decision.delay > left {
+                return Err(timed_out(decision.delay));
+            }
+            return Ok(Step::SleepThenDone(decision.delay, decision));
+        }
+        Ok(decision) => decision.retry_after,
+        // Out of room for keys is a wait like any other, when it fits.
+        Err(Error::TooManyKeys { retry_after, .. }) => retry_after,
+        Err(error) => return Err(error.into()),
     };
     if wait > left {
-        return Err(WaitError::TimedOut {
-            waited: now - started,
-            retry_after: wait,
-        });
+        return Err(timed_out(wait));
     }
-    if decision.allowed {
-        return Ok(if wait.is_zero() {
-            Step::Done(decision)
-        } else {
-            Step::Sleep(wait)
-        });
+    if left.is_zero() {
+        return Err(timed_out(wait.max(MIN_RETRY_PAUSE)));
     }
-    Ok(Step::Sleep(wait))
+    Ok(Step::Retry(wait.max(MIN_RETRY_PAUSE).min(left)))
 }
 
 /// Blocks until `key` is admitted for `cost`, or `timeout` passes.
@@ -92,23 +114,28 @@ pub fn wait_for(
     timeout: Duration,
 ) -> Result<Decision, WaitError> {
     let started = Instant::now();
-    let deadline = started.checked_add(timeout);
+    let limit = started.checked_add(timeout).map(|_| timeout);
     loop {
-        let decision = check()?;
-        match next_step(decision, started, deadline)? {
+        let answer = check();
+        match next_step(answer, started.elapsed(), limit)? {
             Step::Done(decision) => return Ok(decision),
-            Step::Sleep(wait) => {
+            Step::SleepThenDone(wait, decision) => {
                 std::thread::sleep(wait);
-                if decision.allowed {
-                    return Ok(decision);
-                }
+                return Ok(decision);
             }
+            Step::Retry(wait) => std::thread::sleep(wait),
         }
     }
 }
 
 /// Awaits until `key` is admitted for `cost`, or `timeout` passes (tokio
 /// timers; the `tokio` feature).
+///
+/// Time is tokio's ([`tokio::time::Instant`]): under a paused test clock the
+/// deadline moves with the sleeps. A limiter whose answer does not come
+/// before the deadline is given up on too ([`WaitError::TimedOut`]), so the
+/// wait is bounded whatever the limiter does; a check abandoned that way may
+/// still have been decided by the limiter.
 #[cfg(feature = "tokio")]
 pub async fn wait_and_consume_async<L: crate::AsyncRateLimiter + ?Sized>(
     limiter: &L,
@@ -116,18 +143,32 @@ pub async fn wait_and_consume_async<L: crate::AsyncRateLimiter + ?Sized>(
     cost: u32,
     timeout: Duration,
 ) -> Result<Decision, WaitError> {
+    use tokio::time::Instant;
+
     let started = Instant::now();
     let deadline = started.checked_add(timeout);
+    let limit = deadline.map(|_| timeout);
     loop {
-        let decision = limiter.check_async(key, cost).await?;
-        match next_step(decision, started, deadline)? {
-            Step::Done(decision) => return Ok(decision),
-            Step::Sleep(wait) => {
-                tokio::time::sleep(wait).await;
-                if decision.allowed {
-                    return Ok(decision);
+        let check = limiter.check_async(key, cost);
+        let answer = match deadline {
+            Some(deadline) => match tokio::time::timeout_at(deadline, check).await {
+                Ok(answer) => answer,
+                Err(_) => {
+                    return Err(WaitError::TimedOut {
+                        waited: started.elapsed(),
+                        retry_after: Duration::ZERO,
+                    });
                 }
+            },
+            None => check.await,
+        };
+        match next_step(answer, started.elapsed(), limit)? {
+            Step::Done(decision) => return Ok(decision),
+            Step::SleepThenDone(wait, decision) => {
+                tokio::time::sleep(wait).await;
+                return Ok(decision);
             }
+            Step::Retry(wait) => tokio::time::sleep(wait).await,
         }
     }
 }

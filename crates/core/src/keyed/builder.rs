@@ -1,0 +1,175 @@
+//! [`KeyedBuilder`] and [`FloodPolicy`]: how a [`Keyed`] limiter is sized,
+//! once, before it holds any state.
+
+use std::fmt;
+use std::hash::Hash;
+use std::marker::PhantomData;
+
+use super::key::ByteKey;
+use super::sketch::MAX_DEPTH;
+use super::{DEFAULT_MAX_KEYS, Keyed};
+use crate::algorithm::Algorithm;
+use crate::time::{Clock, SystemClock};
+
+/// The most shards a [`Keyed`] limiter has: a larger request is clamped.
+pub const MAX_SHARDS: usize = 1 << 16;
+
+/// A shard chosen by default holds at least this many keys: fewer shards for
+/// a small bound, so that no shard's share rounds down to nothing.
+const MIN_KEYS_PER_DEFAULT_SHARD: usize = 64;
+
+/// What a [`Keyed`] limiter does with a new key when its table is full and
+/// no tracked key is back to full capacity.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum FloodPolicy {
+    /// Refuse the new key with [`Error::TooManyKeys`](crate::Error::TooManyKeys),
+    /// which says exactly when a slot frees. Every new client is shut out
+    /// for as long as the flood lasts.
+    Refuse,
+    /// Decide the new key with a fixed set of shared algorithm states (a
+    /// sketch; see the [`Keyed`] docs): new clients keep being served as long
+    /// as the cells are not saturated, and no key is ever admitted past its
+    /// bound. The default, with `cells = 4 × max_keys` and `depth = 1`.
+    Sketch {
+        /// Shared states in all, split over the shards like the keys.
+        cells: usize,
+        /// Cells per key (1 to 8): a request passes only if all of them
+        /// admit it.
+        depth: usize,
+    },
+}
+
+impl FloodPolicy {
+    /// A sketch of `cells` shared states, `depth` per key (clamped to 1..=8).
+    pub const fn sketch(cells: usize, depth: usize) -> Self {
+        let depth = if depth == 0 {
+            1
+        } else if depth > MAX_DEPTH {
+            MAX_DEPTH
+        } else {
+            depth
+        };
+        FloodPolicy::Sketch { cells, depth }
+    }
+
+    /// The default for a table of `max_keys` keys: a sketch of four cells
+    /// per key slot, one cell per key.
+    pub const fn default_for(max_keys: usize) -> Self {
+        FloodPolicy::sketch(max_keys.saturating_mul(4), 1)
+    }
+}
+
+/// Builds a [`Keyed`] limiter: `Keyed::builder(algorithm).clock(c).max_keys(n).build()`.
+///
+/// Every setting is given before the limiter exists, so no setting can drop
+/// state a limiter already holds.
+pub struct KeyedBuilder<A, C = SystemClock, K = ByteKey> {
+    pub(super) algorithm: A,
+    pub(super) clock: C,
+    pub(super) max_keys: usize,
+    pub(super) shards: Option<usize>,
+    pub(super) flood: Option<FloodPolicy>,
+    pub(super) keys: PhantomData<fn() -> K>,
+}
+
+impl<A: Algorithm> KeyedBuilder<A> {
+    pub(super) fn new(algorithm: A) -> Self {
+        KeyedBuilder {
+            algorithm,
+            clock: SystemClock,
+            max_keys: DEFAULT_MAX_KEYS,
+            shards: None,
+            flood: None,
+            keys: PhantomData,
+        }
+    }
+}
+
+impl<A: Algorithm, C: Clock, K: Hash + Eq> KeyedBuilder<A, C, K> {
+    /// The clock read on every check (the system clock by default).
+    pub fn clock<C2: Clock>(self, clock: C2) -> KeyedBuilder<A, C2, K> {
+        KeyedBuilder {
+            algorithm: self.algorithm,
+            clock,
+            max_keys: self.max_keys,
+            shards: self.shards,
+            flood: self.flood,
+            keys: PhantomData,
+        }
+    }
+
+    /// Keys of type `K2` (`u64`, `IpAddr`, ...) checked with
+    /// [`Keyed::check_key`], instead of byte strings. A typed key is stored
+    /// as it is: its size is the caller's to bound.
+    pub fn keys<K2: Hash + Eq>(self) -> KeyedBuilder<A, C, K2> {
+        KeyedBuilder {
+            algorithm: self.algorithm,
+            clock: self.clock,
+            max_keys: self.max_keys,
+            shards: self.shards,
+            flood: self.flood,
+            keys: PhantomData,
+        }
+    }
+
+    /// Tracks at most `max_keys` keys exactly ([`DEFAULT_MAX_KEYS`] by
+    /// default). The bound is exactly this number: it is split over the
+    /// shards, the first `max_keys % shards` shards holding one more.
+    pub fn max_keys(mut self, max_keys: usize) -> Self {
+        self.max_keys = max_keys;
+        self
+    }
+
+    /// Spreads the keys over `shards` locks, rounded up to a power of two and
+    /// clamped to `1..=`[`MAX_SHARDS`]. By default four per core, fewer when
+    /// `max_keys` is small (at least 64 keys per shard). More shards than
+    /// `max_keys` leaves some shards with no room: their keys are always
+    /// decided by the flood policy.
+    pub fn shards(mut self, shards: usize) -> Self {
+        self.shards = Some(shards);
+        self
+    }
+
+    /// What to do with new keys when the table is full (by default
+    /// [`FloodPolicy::default_for`] the bound).
+    pub fn flood_policy(mut self, policy: FloodPolicy) -> Self {
+        self.flood = Some(policy);
+        self
+    }
+
+    /// The limiter.
+    pub fn build(self) -> Keyed<A, C, K> {
+        let shards = match self.shards {
+            Some(shards) => shards.clamp(1, MAX_SHARDS).next_power_of_two(),
+            None => default_shards(self.max_keys),
+        };
+        let flood = self
+            .flood
+            .unwrap_or(FloodPolicy::default_for(self.max_keys));
+        Keyed::from_parts(self.algorithm, self.clock, shards, self.max_keys, flood)
+    }
+}
+
+/// Four shards per core, as dashmap does (little contention, little memory
+/// per shard), but at least 64 keys each.
+fn default_shards(max_keys: usize) -> usize {
+    let parallelism = std::thread::available_parallelism().map_or(4, usize::from);
+    let mut shards = (parallelism * 4).next_power_of_two().clamp(4, 256);
+    while shards > 1 && max_keys / shards < MIN_KEYS_PER_DEFAULT_SHARD {
+        shards /= 2;
+    }
+    shards
+}
+
+impl<A: fmt::Debug, C: fmt::Debug, K> fmt::Debug for KeyedBuilder<A, C, K> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("KeyedBuilder")
+            .field("algorithm", &self.algorithm)
+            .field("clock", &self.clock)
+            .field("max_keys", &self.max_keys)
+            .field("shards", &self.shards)
+            .field("flood", &self.flood)
+            .finish()
+    }
+}

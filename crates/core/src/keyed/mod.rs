@@ -1,0 +1,410 @@
+//! [`Keyed`]: one bucket per key, in a sharded map that forgets keys by
+//! itself, holds a bounded number of bytes whatever its keys, and keeps
+//! serving new clients under a flood.
+//!
+//! # The promises, and what they cost
+//!
+//! - **Never more than the quota, for any key.** A key is forgotten only when
+//!   its state is back to full capacity, where it decides exactly like a key
+//!   never seen. A key with no room in the table is decided by shared states
+//!   that can only over-count (below). Nothing a flood does erases a debt.
+//! - **Bounded in bytes.** At most `max_keys` keys are tracked exactly; a
+//!   byte-string key is kept as its bytes up to [`MAX_EXACT_KEY_LEN`] bytes,
+//!   as a 128-bit keyed digest above ([`ByteKey`] documents the collision
+//!   probability). [`Keyed::memory_bound_bytes`] gives the bound, whatever
+//!   the keys' lengths.
+//! - **O(1) per check, also under a flood.** Each shard keeps an
+//!   expiry-ordered index (a min-heap of `(full_at, hash)`) beside its hash
+//!   table: finding a key to forget, or the wait until one can be, looks at
+//!   the index's top, never scans the table. Every check also forgets up to
+//!   two due keys, so idle keys go without a chore for the caller. The cost
+//!   is amortised O(log n) heap work per check, plus 24 bytes per key for
+//!   the index record and the stored hash.
+//! - **New clients keep being served.** When a shard's table is full and no
+//!   key in it is back to full capacity, a new key is decided, by default,
+//!   by a fixed array of shared algorithm states ([`FloodPolicy::Sketch`]):
+//!   the key is hashed to one cell (or `depth` cells, all of which must
+//!   admit), and every admission is charged to its cells. A cell's state has
+//!   seen every admission of every key hashed to it, so it is at least as
+//!   indebted as each of them alone: it may refuse an innocent client whose
+//!   cell a heavy one shares, never admit a key past its bound. The cells
+//!   cost `size_of::<State>()` each, allocated per shard the first time its
+//!   table is full. **The trade-off:** the cells serve new keys as long as
+//!   each carries less than its quota, i.e. while the keys owing at once
+//!   beyond the table number fewer than about the cells (4 × `max_keys` by
+//!   default); a flood beyond that saturates them and new keys are refused
+//!   (as ordinary refusals, with a `retry_after`). [`FloodPolicy::Refuse`]
+//!   is the old, stricter choice: every new key gets
+//!   [`Error::TooManyKeys`] until a slot frees, with the exact wait.
+//!   A key later given a slot starts from its least indebted cell, so moving
+//!   between the two structures never wipes a debt.
+//! - **Time never goes backwards** for a shard's keys and cells: a clock
+//!   that jumps back is time standing still, and so is [`Keyed::sweep`].
+//!
+//! Typed keys (`u64`, `IpAddr`, ...; [`KeyedBuilder::keys`]) are stored as
+//! they are: their size is the caller's to bound.
+
+mod builder;
+mod key;
+mod shard;
+mod sketch;
+
+use std::borrow::Borrow;
+use std::fmt;
+use std::hash::{BuildHasher, Hash};
+use std::time::Duration;
+
+use parking_lot::Mutex;
+
+pub use builder::{FloodPolicy, KeyedBuilder, MAX_SHARDS};
+use key::Digester;
+pub use key::{ByteKey, MAX_EXACT_KEY_LEN};
+use shard::{Entry, Shard};
+use sketch::Sketch;
+
+use crate::algorithm::Algorithm;
+use crate::limiter::{Limiter, RateLimiter};
+use crate::time::{Clock, SystemClock, clamp_instant};
+use crate::{Decision, Error, Quota};
+
+/// The default bound on the number of keys a [`Keyed`] limiter tracks.
+pub const DEFAULT_MAX_KEYS: usize = 1_000_000;
+
+/// Due records every check looks at, at most: enough to forget idle keys as
+/// fast as traffic arrives, small enough to bound one check's work.
+const UPKEEP_PER_CHECK: usize = 2;
+
+/// A limiter with one state per key, for many clients in one process.
+///
+/// ```
+/// use ratelab_core::{Algorithm, AtomicCell, Decision, Error, FloodPolicy, Keyed, ManualClock, Quota};
+/// # #[derive(Debug)]
+/// # struct Once(Quota);
+/// # impl Algorithm for Once {
+/// #     type State = u64;
+/// #     type Cell = AtomicCell;
+/// #     fn name(&self) -> &'static str { "once" }
+/// #     fn quota(&self) -> &Quota { &self.0 }
+/// #     fn capacity(&self) -> u64 { 1 }
+/// #     fn initial_state(&self) -> u64 { 0 }
+/// #     fn decide(&self, used: &mut u64, _: u64, cost: u32) -> Result<Decision, Error> {
+/// #         if *used + u64::from(cost) > 1 { return Ok(Decision::refused(1)); }
+/// #         *used += u64::from(cost);
+/// #         Ok(Decision::admitted(1))
+/// #     }
+/// #     fn full_at(&self, used: &u64) -> u64 { if *used == 0 { 0 } else { u64::MAX } }
+/// # }
+/// let limiter = Keyed::builder(Once(Quota::per_minute(1)?))
+///     .clock(ManualClock::new())
+///     .max_keys(10_000)
+///     .flood_policy(FloodPolicy::Refuse)
+///     .build();
+/// assert_eq!(limiter.max_keys(), 10_000);
+/// assert!(limiter.check(b"alice", 1)?.allowed);
+/// assert!(!limiter.check(b"alice", 1)?.allowed);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+///
+/// **Concurrency.** Keys are spread over shards by a randomly seeded hash
+/// (foldhash), each shard a [`hashbrown::HashTable`] and its expiry index
+/// behind one lock; a check holds one shard's lock for one lookup, one
+/// decision and a bounded upkeep. Two threads contend only when their keys
+/// share a shard.
+///
+/// See the [module docs](self) for what is promised under a flood and what
+/// it costs.
+pub struct Keyed<A: Algorithm, C = SystemClock, K = ByteKey> {
+    algorithm: A,
+    clock: C,
+    hasher: foldhash::fast::RandomState,
+    digester: Digester,
+    shards: Box<[LockedShard<K, A::State>]>,
+    shard_mask: u64,
+    max_keys: usize,
+    flood: FloodPolicy,
+}
+
+/// One shard's lock and what it guards.
+type LockedShard<K, S> = Padded<Mutex<Shard<K, S>>>;
+
+/// Keeps each shard on its own cache line, so two threads working on
+/// different shards do not invalidate each other's.
+#[repr(align(64))]
+struct Padded<T>(T);
+
+impl<A: Algorithm> Keyed<A, SystemClock, ByteKey> {
+    /// A keyed limiter on the system clock, with byte-string keys and the
+    /// defaults of [`Keyed::builder`].
+    pub fn new(algorithm: A) -> Self {
+        Self::builder(algorithm).build()
+    }
+
+    /// Sets up a keyed limiter: clock, key type, bound, shards, flood policy.
+    pub fn builder(algorithm: A) -> KeyedBuilder<A> {
+        KeyedBuilder::new(algorithm)
+    }
+}
+
+impl<A: Algorithm, C: Clock> Keyed<A, C, ByteKey> {
+    /// A keyed limiter on `clock`, with byte-string keys and the defaults of
+    /// [`Keyed::builder`].
+    pub fn with_clock(algorithm: A, clock: C) -> Self {
+        Keyed::builder(algorithm).clock(clock).build()
+    }
+
+    /// Decides a request of weight `cost` for `key`: all or nothing. Cost 0 is
+    /// a peek.
+    pub fn check(&self, key: &[u8], cost: u32) -> Result<Decision, Error> {
+        let probe = self.digester.probe(key);
+        let hash = self.hasher.hash_one(probe);
+        self.decide(hash, |k| probe.matches(k), || probe.to_key(), cost)
+    }
+
+    /// An upper bound on the heap bytes this limiter can ever hold, whatever
+    /// keys it is given: every shard's table at its bound (with the slack a
+    /// hash table keeps when keys come and go), its expiry index, each key's
+    /// bytes (at most [`MAX_EXACT_KEY_LEN`], plus allocator overhead) and the
+    /// flood policy's cells. Memory owned by the states themselves (the
+    /// sliding log's timestamps) comes on top.
+    pub fn memory_bound_bytes(&self) -> usize {
+        // glibc and most allocators round a small block up to 16 bytes and
+        // add a 16-byte header at most.
+        const KEY_ALLOCATION: usize = MAX_EXACT_KEY_LEN.next_multiple_of(16) + 16;
+        self.shards
+            .iter()
+            .map(|shard| {
+                let shard = shard.0.lock();
+                let keys = shard.capacity;
+                table_bound_bytes::<Entry<ByteKey, A::State>>(keys)
+                    + (2 * keys + 4) * size_of::<(u64, u64)>()
+                    + keys * KEY_ALLOCATION
+                    + self.sketch_cells_per_shard() * size_of::<A::State>()
+            })
+            .sum::<usize>()
+            + size_of_val(&*self.shards)
+    }
+}
+
+/// The most bytes a hashbrown table of entries of type `T` allocates while
+/// holding at most `n` of them: the buckets for `n`, doubled once (a table
+/// churned by removals may grow once more before it rehashes in place), one
+/// control byte per bucket plus a group's worth, and alignment.
+fn table_bound_bytes<T>(n: usize) -> usize {
+    if n == 0 {
+        return 0;
+    }
+    let buckets = if n < 4 {
+        4
+    } else if n < 8 {
+        8
+    } else {
+        (n * 8 / 7).next_power_of_two()
+    };
+    let buckets = 2 * buckets;
+    buckets * (size_of::<T>() + 1) + 16 + 16.max(align_of::<T>())
+}
+
+impl<A: Algorithm, C: Clock, K: Hash + Eq> Keyed<A, C, K> {
+    /// A keyed limiter on `clock` with keys of any type `K` (`u64`, `IpAddr`,
+    /// ...), and the defaults of [`Keyed::builder`].
+    pub fn typed(algorithm: A, clock: C) -> Self {
+        KeyedBuilder::new(algorithm)
+            .clock(clock)
+            .keys::<K>()
+            .build()
+    }
+
+    fn from_parts(
+        algorithm: A,
+        clock: C,
+        shards: usize,
+        max_keys: usize,
+        flood: FloodPolicy,
+    ) -> Self {
+        let (share, extra) = (max_keys / shards, max_keys % shards);
+        Keyed {
+            algorithm,
+            clock,
+            hasher: foldhash::fast::RandomState::default(),
+            digester: Digester::default(),
+            shards: (0..shards)
+                .map(|i| Padded(Mutex::new(Shard::new(share + usize::from(i < extra)))))
+                .collect(),
+            // Fits: shards <= MAX_SHARDS.
+            shard_mask: shards as u64 - 1,
+            max_keys,
+            flood,
+        }
+    }
+
+    /// Decides a request of weight `cost` for `key`: all or nothing. Cost 0 is
+    /// a peek.
+    pub fn check_key<Q>(&self, key: &Q, cost: u32) -> Result<Decision, Error>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        let hash = self.hasher.hash_one(key);
+        self.decide(hash, |k| k.borrow() == key, || key.to_owned(), cost)
+    }
+
+    /// The check under every key type: `is_key` recognises the stored key,
+    /// `to_key` makes it, only if it is stored.
+    #[inline]
+    fn decide(
+        &self,
+        hash: u64,
+        is_key: impl Fn(&K) -> bool,
+        to_key: impl FnOnce() -> K,
+        cost: u32,
+    ) -> Result<Decision, Error> {
+        // Read before locking: the clock is the slow part of a check.
+        let now = clamp_instant(self.clock.now_micros());
+        // hashbrown uses the low bits (bucket) and the top 7 (tag): pick the
+        // shard from bits in between so both stay fully random within it.
+        let shard = &self.shards[((hash >> 32) & self.shard_mask) as usize].0;
+        let mut shard = shard.lock();
+        let now = shard.advance(now);
+        let algorithm = &self.algorithm;
+        shard.forget_due(algorithm, now, UPKEEP_PER_CHECK);
+
+        if let Some(entry) = shard
+            .table
+            .find_mut(hash, |e| e.hash == hash && is_key(&e.key))
+        {
+            return algorithm.decide(&mut entry.state, now, cost);
+        }
+
+        let room = !shard.is_full() || shard.make_room(algorithm, now);
+        if !room {
+            if let FloodPolicy::Sketch { depth, .. } = self.flood {
+                let width = self.sketch_cells_per_shard() / depth;
+                return shard
+                    .sketch
+                    .get_or_insert_with(|| Sketch::new(algorithm, width, depth))
+                    .decide(algorithm, hash, now, cost);
+            }
+        }
+        // A key that was decided by the sketch starts from its cells' debt.
+        let mut state = shard
+            .sketch
+            .as_ref()
+            .and_then(|sketch| sketch.seed(algorithm, hash, now))
+            .unwrap_or_else(|| algorithm.initial_state());
+        let decision = algorithm.decide(&mut state, now, cost)?;
+        if algorithm.full_at(&state) <= now {
+            // Nothing to remember: a peek, or a refusal of a full key.
+            return Ok(decision);
+        }
+        if !room {
+            let wait = shard.next_room(algorithm, now);
+            return Err(Error::TooManyKeys {
+                max_keys: self.max_keys,
+                // No key at all to wait for: a shard given no room.
+                retry_after: wait.map_or(Duration::MAX, Duration::from_micros),
+            });
+        }
+        shard.insert(algorithm, hash, to_key(), state);
+        Ok(decision)
+    }
+
+    fn sketch_cells_per_shard(&self) -> usize {
+        match self.flood {
+            FloodPolicy::Sketch { cells, depth } => {
+                // At least one cell per row; whole rows.
+                let per_shard = cells.div_ceil(self.shards.len()).max(depth);
+                per_shard / depth * depth
+            }
+            FloodPolicy::Refuse => 0,
+        }
+    }
+
+    /// The number of keys tracked exactly now (keys back to full capacity
+    /// may still be counted until their shard's upkeep reaches them).
+    pub fn len(&self) -> usize {
+        self.shards.iter().map(|s| s.0.lock().table.len()).sum()
+    }
+
+    /// No key is tracked.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The bound on the number of keys tracked exactly: the number asked for.
+    pub fn max_keys(&self) -> usize {
+        self.max_keys
+    }
+
+    /// The number of shards.
+    pub fn shards(&self) -> usize {
+        self.shards.len()
+    }
+
+    /// What happens to new keys when the table is full.
+    pub fn flood_policy(&self) -> FloodPolicy {
+        self.flood
+    }
+
+    /// Heap bytes held now by the tables, indexes and cells (not by the keys
+    /// or what states own).
+    pub fn allocated_bytes(&self) -> usize {
+        self.shards.iter().map(|s| s.0.lock().bytes()).sum()
+    }
+
+    /// Forgets every key back to full capacity now. Never needed for
+    /// correctness or to bound memory: shards forget keys by themselves.
+    ///
+    /// Time as this sweep sees it (never before what each shard has already
+    /// seen) is recorded, so that a clock going back afterwards cannot meet
+    /// a key forgotten at a later instant.
+    pub fn sweep(&self) {
+        let now = clamp_instant(self.clock.now_micros());
+        for shard in self.shards.iter() {
+            let mut shard = shard.0.lock();
+            let now = shard.advance(now);
+            shard.forget_due(&self.algorithm, now, usize::MAX);
+        }
+    }
+
+    /// The algorithm and its parameters.
+    pub fn algorithm(&self) -> &A {
+        &self.algorithm
+    }
+
+    /// The clock read on every check.
+    pub fn clock(&self) -> &C {
+        &self.clock
+    }
+}
+
+impl<A: Algorithm, C: Clock> Limiter for Keyed<A, C, ByteKey> {
+    fn quota(&self) -> Quota {
+        *self.algorithm.quota()
+    }
+
+    fn algorithm_name(&self) -> &'static str {
+        self.algorithm.name()
+    }
+
+    fn backend(&self) -> &'static str {
+        "memory"
+    }
+}
+
+impl<A: Algorithm, C: Clock> RateLimiter for Keyed<A, C, ByteKey> {
+    fn check(&self, key: &[u8], cost: u32) -> Result<Decision, Error> {
+        Keyed::check(self, key, cost)
+    }
+}
+
+impl<A: Algorithm + fmt::Debug, C: fmt::Debug, K> fmt::Debug for Keyed<A, C, K> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Keyed")
+            .field("algorithm", &self.algorithm)
+            .field("clock", &self.clock)
+            .field("shards", &self.shards.len())
+            .field("max_keys", &self.max_keys)
+            .field("flood", &self.flood)
+            .finish_non_exhaustive()
+    }
+}

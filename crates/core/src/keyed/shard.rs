@@ -1,0 +1,176 @@
+//! [`Shard`]: one lock's worth of keys, with an expiry-ordered index so that
+//! finding a key to forget never scans the table.
+
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+
+use hashbrown::HashTable;
+
+use super::sketch::Sketch;
+use crate::algorithm::Algorithm;
+
+/// One tracked key.
+pub(super) struct Entry<K, S> {
+    /// The key's hash, kept so that neither a resize nor the expiry index
+    /// ever hashes a key again.
+    pub(super) hash: u64,
+    pub(super) key: K,
+    pub(super) state: S,
+}
+
+/// A record of the expiry index: a key with this hash was last known to be
+/// back to full capacity at this instant.
+type Due = Reverse<(u64, u64)>;
+
+pub(super) struct Shard<K, S> {
+    pub(super) table: HashTable<Entry<K, S>>,
+    /// A min-heap of `(full_at, hash)`, exactly one record per entry.
+    ///
+    /// A record may be stale: `full_at` only grows as a key is charged, and
+    /// the record is not updated on every charge (that would cost a heap
+    /// update per check). A stale record found due is pushed again with the
+    /// key's current `full_at`, so each charge costs at most one later heap
+    /// operation: amortised O(log n) per check, and never a scan.
+    expiry: BinaryHeap<Due>,
+    /// The latest instant this shard has decided at: time never goes back
+    /// here.
+    pub(super) latest: u64,
+    /// The most keys this shard tracks.
+    pub(super) capacity: usize,
+    /// Shared cells for keys the table has no room for; allocated the first
+    /// time the table is full (under the sketch flood policy).
+    pub(super) sketch: Option<Sketch<S>>,
+}
+
+impl<K, S> Shard<K, S> {
+    pub(super) fn new(capacity: usize) -> Self {
+        Shard {
+            table: HashTable::new(),
+            expiry: BinaryHeap::new(),
+            latest: 0,
+            capacity,
+            sketch: None,
+        }
+    }
+
+    /// `now` as this shard sees it: never before an instant it has already
+    /// decided at. Records it.
+    #[inline]
+    pub(super) fn advance(&mut self, now: u64) -> u64 {
+        let now = now.max(self.latest);
+        self.latest = now;
+        now
+    }
+
+    /// Whether the table is at its bound.
+    #[inline]
+    pub(super) fn is_full(&self) -> bool {
+        self.table.len() >= self.capacity
+    }
+
+    /// Stores a new key, with its record in the expiry index.
+    pub(super) fn insert<A: Algorithm<State = S>>(
+        &mut self,
+        algorithm: &A,
+        hash: u64,
+        key: K,
+        state: S,
+    ) {
+        self.expiry.push(Reverse((algorithm.full_at(&state), hash)));
+        self.table
+            .insert_unique(hash, Entry { hash, key, state }, |e| e.hash);
+    }
+
+    /// Looks at the earliest record, if it is due at `now`: forgets its key
+    /// if that key is back to full capacity (returns true), else files the
+    /// record again under the key's current `full_at`. `None` when no record
+    /// is due.
+    fn pop_due<A: Algorithm<State = S>>(&mut self, algorithm: &A, now: u64) -> Option<bool> {
+        let &Reverse((due, hash)) = self.expiry.peek()?;
+        if due > now {
+            return None;
+        }
+        self.expiry.pop();
+        let full = |e: &Entry<K, S>| e.hash == hash && algorithm.full_at(&e.state) <= now;
+        if let Ok(entry) = self.table.find_entry(hash, full) {
+            entry.remove();
+            return Some(true);
+        }
+        // Every key with this hash still owes: re-file under the earliest
+        // of their current instants (more than one only on a 64-bit hash
+        // collision within the shard).
+        if let Some(full_at) = self.earliest_with_hash(algorithm, hash) {
+            self.expiry.push(Reverse((full_at, hash)));
+        }
+        Some(false)
+    }
+
+    fn earliest_with_hash<A: Algorithm<State = S>>(&self, algorithm: &A, hash: u64) -> Option<u64> {
+        self.table
+            .iter_hash(hash)
+            .filter(|e| e.hash == hash)
+            .map(|e| algorithm.full_at(&e.state))
+            .min()
+    }
+
+    /// Forgets keys back to full capacity at `now`, looking at no more than
+    /// `budget` due records: the upkeep every check pays, a bounded cost.
+    pub(super) fn forget_due<A: Algorithm<State = S>>(
+        &mut self,
+        algorithm: &A,
+        now: u64,
+        budget: usize,
+    ) {
+        for _ in 0..budget {
+            if self.pop_due(algorithm, now).is_none() {
+                return;
+            }
+        }
+    }
+
+    /// Frees one slot if any key is back to full capacity at `now`. Each
+    /// record looked at is either forgotten or re-filed later than `now`, so
+    /// the work is paid for by earlier charges: amortised O(log n).
+    pub(super) fn make_room<A: Algorithm<State = S>>(&mut self, algorithm: &A, now: u64) -> bool {
+        while let Some(forgot) = self.pop_due(algorithm, now) {
+            if forgot {
+                return true;
+            }
+        }
+        false
+    }
+
+    /// The wait from `now` until a slot frees (the earliest `full_at` of the
+    /// keys tracked), exact: stale records at the top are re-filed first.
+    /// `None` if the shard tracks no key (a shard with no room at all).
+    pub(super) fn next_room<A: Algorithm<State = S>>(
+        &mut self,
+        algorithm: &A,
+        now: u64,
+    ) -> Option<u64> {
+        loop {
+            let &Reverse((due, hash)) = self.expiry.peek()?;
+            let Some(full_at) = self.earliest_with_hash(algorithm, hash) else {
+                // A record with no key: cannot happen (one record per entry),
+                // but a wrong record must not stall the loop.
+                self.expiry.pop();
+                continue;
+            };
+            if full_at == due {
+                // Every other record is due no earlier, and no key is full
+                // before its record says: this is the earliest.
+                return Some(due.saturating_sub(now));
+            }
+            self.expiry.pop();
+            self.expiry.push(Reverse((full_at, hash)));
+        }
+    }
+
+    /// Heap bytes held by the table, the index and the sketch (not by what
+    /// keys or states own).
+    pub(super) fn bytes(&self) -> usize {
+        self.table.allocation_size()
+            + self.expiry.capacity() * size_of::<Due>()
+            + self.sketch.as_ref().map_or(0, Sketch::bytes)
+    }
+}
