@@ -64,22 +64,30 @@
 #![forbid(unsafe_code)]
 
 mod client;
+mod config;
+mod engine;
+mod failure;
+mod future;
 pub mod guide;
+mod headers;
 mod identity;
 mod layer;
+mod matching;
 mod policy;
 mod proxy;
 mod response;
 mod route;
+mod service;
+mod stats;
 
 pub use client::{
     SameKey, Throttle, ThrottleError, ThrottleKey, ThrottleLayer, Throttled, ThrottledFuture,
 };
+pub use config::ConfigError;
+pub use failure::LimiterFailure;
+pub use future::ResponseFuture;
 pub use identity::{Client, ClientKind, Identify, Identity, PeerAddr, SetPeerAddr};
-pub use layer::{
-    ConfigError, LimitedBody, LimiterFailure, RateLimit, RateLimitLayer, RateLimitLayerBuilder,
-    ResponseFuture, Stats,
-};
+pub use layer::{RateLimitLayer, RateLimitLayerBuilder};
 pub use policy::{DEFAULT_TIMEOUT, FailureMode, Policy};
 pub use proxy::{ForwardedHeader, InvalidNetwork, TrustedProxies};
 pub use response::{
@@ -87,3 +95,5 @@ pub use response::{
     X_RATELIMIT_RESET,
 };
 pub use route::{Route, RouteError};
+pub use service::{LimitedBody, RateLimit};
+pub use stats::Stats;

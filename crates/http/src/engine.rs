@@ -1,0 +1,710 @@
+//! The multi-policy decision engine: given the policies that apply to one
+//! request, each with its key and cost, which limiters to ask, in what order
+//! and with what cost, and what the answer is. No HTTP here: the service
+//! matches the request to policies before, and writes the response after.
+//!
+//! The order is the one [the guide](crate::guide#several-policies-on-one-request)
+//! promises: peek every policy (cost 0) when there are several, then ask
+//! with the real cost only the policies predicted to refuse, then, if none
+//! refused, all the others. A refusal consumes nothing, so a request refused
+//! by one policy consumes from none of the others (races aside).
+
+use std::time::Duration;
+
+use futures::future::join_all;
+use ratelab_core::{Decision, Error};
+use tokio::time::Instant;
+
+use crate::policy::{FailureMode, Policy};
+
+/// One policy that applies to a request: the engine's input.
+#[derive(Debug)]
+pub(crate) struct Check<'a> {
+    /// The caller's handle on the policy (the layer: its position among the
+    /// layer's policies), handed back in the [`Report`].
+    pub(crate) index: usize,
+    pub(crate) policy: &'a Policy,
+    /// The limiter key, `<policy name>:<key>`.
+    pub(crate) key: Vec<u8>,
+    pub(crate) cost: u32,
+}
+
+impl<'a> Check<'a> {
+    /// `policy` counts the request under `key` (the client's, or the one the
+    /// policy's key function chose) at `cost` units.
+    pub(crate) fn new(index: usize, policy: &'a Policy, key: &str, cost: u32) -> Self {
+        // Prefixed with the policy name so that two policies on one limiter
+        // (or one Redis) never share state.
+        let mut full = Vec::with_capacity(policy.name.len() + 1 + key.len());
+        full.extend_from_slice(policy.name.as_bytes());
+        full.push(b':');
+        full.extend_from_slice(key.as_bytes());
+        Check {
+            index,
+            policy,
+            key: full,
+            cost,
+        }
+    }
+}
+
+/// Where one applicable policy stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum State {
+    /// Not asked yet.
+    Pending,
+    /// Peeked (cost 0): nothing consumed.
+    Peeked(Decision),
+    /// Asked with the request's cost: consumed if allowed.
+    Decided(Decision),
+    /// The cost can never fit this policy.
+    Never { capacity: u64 },
+    /// The limiter failed; the request passes this policy unchecked.
+    FailedOpen,
+    /// The limiter failed; the request is refused with 503, retryable after
+    /// the wait if the error says when.
+    FailedClosed(Option<Duration>),
+}
+
+/// One policy's part of a [`Verdict`].
+#[derive(Debug)]
+pub(crate) struct Report<'a> {
+    pub(crate) check: Check<'a>,
+    /// Bounds all the policy's calls for this request together; `None`: a
+    /// timeout too long to represent, no bound.
+    deadline: Option<Instant>,
+    pub(crate) state: State,
+}
+
+impl Report<'_> {
+    /// The decision to report in `RateLimit`, if any.
+    pub(crate) fn decision(&self) -> Option<&Decision> {
+        match &self.state {
+            State::Peeked(d) | State::Decided(d) => Some(d),
+            _ => None,
+        }
+    }
+
+    /// The policy refused the request (or can never admit it).
+    pub(crate) fn violated(&self) -> bool {
+        matches!(self.state, State::Decided(d) if !d.allowed)
+            || matches!(self.state, State::Never { .. })
+    }
+
+    fn failed_closed(&self) -> bool {
+        matches!(self.state, State::FailedClosed(_))
+    }
+}
+
+/// A limiter that could not decide, in the order the failures happened.
+#[derive(Debug)]
+pub(crate) struct Failure {
+    /// Which report (the position in [`Verdict::reports`]).
+    pub(crate) report: usize,
+    pub(crate) error: Error,
+    /// What the engine did about it: the policy's mode, except for a keyed
+    /// limiter out of room for keys, which always fails closed.
+    pub(crate) mode: FailureMode,
+}
+
+/// What happens to the request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Outcome {
+    /// Every policy admitted it (or failed open); it proceeds after `delay`
+    /// (a leaky bucket queue's slot; zero otherwise).
+    Pass { delay: Duration },
+    /// Some policy refused it: `429`.
+    Refuse,
+    /// A fail-closed policy could not decide, and none refused: `503`.
+    Unavailable,
+}
+
+/// The engine's output.
+#[derive(Debug)]
+pub(crate) struct Verdict<'a> {
+    /// One per check, in the order of the checks.
+    pub(crate) reports: Vec<Report<'a>>,
+    pub(crate) outcome: Outcome,
+    pub(crate) failures: Vec<Failure>,
+}
+
+impl<'a> Verdict<'a> {
+    /// The policies that refused (or can never admit) the request.
+    pub(crate) fn violated(&self) -> impl Iterator<Item = &Report<'a>> {
+        self.reports.iter().filter(|r| r.violated())
+    }
+
+    /// The fail-closed policies whose limiter failed.
+    pub(crate) fn failed_closed(&self) -> impl Iterator<Item = &Report<'a>> {
+        self.reports.iter().filter(|r| r.failed_closed())
+    }
+
+    /// For a refusal: the wait after which every violated policy would admit
+    /// a retry (the longest of their waits); `None` if the cost can never fit
+    /// some violated policy, so that no wait helps.
+    pub(crate) fn retry_after(&self) -> Option<Duration> {
+        self.violated()
+            .map(|r| r.decision().map(|d| d.retry_after))
+            .try_fold(Duration::ZERO, |max, wait| Some(max.max(wait?)))
+    }
+
+    /// For `503`: the longest wait a failed-closed limiter asked for, if any
+    /// said when it could decide again.
+    pub(crate) fn unavailable_retry_after(&self) -> Option<Duration> {
+        self.failed_closed()
+            .filter_map(|r| match r.state {
+                State::FailedClosed(wait) => wait,
+                _ => None,
+            })
+            .max()
+    }
+
+    /// The one decision single-policy headers (the legacy `X-RateLimit-*`)
+    /// describe: on a refusal, the violated policy with the longest wait;
+    /// otherwise the policy with the least remaining, then the longest
+    /// reset. `None` when no policy decided.
+    pub(crate) fn binding(&self) -> Option<(&Report<'a>, &Decision)> {
+        let decided = self.reports.iter().filter_map(|r| Some((r, r.decision()?)));
+        match self.outcome {
+            Outcome::Refuse => decided
+                .filter(|(r, _)| r.violated())
+                .max_by_key(|(_, d)| d.retry_after),
+            _ => decided.min_by_key(|(_, d)| (d.remaining, std::cmp::Reverse(d.reset_after))),
+        }
+    }
+}
+
+/// Decides one request against every policy that applies to it.
+#[derive(Debug)]
+pub(crate) struct Engine<'a> {
+    reports: Vec<Report<'a>>,
+    failures: Vec<Failure>,
+}
+
+impl<'a> Engine<'a> {
+    /// The request under `checks`; each policy's timeout starts now.
+    pub(crate) fn new(checks: impl IntoIterator<Item = Check<'a>>) -> Self {
+        let now = Instant::now();
+        let reports = checks
+            .into_iter()
+            .map(|check| Report {
+                deadline: now.checked_add(check.policy.timeout),
+                check,
+                state: State::Pending,
+            })
+            .collect();
+        Engine {
+            reports,
+            failures: Vec::new(),
+        }
+    }
+
+    /// Asks the limiters and says what happens to the request. See the
+    /// guide, "Several policies on one request".
+    pub(crate) async fn decide(mut self) -> Verdict<'a> {
+        if self.reports.len() > 1 {
+            // Peek everywhere first, so that a policy that is going to refuse
+            // refuses before any other consumed anything.
+            let all: Vec<usize> = (0..self.reports.len()).collect();
+            self.ask(&all, |_| 0, State::Peeked).await;
+        }
+
+        // The policies predicted to refuse go first, alone: a refusal
+        // consumes nothing, so if they do refuse, nothing was consumed
+        // anywhere. Then (or if none was predicted to refuse) the rest.
+        let predicted: Vec<usize> = (0..self.reports.len())
+            .filter(|&i| {
+                let r = &self.reports[i];
+                matches!(r.state, State::Peeked(d) if d.remaining < u64::from(r.check.cost))
+            })
+            .collect();
+        let rest: Vec<usize> = (0..self.reports.len())
+            .filter(|i| !predicted.contains(i))
+            .collect();
+        for (n, round) in [predicted, rest].into_iter().enumerate() {
+            // A policy failed closed at the peek: the request gets a 503
+            // unless a predicted refusal (round 0, which consumes nothing)
+            // makes it a 429; either way nothing else is consumed.
+            if n == 1 && self.reports.iter().any(Report::failed_closed) {
+                return self.verdict(Outcome::Unavailable);
+            }
+            let round: Vec<usize> = round
+                .into_iter()
+                .filter(|&i| matches!(self.reports[i].state, State::Pending | State::Peeked(_)))
+                .collect();
+            self.ask(&round, |r| r.check.cost, State::Decided).await;
+            if self.reports.iter().any(Report::violated) {
+                return self.verdict(Outcome::Refuse);
+            }
+            if self.reports.iter().any(Report::failed_closed) {
+                return self.verdict(Outcome::Unavailable);
+            }
+        }
+        let delay = self
+            .reports
+            .iter()
+            .filter_map(|r| match r.state {
+                State::Decided(d) => Some(d.delay),
+                _ => None,
+            })
+            .max()
+            .unwrap_or_default();
+        self.verdict(Outcome::Pass { delay })
+    }
+
+    fn verdict(self, outcome: Outcome) -> Verdict<'a> {
+        Verdict {
+            reports: self.reports,
+            outcome,
+            failures: self.failures,
+        }
+    }
+
+    /// Asks the limiters of `which` concurrently, each with `cost(report)`,
+    /// and records where each stands (`ok` for an answer).
+    async fn ask(
+        &mut self,
+        which: &[usize],
+        cost: impl Fn(&Report<'a>) -> u32,
+        ok: fn(Decision) -> State,
+    ) {
+        let results = join_all(which.iter().map(|&i| {
+            let report = &self.reports[i];
+            check(report, cost(report))
+        }))
+        .await;
+        for (&i, result) in which.iter().zip(results) {
+            self.reports[i].state = self.settle(i, result, ok);
+        }
+    }
+
+    /// The state a call's result leaves policy `i` in; a failure is recorded.
+    fn settle(
+        &mut self,
+        i: usize,
+        result: Result<Decision, Error>,
+        ok: fn(Decision) -> State,
+    ) -> State {
+        let error = match result {
+            Ok(decision) => return ok(decision),
+            Err(Error::CostTooHigh { capacity, .. }) => return State::Never { capacity },
+            Err(error) => error,
+        };
+        // A keyed in-memory limiter full of keys is not an outage but a
+        // flood of new clients (addresses are cheap, an IPv6 /32 holds 2^32
+        // /64s): failing open there would let the flood through unlimited.
+        // The limiter refuses the new key; so does the layer, whatever the
+        // policy's mode.
+        let (mode, retry_after) = match &error {
+            Error::TooManyKeys { retry_after, .. } => (FailureMode::Closed, Some(*retry_after)),
+            _ => (self.reports[i].check.policy.failure, None),
+        };
+        self.failures.push(Failure {
+            report: i,
+            error,
+            mode,
+        });
+        match mode {
+            FailureMode::Open => State::FailedOpen,
+            FailureMode::Closed => State::FailedClosed(retry_after),
+        }
+    }
+}
+
+/// One limiter call, bounded by the policy's deadline.
+async fn check(report: &Report<'_>, cost: u32) -> Result<Decision, Error> {
+    let policy = report.check.policy;
+    let call = policy.limiter.check_async(&report.check.key, cost);
+    let Some(deadline) = report.deadline else {
+        return call.await;
+    };
+    match tokio::time::timeout_at(deadline, call).await {
+        Ok(result) => result,
+        Err(_) => Err(Error::Timeout(policy.timeout)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::fmt;
+    use std::sync::{Arc, Mutex};
+
+    use ratelab_core::{
+        AsyncRateLimiter, CheckFuture, Keyed, Limiter, ManualClock, Quota, RateLimiter,
+    };
+    use ratelab_gcra::Gcra;
+
+    use super::*;
+
+    type Calls = Arc<Mutex<Vec<(String, u32)>>>;
+
+    /// An in-memory GCRA limiter that records every call (key, cost), into a
+    /// log shared by all the policies of a test, so the order shows.
+    #[derive(Debug)]
+    struct Recorded {
+        limiter: Keyed<Gcra, ManualClock>,
+        calls: Calls,
+    }
+
+    impl Limiter for Recorded {
+        fn quota(&self) -> Quota {
+            self.limiter.quota()
+        }
+        fn algorithm_name(&self) -> &'static str {
+            self.limiter.algorithm_name()
+        }
+        fn backend(&self) -> &'static str {
+            self.limiter.backend()
+        }
+    }
+
+    impl RateLimiter for Recorded {
+        fn check(&self, key: &[u8], cost: u32) -> Result<Decision, Error> {
+            let key = String::from_utf8_lossy(key).into_owned();
+            self.calls.lock().unwrap().push((key.clone(), cost));
+            self.limiter.check(key.as_bytes(), cost)
+        }
+    }
+
+    /// A limiter whose backend answers `error()`, or never (`None`).
+    struct Down(Option<fn() -> Error>);
+
+    impl fmt::Debug for Down {
+        fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str("Down")
+        }
+    }
+
+    impl Limiter for Down {
+        fn quota(&self) -> Quota {
+            Quota::per_minute(10).unwrap()
+        }
+        fn algorithm_name(&self) -> &'static str {
+            "gcra"
+        }
+        fn backend(&self) -> &'static str {
+            "down"
+        }
+    }
+
+    impl AsyncRateLimiter for Down {
+        fn check_async<'a>(&'a self, _key: &'a [u8], _cost: u32) -> CheckFuture<'a> {
+            match self.0 {
+                Some(error) => Box::pin(std::future::ready(Err(error()))),
+                None => Box::pin(std::future::pending()),
+            }
+        }
+    }
+
+    fn refused_connection() -> Error {
+        Error::backend("connection refused")
+    }
+
+    /// Policies on one manual clock, sharing one call log.
+    struct Setup {
+        clock: ManualClock,
+        calls: Calls,
+    }
+
+    impl Setup {
+        fn new() -> Self {
+            Setup {
+                clock: ManualClock::new(),
+                calls: Calls::default(),
+            }
+        }
+
+        /// A policy on an in-memory GCRA limiter on the setup's clock.
+        fn policy(&self, name: &str, quota: Quota) -> Policy {
+            Policy::new(
+                name,
+                Recorded {
+                    limiter: Keyed::with_clock(Gcra::new(quota), self.clock.clone()),
+                    calls: self.calls.clone(),
+                },
+            )
+        }
+
+        /// The calls made since the last time this was asked.
+        fn calls(&self) -> Vec<(String, u32)> {
+            std::mem::take(&mut *self.calls.lock().unwrap())
+        }
+    }
+
+    fn per_minute(n: u32) -> Quota {
+        Quota::per_minute(n).unwrap()
+    }
+
+    /// What `policy` has left for alice, by a peek that is not recorded.
+    async fn remaining(policy: &Policy) -> u64 {
+        let key = format!("{}:alice", policy.name);
+        let decision = policy.limiter.check_async(key.as_bytes(), 0).await.unwrap();
+        decision.remaining
+    }
+
+    /// The engine on alice's request, costing `cost` under each policy.
+    async fn decide<'a>(policies: &[(&'a Policy, u32)]) -> Verdict<'a> {
+        let checks = policies
+            .iter()
+            .enumerate()
+            .map(|(i, &(policy, cost))| Check::new(i, policy, "alice", cost));
+        Engine::new(checks).decide().await
+    }
+
+    fn call(key: &str, cost: u32) -> (String, u32) {
+        (key.to_owned(), cost)
+    }
+
+    #[test]
+    fn the_limiter_key_is_prefixed_with_the_policy_name() {
+        let setup = Setup::new();
+        let policy = setup.policy("login", per_minute(5));
+        let check = Check::new(3, &policy, "user:7", 2);
+        assert_eq!(check.key, b"login:user:7");
+        assert_eq!((check.index, check.cost), (3, 2));
+    }
+
+    #[tokio::test]
+    async fn no_policy_passes() {
+        let verdict = decide(&[]).await;
+        assert_eq!(
+            verdict.outcome,
+            Outcome::Pass {
+                delay: Duration::ZERO
+            }
+        );
+        assert!(verdict.reports.is_empty() && verdict.failures.is_empty());
+        assert!(verdict.binding().is_none());
+    }
+
+    #[tokio::test]
+    async fn one_policy_is_asked_once_without_a_peek() {
+        let setup = Setup::new();
+        let global = setup.policy("global", per_minute(5));
+        let verdict = decide(&[(&global, 2)]).await;
+        assert_eq!(setup.calls(), [call("global:alice", 2)]);
+        assert_eq!(
+            verdict.outcome,
+            Outcome::Pass {
+                delay: Duration::ZERO
+            }
+        );
+        assert!(
+            matches!(verdict.reports[0].state, State::Decided(d) if d.allowed && d.remaining == 3)
+        );
+    }
+
+    #[tokio::test]
+    async fn several_policies_are_peeked_then_consumed() {
+        let setup = Setup::new();
+        let global = setup.policy("global", per_minute(5));
+        let sms = setup.policy("sms", per_minute(10));
+        let verdict = decide(&[(&global, 1), (&sms, 3)]).await;
+        assert_eq!(
+            setup.calls(),
+            [
+                call("global:alice", 0),
+                call("sms:alice", 0),
+                call("global:alice", 1),
+                call("sms:alice", 3),
+            ]
+        );
+        assert_eq!(
+            verdict.outcome,
+            Outcome::Pass {
+                delay: Duration::ZERO
+            }
+        );
+        assert!(verdict.failures.is_empty());
+        assert_eq!((remaining(&global).await, remaining(&sms).await), (4, 7));
+        // The headers report what the real calls answered, not the peeks.
+        let left: Vec<u64> = verdict
+            .reports
+            .iter()
+            .map(|r| r.decision().unwrap().remaining)
+            .collect();
+        assert_eq!(left, [4, 7]);
+    }
+
+    #[tokio::test]
+    async fn a_refusal_by_one_policy_consumes_nothing_from_the_others() {
+        let setup = Setup::new();
+        let global = setup.policy("global", per_minute(10));
+        let login = setup.policy("login", per_minute(1));
+        let first = decide(&[(&global, 1), (&login, 1)]).await;
+        assert_eq!(
+            first.outcome,
+            Outcome::Pass {
+                delay: Duration::ZERO
+            }
+        );
+        setup.calls();
+
+        let second = decide(&[(&global, 1), (&login, 1)]).await;
+        assert_eq!(second.outcome, Outcome::Refuse);
+        // Only the policy predicted to refuse was asked with the cost.
+        assert_eq!(
+            setup.calls(),
+            [
+                call("global:alice", 0),
+                call("login:alice", 0),
+                call("login:alice", 1)
+            ]
+        );
+        assert_eq!(remaining(&global).await, 9);
+        assert!(matches!(second.reports[0].state, State::Peeked(_)));
+        assert!(matches!(second.reports[1].state, State::Decided(d) if !d.allowed));
+        let violated: Vec<&str> = second.violated().map(|r| r.check.policy.name()).collect();
+        assert_eq!(violated, ["login"]);
+        assert_eq!(second.retry_after(), Some(Duration::from_secs(60)));
+
+        // After the wait, the same request passes both.
+        setup.clock.advance(Duration::from_secs(60));
+        let third = decide(&[(&global, 1), (&login, 1)]).await;
+        assert_eq!(
+            third.outcome,
+            Outcome::Pass {
+                delay: Duration::ZERO
+            }
+        );
+        // (Refilled during the wait, then charged this request only.)
+        assert_eq!(remaining(&global).await, 9);
+    }
+
+    #[tokio::test]
+    async fn a_cost_that_can_never_fit_is_refused_with_no_wait() {
+        let setup = Setup::new();
+        let global = setup.policy("global", per_minute(10));
+        let sms = setup.policy("sms", per_minute(2));
+        let verdict = decide(&[(&global, 3), (&sms, 3)]).await;
+        assert_eq!(verdict.outcome, Outcome::Refuse);
+        assert_eq!(verdict.reports[1].state, State::Never { capacity: 2 });
+        assert_eq!(verdict.retry_after(), None);
+        assert!(
+            verdict.failures.is_empty(),
+            "a cost too high is not a failure"
+        );
+        assert_eq!(remaining(&global).await, 10);
+    }
+
+    #[tokio::test]
+    async fn a_failing_fail_open_policy_drops_out_and_the_others_apply() {
+        let setup = Setup::new();
+        let down = Policy::new("down", Down(Some(refused_connection)));
+        let global = setup.policy("global", per_minute(5));
+        let verdict = decide(&[(&down, 1), (&global, 1)]).await;
+        assert_eq!(
+            verdict.outcome,
+            Outcome::Pass {
+                delay: Duration::ZERO
+            }
+        );
+        assert_eq!(verdict.reports[0].state, State::FailedOpen);
+        assert_eq!(remaining(&global).await, 4);
+        let [failure] = &verdict.failures[..] else {
+            panic!("one failure expected: {:?}", verdict.failures);
+        };
+        assert_eq!((failure.report, failure.mode), (0, FailureMode::Open));
+        assert!(matches!(failure.error, Error::Backend(_)));
+
+        // It refuses as usual when another policy refuses.
+        let login = setup.policy("login", per_minute(1));
+        decide(&[(&login, 1)]).await;
+        let verdict = decide(&[(&down, 1), (&login, 1)]).await;
+        assert_eq!(verdict.outcome, Outcome::Refuse);
+    }
+
+    #[tokio::test]
+    async fn a_failing_fail_closed_policy_stops_before_anything_is_consumed() {
+        let setup = Setup::new();
+        let down = Policy::new("down", Down(Some(refused_connection))).fail_closed();
+        let global = setup.policy("global", per_minute(5));
+        let verdict = decide(&[(&global, 1), (&down, 1)]).await;
+        assert_eq!(verdict.outcome, Outcome::Unavailable);
+        assert_eq!(setup.calls(), [call("global:alice", 0)]);
+        assert_eq!(remaining(&global).await, 5);
+        assert_eq!(verdict.reports[1].state, State::FailedClosed(None));
+        assert_eq!(verdict.unavailable_retry_after(), None);
+        let failed: Vec<&str> = verdict
+            .failed_closed()
+            .map(|r| r.check.policy.name())
+            .collect();
+        assert_eq!(failed, ["down"]);
+        assert_eq!(verdict.failures[0].mode, FailureMode::Closed);
+
+        // Alone, the same.
+        let verdict = decide(&[(&down, 1)]).await;
+        assert_eq!(verdict.outcome, Outcome::Unavailable);
+    }
+
+    #[tokio::test]
+    async fn a_refusal_wins_over_a_failure() {
+        let setup = Setup::new();
+        let down = Policy::new("down", Down(Some(refused_connection))).fail_closed();
+        let login = setup.policy("login", per_minute(1));
+        decide(&[(&login, 1)]).await;
+        let verdict = decide(&[(&down, 1), (&login, 1)]).await;
+        assert_eq!(verdict.outcome, Outcome::Refuse);
+        assert_eq!(verdict.failures.len(), 1);
+    }
+
+    #[tokio::test]
+    async fn a_limiter_out_of_keys_fails_closed_whatever_the_mode() {
+        fn full() -> Error {
+            Error::TooManyKeys {
+                max_keys: 1,
+                retry_after: Duration::from_millis(4500),
+            }
+        }
+        let full = Policy::new("full", Down(Some(full))).fail_open();
+        let verdict = decide(&[(&full, 1)]).await;
+        assert_eq!(verdict.outcome, Outcome::Unavailable);
+        assert_eq!(verdict.failures[0].mode, FailureMode::Closed);
+        assert_eq!(
+            verdict.unavailable_retry_after(),
+            Some(Duration::from_millis(4500))
+        );
+    }
+
+    #[tokio::test]
+    async fn a_stuck_limiter_fails_at_its_policy_timeout() {
+        let setup = Setup::new();
+        let stuck = Policy::new("stuck", Down(None)).timeout(Duration::from_millis(20));
+        let global = setup.policy("global", per_minute(5));
+        let verdict = decide(&[(&stuck, 1), (&global, 1)]).await;
+        assert_eq!(
+            verdict.outcome,
+            Outcome::Pass {
+                delay: Duration::ZERO
+            }
+        );
+        assert!(matches!(
+            verdict.failures[0].error,
+            Error::Timeout(t) if t == Duration::from_millis(20)
+        ));
+        assert_eq!(remaining(&global).await, 4);
+    }
+
+    #[tokio::test]
+    async fn the_binding_decision_is_the_closest_to_refusing() {
+        let setup = Setup::new();
+        // Same remaining after this request (1): the longer reset binds.
+        let minute = setup.policy("minute", per_minute(2));
+        let hour = setup.policy("hour", Quota::per_hour(2).unwrap());
+        let roomy = setup.policy("roomy", per_minute(100));
+        let verdict = decide(&[(&minute, 1), (&hour, 1), (&roomy, 1)]).await;
+        let (report, decision) = verdict.binding().unwrap();
+        assert_eq!(report.check.policy.name(), "hour");
+        assert_eq!(decision.remaining, 1);
+
+        // On a refusal: the violated policy with the longest wait.
+        decide(&[(&minute, 1), (&hour, 1)]).await;
+        let verdict = decide(&[(&minute, 1), (&hour, 1), (&roomy, 1)]).await;
+        assert_eq!(verdict.outcome, Outcome::Refuse);
+        let (report, decision) = verdict.binding().unwrap();
+        assert_eq!(report.check.policy.name(), "hour");
+        assert_eq!(decision.retry_after, Duration::from_secs(1800));
+        assert_eq!(verdict.retry_after(), Some(Duration::from_secs(1800)));
+        assert_eq!(verdict.violated().count(), 2);
+    }
+}
