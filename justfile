@@ -6,8 +6,12 @@ set shell := ["bash", "-euo", "pipefail", "-c"]
 default:
     @just --list
 
-# Everything CI checks: formatting, clippy on all targets, every test and doctest.
-test: lint test-only
+# Everything CI checks: formatting, clippy on all targets, every test and doctest, packaging.
+test: lint test-only package
+
+# Every crate packages and builds from its packaged files alone, as from a registry (the Lua scripts included); the two unpublished binaries' crates are left out: nothing depends on them.
+package:
+    cargo package --workspace --locked --allow-dirty --exclude ratelab-compare --exclude ratelab-benches
 
 # Every test and doctest of the workspace, and every benchmark once in test mode (needs redis-server, redis-cli and redis-benchmark on PATH).
 test-only:

@@ -4,8 +4,8 @@
 //! its decision logic once as an [`Algorithm`]: a pure function of
 //! `(state, now, cost)` on integer microseconds. This crate runs it in memory,
 //! as one bucket ([`Direct`]) or one bucket per key ([`Keyed`], a bounded,
-//! self-cleaning sharded map); the `redis` feature of each algorithm crate
-//! runs the same logic as a Lua script. Callers see [`RateLimiter`] (sync) or
+//! self-cleaning sharded map); `ratelab-redis` runs the same logic as a Lua
+//! script. Callers see [`RateLimiter`] (sync) or
 //! [`AsyncRateLimiter`] (async; every `RateLimiter` is one), a [`Quota`] in,
 //! a [`Decision`] out, and time from a [`Clock`].
 //!

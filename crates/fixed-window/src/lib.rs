@@ -33,7 +33,6 @@
 #![warn(missing_docs)]
 #![forbid(unsafe_code)]
 
-
 use ratelab_core::{Algorithm, Decision, Error, LockedCell, Quota, ensure_fits};
 
 /// Fixed window parameters derived from a [`Quota`]. See the crate docs.
@@ -141,9 +140,14 @@ impl Algorithm for FixedWindow {
                 *stored = counter;
             }
             let reset = if counter.count == 0 { 0 } else { until_end };
-            return Ok(Decision::admitted(self.limit).with_remaining(self.limit - counter.count).with_reset_after_micros(reset));
+            return Ok(Decision::admitted(self.limit)
+                .with_remaining(self.limit - counter.count)
+                .with_reset_after_micros(reset));
         }
-        Ok(Decision::refused(self.limit).with_remaining(self.limit - counter.count).with_retry_after_micros(until_end).with_reset_after_micros(until_end))
+        Ok(Decision::refused(self.limit)
+            .with_remaining(self.limit - counter.count)
+            .with_retry_after_micros(until_end)
+            .with_reset_after_micros(until_end))
     }
 
     #[inline]

@@ -38,7 +38,6 @@
 #![warn(missing_docs)]
 #![forbid(unsafe_code)]
 
-
 use ratelab_core::{Algorithm, AtomicCell, Decision, Error, Quota, ensure_fits};
 
 /// GCRA parameters derived from a [`Quota`]. See the crate docs.
@@ -119,9 +118,14 @@ impl Algorithm for Gcra {
             if cost > 0 {
                 *tat = next;
             }
-            return Ok(Decision::admitted(limit).with_remaining(self.room(now, next)).with_reset_after_micros(next - now));
+            return Ok(Decision::admitted(limit)
+                .with_remaining(self.room(now, next))
+                .with_reset_after_micros(next - now));
         }
-        Ok(Decision::refused(limit).with_remaining(self.room(now, current)).with_retry_after_micros(next - self.tolerance - now).with_reset_after_micros(current - now))
+        Ok(Decision::refused(limit)
+            .with_remaining(self.room(now, current))
+            .with_retry_after_micros(next - self.tolerance - now)
+            .with_reset_after_micros(current - now))
     }
 
     #[inline]

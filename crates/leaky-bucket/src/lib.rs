@@ -41,7 +41,6 @@
 #![warn(missing_docs)]
 #![forbid(unsafe_code)]
 
-
 mod meter;
 mod queue;
 

@@ -94,9 +94,14 @@ impl Algorithm for LeakyMeter {
             if cost > 0 {
                 *level = Level { water: poured, at };
             }
-            return Ok(Decision::admitted(self.capacity).with_remaining((self.depth - poured) / self.interval).with_reset_after_micros(ahead + poured));
+            return Ok(Decision::admitted(self.capacity)
+                .with_remaining((self.depth - poured) / self.interval)
+                .with_reset_after_micros(ahead + poured));
         }
-        Ok(Decision::refused(self.capacity).with_remaining((self.depth - water) / self.interval).with_retry_after_micros(ahead + poured - self.depth).with_reset_after_micros(ahead + water))
+        Ok(Decision::refused(self.capacity)
+            .with_remaining((self.depth - water) / self.interval)
+            .with_retry_after_micros(ahead + poured - self.depth)
+            .with_reset_after_micros(ahead + water))
     }
 
     #[inline]

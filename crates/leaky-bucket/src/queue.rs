@@ -67,7 +67,9 @@ impl Algorithm for LeakyQueue {
                 *next_free = after;
             }
             let room = (self.depth - (after - now)) / self.interval;
-            let decision = Decision::admitted(self.capacity).with_remaining(room).with_reset_after_micros(after - now);
+            let decision = Decision::admitted(self.capacity)
+                .with_remaining(room)
+                .with_reset_after_micros(after - now);
             // A peek reserves no slot, so it has nothing to wait for.
             return Ok(if cost > 0 {
                 decision.with_delay_micros(slot - now)
@@ -75,7 +77,10 @@ impl Algorithm for LeakyQueue {
                 decision
             });
         }
-        Ok(Decision::refused(self.capacity).with_remaining(self.depth.saturating_sub(slot - now) / self.interval).with_retry_after_micros(after - self.depth - now).with_reset_after_micros(slot - now))
+        Ok(Decision::refused(self.capacity)
+            .with_remaining(self.depth.saturating_sub(slot - now) / self.interval)
+            .with_retry_after_micros(after - self.depth - now)
+            .with_reset_after_micros(slot - now))
     }
 
     #[inline]

@@ -8,8 +8,8 @@ mod common;
 use ratelab::AlgorithmKind;
 
 use proptest::prelude::*;
-use ratelab::{AlgorithmVisitor, KnownAlgorithm, ManualClock, Quota};
 use ratelab::redis::Connection;
+use ratelab::{AlgorithmVisitor, KnownAlgorithm, ManualClock, Quota};
 use ratelab_testkit::props::{Step, config, simulate};
 use ratelab_testkit::redis::RedisCluster;
 use ratelab_testkit::strategies::{Arrival, quota_and_arrivals, quota_and_wild_arrivals};

@@ -9,9 +9,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use ratelab::{Error, Quota};
 use ratelab::Gcra;
 use ratelab::redis::{Connection, FailurePolicy, RedisLimiter, Stats};
+use ratelab::{Error, Quota};
 use ratelab_testkit::redis::{RedisCluster, RedisServer};
 
 const TIMEOUT: Duration = Duration::from_millis(200);

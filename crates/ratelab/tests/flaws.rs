@@ -13,9 +13,9 @@ use ratelab::AlgorithmKind;
 
 use std::sync::Arc;
 
-use ratelab::{AsyncRateLimiter, Keyed, ManualClock, Quota};
 use ratelab::FixedWindow;
 use ratelab::redis::{Connection, TimeSource};
+use ratelab::{AsyncRateLimiter, Keyed, ManualClock, Quota};
 
 /// A DELIBERATELY FLAWED limiter: reads the count with GET, decides in the
 /// client, writes it back with SET. Two requests that read the same count
@@ -133,7 +133,12 @@ fn per_instance_memory_behind_a_balancer_admits_twice_shared_redis_does_not() {
         let mut shared = Vec::new();
         for _ in 0..2 {
             let connection = Connection::single(&server.url()).await.unwrap();
-            shared.push(common::redis(AlgorithmKind::TokenBucket, quota, &connection, &options));
+            shared.push(common::redis(
+                AlgorithmKind::TokenBucket,
+                quota,
+                &connection,
+                &options,
+            ));
         }
         let mut admitted = 0;
         for i in 0..30 {

@@ -4,10 +4,10 @@
 
 use std::time::Duration;
 
-use ratelab::{Error, Keyed, ManualClock, Quota};
 use ratelab::Gcra;
 use ratelab::SlidingLog;
 use ratelab::TokenBucket;
+use ratelab::{Error, Keyed, ManualClock, Quota};
 
 fn key(i: u64) -> [u8; 8] {
     i.to_le_bytes()

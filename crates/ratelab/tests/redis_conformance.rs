@@ -3,8 +3,8 @@
 
 mod common;
 
-use ratelab::{AsyncRateLimiter, ManualClock, Quota};
 use ratelab::redis::Connection;
+use ratelab::{AsyncRateLimiter, ManualClock, Quota};
 use ratelab_testkit::conformance::{Factory, SCENARIOS, run};
 use ratelab_testkit::redis::RedisCluster;
 

@@ -5,10 +5,10 @@
 mod common;
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use ratelab::{AsyncRateLimiter, Decision, Quota};
 use ratelab::redis::{Connection, TimeSource};
+use ratelab::{AsyncRateLimiter, Decision, Quota};
 use ratelab_testkit::redis::RedisCluster;
 
 /// 20 requests released at once, from 20 tasks.
@@ -36,9 +36,14 @@ async fn the_table(connection: &Connection) {
         let options = common::Options::new(TimeSource::Redis);
         let limiter: Arc<dyn AsyncRateLimiter> =
             common::redis(name, quota, connection, &options).into();
+        let started = Instant::now();
         let first = burst(&limiter, 20).await;
         tokio::time::sleep(Duration::from_secs(1)).await;
         let second = burst(&limiter, 10).await;
+        // Real time on Redis's clock: on a loaded machine more than one second
+        // may pass between the bursts, and one more unit comes back per
+        // 200 ms of it. Never fewer than 5, never more than that allows.
+        let most = (started.elapsed().as_millis() / 200).min(10) as usize;
         let admitted = |d: &[Decision]| d.iter().filter(|d| d.allowed).count();
         let waits: Vec<u64> = first
             .iter()
@@ -46,12 +51,13 @@ async fn the_table(connection: &Connection) {
             .filter(|d| !d.allowed)
             .map(Decision::retry_after_secs)
             .collect();
-        assert_eq!(
-            (name, admitted(&first), admitted(&second)),
-            (name, 10, 5),
-            "burst of 20, then 10 after one second"
+        assert_eq!(admitted(&first), 10, "{name}: a burst of 20 admits 10");
+        assert!(
+            (5..=most.max(5)).contains(&admitted(&second)),
+            "{name}: 10 after one second admit 5 (at most {most} after the time that passed), not {}",
+            admitted(&second)
         );
-        assert_eq!(waits.len(), 15);
+        assert_eq!(waits.len(), 30 - 10 - admitted(&second));
         assert!(waits.iter().all(|&w| w == 1), "{name}: waits {waits:?}");
     }
 }

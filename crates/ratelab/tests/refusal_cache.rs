@@ -7,9 +7,9 @@ mod common;
 use std::time::Duration;
 
 use proptest::prelude::*;
-use ratelab::{ManualClock, Quota};
 use ratelab::Gcra;
 use ratelab::redis::RedisLimiter;
+use ratelab::{ManualClock, Quota};
 use ratelab_testkit::props::config;
 use ratelab_testkit::strategies::quota_and_arrivals;
 

@@ -4,11 +4,9 @@
 
 use std::time::{Duration, Instant};
 
-use ratelab::{
-    Direct, Error, Keyed, Quota, WaitError, wait_and_consume, wait_and_consume_async,
-};
 use ratelab::Gcra;
 use ratelab::LeakyQueue;
+use ratelab::{Direct, Error, Keyed, Quota, WaitError, wait_and_consume, wait_and_consume_async};
 
 /// 20 per second, burst 1: one turn every 50 ms.
 fn quota() -> Quota {
@@ -35,18 +33,18 @@ fn a_blocking_wait_takes_the_next_turn() {
 
 #[test]
 fn a_wait_beyond_the_timeout_gives_up_at_once() {
-    let limiter = Direct::new(Gcra::new(quota()));
+    // One an hour: the next turn is far beyond a 30 s timeout, so a helper
+    // that slept in vain would wait the whole 30 s (a bound no loaded
+    // machine comes near when it gives up at once).
+    let limiter = Direct::new(Gcra::new(Quota::per_hour(1).unwrap()));
     assert!(limiter.wait(1, Duration::from_secs(1)).unwrap().allowed);
-    match limiter.wait(1, Duration::from_millis(10)) {
+    match limiter.wait(1, Duration::from_secs(30)) {
         Err(WaitError::TimedOut {
             waited,
             retry_after,
         }) => {
-            assert!(retry_after > Duration::from_millis(10), "{retry_after:?}");
-            assert!(
-                waited < Duration::from_millis(10),
-                "it did not sleep in vain"
-            );
+            assert!(retry_after > Duration::from_secs(30), "{retry_after:?}");
+            assert!(waited < Duration::from_secs(30), "it did not sleep in vain");
         }
         other => panic!("expected a timeout, got {other:?}"),
     }

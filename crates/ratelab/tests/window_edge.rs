@@ -5,9 +5,9 @@
 
 mod common;
 
-use ratelab::{Algorithm, AlgorithmKind, ManualClock, Quota};
 use ratelab::FixedWindow;
 use ratelab::SlidingCounter;
+use ratelab::{Algorithm, AlgorithmKind, ManualClock, Quota};
 use ratelab_testkit::oracle::{Admitted, max_within};
 
 /// (algorithm, admitted of the 20, the most its bound allows within 0.1 s)

@@ -64,22 +64,38 @@ macro_rules! on_redis {
 }
 
 on_redis!(
-    "ratelab_fixed_window", FixedWindow, RedisFixedWindow, "fixed_window.lua", "fw",
+    "ratelab_fixed_window",
+    FixedWindow,
+    RedisFixedWindow,
+    "fixed_window.lua",
+    "fw",
     "A fixed window with its state on Redis, windows aligned on the Unix epoch.",
     |a| vec![a.window_micros(), a.capacity()]
 );
 on_redis!(
-    "ratelab_sliding_window", SlidingLog, RedisSlidingLog, "sliding_log.lua", "sl",
+    "ratelab_sliding_window",
+    SlidingLog,
+    RedisSlidingLog,
+    "sliding_log.lua",
+    "sl",
     "A sliding log with its state on Redis (a sorted set of admissions).",
     |a| vec![a.window_micros(), a.capacity()]
 );
 on_redis!(
-    "ratelab_sliding_window", SlidingCounter, RedisSlidingCounter, "sliding_counter.lua", "sc",
+    "ratelab_sliding_window",
+    SlidingCounter,
+    RedisSlidingCounter,
+    "sliding_counter.lua",
+    "sc",
     "A sliding window counter with its state on Redis.",
     |a| vec![a.window_micros(), a.capacity(), a.step_micros(), a.steps()]
 );
 on_redis!(
-    "ratelab_leaky_bucket", LeakyMeter, RedisLeakyMeter, "leaky_meter.lua", "lm",
+    "ratelab_leaky_bucket",
+    LeakyMeter,
+    RedisLeakyMeter,
+    "leaky_meter.lua",
+    "lm",
     "A leaky bucket meter with its state on Redis.",
     |a| vec![
         a.quota().emission_interval_micros(),
@@ -88,7 +104,11 @@ on_redis!(
     ]
 );
 on_redis!(
-    "ratelab_leaky_bucket", LeakyQueue, RedisLeakyQueue, "leaky_queue.lua", "lq",
+    "ratelab_leaky_bucket",
+    LeakyQueue,
+    RedisLeakyQueue,
+    "leaky_queue.lua",
+    "lq",
     "A leaky bucket queue with its state on Redis: every instance hands out slots from the same queue.",
     |a| vec![
         a.quota().emission_interval_micros(),
@@ -97,12 +117,20 @@ on_redis!(
     ]
 );
 on_redis!(
-    "ratelab_token_bucket", TokenBucket, RedisTokenBucket, "token_bucket.lua", "tb",
+    "ratelab_token_bucket",
+    TokenBucket,
+    RedisTokenBucket,
+    "token_bucket.lua",
+    "tb",
     "A token bucket with its state on Redis.",
     |a| vec![a.interval_micros(), a.capacity()]
 );
 on_redis!(
-    "ratelab_gcra", Gcra, RedisGcra, "gcra.lua", "gcra",
+    "ratelab_gcra",
+    Gcra,
+    RedisGcra,
+    "gcra.lua",
+    "gcra",
     "GCRA with its state on Redis: one timestamp per key.",
     |a| vec![a.interval_micros(), a.tolerance_micros(), a.capacity()]
 );

@@ -11,7 +11,9 @@ use crate::connection::Connection;
 use crate::limiter::{Inner, RedisLimiter};
 use crate::refusal_cache::RefusalCache;
 use crate::script::RedisAlgorithm;
-use crate::settings::{DEFAULT_CLIENT_TTL_SLACK, DEFAULT_PREFIX, DEFAULT_TIMEOUT, FailurePolicy, TimeSource};
+use crate::settings::{
+    DEFAULT_CLIENT_TTL_SLACK, DEFAULT_PREFIX, DEFAULT_TIMEOUT, FailurePolicy, TimeSource,
+};
 use crate::stats::Counters;
 
 /// Builds a [`RedisLimiter`].
@@ -141,4 +143,3 @@ impl<A: RedisAlgorithm> RedisLimiterBuilder<A> {
         }
     }
 }
-

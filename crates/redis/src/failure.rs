@@ -10,7 +10,12 @@ use crate::settings::FailurePolicy;
 
 impl<A: RedisAlgorithm> Inner<A> {
     /// Raises an alert for `error`, then answers as the policy says.
-    pub(crate) fn on_failure(&self, key: &[u8], cost: u32, error: Error) -> Result<Decision, Error> {
+    pub(crate) fn on_failure(
+        &self,
+        key: &[u8],
+        cost: u32,
+        error: Error,
+    ) -> Result<Decision, Error> {
         self.alerts.raise(
             &Alert {
                 algorithm: self.algorithm.name(),

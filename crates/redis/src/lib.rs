@@ -2,8 +2,9 @@
 //! by a Lua script on Redis or Redis Cluster, so that any number of
 //! application instances share one limit.
 //!
-//! A [`RedisLimiter`] runs any [`RedisAlgorithm`] (each algorithm crate
-//! implements it under its `redis` feature) over a [`Connection`] to one node
+//! A [`RedisLimiter`] runs any [`RedisAlgorithm`] (this crate implements it
+//! for every algorithm of ratelab: each one's script, parameters and key code,
+//! so the algorithm crates know nothing of Redis) over a [`Connection`] to one node
 //! or a cluster: one `EVALSHA` per check, the time from Redis `TIME` (or the
 //! caller's clock: [`TimeSource`]), keys named by [`redis_key`] (braces in a
 //! user key never move the cluster hash tag), every key expiring when it is

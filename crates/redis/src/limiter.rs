@@ -200,4 +200,3 @@ impl<A: RedisAlgorithm + fmt::Debug> fmt::Debug for RedisLimiter<A> {
             .finish_non_exhaustive()
     }
 }
-

@@ -43,7 +43,10 @@ impl RefusalCache {
             return None;
         }
         (cost >= refusal.cost).then(|| {
-            Decision::refused(refusal.limit).with_remaining(refusal.remaining).with_retry_after_micros(refusal.until - now).with_reset_after_micros(refusal.full_at.saturating_sub(now))
+            Decision::refused(refusal.limit)
+                .with_remaining(refusal.remaining)
+                .with_retry_after_micros(refusal.until - now)
+                .with_reset_after_micros(refusal.full_at.saturating_sub(now))
         })
     }
 

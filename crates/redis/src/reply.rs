@@ -8,9 +8,18 @@ pub(crate) fn decision_from_reply(reply: &[u64]) -> Option<Decision> {
         return None;
     };
     match allowed {
-        1 => Some(Decision::admitted(limit).with_remaining(remaining).with_reset_after_micros(reset).with_delay_micros(delay)),
-        0 => Some(Decision::refused(limit).with_remaining(remaining).with_retry_after_micros(retry).with_reset_after_micros(reset)),
+        1 => Some(
+            Decision::admitted(limit)
+                .with_remaining(remaining)
+                .with_reset_after_micros(reset)
+                .with_delay_micros(delay),
+        ),
+        0 => Some(
+            Decision::refused(limit)
+                .with_remaining(remaining)
+                .with_retry_after_micros(retry)
+                .with_reset_after_micros(reset),
+        ),
         _ => None,
     }
 }
-

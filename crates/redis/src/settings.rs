@@ -64,4 +64,3 @@ pub enum FailurePolicy {
     /// admits up to N times the quota while Redis is away.
     Fallback,
 }
-

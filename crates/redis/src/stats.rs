@@ -28,7 +28,6 @@ pub(crate) struct Counters {
     pub(crate) cached_refusals: AtomicU64,
 }
 
-
 impl Counters {
     pub(crate) fn snapshot(&self) -> Stats {
         Stats {

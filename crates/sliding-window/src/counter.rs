@@ -221,9 +221,14 @@ impl Algorithm for SlidingCounter {
             if cost > 0 {
                 *stored = *windows;
             }
-            return Ok(Decision::admitted(self.limit).with_remaining(room - windows.current).with_reset_after_micros(self.full_at_of(windows).saturating_sub(now)));
+            return Ok(Decision::admitted(self.limit)
+                .with_remaining(room - windows.current)
+                .with_reset_after_micros(self.full_at_of(windows).saturating_sub(now)));
         }
-        Ok(Decision::refused(self.limit).with_remaining(room.saturating_sub(windows.current)).with_retry_after_micros(self.retry_at(windows, cost) - now).with_reset_after_micros(self.full_at_of(windows) - now))
+        Ok(Decision::refused(self.limit)
+            .with_remaining(room.saturating_sub(windows.current))
+            .with_retry_after_micros(self.retry_at(windows, cost) - now)
+            .with_reset_after_micros(self.full_at_of(windows) - now))
     }
 
     #[inline]

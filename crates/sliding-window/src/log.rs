@@ -144,10 +144,15 @@ impl Algorithm for SlidingLog {
                 }
                 log.total += cost;
             }
-            return Ok(Decision::admitted(self.limit).with_remaining(self.limit - log.total).with_reset_after_micros(self.empty_at(log).saturating_sub(now)));
+            return Ok(Decision::admitted(self.limit)
+                .with_remaining(self.limit - log.total)
+                .with_reset_after_micros(self.empty_at(log).saturating_sub(now)));
         }
         let needed = log.total + cost - self.limit;
-        Ok(Decision::refused(self.limit).with_remaining(self.limit - log.total).with_retry_after_micros(self.freed_at(log, needed) - now).with_reset_after_micros(self.empty_at(log) - now))
+        Ok(Decision::refused(self.limit)
+            .with_remaining(self.limit - log.total)
+            .with_retry_after_micros(self.freed_at(log, needed) - now)
+            .with_reset_after_micros(self.empty_at(log) - now))
     }
 
     #[inline]

@@ -32,7 +32,6 @@
 #![warn(missing_docs)]
 #![forbid(unsafe_code)]
 
-
 use ratelab_core::{Algorithm, Decision, Error, LockedCell, Quota, ensure_fits};
 
 /// Token bucket parameters derived from a [`Quota`]. See the crate docs.
@@ -159,10 +158,17 @@ impl Algorithm for TokenBucket {
                 *stored = bucket;
             }
             let full_at = self.when_holding(&bucket, self.capacity);
-            return Ok(Decision::admitted(self.capacity).with_remaining(bucket.tokens).with_reset_after_micros(full_at.saturating_sub(now)));
+            return Ok(Decision::admitted(self.capacity)
+                .with_remaining(bucket.tokens)
+                .with_reset_after_micros(full_at.saturating_sub(now)));
         }
-        Ok(Decision::refused(self.capacity).with_remaining(bucket.tokens).with_retry_after_micros(self.when_holding(&bucket, cost) - now).with_reset_after_micros(self.when_holding(&bucket, self.capacity)
-                .saturating_sub(now)))
+        Ok(Decision::refused(self.capacity)
+            .with_remaining(bucket.tokens)
+            .with_retry_after_micros(self.when_holding(&bucket, cost) - now)
+            .with_reset_after_micros(
+                self.when_holding(&bucket, self.capacity)
+                    .saturating_sub(now),
+            ))
     }
 
     #[inline]

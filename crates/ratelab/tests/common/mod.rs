@@ -7,9 +7,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 
-use ratelab::redis::{
-    Connection, FailurePolicy, RedisLimiter, RedisLimiterBuilder, TimeSource,
-};
+use ratelab::redis::{Connection, FailurePolicy, RedisLimiter, RedisLimiterBuilder, TimeSource};
 use ratelab::{
     AlgorithmKind, AlgorithmVisitor, AsyncRateLimiter, Clock, Decision, Direct, Error,
     KnownAlgorithm, ManualClock, Quota, RateLimiter,
@@ -97,7 +95,10 @@ pub(crate) fn redis(
     impl AlgorithmVisitor for BuildRedis<'_> {
         type Output = Box<dyn AsyncRateLimiter>;
         fn visit<A: KnownAlgorithm>(self, algorithm: A) -> Self::Output {
-            Box::new(self.1.apply(RedisLimiter::builder(self.0.clone(), algorithm)))
+            Box::new(
+                self.1
+                    .apply(RedisLimiter::builder(self.0.clone(), algorithm)),
+            )
         }
     }
     kind.kind().visit(quota, BuildRedis(connection, options))
