@@ -34,9 +34,21 @@ pub enum Error {
     /// The backend did not answer within its timeout.
     #[error("the rate limiter backend did not answer within {0:?}")]
     Timeout(Duration),
-    /// The backend failed (connection refused, script error, ...).
+    /// The backend failed (connection refused, dropped or reset, a cluster
+    /// moving or down): an outage, where a failure policy applies.
     #[error("the rate limiter backend failed: {0}")]
     Backend(#[source] Box<dyn std::error::Error + Send + Sync + 'static>),
+    /// The backend answered, but with something no limiter can act on: stored
+    /// state no limiter could have written, a key of the wrong type, a reply
+    /// out of bounds, a backend out of memory. Not an outage: retrying or
+    /// failing open would not repair it, so it is surfaced, not hidden behind
+    /// a failure policy.
+    #[error("the rate limiter backend holds or returned invalid data: {0}")]
+    Data(#[source] Box<dyn std::error::Error + Send + Sync + 'static>),
+    /// The backend failed repeatedly and is not being called for a while (a
+    /// circuit breaker is open): the wait until it is tried again.
+    #[error("the rate limiter backend is failing; next attempt in {0:?}")]
+    CircuitOpen(Duration),
 }
 
 /// What kind of [`Error`] a limiter answered: comparable, copyable, for
@@ -52,6 +64,10 @@ pub enum ErrorKind {
     Timeout,
     /// [`Error::Backend`].
     Backend,
+    /// [`Error::Data`].
+    Data,
+    /// [`Error::CircuitOpen`].
+    CircuitOpen,
 }
 
 impl Error {
@@ -63,6 +79,8 @@ impl Error {
             Error::TooManyKeys { .. } => ErrorKind::TooManyKeys,
             Error::Timeout(_) => ErrorKind::Timeout,
             Error::Backend(_) => ErrorKind::Backend,
+            Error::Data(_) => ErrorKind::Data,
+            Error::CircuitOpen(_) => ErrorKind::CircuitOpen,
         }
     }
 
@@ -72,15 +90,38 @@ impl Error {
         Error::Backend(error.into())
     }
 
+    /// A data error from any error.
+    #[inline]
+    pub fn data(error: impl Into<Box<dyn std::error::Error + Send + Sync + 'static>>) -> Self {
+        Error::Data(error.into())
+    }
+
+    /// How long to wait before the limiter can decide again, when it says
+    /// (an open circuit breaker).
+    #[inline]
+    pub fn retry_after(&self) -> Option<Duration> {
+        match self {
+            Error::CircuitOpen(wait)
+            | Error::TooManyKeys {
+                retry_after: wait, ..
+            } => Some(*wait),
+            _ => None,
+        }
+    }
+
     /// The limiter could not decide for reasons of its own (its backend failed
     /// or was too slow, or it is out of room for keys), as opposed to a
     /// request that can never pass. This is where a failure policy (fail open,
-    /// fail closed) applies.
+    /// fail closed) applies. [`Error::Data`] is not unavailability: the
+    /// backend answered, and what it holds or sent needs repair.
     #[inline]
     pub fn is_unavailable(&self) -> bool {
         matches!(
             self,
-            Error::TooManyKeys { .. } | Error::Timeout(_) | Error::Backend(_)
+            Error::TooManyKeys { .. }
+                | Error::Timeout(_)
+                | Error::Backend(_)
+                | Error::CircuitOpen(_)
         )
     }
 }

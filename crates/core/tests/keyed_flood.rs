@@ -3,6 +3,9 @@
 //! wait for a slot is exact, a sweep is a clock reading like a check, and
 //! the builder enforces exactly the bound asked for.
 
+// Small test figures (random draws below a few thousand, key counts).
+#![allow(clippy::cast_possible_truncation)]
+
 mod common;
 
 use std::collections::HashMap;

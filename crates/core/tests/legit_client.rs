@@ -2,6 +2,9 @@
 //! the table's size: how much of its traffic still passes. Printed with
 //! `cargo test -p ratelab-core --test legit_client -- --nocapture`.
 
+// Small test figures (random draws below a few thousand, key counts).
+#![allow(clippy::cast_possible_truncation)]
+
 mod common;
 
 use std::time::Duration;

@@ -276,14 +276,12 @@ impl<A: Algorithm, C: Clock, K: Hash + Eq> Keyed<A, C, K> {
         }
 
         let room = !shard.is_full() || shard.make_room(algorithm, now);
-        if !room {
-            if let FloodPolicy::Sketch { depth, .. } = self.flood {
-                let width = self.sketch_cells_per_shard() / depth;
-                return shard
-                    .sketch
-                    .get_or_insert_with(|| Sketch::new(algorithm, width, depth))
-                    .decide(algorithm, hash, now, cost);
-            }
+        if let (false, FloodPolicy::Sketch { depth, .. }) = (room, self.flood) {
+            let width = self.sketch_cells_per_shard() / depth;
+            return shard
+                .sketch
+                .get_or_insert_with(|| Sketch::new(algorithm, width, depth))
+                .decide(algorithm, hash, now, cost);
         }
         // A key that was decided by the sketch starts from its cells' debt.
         let mut state = shard

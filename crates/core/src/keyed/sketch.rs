@@ -51,7 +51,7 @@ impl<S: Clone> Sketch<S> {
         let (a, b) = (mixed & 0xffff_ffff, (mixed >> 32) | 1);
         let index = a.wrapping_add((row as u64).wrapping_mul(b)) % self.width as u64;
         // Fits: index < width, a usize.
-        row * self.width + index as usize
+        row * self.width + usize::try_from(index).unwrap_or_default()
     }
 
     /// The state a key should start from if it now gets a slot of its own:

@@ -1,0 +1,114 @@
+//! The wait helpers never outlast their timeout, whatever the limiter
+//! answers, and wait out a full table when the wait fits.
+
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+use ratelab_core::{
+    Decision, Error, Limiter, Quota, RateLimiter, WaitError, wait_and_consume, wait_for,
+};
+
+/// A third-party limiter that always refuses and says "retry now".
+#[derive(Debug)]
+struct RefusesWithZeroWait {
+    checks: AtomicU32,
+}
+
+impl Limiter for RefusesWithZeroWait {
+    fn quota(&self) -> Quota {
+        Quota::per_second(1).unwrap()
+    }
+    fn algorithm_name(&self) -> &'static str {
+        "stubborn"
+    }
+    fn backend(&self) -> &'static str {
+        "test"
+    }
+}
+
+impl RateLimiter for RefusesWithZeroWait {
+    fn check(&self, _: &[u8], _: u32) -> Result<Decision, Error> {
+        self.checks.fetch_add(1, Ordering::Relaxed);
+        Ok(Decision::refused(1))
+    }
+}
+
+#[test]
+fn a_zero_retry_refusal_times_out_on_time_without_spinning() {
+    let limiter = RefusesWithZeroWait {
+        checks: AtomicU32::new(0),
+    };
+    let started = Instant::now();
+    let error = wait_and_consume(&limiter, b"k", 1, Duration::from_millis(50)).unwrap_err();
+    let took = started.elapsed();
+    assert!(matches!(error, WaitError::TimedOut { .. }), "{error:?}");
+    assert!(took >= Duration::from_millis(50), "{took:?}");
+    assert!(took < Duration::from_millis(500), "{took:?}");
+    // Paced, not a busy loop: at most one check per pause, plus the last.
+    let checks = limiter.checks.load(Ordering::Relaxed);
+    assert!(checks <= 52, "{checks} checks in 50 ms");
+}
+
+#[test]
+fn a_zero_timeout_never_sleeps() {
+    let limiter = RefusesWithZeroWait {
+        checks: AtomicU32::new(0),
+    };
+    let started = Instant::now();
+    assert!(wait_and_consume(&limiter, b"k", 1, Duration::ZERO).is_err());
+    assert!(started.elapsed() < Duration::from_millis(20));
+}
+
+#[test]
+fn too_many_keys_is_waited_out_when_it_fits() {
+    let calls = AtomicU32::new(0);
+    let started = Instant::now();
+    let decision = wait_for(
+        || match calls.fetch_add(1, Ordering::Relaxed) {
+            0 => Err(Error::TooManyKeys {
+                max_keys: 1,
+                retry_after: Duration::from_millis(30),
+            }),
+            _ => Ok(Decision::admitted(1)),
+        },
+        Duration::from_secs(1),
+    )
+    .unwrap();
+    assert!(decision.allowed);
+    assert!(started.elapsed() >= Duration::from_millis(30));
+
+    // One that does not fit gives up at once.
+    let started = Instant::now();
+    let error = wait_for(
+        || {
+            Err(Error::TooManyKeys {
+                max_keys: 1,
+                retry_after: Duration::from_secs(60),
+            })
+        },
+        Duration::from_millis(100),
+    )
+    .unwrap_err();
+    assert!(
+        matches!(error, WaitError::TimedOut { retry_after, .. } if retry_after == Duration::from_secs(60))
+    );
+    assert!(started.elapsed() < Duration::from_millis(50));
+}
+
+#[test]
+fn a_refusal_that_never_ends_is_an_error_at_once() {
+    let error = wait_for(
+        || {
+            Err(Error::CostTooHigh {
+                cost: 2,
+                capacity: 1,
+            })
+        },
+        Duration::from_secs(10),
+    )
+    .unwrap_err();
+    assert!(matches!(
+        error,
+        WaitError::Limiter(Error::CostTooHigh { .. })
+    ));
+}
