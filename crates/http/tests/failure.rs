@@ -12,7 +12,9 @@ use axum::Router;
 use axum::routing::{get, post};
 use common::{get as fetch, localhost, send, serve};
 use http::Method;
-use ratelab_core::{AsyncRateLimiter, CheckFuture, Error, Keyed, Limiter, ManualClock, Quota};
+use ratelab_core::{
+    AsyncRateLimiter, CheckFuture, Error, FloodPolicy, Keyed, Limiter, ManualClock, Quota,
+};
 use ratelab_gcra::Gcra;
 use ratelab_http::{FailureMode, Policy, RateLimitLayer};
 use serde_json::json;
@@ -248,9 +250,12 @@ async fn a_limiter_full_of_keys_refuses_new_clients_even_when_failing_open() {
     log();
     let clock = ManualClock::new();
     // Room for one client only.
-    let limiter = Keyed::with_clock(Gcra::new(Quota::per_minute(2).unwrap()), clock.clone())
-        .with_shards(1)
-        .with_max_keys(1);
+    let limiter = Keyed::builder(Gcra::new(Quota::per_minute(2).unwrap()))
+        .clock(clock.clone())
+        .shards(1)
+        .max_keys(1)
+        .flood_policy(FloodPolicy::Refuse)
+        .build();
     let layer = RateLimitLayer::builder()
         .policy(Policy::new("tiny", limiter).fail_open())
         .build()

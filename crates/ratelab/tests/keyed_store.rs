@@ -7,7 +7,7 @@ use std::time::Duration;
 use ratelab::Gcra;
 use ratelab::SlidingLog;
 use ratelab::TokenBucket;
-use ratelab::{Error, Keyed, ManualClock, Quota};
+use ratelab::{Error, FloodPolicy, Keyed, ManualClock, Quota};
 
 fn key(i: u64) -> [u8; 8] {
     i.to_le_bytes()
@@ -48,9 +48,12 @@ fn at_the_bound_the_wait_for_a_slot_is_exact() {
     // One shard, two keys: one unit per 100 ms, burst 1.
     let clock = ManualClock::new();
     let quota = Quota::per_second(10).unwrap().with_burst(1).unwrap();
-    let limiter = Keyed::with_clock(Gcra::new(quota), clock.clone())
-        .with_shards(1)
-        .with_max_keys(2);
+    let limiter = Keyed::builder(Gcra::new(quota))
+        .clock(clock.clone())
+        .shards(1)
+        .max_keys(2)
+        .flood_policy(FloodPolicy::Refuse)
+        .build();
     assert_eq!(limiter.max_keys(), 2);
     assert!(limiter.check(b"a", 1).unwrap().allowed); // full again at 100 ms
     clock.set(50_000);
@@ -81,9 +84,12 @@ fn a_flood_of_new_keys_is_bounded_and_forgets_no_debt() {
     let clock = ManualClock::starting_at(7_000_000);
     // A slow quota: 5 per minute, so nobody refills during the flood.
     let quota = Quota::per_minute(5).unwrap();
-    let limiter = Keyed::with_clock(SlidingLog::new(quota), clock.clone())
-        .with_shards(8)
-        .with_max_keys(1_000);
+    let limiter = Keyed::builder(SlidingLog::new(quota))
+        .clock(clock.clone())
+        .shards(8)
+        .max_keys(1_000)
+        .flood_policy(FloodPolicy::Refuse)
+        .build();
     let bound = limiter.max_keys();
     assert_eq!(bound, 1_000);
 

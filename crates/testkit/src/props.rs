@@ -12,7 +12,7 @@ use std::collections::HashMap;
 use proptest::prelude::*;
 use proptest::test_runner::TestCaseError;
 use ratelab_core::{
-    Algorithm, Clock, Decision, Error, Keyed, MAX_INSTANT_MICROS, ManualClock, duration_to_micros,
+    Algorithm, Decision, Error, Keyed, MAX_INSTANT_MICROS, ManualClock, duration_to_micros,
 };
 
 use crate::oracle::{Admitted, Bound};
