@@ -12,7 +12,7 @@ use std::collections::HashMap;
 use proptest::prelude::*;
 use proptest::test_runner::TestCaseError;
 use ratelab_core::{
-    Algorithm, Decision, Error, Keyed, MAX_INSTANT_MICROS, ManualClock, duration_to_micros,
+    Algorithm, Decision, Error, Keyed, ManualClock, clamp_instant, duration_to_micros,
 };
 
 use crate::oracle::{Admitted, Bound};
@@ -40,7 +40,7 @@ pub fn simulate<A: Algorithm>(algorithm: &A, arrivals: &[Arrival]) -> Vec<Step<A
     arrivals
         .iter()
         .map(|&arrival| {
-            let now = arrival.at.min(MAX_INSTANT_MICROS);
+            let now = clamp_instant(arrival.at);
             let state = states
                 .entry(arrival.key)
                 .or_insert_with(|| algorithm.initial_state());
@@ -62,7 +62,7 @@ pub fn simulate<A: Algorithm>(algorithm: &A, arrivals: &[Arrival]) -> Vec<Step<A
 fn probe<A: Algorithm>(algorithm: &A, state: &A::State, now: u64, cost: u32) -> Decision {
     let mut copy = state.clone();
     algorithm
-        .decide(&mut copy, now.min(MAX_INSTANT_MICROS), cost)
+        .decide(&mut copy, clamp_instant(now), cost)
         .expect("a cost within the capacity is always decided")
 }
 
@@ -312,7 +312,7 @@ pub fn run_keyed<A: Algorithm + Clone>(algorithm: &A, arrivals: &[Arrival]) -> V
             clock.set(arrival.at);
             Step {
                 arrival,
-                now: arrival.at.min(MAX_INSTANT_MICROS),
+                now: clamp_instant(arrival.at),
                 before: (),
                 after: (),
                 result: keyed

@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use proptest::prelude::*;
-use ratelab_core::{MAX_INSTANT_MICROS, Quota};
+use ratelab_core::{MAX_INSTANT_MICROS, Quota, clamp_instant};
 
 /// One request: when, for which key, for how much.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -162,7 +162,7 @@ pub fn unwrapped(readings: impl IntoIterator<Item = u64>) -> Vec<u64> {
     readings
         .into_iter()
         .map(|reading| {
-            let reading = reading.min(MAX_INSTANT_MICROS);
+            let reading = clamp_instant(reading);
             if let Some(previous) = previous {
                 elapsed += reading.saturating_sub(previous);
             } else {
