@@ -24,7 +24,7 @@ pub struct Step<S> {
     /// The request.
     pub arrival: Arrival,
     /// The clock reading the algorithm saw (clamped to
-    /// [`MAX_INSTANT_MICROS`]).
+    /// [`MAX_INSTANT_MICROS`](ratelab_core::MAX_INSTANT_MICROS)).
     pub now: u64,
     /// The key's state before.
     pub before: S,
