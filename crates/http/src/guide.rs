@@ -78,7 +78,7 @@
 //!
 //! ```text
 //! RateLimit-Policy: "default";q=100;w=60, "login";q=5;w=900
-//! RateLimit: "default";r=42;t=17, "login";r=4;t=180
+//! RateLimit: "default";r=42;t=1, "login";r=4;t=180
 //! ```
 //!
 //! Both are structured-field lists serialized with `sfv`. They are appended,
@@ -94,11 +94,18 @@
 //!   the quota's period. Rounding up can only advertise a slower rate than
 //!   the real one (5 per second, burst 10: `q=10;w=2`).
 //! - `r` is `Decision::remaining`: unit requests that would pass right now.
-//! - `t` is, when the policy admitted (or was only peeked), the seconds
-//!   until it is back to full capacity (`Decision::reset_after`): spend `r`
-//!   units before then and you are back to `q`; when the policy refused, the
-//!   seconds until this request would pass (`Decision::retry_after`). Whole
-//!   seconds, rounded up: a client that waits `t` is never early.
+//! - `t` is the seconds until **more quota is available** than `r`
+//!   (draft-ietf-httpapi-ratelimit-headers-11; draft-10 read
+//!   "until the quota resets", which clients took for "until full"). After
+//!   `r=0;t=6`, a unit request passes 6 s later, not before; after
+//!   `r=5;t=6`, the sixth unit is back 6 s later. `t=0` when the policy is
+//!   full. It is exact when the limiter says so (a refused unit request: its
+//!   `Decision::retry_after`) or when the algorithm refills steadily (GCRA,
+//!   token bucket, leaky meter: the next unit is back `(q - r - 1)` emission
+//!   intervals before the key is full, `Decision::reset_after`). For the
+//!   other algorithms (windows, logs, the queue) it is the wait until the key
+//!   is full again, when more is surely available: never early, sometimes
+//!   late. Whole seconds, rounded up: a client that waits `t` is never early.
 //! - `qu` is not sent (the default unit, requests): with a cost, `q` and `r`
 //!   count cost units (an SMS to 3 numbers uses 3). `pk` (partition key) is
 //!   not sent: it would disclose the client's key.
@@ -111,10 +118,14 @@
 //!
 //! With [`legacy_headers(true)`](crate::RateLimitLayerBuilder::legacy_headers),
 //! responses also carry `X-RateLimit-Limit` (`q`), `X-RateLimit-Remaining`
-//! (`r`) and `X-RateLimit-Reset` (`t`, seconds from now, not a timestamp) for
-//! one policy: on a refusal, the violated policy with the longest wait;
-//! otherwise the policy with the least remaining.
-//!
+//! (`r`) and `X-RateLimit-Reset` for one policy: on a refusal, the violated
+//! policy with the longest wait; otherwise the policy with the least
+//! remaining. `X-RateLimit-Reset` means the same on every response, a
+//! refusal included: the seconds until that policy's key is full again
+//! (`Decision::reset_after`, rounded up), or with
+//! [`LegacyReset::Epoch`](crate::LegacyReset::Epoch) the Unix time it will
+//! be. The wait before a retry is `Retry-After`.
+
 //! # Refusals: `429`
 //!
 //! ```text
@@ -122,7 +133,7 @@
 //! content-type: application/problem+json
 //! retry-after: 12
 //! ratelimit-policy: "default";q=100;w=60, "login";q=5;w=900
-//! ratelimit: "default";r=42;t=17, "login";r=0;t=12
+//! ratelimit: "default";r=42;t=1, "login";r=0;t=12
 //!
 //! {"type":"https://iana.org/assignments/http-problem-types#quota-exceeded",
 //!  "title":"Request cannot be satisfied as assigned quota has been exceeded",
@@ -130,12 +141,13 @@
 //!  "violated-policies":["login"]}
 //! ```
 //!
-//! `Retry-After` is the largest `t` among the violated policies (at least 1):
-//! never earlier than the reset any violated policy advertises, and exactly
+//! `Retry-After` is the longest wait among the violated policies for a
+//! request of this cost (at least 1 s): never earlier than the `t` any
+//! violated policy advertises, and exactly
 //! when the limiter says the same request would pass (rounded up to the
 //! second). The other policies' `t` say when they are full again, which the
 //! client does not need to wait for. The problem type and its
-//! `violated-policies` member are the ones the draft defines (section 5.1).
+//! `violated-policies` member are the ones the draft defines.
 //!
 //! A request whose cost is above a policy's burst can never pass: it is
 //! refused with `429` and a detail that says so, without `Retry-After`, since

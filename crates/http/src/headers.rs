@@ -5,11 +5,13 @@
 use bytes::Bytes;
 use http::{HeaderValue, Response};
 use http_body_util::Full;
+use std::time::Duration;
+
 use ratelab_core::{Decision, ceil_secs};
 
 use crate::engine::{State, Verdict};
 use crate::identity::Client;
-use crate::matching::Compiled;
+use crate::matching::{Compiled, Refill};
 use crate::response::{self, LimitItem};
 
 /// `RateLimit-Policy` (every applicable policy) and `RateLimit` (every one
@@ -26,10 +28,11 @@ pub(crate) fn fields(
     );
     let limit = response::limit_field(verdict.reports.iter().filter_map(|r| {
         let decision = r.decision()?;
+        let compiled = &policies[r.check.index];
         Some(LimitItem {
-            name: &policies[r.check.index].item.name,
+            name: &compiled.item.name,
             r: decision.remaining,
-            t: reset_secs(decision),
+            t: ceil_secs(next_after(decision, compiled.refill, r.check.cost)),
         })
     }));
     (policy, limit)
@@ -41,7 +44,10 @@ pub(crate) fn legacy(policies: &[Compiled], verdict: &Verdict<'_>) -> Option<(u6
     Some((
         policies[report.check.index].item.q,
         decision.remaining,
-        reset_secs(decision),
+        // Until the key is full again on every response, a refusal included
+        // (the wait for a retry is `Retry-After`): one meaning, as the
+        // legacy fields had at GitHub and Twitter.
+        ceil_secs(decision.reset_after),
     ))
 }
 
@@ -91,13 +97,27 @@ pub(crate) fn unavailable(verdict: &Verdict<'_>) -> Response<Full<Bytes>> {
     response::unavailable(&names, retry_after)
 }
 
-/// `t`: for a refusal, the wait until the refused request would pass; else
-/// the wait until the policy is back to full capacity. Whole seconds,
-/// rounded up.
-fn reset_secs(decision: &Decision) -> u64 {
-    if decision.allowed {
-        ceil_secs(decision.reset_after)
-    } else {
-        ceil_secs(decision.retry_after)
+/// `t` (draft-ietf-httpapi-ratelimit-headers-11, section 3.2): the wait until
+/// more quota is available than `remaining` says, never shorter than the real
+/// one; zero when the policy is full (nothing more will come).
+///
+/// Exact when the limiter said it (a unit request refused: its
+/// `retry_after`) or the refill is steady (the next unit comes back a whole
+/// number of intervals before the key is full); otherwise the wait until the
+/// key is full, when more is surely available.
+pub(crate) fn next_after(decision: &Decision, refill: Refill, cost: u32) -> Duration {
+    if decision.remaining >= decision.limit {
+        return Duration::ZERO;
+    }
+    if !decision.allowed && cost == 1 {
+        return decision.retry_after;
+    }
+    match refill {
+        Refill::Steady { interval } => {
+            let missing = decision.limit - decision.remaining - 1;
+            let before_full = Duration::from_micros(missing.saturating_mul(interval));
+            decision.reset_after.saturating_sub(before_full)
+        }
+        Refill::Other => decision.reset_after,
     }
 }

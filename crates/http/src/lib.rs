@@ -4,7 +4,7 @@
 //! per-route and per-plan [`Policy`]s over any ratelab limiter (any
 //! algorithm, in memory or on Redis), refuses with `429 Too Many Requests`,
 //! `Retry-After` and an RFC 9457 problem body, and puts the IETF
-//! `RateLimit-Policy` and `RateLimit` fields (draft-ietf-httpapi-ratelimit-headers-10)
+//! `RateLimit-Policy` and `RateLimit` fields (draft-ietf-httpapi-ratelimit-headers-11)
 //! on every response.
 //!
 //! ```
@@ -43,7 +43,7 @@
 //!
 //! // The login route is under both policies.
 //! let login = app.clone().oneshot(from(Method::POST, "/login")).await?;
-//! assert_eq!(login.headers()["ratelimit"], r#""default";r=0;t=60, "login";r=0;t=60"#);
+//! assert_eq!(login.headers()["ratelimit"], r#""default";r=0;t=30, "login";r=0;t=60"#);
 //!
 //! let refused = app.clone().oneshot(from(Method::GET, "/")).await?;
 //! assert_eq!(refused.status(), StatusCode::TOO_MANY_REQUESTS);

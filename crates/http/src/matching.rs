@@ -13,6 +13,30 @@ use crate::policy::{Cost, Policy};
 use crate::response::PolicyItem;
 use crate::route::Route;
 
+/// How a policy's quota comes back after it was consumed: what `t` (the wait
+/// until more quota is available) can be computed from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Refill {
+    /// One unit every `interval` µs, continuously: GCRA, token bucket, leaky
+    /// meter. The next unit is back `(limit - remaining - 1) × interval`
+    /// before the key is full.
+    Steady { interval: u64 },
+    /// Any other way (windows, logs, the queue, an algorithm this crate does
+    /// not know): only the moment the key is full again is known for sure.
+    Other,
+}
+
+impl Refill {
+    pub(crate) fn of(algorithm: &str, quota: &ratelab_core::Quota) -> Self {
+        match algorithm {
+            "gcra" | "token-bucket" | "leaky-meter" => Refill::Steady {
+                interval: quota.emission_interval_micros(),
+            },
+            _ => Refill::Other,
+        }
+    }
+}
+
 /// A policy as the layer runs it.
 #[derive(Debug)]
 pub(crate) struct Compiled {
@@ -20,6 +44,8 @@ pub(crate) struct Compiled {
     routes: Vec<Route>,
     /// Its `RateLimit-Policy` item.
     pub(crate) item: PolicyItem,
+    /// How its quota comes back, for `t`.
+    pub(crate) refill: Refill,
     /// Throttles the log lines of its limiter's failures.
     pub(crate) log_gate: LogGate,
 }
@@ -45,10 +71,12 @@ impl Compiled {
             // faster than the real one.
             w: ceil_secs(quota.window()).max(1),
         };
+        let refill = Refill::of(policy.limiter.algorithm_name(), &quota);
         Ok(Compiled {
             policy,
             routes,
             item,
+            refill,
             log_gate: LogGate::default(),
         })
     }

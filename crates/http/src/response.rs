@@ -1,5 +1,5 @@
 //! The fields and bodies the layer writes: `RateLimit-Policy` and `RateLimit`
-//! (draft-ietf-httpapi-ratelimit-headers-10, serialized with `sfv`), the
+//! (draft-ietf-httpapi-ratelimit-headers-11, serialized with `sfv`), the
 //! legacy `X-RateLimit-*`, `Retry-After`, and RFC 9457 problem bodies.
 
 use bytes::Bytes;
@@ -19,8 +19,8 @@ pub const X_RATELIMIT_REMAINING: HeaderName = HeaderName::from_static("x-ratelim
 /// Legacy `X-RateLimit-Reset`, in seconds from now (opt-in).
 pub const X_RATELIMIT_RESET: HeaderName = HeaderName::from_static("x-ratelimit-reset");
 
-/// The problem type of a refusal (draft-ietf-httpapi-ratelimit-headers-10,
-/// section 5.1), whose `violated-policies` member names the policies.
+/// The problem type of a refusal (draft-ietf-httpapi-ratelimit-headers-11),
+/// whose `violated-policies` member names the policies.
 pub const QUOTA_EXCEEDED: &str = "https://iana.org/assignments/http-problem-types#quota-exceeded";
 
 const Q: &KeyRef = key_ref("q");

@@ -200,7 +200,7 @@ async fn what_the_readme_shows() {
     .await;
     assert_eq!(sms.status, 200);
     assert!(
-        sms.header("ratelimit").ends_with(r#""sms";r=7;t=1080"#),
+        sms.header("ratelimit").ends_with(r#""sms";r=7;t=360"#),
         "{sms:?}"
     );
     assert_eq!(sms.json()["sent"], 3);

@@ -65,7 +65,7 @@ async fn allowed_and_refused_responses_byte_for_byte() {
 
     let second = fetch(addr, "/").await;
     assert_eq!(second.status, 200);
-    assert_eq!(second.header("ratelimit"), r#""default";r=0;t=60"#);
+    assert_eq!(second.header("ratelimit"), r#""default";r=0;t=30"#);
 
     let refused = fetch(addr, "/").await;
     let body = refused.json();
@@ -79,7 +79,9 @@ async fn allowed_and_refused_responses_byte_for_byte() {
             r#"ratelimit: "default";r=0;t=30"#.to_owned(),
             "x-ratelimit-limit: 2".to_owned(),
             "x-ratelimit-remaining: 0".to_owned(),
-            "x-ratelimit-reset: 30".to_owned(),
+            // Until the key is full again, as on every response; the wait
+            // for a retry is Retry-After.
+            "x-ratelimit-reset: 60".to_owned(),
             format!("content-length: {}", refused.body.len()),
             "connection: close".to_owned(),
         ]
@@ -101,7 +103,7 @@ async fn allowed_and_refused_responses_byte_for_byte() {
     clock.advance(Duration::from_secs(30));
     let again = fetch(addr, "/").await;
     assert_eq!(again.status, 200);
-    assert_eq!(again.header("ratelimit"), r#""default";r=0;t=60"#);
+    assert_eq!(again.header("ratelimit"), r#""default";r=0;t=30"#);
 }
 
 /// Reads `RateLimit` with a structured-field parser: `(name, r, t)` per item.
@@ -215,8 +217,9 @@ async fn every_response_carries_the_fields_and_parses() {
     assert_eq!(
         parse_limits(login.header("ratelimit")),
         [
-            // 3 requests so far, 0.6 s each to come back.
-            ("default".to_owned(), 97, 2),
+            // 3 requests so far, 0.6 s each to come back: the next is back
+            // in 0.6 s.
+            ("default".to_owned(), 97, 1),
             ("login".to_owned(), 4, 180),
         ]
     );
@@ -225,4 +228,95 @@ async fn every_response_carries_the_fields_and_parses() {
     let head = send(addr, localhost(), "HEAD", "/", &[]).await;
     assert_eq!(head.status, 200);
     assert_eq!(parse_limits(head.header("ratelimit"))[0].1, 96);
+}
+
+/// One policy on `algorithm` (5 per minute: one unit every 12 s) on `clock`.
+fn five_per_minute(algorithm: &str, clock: &ManualClock) -> Arc<dyn AsyncRateLimiter> {
+    use ratelab_fixed_window::FixedWindow;
+    use ratelab_leaky_bucket::LeakyMeter;
+    use ratelab_sliding_window::SlidingLog;
+    use ratelab_token_bucket::TokenBucket;
+    let quota = Quota::per_minute(5).unwrap();
+    let clock = clock.clone();
+    match algorithm {
+        "gcra" => Arc::new(Keyed::with_clock(Gcra::new(quota), clock)),
+        "token-bucket" => Arc::new(Keyed::with_clock(TokenBucket::new(quota), clock)),
+        "leaky-meter" => Arc::new(Keyed::with_clock(LeakyMeter::new(quota), clock)),
+        "fixed-window" => Arc::new(Keyed::with_clock(FixedWindow::new(quota), clock)),
+        "sliding-log" => Arc::new(Keyed::with_clock(SlidingLog::new(quota), clock)),
+        other => panic!("no algorithm {other}"),
+    }
+}
+
+/// `t` as the current draft (-11) defines it: the seconds until more quota
+/// is available than `r`. Read back with a structured-field parser, then
+/// checked against what the limiter really admits on a manual clock: after
+/// `r=0;t=N`, a request at N s passes and one a second earlier does not.
+#[tokio::test]
+async fn t_is_the_wait_until_more_quota_is_available() {
+    for algorithm in [
+        "gcra",
+        "token-bucket",
+        "leaky-meter",
+        "fixed-window",
+        "sliding-log",
+    ] {
+        let clock = ManualClock::new();
+        // Not at a window edge, so that the fixed window's reset is not the
+        // whole minute.
+        clock.advance(Duration::from_secs(7));
+        let layer = RateLimitLayer::builder()
+            .policy(Policy::shared("p", five_per_minute(algorithm, &clock)))
+            .build()
+            .unwrap();
+        let addr = serve(app(layer)).await;
+        let limits = |reply: &common::Reply| {
+            let [(name, r, t)] = &parse_limits(reply.header("ratelimit"))[..] else {
+                panic!("{algorithm}: one item expected in {reply:?}")
+            };
+            assert_eq!(name, "p");
+            (*r, u64::try_from(*t).unwrap())
+        };
+
+        // Spend 2 of 5, 3 s apart: r=3, and more is available after t.
+        assert_eq!(fetch(addr, "/").await.status, 200, "{algorithm}");
+        clock.advance(Duration::from_secs(3));
+        let partial = fetch(addr, "/").await;
+        let (r, t) = limits(&partial);
+        assert_eq!(r, 3, "{algorithm}");
+        if matches!(algorithm, "gcra" | "token-bucket" | "leaky-meter") {
+            // Steady refill: the first unit is back 12 s after it was spent,
+            // 9 s from now.
+            assert_eq!(t, 9, "{algorithm}");
+        }
+
+        // Spend the rest; the refusal's `t` is the wait for a unit request.
+        for _ in 0..3 {
+            assert_eq!(fetch(addr, "/").await.status, 200, "{algorithm}");
+        }
+        let refused = fetch(addr, "/").await;
+        assert_eq!(refused.status, 429, "{algorithm}");
+        let (r, t) = limits(&refused);
+        assert_eq!(r, 0, "{algorithm}");
+        assert!(t >= 1, "{algorithm}: t={t}");
+        let retry_after: u64 = refused.header("retry-after").parse().unwrap();
+        assert_eq!(retry_after, t, "{algorithm}");
+
+        // A second early: still refused. At t: admitted.
+        clock.advance(Duration::from_secs(t - 1));
+        assert_eq!(fetch(addr, "/").await.status, 429, "{algorithm}, t={t}");
+        clock.advance(Duration::from_secs(1));
+        let admitted = fetch(addr, "/").await;
+        assert_eq!(admitted.status, 200, "{algorithm}, t={t}");
+
+        if matches!(algorithm, "gcra" | "token-bucket" | "leaky-meter") {
+            // An admitted request that leaves nothing: `t` is exact too.
+            let (r, t) = limits(&admitted);
+            assert_eq!(r, 0, "{algorithm}");
+            clock.advance(Duration::from_secs(t - 1));
+            assert_eq!(fetch(addr, "/").await.status, 429, "{algorithm}, t={t}");
+            clock.advance(Duration::from_secs(1));
+            assert_eq!(fetch(addr, "/").await.status, 200, "{algorithm}, t={t}");
+        }
+    }
 }
