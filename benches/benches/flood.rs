@@ -30,7 +30,10 @@ use ratelab_gcra::Gcra;
 const TRACKED: u64 = 1_000_000;
 
 /// A full store: `TRACKED` keys charged 1 µs apart, the last one just now.
-fn full_store(policy: FloodPolicy, max_keys: usize) -> (Keyed<Gcra, ManualClock, u64>, ManualClock) {
+fn full_store(
+    policy: FloodPolicy,
+    max_keys: usize,
+) -> (Keyed<Gcra, ManualClock, u64>, ManualClock) {
     let clock = ManualClock::starting_at(1 << 40);
     let quota = Quota::per_second(1).unwrap().with_burst(1).unwrap();
     let limiter = Keyed::builder(Gcra::new(quota))
