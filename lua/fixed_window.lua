@@ -1,18 +1,31 @@
 -- ratelab fixed window: mirrors `FixedWindow::decide` in crates/fixed-window/src/lib.rs.
 -- KEYS[1]  the counter: struct '<dd' (window index, units admitted in it)
 -- ARGV[1]  now, µs, or "" to read Redis TIME     ARGV[2]  cost
--- ARGV[3]  TTL slack, ms (0 with Redis TIME)
--- ARGV[4]  window length W, µs     ARGV[5]  limit per window
+-- ARGV[3]  TTL slack, ms (0 with Redis TIME)     ARGV[4]  deadline, Unix µs, or ""
+-- ARGV[5]  window length W, µs     ARGV[6]  limit per window
 -- Returns {allowed, limit, remaining, retry_after_us, reset_after_us, delay_us}.
--- (prologue.lua comes first: it sets now, cost, slack, P and args_ok.)
+-- (prologue.lua comes first: it checks the deadline and sets now, cost, slack, skew, P,
+-- args_ok and the helpers read_string, stored, corrupt and show.)
 local W, limit = P[1], P[2]
 if not (args_ok and limit and cost <= limit and W >= 1) then
   return redis.error_reply('ratelab fixed-window: invalid arguments')
 end
 
 local index, count = 0, 0
-local raw = redis.call('GET', KEYS[1])
-if raw then index, count = struct.unpack('<dd', raw) end
+local raw, err = read_string('fixed-window', 16)
+if err then return err end
+if raw then
+  index, count = struct.unpack('<dd', raw)
+  if not (stored(index) and stored(count) and count <= limit) then
+    return corrupt('fixed-window', string.format('window %s, count %s of %d', tostring(index),
+      tostring(count), limit))
+  end
+  -- A window that starts after now (beyond a stepped-back clock) was never written
+  -- with this window length: it would refuse until a far future.
+  if index * W > now + skew then
+    return corrupt('fixed-window', string.format('window %d starts after now', index))
+  end
+end
 -- A clock that went back stays in the window it had reached.
 local current = math.floor(now / W)
 if current > index then index, count = current, 0 end

@@ -1,17 +1,29 @@
 -- ratelab GCRA: mirrors `Gcra::decide` in crates/gcra/src/lib.rs exactly.
 -- KEYS[1]  the theoretical arrival time (TAT), µs, an integer string
 -- ARGV[1]  now, µs, or "" to read Redis TIME     ARGV[2]  cost
--- ARGV[3]  TTL slack, ms (0 with Redis TIME)
--- ARGV[4]  emission interval T, µs   ARGV[5]  tolerance = burst x T, µs   ARGV[6]  burst
+-- ARGV[3]  TTL slack, ms (0 with Redis TIME)     ARGV[4]  deadline, Unix µs, or ""
+-- ARGV[5]  emission interval T, µs   ARGV[6]  tolerance = burst x T, µs   ARGV[7]  burst
 -- Returns {allowed, limit, remaining, retry_after_us, reset_after_us, delay_us}: integers
 -- below 2^53, exact in Lua's doubles (Redis passes numbers to commands exactly too).
--- (prologue.lua comes first: it sets now, cost, slack, P and args_ok.)
+-- (prologue.lua comes first: it checks the deadline and sets now, cost, slack, skew, P,
+-- args_ok and the helpers read_string, stored, corrupt and show.)
 local T, tau, cap = P[1], P[2], P[3]
 if not (args_ok and cap and cost <= cap and T >= 1) then
   return redis.error_reply('ratelab gcra: invalid arguments')
 end
 
-local tat = tonumber(redis.call('GET', KEYS[1])) or 0
+local raw, err = read_string('gcra')
+if err then return err end
+local tat = 0
+if raw then
+  tat = tonumber(raw)
+  if not stored(tat) then return corrupt('gcra', 'not a timestamp: ' .. show(raw)) end
+  -- Written as at most now + tolerance: anything later would refuse for longer
+  -- than this quota can.
+  if tat > now + tau + skew then
+    return corrupt('gcra', 'timestamp ' .. raw .. ' beyond now + tolerance')
+  end
+end
 if tat < now then tat = now end
 local next = tat + cost * T
 if next <= now + tau then

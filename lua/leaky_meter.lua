@@ -2,18 +2,29 @@
 -- crates/leaky-bucket/src/meter.rs.
 -- KEYS[1]  the level: struct '<dd' (µs of draining left, instant it was measured in µs)
 -- ARGV[1]  now, µs, or "" to read Redis TIME     ARGV[2]  cost
--- ARGV[3]  TTL slack, ms (0 with Redis TIME)
--- ARGV[4]  µs per unit T     ARGV[5]  depth = burst x T, µs     ARGV[6]  capacity (burst)
+-- ARGV[3]  TTL slack, ms (0 with Redis TIME)     ARGV[4]  deadline, Unix µs, or ""
+-- ARGV[5]  µs per unit T     ARGV[6]  depth = burst x T, µs     ARGV[7]  capacity (burst)
 -- Returns {allowed, limit, remaining, retry_after_us, reset_after_us, delay_us}.
--- (prologue.lua comes first: it sets now, cost, slack, P and args_ok.)
+-- (prologue.lua comes first: it checks the deadline and sets now, cost, slack, skew, P,
+-- args_ok and the helpers read_string, stored, corrupt and show.)
 local T, depth, cap = P[1], P[2], P[3]
 if not (args_ok and cap and cost <= cap and T >= 1) then
   return redis.error_reply('ratelab leaky-meter: invalid arguments')
 end
 
 local water, at = 0, 0
-local raw = redis.call('GET', KEYS[1])
-if raw then water, at = struct.unpack('<dd', raw) end
+local raw, err = read_string('leaky-meter', 16)
+if err then return err end
+if raw then
+  water, at = struct.unpack('<dd', raw)
+  if not (stored(water) and stored(at) and water <= depth) then
+    return corrupt('leaky-meter', string.format('level %s of %d, at %s', tostring(water), depth,
+      tostring(at)))
+  end
+  if at > now + skew then
+    return corrupt('leaky-meter', string.format('measured at %d, after now', at))
+  end
+end
 -- A clock that went back drains nothing: measure from the later instant.
 local measured = at
 if now > measured then measured = now end

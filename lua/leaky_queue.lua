@@ -2,16 +2,26 @@
 -- crates/leaky-bucket/src/queue.rs.
 -- KEYS[1]  the next free slot, µs, an integer string
 -- ARGV[1]  now, µs, or "" to read Redis TIME     ARGV[2]  cost
--- ARGV[3]  TTL slack, ms (0 with Redis TIME)
--- ARGV[4]  µs per unit T     ARGV[5]  depth = burst x T, µs     ARGV[6]  capacity (burst)
+-- ARGV[3]  TTL slack, ms (0 with Redis TIME)     ARGV[4]  deadline, Unix µs, or ""
+-- ARGV[5]  µs per unit T     ARGV[6]  depth = burst x T, µs     ARGV[7]  capacity (burst)
 -- Returns {allowed, limit, remaining, retry_after_us, reset_after_us, delay_us}.
--- (prologue.lua comes first: it sets now, cost, slack, P and args_ok.)
+-- (prologue.lua comes first: it checks the deadline and sets now, cost, slack, skew, P,
+-- args_ok and the helpers read_string, stored, corrupt and show.)
 local T, depth, cap = P[1], P[2], P[3]
 if not (args_ok and cap and cost <= cap and T >= 1) then
   return redis.error_reply('ratelab leaky-queue: invalid arguments')
 end
 
-local slot = tonumber(redis.call('GET', KEYS[1])) or 0
+local raw, err = read_string('leaky-queue')
+if err then return err end
+local slot = 0
+if raw then
+  slot = tonumber(raw)
+  if not stored(slot) then return corrupt('leaky-queue', 'not a timestamp: ' .. show(raw)) end
+  if slot > now + depth + skew then
+    return corrupt('leaky-queue', 'next slot ' .. raw .. ' beyond now + depth')
+  end
+end
 if slot < now then slot = now end
 local after = slot + cost * T
 if after - now <= depth then

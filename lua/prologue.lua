@@ -1,24 +1,74 @@
 -- ratelab script prologue: prepended to every algorithm script when it is loaded
 -- (the script sent to Redis is this file followed by the algorithm's file).
 -- ARGV[1]  now, µs, or "" to read Redis TIME     ARGV[2]  cost
--- ARGV[3]  TTL slack, ms     ARGV[4...]  the algorithm's parameters, P[1], P[2], ...
+-- ARGV[3]  TTL slack, ms: keys live this much longer than their state needs, and a
+--          stored instant may be this much ahead of now (a client clock that stepped back)
+-- ARGV[4]  deadline: Unix µs on the Redis clock after which the call must not run, or ""
+--          for none. A call that starts later writes nothing and answers the error
+--          "ratelab expired: ..." (its caller has given up on it: charging it would
+--          consume quota for a request that was never told it passed).
+-- ARGV[5...]  the algorithm's parameters, P[1], P[2], ...
 -- Every argument must be a non-negative integer below 2^53 (exact in Lua's doubles);
 -- `args_ok` says whether they all were. `now` is clamped at 2^52 µs, as the
 -- in-memory runners clamp it.
+-- Stored state is never trusted: `read_string` and `stored` below let each script
+-- answer "ratelab <algorithm>: corrupt state at <key>: <what>" for anything it could
+-- not have written, instead of resetting, admitting everything or refusing forever.
 local function integer(s)
   local n = tonumber(s)
   if n and n >= 0 and n % 1 == 0 and n < 9007199254740992 then return n end
   return nil
 end
-local now, cost, slack = integer(ARGV[1]), integer(ARGV[2]), integer(ARGV[3])
+local now, cost, slack, deadline = integer(ARGV[1]), integer(ARGV[2]), integer(ARGV[3]),
+  integer(ARGV[4])
 local args_ok = cost ~= nil and slack ~= nil and (now ~= nil or ARGV[1] == '')
+  and (deadline ~= nil or ARGV[4] == '')
 local P = {}
-for i = 4, #ARGV do
-  P[i - 3] = integer(ARGV[i])
-  if P[i - 3] == nil then args_ok = false end
+for i = 5, #ARGV do
+  P[i - 4] = integer(ARGV[i])
+  if P[i - 4] == nil then args_ok = false end
 end
-if args_ok and now == nil then
+local clock
+if args_ok and (now == nil or deadline ~= nil) then
   local t = redis.call('TIME')
-  now = t[1] * 1000000 + t[2]
+  clock = t[1] * 1000000 + t[2]
 end
+if args_ok and deadline ~= nil and clock > deadline then
+  return redis.error_reply(string.format(
+    'ratelab expired: ran %d us after its deadline; nothing was charged', clock - deadline))
+end
+if args_ok and now == nil then now = clock end
 if args_ok and now > 4503599627370496 then now = 4503599627370496 end
+-- How far ahead of now a stored instant may be: the slack (a client clock may step
+-- back that far), and one second for Redis clocks that differ after a failover.
+local skew = 1000000
+if args_ok then skew = skew + slack * 1000 end
+
+-- At most 32 bytes of `raw`, printable: bytes outside ASCII punctuation and
+-- alphanumerics as \xNN.
+local function show(raw)
+  local s = tostring(raw)
+  local cut = ''
+  if #s > 32 then s, cut = s:sub(1, 32), '...' end
+  return '"' .. s:gsub('[^%w%p ]', function(c) return string.format('\\x%02x', c:byte()) end) .. cut .. '"'
+end
+local function corrupt(algorithm, what)
+  return redis.error_reply(string.format('ratelab %s: corrupt state at %s: %s',
+    algorithm, show(KEYS[1]):sub(2, -2), what))
+end
+-- A number as the scripts write them: finite, a non-negative integer below 2^53.
+local function stored(x)
+  return x ~= nil and x == x and x >= 0 and x % 1 == 0 and x < 9007199254740992
+end
+-- The key's string value (false when there is none), or an error reply when the
+-- key holds another type or a string not `size` bytes long (when `size` is given).
+local function read_string(algorithm, size)
+  local raw = redis.pcall('GET', KEYS[1])
+  if type(raw) == 'table' and raw.err then
+    return nil, corrupt(algorithm, 'a ' .. redis.call('TYPE', KEYS[1]).ok .. ', not a string')
+  end
+  if raw and size and #raw ~= size then
+    return nil, corrupt(algorithm, string.format('%d bytes, not %d: %s', #raw, size, show(raw)))
+  end
+  return raw
+end

@@ -2,11 +2,12 @@
 -- crates/sliding-window/src/counter.rs.
 -- KEYS[1]  the windows: struct '<ddd' (current window index, previous count, current count)
 -- ARGV[1]  now, µs, or "" to read Redis TIME     ARGV[2]  cost
--- ARGV[3]  TTL slack, ms (0 with Redis TIME)
--- ARGV[4]  window length W, µs   ARGV[5]  limit   ARGV[6]  µs per step   ARGV[7]  steps per window
+-- ARGV[3]  TTL slack, ms (0 with Redis TIME)     ARGV[4]  deadline, Unix µs, or ""
+-- ARGV[5]  window length W, µs   ARGV[6]  limit   ARGV[7]  µs per step   ARGV[8]  steps per window
 -- Returns {allowed, limit, remaining, retry_after_us, reset_after_us, delay_us}.
 -- limit x steps < 2^48: every product below is exact.
--- (prologue.lua comes first: it sets now, cost, slack, P and args_ok.)
+-- (prologue.lua comes first: it checks the deadline and sets now, cost, slack, skew, P,
+-- args_ok and the helpers read_string, stored, corrupt and show.)
 local W, limit, step, steps = P[1], P[2], P[3], P[4]
 if not (args_ok and steps and cost <= limit and W >= 1 and step >= 1
     and steps >= 1) then
@@ -14,8 +15,19 @@ if not (args_ok and steps and cost <= limit and W >= 1 and step >= 1
 end
 
 local index, previous, current = 0, 0, 0
-local raw = redis.call('GET', KEYS[1])
-if raw then index, previous, current = struct.unpack('<ddd', raw) end
+local raw, err = read_string('sliding-counter', 24)
+if err then return err end
+if raw then
+  index, previous, current = struct.unpack('<ddd', raw)
+  if not (stored(index) and stored(previous) and stored(current) and previous <= limit
+      and current <= limit) then
+    return corrupt('sliding-counter', string.format('window %s, counts %s and %s of %d',
+      tostring(index), tostring(previous), tostring(current), limit))
+  end
+  if index * W > now + skew then
+    return corrupt('sliding-counter', string.format('window %d starts after now', index))
+  end
+end
 local now_index = math.floor(now / W)
 if now_index == index + 1 then
   index, previous, current = now_index, current, 0

@@ -3,11 +3,12 @@
 -- KEYS[1]  the log: a sorted set, one member per admitted unit, scored by the µs it
 --          was admitted at (members "<µs>:<n>", n counting the units of that µs)
 -- ARGV[1]  now, µs, or "" to read Redis TIME     ARGV[2]  cost
--- ARGV[3]  TTL slack, ms (0 with Redis TIME)
--- ARGV[4]  window length W, µs     ARGV[5]  limit per window
+-- ARGV[3]  TTL slack, ms (0 with Redis TIME)     ARGV[4]  deadline, Unix µs, or ""
+-- ARGV[5]  window length W, µs     ARGV[6]  limit per window
 -- Returns {allowed, limit, remaining, retry_after_us, reset_after_us, delay_us}.
 -- O(log n + units added or expired) per call.
--- (prologue.lua comes first: it sets now, cost, slack, P and args_ok.)
+-- (prologue.lua comes first: it checks the deadline and sets now, cost, slack, skew, P,
+-- args_ok and the helpers read_string, stored, corrupt and show.)
 local W, limit = P[1], P[2]
 if not (args_ok and limit and cost <= limit and W >= 1) then
   return redis.error_reply('ratelab sliding-log: invalid arguments')
@@ -15,11 +16,21 @@ end
 
 local key = KEYS[1]
 -- A unit admitted at `at` counts while at + W > now.
-redis.call('ZREMRANGEBYSCORE', key, '-inf', now - W)
+local removed = redis.pcall('ZREMRANGEBYSCORE', key, '-inf', now - W)
+if type(removed) == 'table' and removed.err then
+  return corrupt('sliding-log', 'a ' .. redis.call('TYPE', key).ok .. ', not a zset')
+end
 local total = redis.call('ZCARD', key)
+if total > limit then
+  return corrupt('sliding-log', string.format('%d entries, limit %d', total, limit))
+end
 local newest = nil
 if total > 0 then
-  newest = tonumber(redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')[2])
+  local entry = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
+  newest = tonumber(entry[2])
+  if not stored(newest) or newest > now + skew then
+    return corrupt('sliding-log', 'entry ' .. show(entry[1]) .. ' at ' .. show(entry[2]))
+  end
 end
 if total + cost <= limit then
   if cost > 0 then

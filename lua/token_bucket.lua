@@ -2,18 +2,29 @@
 -- KEYS[1]  the bucket: struct '<Id' (whole tokens as a 4-byte integer, the instant they
 --          were counted in µs as a double: 12 bytes, exact below 2^53)
 -- ARGV[1]  now, µs, or "" to read Redis TIME     ARGV[2]  cost
--- ARGV[3]  TTL slack, ms (0 with Redis TIME)
--- ARGV[4]  µs per token T     ARGV[5]  capacity (burst)
+-- ARGV[3]  TTL slack, ms (0 with Redis TIME)     ARGV[4]  deadline, Unix µs, or ""
+-- ARGV[5]  µs per token T     ARGV[6]  capacity (burst)
 -- Returns {allowed, limit, remaining, retry_after_us, reset_after_us, delay_us}.
--- (prologue.lua comes first: it sets now, cost, slack, P and args_ok.)
+-- (prologue.lua comes first: it checks the deadline and sets now, cost, slack, skew, P,
+-- args_ok and the helpers read_string, stored, corrupt and show.)
 local T, cap = P[1], P[2]
 if not (args_ok and cap and cost <= cap and T >= 1) then
   return redis.error_reply('ratelab token-bucket: invalid arguments')
 end
 
 local tokens, last = cap, 0
-local raw = redis.call('GET', KEYS[1])
-if raw then tokens, last = struct.unpack('<Id', raw) end
+local raw, err = read_string('token-bucket', 12)
+if err then return err end
+if raw then
+  tokens, last = struct.unpack('<Id', raw)
+  if not (stored(last) and tokens <= cap) then
+    return corrupt('token-bucket', string.format('%s tokens of %d, at %s', tostring(tokens), cap,
+      tostring(last)))
+  end
+  if last > now + skew then
+    return corrupt('token-bucket', string.format('counted at %d, after now', last))
+  end
+end
 -- Whole tokens that arrived; the fraction of the next stays as time since `last`.
 if now > last then
   local arrived = math.floor((now - last) / T)

@@ -49,6 +49,10 @@ pub enum Error {
     /// circuit breaker is open): the wait until it is tried again.
     #[error("the rate limiter backend is failing; next attempt in {0:?}")]
     CircuitOpen(Duration),
+    /// The limiter does not offer this operation (a third-party limiter that
+    /// cannot answer a non-consuming query, say).
+    #[error("this rate limiter does not support {0}")]
+    Unsupported(&'static str),
 }
 
 /// What kind of [`Error`] a limiter answered: comparable, copyable, for
@@ -68,6 +72,8 @@ pub enum ErrorKind {
     Data,
     /// [`Error::CircuitOpen`].
     CircuitOpen,
+    /// [`Error::Unsupported`].
+    Unsupported,
 }
 
 impl Error {
@@ -81,6 +87,7 @@ impl Error {
             Error::Backend(_) => ErrorKind::Backend,
             Error::Data(_) => ErrorKind::Data,
             Error::CircuitOpen(_) => ErrorKind::CircuitOpen,
+            Error::Unsupported(_) => ErrorKind::Unsupported,
         }
     }
 

@@ -17,7 +17,7 @@ use crate::script::{RedisAlgorithm, Script};
 /// `$alias`, with a runnable example.
 macro_rules! on_redis {
     ($krate:literal, $algorithm:ident, $alias:ident, $file:literal, $code:literal,
-     $doc:literal, |$this:ident| $params:expr) => {
+     $doc:literal, |$this:ident| $params:expr, max_wait: $max_wait:expr) => {
         #[doc = $doc]
         ///
         /// ```
@@ -41,8 +41,13 @@ macro_rules! on_redis {
         pub type $alias = RedisLimiter<$algorithm>;
 
         impl RedisAlgorithm for $algorithm {
-            fn key_suffix(&self) -> &'static str {
+            fn code(&self) -> &'static str {
                 $code
+            }
+
+            fn max_wait_micros(&self) -> u64 {
+                let $this = self;
+                $max_wait
             }
 
             fn script(&self) -> &'static Script {
@@ -70,7 +75,8 @@ on_redis!(
     "fixed_window.lua",
     "fw",
     "A fixed window with its state on Redis, windows aligned on the Unix epoch.",
-    |a| vec![a.window_micros(), a.capacity()]
+    |a| vec![a.window_micros(), a.capacity()],
+    max_wait: a.window_micros()
 );
 on_redis!(
     "ratelab_sliding_window",
@@ -79,7 +85,8 @@ on_redis!(
     "sliding_log.lua",
     "sl",
     "A sliding log with its state on Redis (a sorted set of admissions).",
-    |a| vec![a.window_micros(), a.capacity()]
+    |a| vec![a.window_micros(), a.capacity()],
+    max_wait: a.window_micros()
 );
 on_redis!(
     "ratelab_sliding_window",
@@ -88,7 +95,8 @@ on_redis!(
     "sliding_counter.lua",
     "sc",
     "A sliding window counter with its state on Redis.",
-    |a| vec![a.window_micros(), a.capacity(), a.step_micros(), a.steps()]
+    |a| vec![a.window_micros(), a.capacity(), a.step_micros(), a.steps()],
+    max_wait: 2 * a.window_micros()
 );
 on_redis!(
     "ratelab_leaky_bucket",
@@ -101,7 +109,8 @@ on_redis!(
         a.quota().emission_interval_micros(),
         a.quota().burst_tolerance_micros(),
         a.capacity(),
-    ]
+    ],
+    max_wait: a.quota().burst_tolerance_micros()
 );
 on_redis!(
     "ratelab_leaky_bucket",
@@ -114,7 +123,8 @@ on_redis!(
         a.quota().emission_interval_micros(),
         a.quota().burst_tolerance_micros(),
         a.capacity(),
-    ]
+    ],
+    max_wait: a.quota().burst_tolerance_micros()
 );
 on_redis!(
     "ratelab_token_bucket",
@@ -123,7 +133,8 @@ on_redis!(
     "token_bucket.lua",
     "tb",
     "A token bucket with its state on Redis.",
-    |a| vec![a.interval_micros(), a.capacity()]
+    |a| vec![a.interval_micros(), a.capacity()],
+    max_wait: a.capacity() * a.interval_micros()
 );
 on_redis!(
     "ratelab_gcra",
@@ -132,5 +143,6 @@ on_redis!(
     "gcra.lua",
     "gcra",
     "GCRA with its state on Redis: one timestamp per key.",
-    |a| vec![a.interval_micros(), a.tolerance_micros(), a.capacity()]
+    |a| vec![a.interval_micros(), a.tolerance_micros(), a.capacity()],
+    max_wait: a.tolerance_micros()
 );

@@ -7,12 +7,15 @@ use std::time::Duration;
 use ratelab_core::{Clock, Keyed, SystemClock, duration_to_micros};
 
 use crate::alert::{Alert, AlertCallback, Alerts};
+use crate::breaker::Breaker;
 use crate::connection::Connection;
 use crate::limiter::{Inner, RedisLimiter};
 use crate::refusal_cache::RefusalCache;
+use crate::reply::Bounds;
 use crate::script::RedisAlgorithm;
 use crate::settings::{
-    DEFAULT_CLIENT_TTL_SLACK, DEFAULT_PREFIX, DEFAULT_TIMEOUT, FailurePolicy, TimeSource,
+    DEFAULT_BREAKER_COOL_DOWN, DEFAULT_BREAKER_THRESHOLD, DEFAULT_CLIENT_TTL_SLACK,
+    DEFAULT_CLOCK_SKEW, DEFAULT_PREFIX, DEFAULT_TIMEOUT, FailurePolicy, TimeSource,
 };
 use crate::stats::Counters;
 
@@ -25,6 +28,10 @@ pub struct RedisLimiterBuilder<A: RedisAlgorithm> {
     time: TimeSource,
     ttl_slack: Option<Duration>,
     failure: FailurePolicy,
+    policy_on_data_errors: bool,
+    clock_skew: Duration,
+    breaker_threshold: u32,
+    breaker_cool_down: Duration,
     on_alert: Option<AlertCallback>,
     refusal_cache: Option<usize>,
 }
@@ -51,6 +58,10 @@ impl<A: RedisAlgorithm> RedisLimiterBuilder<A> {
             time: TimeSource::Redis,
             ttl_slack: None,
             failure: FailurePolicy::Error,
+            policy_on_data_errors: false,
+            clock_skew: DEFAULT_CLOCK_SKEW,
+            breaker_threshold: DEFAULT_BREAKER_THRESHOLD,
+            breaker_cool_down: DEFAULT_BREAKER_COOL_DOWN,
             on_alert: None,
             refusal_cache: None,
         }
@@ -78,6 +89,13 @@ impl<A: RedisAlgorithm> RedisLimiterBuilder<A> {
     /// Extra time every written key is kept beyond the time its state needs
     /// (default: none with Redis time, [`DEFAULT_CLIENT_TTL_SLACK`] with a
     /// client clock, which Redis's own clock may not follow).
+    ///
+    /// It is also how far back a clock may step: the scripts take a stored
+    /// instant up to the slack plus one second ahead of now (Redis clocks
+    /// differ a little after a failover), and report state further ahead as
+    /// corrupt (no quota could have written it). A simulation whose client
+    /// clock steps back anywhere sets it to
+    /// [`MAX_INSTANT_MICROS`](ratelab_core::MAX_INSTANT_MICROS).
     pub fn ttl_slack(mut self, slack: Duration) -> Self {
         self.ttl_slack = Some(slack);
         self
@@ -90,6 +108,45 @@ impl<A: RedisAlgorithm> RedisLimiterBuilder<A> {
         self
     }
 
+    /// Applies the failure policy to data errors too (a key of the wrong
+    /// type, corrupt state, a reply out of bounds, Redis out of memory),
+    /// instead of returning [`Error::Data`](ratelab_core::Error::Data). Off
+    /// by default: an outage passes, a data error stays until someone repairs
+    /// it, and failing open on it admits everything meanwhile.
+    pub fn policy_on_data_errors(mut self, apply: bool) -> Self {
+        self.policy_on_data_errors = apply;
+        self
+    }
+
+    /// How far this host's wall clock may be behind Redis's (default
+    /// [`DEFAULT_CLOCK_SKEW`]).
+    ///
+    /// Every call carries a deadline, `now + timeout + skew` on this host's
+    /// wall clock; a script that starts later on Redis's clock (Redis was
+    /// paused, or the call sat in a buffer) writes nothing and answers
+    /// "expired", so a check the caller gave up on is never charged. A call
+    /// that runs between the timeout and the deadline may still be charged:
+    /// the smaller the skew, the smaller that window; but a host whose clock
+    /// is behind Redis's by more than the skew has every check expire (and
+    /// alerted as such).
+    pub fn clock_skew(mut self, skew: Duration) -> Self {
+        self.clock_skew = skew;
+        self
+    }
+
+    /// The circuit breaker: after `threshold` consecutive outage failures
+    /// (timeouts, connection or cluster errors), Redis is not called for
+    /// `cool_down` and the failure policy answers at once
+    /// ([`Error::CircuitOpen`](ratelab_core::Error::CircuitOpen) under
+    /// [`FailurePolicy::Error`]); then one check at a time probes Redis, and
+    /// the first answer closes it. Default [`DEFAULT_BREAKER_THRESHOLD`] and
+    /// [`DEFAULT_BREAKER_COOL_DOWN`]; a threshold of 0 never opens.
+    pub fn breaker(mut self, threshold: u32, cool_down: Duration) -> Self {
+        self.breaker_threshold = threshold;
+        self.breaker_cool_down = cool_down;
+        self
+    }
+
     /// Called on every failure, whatever the policy (besides a `tracing`
     /// warning, logged at most once a second).
     pub fn on_alert(mut self, callback: impl Fn(&Alert<'_>) + Send + Sync + 'static) -> Self {
@@ -99,8 +156,8 @@ impl<A: RedisAlgorithm> RedisLimiterBuilder<A> {
 
     /// Remembers refusals locally: a key refused with `retry_after = d` is
     /// refused again without a round trip until `d` has passed, for requests
-    /// of the same cost or more. At most `max_keys` keys are remembered. Off
-    /// by default.
+    /// of the same cost. At most `max_keys` keys are remembered. Off by
+    /// default.
     ///
     /// It only ever refuses, and only what Redis would refuse: nothing can
     /// make a refused request pass before its `retry_after` (other callers can
@@ -124,17 +181,34 @@ impl<A: RedisAlgorithm> RedisLimiterBuilder<A> {
         let fallback = (self.failure == FailurePolicy::Fallback)
             .then(|| Keyed::with_clock(self.algorithm.clone(), fallback_clock));
         let params = self.algorithm.script_params();
+        let key_suffix = self.algorithm.key_suffix();
+        let ttl_slack_ms = duration_to_micros(slack).div_ceil(1000);
+        // The scripts accept stored instants up to 1 s plus the slack ahead
+        // of now: replies may wait that much longer than from a fresh state.
+        let bounds = Bounds {
+            capacity: self.algorithm.capacity(),
+            max_wait: self
+                .algorithm
+                .max_wait_micros()
+                .saturating_add(1_000_000)
+                .saturating_add(ttl_slack_ms.saturating_mul(1000)),
+        };
         RedisLimiter {
             inner: Arc::new(Inner {
                 connection: self.connection,
                 capacity: self.algorithm.capacity(),
                 algorithm: self.algorithm,
                 params,
+                key_suffix,
                 prefix: self.prefix,
                 timeout: self.timeout,
                 time: self.time,
-                ttl_slack_ms: duration_to_micros(slack).div_ceil(1000),
+                ttl_slack_ms,
+                bounds,
+                clock_skew: self.clock_skew,
                 failure: self.failure,
+                policy_on_data_errors: self.policy_on_data_errors,
+                breaker: Breaker::new(self.breaker_threshold, self.breaker_cool_down, self.timeout),
                 alerts: Alerts::new(self.on_alert),
                 fallback,
                 refusals: self.refusal_cache.map(RefusalCache::new),

@@ -40,6 +40,7 @@
 
 mod alert;
 mod algorithms;
+mod breaker;
 mod builder;
 mod connection;
 mod failure;
@@ -58,11 +59,13 @@ pub use algorithms::{
 };
 pub use builder::RedisLimiterBuilder;
 pub use connection::Connection;
-pub use key::{hash_tag, redis_key};
+pub use key::{MAX_KEY_LEN, hash_tag, redis_key};
 pub use limiter::RedisLimiter;
 pub use redis::RedisError;
+pub use reply::InvalidReply;
 pub use script::{RedisAlgorithm, Script, ScriptArgs};
 pub use settings::{
-    DEFAULT_CLIENT_TTL_SLACK, DEFAULT_PREFIX, DEFAULT_TIMEOUT, FailurePolicy, TimeSource,
+    DEFAULT_BREAKER_COOL_DOWN, DEFAULT_BREAKER_THRESHOLD, DEFAULT_CLIENT_TTL_SLACK,
+    DEFAULT_CLOCK_SKEW, DEFAULT_PREFIX, DEFAULT_TIMEOUT, FailurePolicy, TimeSource,
 };
 pub use stats::Stats;

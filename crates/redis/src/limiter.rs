@@ -4,20 +4,22 @@
 
 use std::fmt;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use ratelab_core::{
     AsyncRateLimiter, CheckFuture, Clock, Decision, Error, Keyed, Limiter, Quota, SystemClock,
-    clamp_instant, ensure_fits,
+    clamp_instant, duration_to_micros, ensure_fits,
 };
-use redis::{ErrorKind, RedisError};
+use redis::Value;
 
 use crate::alert::Alerts;
+use crate::breaker::{Breaker, Permit};
 use crate::builder::RedisLimiterBuilder;
 use crate::connection::Connection;
+use crate::failure::classify;
 use crate::key::redis_key;
 use crate::refusal_cache::RefusalCache;
-use crate::reply::decision_from_reply;
+use crate::reply::{Bounds, decision_from_reply};
 use crate::script::{RedisAlgorithm, ScriptArgs};
 use crate::settings::{FailurePolicy, TimeSource};
 use crate::stats::{Counters, Stats};
@@ -44,8 +46,13 @@ pub(crate) struct Inner<A: RedisAlgorithm> {
     pub(crate) prefix: String,
     pub(crate) timeout: Duration,
     pub(crate) time: TimeSource,
+    pub(crate) key_suffix: String,
     pub(crate) ttl_slack_ms: u64,
+    pub(crate) bounds: Bounds,
+    pub(crate) clock_skew: Duration,
     pub(crate) failure: FailurePolicy,
+    pub(crate) policy_on_data_errors: bool,
+    pub(crate) breaker: Breaker,
     pub(crate) alerts: Alerts,
     pub(crate) fallback: Option<Keyed<A, Arc<dyn Clock>>>,
     pub(crate) refusals: Option<RefusalCache>,
@@ -73,8 +80,14 @@ impl<A: RedisAlgorithm> RedisLimiter<A> {
     }
 
     /// Decides a request of weight `cost` for `key`: all or nothing, at most
-    /// one round trip (none for a cost that can never fit, or a cached
-    /// refusal).
+    /// one round trip (none for a cost that can never fit, a cached refusal,
+    /// or while the circuit breaker is open).
+    ///
+    /// Errors: [`Error::CostTooHigh`]; [`Error::Data`] when Redis holds or
+    /// sends something no script could have written (whatever the failure
+    /// policy, unless it is applied to data errors too); under
+    /// [`FailurePolicy::Error`], [`Error::Timeout`], [`Error::Backend`] or
+    /// [`Error::CircuitOpen`] when Redis is unavailable.
     pub async fn check(&self, key: &[u8], cost: u32) -> Result<Decision, Error> {
         let inner = &*self.inner;
         ensure_fits(cost, inner.capacity)?;
@@ -93,21 +106,20 @@ impl<A: RedisAlgorithm> RedisLimiter<A> {
             Counters::count(&inner.counters.cached_refusals);
             return Ok(refusal);
         }
-        let redis_key = redis_key(&inner.prefix, key, inner.algorithm.key_suffix());
+        let probe = match inner.breaker.permit() {
+            Permit::Call => false,
+            Permit::Probe => true,
+            Permit::Refused(wait) => return inner.on_failure(key, cost, Error::CircuitOpen(wait)),
+        };
+        let redis_key = self.redis_key(key);
         let result =
             match tokio::time::timeout(inner.timeout, inner.run(&redis_key, now, cost)).await {
-                Ok(Ok(decision)) => Ok(decision),
-                Ok(Err(error)) => {
-                    Counters::count(&inner.counters.errors);
-                    Err(Error::backend(error))
-                }
-                Err(_) => {
-                    Counters::count(&inner.counters.timeouts);
-                    Err(Error::Timeout(inner.timeout))
-                }
+                Ok(result) => result,
+                Err(_) => Err(Error::Timeout(inner.timeout)),
             };
         match result {
             Ok(decision) => {
+                inner.breaker.success();
                 Counters::count(&inner.counters.answered);
                 if let (Some(cache), Some(local_now)) = (&inner.refusals, local_now)
                     && !decision.allowed
@@ -116,13 +128,26 @@ impl<A: RedisAlgorithm> RedisLimiter<A> {
                 }
                 Ok(decision)
             }
-            Err(error) => inner.on_failure(key, cost, error),
+            Err(error) => {
+                match &error {
+                    Error::Timeout(_) => Counters::count(&inner.counters.timeouts),
+                    Error::Data(_) => Counters::count(&inner.counters.data_errors),
+                    _ => Counters::count(&inner.counters.errors),
+                }
+                if error.is_unavailable() {
+                    inner.breaker.failure(probe);
+                } else {
+                    // Redis answered: it is up, whatever it said.
+                    inner.breaker.success();
+                }
+                inner.on_failure(key, cost, error)
+            }
         }
     }
 
     /// What this limiter has done so far.
     pub fn stats(&self) -> Stats {
-        self.inner.counters.snapshot()
+        self.inner.stats()
     }
 
     /// The algorithm and its parameters.
@@ -137,34 +162,48 @@ impl<A: RedisAlgorithm> RedisLimiter<A> {
 
     /// The Redis key holding `key`'s state.
     pub fn redis_key(&self, key: &[u8]) -> Vec<u8> {
-        redis_key(&self.inner.prefix, key, self.inner.algorithm.key_suffix())
+        redis_key(&self.inner.prefix, key, &self.inner.key_suffix)
     }
 }
 
 impl<A: RedisAlgorithm> Inner<A> {
+    pub(crate) fn stats(&self) -> Stats {
+        self.counters.snapshot(self.breaker.snapshot())
+    }
+
     /// One `EVALSHA` (after `NOSCRIPT`, the script is loaded and the same
-    /// call sent again).
-    async fn run(&self, key: &[u8], now: Option<u64>, cost: u32) -> Result<Decision, RedisError> {
+    /// call sent again), its reply validated.
+    async fn run(&self, key: &[u8], now: Option<u64>, cost: u32) -> Result<Decision, Error> {
+        // Past this instant on Redis's clock the caller has given up: the
+        // script must not charge it.
+        let deadline = unix_micros()
+            .saturating_add(duration_to_micros(self.timeout))
+            .saturating_add(duration_to_micros(self.clock_skew));
         let mut args = ScriptArgs::new();
         match now {
             Some(now) => args.arg(now),
             None => args.arg(""),
         };
-        args.arg(cost).arg(self.ttl_slack_ms).arg(&self.params[..]);
+        args.arg(cost)
+            .arg(self.ttl_slack_ms)
+            .arg(deadline)
+            .arg(&self.params[..]);
         let script = self.algorithm.script();
-        let reply: Vec<u64> = script
+        let reply: Value = script
             .invoke(&self.connection, key, &args, || {
                 Counters::count(&self.counters.reloads);
             })
-            .await?;
-        decision_from_reply(&reply).ok_or_else(|| {
-            RedisError::from((
-                ErrorKind::Parse,
-                "the script's reply is not six non-negative integers",
-                format!("{reply:?}"),
-            ))
-        })
+            .await
+            .map_err(classify)?;
+        decision_from_reply(self.algorithm.name(), &reply, self.bounds).map_err(Error::data)
     }
+}
+
+/// The wall clock, in µs since the Unix epoch (0 before it).
+fn unix_micros() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, duration_to_micros)
 }
 
 impl<A: RedisAlgorithm> Limiter for RedisLimiter<A> {

@@ -1,5 +1,6 @@
 //! A local cache of refusals: a key refused with `retry_after = d` is refused
-//! again without a round trip until `d` has passed.
+//! again without a round trip until `d` has passed, for a request of the same
+//! cost.
 
 use std::collections::HashMap;
 
@@ -14,7 +15,9 @@ pub(crate) struct RefusalCache {
 
 #[derive(Clone, Copy)]
 struct Refusal {
-    /// The cost refused: requests of this cost or more are refused again.
+    /// The cost refused: requests of exactly this cost are refused again.
+    /// A bigger one would need a later `retry_after`, which only the
+    /// algorithm knows: it goes to Redis.
     cost: u32,
     /// Until when, on the limiter's time source (µs).
     until: u64,
@@ -42,7 +45,7 @@ impl RefusalCache {
             entries.remove(key);
             return None;
         }
-        (cost >= refusal.cost).then(|| {
+        (cost == refusal.cost).then(|| {
             Decision::refused(refusal.limit)
                 .with_remaining(refusal.remaining)
                 .with_retry_after_micros(refusal.until - now)

@@ -85,23 +85,57 @@ impl ScriptArgs {
 ///
 /// The script mirrors [`Algorithm::decide`] exactly, in integer
 /// microseconds, on one key (`KEYS[1]`), and is called with
-/// `ARGV = [now or "", cost, TTL slack in ms, params...]`, `params` being
-/// [`RedisAlgorithm::script_params`]. It answers
+/// `ARGV = [now or "", cost, TTL slack in ms, deadline or "", params...]`,
+/// `params` being [`RedisAlgorithm::script_params`] and the deadline the Unix
+/// time in µs (on the Redis clock) after which the call must write nothing
+/// and answer `ratelab expired: ...`. It answers
 /// `{allowed, limit, remaining, retry_after_us, reset_after_us, delay_us}`,
-/// reads Redis `TIME` when `now` is empty, and gives every key it writes a
+/// reads Redis `TIME` when `now` is empty, gives every key it writes a
 /// `PEXPIRE` of the time until the key is back to full capacity (rounded up
-/// to the millisecond) plus the slack.
+/// to the millisecond) plus the slack, and answers
+/// `ratelab <algorithm>: corrupt state at <key>: <what>` for stored state it
+/// could not have written.
 ///
 /// This crate implements it for every algorithm of ratelab.
 pub trait RedisAlgorithm: Algorithm + Clone {
     /// The Lua mirror of [`Algorithm::decide`].
     fn script(&self) -> &'static Script;
 
-    /// The parameters the script takes after `now`, `cost` and the slack.
+    /// The parameters the script takes after `now`, `cost`, the slack and
+    /// the deadline.
     fn script_params(&self) -> Vec<u64>;
 
-    /// The last part of the Redis key, after the user key: a short code for
-    /// the algorithm (`gcra`, `tb`, ...), short because on Redis the key name
-    /// is a good part of the memory a key takes.
-    fn key_suffix(&self) -> &'static str;
+    /// A short code for the algorithm (`gcra`, `tb`, ...), short because on
+    /// Redis the key name is a good part of the memory a key takes.
+    fn code(&self) -> &'static str;
+
+    /// The longest `retry_after`, `reset_after` or `delay` the script can
+    /// answer from state it wrote itself, in µs, before any clock skew
+    /// allowance: replies beyond it are rejected as invalid.
+    fn max_wait_micros(&self) -> u64;
+
+    /// The last part of the Redis key, after the user key:
+    /// `<code>:<fingerprint>`, where the fingerprint is the first 8 lowercase
+    /// hex digits of the SHA-1 of `v1:<code>:<params>`, `params` being
+    /// [`RedisAlgorithm::script_params`] in decimal joined by commas. A
+    /// changed quota (or algorithm parameter) thus names new keys and starts
+    /// clean, instead of meeting state written under other parameters.
+    ///
+    /// ```
+    /// use ratelab_core::Quota;
+    /// use ratelab_gcra::Gcra;
+    /// use ratelab_redis::RedisAlgorithm;
+    ///
+    /// let gcra = Gcra::new(Quota::per_second(10)?);
+    /// assert_eq!(gcra.script_params(), [100_000, 1_000_000, 10]);
+    /// // sha1("v1:gcra:100000,1000000,10") = "b543bf9dea06..."
+    /// assert_eq!(gcra.key_suffix(), "gcra:b543bf9d");
+    /// # Ok::<(), ratelab_core::QuotaError>(())
+    /// ```
+    fn key_suffix(&self) -> String {
+        let params: Vec<String> = self.script_params().iter().map(u64::to_string).collect();
+        let input = format!("v1:{}:{}", self.code(), params.join(","));
+        let digest = sha1_smol::Sha1::from(input.as_bytes()).digest().to_string();
+        format!("{}:{}", self.code(), &digest[..8])
+    }
 }

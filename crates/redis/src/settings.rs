@@ -7,6 +7,9 @@ use std::time::Duration;
 
 use ratelab_core::Clock;
 
+#[cfg(doc)]
+use ratelab_core::Error;
+
 /// The default per-call timeout.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_millis(100);
 
@@ -15,6 +18,20 @@ pub const DEFAULT_PREFIX: &str = "ratelab";
 
 /// The default TTL slack for a [`TimeSource::Client`]: one minute.
 pub const DEFAULT_CLIENT_TTL_SLACK: Duration = Duration::from_secs(60);
+
+/// The default allowance for the difference between this host's wall clock
+/// and Redis's (see [`RedisLimiterBuilder::clock_skew`]).
+///
+/// [`RedisLimiterBuilder::clock_skew`]: crate::RedisLimiterBuilder::clock_skew
+pub const DEFAULT_CLOCK_SKEW: Duration = Duration::from_millis(500);
+
+/// The default number of consecutive outage failures that open the circuit
+/// breaker.
+pub const DEFAULT_BREAKER_THRESHOLD: u32 = 5;
+
+/// The default time an open circuit breaker keeps Redis uncalled before it
+/// lets one probe through.
+pub const DEFAULT_BREAKER_COOL_DOWN: Duration = Duration::from_millis(500);
 
 /// Where "now" comes from.
 #[derive(Clone, Default)]
@@ -44,20 +61,31 @@ impl fmt::Debug for TimeSource {
     }
 }
 
-/// What a check answers when Redis fails or does not answer within the
-/// timeout.
+/// What a check answers when Redis is unavailable: it does not answer within
+/// the timeout, the connection fails, a cluster slot is moving or down, or
+/// the circuit breaker is open after such failures.
+///
+/// Data errors are not outages and get [`FailurePolicy::Error`] whatever the
+/// policy (unless the builder says
+/// [`policy_on_data_errors`](crate::RedisLimiterBuilder::policy_on_data_errors)):
+/// a key of the wrong type, state no script could have written, a reply out
+/// of bounds, Redis out of memory. Failing open on those would admit
+/// everything for as long as nobody repairs them; failing closed would lock
+/// clients out. They are [`Error::Data`](ratelab_core::Error::Data), with an
+/// alert.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum FailurePolicy {
-    /// Return the error ([`Error::Timeout`] or [`Error::Backend`]) and let the
-    /// caller decide (the HTTP layer has its own per-policy choice). The
+    /// Return the error ([`Error::Timeout`], [`Error::Backend`] or
+    /// [`Error::CircuitOpen`]) and let the caller decide (the HTTP layer has its own per-policy choice). The
     /// default.
     #[default]
     Error,
     /// Fail open: admit, as a fresh key would be (`remaining` = capacity −
-    /// cost), and raise an alert.
+    /// cost, `reset_after` the longest this algorithm takes to be full again
+    /// when cost > 0), and raise an alert.
     Allow,
-    /// Fail closed: refuse, with `retry_after` = the timeout, and raise an
-    /// alert.
+    /// Fail closed: refuse, with `retry_after` the breaker's remaining
+    /// cool-down when it is open, else the timeout, and raise an alert.
     Deny,
     /// Decide with an in-memory limiter of the same algorithm and quota,
     /// local to this process, and raise an alert. Behind N instances this

@@ -1,0 +1,231 @@
+//! Outages on a real server: a check that timed out is never charged when
+//! Redis comes back, the circuit breaker answers at once while Redis is away
+//! and lets Redis decide again soon after it is back, and decisions made by
+//! a failure policy keep `Decision`'s contract.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use ratelab::redis::{Connection, FailurePolicy, RedisLimiter};
+use ratelab::{
+    AlgorithmKind, AlgorithmVisitor, AsyncRateLimiter, ErrorKind, Gcra, KnownAlgorithm, Quota,
+};
+use ratelab_testkit::redis::RedisServer;
+
+const TIMEOUT: Duration = Duration::from_millis(200);
+
+/// Every algorithm with `policy`, the breaker off so that every check goes
+/// to Redis, and a small clock skew allowance (client and server share a
+/// host).
+struct Build<'a>(&'a Connection, FailurePolicy);
+
+impl AlgorithmVisitor for Build<'_> {
+    type Output = Box<dyn AsyncRateLimiter>;
+    fn visit<A: KnownAlgorithm>(self, algorithm: A) -> Self::Output {
+        Box::new(
+            RedisLimiter::builder(self.0.clone(), algorithm)
+                .prefix(common::unique_prefix())
+                .timeout(TIMEOUT)
+                .clock_skew(Duration::from_millis(50))
+                .breaker(0, Duration::ZERO)
+                .on_failure(self.1)
+                .build(),
+        )
+    }
+}
+
+#[test]
+fn checks_that_timed_out_during_a_pause_are_never_charged() {
+    let (_, runtime, _) = common::shared();
+    let server = RedisServer::start();
+    // Nothing comes back during the test: 10 an hour.
+    let quota = Quota::per_hour(10).unwrap();
+    runtime.block_on(async {
+        let connection = Connection::single(&server.url()).await.unwrap();
+        for policy in [
+            FailurePolicy::Deny,
+            FailurePolicy::Allow,
+            FailurePolicy::Error,
+        ] {
+            let limiters: Vec<_> = AlgorithmKind::ALL
+                .iter()
+                .map(|kind| (*kind, kind.visit(quota, Build(&connection, policy))))
+                .collect();
+            for (_, limiter) in &limiters {
+                for _ in 0..3 {
+                    assert!(limiter.check_async(b"k", 1).await.unwrap().allowed);
+                }
+            }
+            server.pause();
+            for (kind, limiter) in &limiters {
+                for _ in 0..4 {
+                    let answer = limiter.check_async(b"k", 1).await;
+                    match policy {
+                        FailurePolicy::Error => {
+                            assert_eq!(answer.unwrap_err().kind(), ErrorKind::Timeout, "{kind:?}");
+                        }
+                        FailurePolicy::Allow => assert!(answer.unwrap().allowed),
+                        _ => assert!(!answer.unwrap().allowed),
+                    }
+                }
+            }
+            // Every deadline (timeout + 50 ms skew) is long past.
+            std::thread::sleep(Duration::from_millis(500));
+            server.resume();
+            for (kind, limiter) in &limiters {
+                // A peek: what the key holds is what the answered checks took.
+                let peek = loop {
+                    match limiter.check_async(b"k", 0).await {
+                        Ok(decision) => break decision,
+                        Err(_) => tokio::time::sleep(Duration::from_millis(20)).await,
+                    }
+                };
+                assert_eq!(peek.remaining, 7, "{kind:?} {policy:?}: {peek:?}");
+            }
+        }
+    });
+}
+
+#[test]
+fn an_open_breaker_answers_at_once_then_closes_soon_after_redis_is_back() {
+    let (_, runtime, _) = common::shared();
+    let server = RedisServer::start();
+    let quota = Quota::per_second(100).unwrap();
+    runtime.block_on(async {
+        let connection = Connection::single(&server.url()).await.unwrap();
+        for policy in [
+            FailurePolicy::Deny,
+            FailurePolicy::Error,
+            FailurePolicy::Allow,
+        ] {
+            let limiter = RedisLimiter::builder(connection.clone(), Gcra::new(quota))
+                .prefix(common::unique_prefix())
+                .timeout(TIMEOUT)
+                .breaker(3, Duration::from_millis(500))
+                .on_failure(policy)
+                .build();
+            assert!(limiter.check(b"k", 1).await.unwrap().allowed);
+            server.pause();
+            let mut failures = 0;
+            while !limiter.stats().breaker_open {
+                let _ = limiter.check(b"k", 1).await;
+                failures += 1;
+                assert!(failures <= 3, "{policy:?}: {:?}", limiter.stats());
+            }
+            let mut latencies = Vec::new();
+            for _ in 0..300 {
+                let started = Instant::now();
+                let answer = limiter.check(b"k", 1).await;
+                latencies.push(started.elapsed());
+                match policy {
+                    FailurePolicy::Deny => {
+                        let decision = answer.unwrap();
+                        assert!(!decision.allowed);
+                        // The wait is the breaker's cool-down (or the probe's
+                        // timeout): when Redis is tried again.
+                        assert!(decision.retry_after <= Duration::from_millis(500));
+                        assert!(decision.retry_after > Duration::ZERO);
+                    }
+                    FailurePolicy::Error => {
+                        let error = answer.unwrap_err();
+                        if error.kind() == ErrorKind::CircuitOpen {
+                            assert!(error.retry_after().unwrap() <= Duration::from_millis(500));
+                        } else {
+                            // The one probe after a cool-down.
+                            assert_eq!(error.kind(), ErrorKind::Timeout);
+                        }
+                    }
+                    _ => {
+                        let decision = answer.unwrap();
+                        assert!(decision.allowed);
+                        assert!(decision.reset_after > Duration::ZERO, "{decision:?}");
+                        assert!(decision.remaining < decision.limit);
+                    }
+                }
+                tokio::time::sleep(Duration::from_millis(2)).await;
+            }
+            let stats = limiter.stats();
+            assert!(stats.short_circuited > 250, "{stats:?}");
+            // Probes (one per cool-down) pay the timeout; the rest do not.
+            latencies.sort();
+            let p99 = latencies[latencies.len() * 99 / 100];
+            let p50 = latencies[latencies.len() / 2];
+            println!("{policy:?}: breaker open, p50 {p50:?}, p99 {p99:?}");
+            assert!(p99 < Duration::from_millis(20), "p99 {p99:?}");
+            server.resume();
+            let resumed = Instant::now();
+            let answered = limiter.stats().answered;
+            while limiter.stats().answered == answered {
+                assert!(
+                    resumed.elapsed() < Duration::from_secs(3),
+                    "{:?}",
+                    limiter.stats()
+                );
+                let _ = limiter.check(b"k", 1).await;
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+            let recovery = resumed.elapsed();
+            println!("{policy:?}: Redis decides again {recovery:?} after SIGCONT");
+            assert!(recovery < Duration::from_millis(1500), "{recovery:?}");
+            assert!(!limiter.stats().breaker_open);
+            assert_eq!(limiter.stats().cool_down_left, Duration::ZERO);
+        }
+    });
+}
+
+#[test]
+fn a_killed_server_opens_the_breaker_and_a_restart_closes_it() {
+    let (_, runtime, _) = common::shared();
+    let mut server = RedisServer::start();
+    runtime.block_on(async {
+        let connection = Connection::single(&server.url()).await.unwrap();
+        let limiter = RedisLimiter::builder(connection, Gcra::new(Quota::per_second(10).unwrap()))
+            .prefix(common::unique_prefix())
+            .timeout(TIMEOUT)
+            .breaker(2, Duration::from_millis(300))
+            .build();
+        assert!(limiter.check(b"k", 1).await.unwrap().allowed);
+        server.kill();
+        for _ in 0..2 {
+            assert!(limiter.check(b"k", 1).await.unwrap_err().is_unavailable());
+        }
+        let error = limiter.check(b"k", 1).await.unwrap_err();
+        assert_eq!(error.kind(), ErrorKind::CircuitOpen, "{error}");
+        assert!(limiter.stats().breaker_open);
+        assert!(limiter.stats().cool_down_left <= Duration::from_millis(300));
+        server.restart();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while limiter.check(b"k", 1).await.is_err() {
+            assert!(Instant::now() < deadline, "{:?}", limiter.stats());
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        assert!(!limiter.stats().breaker_open);
+        assert!(limiter.stats().breaker_opened >= 1);
+    });
+}
+
+#[test]
+fn fail_open_decisions_keep_the_decision_contract() {
+    let (_, runtime, _) = common::shared();
+    let mut server = RedisServer::start();
+    let quota = Quota::per_second(10).unwrap();
+    runtime.block_on(async {
+        let connection = Connection::single(&server.url()).await.unwrap();
+        let limiters: Vec<_> = AlgorithmKind::ALL
+            .iter()
+            .map(|kind| kind.visit(quota, Build(&connection, FailurePolicy::Allow)))
+            .collect();
+        server.kill();
+        for limiter in &limiters {
+            for cost in [0, 1, 10] {
+                let decision = limiter.check_async(b"k", cost).await.unwrap();
+                assert!(decision.allowed);
+                assert_eq!(decision.remaining, 10 - u64::from(cost));
+                // Full (reset zero) exactly when nothing is missing.
+                assert_eq!(decision.reset_after.is_zero(), cost == 0, "{decision:?}");
+                assert_eq!(decision.retry_after, Duration::ZERO);
+            }
+        }
+    });
+}

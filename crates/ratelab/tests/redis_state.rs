@@ -1,0 +1,427 @@
+//! Nothing read from Redis is trusted: state no script could have written is
+//! an error naming the key (never a reset, an admit-all or an endless
+//! refusal), data errors are not outages, long keys are hashed, and a changed
+//! quota starts clean.
+
+mod common;
+
+use std::future::Future;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use ratelab::redis::{Connection, FailurePolicy, RedisLimiter};
+use ratelab::{
+    AlgorithmKind, AlgorithmVisitor, AsyncRateLimiter, ErrorKind, KnownAlgorithm, ManualClock,
+    Quota,
+};
+
+/// A Redis limiter of `kind` and the Redis key of user key `k`, with the
+/// alerts it raised.
+struct Built {
+    limiter: Box<dyn AsyncRateLimiter>,
+    key: Vec<u8>,
+    code: &'static str,
+    alerts: Arc<AtomicU64>,
+}
+
+struct Build<'a> {
+    connection: &'a Connection,
+    prefix: &'a str,
+    policy: FailurePolicy,
+    policy_on_data_errors: bool,
+    time: Option<&'a ManualClock>,
+}
+
+impl AlgorithmVisitor for Build<'_> {
+    type Output = Built;
+    fn visit<A: KnownAlgorithm>(self, algorithm: A) -> Built {
+        let alerts = Arc::new(AtomicU64::new(0));
+        let seen = alerts.clone();
+        let code = algorithm.code();
+        let mut builder = RedisLimiter::builder(self.connection.clone(), algorithm)
+            .prefix(self.prefix)
+            .timeout(Duration::from_secs(2))
+            .on_failure(self.policy)
+            .policy_on_data_errors(self.policy_on_data_errors)
+            .on_alert(move |_| {
+                seen.fetch_add(1, Ordering::Relaxed);
+            });
+        if let Some(clock) = self.time {
+            builder = builder.time_source(common::client_time(clock));
+        }
+        let limiter = builder.build();
+        Built {
+            key: limiter.redis_key(b"k"),
+            limiter: Box::new(limiter),
+            code,
+            alerts,
+        }
+    }
+}
+
+fn build(
+    kind: AlgorithmKind,
+    quota: Quota,
+    connection: &Connection,
+    policy: FailurePolicy,
+) -> Built {
+    kind.visit(
+        quota,
+        Build {
+            connection,
+            prefix: &common::unique_prefix(),
+            policy,
+            policy_on_data_errors: false,
+            time: None,
+        },
+    )
+}
+
+fn unix_micros() -> f64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_micros() as f64
+}
+
+/// Values no script of `code` could have written (10 per second, burst 10).
+fn corrupt_values(code: &str) -> Vec<Vec<u8>> {
+    let far = unix_micros() + 1e13; // about four months ahead
+    let mut values: Vec<Vec<u8>> = [
+        "abc",
+        "nan",
+        "inf",
+        "-inf",
+        "1e300",
+        "1e17",
+        "-5",
+        "0x7fffffffffffffff",
+        "",
+    ]
+    .iter()
+    .map(|s| s.as_bytes().to_vec())
+    .collect();
+    let le = |x: f64| x.to_le_bytes().to_vec();
+    match code {
+        "gcra" | "lq" => values.push(format!("{far}").into_bytes()),
+        "tb" => {
+            // 4294967295 tokens: the reviewed admit-all.
+            values.push([vec![0xff; 4], le(0.0)].concat());
+            values.push([vec![1, 0, 0, 0], le(f64::NAN)].concat());
+            values.push([vec![1, 0, 0, 0], le(far)].concat());
+            values.push([vec![1, 0, 0, 0], le(1.5)].concat());
+        }
+        "fw" => {
+            values.push([le(far / 1e6), le(0.0)].concat());
+            values.push([le(0.0), le(11.0)].concat());
+            values.push([le(f64::NAN), le(0.0)].concat());
+            values.push([le(1.0), le(-1.0)].concat());
+        }
+        "sc" => {
+            values.push([le(far / 1e6), le(0.0), le(0.0)].concat());
+            values.push([le(0.0), le(11.0), le(0.0)].concat());
+            values.push([le(0.0), le(0.0), le(f64::INFINITY)].concat());
+        }
+        "lm" => {
+            values.push([le(2e6), le(0.0)].concat());
+            values.push([le(0.0), le(far)].concat());
+            values.push([le(f64::NAN), le(0.0)].concat());
+        }
+        _ => {}
+    }
+    values
+}
+
+async fn set(connection: &Connection, key: &[u8], value: &[u8]) {
+    let _: () = connection.query(redis::cmd("DEL").arg(key)).await.unwrap();
+    let _: () = connection
+        .query(redis::cmd("SET").arg(key).arg(value))
+        .await
+        .unwrap();
+}
+
+async fn pttl(connection: &Connection, key: &[u8]) -> i64 {
+    connection.query(redis::cmd("PTTL").arg(key)).await.unwrap()
+}
+
+#[test]
+fn corrupt_state_is_an_error_naming_the_key_under_every_policy() {
+    let (_, runtime, connection) = common::shared();
+    let quota = Quota::per_second(10).unwrap();
+    runtime.block_on(async {
+        for kind in AlgorithmKind::ALL {
+            for policy in [
+                FailurePolicy::Allow,
+                FailurePolicy::Deny,
+                FailurePolicy::Error,
+            ] {
+                let built = build(kind, quota, connection, policy);
+                let mut values = corrupt_values(built.code);
+                if built.code == "sl" {
+                    // The log is a sorted set: any string is the wrong type.
+                    values.truncate(2);
+                }
+                for value in &values {
+                    set(connection, &built.key, value).await;
+                    for cost in [0, 1] {
+                        let error = built
+                            .limiter
+                            .check_async(b"k", cost)
+                            .await
+                            .expect_err(&format!("{kind:?} {policy:?} accepted {value:?}"));
+                        assert_eq!(error.kind(), ErrorKind::Data, "{kind:?}: {error}");
+                        let text = error.to_string();
+                        let key = String::from_utf8_lossy(&built.key).into_owned();
+                        assert!(
+                            text.contains(&format!(
+                                "ratelab {}: corrupt state at {key}: ",
+                                kind.name()
+                            )),
+                            "{text}"
+                        );
+                    }
+                    // Untouched: the script wrote nothing, and gave it no TTL.
+                    let stored: Vec<u8> = connection
+                        .query(redis::cmd("GET").arg(&built.key))
+                        .await
+                        .unwrap();
+                    assert_eq!(&stored, value, "{kind:?}");
+                    assert_eq!(pttl(connection, &built.key).await, -1);
+                }
+                assert_eq!(
+                    built.alerts.load(Ordering::Relaxed),
+                    2 * values.len() as u64
+                );
+            }
+        }
+    });
+}
+
+#[test]
+fn a_sliding_log_with_impossible_entries_is_corrupt() {
+    let (_, runtime, connection) = common::shared();
+    let quota = Quota::per_second(10).unwrap();
+    runtime.block_on(async {
+        let built = build(
+            AlgorithmKind::SlidingLog,
+            quota,
+            connection,
+            FailurePolicy::Allow,
+        );
+        let far = format!("{}", unix_micros() + 1e13);
+        let now = format!("{}", unix_micros());
+        // Not a whole microsecond: no script logs that.
+        let half = format!("{}.5", unix_micros());
+        let too_many: Vec<String> = (0..11).map(|i| format!("{now}:{i}")).collect();
+        let cases: Vec<Vec<(&str, &str)>> = vec![
+            vec![("inf", "x")],
+            vec![(far.as_str(), "x")],
+            vec![(half.as_str(), "x")],
+            too_many
+                .iter()
+                .map(|m| (now.as_str(), m.as_str()))
+                .collect(),
+        ];
+        for entries in cases {
+            let _: () = connection
+                .query(redis::cmd("DEL").arg(&built.key))
+                .await
+                .unwrap();
+            for (score, member) in &entries {
+                let _: () = connection
+                    .query(redis::cmd("ZADD").arg(&built.key).arg(*score).arg(*member))
+                    .await
+                    .unwrap();
+            }
+            let error = built.limiter.check_async(b"k", 1).await.unwrap_err();
+            assert_eq!(error.kind(), ErrorKind::Data, "{entries:?}: {error}");
+            assert!(error.to_string().contains("corrupt state at"), "{error}");
+        }
+    });
+}
+
+#[test]
+fn a_key_of_another_type_is_a_data_error_not_an_outage() {
+    let (_, runtime, connection) = common::shared();
+    let quota = Quota::per_second(10).unwrap();
+    runtime.block_on(async {
+        for kind in AlgorithmKind::ALL {
+            let built = build(kind, quota, connection, FailurePolicy::Allow);
+            let _: () = connection
+                .query(redis::cmd("RPUSH").arg(&built.key).arg("x"))
+                .await
+                .unwrap();
+            for _ in 0..12 {
+                let error = built.limiter.check_async(b"k", 1).await.unwrap_err();
+                assert_eq!(error.kind(), ErrorKind::Data, "{kind:?}");
+                assert!(!error.is_unavailable());
+                assert!(error.to_string().contains("a list, not a"), "{error}");
+            }
+            assert_eq!(built.alerts.load(Ordering::Relaxed), 12);
+            // Opted in, the policy applies to data errors too.
+            let opted = kind.visit(
+                quota,
+                Build {
+                    connection,
+                    prefix: &common::unique_prefix(),
+                    policy: FailurePolicy::Deny,
+                    policy_on_data_errors: true,
+                    time: None,
+                },
+            );
+            let _: () = connection
+                .query(redis::cmd("RPUSH").arg(&opted.key).arg("x"))
+                .await
+                .unwrap();
+            let refused = opted.limiter.check_async(b"k", 1).await.unwrap();
+            assert!(!refused.allowed);
+            assert_eq!(opted.alerts.load(Ordering::Relaxed), 1);
+        }
+    });
+}
+
+#[test]
+fn long_keys_take_bounded_memory_and_stay_apart() {
+    let (_, runtime, connection) = common::shared();
+    let quota = Quota::per_hour(1).unwrap();
+    runtime.block_on(async {
+        let prefix = common::unique_prefix();
+        let limiter = RedisLimiter::builder(connection.clone(), ratelab::Gcra::new(quota))
+            .prefix(prefix.clone())
+            .build();
+        let mut a = vec![b'x'; 1 << 20];
+        let mut b = a.clone();
+        a.push(b'a');
+        b.push(b'b');
+        assert!(limiter.check(&a, 1).await.unwrap().allowed);
+        assert!(!limiter.check(&a, 1).await.unwrap().allowed);
+        // Same first megabyte, another key: its own state.
+        assert!(limiter.check(&b, 1).await.unwrap().allowed);
+        let keys: Vec<Vec<u8>> = connection
+            .query(redis::cmd("KEYS").arg(format!("{prefix}:*")))
+            .await
+            .unwrap();
+        assert_eq!(keys.len(), 2);
+        for key in keys {
+            assert!(key.len() < 100, "{}", String::from_utf8_lossy(&key));
+            assert!(key.starts_with(format!("{prefix}:{{%H").as_bytes()));
+        }
+    });
+}
+
+/// The quotas a live key goes through.
+fn quota_changes() -> [Quota; 4] {
+    [
+        Quota::per_second(10).unwrap(),
+        Quota::per_minute(600).unwrap(),
+        Quota::per_hour(1).unwrap(),
+        Quota::per_second(10).unwrap(),
+    ]
+}
+
+/// Drains `check`: what it admits, and the longest wait it answers, checked
+/// against the quota's own bounds. With `frozen` the clock stands still and
+/// the key must start full; else units come back while the loop runs.
+async fn drain<F, Fut>(what: &str, quota: Quota, frozen: bool, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<ratelab::Decision, ratelab::Error>>,
+{
+    let capacity = u64::from(quota.burst());
+    // The longest wait any algorithm answers: two windows (the sliding
+    // counter's reset), the window being at least the refill time.
+    let longest = quota
+        .window()
+        .max(quota.emission_interval() * quota.burst())
+        * 2;
+    let started = std::time::Instant::now();
+    let mut admitted = 0;
+    for _ in 0..capacity + 3 {
+        let decision = check().await.unwrap_or_else(|e| panic!("{what}: {e}"));
+        assert!(decision.retry_after <= longest, "{what}: {decision:?}");
+        assert!(decision.reset_after <= longest, "{what}: {decision:?}");
+        assert!(decision.remaining <= capacity, "{what}: {decision:?}");
+        admitted += u64::from(decision.allowed);
+    }
+    // On Redis time, units come back while the loop runs (one more for a
+    // unit half refilled at the start).
+    let refilled = if frozen {
+        0
+    } else {
+        u64::try_from(started.elapsed().as_micros() / u128::from(quota.emission_interval_micros()))
+            .unwrap()
+            + 1
+    };
+    assert!(
+        admitted <= capacity + refilled,
+        "{what}: {admitted} admitted, quota {quota:?}"
+    );
+    if frozen {
+        assert_eq!(admitted, capacity, "{what}: not clean under {quota:?}");
+    }
+}
+
+#[test]
+fn quota_changes_on_live_keys_start_clean_in_memory_and_on_redis() {
+    let (_, runtime, connection) = common::shared();
+    runtime.block_on(async {
+        for kind in AlgorithmKind::ALL {
+            let clock = ManualClock::starting_at(1_700_000_000_000_000);
+            let prefix = common::unique_prefix();
+            for (phase, quota) in quota_changes().into_iter().enumerate() {
+                let what = format!("{kind:?} phase {phase} redis");
+                let built = kind.visit(
+                    quota,
+                    Build {
+                        connection,
+                        prefix: &prefix,
+                        policy: FailurePolicy::Error,
+                        policy_on_data_errors: false,
+                        time: Some(&clock),
+                    },
+                );
+                drain(&what, quota, true, || built.limiter.check_async(b"k", 1)).await;
+                // A changed quota is a new limiter in memory: it starts
+                // clean there too, on the same clock.
+                let memory = kind.keyed(quota, clock.clone());
+                let what = format!("{kind:?} phase {phase} memory");
+                drain(&what, quota, true, || {
+                    std::future::ready(memory.check(b"k", 1))
+                })
+                .await;
+                clock.advance(Duration::from_secs(1));
+            }
+        }
+    });
+}
+
+#[test]
+fn quota_changes_with_redis_time_never_lock_out() {
+    let (_, runtime, connection) = common::shared();
+    runtime.block_on(async {
+        for kind in AlgorithmKind::ALL {
+            let prefix = common::unique_prefix();
+            let mut keys = Vec::new();
+            for (phase, quota) in quota_changes().into_iter().enumerate() {
+                let built = kind.visit(
+                    quota,
+                    Build {
+                        connection,
+                        prefix: &prefix,
+                        policy: FailurePolicy::Error,
+                        policy_on_data_errors: false,
+                        time: None,
+                    },
+                );
+                keys.push(built.key.clone());
+                let what = format!("{kind:?} phase {phase} redis time");
+                drain(&what, quota, false, || built.limiter.check_async(b"k", 1)).await;
+            }
+            // Each quota its own key; the first and last are the same quota.
+            assert_eq!(keys[0], keys[3]);
+            assert_ne!(keys[0], keys[1]);
+            assert_ne!(keys[1], keys[2]);
+        }
+    });
+}

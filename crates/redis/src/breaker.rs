@@ -1,0 +1,168 @@
+//! A circuit breaker: after consecutive outage failures, Redis is not called
+//! for a cool-down and the failure policy answers at once, so that an outage
+//! does not cost every request the full timeout.
+
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
+
+/// The breaker of one limiter.
+pub(crate) struct Breaker {
+    /// Consecutive outage failures that open the breaker (0: never opens).
+    threshold: u32,
+    cool_down: Duration,
+    /// How long a probe may take before another caller may probe: a probe
+    /// whose caller gave up (its future dropped) must not hold the breaker
+    /// open for ever.
+    probe_timeout: Duration,
+    state: Mutex<State>,
+}
+
+#[derive(Default)]
+struct State {
+    consecutive: u32,
+    /// Open until then: no call to Redis before.
+    open_until: Option<Instant>,
+    /// A probe is out, until then at the latest.
+    probing_until: Option<Instant>,
+    opened: u64,
+    short_circuited: u64,
+}
+
+/// Whether a check may call Redis.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Permit {
+    /// Closed: call.
+    Call,
+    /// Open, its cool-down over: this call is the one probe.
+    Probe,
+    /// Open: do not call, for this long at least.
+    Refused(Duration),
+}
+
+/// What the breaker looks like now, for [`Stats`](crate::Stats).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Snapshot {
+    pub(crate) open: bool,
+    pub(crate) cool_down_left: Duration,
+    pub(crate) opened: u64,
+    pub(crate) short_circuited: u64,
+}
+
+impl Breaker {
+    pub(crate) fn new(threshold: u32, cool_down: Duration, probe_timeout: Duration) -> Self {
+        Breaker {
+            threshold,
+            cool_down,
+            probe_timeout,
+            state: Mutex::new(State::default()),
+        }
+    }
+
+    pub(crate) fn permit(&self) -> Permit {
+        let mut state = self.state.lock();
+        let Some(open_until) = state.open_until else {
+            return Permit::Call;
+        };
+        let now = Instant::now();
+        if now < open_until {
+            state.short_circuited += 1;
+            return Permit::Refused(open_until - now);
+        }
+        match state.probing_until {
+            Some(until) if now < until => {
+                state.short_circuited += 1;
+                // The probe answers within its timeout: retry then.
+                Permit::Refused(until - now)
+            }
+            _ => {
+                state.probing_until = Some(now + self.probe_timeout);
+                Permit::Probe
+            }
+        }
+    }
+
+    /// Redis answered (a decision or a data error: it is up either way).
+    pub(crate) fn success(&self) {
+        let mut state = self.state.lock();
+        state.consecutive = 0;
+        state.open_until = None;
+        state.probing_until = None;
+    }
+
+    /// An outage failure (a timeout, a connection or cluster error).
+    pub(crate) fn failure(&self, probe: bool) {
+        if self.threshold == 0 {
+            return;
+        }
+        let mut state = self.state.lock();
+        state.consecutive = state.consecutive.saturating_add(1);
+        if probe || (state.open_until.is_none() && state.consecutive >= self.threshold) {
+            state.open_until = Some(Instant::now() + self.cool_down);
+            state.probing_until = None;
+            state.opened += 1;
+        }
+    }
+
+    pub(crate) fn snapshot(&self) -> Snapshot {
+        let state = self.state.lock();
+        let now = Instant::now();
+        Snapshot {
+            open: state.open_until.is_some(),
+            cool_down_left: state
+                .open_until
+                .map_or(Duration::ZERO, |until| until.saturating_duration_since(now)),
+            opened: state.opened,
+            short_circuited: state.short_circuited,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn opens_after_the_threshold_then_lets_one_probe_through() {
+        let breaker = Breaker::new(3, Duration::from_millis(30), Duration::from_secs(5));
+        for _ in 0..2 {
+            assert_eq!(breaker.permit(), Permit::Call);
+            breaker.failure(false);
+        }
+        assert_eq!(breaker.permit(), Permit::Call);
+        breaker.failure(false);
+        assert!(matches!(breaker.permit(), Permit::Refused(_)));
+        assert!(breaker.snapshot().open);
+        std::thread::sleep(Duration::from_millis(40));
+        assert_eq!(breaker.permit(), Permit::Probe);
+        // One probe at a time.
+        assert!(matches!(breaker.permit(), Permit::Refused(_)));
+        breaker.failure(true);
+        assert!(matches!(breaker.permit(), Permit::Refused(_)));
+        std::thread::sleep(Duration::from_millis(40));
+        assert_eq!(breaker.permit(), Permit::Probe);
+        breaker.success();
+        assert_eq!(breaker.permit(), Permit::Call);
+        assert!(!breaker.snapshot().open);
+        assert_eq!(breaker.snapshot().opened, 2);
+    }
+
+    #[test]
+    fn a_lost_probe_does_not_hold_it_open() {
+        let breaker = Breaker::new(1, Duration::ZERO, Duration::from_millis(20));
+        breaker.failure(false);
+        assert_eq!(breaker.permit(), Permit::Probe);
+        assert!(matches!(breaker.permit(), Permit::Refused(_)));
+        std::thread::sleep(Duration::from_millis(30));
+        assert_eq!(breaker.permit(), Permit::Probe);
+    }
+
+    #[test]
+    fn a_zero_threshold_never_opens() {
+        let breaker = Breaker::new(0, Duration::from_secs(1), Duration::from_secs(1));
+        for _ in 0..10 {
+            breaker.failure(false);
+        }
+        assert_eq!(breaker.permit(), Permit::Call);
+    }
+}
