@@ -51,6 +51,28 @@ fn a_hammering_client_is_refused_locally_until_its_retry() {
     });
 }
 
+#[test]
+fn a_bigger_cost_is_never_answered_with_a_smaller_ones_wait() {
+    let (_, runtime, _) = common::shared();
+    let clock = ManualClock::starting_at(5_000_000);
+    let quota = Quota::per_second(10).unwrap().with_burst(5).unwrap();
+    let limiter = limiter(quota, &clock, true);
+    runtime.block_on(async {
+        assert!(limiter.check(b"k", 5).await.unwrap().allowed);
+        let unit = limiter.check(b"k", 1).await.unwrap();
+        assert_eq!(unit.retry_after, Duration::from_millis(100));
+        // Cost 3 asks Redis, which knows it needs three units back.
+        let answered = limiter.stats().answered;
+        let three = limiter.check(b"k", 3).await.unwrap();
+        assert!(!three.allowed);
+        assert_eq!(three.retry_after, Duration::from_millis(300));
+        assert_eq!(limiter.stats().answered, answered + 1, "not from the cache");
+        // A retry at exactly that wait passes.
+        clock.advance(three.retry_after);
+        assert!(limiter.check(b"k", 3).await.unwrap().allowed);
+    });
+}
+
 proptest! {
     #![proptest_config(config(64))]
 
