@@ -4,6 +4,7 @@ use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::algorithm::{Algorithm, StateCell};
+use crate::limiter::{Limiter, RateLimiter};
 use crate::time::{Clock, SystemClock, clamp_instant};
 use crate::{Decision, Error, Quota};
 
@@ -83,6 +84,15 @@ impl<A: Algorithm, C: Clock> Direct<A, C> {
         })
     }
 
+    /// The decision a request of weight `cost` would get now, consuming
+    /// nothing and writing nothing (see
+    /// [`RateLimiter::peek`](crate::RateLimiter::peek)).
+    pub fn peek(&self, cost: u32) -> Result<Decision, Error> {
+        let now = clamp_instant(self.clock.now_micros()).max(self.latest.load(Ordering::Acquire));
+        let mut state = self.cell.update(|state| state.clone());
+        self.algorithm.decide(&mut state, now, cost)
+    }
+
     /// Blocks until a request of weight `cost` is admitted, or `timeout`
     /// passes (see [`wait_for`](crate::wait_for)).
     pub fn wait(
@@ -106,6 +116,35 @@ impl<A: Algorithm, C: Clock> Direct<A, C> {
     /// The clock read on every check.
     pub fn clock(&self) -> &C {
         &self.clock
+    }
+}
+
+/// One bucket behind the keyed traits: every key shares it (the key is
+/// ignored), so a [`Direct`] limiter works wherever a limiter is taken: the
+/// wait helpers, the throttles, an HTTP policy.
+impl<A: Algorithm, C: Clock> Limiter for Direct<A, C> {
+    fn quota(&self) -> Quota {
+        *self.algorithm.quota()
+    }
+
+    fn algorithm_name(&self) -> &'static str {
+        self.algorithm.name()
+    }
+
+    fn backend(&self) -> &'static str {
+        "memory"
+    }
+}
+
+impl<A: Algorithm, C: Clock> RateLimiter for Direct<A, C> {
+    /// Decides for the one bucket; `key` is ignored.
+    fn check(&self, _key: &[u8], cost: u32) -> Result<Decision, Error> {
+        Direct::check(self, cost)
+    }
+
+    /// Peeks at the one bucket; `key` is ignored.
+    fn peek(&self, _key: &[u8], cost: u32) -> Result<Decision, Error> {
+        Direct::peek(self, cost)
     }
 }
 

@@ -69,6 +69,7 @@ mod keyed;
 mod limiter;
 mod log_gate;
 mod quota;
+mod throttle;
 mod time;
 mod wait;
 
@@ -82,10 +83,11 @@ pub use keyed::{
 pub use limiter::{AsyncRateLimiter, CheckFuture, Limiter, RateLimiter};
 pub use log_gate::LogGate;
 pub use quota::{Quota, QuotaError};
+pub use throttle::BlockingThrottle;
 pub use time::{
     Clock, CoarseClock, MAX_INSTANT_MICROS, MAX_SPAN_MICROS, ManualClock, SystemClock,
     clamp_instant, duration_to_micros,
 };
 #[cfg(feature = "tokio")]
 pub use wait::wait_and_consume_async;
-pub use wait::{MIN_RETRY_PAUSE, WaitError, wait_and_consume, wait_for};
+pub use wait::{MIN_RETRY_PAUSE, WaitError, wait_and_consume, wait_for, wait_for_on};

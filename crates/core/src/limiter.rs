@@ -39,6 +39,20 @@ pub trait RateLimiter: Limiter {
     /// Cost 0 is a peek: it reports without consuming. A cost that can never
     /// fit is [`Error::CostTooHigh`].
     fn check(&self, key: &[u8], cost: u32) -> Result<Decision, Error>;
+
+    /// The decision a request of weight `cost` for `key` would get now, with
+    /// nothing consumed and nothing written: "when could I send `cost`?"
+    /// (`retry_after`), "how much is left?" (`remaining`). A later
+    /// [`check`](RateLimiter::check) at the same instant, with nothing else
+    /// consumed in between, decides exactly the same.
+    ///
+    /// Unlike a check of cost 0 (which always passes), a peek of cost `n`
+    /// says whether `n` would pass. The default answers
+    /// [`Error::Unsupported`]; every ratelab limiter implements it.
+    fn peek(&self, key: &[u8], cost: u32) -> Result<Decision, Error> {
+        let _ = (key, cost);
+        Err(Error::Unsupported("a non-consuming query (peek)"))
+    }
 }
 
 /// A keyed limiter that decides asynchronously.
@@ -48,11 +62,25 @@ pub trait RateLimiter: Limiter {
 pub trait AsyncRateLimiter: Limiter {
     /// Decides a request of weight `cost` for `key`: all or nothing.
     fn check_async<'a>(&'a self, key: &'a [u8], cost: u32) -> CheckFuture<'a>;
+
+    /// The decision a request of weight `cost` for `key` would get now,
+    /// consuming and writing nothing: see [`RateLimiter::peek`]. The default
+    /// answers [`Error::Unsupported`].
+    fn peek_async<'a>(&'a self, key: &'a [u8], cost: u32) -> CheckFuture<'a> {
+        let _ = (key, cost);
+        Box::pin(std::future::ready(Err(Error::Unsupported(
+            "a non-consuming query (peek)",
+        ))))
+    }
 }
 
 impl<L: RateLimiter + ?Sized> AsyncRateLimiter for L {
     fn check_async<'a>(&'a self, key: &'a [u8], cost: u32) -> CheckFuture<'a> {
         Box::pin(std::future::ready(self.check(key, cost)))
+    }
+
+    fn peek_async<'a>(&'a self, key: &'a [u8], cost: u32) -> CheckFuture<'a> {
+        Box::pin(std::future::ready(self.peek(key, cost)))
     }
 }
 
@@ -73,6 +101,9 @@ macro_rules! forward_through_pointer {
         impl<L: RateLimiter + ?Sized> RateLimiter for $pointer {
             fn check(&self, key: &[u8], cost: u32) -> Result<Decision, Error> {
                 (**self).check(key, cost)
+            }
+            fn peek(&self, key: &[u8], cost: u32) -> Result<Decision, Error> {
+                (**self).peek(key, cost)
             }
         }
     )*};

@@ -44,12 +44,24 @@ pub const MAX_SPAN_MICROS: u64 = 1 << 50;
 pub trait Clock: Send + Sync {
     /// Now, in microseconds since this clock's origin.
     fn now_micros(&self) -> u64;
+
+    /// Lets `duration` pass on this clock: the blocking waits sleep through
+    /// their clock, so on a [`ManualClock`] (which moves itself forward
+    /// instead) a wait of ten seconds takes none. The default sleeps the
+    /// thread.
+    fn sleep(&self, duration: Duration) {
+        std::thread::sleep(duration);
+    }
 }
 
 impl<C: Clock + ?Sized> Clock for &C {
     #[inline]
     fn now_micros(&self) -> u64 {
         (**self).now_micros()
+    }
+
+    fn sleep(&self, duration: Duration) {
+        (**self).sleep(duration);
     }
 }
 
@@ -58,12 +70,20 @@ impl<C: Clock + ?Sized> Clock for Arc<C> {
     fn now_micros(&self) -> u64 {
         (**self).now_micros()
     }
+
+    fn sleep(&self, duration: Duration) {
+        (**self).sleep(duration);
+    }
 }
 
 impl<C: Clock + ?Sized> Clock for Box<C> {
     #[inline]
     fn now_micros(&self) -> u64 {
         (**self).now_micros()
+    }
+
+    fn sleep(&self, duration: Duration) {
+        (**self).sleep(duration);
     }
 }
 
@@ -245,6 +265,11 @@ impl Clock for ManualClock {
     #[inline]
     fn now_micros(&self) -> u64 {
         self.micros.load(Ordering::SeqCst)
+    }
+
+    /// Moves the clock forward by `duration`, at once: a simulated wait.
+    fn sleep(&self, duration: Duration) {
+        self.advance(duration);
     }
 }
 

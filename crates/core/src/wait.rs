@@ -18,7 +18,7 @@
 
 use std::time::{Duration, Instant};
 
-use crate::{Decision, Error, RateLimiter};
+use crate::{Clock, Decision, Error, RateLimiter, SystemClock};
 
 /// Why a wait ended without a turn.
 #[derive(Debug, thiserror::Error)]
@@ -110,20 +110,34 @@ pub fn wait_and_consume<L: RateLimiter + ?Sized>(
 /// [`wait_and_consume`], for limiters without a key such as
 /// [`Direct`](crate::Direct).
 pub fn wait_for(
+    check: impl FnMut() -> Result<Decision, Error>,
+    timeout: Duration,
+) -> Result<Decision, WaitError> {
+    wait_for_on(&SystemClock, check, timeout)
+}
+
+/// [`wait_for`] on `clock`: the time waited is read from it and the sleeps
+/// go through [`Clock::sleep`], so on a [`ManualClock`](crate::ManualClock)
+/// the wait is simulated (the clock moves forward, nothing sleeps). Give it
+/// the clock the limiter reads.
+pub fn wait_for_on<C: Clock + ?Sized>(
+    clock: &C,
     mut check: impl FnMut() -> Result<Decision, Error>,
     timeout: Duration,
 ) -> Result<Decision, WaitError> {
-    let started = Instant::now();
-    let limit = started.checked_add(timeout).map(|_| timeout);
+    let started = clock.now_micros();
+    let elapsed = || Duration::from_micros(clock.now_micros().saturating_sub(started));
+    // A timeout too long to represent is no limit.
+    let limit = Instant::now().checked_add(timeout).map(|_| timeout);
     loop {
         let answer = check();
-        match next_step(answer, started.elapsed(), limit)? {
+        match next_step(answer, elapsed(), limit)? {
             Step::Done(decision) => return Ok(decision),
             Step::SleepThenDone(wait, decision) => {
-                std::thread::sleep(wait);
+                clock.sleep(wait);
                 return Ok(decision);
             }
-            Step::Retry(wait) => std::thread::sleep(wait),
+            Step::Retry(wait) => clock.sleep(wait),
         }
     }
 }

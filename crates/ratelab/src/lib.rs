@@ -20,6 +20,34 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 //!
+//! **Waiting for a turn** in plain blocking code, as the reference article's
+//! scraper does (2 requests per second, bursts of 5, at most 10 s of waiting
+//! for each): a [`BlockingThrottle`] on a single bucket ([`Direct`]). On a
+//! [`ManualClock`] the waits are simulated, so this runs in no time.
+//!
+//! ```
+//! use ratelab::{BlockingThrottle, Direct, ManualClock, Quota, TokenBucket};
+//! use std::time::Duration;
+//!
+//! let clock = ManualClock::new();
+//! let bucket = Direct::with_clock(TokenBucket::new(Quota::per_second(2)?.with_burst(5)?), clock.clone());
+//! let scraper = BlockingThrottle::with_clock(bucket, clock.clone()).timeout(Duration::from_secs(10));
+//!
+//! let mut fetched = Vec::new();
+//! for page in 0..9 {
+//!     scraper.call(|| fetched.push((page, clock.now_micros())))?;
+//! }
+//! // The burst of 5 at once, then one every 0.5 s.
+//! let times: Vec<u64> = fetched.iter().map(|&(_, at)| at).collect();
+//! assert_eq!(times, [0, 0, 0, 0, 0, 500_000, 1_000_000, 1_500_000, 2_000_000]);
+//! // "When could I send 3 more?" without taking anything: a peek.
+//! let peek = scraper.limiter().peek(3)?;
+//! assert!(!peek.allowed);
+//! assert_eq!(peek.retry_after, Duration::from_millis(1_500));
+//! # use ratelab::Clock;
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
 //! Features: `fixed-window`, `sliding-window`, `leaky-bucket`,
 //! `token-bucket`, `gcra` (the default: every algorithm), `redis`, `http`,
 //! `tokio` (async wait helpers), `full` (all of them).
@@ -43,6 +71,13 @@ pub use ratelab_redis as redis;
 pub use ratelab_sliding_window::{self as sliding_window, SlidingCounter, SlidingLog};
 #[cfg(feature = "token-bucket")]
 pub use ratelab_token_bucket::{self as token_bucket, TokenBucket};
+
+/// The README's Rust snippets, compiled (and run, unless marked `no_run`) as
+/// doctests, so they cannot drift from the API. Only under `cargo test`: the
+/// README is outside this crate's folder, so a packaged crate never reads it.
+#[cfg(all(doctest, feature = "full"))]
+#[doc = include_str!("../../../README.md")]
+pub struct ReadmeSnippets;
 
 #[cfg(all(
     feature = "fixed-window",

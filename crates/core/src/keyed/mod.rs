@@ -157,7 +157,16 @@ impl<A: Algorithm, C: Clock> Keyed<A, C, ByteKey> {
     pub fn check(&self, key: &[u8], cost: u32) -> Result<Decision, Error> {
         let probe = self.digester.probe(key);
         let hash = self.hasher.hash_one(probe);
-        self.decide(hash, |k| probe.matches(k), || probe.to_key(), cost)
+        self.decide::<false>(hash, |k| probe.matches(k), || probe.to_key(), cost)
+    }
+
+    /// The decision a request of weight `cost` for `key` would get now,
+    /// consuming nothing and storing nothing (see
+    /// [`RateLimiter::peek`]): a check at the same instant decides the same.
+    pub fn peek(&self, key: &[u8], cost: u32) -> Result<Decision, Error> {
+        let probe = self.digester.probe(key);
+        let hash = self.hasher.hash_one(probe);
+        self.decide::<true>(hash, |k| probe.matches(k), || probe.to_key(), cost)
     }
 
     /// An upper bound on the heap bytes this limiter can ever hold, whatever
@@ -245,13 +254,26 @@ impl<A: Algorithm, C: Clock, K: Hash + Eq> Keyed<A, C, K> {
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
         let hash = self.hasher.hash_one(key);
-        self.decide(hash, |k| k.borrow() == key, || key.to_owned(), cost)
+        self.decide::<false>(hash, |k| k.borrow() == key, || key.to_owned(), cost)
+    }
+
+    /// The decision a request of weight `cost` for `key` would get now,
+    /// consuming nothing and storing nothing.
+    pub fn peek_key<Q>(&self, key: &Q, cost: u32) -> Result<Decision, Error>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        let hash = self.hasher.hash_one(key);
+        self.decide::<true>(hash, |k| k.borrow() == key, || key.to_owned(), cost)
     }
 
     /// The check under every key type: `is_key` recognises the stored key,
-    /// `to_key` makes it, only if it is stored.
+    /// `to_key` makes it, only if it is stored. A `DRY` run (a peek) decides
+    /// on copies and stores nothing; the upkeep it may do (forgetting keys
+    /// back to full capacity) changes no decision.
     #[inline]
-    fn decide(
+    fn decide<const DRY: bool>(
         &self,
         hash: u64,
         is_key: impl Fn(&K) -> bool,
@@ -272,11 +294,20 @@ impl<A: Algorithm, C: Clock, K: Hash + Eq> Keyed<A, C, K> {
             .table
             .find_mut(hash, |e| e.hash == hash && is_key(&e.key))
         {
+            if DRY {
+                return algorithm.decide(&mut entry.state.clone(), now, cost);
+            }
             return algorithm.decide(&mut entry.state, now, cost);
         }
 
         let room = !shard.is_full() || shard.make_room(algorithm, now);
         if let (false, FloodPolicy::Sketch { depth, .. }) = (room, self.flood) {
+            if DRY {
+                return match &shard.sketch {
+                    Some(sketch) => sketch.peek(algorithm, hash, now, cost),
+                    None => algorithm.decide(&mut algorithm.initial_state(), now, cost),
+                };
+            }
             let width = self.sketch_cells_per_shard() / depth;
             return shard
                 .sketch
@@ -302,7 +333,9 @@ impl<A: Algorithm, C: Clock, K: Hash + Eq> Keyed<A, C, K> {
                 retry_after: wait.map_or(Duration::MAX, Duration::from_micros),
             });
         }
-        shard.insert(algorithm, hash, to_key(), state);
+        if !DRY {
+            shard.insert(algorithm, hash, to_key(), state);
+        }
         Ok(decision)
     }
 
@@ -392,6 +425,10 @@ impl<A: Algorithm, C: Clock> Limiter for Keyed<A, C, ByteKey> {
 impl<A: Algorithm, C: Clock> RateLimiter for Keyed<A, C, ByteKey> {
     fn check(&self, key: &[u8], cost: u32) -> Result<Decision, Error> {
         Keyed::check(self, key, cost)
+    }
+
+    fn peek(&self, key: &[u8], cost: u32) -> Result<Decision, Error> {
+        Keyed::peek(self, key, cost)
     }
 }
 

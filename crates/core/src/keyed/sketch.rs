@@ -69,6 +69,26 @@ impl<S: Clone> Sketch<S> {
         (algorithm.full_at(cell) > now).then(|| cell.clone())
     }
 
+    /// What [`Sketch::decide`] would answer, on copies: nothing is charged.
+    pub(super) fn peek<A: Algorithm<State = S>>(
+        &self,
+        algorithm: &A,
+        hash: u64,
+        now: u64,
+        cost: u32,
+    ) -> Result<Decision, Error> {
+        // A copy of exactly this key's cells, one per row: with a width of
+        // one, its own cell choice maps row r to cell r.
+        let mut copy = Sketch {
+            cells: (0..self.depth)
+                .map(|row| self.cells[self.cell(hash, row)].clone())
+                .collect(),
+            width: 1,
+            depth: self.depth,
+        };
+        copy.decide(algorithm, hash, now, cost)
+    }
+
     /// Decides a request of `cost` at `now` for the key hashed to `hash`.
     pub(super) fn decide<A: Algorithm<State = S>>(
         &mut self,
