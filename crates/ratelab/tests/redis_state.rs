@@ -15,6 +15,7 @@ use ratelab::{
     AlgorithmKind, AlgorithmVisitor, AsyncRateLimiter, ErrorKind, KnownAlgorithm, ManualClock,
     Quota,
 };
+use ratelab_testkit::redis::RedisServer;
 
 /// A Redis limiter of `kind` and the Redis key of user key `k`, with the
 /// alerts it raised.
@@ -277,6 +278,37 @@ fn a_key_of_another_type_is_a_data_error_not_an_outage() {
             let refused = opted.limiter.check_async(b"k", 1).await.unwrap();
             assert!(!refused.allowed);
             assert_eq!(opted.alerts.load(Ordering::Relaxed), 1);
+        }
+    });
+}
+
+#[test]
+fn out_of_memory_is_a_data_error_not_an_admit_all() {
+    let (_, runtime, _) = common::shared();
+    let server = RedisServer::start();
+    let quota = Quota::per_second(10).unwrap();
+    runtime.block_on(async {
+        let connection = Connection::single(&server.url()).await.unwrap();
+        let config = |name: &str, value: &str| server.command(&["CONFIG", "SET", name, value]);
+        assert_eq!(config("maxmemory-policy", "noeviction").unwrap(), "OK");
+        // Any server uses more than one byte: every first write is refused.
+        assert_eq!(config("maxmemory", "1").unwrap(), "OK");
+        for kind in AlgorithmKind::ALL {
+            let built = build(kind, quota, &connection, FailurePolicy::Allow);
+            let answer = built.limiter.check_async(b"k", 1).await;
+            if kind == AlgorithmKind::SlidingLog {
+                // Its first write trims the log, and Redis lets a script
+                // that has written go on writing (atomicity): Redis decides.
+                assert!(answer.unwrap().allowed);
+                continue;
+            }
+            let error = answer.unwrap_err();
+            assert_eq!(error.kind(), ErrorKind::Data, "{kind:?}: {error}");
+            assert!(error.to_string().contains("OOM"), "{error}");
+            assert_eq!(built.alerts.load(Ordering::Relaxed), 1);
+            // A peek writes nothing: Redis answers it.
+            let peek = built.limiter.check_async(b"k", 0).await.unwrap();
+            assert_eq!(peek.remaining, 10, "{kind:?}");
         }
     });
 }
