@@ -5,13 +5,14 @@
 
 mod common;
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use ratelab::redis::{Connection, FailurePolicy, RedisLimiter};
 use ratelab::{
     AlgorithmKind, AlgorithmVisitor, AsyncRateLimiter, ErrorKind, Gcra, KnownAlgorithm, Quota,
 };
-use ratelab_testkit::redis::RedisServer;
+use ratelab_testkit::redis::{RedisCluster, RedisServer};
 
 const TIMEOUT: Duration = Duration::from_millis(200);
 
@@ -82,6 +83,73 @@ fn checks_that_timed_out_during_a_pause_are_never_charged() {
                     }
                 };
                 assert_eq!(peek.remaining, 7, "{kind:?} {policy:?}: {peek:?}");
+            }
+        }
+    });
+}
+
+#[test]
+fn checks_that_timed_out_on_a_paused_cluster_are_never_charged() {
+    let (_, runtime, _) = common::shared();
+    let cluster = RedisCluster::start();
+    let quota = Quota::per_hour(10).unwrap();
+    runtime.block_on(async {
+        let connection = Connection::cluster(&cluster.urls()).await.unwrap();
+        let limiters: Vec<_> = AlgorithmKind::ALL
+            .iter()
+            .map(|kind| {
+                let limiter: Arc<dyn AsyncRateLimiter> =
+                    Arc::from(kind.visit(quota, Build(&connection, FailurePolicy::Deny)));
+                (*kind, limiter)
+            })
+            .collect();
+        // Keys on every master.
+        let keys: Vec<String> = (0..6).map(|i| format!("user-{i}")).collect();
+        for (_, limiter) in &limiters {
+            for key in &keys {
+                assert!(
+                    limiter
+                        .check_async(key.as_bytes(), 3)
+                        .await
+                        .unwrap()
+                        .allowed
+                );
+            }
+        }
+        // Shorter than the cluster's node timeout: no node is failed over.
+        for node in cluster.nodes() {
+            node.pause();
+        }
+        // All at once, so that the pause stays well under the node timeout.
+        let mut tasks = Vec::new();
+        for (_, limiter) in &limiters {
+            for key in &keys {
+                let (limiter, key) = (limiter.clone(), key.clone());
+                tasks.push(tokio::spawn(async move {
+                    limiter
+                        .check_async(key.as_bytes(), 1)
+                        .await
+                        .unwrap()
+                        .allowed
+                }));
+            }
+        }
+        for task in tasks {
+            assert!(!task.await.unwrap());
+        }
+        std::thread::sleep(Duration::from_millis(300));
+        for node in cluster.nodes() {
+            node.resume();
+        }
+        for (kind, limiter) in &limiters {
+            for key in &keys {
+                let peek = loop {
+                    match limiter.check_async(key.as_bytes(), 0).await {
+                        Ok(decision) => break decision,
+                        Err(_) => tokio::time::sleep(Duration::from_millis(20)).await,
+                    }
+                };
+                assert_eq!(peek.remaining, 7, "{kind:?} {key}: {peek:?}");
             }
         }
     });
