@@ -15,6 +15,7 @@ use futures::future::join_all;
 use ratelab_core::{Decision, Error};
 use tokio::time::Instant;
 
+use crate::matching::Refill;
 use crate::policy::{FailureMode, Policy};
 
 /// One policy that applies to a request: the engine's input.
@@ -27,6 +28,13 @@ pub(crate) struct Check<'a> {
     /// The limiter key, `<policy name>:<key>`.
     pub(crate) key: Vec<u8>,
     pub(crate) cost: u32,
+    /// Counted after the response, if it counts
+    /// ([`Count`](crate::Count) without a refund): the engine only peeks and
+    /// refuses when fewer than `cost` units remain.
+    pub(crate) deferred: bool,
+    /// How the policy's quota comes back: the wait a deferred refusal
+    /// reports.
+    pub(crate) refill: Refill,
 }
 
 impl<'a> Check<'a> {
@@ -44,7 +52,16 @@ impl<'a> Check<'a> {
             policy,
             key: full,
             cost,
+            deferred: false,
+            refill: Refill::Other,
         }
+    }
+
+    /// The same check, counted after the response (see `deferred`).
+    pub(crate) fn deferred(mut self, refill: Refill) -> Self {
+        self.deferred = true;
+        self.refill = refill;
+        self
     }
 }
 
@@ -62,7 +79,7 @@ pub(crate) enum State {
     /// The limiter failed; the request passes this policy unchecked.
     FailedOpen,
     /// The limiter failed; the request is refused with 503, retryable after
-    /// the wait if the error says when.
+    /// the wait if the error says when (an open breaker, a full table).
     FailedClosed(Option<Duration>),
 }
 
@@ -232,7 +249,13 @@ impl<'a> Engine<'a> {
                 .into_iter()
                 .filter(|&i| matches!(self.reports[i].state, State::Pending | State::Peeked(_)))
                 .collect();
-            self.ask(&round, |r| r.check.cost, State::Decided).await;
+            self.ask(&round, real_cost, State::Decided).await;
+            for &i in &round {
+                let report = &mut self.reports[i];
+                if let (true, State::Decided(d)) = (report.check.deferred, report.state) {
+                    report.state = State::Decided(deferred(d, &report.check));
+                }
+            }
             if self.reports.iter().any(Report::violated) {
                 return self.verdict(Outcome::Refuse);
             }
@@ -295,10 +318,11 @@ impl<'a> Engine<'a> {
         // /64s): failing open there would let the flood through unlimited.
         // The limiter refuses the new key; so does the layer, whatever the
         // policy's mode.
-        let (mode, retry_after) = match &error {
-            Error::TooManyKeys { retry_after, .. } => (FailureMode::Closed, Some(*retry_after)),
-            _ => (self.reports[i].check.policy.failure, None),
+        let mode = match &error {
+            Error::TooManyKeys { .. } => FailureMode::Closed,
+            _ => self.reports[i].check.policy.failure,
         };
+        let retry_after = error.retry_after();
         self.failures.push(Failure {
             report: i,
             error,
@@ -311,17 +335,66 @@ impl<'a> Engine<'a> {
     }
 }
 
-/// One limiter call, bounded by the policy's deadline.
+/// The cost a check is asked with in the round that counts: none for a
+/// deferred check, which counts after the response.
+fn real_cost(report: &Report<'_>) -> u32 {
+    if report.check.deferred {
+        0
+    } else {
+        report.check.cost
+    }
+}
+
+/// A deferred check's peek, read as the decision on its cost: admitted if
+/// `cost` units remain (nothing consumed yet), else refused with the wait
+/// until they do.
+fn deferred(peek: Decision, check: &Check<'_>) -> Decision {
+    let mut decision = peek;
+    let cost = u64::from(check.cost);
+    if peek.remaining < cost {
+        decision.allowed = false;
+        decision.retry_after = wait_for(&peek, check.refill, cost);
+    }
+    decision
+}
+
+/// The wait until `units` are available, from a decision that says how many
+/// are now: exact for a steady refill (the n-th unit is back
+/// `(limit - n) × interval` before the key is full), else the wait until the
+/// key is full. Never shorter than the real wait.
+pub(crate) fn wait_for(decision: &Decision, refill: Refill, units: u64) -> Duration {
+    if decision.remaining >= units {
+        return Duration::ZERO;
+    }
+    match refill {
+        Refill::Steady { interval } => {
+            let before_full = decision
+                .limit
+                .saturating_sub(units)
+                .saturating_mul(interval);
+            decision
+                .reset_after
+                .saturating_sub(Duration::from_micros(before_full))
+        }
+        Refill::Other => decision.reset_after,
+    }
+}
+
+/// One limiter call, bounded by the policy's deadline, timed for the
+/// metrics.
 async fn check(report: &Report<'_>, cost: u32) -> Result<Decision, Error> {
     let policy = report.check.policy;
+    let started = Instant::now();
     let call = policy.limiter.check_async(&report.check.key, cost);
-    let Some(deadline) = report.deadline else {
-        return call.await;
+    let result = match report.deadline {
+        None => call.await,
+        Some(deadline) => match tokio::time::timeout_at(deadline, call).await {
+            Ok(result) => result,
+            Err(_) => Err(Error::Timeout(policy.timeout)),
+        },
     };
-    match tokio::time::timeout_at(deadline, call).await {
-        Ok(result) => result,
-        Err(_) => Err(Error::Timeout(policy.timeout)),
-    }
+    crate::telemetry::limiter_call(&policy.name, started.elapsed());
+    result
 }
 
 #[cfg(test)]

@@ -1,22 +1,23 @@
-//! From a [`Verdict`] to what the client is told: which policies the
-//! `RateLimit-Policy` and `RateLimit` fields list and with what values, the
-//! legacy fields, and the `429`/`503` answers. (`response` serializes them.)
+//! From a [`Verdict`] to the rate limit fields: which policies the
+//! `RateLimit-Policy` and `RateLimit` fields list and with what values, and
+//! the legacy fields, in the style the layer is configured for. (`response`
+//! serializes them.)
 
-use bytes::Bytes;
-use http::{HeaderValue, Response};
-use http_body_util::Full;
-use std::time::Duration;
+use std::time::{Duration, UNIX_EPOCH};
+
+use http::{HeaderMap, HeaderValue};
 
 use ratelab_core::{Decision, ceil_secs};
 
-use crate::engine::{State, Verdict};
-use crate::identity::Client;
+use crate::engine::Verdict;
+use crate::engine::wait_for;
+use crate::layer::Shared;
 use crate::matching::{Compiled, Refill};
 use crate::response::{self, LimitItem};
 
 /// `RateLimit-Policy` (every applicable policy) and `RateLimit` (every one
 /// that decided).
-pub(crate) fn fields(
+fn fields(
     policies: &[Compiled],
     verdict: &Verdict<'_>,
 ) -> (Option<HeaderValue>, Option<HeaderValue>) {
@@ -38,68 +39,75 @@ pub(crate) fn fields(
     (policy, limit)
 }
 
-/// Legacy `(limit, remaining, reset)`, from the verdict's binding decision.
-pub(crate) fn legacy(policies: &[Compiled], verdict: &Verdict<'_>) -> Option<(u64, u64, u64)> {
-    let (report, decision) = verdict.binding()?;
-    Some((
-        policies[report.check.index].item.q,
-        decision.remaining,
-        // Until the key is full again on every response, a refusal included
-        // (the wait for a retry is `Retry-After`): one meaning, as the
-        // legacy fields had at GitHub and Twitter.
-        ceil_secs(decision.reset_after),
-    ))
+/// Which rate limit fields responses carry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[non_exhaustive]
+pub enum HeaderStyle {
+    /// `RateLimit-Policy` and `RateLimit` (the current IETF draft): the
+    /// default.
+    #[default]
+    Draft,
+    /// Only the legacy `X-RateLimit-Limit`, `-Remaining` and `-Reset`.
+    Legacy,
+    /// Both.
+    DraftAndLegacy,
+    /// None (`Retry-After` is still sent on `429` and `503`: it is HTTP's own).
+    None,
 }
 
-/// The `429` response for a refused verdict.
-pub(crate) fn refusal(
-    policies: &[Compiled],
-    verdict: &Verdict<'_>,
-    client: &Client,
-) -> Response<Full<Bytes>> {
-    let names: Vec<&str> = verdict
-        .violated()
-        .map(|r| r.check.policy.name.as_str())
-        .collect();
-    // Never earlier than any violated policy's `t`, and at least 1 s.
-    let retry_after = verdict.retry_after().map(|wait| ceil_secs(wait).max(1));
-    let reasons: Vec<String> = verdict
-        .violated()
-        .map(|r| {
-            let item = &policies[r.check.index].item;
-            let name = item.name.as_str();
-            match r.state {
-                State::Never { capacity } => format!(
-                    "a request costing {} can never pass policy \"{name}\", which admits at most {capacity} at once",
-                    r.check.cost
-                ),
-                _ => format!("policy \"{name}\" allows {} per {} s", item.q, item.w),
-            }
-        })
-        .collect();
-    let detail = match retry_after {
-        Some(secs) => format!("{}; retry in {secs} s.", reasons.join("; ")),
-        None => format!("{}.", reasons.join("; ")),
+impl HeaderStyle {
+    pub(crate) fn draft(self) -> bool {
+        matches!(self, HeaderStyle::Draft | HeaderStyle::DraftAndLegacy)
+    }
+
+    pub(crate) fn legacy(self) -> bool {
+        matches!(self, HeaderStyle::Legacy | HeaderStyle::DraftAndLegacy)
+    }
+}
+
+/// What `X-RateLimit-Reset` holds: when the policy is full again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[non_exhaustive]
+pub enum LegacyReset {
+    /// Seconds from now, rounded up (the default; what IETF's drafts and
+    /// express-rate-limit's `draft-6` send).
+    #[default]
+    Delta,
+    /// The Unix time in seconds, rounded up (GitHub's and express-rate-limit's
+    /// `legacyHeaders`), from the layer's
+    /// [wall clock](crate::RateLimitLayerBuilder::wall_clock).
+    Epoch,
+}
+
+/// Writes the fields `shared` is configured for, for `verdict`, into
+/// `headers`.
+pub(crate) fn write(shared: &Shared, verdict: &Verdict<'_>, headers: &mut HeaderMap) {
+    if shared.header_style.draft() {
+        let (policy, limit) = fields(&shared.policies, verdict);
+        response::append_fields(headers, policy, limit);
+    }
+    if !shared.header_style.legacy() {
+        return;
+    }
+    let Some((report, decision)) = verdict.binding() else {
+        return;
     };
-    tracing::debug!(client = %client, policies = ?names, "rate limited");
-    response::too_many_requests(&names, &detail, retry_after)
+    // Until the key is full again on every response, a refusal included (the
+    // wait for a retry is `Retry-After`): one meaning, as GitHub's has.
+    let reset = match shared.legacy_reset {
+        LegacyReset::Delta => ceil_secs(decision.reset_after),
+        LegacyReset::Epoch => {
+            let full_at = (shared.wall_clock)() + decision.reset_after;
+            full_at.duration_since(UNIX_EPOCH).map_or(0, ceil_secs)
+        }
+    };
+    let limit = shared.policies[report.check.index].item.q;
+    response::set_legacy(headers, limit, decision.remaining, reset);
 }
 
-/// The `503` response for a verdict a fail-closed policy could not decide.
-pub(crate) fn unavailable(verdict: &Verdict<'_>) -> Response<Full<Bytes>> {
-    let names: Vec<&str> = verdict
-        .failed_closed()
-        .map(|r| r.check.policy.name.as_str())
-        .collect();
-    let retry_after = verdict
-        .unavailable_retry_after()
-        .map(|wait| ceil_secs(wait).max(1));
-    response::unavailable(&names, retry_after)
-}
-
-/// `t` (draft-ietf-httpapi-ratelimit-headers-11, section 3.2): the wait until
-/// more quota is available than `remaining` says, never shorter than the real
-/// one; zero when the policy is full (nothing more will come).
+/// `t` (draft-ietf-httpapi-ratelimit-headers-11): the wait until more quota
+/// is available than `remaining` says, never shorter than the real one; zero
+/// when the policy is full (nothing more will come).
 ///
 /// Exact when the limiter said it (a unit request refused: its
 /// `retry_after`) or the refill is steady (the next unit comes back a whole
@@ -109,15 +117,8 @@ pub(crate) fn next_after(decision: &Decision, refill: Refill, cost: u32) -> Dura
     if decision.remaining >= decision.limit {
         return Duration::ZERO;
     }
-    if !decision.allowed && cost == 1 {
+    if !decision.allowed && cost == 1 && !decision.retry_after.is_zero() {
         return decision.retry_after;
     }
-    match refill {
-        Refill::Steady { interval } => {
-            let missing = decision.limit - decision.remaining - 1;
-            let before_full = Duration::from_micros(missing.saturating_mul(interval));
-            decision.reset_after.saturating_sub(before_full)
-        }
-        Refill::Other => decision.reset_after,
-    }
+    wait_for(decision, refill, decision.remaining + 1)
 }

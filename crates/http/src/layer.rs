@@ -3,12 +3,19 @@
 
 use std::fmt;
 use std::sync::Arc;
+use std::time::SystemTime;
 
+use bytes::Bytes;
+use http::Response;
+use http::request::Parts;
+use http_body_util::Full;
 use tower::Layer;
 
 use crate::config::{self, ConfigError};
 use crate::failure::{FailureCallback, LimiterFailure};
+use crate::headers::{HeaderStyle, LegacyReset};
 use crate::identity::Identify;
+use crate::info::RateLimitInfo;
 use crate::matching::Compiled;
 use crate::policy::Policy;
 use crate::service::RateLimit;
@@ -25,27 +32,56 @@ pub struct RateLimitLayer {
     shared: Arc<Shared>,
 }
 
+pub(crate) type Responder = Arc<dyn Fn(&RateLimitInfo) -> Response<Full<Bytes>> + Send + Sync>;
+pub(crate) type SkipFn = Arc<dyn Fn(&Parts) -> bool + Send + Sync>;
+pub(crate) type WallClock = Arc<dyn Fn() -> SystemTime + Send + Sync>;
+
 /// Builds a [`RateLimitLayer`].
-#[derive(Default)]
 #[must_use]
 pub struct RateLimitLayerBuilder {
     identify: Identify,
     policies: Vec<Policy>,
-    legacy_headers: bool,
+    header_style: HeaderStyle,
+    legacy_reset: LegacyReset,
+    wall_clock: WallClock,
     on_failure: Option<FailureCallback>,
+    on_refusal: Option<Responder>,
+    on_unavailable: Option<Responder>,
+    skip: Option<SkipFn>,
+}
+
+impl Default for RateLimitLayerBuilder {
+    fn default() -> Self {
+        RateLimitLayerBuilder {
+            identify: Identify::default(),
+            policies: Vec::new(),
+            header_style: HeaderStyle::default(),
+            legacy_reset: LegacyReset::default(),
+            wall_clock: Arc::new(SystemTime::now),
+            on_failure: None,
+            on_refusal: None,
+            on_unavailable: None,
+            skip: None,
+        }
+    }
 }
 
 /// What the layer and its services share.
 pub(crate) struct Shared {
     pub(crate) identify: Identify,
     pub(crate) policies: Vec<Compiled>,
-    pub(crate) legacy_headers: bool,
+    pub(crate) header_style: HeaderStyle,
+    pub(crate) legacy_reset: LegacyReset,
+    pub(crate) wall_clock: WallClock,
     pub(crate) stats: Arc<Stats>,
     pub(crate) on_failure: Option<FailureCallback>,
+    pub(crate) on_refusal: Option<Responder>,
+    pub(crate) on_unavailable: Option<Responder>,
+    pub(crate) skip: Option<SkipFn>,
 }
 
 impl RateLimitLayer {
-    /// A builder: identify by IP, no policy, no legacy headers.
+    /// A builder: identify by IP, no policy, the draft's headers only.
     pub fn builder() -> RateLimitLayerBuilder {
         RateLimitLayerBuilder::default()
     }
@@ -76,10 +112,75 @@ impl RateLimitLayerBuilder {
     }
 
     /// Also send `X-RateLimit-Limit`, `X-RateLimit-Remaining` and
-    /// `X-RateLimit-Reset` (seconds from now) for the policy closest to
-    /// refusing (see [the guide](crate::guide#legacy-headers)). Off by default.
-    pub fn legacy_headers(mut self, on: bool) -> Self {
-        self.legacy_headers = on;
+    /// `X-RateLimit-Reset` for the policy closest to refusing (see
+    /// [the guide](crate::guide#legacy-headers)): `true` adds them to the
+    /// draft's fields ([`HeaderStyle::DraftAndLegacy`]), `false` sends the
+    /// draft's only. Off by default.
+    pub fn legacy_headers(self, on: bool) -> Self {
+        self.headers(if on {
+            HeaderStyle::DraftAndLegacy
+        } else {
+            HeaderStyle::Draft
+        })
+    }
+
+    /// Which rate limit fields responses carry ([`HeaderStyle::Draft`] by
+    /// default; [`HeaderStyle::None`] for none).
+    pub fn headers(mut self, style: HeaderStyle) -> Self {
+        self.header_style = style;
+        self
+    }
+
+    /// What `X-RateLimit-Reset` holds: seconds from now (the default) or a
+    /// Unix time.
+    pub fn legacy_reset(mut self, reset: LegacyReset) -> Self {
+        self.legacy_reset = reset;
+        self
+    }
+
+    /// The wall clock `X-RateLimit-Reset` Unix times are computed from
+    /// ([`SystemTime::now`] by default): a test's clock, or one shared with
+    /// the limiters' time source.
+    pub fn wall_clock<F>(mut self, now: F) -> Self
+    where
+        F: Fn() -> SystemTime + Send + Sync + 'static,
+    {
+        self.wall_clock = Arc::new(now);
+        self
+    }
+
+    /// Answer refused requests with `respond(info)` instead of the default
+    /// `429` problem ([`RateLimitInfo::problem_response`]): another status,
+    /// body or headers. The layer adds `Retry-After` if the response has
+    /// none and a wait helps, and its rate limit fields.
+    pub fn refusal_response<F>(mut self, respond: F) -> Self
+    where
+        F: Fn(&RateLimitInfo) -> Response<Full<Bytes>> + Send + Sync + 'static,
+    {
+        self.on_refusal = Some(Arc::new(respond));
+        self
+    }
+
+    /// Answer requests a fail-closed policy could not decide with
+    /// `respond(info)` instead of the default `503` problem. The layer adds
+    /// `Retry-After` (at least 1 s) if the response has none, and its rate
+    /// limit fields.
+    pub fn unavailable_response<F>(mut self, respond: F) -> Self
+    where
+        F: Fn(&RateLimitInfo) -> Response<Full<Bytes>> + Send + Sync + 'static,
+    {
+        self.on_unavailable = Some(Arc::new(respond));
+        self
+    }
+
+    /// Requests for which `skip` is true pass straight to the service: no
+    /// policy, no limiter call, no header (health checks, `OPTIONS`
+    /// preflights, the metrics endpoint). It sees the request head only.
+    pub fn skip<F>(mut self, skip: F) -> Self
+    where
+        F: Fn(&Parts) -> bool + Send + Sync + 'static,
+    {
+        self.skip = Some(Arc::new(skip));
         self
     }
 
@@ -108,9 +209,14 @@ impl RateLimitLayerBuilder {
             shared: Arc::new(Shared {
                 identify: self.identify,
                 policies,
-                legacy_headers: self.legacy_headers,
+                header_style: self.header_style,
+                legacy_reset: self.legacy_reset,
+                wall_clock: self.wall_clock,
                 stats: Arc::default(),
                 on_failure: self.on_failure,
+                on_refusal: self.on_refusal,
+                on_unavailable: self.on_unavailable,
+                skip: self.skip,
             }),
         })
     }
@@ -137,7 +243,9 @@ impl fmt::Debug for RateLimitLayer {
                     .map(|c| &c.policy)
                     .collect::<Vec<_>>(),
             )
-            .field("legacy_headers", &self.shared.legacy_headers)
+            .field("headers", &self.shared.header_style)
+            .field("legacy_reset", &self.shared.legacy_reset)
+            .field("skip", &self.shared.skip.is_some())
             .finish_non_exhaustive()
     }
 }
@@ -147,7 +255,9 @@ impl fmt::Debug for RateLimitLayerBuilder {
         f.debug_struct("RateLimitLayerBuilder")
             .field("identify", &self.identify)
             .field("policies", &self.policies)
-            .field("legacy_headers", &self.legacy_headers)
+            .field("headers", &self.header_style)
+            .field("legacy_reset", &self.legacy_reset)
+            .field("skip", &self.skip.is_some())
             .finish_non_exhaustive()
     }
 }

@@ -65,12 +65,14 @@
 
 mod client;
 mod config;
+mod counting;
 mod engine;
 mod failure;
 mod future;
 pub mod guide;
 mod headers;
 mod identity;
+mod info;
 mod layer;
 mod matching;
 mod policy;
@@ -79,14 +81,18 @@ mod response;
 mod route;
 mod service;
 mod stats;
+pub mod telemetry;
 
 pub use client::{
     SameKey, Throttle, ThrottleError, ThrottleKey, ThrottleLayer, Throttled, ThrottledFuture,
 };
 pub use config::ConfigError;
+pub use counting::{Count, Refund, RefundFuture};
 pub use failure::LimiterFailure;
 pub use future::ResponseFuture;
+pub use headers::{HeaderStyle, LegacyReset};
 pub use identity::{Client, ClientKind, Identify, Identity, PeerAddr, SetPeerAddr};
+pub use info::{LimitOutcome, PolicyStatus, RateLimitInfo};
 pub use layer::{RateLimitLayer, RateLimitLayerBuilder};
 pub use policy::{DEFAULT_TIMEOUT, FailureMode, Policy};
 pub use proxy::{ForwardedHeader, InvalidNetwork, TrustedProxies};

@@ -7,6 +7,7 @@ use http::request::Parts;
 use ratelab_core::{LogGate, ceil_secs};
 
 use crate::config::ConfigError;
+use crate::counting::Count;
 use crate::engine::Check;
 use crate::identity::Client;
 use crate::policy::{Cost, Policy};
@@ -119,7 +120,13 @@ impl Compiled {
             Cost::Fixed(n) => *n,
             Cost::With(f) => f(parts, client),
         };
-        Some(Check::new(index, policy, &key, cost))
+        let check = Check::new(index, policy, &key, cost);
+        // Without a refund, a policy that counts only some responses can
+        // only peek now and count once the response says.
+        if policy.count != Count::All && policy.refund.is_none() {
+            return Some(check.deferred(self.refill));
+        }
+        Some(check)
     }
 }
 

@@ -5,10 +5,11 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use http::Method;
 use http::request::Parts;
+use http::{Method, StatusCode};
 use ratelab_core::AsyncRateLimiter;
 
+use crate::counting::{Count, Refund};
 use crate::identity::Client;
 
 /// What a policy does when its limiter cannot decide (its backend is down or
@@ -38,6 +39,8 @@ pub enum FailureMode {
 pub(crate) type Predicate = Arc<dyn Fn(&Parts, &Client) -> bool + Send + Sync>;
 pub(crate) type KeyFn = Arc<dyn Fn(&Parts, &Client) -> Option<String> + Send + Sync>;
 pub(crate) type CostFn = Arc<dyn Fn(&Parts, &Client) -> u32 + Send + Sync>;
+pub(crate) type StatusFn = Arc<dyn Fn(StatusCode) -> bool + Send + Sync>;
+pub(crate) type KeyCountFn = Arc<dyn Fn() -> usize + Send + Sync>;
 
 /// The default bound on one limiter call.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_millis(100);
@@ -107,6 +110,10 @@ pub struct Policy {
     pub(crate) cost: Cost,
     pub(crate) failure: FailureMode,
     pub(crate) timeout: Duration,
+    pub(crate) count: Count,
+    pub(crate) refund: Option<Arc<dyn Refund>>,
+    pub(crate) failed_when: StatusFn,
+    pub(crate) keys_tracked: Option<KeyCountFn>,
 }
 
 #[derive(Clone)]
@@ -139,7 +146,55 @@ impl Policy {
             cost: Cost::Fixed(1),
             failure: FailureMode::Open,
             timeout: DEFAULT_TIMEOUT,
+            count: Count::All,
+            refund: None,
+            failed_when: Arc::new(|status: StatusCode| {
+                status.is_client_error() || status.is_server_error()
+            }),
+            keys_tracked: None,
         }
+    }
+
+    /// A policy on a limiter that can give units back: [`Count`] modes then
+    /// consume before the request and refund after it, instead of peeking
+    /// before and consuming after (see [`Refund`]).
+    pub fn refundable<L>(name: impl Into<String>, limiter: L) -> Self
+    where
+        L: AsyncRateLimiter + Refund + 'static,
+    {
+        let limiter = Arc::new(limiter);
+        let mut policy = Self::shared(name, limiter.clone());
+        policy.refund = Some(limiter);
+        policy
+    }
+
+    /// Count only some responses (failed logins, say): see [`Count`] and
+    /// [the module on counting](crate::Count) for how the request is decided
+    /// before its response is known.
+    pub fn count(mut self, count: Count) -> Self {
+        self.count = count;
+        self
+    }
+
+    /// Which responses are failures for [`Count`]: by default a status of
+    /// 400 or more.
+    pub fn failed_when<F>(mut self, failed: F) -> Self
+    where
+        F: Fn(StatusCode) -> bool + Send + Sync + 'static,
+    {
+        self.failed_when = Arc::new(failed);
+        self
+    }
+
+    /// How many keys the limiter tracks now (`Keyed::len` of an in-memory
+    /// limiter), exported as the `ratelab_http_keys_tracked` gauge after
+    /// each decision of this policy.
+    pub fn keys_tracked<F>(mut self, count: F) -> Self
+    where
+        F: Fn() -> usize + Send + Sync + 'static,
+    {
+        self.keys_tracked = Some(Arc::new(count));
+        self
     }
 
     /// Apply to `method` requests on paths matching `pattern` (see
@@ -258,6 +313,8 @@ impl fmt::Debug for Policy {
             )
             .field("failure", &self.failure)
             .field("timeout", &self.timeout)
+            .field("count", &self.count)
+            .field("refundable", &self.refund.is_some())
             .finish()
     }
 }

@@ -1,21 +1,24 @@
 //! [`RateLimit`]: the service [`RateLimitLayer`](crate::RateLimitLayer)
 //! wraps around another. Per request: identify the client, match the
 //! policies, let the engine decide, then call the inner service or answer
-//! `429`/`503`, and add the headers.
+//! `429`/`503`, count after the response where a policy says so, and add
+//! the headers.
 
 use std::fmt;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use bytes::Bytes;
-use http::{Request, Response};
+use http::header::RETRY_AFTER;
+use http::{HeaderValue, Request, Response};
 use http_body_util::{Either, Full};
 use tower::Service;
 
 use crate::engine::{Engine, Outcome};
 use crate::future::ResponseFuture;
+use crate::info::RateLimitInfo;
 use crate::layer::Shared;
-use crate::{failure, headers, matching, response};
+use crate::{counting, failure, headers, matching, telemetry};
 
 /// The body of a response that went through the layer: the inner service's
 /// (`Left`), or the layer's own `429`/`503` problem body (`Right`).
@@ -39,7 +42,8 @@ where
     S: Service<Request<ReqBody>, Response = Response<ResBody>> + Clone + Send + 'static,
     S::Future: Send,
     ReqBody: Send + 'static,
-    ResBody: 'static,
+    // Held while a policy counts after the response.
+    ResBody: Send + 'static,
 {
     type Response = Response<LimitedBody<ResBody>>;
     type Error = S::Error;
@@ -57,15 +61,17 @@ where
         let shared = self.shared.clone();
         ResponseFuture::new(async move {
             let (mut parts, body) = request.into_parts();
+            if shared.skip.as_ref().is_some_and(|skip| skip(&parts)) {
+                telemetry::skipped();
+                let response = inner.call(Request::from_parts(parts, body)).await?;
+                return Ok(response.map(Either::Left));
+            }
             let client = shared.identify.client(&parts);
             let checks = matching::checks(&shared.policies, &parts, &client);
             let verdict = Engine::new(checks).decide().await;
             failure::alert(&shared, &verdict, &client);
-            let (policy_field, limit_field) = headers::fields(&shared.policies, &verdict);
-            let legacy = shared
-                .legacy_headers
-                .then(|| headers::legacy(&shared.policies, &verdict))
-                .flatten();
+            telemetry::verdict(&verdict);
+            let info = RateLimitInfo::new(&shared.policies, &verdict, client.clone());
             let mut response = match verdict.outcome {
                 Outcome::Pass { delay } => {
                     shared.stats.count_allowed();
@@ -75,26 +81,45 @@ where
                         tokio::time::sleep(delay).await;
                     }
                     parts.extensions.insert(client);
+                    parts.extensions.insert(info);
                     let response = inner.call(Request::from_parts(parts, body)).await?;
+                    counting::settle(&verdict, response.status()).await;
                     response.map(Either::Left)
                 }
                 Outcome::Refuse => {
                     shared.stats.count_refused();
-                    headers::refusal(&shared.policies, &verdict, &client).map(Either::Right)
+                    tracing::debug!(client = %info.client, "rate limited");
+                    let response = match &shared.on_refusal {
+                        Some(respond) => respond(&info),
+                        None => info.problem_response(),
+                    };
+                    with_retry_after(response, &info).map(Either::Right)
                 }
                 Outcome::Unavailable => {
                     shared.stats.count_unavailable();
-                    headers::unavailable(&verdict).map(Either::Right)
+                    let response = match &shared.on_unavailable {
+                        Some(respond) => respond(&info),
+                        None => info.problem_response(),
+                    };
+                    with_retry_after(response, &info).map(Either::Right)
                 }
             };
-            let headers = response.headers_mut();
-            response::append_fields(headers, policy_field, limit_field);
-            if let Some((limit, remaining, reset)) = legacy {
-                response::set_legacy(headers, limit, remaining, reset);
-            }
+            headers::write(&shared, &verdict, response.headers_mut());
             Ok(response)
         })
     }
+}
+
+/// `response` with `Retry-After` from `info` unless it has its own: a
+/// custom refusal or `503` keeps its promise to say when to come back.
+fn with_retry_after<B>(mut response: Response<B>, info: &RateLimitInfo) -> Response<B> {
+    if let Some(secs) = info.retry_after_secs() {
+        response
+            .headers_mut()
+            .entry(RETRY_AFTER)
+            .or_insert_with(|| HeaderValue::from(secs));
+    }
+    response
 }
 
 impl<S: fmt::Debug> fmt::Debug for RateLimit<S> {

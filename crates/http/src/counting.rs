@@ -1,0 +1,120 @@
+//! Counting after the response: [`Count`] says which responses a policy
+//! counts, [`Refund`] is what a limiter offers to give units back.
+//!
+//! A policy that counts only some responses decides before the request runs,
+//! when the response is not known yet, in one of two ways:
+//!
+//! - **With a refund** ([`Policy::refundable`](crate::Policy::refundable)):
+//!   the request consumes its cost like any other, and if its response does
+//!   not count, the cost is given back. Concurrent requests are bounded as
+//!   usual: at most the quota's worth are in flight.
+//! - **Without** (any limiter, [`Policy::new`](crate::Policy::new)): the
+//!   request is only peeked, refused if fewer than its cost remain, and the
+//!   cost is consumed after the response, if it counts. Requests that run at
+//!   the same time all see the same peek: up to the number in flight can
+//!   pass beyond the quota. For login protection this is what
+//!   rate-limiter-flexible's examples do; a refund closes the gap.
+//!
+//! Either way the layer waits for that last call (bounded by the policy's
+//! timeout) before it returns the response, so that the next request of the
+//! client sees it.
+
+use std::future::Future;
+use std::pin::Pin;
+
+use futures::future::join_all;
+use http::StatusCode;
+use ratelab_core::Error;
+
+use crate::engine::{State, Verdict};
+
+/// Which responses a policy counts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[non_exhaustive]
+pub enum Count {
+    /// Every request that passes counts (the default).
+    #[default]
+    All,
+    /// Only requests whose response is a failure (by default a status of 400
+    /// or more; see [`Policy::failed_when`](crate::Policy::failed_when)):
+    /// failed logins, not successful ones. express-rate-limit's
+    /// `skipSuccessfulRequests`.
+    Failures,
+    /// Only requests whose response is a success: express-rate-limit's
+    /// `skipFailedRequests`.
+    Successes,
+}
+
+/// The future of [`Refund::refund`].
+pub type RefundFuture<'a> = Pin<Box<dyn Future<Output = Result<(), Error>> + Send + 'a>>;
+
+/// A limiter that can give back units it admitted.
+///
+/// **Contract.** `refund(key, cost)` returns up to `cost` units to `key`,
+/// never taking it above its capacity (a refund after the units came back on
+/// their own returns nothing more), and never fails for a key it does not
+/// hold (nothing to return). It is called at most once per admitted request,
+/// with that request's key and cost.
+pub trait Refund: Send + Sync {
+    /// Gives back up to `cost` units to `key`.
+    fn refund<'a>(&'a self, key: &'a [u8], cost: u32) -> RefundFuture<'a>;
+}
+
+impl<R: Refund + ?Sized> Refund for std::sync::Arc<R> {
+    fn refund<'a>(&'a self, key: &'a [u8], cost: u32) -> RefundFuture<'a> {
+        (**self).refund(key, cost)
+    }
+}
+
+/// After the response: for each policy that counts only some responses and
+/// admitted the request, consume the deferred cost if the response counts,
+/// or give back the consumed cost if it does not.
+pub(crate) async fn settle(verdict: &Verdict<'_>, status: StatusCode) {
+    let calls = verdict.reports.iter().filter_map(|report| {
+        let check = &report.check;
+        let policy = check.policy;
+        let State::Decided(decision) = report.state else {
+            return None;
+        };
+        if policy.count == Count::All || !decision.allowed || check.cost == 0 {
+            return None;
+        }
+        let failed = (policy.failed_when)(status);
+        let counts = match policy.count {
+            Count::Failures => failed,
+            _ => !failed,
+        };
+        Some(async move {
+            let (what, result) = if check.deferred {
+                if !counts {
+                    return;
+                }
+                let call = policy.limiter.check_async(&check.key, check.cost);
+                let result = tokio::time::timeout(policy.timeout, call)
+                    .await
+                    .unwrap_or(Err(Error::Timeout(policy.timeout)))
+                    .map(drop);
+                ("count", result)
+            } else {
+                if counts {
+                    return;
+                }
+                let Some(refund) = &policy.refund else { return };
+                let result =
+                    tokio::time::timeout(policy.timeout, refund.refund(&check.key, check.cost))
+                        .await
+                        .unwrap_or(Err(Error::Timeout(policy.timeout)));
+                ("refund", result)
+            };
+            crate::telemetry::after_response(&policy.name, what, result.is_ok());
+            if let Err(error) = result {
+                tracing::warn!(
+                    policy = %policy.name,
+                    error = %error,
+                    "rate limiter failed after the response: the request's {what} is lost"
+                );
+            }
+        })
+    });
+    join_all(calls).await;
+}
