@@ -5,12 +5,11 @@
 //! Not a criterion bench (nothing is timed). Groups `memory-footprint-100k`
 //! and `memory-footprint-1m`, metric `bytes_per_key`.
 
+use ratelab::{Keyed, KnownAlgorithm, SystemClock};
 use ratelab_benches::algorithms::governor_quota;
 use ratelab_benches::alloc::CountingAlloc;
 use ratelab_benches::keys::KeySet;
 use ratelab_benches::{Metric, Mode, Recorder, Row, Setting, Visit, each_algorithm};
-use ratelab_core::{Keyed, SystemClock};
-use ratelab_redis::RedisAlgorithm;
 
 #[global_allocator]
 static ALLOCATOR: CountingAlloc = CountingAlloc::new();
@@ -82,11 +81,15 @@ struct Footprint<'a> {
 }
 
 impl Visit for Footprint<'_> {
-    fn visit<A: RedisAlgorithm + std::fmt::Debug>(&mut self, algorithm: A) {
+    fn visit<A: KnownAlgorithm>(&mut self, algorithm: A) {
         let name = algorithm.name();
         let n = self.keys.keys.len();
         let bytes = per_key(n, || {
-            let limiter = Keyed::typed(algorithm, SystemClock).with_max_keys(4_000_000);
+            let limiter = Keyed::builder(algorithm)
+                .clock(SystemClock)
+                .keys()
+                .max_keys(4_000_000)
+                .build();
             for key in &self.keys.keys {
                 let decision = limiter.check_key(key, 1).expect("room for every key");
                 assert!(decision.allowed, "{name} admits");

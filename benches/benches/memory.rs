@@ -20,13 +20,13 @@ use std::time::{Duration, Instant};
 use criterion::measurement::WallTime;
 use criterion::{BenchmarkGroup, Criterion, Throughput};
 use governor::clock::{Clock as _, FakeRelativeClock};
+use ratelab::{
+    Algorithm, AlgorithmKind, Clock, CoarseClock, Direct, Gcra, Keyed, KnownAlgorithm, ManualClock,
+    SystemClock, TokenBucket,
+};
 use ratelab_benches::algorithms::{admitted_share, assert_mostly_admits, governor_quota, quota};
 use ratelab_benches::keys::KeySet;
 use ratelab_benches::{Metric, Mode, Recorder, Setting, Visit, each_algorithm};
-use ratelab_core::{Algorithm, Clock, CoarseClock, Direct, Keyed, ManualClock, SystemClock};
-use ratelab_gcra::Gcra;
-use ratelab_redis::RedisAlgorithm;
-use ratelab_token_bucket::TokenBucket;
 
 /// Observes a check's whole result where it lies, by reference: every field
 /// must be computed, and nothing is copied. Passing a 72-byte `Decision` by
@@ -83,7 +83,7 @@ struct OneKey<'a, 'c> {
 const DIRECT: &str = "memory-direct";
 
 impl Visit for OneKey<'_, '_> {
-    fn visit<A: RedisAlgorithm + std::fmt::Debug>(&mut self, algorithm: A) {
+    fn visit<A: KnownAlgorithm>(&mut self, algorithm: A) {
         let name = algorithm.name();
         if with_system_clock(name) {
             let limiter = Direct::with_clock(algorithm.clone(), SystemClock);
@@ -173,7 +173,7 @@ struct TwoThreads<'a, 'c> {
 }
 
 impl Visit for TwoThreads<'_, '_> {
-    fn visit<A: RedisAlgorithm + std::fmt::Debug>(&mut self, algorithm: A) {
+    fn visit<A: KnownAlgorithm>(&mut self, algorithm: A) {
         let name = algorithm.name();
         if with_system_clock(name) {
             let limiter = Direct::with_clock(algorithm.clone(), SystemClock);
@@ -253,10 +253,14 @@ struct ManyKeys<'a, 'c> {
 }
 
 impl Visit for ManyKeys<'_, '_> {
-    fn visit<A: RedisAlgorithm + std::fmt::Debug>(&mut self, algorithm: A) {
+    fn visit<A: KnownAlgorithm>(&mut self, algorithm: A) {
         let name = algorithm.name();
         if with_system_clock(name) {
-            let limiter = Keyed::typed(algorithm.clone(), SystemClock).with_max_keys(MAX_KEYS);
+            let limiter = Keyed::builder(algorithm.clone())
+                .clock(SystemClock)
+                .keys()
+                .max_keys(MAX_KEYS)
+                .build();
             let function = format!("{name}-system-clock");
             bench_keyed(self.group, &function, self.keys, &limiter);
             self.rec.criterion(
@@ -267,7 +271,11 @@ impl Visit for ManyKeys<'_, '_> {
                 1.0,
             );
         }
-        let limiter = Keyed::typed(algorithm, CoarseClock::shared()).with_max_keys(MAX_KEYS);
+        let limiter = Keyed::builder(algorithm)
+            .clock(CoarseClock::shared())
+            .keys()
+            .max_keys(MAX_KEYS)
+            .build();
         bench_keyed(self.group, name, self.keys, &limiter);
         self.rec.criterion(
             self.group_name,
@@ -442,7 +450,10 @@ fn manual_clock(c: &mut Criterion, rec: &mut Recorder, mode: &Mode) {
         Metric::NsPerCheck,
         1.0,
     );
-    let gcra = Direct::with_clock(Gcra::new(quota(Setting::OneKey, "gcra")), start());
+    let gcra = Direct::with_clock(
+        Gcra::new(quota(Setting::OneKey, AlgorithmKind::Gcra)),
+        start(),
+    );
     group.bench_function("gcra", |b| b.iter(|| observe(gcra.check(black_box(1)))));
     rec.criterion(
         DIRECT_MANUAL,
@@ -452,7 +463,7 @@ fn manual_clock(c: &mut Criterion, rec: &mut Recorder, mode: &Mode) {
         1.0,
     );
     let bucket = Direct::with_clock(
-        TokenBucket::new(quota(Setting::OneKey, "token-bucket")),
+        TokenBucket::new(quota(Setting::OneKey, AlgorithmKind::TokenBucket)),
         start(),
     );
     group.bench_function("token-bucket", |b| {
@@ -501,8 +512,11 @@ fn manual_clock(c: &mut Criterion, rec: &mut Recorder, mode: &Mode) {
         1.0,
     );
     drop(governor);
-    let gcra =
-        Keyed::typed(Gcra::new(quota(Setting::ManyKeys, "gcra")), start()).with_max_keys(MAX_KEYS);
+    let gcra = Keyed::builder(Gcra::new(quota(Setting::ManyKeys, AlgorithmKind::Gcra)))
+        .clock(start())
+        .keys()
+        .max_keys(MAX_KEYS)
+        .build();
     bench_keyed(&mut group, "gcra", &keys, &gcra);
     rec.criterion(
         KEYED_MANUAL,
@@ -512,11 +526,14 @@ fn manual_clock(c: &mut Criterion, rec: &mut Recorder, mode: &Mode) {
         1.0,
     );
     drop(gcra);
-    let bucket = Keyed::typed(
-        TokenBucket::new(quota(Setting::ManyKeys, "token-bucket")),
-        start(),
-    )
-    .with_max_keys(MAX_KEYS);
+    let bucket = Keyed::builder(TokenBucket::new(quota(
+        Setting::ManyKeys,
+        AlgorithmKind::TokenBucket,
+    )))
+    .clock(start())
+    .keys()
+    .max_keys(MAX_KEYS)
+    .build();
     bench_keyed(&mut group, "token-bucket", &keys, &bucket);
     rec.criterion(
         KEYED_MANUAL,

@@ -16,10 +16,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use criterion::{Criterion, Throughput};
+use ratelab::KnownAlgorithm;
+use ratelab::redis::{Connection, DEFAULT_PREFIX, RedisAlgorithm, RedisLimiter, redis_key};
 use ratelab_benches::algorithms::{admitted_share, assert_mostly_admits};
 use ratelab_benches::redis_tools::{count_client_commands, parse_commandstats, redis_benchmark};
 use ratelab_benches::{Metric, Mode, Recorder, Row, Setting, Visit, each_algorithm};
-use ratelab_redis::{Connection, DEFAULT_PREFIX, RedisAlgorithm, RedisLimiter, redis_key};
 use ratelab_testkit::redis::{RedisCluster, RedisServer};
 use tokio::runtime::Runtime;
 
@@ -315,7 +316,7 @@ impl Bench<'_> {
 }
 
 impl Visit for Bench<'_> {
-    fn visit<A: RedisAlgorithm + std::fmt::Debug>(&mut self, algorithm: A) {
+    fn visit<A: KnownAlgorithm>(&mut self, algorithm: A) {
         let name = algorithm.name();
         let build = |connection: &Connection| {
             RedisLimiter::builder(connection.clone(), algorithm.clone())

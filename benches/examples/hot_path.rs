@@ -21,11 +21,12 @@ use std::hint::black_box;
 use std::time::Instant;
 
 use governor::clock::{Clock as _, DefaultClock, FakeRelativeClock};
+use ratelab::KnownAlgorithm;
+use ratelab::redis::RedisAlgorithm;
+use ratelab::{Clock, Direct, Keyed, ManualClock, SystemClock};
 use ratelab_benches::algorithms::governor_quota;
 use ratelab_benches::keys::KeySet;
 use ratelab_benches::{Setting, Visit, each_algorithm};
-use ratelab_core::{Clock, Direct, Keyed, ManualClock, SystemClock};
-use ratelab_redis::RedisAlgorithm;
 
 fn usage() -> ! {
     eprintln!(
@@ -177,7 +178,11 @@ impl Run {
 
     fn ours<A: RedisAlgorithm, C: Clock>(&mut self, algorithm: A, clock: C) {
         if self.keys.is_some() {
-            let limiter = Keyed::typed(algorithm, clock).with_max_keys(4_000_000);
+            let limiter = Keyed::builder(algorithm)
+                .clock(clock)
+                .keys()
+                .max_keys(4_000_000)
+                .build();
             self.keyed(|k| limiter.check_key(k, 1).is_ok_and(|d| d.allowed));
         } else {
             let limiter = Direct::with_clock(algorithm, clock);
@@ -189,7 +194,7 @@ impl Run {
 }
 
 impl Visit for Run {
-    fn visit<A: RedisAlgorithm + std::fmt::Debug>(&mut self, algorithm: A) {
+    fn visit<A: KnownAlgorithm>(&mut self, algorithm: A) {
         if algorithm.name() != self.wanted {
             return;
         }

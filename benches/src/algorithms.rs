@@ -1,4 +1,5 @@
-//! The seven algorithms, and the quotas every bench runs them on.
+//! The quotas every bench runs each algorithm on (the algorithms themselves
+//! are [`AlgorithmKind::ALL`]).
 //!
 //! **Fairness.** Each bench gives ratelab and governor the same quota, and a
 //! quota under which the limiter admits (almost) every check: the admission
@@ -26,35 +27,25 @@
 
 use std::num::NonZeroU32;
 
-use ratelab_core::Quota;
-use ratelab_fixed_window::FixedWindow;
-use ratelab_gcra::Gcra;
-use ratelab_leaky_bucket::{LeakyMeter, LeakyQueue};
-use ratelab_redis::RedisAlgorithm;
-use ratelab_sliding_window::{SlidingCounter, SlidingLog};
-use ratelab_token_bucket::TokenBucket;
+use ratelab::{AlgorithmKind, AlgorithmVisitor, KnownAlgorithm, Quota};
 
-/// The algorithms, in the order every table lists them.
-pub const NAMES: [&str; 7] = [
-    "gcra",
-    "token-bucket",
-    "leaky-meter",
-    "leaky-queue",
-    "fixed-window",
-    "sliding-counter",
-    "sliding-log",
-];
+/// The algorithms' names, in [`AlgorithmKind::ALL`] order (for criterion's
+/// function filters and the report's tables).
+pub const NAMES: [&str; AlgorithmKind::ALL.len()] = {
+    let mut names = [""; AlgorithmKind::ALL.len()];
+    let mut i = 0;
+    while i < names.len() {
+        names[i] = AlgorithmKind::ALL[i].name();
+        i += 1;
+    }
+    names
+};
 
-/// The algorithms with O(1) state and work per check (all but the sliding
-/// log), held to "within 2x of our GCRA".
-pub const CONSTANT_TIME: [&str; 6] = [
-    "gcra",
-    "token-bucket",
-    "leaky-meter",
-    "leaky-queue",
-    "fixed-window",
-    "sliding-counter",
-];
+/// Whether `kind` has O(1) state and work per check (all but the sliding
+/// log): those are held to "within 2x of our GCRA".
+pub fn constant_time(kind: AlgorithmKind) -> bool {
+    kind != AlgorithmKind::SlidingLog
+}
 
 /// Which quota a bench runs on (see the module docs).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -66,9 +57,9 @@ pub enum Setting {
 }
 
 /// The ratelab quota for `algorithm` in `setting`.
-pub fn quota(setting: Setting, algorithm: &str) -> Quota {
+pub fn quota(setting: Setting, algorithm: AlgorithmKind) -> Quota {
     let quota = match (setting, algorithm) {
-        (Setting::ManyKeys, "sliding-log") => Quota::per_second(1_000),
+        (Setting::ManyKeys, AlgorithmKind::SlidingLog) => Quota::per_second(1_000),
         (Setting::OneKey, _) => Quota::per_second(1_000).and_then(|q| q.with_burst(u32::MAX)),
         (Setting::ManyKeys, _) => Quota::per_second(1).and_then(|q| q.with_burst(1_000_000)),
     };
@@ -89,20 +80,22 @@ pub fn governor_quota(setting: Setting) -> governor::Quota {
 /// Something done once per algorithm, whatever its type.
 pub trait Visit {
     /// Called with each algorithm in turn, built on its quota.
-    fn visit<A: RedisAlgorithm + std::fmt::Debug>(&mut self, algorithm: A);
+    fn visit<A: KnownAlgorithm>(&mut self, algorithm: A);
 }
 
-/// Calls `visit` with each of the seven algorithms, in [`NAMES`] order, each
+/// Calls `visit` with each algorithm, in [`AlgorithmKind::ALL`] order, each
 /// on its quota for `setting`.
 pub fn each_algorithm(setting: Setting, visit: &mut impl Visit) {
-    let q = |name| quota(setting, name);
-    visit.visit(Gcra::new(q("gcra")));
-    visit.visit(TokenBucket::new(q("token-bucket")));
-    visit.visit(LeakyMeter::new(q("leaky-meter")));
-    visit.visit(LeakyQueue::new(q("leaky-queue")));
-    visit.visit(FixedWindow::new(q("fixed-window")));
-    visit.visit(SlidingCounter::new(q("sliding-counter")));
-    visit.visit(SlidingLog::new(q("sliding-log")));
+    struct Once<'a, V>(&'a mut V);
+    impl<V: Visit> AlgorithmVisitor for Once<'_, V> {
+        type Output = ();
+        fn visit<A: KnownAlgorithm>(self, algorithm: A) {
+            self.0.visit(algorithm);
+        }
+    }
+    for kind in AlgorithmKind::ALL {
+        kind.visit(quota(setting, kind), Once(&mut *visit));
+    }
 }
 
 /// The share of `checks` calls of `check` that were admitted (`Some(true)`);
@@ -126,12 +119,12 @@ pub fn assert_mostly_admits(what: &str, share: f64) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use ratelab_core::{Direct, Keyed, SystemClock};
+    use ratelab::{Direct, Keyed, SystemClock};
 
     struct Names(Vec<&'static str>);
 
     impl Visit for Names {
-        fn visit<A: RedisAlgorithm + std::fmt::Debug>(&mut self, algorithm: A) {
+        fn visit<A: KnownAlgorithm>(&mut self, algorithm: A) {
             self.0.push(algorithm.name());
         }
     }
@@ -148,7 +141,7 @@ mod tests {
     struct Admits(Setting);
 
     impl Visit for Admits {
-        fn visit<A: RedisAlgorithm + std::fmt::Debug>(&mut self, algorithm: A) {
+        fn visit<A: KnownAlgorithm>(&mut self, algorithm: A) {
             let name = algorithm.name();
             match self.0 {
                 Setting::OneKey => {
@@ -197,7 +190,7 @@ mod tests {
     #[test]
     fn same_rate_and_burst_as_governor() {
         for setting in [Setting::OneKey, Setting::ManyKeys] {
-            let ours = quota(setting, "gcra");
+            let ours = quota(setting, AlgorithmKind::Gcra);
             let theirs = governor_quota(setting);
             assert_eq!(ours.burst(), theirs.burst_size().get());
             assert_eq!(ours.emission_interval(), theirs.replenish_interval());

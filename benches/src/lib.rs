@@ -6,7 +6,7 @@
 //! `benches/redis.rs`) measure; each leaves its figures as [`Row`]s in
 //! criterion's home; the `bench-summary` binary turns them into
 //! `reports/bench/summary.json` and `reports/bench/README.md`, with the
-//! targets of issue 5 as ratios marked pass or miss ([`summary`]).
+//! performance targets as ratios marked pass or miss ([`summary`]).
 //!
 //! ```text
 //! cargo bench -p ratelab-benches                      # measure (starts its own Redis)
@@ -15,8 +15,8 @@
 //! cargo test -p ratelab-benches --benches             # every bench once, small (test mode)
 //! ```
 //!
-//! This library holds what the binaries share: the quotas and the list of
-//! algorithms ([`algorithms`]), pre-generated keys ([`keys`]), the run mode
+//! This library holds what the binaries share: the quotas of each algorithm
+//! (the algorithms themselves are `ratelab::AlgorithmKind`; [`algorithms`]), pre-generated keys ([`keys`]), the run mode
 //! and the rows ([`run`]), a counting allocator ([`alloc`]), the Redis probes
 //! ([`redis_tools`]) and the report ([`summary`]).
 

@@ -1,17 +1,12 @@
 //! Where the Redis scenarios get their Redis: `--redis-url`, else
 //! `$REDIS_URL`, else a throwaway `redis-server` started here when one is on
 //! `PATH`, else none (the in-memory scenarios still run, and the report says
-//! what was skipped and how to enable it).
-//!
-//! This module is also the one seam between the scenarios and the Redis
-//! variants of the algorithms (`ratelab-redis`): [`RedisEnv::atomic`] builds
-//! the atomic, script-based limiter of an algorithm.
+//! what was skipped and how to enable it). What runs on that server is
+//! [`crate::atomic`]'s and [`crate::flawed`]'s business.
 
-use std::path::PathBuf;
 use std::time::Duration;
 
-use ratelab_core::{AsyncRateLimiter, ManualClock, Quota};
-use ratelab_testkit::redis::RedisServer;
+use ratelab_testkit::redis::{RedisServer, StartError};
 use redis::AsyncConnectionConfig;
 use redis::aio::MultiplexedConnection;
 
@@ -27,16 +22,6 @@ pub const HOW_TO_ENABLE: &str = "install Redis so that `redis-server` is on PATH
 (Debian/Ubuntu: `sudo apt-get install redis-server`; macOS: `brew install redis`) and run \
 `just compare` again, or point it at a running server with `REDIS_URL=redis://host:6379/ just compare` \
 (or `--redis-url`)";
-
-/// Which clock a Redis limiter decides on.
-#[derive(Debug, Clone)]
-pub enum Time {
-    /// Redis `TIME`: the same clock for every app instance (production).
-    Redis,
-    /// `now` passed by the client from a clock moved by hand: deterministic
-    /// runs, and the same instants as the in-memory limiters.
-    Manual(ManualClock),
-}
 
 /// A Redis server the run may use.
 #[derive(Debug)]
@@ -64,20 +49,6 @@ pub enum RedisChoice {
     },
 }
 
-/// The `redis-server` binary the run would start: `$RATELAB_REDIS_SERVER`,
-/// else `redis-server` on `PATH`.
-pub fn find_redis_server() -> Option<PathBuf> {
-    if let Some(path) = std::env::var_os("RATELAB_REDIS_SERVER") {
-        let path = PathBuf::from(path);
-        return path.is_file().then_some(path);
-    }
-    std::env::var_os("PATH")
-        .iter()
-        .flat_map(std::env::split_paths)
-        .map(|dir| dir.join("redis-server"))
-        .find(|candidate| candidate.is_file())
-}
-
 /// Chooses the run's Redis. An explicit URL that does not answer is an
 /// error (the user asked for it); a missing `redis-server` is not.
 pub async fn resolve(url: Option<String>, no_redis: bool) -> Result<RedisChoice, CompareError> {
@@ -94,26 +65,22 @@ pub async fn resolve(url: Option<String>, no_redis: bool) -> Result<RedisChoice,
         let env = RedisEnv::connect(url, "given in $REDIS_URL".into(), None).await?;
         return Ok(RedisChoice::Available(Box::new(env)));
     }
-    let Some(binary) = find_redis_server() else {
-        return Ok(RedisChoice::Skipped {
-            reason: "no `--redis-url`, no `$REDIS_URL`, and no `redis-server` on PATH".into(),
-        });
+    let server = match RedisServer::try_start() {
+        Ok(server) => server,
+        Err(StartError::NotFound { .. }) => {
+            return Ok(RedisChoice::Skipped {
+                reason: "no `--redis-url`, no `$REDIS_URL`, and no `redis-server` on PATH".into(),
+            });
+        }
+        Err(e) => {
+            return Err(CompareError::Unavailable(format!(
+                "`redis-server` was found but did not start: {e}"
+            )));
+        }
     };
-    // The guard panics with its own message when the server cannot start.
-    let server = std::panic::catch_unwind(RedisServer::start).map_err(|panic| {
-        let message = panic
-            .downcast_ref::<String>()
-            .cloned()
-            .or_else(|| panic.downcast_ref::<&str>().map(|s| (*s).to_owned()))
-            .unwrap_or_default();
-        CompareError::Unavailable(format!(
-            "{} was found but did not start: {message}",
-            binary.display()
-        ))
-    })?;
     let origin = format!(
         "a throwaway `{}` started for this run (no persistence, killed at the end)",
-        binary.display()
+        server.binary().display()
     );
     let env = RedisEnv::connect(server.url(), origin, Some(server)).await?;
     Ok(RedisChoice::Available(Box::new(env)))
@@ -198,26 +165,6 @@ impl RedisEnv {
     /// Where this server came from, in a phrase.
     pub fn origin(&self) -> &str {
         &self.origin
-    }
-
-    /// The atomic Redis variant of the named algorithm (its Lua script run
-    /// with EVALSHA), on a connection of its own, deciding on `time`.
-    pub async fn atomic(
-        &self,
-        name: &str,
-        quota: Quota,
-        time: &Time,
-    ) -> Result<Box<dyn AsyncRateLimiter>, CompareError> {
-        crate::redis_variants::atomic(self, name, quota, time).await
-    }
-
-    /// Whether the atomic Redis variants can be built, and if not, why.
-    pub async fn atomic_status(&self) -> Result<(), String> {
-        let quota = Quota::per_second(1).map_err(|e| e.to_string())?;
-        self.atomic("gcra", quota, &Time::Manual(ManualClock::new()))
-            .await
-            .map(|_| ())
-            .map_err(|e| e.to_string())
     }
 
     /// Runs one command on a fresh connection (for `INFO`, `MEMORY USAGE`).

@@ -8,18 +8,18 @@
 //!   round-robin load balancer: each instance admits the whole limit (the
 //!   third test).
 
+use std::any::{Any, TypeId};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use ratelab_core::{
-    Algorithm, AsyncRateLimiter, CheckFuture, Clock, Limiter, ManualClock, Quota, RateLimiter,
+use ratelab::fixed_window::Counter;
+use ratelab::leaky_bucket::Level;
+use ratelab::sliding_window::{Log, Windows};
+use ratelab::token_bucket::Bucket;
+use ratelab::{
+    Algorithm, AlgorithmKind, AlgorithmVisitor, AsyncRateLimiter, CheckFuture, Clock,
+    KnownAlgorithm, Limiter, ManualClock, Quota, RateLimiter,
 };
-use ratelab_fixed_window::Counter;
-use ratelab_leaky_bucket::Level;
-use ratelab_sliding_window::{Log, Windows};
-use ratelab_token_bucket::Bucket;
 use redis::aio::MultiplexedConnection;
-
-use crate::algorithms::with_algorithm;
 
 /// An algorithm state written to Redis as text, for [`ReadThenWrite`].
 pub trait Codec: Sized {
@@ -109,6 +109,70 @@ impl Codec for Log {
     }
 }
 
+/// Calls `$found` with `$t` bound to each state type that has a [`Codec`].
+macro_rules! each_codec {
+    (|$t:ident| $found:block) => {{
+        {
+            type $t = u64;
+            $found
+        }
+        {
+            type $t = Counter;
+            $found
+        }
+        {
+            type $t = Windows;
+            $found
+        }
+        {
+            type $t = Level;
+            $found
+        }
+        {
+            type $t = Bucket;
+            $found
+        }
+        {
+            type $t = Log;
+            $found
+        }
+    }};
+}
+
+/// [`Codec::encode`] of `state`, found by its type: an [`AlgorithmVisitor`]
+/// knows its algorithm only as a [`KnownAlgorithm`], so it cannot require a
+/// [`Codec`] of the state. `None` for a state without one.
+fn encode_state<S: 'static>(state: &S) -> Option<String> {
+    let state: &dyn Any = state;
+    each_codec!(|T| {
+        if let Some(state) = state.downcast_ref::<T>() {
+            return Some(state.encode());
+        }
+    });
+    None
+}
+
+/// [`Codec::decode`] into `S`, found by its type (see [`encode_state`]).
+fn decode_state<S: 'static>(text: &str) -> Option<S> {
+    each_codec!(|T| {
+        if TypeId::of::<S>() == TypeId::of::<T>() {
+            let state: Box<dyn Any> = Box::new(T::decode(text)?);
+            return state.downcast::<S>().ok().map(|s| *s);
+        }
+    });
+    None
+}
+
+/// Whether `S` has a [`Codec`].
+fn has_codec<S: 'static>() -> bool {
+    each_codec!(|T| {
+        if TypeId::of::<S>() == TypeId::of::<T>() {
+            return true;
+        }
+    });
+    false
+}
+
 /// **Deliberately flawed: not atomic.** The named algorithm's state on
 /// Redis, read with `GET`, decided in the client, written back with `SET`
 /// (only when the request passed, as a naive counter does). Between one
@@ -130,10 +194,7 @@ impl<A: Algorithm> std::fmt::Debug for ReadThenWrite<A> {
     }
 }
 
-impl<A: Algorithm> Limiter for ReadThenWrite<A>
-where
-    A::State: Codec,
-{
+impl<A: Algorithm> Limiter for ReadThenWrite<A> {
     fn quota(&self) -> Quota {
         *self.algorithm.quota()
     }
@@ -145,10 +206,7 @@ where
     }
 }
 
-impl<A: Algorithm> AsyncRateLimiter for ReadThenWrite<A>
-where
-    A::State: Codec + Sync,
-{
+impl<A: Algorithm> AsyncRateLimiter for ReadThenWrite<A> {
     fn check_async<'a>(&'a self, key: &'a [u8], cost: u32) -> CheckFuture<'a> {
         Box::pin(async move {
             let mut conn = self.conn.clone();
@@ -157,59 +215,72 @@ where
                 .arg(&key)
                 .query_async(&mut conn)
                 .await
-                .map_err(ratelab_core::Error::backend)?;
+                .map_err(ratelab::Error::backend)?;
             let mut state = stored
                 .as_deref()
-                .and_then(A::State::decode)
+                .and_then(decode_state::<A::State>)
                 .unwrap_or_else(|| self.algorithm.initial_state());
             let now = self.clock.now_micros();
             let decision = self.algorithm.decide(&mut state, now, cost)?;
             if decision.allowed && cost > 0 {
+                // Checked when built: every ReadThenWrite's state has a codec.
+                let text = encode_state(&state).unwrap_or_default();
                 let _: () = redis::cmd("SET")
                     .arg(&key)
-                    .arg(state.encode())
+                    .arg(text)
                     .arg("PX")
                     .arg(600_000)
                     .query_async(&mut conn)
                     .await
-                    .map_err(ratelab_core::Error::backend)?;
+                    .map_err(ratelab::Error::backend)?;
             }
             Ok(decision)
         })
     }
 }
 
-/// The named algorithm as a [`ReadThenWrite`] limiter on `conn`, deciding on
-/// `clock`, its keys under `prefix`.
+/// `kind` as a [`ReadThenWrite`] limiter on `conn`, deciding on `clock`, its
+/// keys under `prefix`.
 ///
 /// # Panics
 ///
-/// On an unknown algorithm name.
+/// When `kind`'s state has no [`Codec`] (an algorithm added without one).
 pub fn read_then_write(
-    name: &str,
+    kind: AlgorithmKind,
     quota: Quota,
     conn: MultiplexedConnection,
     clock: ManualClock,
     prefix: String,
 ) -> Box<dyn AsyncRateLimiter> {
-    fn boxed<A: Algorithm>(
-        algorithm: A,
+    struct Build {
         conn: MultiplexedConnection,
         clock: ManualClock,
         prefix: String,
-    ) -> Box<dyn AsyncRateLimiter>
-    where
-        A::State: Codec + Sync,
-    {
-        Box::new(ReadThenWrite {
-            algorithm,
+    }
+    impl AlgorithmVisitor for Build {
+        type Output = Box<dyn AsyncRateLimiter>;
+        fn visit<A: KnownAlgorithm>(self, algorithm: A) -> Self::Output {
+            assert!(
+                has_codec::<A::State>(),
+                "{}: its state has no Codec in crate::flawed",
+                algorithm.name()
+            );
+            Box::new(ReadThenWrite {
+                algorithm,
+                conn: self.conn,
+                clock: self.clock,
+                prefix: self.prefix,
+            })
+        }
+    }
+    kind.visit(
+        quota,
+        Build {
             conn,
             clock,
             prefix,
-        })
-    }
-    with_algorithm!(name, quota, |a| boxed(a, conn, clock, prefix))
-        .unwrap_or_else(|| panic!("no algorithm named {name}"))
+        },
+    )
 }
 
 /// **Deliberately flawed: counts per instance.** App instances behind a
@@ -256,7 +327,7 @@ impl Limiter for PerInstance {
 }
 
 impl RateLimiter for PerInstance {
-    fn check(&self, key: &[u8], cost: u32) -> Result<ratelab_core::Decision, ratelab_core::Error> {
+    fn check(&self, key: &[u8], cost: u32) -> Result<ratelab::Decision, ratelab::Error> {
         let i = self.next.fetch_add(1, Ordering::Relaxed) % self.instances.len();
         self.instances[i].check(key, cost)
     }
@@ -265,7 +336,6 @@ impl RateLimiter for PerInstance {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::algorithms::{NAMES, keyed};
 
     #[test]
     fn states_survive_the_round_trip() {
@@ -284,18 +354,39 @@ mod tests {
     }
 
     #[test]
+    fn every_algorithm_state_has_a_codec_found_by_type() {
+        struct Check;
+        impl AlgorithmVisitor for Check {
+            type Output = ();
+            fn visit<A: KnownAlgorithm>(self, algorithm: A) {
+                assert!(has_codec::<A::State>(), "{}", algorithm.name());
+                let state = algorithm.initial_state();
+                let text = encode_state(&state).unwrap();
+                let back = decode_state::<A::State>(&text).unwrap();
+                assert_eq!(encode_state(&back), Some(text), "{}", algorithm.name());
+            }
+        }
+        for kind in AlgorithmKind::ALL {
+            kind.visit(Quota::per_second(10).unwrap(), Check);
+        }
+        assert!(!has_codec::<String>());
+        assert_eq!(encode_state(&"text"), None);
+        assert_eq!(decode_state::<String>("text"), None);
+    }
+
+    #[test]
     fn two_instances_admit_twice_the_limit() {
         let quota = Quota::per_minute(10).unwrap();
-        for name in NAMES {
+        for kind in AlgorithmKind::ALL {
             let clock = ManualClock::new();
             let balancer = PerInstance::new(vec![
-                keyed(name, quota, clock.clone()),
-                keyed(name, quota, clock.clone()),
+                kind.keyed(quota, clock.clone()),
+                kind.keyed(quota, clock.clone()),
             ]);
             let admitted = (0..30)
                 .filter(|_| balancer.check(b"k", 1).unwrap().allowed)
                 .count();
-            assert_eq!(admitted, 20, "{name}");
+            assert_eq!(admitted, 20, "{kind}");
         }
     }
 }

@@ -21,14 +21,16 @@
 #![forbid(unsafe_code)]
 
 pub mod algorithms;
+pub mod atomic;
 pub mod backend;
 pub mod charts;
 pub mod flawed;
+pub mod guide;
+pub mod markdown;
+pub mod output;
 pub mod report;
 pub mod scenario;
 pub mod stats;
-
-mod redis_variants;
 
 use std::path::PathBuf;
 use std::time::Instant;
@@ -67,7 +69,7 @@ pub enum CompareError {
     Redis(#[from] redis::RedisError),
     /// A limiter failed.
     #[error("limiter: {0}")]
-    Limiter(#[from] ratelab_core::Error),
+    Limiter(#[from] ratelab::Error),
     /// Something the run needs is missing.
     #[error("{0}")]
     Unavailable(String),
@@ -291,7 +293,7 @@ impl Context<'_> {
 /// Runs the configured scenarios on `redis` (or without Redis).
 pub async fn run(config: &Config, redis: Option<&RedisEnv>) -> Result<Results, CompareError> {
     let atomic = match redis {
-        Some(env) => env.atomic_status().await,
+        Some(env) => atomic::status(env).await,
         None => Err("no Redis server".into()),
     };
     let nonce = format!(

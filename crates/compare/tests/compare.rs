@@ -61,7 +61,10 @@ fn the_reference_table_and_the_window_edge_on_both_backends() {
         scenarios: vec![ScenarioName::Reference, ScenarioName::WindowEdge],
         ..Config::quick(1)
     };
+    let started = std::time::Instant::now();
     let results = with_redis(&config);
+    // However slow this machine was, no real-clock round lasted longer.
+    let ran_secs = usize::try_from(started.elapsed().as_secs() + 1).unwrap_or(usize::MAX);
     assert!(results.skipped.is_empty(), "{:?}", results.skipped);
     let reference = results.reference.unwrap();
     for backend in ["memory", "redis"] {
@@ -83,9 +86,19 @@ fn the_reference_table_and_the_window_edge_on_both_backends() {
         );
         assert_eq!(row.wait_text(), "1 s");
     }
-    // The article's own setup, real clock and real wait, gives the same.
+    // The article's own setup, real clock and real wait: 10, then 5 on an
+    // idle machine. A loaded one stretches the rounds and the sleep, which
+    // only refills more, so bound it: the full capacity passes at once, at
+    // least a second's refill passes later, and never more than the capacity
+    // plus what the rate refilled while the test ran.
     for row in &reference.real_time_rows {
-        assert_eq!((row.burst_admitted, row.later_admitted), (10, 5), "{row:?}");
+        assert!(row.burst_admitted >= 10, "{row:?}");
+        assert!(row.later_admitted >= 5, "{row:?}");
+        assert!(
+            row.burst_admitted + row.later_admitted <= 10_usize.saturating_add(5 * ran_secs),
+            "{row:?} in {ran_secs} s"
+        );
+        assert!(row.later_admitted <= 10, "{row:?}: 10 calls");
     }
     assert_eq!(reference.real_time_rows.len(), 2);
 

@@ -4,7 +4,18 @@
 //!
 //! The binaries come from `$RATELAB_REDIS_SERVER` / `$RATELAB_REDIS_CLI`, else
 //! from `PATH`. A missing binary fails the test with a message that says how
-//! to install it: a test that needs Redis never skips silently.
+//! to install it: a test that needs Redis never skips silently
+//! ([`RedisServer::try_start`] is for callers that choose what to do).
+//!
+//! **No server outlives the process that started it.** A guard held in a
+//! `static` is never dropped, and a process that panics, calls
+//! `std::process::exit` or is killed runs no destructor. So beside each
+//! server runs a watchdog: a `sh` loop that polls the test process and the
+//! server every 200 ms and kills the server (SIGKILL) as soon as the test
+//! process is gone. It needs no signal handler, no `unsafe`, and works
+//! whatever thread started the server (`PR_SET_PDEATHSIG` fires when the
+//! spawning *thread* exits, which would kill a shared server when the first
+//! test that used it ends). `tests/no_orphans.rs` proves it.
 
 use std::io::{BufRead, BufReader, Write};
 use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
@@ -19,34 +30,75 @@ const INSTALL_HINT: &str = "install Redis (Debian/Ubuntu: `sudo apt-get install 
 /// How long a server may take to answer PING after it starts.
 const START_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// Finds a binary: `$env_var`, else `name` on `PATH`; panics with an install
-/// hint if neither exists.
-fn find_binary(env_var: &str, name: &str) -> PathBuf {
+/// How often a watchdog looks whether the test process is still there.
+const WATCHDOG_POLL: &str = "0.2";
+
+/// Kills the server (`$2`) once the test process (`$1`) is gone; ends on its
+/// own when the server is gone first.
+const WATCHDOG: &str = r#"while kill -0 "$1" 2>/dev/null && kill -0 "$2" 2>/dev/null; do sleep "$3"; done; kill -9 "$2" 2>/dev/null; exit 0"#;
+
+/// Why a Redis server (or cluster) did not start.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum StartError {
+    /// The binary is not installed (or `$RATELAB_REDIS_*` points nowhere).
+    NotFound {
+        /// `redis-server` or `redis-cli`.
+        binary: &'static str,
+        /// Where it was looked for.
+        looked: String,
+    },
+    /// The binary ran, but the server did not come up.
+    Failed(String),
+}
+
+impl std::fmt::Display for StartError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            StartError::NotFound { binary, looked } => {
+                write!(f, "`{binary}` was not found ({looked}); {INSTALL_HINT}")
+            }
+            StartError::Failed(why) => f.write_str(why),
+        }
+    }
+}
+
+impl std::error::Error for StartError {}
+
+/// Finds a binary: `$env_var`, else `name` on `PATH`.
+fn find_binary(env_var: &str, name: &'static str) -> Result<PathBuf, StartError> {
     if let Some(path) = std::env::var_os(env_var) {
         let path = PathBuf::from(path);
-        assert!(
-            path.is_file(),
-            "${env_var} is {} but no such file exists; {INSTALL_HINT}",
-            path.display()
-        );
-        return path;
+        return if path.is_file() {
+            Ok(path)
+        } else {
+            Err(StartError::NotFound {
+                binary: name,
+                looked: format!("${env_var} is {} but no such file exists", path.display()),
+            })
+        };
     }
     std::env::var_os("PATH")
         .iter()
         .flat_map(std::env::split_paths)
         .map(|dir| dir.join(name))
         .find(|candidate| candidate.is_file())
-        .unwrap_or_else(|| panic!("`{name}` was not found on PATH; {INSTALL_HINT}"))
+        .ok_or_else(|| StartError::NotFound {
+            binary: name,
+            looked: format!("not on PATH, and ${env_var} is not set"),
+        })
 }
 
-/// The `redis-server` binary the tests use.
+/// The `redis-server` binary the tests use, or a panic that says how to
+/// install it.
 pub fn redis_server_binary() -> PathBuf {
-    find_binary("RATELAB_REDIS_SERVER", "redis-server")
+    find_binary("RATELAB_REDIS_SERVER", "redis-server").unwrap_or_else(|e| panic!("{e}"))
 }
 
-/// The `redis-cli` binary the tests use.
+/// The `redis-cli` binary the tests use, or a panic that says how to install
+/// it.
 pub fn redis_cli_binary() -> PathBuf {
-    find_binary("RATELAB_REDIS_CLI", "redis-cli")
+    find_binary("RATELAB_REDIS_CLI", "redis-cli").unwrap_or_else(|e| panic!("{e}"))
 }
 
 /// A port that was free a moment ago (the OS picked it).
@@ -124,6 +176,9 @@ pub fn command(port: u16, args: &[&str]) -> Result<String, String> {
 #[derive(Debug)]
 pub struct RedisServer {
     child: Option<Child>,
+    /// Kills `child` if this process dies without dropping the guard.
+    watchdog: Option<Child>,
+    binary: PathBuf,
     port: u16,
     dir: tempfile::TempDir,
     extra: Vec<String>,
@@ -135,44 +190,63 @@ impl RedisServer {
         Self::start_with(&[])
     }
 
+    /// Starts a server, or says why it did not start
+    /// ([`StartError::NotFound`] when Redis is not installed).
+    pub fn try_start() -> Result<Self, StartError> {
+        Self::try_start_with(&[])
+    }
+
     /// Starts a server with extra `redis-server` arguments
-    /// (e.g. `["--cluster-enabled", "yes"]`).
+    /// (e.g. `["--cluster-enabled", "yes"]`), or panics saying why.
     pub fn start_with(extra: &[&str]) -> Self {
+        Self::try_start_with(extra).unwrap_or_else(|e| panic!("{}", start_panic(&e)))
+    }
+
+    /// Starts a server with extra `redis-server` arguments, or says why it
+    /// did not start.
+    pub fn try_start_with(extra: &[&str]) -> Result<Self, StartError> {
+        let binary = find_binary("RATELAB_REDIS_SERVER", "redis-server")?;
         let extra: Vec<String> = extra.iter().map(|s| (*s).to_owned()).collect();
         // Retry: the free port may be taken between the probe and the bind.
         let mut last_error = String::new();
         for _ in 0..10 {
             let mut server = RedisServer {
                 child: None,
+                watchdog: None,
+                binary: binary.clone(),
                 port: free_port(),
-                dir: tempfile::tempdir().expect("cannot create a temporary directory"),
+                dir: tempfile::tempdir()
+                    .map_err(|e| StartError::Failed(format!("no temporary directory: {e}")))?,
                 extra: extra.clone(),
             };
             match server.spawn() {
-                Ok(()) => return server,
+                Ok(()) => return Ok(server),
                 Err(e) => last_error = e,
             }
         }
-        panic!("redis-server did not start after 10 tries: {last_error}");
+        Err(StartError::Failed(format!(
+            "redis-server did not start after 10 tries: {last_error}"
+        )))
     }
 
     /// Starts on a given port (for the cluster, whose bus ports must be free
     /// too).
-    fn start_on(port: u16, dir: &Path, extra: &[&str]) -> Result<Self, String> {
+    fn start_on(port: u16, dir: &Path, extra: &[&str]) -> Result<Self, StartError> {
         let mut server = RedisServer {
             child: None,
+            watchdog: None,
+            binary: find_binary("RATELAB_REDIS_SERVER", "redis-server")?,
             port,
-            dir: tempfile::tempdir_in(dir).map_err(|e| e.to_string())?,
+            dir: tempfile::tempdir_in(dir).map_err(|e| StartError::Failed(e.to_string()))?,
             extra: extra.iter().map(|s| (*s).to_owned()).collect(),
         };
-        server.spawn()?;
+        server.spawn().map_err(StartError::Failed)?;
         Ok(server)
     }
 
     fn spawn(&mut self) -> Result<(), String> {
-        let binary = redis_server_binary();
         let log = self.log_path();
-        let child = Command::new(&binary)
+        let child = Command::new(&self.binary)
             .args(["--port", &self.port.to_string()])
             .args(["--bind", "127.0.0.1"])
             .args(["--save", "", "--appendonly", "no", "--daemonize", "no"])
@@ -185,8 +259,29 @@ impl RedisServer {
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
-            .map_err(|e| format!("cannot run {}: {e}; {INSTALL_HINT}", binary.display()))?;
+            .map_err(|e| format!("cannot run {}: {e}; {INSTALL_HINT}", self.binary.display()))?;
+        let server_pid = child.id();
         self.child = Some(child);
+        // Without its watchdog a server could outlive us: no watchdog, no
+        // server.
+        let watchdog = Command::new("sh")
+            .arg("-c")
+            .arg(WATCHDOG)
+            .arg("ratelab-redis-watchdog")
+            .arg(std::process::id().to_string())
+            .arg(server_pid.to_string())
+            .arg(WATCHDOG_POLL)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn();
+        match watchdog {
+            Ok(watchdog) => self.watchdog = Some(watchdog),
+            Err(e) => {
+                self.kill();
+                return Err(format!("cannot run the watchdog (`sh`): {e}"));
+            }
+        }
         let deadline = Instant::now() + START_TIMEOUT;
         loop {
             if let Ok(reply) = command(self.port, &["PING"])
@@ -208,6 +303,16 @@ impl RedisServer {
             }
             std::thread::sleep(Duration::from_millis(10));
         }
+    }
+
+    /// The `redis-server` binary this server runs.
+    pub fn binary(&self) -> &Path {
+        &self.binary
+    }
+
+    /// The server's process id, while it runs.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
     }
 
     /// `redis://127.0.0.1:<port>/`.
@@ -232,9 +337,19 @@ impl RedisServer {
 
     /// Kills the server (SIGKILL) and waits for it to exit. Idempotent.
     pub fn kill(&mut self) {
+        // The watchdog goes first: once the server is reaped its pid may be
+        // reused, and the watchdog must never kill a stranger.
+        self.stop_watchdog();
         if let Some(mut child) = self.child.take() {
             let _ = child.kill();
             let _ = child.wait();
+        }
+    }
+
+    fn stop_watchdog(&mut self) {
+        if let Some(mut watchdog) = self.watchdog.take() {
+            let _ = watchdog.kill();
+            let _ = watchdog.wait();
         }
     }
 
@@ -275,9 +390,15 @@ impl RedisServer {
 
     /// Whether the process is running.
     pub fn is_running(&mut self) -> bool {
-        self.child
+        let running = self
+            .child
             .as_mut()
-            .is_some_and(|c| c.try_wait().ok().flatten().is_none())
+            .is_some_and(|c| c.try_wait().ok().flatten().is_none());
+        if !running {
+            // Reaped: see `kill`.
+            self.stop_watchdog();
+        }
+        running
     }
 }
 
@@ -285,6 +406,14 @@ impl Drop for RedisServer {
     fn drop(&mut self) {
         // A paused process still dies of SIGKILL.
         self.kill();
+    }
+}
+
+/// The message `start` panics with: why, and how to install Redis.
+fn start_panic(e: &StartError) -> String {
+    match e {
+        StartError::NotFound { .. } => e.to_string(),
+        StartError::Failed(_) => format!("{e}\n(is Redis installed? {INSTALL_HINT})"),
     }
 }
 
@@ -298,20 +427,29 @@ pub struct RedisCluster {
 }
 
 impl RedisCluster {
-    /// Starts the cluster, or panics saying why.
+    /// Starts the cluster, or panics saying why (and how to install Redis).
     pub fn start() -> Self {
-        let mut last_error = String::new();
-        for _ in 0..10 {
-            match Self::try_start() {
-                Ok(cluster) => return cluster,
-                Err(e) => last_error = e,
-            }
-        }
-        panic!("the Redis cluster did not start after 10 tries: {last_error}");
+        Self::try_start().unwrap_or_else(|e| panic!("{}", start_panic(&e)))
     }
 
-    fn try_start() -> Result<Self, String> {
-        let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
+    /// Starts the cluster, or says why it did not start.
+    pub fn try_start() -> Result<Self, StartError> {
+        let mut last_error = String::new();
+        for _ in 0..10 {
+            match Self::start_once() {
+                Ok(cluster) => return Ok(cluster),
+                Err(e @ StartError::NotFound { .. }) => return Err(e),
+                Err(e) => last_error = e.to_string(),
+            }
+        }
+        Err(StartError::Failed(format!(
+            "the Redis cluster did not start after 10 tries: {last_error}"
+        )))
+    }
+
+    fn start_once() -> Result<Self, StartError> {
+        let failed = StartError::Failed;
+        let dir = tempfile::tempdir().map_err(|e| failed(e.to_string()))?;
         // Each node needs its port and its bus port (port + 10000) free.
         let mut ports = Vec::new();
         while ports.len() < 3 {
@@ -337,19 +475,19 @@ impl RedisCluster {
             )?);
         }
         let addresses: Vec<String> = ports.iter().map(|p| format!("127.0.0.1:{p}")).collect();
-        let output = Command::new(redis_cli_binary())
+        let output = Command::new(find_binary("RATELAB_REDIS_CLI", "redis-cli")?)
             .args(["--cluster", "create"])
             .args(&addresses)
             .args(["--cluster-replicas", "0", "--cluster-yes"])
             .stdin(Stdio::null())
             .output()
-            .map_err(|e| format!("cannot run redis-cli: {e}; {INSTALL_HINT}"))?;
+            .map_err(|e| failed(format!("cannot run redis-cli: {e}; {INSTALL_HINT}")))?;
         if !output.status.success() {
-            return Err(format!(
+            return Err(failed(format!(
                 "redis-cli --cluster create failed: {}{}",
                 String::from_utf8_lossy(&output.stdout),
                 String::from_utf8_lossy(&output.stderr)
-            ));
+            )));
         }
         let deadline = Instant::now() + Duration::from_secs(30);
         for node in &nodes {
@@ -359,10 +497,10 @@ impl RedisCluster {
                     break;
                 }
                 if Instant::now() > deadline {
-                    return Err(format!(
+                    return Err(failed(format!(
                         "node {} never reported cluster_state:ok: {info}",
                         node.port
-                    ));
+                    )));
                 }
                 std::thread::sleep(Duration::from_millis(50));
             }

@@ -8,21 +8,23 @@
 //! `ratelab-http`'s layer; a plain HTTP/1.1 client sends the requests in
 //! turn and counts the `200`s against the `429`s).
 
+pub mod report;
+
 use std::net::SocketAddr;
 use std::sync::Arc;
 
 use axum::Router;
 use axum::routing::get;
-use ratelab_core::AsyncRateLimiter;
-use ratelab_http::{Policy, RateLimitLayer};
+use ratelab::AsyncRateLimiter;
+use ratelab::http::{Policy, RateLimitLayer};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use ratelab_core::{ManualClock, Quota};
+use ratelab::{AlgorithmKind, ManualClock, Quota};
 use serde::Serialize;
 
 use super::ScenarioName;
-use crate::algorithms::{self, NAMES};
-use crate::backend::Time;
+use crate::algorithms;
+use crate::atomic::{self, Time};
 use crate::flawed::PerInstance;
 use crate::stats::Spread;
 use crate::{CompareError, Context};
@@ -76,28 +78,27 @@ pub async fn run(ctx: &Context<'_>) -> Result<LoadBalancer, CompareError> {
     let quota = quota();
     let redis = ctx.atomic_or_skip(ScenarioName::LoadBalancer, "the shared-Redis rows");
     let repeats = ctx.config.repeats.clamp(1, 10);
-    ctx.bar.set_length(NAMES.len() as u64);
+    ctx.bar.set_length(AlgorithmKind::ALL.len() as u64);
     let mut rows = Vec::new();
-    for name in NAMES {
+    for kind in AlgorithmKind::ALL {
+        let name = kind.name();
         let clock = ManualClock::starting_at(FROZEN_AT);
         let balancer = PerInstance::new(
             (0..INSTANCES)
-                .map(|_| algorithms::keyed(name, quota, clock.clone()))
+                .map(|_| kind.keyed(quota, clock.clone()))
                 .collect(),
         );
         let mut per_instance = 0;
         for _ in 0..REQUESTS {
             per_instance +=
-                usize::from(ratelab_core::RateLimiter::check(&balancer, b"client", 1)?.allowed);
+                usize::from(ratelab::RateLimiter::check(&balancer, b"client", 1)?.allowed);
         }
         let shared_redis = match redis {
             Some(redis) => {
                 let mut instances = Vec::new();
                 for _ in 0..INSTANCES {
                     instances.push(
-                        redis
-                            .atomic(name, quota, &Time::Manual(clock.clone()))
-                            .await?,
+                        atomic::limiter(redis, kind, quota, &Time::Manual(clock.clone())).await?,
                     );
                 }
                 let mut counts = Vec::new();
@@ -116,7 +117,7 @@ pub async fn run(ctx: &Context<'_>) -> Result<LoadBalancer, CompareError> {
             None => None,
         };
         let memory: Vec<Arc<dyn AsyncRateLimiter>> = (0..INSTANCES)
-            .map(|_| algorithms::keyed_shared(name, quota, clock.clone()))
+            .map(|_| algorithms::keyed_shared(kind, quota, clock.clone()))
             .collect();
         let http_per_instance_memory = Some(through_http(memory, REQUESTS).await?);
         let http_shared_redis = match redis {
@@ -124,9 +125,7 @@ pub async fn run(ctx: &Context<'_>) -> Result<LoadBalancer, CompareError> {
                 let mut shared: Vec<Arc<dyn AsyncRateLimiter>> = Vec::new();
                 for _ in 0..INSTANCES {
                     shared.push(Arc::from(
-                        redis
-                            .atomic(name, quota, &Time::Manual(clock.clone()))
-                            .await?,
+                        atomic::limiter(redis, kind, quota, &Time::Manual(clock.clone())).await?,
                     ));
                 }
                 Some(through_http(shared, REQUESTS).await?)

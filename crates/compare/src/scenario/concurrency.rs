@@ -5,14 +5,16 @@
 //! frozen (the clients pass `now`), so the interleaving of the requests is
 //! the only thing that varies; repeated, with the spread.
 
+pub mod report;
+
 use std::sync::Arc;
 
-use ratelab_core::{AsyncRateLimiter, ManualClock, Quota};
+use ratelab::{AlgorithmKind, AsyncRateLimiter, ManualClock, Quota};
 use serde::Serialize;
 
 use super::{ScenarioName, admitted, release_together};
-use crate::algorithms::NAMES;
-use crate::backend::Time;
+
+use crate::atomic::{self, Time};
 use crate::flawed;
 use crate::stats::Spread;
 use crate::{CompareError, Context};
@@ -66,14 +68,15 @@ pub async fn run(ctx: &Context<'_>) -> Result<Option<Concurrency>, CompareError>
         .is_some();
     let quota = quota();
     let repeats = ctx.config.repeats.max(1);
-    ctx.bar.set_length(NAMES.len() as u64);
+    ctx.bar.set_length(AlgorithmKind::ALL.len() as u64);
     let clock = ManualClock::starting_at(FROZEN_AT);
     let mut rows = Vec::new();
-    for name in NAMES {
+    for kind in AlgorithmKind::ALL {
+        let name = kind.name();
         let mut racy: Vec<Arc<dyn AsyncRateLimiter>> = Vec::with_capacity(REQUESTS);
         for _ in 0..REQUESTS {
             racy.push(Arc::from(flawed::read_then_write(
-                name,
+                kind,
                 quota,
                 redis.connection().await?,
                 clock.clone(),
@@ -84,9 +87,7 @@ pub async fn run(ctx: &Context<'_>) -> Result<Option<Concurrency>, CompareError>
         if atomic_ok {
             for _ in 0..REQUESTS {
                 atomic.push(Arc::from(
-                    redis
-                        .atomic(name, quota, &Time::Manual(clock.clone()))
-                        .await?,
+                    atomic::limiter(redis, kind, quota, &Time::Manual(clock.clone())).await?,
                 ));
             }
         }

@@ -1,7 +1,7 @@
 //! What a check costs: time per check in memory, microseconds per call and
 //! checks per second on Redis, bytes per key in both.
 //!
-//! The figures come from the benchmark summary (`ratelab-benches`, issue 5)
+//! The figures come from the benchmark summary (`ratelab-benches`)
 //! when it is present, else from a short measurement here; every row says
 //! which. The summary is a JSON file, by default `reports/bench/summary.json`:
 //!
@@ -21,16 +21,21 @@
 //! `algorithm` is one of the seven names, `backend` is `memory` or `redis`;
 //! every figure is optional, and a figure the summary lacks is measured here.
 
+pub mod report;
+
 use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use ratelab_core::{AsyncRateLimiter, Keyed, ManualClock, Quota, SystemClock};
+use ratelab::{
+    AlgorithmKind, AlgorithmVisitor, AsyncRateLimiter, Keyed, KnownAlgorithm, ManualClock, Quota,
+    SystemClock,
+};
 use serde::{Deserialize, Serialize};
 
 use super::ScenarioName;
-use crate::algorithms::{NAMES, with_algorithm};
-use crate::backend::{RedisEnv, Time};
+use crate::atomic::{self, Time};
+use crate::backend::RedisEnv;
 use crate::stats::{Spread, percentile_sorted, round};
 use crate::{CompareError, Context};
 
@@ -148,49 +153,61 @@ fn slow_quota() -> Quota {
 
 /// Nanoseconds per check of a keyed in-memory limiter on the system clock,
 /// over [`HOT_KEYS`] keys in turn; one figure per repeat.
-fn memory_time(name: &str, quota: Quota, checks: usize, repeats: usize) -> Vec<f64> {
-    fn measure<A: ratelab_core::Algorithm>(a: A, checks: usize, repeats: usize) -> Vec<f64> {
-        let limiter = Keyed::with_clock(a, SystemClock);
-        let keys: Vec<Vec<u8>> = (0..HOT_KEYS)
-            .map(|i| format!("client-{i:08}").into_bytes())
-            .collect();
-        (0..repeats)
-            .map(|_| {
-                let started = Instant::now();
-                for i in 0..checks {
-                    let d = limiter.check(std::hint::black_box(&keys[i % HOT_KEYS]), 1);
-                    std::hint::black_box(d.ok());
-                }
-                started.elapsed().as_nanos() as f64 / checks as f64
-            })
-            .collect()
+fn memory_time(kind: AlgorithmKind, quota: Quota, checks: usize, repeats: usize) -> Vec<f64> {
+    struct Measure {
+        checks: usize,
+        repeats: usize,
     }
-    with_algorithm!(name, quota, |a| measure(a, checks, repeats)).unwrap_or_default()
+    impl AlgorithmVisitor for Measure {
+        type Output = Vec<f64>;
+        fn visit<A: KnownAlgorithm>(self, a: A) -> Vec<f64> {
+            let limiter = Keyed::with_clock(a, SystemClock);
+            let keys: Vec<Vec<u8>> = (0..HOT_KEYS)
+                .map(|i| format!("client-{i:08}").into_bytes())
+                .collect();
+            (0..self.repeats)
+                .map(|_| {
+                    let started = Instant::now();
+                    for i in 0..self.checks {
+                        let d = limiter.check(std::hint::black_box(&keys[i % HOT_KEYS]), 1);
+                        std::hint::black_box(d.ok());
+                    }
+                    started.elapsed().as_nanos() as f64 / self.checks as f64
+                })
+                .collect()
+        }
+    }
+    kind.visit(quota, Measure { checks, repeats })
 }
 
 /// Heap bytes per key of a keyed in-memory limiter, each key having used its
 /// whole burst at distinct microseconds (the sliding log's largest state).
-fn memory_bytes(name: &str, keys: usize) -> f64 {
-    fn measure<A: ratelab_core::Algorithm>(a: A, keys: usize) -> f64 {
-        let burst = a.quota().burst();
-        let clock = ManualClock::new();
-        let limiter = Keyed::with_clock(a, clock.clone());
-        let names: Vec<Vec<u8>> = (0..keys)
-            .map(|i| format!("client-{i:08}").into_bytes())
-            .collect();
-        let before = crate::heap_bytes();
-        for key in &names {
-            for _ in 0..burst {
-                clock.advance(Duration::from_micros(1));
-                let _ = limiter.check(key, 1);
+fn memory_bytes(kind: AlgorithmKind, keys: usize) -> f64 {
+    struct Measure(usize);
+    impl AlgorithmVisitor for Measure {
+        type Output = f64;
+        fn visit<A: KnownAlgorithm>(self, a: A) -> f64 {
+            let keys = self.0;
+            let burst = a.quota().burst();
+            let clock = ManualClock::new();
+            let limiter = Keyed::with_clock(a, clock.clone());
+            let names: Vec<Vec<u8>> = (0..keys)
+                .map(|i| format!("client-{i:08}").into_bytes())
+                .collect();
+            let before = crate::heap_bytes();
+            for key in &names {
+                for _ in 0..burst {
+                    clock.advance(Duration::from_micros(1));
+                    let _ = limiter.check(key, 1);
+                }
             }
+            let after = crate::heap_bytes();
+            assert_eq!(limiter.len(), keys, "every key is still tracked");
+            drop(limiter);
+            after.saturating_sub(before) as f64 / keys as f64
         }
-        let after = crate::heap_bytes();
-        assert_eq!(limiter.len(), keys, "every key is still tracked");
-        drop(limiter);
-        after.saturating_sub(before) as f64 / keys as f64
     }
-    with_algorithm!(name, slow_quota(), |a| measure(a, keys)).unwrap_or(0.0)
+    kind.visit(slow_quota(), Measure(keys))
 }
 
 async fn used_memory(redis: &RedisEnv) -> Result<f64, CompareError> {
@@ -222,7 +239,7 @@ async fn concurrent(
                     limiter.check_async(key.as_bytes(), 1).await?;
                 }
             }
-            Ok::<(), ratelab_core::Error>(())
+            Ok::<(), ratelab::Error>(())
         }));
     }
     for task in tasks {
@@ -236,12 +253,13 @@ async fn concurrent(
 async fn redis_figures(
     ctx: &Context<'_>,
     redis: &RedisEnv,
-    name: &str,
+    kind: AlgorithmKind,
     sizes: &Sizes,
 ) -> Result<(f64, f64, Spread, f64), CompareError> {
+    let name = kind.name();
     let quota = Quota::per_second(10).expect("a valid quota");
     let limiter: Arc<dyn AsyncRateLimiter> =
-        Arc::from(redis.atomic(name, quota, &Time::Redis).await?);
+        Arc::from(atomic::limiter(redis, kind, quota, &Time::Redis).await?);
     // Latency: one task, one call at a time, over many keys.
     let mut times = Vec::with_capacity(sizes.redis_calls);
     for i in 0..sizes.redis_calls {
@@ -263,7 +281,7 @@ async fn redis_figures(
     }
     // Memory: used_memory growth over fresh keys, each at its burst.
     let slow: Arc<dyn AsyncRateLimiter> =
-        Arc::from(redis.atomic(name, slow_quota(), &Time::Redis).await?);
+        Arc::from(atomic::limiter(redis, kind, slow_quota(), &Time::Redis).await?);
     slow.check_async(format!("{}:cost-warm:{name}", ctx.nonce).as_bytes(), 1)
         .await?;
     let before = used_memory(redis).await?;
@@ -336,7 +354,7 @@ pub async fn run(ctx: &Context<'_>) -> Result<Cost, CompareError> {
     };
     let redis = ctx.atomic_or_skip(ScenarioName::Cost, "the Redis figures");
     ctx.bar
-        .set_length((NAMES.len() * (1 + usize::from(redis.is_some()))) as u64);
+        .set_length((AlgorithmKind::ALL.len() * (1 + usize::from(redis.is_some()))) as u64);
     let quota = Quota::per_second(10).expect("a valid quota");
     let bench = |value: Option<f64>| {
         value.map(|value| Figure {
@@ -351,7 +369,8 @@ pub async fn run(ctx: &Context<'_>) -> Result<Cost, CompareError> {
         })
     };
     let mut rows = Vec::new();
-    for name in NAMES {
+    for kind in AlgorithmKind::ALL {
+        let name = kind.name();
         let memory = find(name, "memory").unwrap_or(SummaryEntry {
             algorithm: name.into(),
             backend: "memory".into(),
@@ -372,7 +391,7 @@ pub async fn run(ctx: &Context<'_>) -> Result<Cost, CompareError> {
         };
         if row.memory_ns_per_check.is_none() {
             let spread = Spread::of(&memory_time(
-                name,
+                kind,
                 quota,
                 sizes.memory_checks,
                 sizes.memory_repeats,
@@ -381,7 +400,7 @@ pub async fn run(ctx: &Context<'_>) -> Result<Cost, CompareError> {
             row.memory_ns_spread = Some(spread);
         }
         if row.memory_bytes_per_key.is_none() {
-            row.memory_bytes_per_key = measured(round(memory_bytes(name, sizes.memory_keys), 1));
+            row.memory_bytes_per_key = measured(round(memory_bytes(kind, sizes.memory_keys), 1));
         }
         ctx.tick();
         if let Some(redis) = redis {
@@ -393,7 +412,7 @@ pub async fn run(ctx: &Context<'_>) -> Result<Cost, CompareError> {
                 || row.redis_checks_per_sec.is_none()
                 || row.redis_bytes_per_key.is_none()
             {
-                let (median, p99, rate, bytes) = redis_figures(ctx, redis, name, &sizes).await?;
+                let (median, p99, rate, bytes) = redis_figures(ctx, redis, kind, &sizes).await?;
                 row.redis_us_per_call = row.redis_us_per_call.or(measured(round(median, 1)));
                 row.redis_p99_us = Some(round(p99, 1));
                 row.redis_checks_per_sec =

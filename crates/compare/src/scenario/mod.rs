@@ -11,7 +11,7 @@ pub mod window_edge;
 
 use std::sync::Arc;
 
-use ratelab_core::{AsyncRateLimiter, Decision};
+use ratelab::{AsyncRateLimiter, Decision};
 
 use crate::CompareError;
 

@@ -8,15 +8,17 @@
 //! rows run the token bucket as the article did, on a real clock with a real
 //! one-second wait (Redis `TIME` for Redis).
 
+pub mod report;
+
 use std::sync::Arc;
 use std::time::Duration;
 
-use ratelab_core::{AsyncRateLimiter, Decision, ManualClock, Quota, SystemClock};
+use ratelab::{AlgorithmKind, AsyncRateLimiter, Decision, ManualClock, Quota, SystemClock};
 use serde::Serialize;
 
 use super::{ScenarioName, admitted, release_together};
-use crate::algorithms::{self, NAMES};
-use crate::backend::Time;
+use crate::algorithms;
+use crate::atomic::{self, Time};
 use crate::{CompareError, Context};
 
 /// Requests in the burst.
@@ -122,11 +124,12 @@ pub async fn run(ctx: &Context<'_>) -> Result<Reference, CompareError> {
     let quota = quota();
     let redis = ctx.atomic_or_skip(ScenarioName::Reference, "the Redis rows");
     ctx.bar
-        .set_length((NAMES.len() * (1 + usize::from(redis.is_some())) + 2) as u64);
+        .set_length((AlgorithmKind::ALL.len() * (1 + usize::from(redis.is_some())) + 2) as u64);
     let mut rows = Vec::new();
-    for name in NAMES {
+    for kind in AlgorithmKind::ALL {
+        let name = kind.name();
         let clock = ManualClock::starting_at(START_MICROS);
-        let limiter = algorithms::keyed_shared(name, quota, clock.clone());
+        let limiter = algorithms::keyed_shared(kind, quota, clock.clone());
         let (burst, later) = rounds(limiter, "client", async || {
             clock.advance(Duration::from_secs(1));
         })
@@ -135,11 +138,8 @@ pub async fn run(ctx: &Context<'_>) -> Result<Reference, CompareError> {
         ctx.tick();
         if let Some(redis) = redis {
             let clock = ManualClock::starting_at(START_MICROS);
-            let limiter: Arc<dyn AsyncRateLimiter> = Arc::from(
-                redis
-                    .atomic(name, quota, &Time::Manual(clock.clone()))
-                    .await?,
-            );
+            let limiter: Arc<dyn AsyncRateLimiter> =
+                Arc::from(atomic::limiter(redis, kind, quota, &Time::Manual(clock.clone())).await?);
             let key = format!("{}:reference:{name}", ctx.nonce);
             let (burst, later) = rounds(limiter, &key, async || {
                 clock.advance(Duration::from_secs(1));
@@ -153,11 +153,12 @@ pub async fn run(ctx: &Context<'_>) -> Result<Reference, CompareError> {
     // As the article ran it: the token bucket on a real clock, a real wait.
     let mut real_time_rows = Vec::new();
     let sleep = async || tokio::time::sleep(Duration::from_secs(1)).await;
-    let memory = algorithms::keyed_shared("token-bucket", quota, SystemClock);
+    let memory = algorithms::keyed_shared(AlgorithmKind::TokenBucket, quota, SystemClock);
     let memory_run = rounds(memory, "client", sleep);
     if let Some(redis) = redis {
-        let limiter: Arc<dyn AsyncRateLimiter> =
-            Arc::from(redis.atomic("token-bucket", quota, &Time::Redis).await?);
+        let limiter: Arc<dyn AsyncRateLimiter> = Arc::from(
+            atomic::limiter(redis, AlgorithmKind::TokenBucket, quota, &Time::Redis).await?,
+        );
         let key = format!("{}:reference-real:token-bucket", ctx.nonce);
         let (m, r) = tokio::join!(memory_run, rounds(limiter, &key, sleep));
         let (burst, later) = m?;

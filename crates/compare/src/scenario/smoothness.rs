@@ -6,16 +6,18 @@
 //! between admitted requests show which algorithm shapes traffic and which
 //! only polices it.
 
+pub mod report;
+
 use rand::rngs::Xoshiro256PlusPlus;
 use rand::{RngExt, SeedableRng};
 use rand_distr::{Distribution, Exp};
-use ratelab_core::{Quota, duration_to_micros};
+use ratelab::{AlgorithmKind, Quota, duration_to_micros};
 use ratelab_testkit::oracle::{Admitted, max_within};
 use serde::Serialize;
 
 use super::traffic::{Arrival, poisson};
 use crate::Context;
-use crate::algorithms::{self, NAMES};
+use crate::algorithms;
 use crate::stats::{Spread, percentile_sorted, round};
 
 /// The quota: 10 per second, bursts of 10.
@@ -103,9 +105,9 @@ pub fn arrivals(seconds: u64, seed: u64) -> Vec<u64> {
     out.into_iter().map(|a| a.at).collect()
 }
 
-fn output(name: &str, quota: Quota, arrivals: &[u64]) -> (Output, Vec<u64>) {
+fn output(kind: AlgorithmKind, quota: Quota, arrivals: &[u64]) -> (Output, Vec<u64>) {
     let interval_ms = quota.emission_interval_micros() as f64 / 1e3;
-    let mut sim = algorithms::simulated(name, quota, 1);
+    let mut sim = algorithms::simulated(kind, quota, 1);
     let mut downstream = Vec::new();
     let mut delays = Vec::new();
     for &at in arrivals {
@@ -132,7 +134,7 @@ fn output(name: &str, quota: Quota, arrivals: &[u64]) -> (Output, Vec<u64>) {
     let delay = Spread::of(&delays);
     let r = |x: f64| round(x, 3);
     let out = Output {
-        algorithm: name.into(),
+        algorithm: kind.name().into(),
         admitted: downstream.len(),
         peak_per_sec_100ms: max_within(&admitted, PEAK_WINDOW_MICROS) as f64
             * (1e6 / PEAK_WINDOW_MICROS as f64),
@@ -179,7 +181,7 @@ fn binned(times: &[u64]) -> Vec<f64> {
 /// Runs the scenario.
 pub fn run(ctx: &Context<'_>) -> Smoothness {
     let seconds = if ctx.config.quick { 30 } else { 120 };
-    ctx.bar.set_length(NAMES.len() as u64);
+    ctx.bar.set_length(AlgorithmKind::ALL.len() as u64);
     simulate(seconds, ctx.config.seed, || ctx.tick())
 }
 
@@ -189,10 +191,10 @@ pub fn simulate(seconds: u64, seed: u64, tick: impl Fn()) -> Smoothness {
     let arrivals = arrivals(seconds, seed);
     let mut outputs = Vec::new();
     let mut excerpt_output = Vec::new();
-    for name in NAMES {
-        let (out, downstream) = output(name, quota, &arrivals);
-        if name == "token-bucket" || name == "leaky-queue" {
-            excerpt_output.push((name.to_owned(), binned(&downstream)));
+    for kind in AlgorithmKind::ALL {
+        let (out, downstream) = output(kind, quota, &arrivals);
+        if matches!(kind, AlgorithmKind::TokenBucket | AlgorithmKind::LeakyQueue) {
+            excerpt_output.push((kind.name().to_owned(), binned(&downstream)));
         }
         outputs.push(out);
         tick();

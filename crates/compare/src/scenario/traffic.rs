@@ -15,17 +15,19 @@
 //! promise (burst + rate × t), so their figures read as "how far they are
 //! from a trailing-window limit", not as bugs.
 
+pub mod report;
+
 use std::collections::VecDeque;
 
 use rand::rngs::Xoshiro256PlusPlus;
 use rand::{RngExt, SeedableRng};
 use rand_distr::{Distribution, Exp};
-use ratelab_core::Quota;
+use ratelab::{AlgorithmKind, Quota};
 use ratelab_testkit::oracle::{Admitted, max_within};
 use serde::Serialize;
 
 use crate::Context;
-use crate::algorithms::{self, NAMES};
+use crate::algorithms;
 use crate::stats::round;
 
 /// The quota every client gets: 10 per second.
@@ -203,7 +205,7 @@ pub struct Timeline {
     pub bin_ms: u64,
     /// Offered per second in each bin.
     pub offered: Vec<f64>,
-    /// Admitted per second in each bin, per algorithm (in [`NAMES`] order).
+    /// Admitted per second in each bin, per algorithm (in [`AlgorithmKind::ALL`] order).
     pub admitted: Vec<(String, Vec<f64>)>,
     /// The offered pattern: (from s, to s, requests per second).
     pub pattern: Vec<(f64, f64, f64)>,
@@ -229,11 +231,16 @@ pub struct Traffic {
 }
 
 /// Runs every algorithm on `arrivals`.
-pub fn outcome(name: &str, quota: Quota, population: &Population, arrivals: &[Arrival]) -> Outcome {
+pub fn outcome(
+    kind: AlgorithmKind,
+    quota: Quota,
+    population: &Population,
+    arrivals: &[Arrival],
+) -> Outcome {
     let clients = population.heavy + population.light;
     let limit = u64::from(quota.burst());
     let window = quota.window_micros();
-    let mut sim = algorithms::simulated(name, quota, clients);
+    let mut sim = algorithms::simulated(kind, quota, clients);
     let mut trailing: Vec<VecDeque<u64>> = vec![VecDeque::new(); clients];
     let mut history: Vec<Vec<Admitted>> = vec![Vec::new(); clients];
     // Per client: offered, admitted, false admissions, false refusals.
@@ -294,7 +301,7 @@ pub fn outcome(name: &str, quota: Quota, population: &Population, arrivals: &[Ar
     let offered = arrivals.len() as u64;
     let pct = |x: u64| round(100.0 * x as f64 / offered.max(1) as f64, 4);
     Outcome {
-        algorithm: name.into(),
+        algorithm: kind.name().into(),
         offered,
         admitted: per_client.iter().map(|c| c.1).sum(),
         false_admissions,
@@ -344,17 +351,17 @@ pub fn timeline(quota: Quota) -> Timeline {
     for &at in &arrivals {
         offered[index(at)] += per_sec;
     }
-    let admitted = NAMES
-        .iter()
-        .map(|&name| {
-            let mut sim = algorithms::simulated(name, quota, 1);
+    let admitted = AlgorithmKind::ALL
+        .into_iter()
+        .map(|kind| {
+            let mut sim = algorithms::simulated(kind, quota, 1);
             let mut counts = vec![0.0; bins];
             for &at in &arrivals {
                 if sim.decide(0, at, 1).expect("a unit cost fits").allowed {
                     counts[index(at)] += per_sec;
                 }
             }
-            (name.to_owned(), counts)
+            (kind.name().to_owned(), counts)
         })
         .collect();
     Timeline {
@@ -388,13 +395,13 @@ pub fn simulate(
     set_length: impl FnOnce(u64),
 ) -> Traffic {
     let quota = quota();
-    set_length(NAMES.len() as u64 + 1);
+    set_length(AlgorithmKind::ALL.len() as u64 + 1);
     let arrivals = arrivals(population, seed);
     tick();
-    let outcomes = NAMES
-        .iter()
-        .map(|name| {
-            let o = outcome(name, quota, population, &arrivals);
+    let outcomes = AlgorithmKind::ALL
+        .into_iter()
+        .map(|kind| {
+            let o = outcome(kind, quota, population, &arrivals);
             tick();
             o
         })
@@ -434,10 +441,10 @@ mod tests {
     fn the_sliding_log_is_exact_and_the_fixed_window_is_not() {
         let p = Population::quick();
         let a = arrivals(&p, 3);
-        let log = outcome("sliding-log", quota(), &p, &a);
+        let log = outcome(AlgorithmKind::SlidingLog, quota(), &p, &a);
         assert_eq!((log.false_admissions, log.false_refusals), (0, 0));
         assert!(log.max_in_window <= 10);
-        let fixed = outcome("fixed-window", quota(), &p, &a);
+        let fixed = outcome(AlgorithmKind::FixedWindow, quota(), &p, &a);
         assert!(fixed.max_in_window > 10);
         assert!(fixed.false_admissions > 0);
     }

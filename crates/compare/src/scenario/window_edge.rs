@@ -3,13 +3,14 @@
 //! 0.11 s; the others keep their own bound. Same instants on every algorithm
 //! and backend (the Redis scripts get `now` from the same manual clock).
 
-use ratelab_core::{ManualClock, Quota};
+pub mod report;
+
+use ratelab::{AlgorithmKind, ManualClock, Quota};
 use ratelab_testkit::oracle::Bound;
 use serde::Serialize;
 
 use super::ScenarioName;
-use crate::algorithms::{self, NAMES};
-use crate::backend::Time;
+use crate::atomic::{self, Time};
 use crate::{CompareError, Context};
 
 /// The two instants, µs.
@@ -22,17 +23,17 @@ pub fn quota() -> Quota {
     Quota::per_second(10).expect("a valid quota")
 }
 
-/// What the named algorithm promises about any interval, for `quota`.
-pub fn bound(name: &str, quota: Quota) -> Bound {
+/// What `kind` promises about any interval, for `quota`.
+pub fn bound(kind: AlgorithmKind, quota: Quota) -> Bound {
     let limit = u64::from(quota.burst());
     let window = quota.window_micros();
-    match name {
-        "fixed-window" | "sliding-counter" => Bound::Window {
+    match kind {
+        AlgorithmKind::FixedWindow | AlgorithmKind::SlidingCounter => Bound::Window {
             limit,
             window,
             factor: 2,
         },
-        "sliding-log" => Bound::Window {
+        AlgorithmKind::SlidingLog => Bound::Window {
             limit,
             window,
             factor: 1,
@@ -70,15 +71,15 @@ pub struct WindowEdge {
     pub rows: Vec<Row>,
 }
 
-fn row(name: &str, backend: &str, counts: [usize; 2], quota: Quota) -> Row {
+fn row(kind: AlgorithmKind, backend: &str, counts: [usize; 2], quota: Quota) -> Row {
     let span = INSTANTS[1] - INSTANTS[0];
     Row {
-        algorithm: name.into(),
+        algorithm: kind.name().into(),
         backend: backend.into(),
         first: counts[0],
         second: counts[1],
         total: counts[0] + counts[1],
-        own_bound: bound(name, quota).allowed_within(span).unwrap_or(u64::MAX),
+        own_bound: bound(kind, quota).allowed_within(span).unwrap_or(u64::MAX),
     }
 }
 
@@ -87,11 +88,12 @@ pub async fn run(ctx: &Context<'_>) -> Result<WindowEdge, CompareError> {
     let quota = quota();
     let redis = ctx.atomic_or_skip(ScenarioName::WindowEdge, "the Redis rows");
     ctx.bar
-        .set_length((NAMES.len() * (1 + usize::from(redis.is_some()))) as u64);
+        .set_length((AlgorithmKind::ALL.len() * (1 + usize::from(redis.is_some()))) as u64);
     let mut rows = Vec::new();
-    for name in NAMES {
+    for kind in AlgorithmKind::ALL {
+        let name = kind.name();
         let clock = ManualClock::new();
-        let limiter = algorithms::keyed(name, quota, clock.clone());
+        let limiter = kind.keyed(quota, clock.clone());
         let mut counts = [0; 2];
         for (count, at) in counts.iter_mut().zip(INSTANTS) {
             clock.set(at);
@@ -99,13 +101,11 @@ pub async fn run(ctx: &Context<'_>) -> Result<WindowEdge, CompareError> {
                 *count += usize::from(limiter.check(b"edge", 1)?.allowed);
             }
         }
-        rows.push(row(name, "memory", counts, quota));
+        rows.push(row(kind, "memory", counts, quota));
         ctx.tick();
         if let Some(redis) = redis {
             let clock = ManualClock::new();
-            let limiter = redis
-                .atomic(name, quota, &Time::Manual(clock.clone()))
-                .await?;
+            let limiter = atomic::limiter(redis, kind, quota, &Time::Manual(clock.clone())).await?;
             let key = format!("{}:window-edge:{name}", ctx.nonce);
             let mut counts = [0; 2];
             for (count, at) in counts.iter_mut().zip(INSTANTS) {
@@ -114,7 +114,7 @@ pub async fn run(ctx: &Context<'_>) -> Result<WindowEdge, CompareError> {
                     *count += usize::from(limiter.check_async(key.as_bytes(), 1).await?.allowed);
                 }
             }
-            rows.push(row(name, "redis", counts, quota));
+            rows.push(row(kind, "redis", counts, quota));
             ctx.tick();
         }
     }

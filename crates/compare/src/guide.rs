@@ -1,0 +1,374 @@
+//! The decision guide: one recommendation per line, each computed from the
+//! results of several scenarios, and naming the section its numbers come
+//! from.
+
+use std::fmt::Write as _;
+
+use ratelab::AlgorithmKind;
+
+use crate::Results;
+use crate::markdown::{num, pct};
+
+/// The decision guide: one line per recommendation, each computed from the
+/// results (and naming the section its numbers come from).
+pub fn guide(results: &Results) -> Vec<String> {
+    let mut lines = Vec::new();
+    let traffic = results.traffic.as_ref();
+    let outcome = |kind: AlgorithmKind| {
+        traffic.and_then(|t| t.outcomes.iter().find(|o| o.algorithm == kind.name()))
+    };
+    let cost_row = |kind: AlgorithmKind| {
+        results
+            .cost
+            .as_ref()
+            .and_then(|c| c.rows.iter().find(|r| r.algorithm == kind.name()))
+    };
+    let bytes = |kind: AlgorithmKind| {
+        cost_row(kind)
+            .and_then(|r| r.memory_bytes_per_key)
+            .map(|f| f.value)
+    };
+    let ns = |kind: AlgorithmKind| {
+        cost_row(kind)
+            .and_then(|r| r.memory_ns_per_check)
+            .map(|f| f.value)
+    };
+
+    // Shared state behind a balancer.
+    if let Some(b) = &results.load_balancer {
+        let worst = b
+            .rows
+            .iter()
+            .map(|r| r.per_instance_memory)
+            .max()
+            .unwrap_or(0);
+        let shared = b
+            .rows
+            .iter()
+            .filter_map(|r| r.shared_redis)
+            .map(|s| s.max)
+            .fold(None, |m: Option<f64>, v| Some(m.map_or(v, |m| m.max(v))));
+        let limit = b.limit as usize;
+        if worst > limit {
+            let mut line = format!(
+                "**Share the count when more than one instance serves a client.** Behind a round-robin balancer, a limiter in each instance's memory admitted {worst} of {} requests for a limit of {limit} with {} instances ({}× the limit)",
+                b.requests,
+                b.instances,
+                num(worst as f64 / limit as f64, 2)
+            );
+            match shared {
+                Some(s) if s <= limit as f64 => {
+                    let _ = write!(
+                        line,
+                        "; one count on Redis admitted at most {} [Load balancer]. Use the Redis variants for several instances, memory for one.",
+                        num(s, 0)
+                    );
+                }
+                Some(s) => {
+                    let _ = write!(
+                        line,
+                        "; one count on Redis admitted up to {} [Load balancer].",
+                        num(s, 0)
+                    );
+                }
+                None => line += " [Load balancer]; the shared-Redis rows were skipped in this run.",
+            }
+            lines.push(line);
+        }
+    }
+
+    // Atomicity.
+    if let Some(c) = &results.concurrency {
+        let worst = c
+            .rows
+            .iter()
+            .map(|r| r.read_then_write.max)
+            .fold(0.0, f64::max);
+        let over: usize = c
+            .rows
+            .iter()
+            .map(|r| {
+                r.read_then_write_runs
+                    .iter()
+                    .filter(|&&n| n > c.limit as usize)
+                    .count()
+            })
+            .sum();
+        let runs: usize = c.rows.iter().map(|r| r.read_then_write_runs.len()).sum();
+        let atomic_max = c
+            .rows
+            .iter()
+            .filter_map(|r| r.atomic.map(|a| a.max))
+            .fold(None, |m: Option<f64>, v| Some(m.map_or(v, |m| m.max(v))));
+        if worst > f64::from(c.limit) {
+            let mut line = format!(
+                "**Never read, decide and write in separate Redis commands.** With {} simultaneous requests for a limit of {}, GET-decide-SET admitted up to {} and went over the limit in {over} of {runs} runs",
+                c.requests,
+                c.limit,
+                num(worst, 0)
+            );
+            match atomic_max {
+                Some(a) => {
+                    let _ = write!(
+                        line,
+                        "; the atomic scripts admitted at most {} in every run [Concurrency].",
+                        num(a, 0)
+                    );
+                }
+                None => line += " [Concurrency].",
+            }
+            lines.push(line);
+        } else {
+            lines.push(format!(
+                "Read-then-write stayed within the limit in all {runs} runs of this machine [Concurrency]: the race needs more concurrency than this run produced, it is still a race."
+            ));
+        }
+    }
+
+    // Fixed window.
+    if let Some(w) = &results.window_edge
+        && let Some(fixed) = w
+            .rows
+            .iter()
+            .find(|r| r.algorithm == AlgorithmKind::FixedWindow.name() && r.backend == "memory")
+    {
+        let limit = f64::from(w.limit);
+        if fixed.total as f64 > limit {
+            let mut line = format!(
+                "**Avoid fixed-window when a burst at a window edge matters**: it admitted {} within 0.11 s for a limit of {} per second ({}×) [Window edge]",
+                fixed.total,
+                w.limit,
+                num(fixed.total as f64 / limit, 2)
+            );
+            if let Some(o) = outcome(AlgorithmKind::FixedWindow) {
+                let _ = write!(
+                    line,
+                    ", and on realistic traffic its worst client got {} in a trailing second, with {} % false admissions [Realistic traffic]",
+                    o.max_in_window,
+                    pct(o.false_admission_pct)
+                );
+            }
+            if let (Some(b), Some(n)) = (
+                bytes(AlgorithmKind::FixedWindow),
+                ns(AlgorithmKind::FixedWindow),
+            ) {
+                let _ = write!(
+                    line,
+                    ". Its one merit is cost: {} bytes per key, {} ns per check [Cost]",
+                    num(b, 0),
+                    num(n, 0)
+                );
+            }
+            line += ".";
+            lines.push(line);
+        }
+    }
+
+    // Exact: sliding log.
+    if let Some(o) = outcome(AlgorithmKind::SlidingLog) {
+        let mut line = format!(
+            "**Use sliding-log when the limit must hold in every trailing window**: {} false admissions, worst client {} for a limit of {} [Realistic traffic]",
+            o.false_admissions,
+            o.max_in_window,
+            traffic.map_or(0, |t| t.limit)
+        );
+        if let (Some(b), Some(g)) = (bytes(AlgorithmKind::SlidingLog), bytes(AlgorithmKind::Gcra)) {
+            let _ = write!(
+                line,
+                "; **avoid it when keys are many**: {} bytes per key against {} for gcra ({}×), and it grows with the limit [Cost]",
+                num(b, 0),
+                num(g, 0),
+                num(b / g.max(1.0), 1)
+            );
+        }
+        line += ".";
+        lines.push(line);
+    }
+
+    // Approximate: sliding counter.
+    if let Some(o) = outcome(AlgorithmKind::SlidingCounter) {
+        // "Nearly exact" only if the data says so.
+        let verdict = if o.wrong_pct < 0.1 {
+            "**Use sliding-counter for a nearly exact trailing window in O(1) memory**"
+        } else {
+            "**sliding-counter is an approximation: use it when O(1) memory matters more than exactness**"
+        };
+        let mut line = format!(
+            "{verdict}: {} % of requests decided differently from the exact log ({} % of the light clients', {} % of the heavy hitters'; {} % false admissions, {} % false refusals in all; Cloudflare reported 0.003 % on its own traffic), worst client {} in a trailing second [Realistic traffic]",
+            pct(o.wrong_pct),
+            pct(o.light.wrong_pct),
+            pct(o.heavy.wrong_pct),
+            pct(o.false_admission_pct),
+            pct(o.false_refusal_pct),
+            o.max_in_window
+        );
+        if let Some(b) = bytes(AlgorithmKind::SlidingCounter) {
+            let _ = write!(line, "; {} bytes per key [Cost]", num(b, 0));
+        }
+        line += ".";
+        lines.push(line);
+    }
+
+    // Bursty clients: token bucket and GCRA.
+    if let (Some(tb), Some(g)) = (
+        outcome(AlgorithmKind::TokenBucket),
+        outcome(AlgorithmKind::Gcra),
+    ) {
+        let reference = results.reference.as_ref().and_then(|r| {
+            r.rows.iter().find(|row| {
+                row.algorithm == AlgorithmKind::TokenBucket.name() && row.backend == "memory"
+            })
+        });
+        let mut line = String::from(
+            "**Use token-bucket or gcra when clients may burst up to a capacity and then continue at the rate**",
+        );
+        if let Some(row) = reference {
+            let _ = write!(
+                line,
+                ": they give the article's table ({}, {}, {}) [Reference table]",
+                row.burst_admitted,
+                row.later_admitted,
+                row.wait_text()
+            );
+        }
+        let same = tb.admitted == g.admitted && tb.false_admissions == g.false_admissions;
+        let _ = write!(
+            line,
+            "; {} on realistic traffic ({} and {} admitted) [Realistic traffic]",
+            if same {
+                "they decided identically"
+            } else {
+                "they decided almost alike"
+            },
+            tb.admitted,
+            g.admitted
+        );
+        let _ = write!(
+            line,
+            ". Within any second they admit up to burst + rate (worst client {}), so **avoid them when the contract is a hard per-window count**",
+            tb.max_in_window.max(g.max_in_window)
+        );
+        if let (Some(bt), Some(bg), Some(nt), Some(ng)) = (
+            bytes(AlgorithmKind::TokenBucket),
+            bytes(AlgorithmKind::Gcra),
+            ns(AlgorithmKind::TokenBucket),
+            ns(AlgorithmKind::Gcra),
+        ) {
+            let cheaper = if bg <= bt { "gcra" } else { "token-bucket" };
+            let _ = write!(
+                line,
+                ". Between the two, {cheaper} keeps less per key: {} bytes (gcra) against {} (token-bucket); {} ns against {} ns per check [Cost]",
+                num(bg, 0),
+                num(bt, 0),
+                num(ng, 0),
+                num(nt, 0)
+            );
+        }
+        line += ".";
+        lines.push(line);
+    }
+
+    // Leaky meter is the same policy as the token bucket.
+    if let (Some(m), Some(tb)) = (
+        outcome(AlgorithmKind::LeakyMeter),
+        outcome(AlgorithmKind::TokenBucket),
+    ) && m.admitted == tb.admitted
+        && m.false_admissions == tb.false_admissions
+        && m.false_refusals == tb.false_refusals
+    {
+        lines.push(format!(
+                "leaky-meter admitted exactly what token-bucket admitted on realistic traffic ({} requests, same false admissions and refusals) [Realistic traffic]: the same policy, so choose between them by cost.",
+                m.admitted
+            ));
+    }
+
+    // Smoothing: leaky queue.
+    if let Some(s) = &results.smoothness {
+        let find = |kind: AlgorithmKind| s.outputs.iter().find(|o| o.algorithm == kind.name());
+        if let (Some(q), Some(tb)) = (
+            find(AlgorithmKind::LeakyQueue),
+            find(AlgorithmKind::TokenBucket),
+        ) && q.peak_per_sec_100ms < tb.peak_per_sec_100ms
+        {
+            lines.push(format!(
+                    "**Use leaky-queue when the service behind cannot absorb bursts**: its peak output was {} per second against {} for token-bucket (rate {} per second), and {} % of its gaps were shorter than 1/rate against {} % [Smoothness]. **Avoid it for requests that must answer at once**: admitted requests waited {} ms on average, {} ms at the 99th percentile.",
+                    num(q.peak_per_sec_100ms, 0),
+                    num(tb.peak_per_sec_100ms, 0),
+                    num(s.rate_per_sec, 0),
+                    num(q.short_gaps_pct, 1),
+                    num(tb.short_gaps_pct, 1),
+                    num(q.delay_mean_ms, 0),
+                    num(q.delay_p99_ms, 0)
+                ));
+        }
+    }
+
+    // Fairness.
+    if let Some(t) = traffic {
+        let heavy: Vec<f64> = t
+            .outcomes
+            .iter()
+            .map(|o| o.heavy.admitted_per_sec)
+            .collect();
+        let light = t
+            .outcomes
+            .iter()
+            .map(|o| (o.light.refused_pct, o.algorithm.as_str()))
+            .collect::<Vec<_>>();
+        let (lo, hi) = (
+            heavy.iter().copied().fold(f64::INFINITY, f64::min),
+            heavy.iter().copied().fold(0.0, f64::max),
+        );
+        let least = light.iter().copied().min_by(|a, b| a.0.total_cmp(&b.0));
+        let most = light.iter().copied().max_by(|a, b| a.0.total_cmp(&b.0));
+        if let (Some(least), Some(most)) = (least, most) {
+            lines.push(format!(
+                "Every algorithm held the heavy hitters ({} per second offered) to between {} and {} per second, for a quota of {}; light clients lost {} % of their requests with {} and {} % with {} [Realistic traffic].",
+                num(t.population.heavy_rate, 0),
+                num(lo, 2),
+                num(hi, 2),
+                t.quota,
+                num(least.0, 2),
+                least.1,
+                num(most.0, 2),
+                most.1
+            ));
+        }
+    }
+
+    // Redis cost against memory.
+    if let Some(c) = &results.cost {
+        let pairs: Vec<(f64, f64, f64)> = c
+            .rows
+            .iter()
+            .filter_map(|r| {
+                Some((
+                    r.memory_ns_per_check?.value,
+                    r.redis_us_per_call?.value,
+                    r.redis_checks_per_sec.map_or(0.0, |f| f.value),
+                ))
+            })
+            .collect();
+        if !pairs.is_empty() {
+            let ns_max = pairs.iter().map(|p| p.0).fold(0.0, f64::max);
+            let us_min = pairs.iter().map(|p| p.1).fold(f64::INFINITY, f64::min);
+            let us_max = pairs.iter().map(|p| p.1).fold(0.0, f64::max);
+            let cps_min = pairs.iter().map(|p| p.2).fold(f64::INFINITY, f64::min);
+            lines.push(format!(
+                "**Use memory for a single instance, Redis when instances share clients**: a Redis check took {}–{} µs per call (at least {} checks per second from one connection), an in-memory one at most {} ns, {}× less [Cost].",
+                num(us_min, 0),
+                num(us_max, 0),
+                num(cps_min, 0),
+                num(ns_max, 0),
+                num(us_min * 1e3 / ns_max.max(1e-9), 0)
+            ));
+        }
+    }
+    if lines.is_empty() {
+        lines.push(
+            "Run more scenarios (`--scenario` was narrow): there is nothing to recommend from."
+                .into(),
+        );
+    }
+    lines
+}

@@ -1,0 +1,197 @@
+//! The cost in the report: its CSV, its section and its charts.
+
+use std::fmt::Write as _;
+use std::path::Path;
+
+use serde::Serialize;
+
+use super::*;
+use crate::CompareError;
+use crate::charts::{Bars, Canvas, GOOD, THIRD, grouped_bars, no_whiskers, note, render};
+use crate::markdown::{chart, num, table};
+use crate::output::write_csv;
+use crate::report::Part;
+use crate::scenario::ScenarioName;
+
+/// One line of `cost.csv`.
+#[derive(Serialize)]
+struct CsvRow<'a> {
+    algorithm: &'a str,
+    memory_ns_per_check: Option<f64>,
+    memory_bytes_per_key: Option<f64>,
+    redis_us_per_call: Option<f64>,
+    redis_p99_us: Option<f64>,
+    redis_checks_per_sec: Option<f64>,
+    redis_bytes_per_key: Option<f64>,
+    from_bench_summary: bool,
+}
+
+impl Part for Cost {
+    fn scenario(&self) -> ScenarioName {
+        ScenarioName::Cost
+    }
+
+    fn draw(&self, canvas: &mut Canvas) -> Result<(), CompareError> {
+        let c = self;
+        let value = |f: Option<Figure>| f.map(|f| f.value);
+        let ns: Vec<Option<f64>> = c
+            .rows
+            .iter()
+            .map(|r| value(r.memory_ns_per_check))
+            .collect();
+        let us: Vec<Option<f64>> = c.rows.iter().map(|r| value(r.redis_us_per_call)).collect();
+        let mem: Vec<Option<f64>> = c
+            .rows
+            .iter()
+            .map(|r| value(r.memory_bytes_per_key))
+            .collect();
+        let red: Vec<Option<f64>> = c
+            .rows
+            .iter()
+            .map(|r| value(r.redis_bytes_per_key))
+            .collect();
+        let none = no_whiskers();
+        let has_redis = us.iter().any(Option::is_some);
+        render!(canvas, "cost", (1300, 1300), |root| {
+            let parts = root.split_evenly((3, 1));
+            grouped_bars(
+                &parts[0],
+                "Time per check in memory (keyed, 1,000 keys)",
+                "ns per check",
+                &[Bars {
+                    label: "memory",
+                    color: GOOD,
+                    values: ns.clone(),
+                    whiskers: none.clone(),
+                }],
+                None,
+                0,
+            )
+            .and_then(|()| {
+                if has_redis {
+                    grouped_bars(
+                        &parts[1],
+                        "Time per Redis call, one task (median, round trip included)",
+                        "µs per call",
+                        &[Bars {
+                            label: "redis",
+                            color: THIRD,
+                            values: us.clone(),
+                            whiskers: none.clone(),
+                        }],
+                        None,
+                        0,
+                    )
+                } else {
+                    note(
+                        &parts[1],
+                        "Time per Redis call",
+                        "skipped: no Redis in this run",
+                    )
+                }
+            })
+            .and_then(|()| {
+                let mut series = vec![Bars {
+                    label: "memory",
+                    color: GOOD,
+                    values: mem.clone(),
+                    whiskers: none.clone(),
+                }];
+                if red.iter().any(Option::is_some) {
+                    series.push(Bars {
+                        label: "redis",
+                        color: THIRD,
+                        values: red.clone(),
+                        whiskers: none.clone(),
+                    });
+                }
+                grouped_bars(
+                    &parts[2],
+                    "Memory per key, each key at its fullest (burst of 10 used)",
+                    "bytes per key",
+                    &series,
+                    None,
+                    0,
+                )
+            })
+        });
+
+        Ok(())
+    }
+
+    fn write_data(&self, dir: &Path) -> Result<(), CompareError> {
+        let value = |f: Option<Figure>| f.map(|f| f.value);
+        let rows = self.rows.iter().map(|r| CsvRow {
+            algorithm: &r.algorithm,
+            memory_ns_per_check: value(r.memory_ns_per_check),
+            memory_bytes_per_key: value(r.memory_bytes_per_key),
+            redis_us_per_call: value(r.redis_us_per_call),
+            redis_p99_us: r.redis_p99_us,
+            redis_checks_per_sec: value(r.redis_checks_per_sec),
+            redis_bytes_per_key: value(r.redis_bytes_per_key),
+            from_bench_summary: [
+                r.memory_ns_per_check,
+                r.memory_bytes_per_key,
+                r.redis_us_per_call,
+                r.redis_checks_per_sec,
+                r.redis_bytes_per_key,
+            ]
+            .iter()
+            .flatten()
+            .any(|f| f.from_bench),
+        });
+        write_csv(&dir.join("cost.csv"), rows)
+    }
+
+    fn section(&self, charts: &[String]) -> String {
+        let mut out = String::new();
+        write_section(&mut out, self, charts);
+        out
+    }
+}
+
+fn write_section(out: &mut String, c: &Cost, charts: &[String]) {
+    let _ = writeln!(out, "## Cost\n\n{}\n", c.source);
+    let fig = |f: Option<Figure>, d: usize| {
+        f.map_or("–".into(), |f| {
+            format!(
+                "{}{}",
+                num(f.value, d),
+                if f.from_bench { " (b)" } else { "" }
+            )
+        })
+    };
+    let rows: Vec<Vec<String>> = c
+        .rows
+        .iter()
+        .map(|r| {
+            vec![
+                r.algorithm.clone(),
+                fig(r.memory_ns_per_check, 1),
+                fig(r.memory_bytes_per_key, 0),
+                match (r.redis_us_per_call, r.redis_p99_us) {
+                    (Some(f), Some(p99)) => format!("{} (p99 {})", fig(Some(f), 1), num(p99, 1)),
+                    (f, _) => fig(f, 1),
+                },
+                fig(r.redis_checks_per_sec, 0),
+                fig(r.redis_bytes_per_key, 0),
+            ]
+        })
+        .collect();
+    *out += &table(
+        &[
+            "Algorithm",
+            "Memory: ns per check",
+            "Memory: bytes per key",
+            "Redis: µs per call",
+            "Redis: checks per second",
+            "Redis: bytes per key",
+        ],
+        &rows,
+    );
+    *out += "\nHow:\n\n";
+    for m in &c.method {
+        let _ = writeln!(out, "- {m}");
+    }
+    chart(out, charts, "cost", "Cost per check and per key");
+}

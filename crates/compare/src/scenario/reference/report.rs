@@ -1,0 +1,127 @@
+//! The reference table in the report: its CSV and its section (no chart).
+
+use std::fmt::Write as _;
+use std::path::Path;
+
+use serde::Serialize;
+
+use super::{BURST, LATER, Reference, Row};
+use crate::CompareError;
+use crate::charts::Canvas;
+use crate::markdown::{num, table};
+use crate::output::write_csv;
+use crate::report::Part;
+use crate::scenario::ScenarioName;
+
+/// One line of `reference.csv`.
+#[derive(Serialize)]
+struct CsvRow<'a> {
+    algorithm: &'a str,
+    backend: &'a str,
+    clock: &'a str,
+    burst_of_20_admitted: usize,
+    after_1s_10_calls_admitted: usize,
+    burst_wait_secs: Option<u64>,
+    later_wait_secs: Option<u64>,
+    burst_retry_ms: Option<f64>,
+}
+
+impl<'a> From<&'a Row> for CsvRow<'a> {
+    fn from(row: &'a Row) -> Self {
+        CsvRow {
+            algorithm: &row.algorithm,
+            backend: &row.backend,
+            clock: &row.clock,
+            burst_of_20_admitted: row.burst_admitted,
+            after_1s_10_calls_admitted: row.later_admitted,
+            burst_wait_secs: row.burst_wait_secs,
+            later_wait_secs: row.later_wait_secs,
+            burst_retry_ms: row.burst_retry_ms,
+        }
+    }
+}
+
+impl Part for Reference {
+    fn scenario(&self) -> ScenarioName {
+        ScenarioName::Reference
+    }
+
+    fn draw(&self, _: &mut Canvas) -> Result<(), CompareError> {
+        Ok(())
+    }
+
+    fn write_data(&self, dir: &Path) -> Result<(), CompareError> {
+        let rows = self.rows.iter().chain(&self.real_time_rows);
+        write_csv(&dir.join("reference.csv"), rows.map(CsvRow::from))
+    }
+
+    fn section(&self, _: &[String]) -> String {
+        let r = self;
+        let mut out = String::new();
+        let _ = writeln!(out, "## Reference table\n");
+        let _ = writeln!(
+            out,
+            "The reference article's test ({}): a burst of {} simultaneous requests; one second later, {} more; the wait a refusal indicates (`Retry-After`, whole seconds, rounded up). The article's token bucket gives **10, 5, 1 s**. \
+The window algorithms map the quota to {} per 2-second window (same capacity, same long-run rate), so one second into the window nothing has come back for them. \
+These rows run on a clock moved by hand, starting at a window boundary (the Redis scripts get `now` from it): deterministic, and the same instants on both backends.\n",
+            r.quota, BURST, LATER, 10
+        );
+        let rows: Vec<Vec<String>> = r
+            .rows
+            .iter()
+            .map(|row| {
+                vec![
+                    row.algorithm.clone(),
+                    row.backend.clone(),
+                    format!("{} admitted", row.burst_admitted),
+                    format!("{} admitted", row.later_admitted),
+                    row.wait_text(),
+                    row.burst_retry_ms
+                        .map_or("–".into(), |ms| format!("{} ms", num(ms, 1))),
+                ]
+            })
+            .collect();
+        out += &table(
+            &[
+                "Algorithm",
+                "Backend",
+                "Burst of 20",
+                "After 1 s, 10 calls",
+                "Wait indicated on refusal",
+                "Exact wait, first refusals",
+            ],
+            &rows,
+        );
+        if !r.real_time_rows.is_empty() {
+            let _ = writeln!(
+                out,
+                "\nAs the article ran it: the token bucket on a real clock (Redis `TIME` on Redis), with a real one-second sleep between the rounds:\n"
+            );
+            let rows: Vec<Vec<String>> = r
+                .real_time_rows
+                .iter()
+                .map(|row| {
+                    vec![
+                        row.algorithm.clone(),
+                        format!("{} ({})", row.backend, row.clock),
+                        format!("{} admitted", row.burst_admitted),
+                        format!("{} admitted", row.later_admitted),
+                        row.wait_text(),
+                    ]
+                })
+                .collect();
+            out += &table(
+                &[
+                    "Algorithm",
+                    "Backend (clock)",
+                    "Burst of 20",
+                    "After 1 s, 10 calls",
+                    "Wait indicated on refusal",
+                ],
+                &rows,
+            );
+        }
+        out += "\n";
+        out
+    }
+}
