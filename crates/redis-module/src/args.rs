@@ -1,0 +1,189 @@
+//! The arguments after the key, read as the scripts' prologue
+//! (`lua/prologue.lua`) reads its `ARGV`.
+
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use ratelab_core::clamp_instant;
+
+use crate::lua;
+
+/// The protocol version the prologue expects as `ARGV[1]`.
+pub(crate) const PROTOCOL_VERSION: &[u8] = b"1";
+
+/// The prologue's first check: `ARGV[1]` is the protocol version, else the
+/// error `ratelab: protocol version 1 expected, got ...` (a caller built for
+/// another version of the protocol never gets a decision made from
+/// arguments it meant otherwise).
+pub(crate) fn check_protocol(first: Option<&[u8]>) -> Result<(), String> {
+    if first == Some(PROTOCOL_VERSION) {
+        return Ok(());
+    }
+    let got = match first {
+        None => "nothing".to_owned(),
+        Some(b"") => "\"\"".to_owned(),
+        Some(raw) => raw[..raw.len().min(32)]
+            .iter()
+            .map(|&b| {
+                if (0x21..=0x7e).contains(&b) || b == b' ' {
+                    char::from(b)
+                } else {
+                    '?'
+                }
+            })
+            .collect(),
+    };
+    Err(format!(
+        "ratelab: protocol version {} expected, got {got}",
+        String::from_utf8_lossy(PROTOCOL_VERSION)
+    ))
+}
+
+/// The most parameters an algorithm takes (the sliding counter's four).
+pub(crate) const MAX_PARAMS: usize = 4;
+
+/// `ARGV` after the protocol version, once the prologue has read it: every argument a non-negative
+/// integer below 2^53.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Args {
+    /// The caller's instant, µs, or `None` to read the server's clock.
+    pub(crate) now: Option<u64>,
+    pub(crate) cost: u64,
+    /// TTL slack, ms.
+    pub(crate) slack: u64,
+    /// Unix µs on the server's clock after which the call must not run.
+    pub(crate) deadline: Option<u64>,
+    params: [u64; MAX_PARAMS],
+    len: usize,
+}
+
+impl Args {
+    /// `ARGV = [now or "", cost, slack, deadline or "", params...]`; `None`
+    /// when the prologue's `args_ok` would be false.
+    pub(crate) fn parse<A: AsRef<[u8]>>(argv: &[A]) -> Option<Args> {
+        let [now, cost, slack, deadline, params @ ..] = argv else {
+            return None;
+        };
+        let optional = |raw: &A| {
+            let raw = raw.as_ref();
+            if raw.is_empty() {
+                Some(None)
+            } else {
+                lua::integer(raw).map(Some)
+            }
+        };
+        let mut args = Args {
+            now: optional(now)?,
+            cost: lua::integer(cost.as_ref())?,
+            slack: lua::integer(slack.as_ref())?,
+            deadline: optional(deadline)?,
+            params: [0; MAX_PARAMS],
+            len: params.len().min(MAX_PARAMS),
+        };
+        // The scripts ignore parameters beyond their own, but each must be
+        // an integer all the same.
+        for (i, raw) in params.iter().enumerate() {
+            let value = lua::integer(raw.as_ref())?;
+            if i < MAX_PARAMS {
+                args.params[i] = value;
+            }
+        }
+        Some(args)
+    }
+
+    /// The parameters (the first [`MAX_PARAMS`]).
+    pub(crate) fn params(&self) -> &[u64] {
+        &self.params[..self.len]
+    }
+
+    /// The instant to decide at, µs: the caller's, else the server clock,
+    /// clamped as every runner clamps it. `Err` is the "expired" error when
+    /// the deadline has passed (nothing may be written then).
+    pub(crate) fn now(&self) -> Result<u64, String> {
+        let clock = (self.now.is_none() || self.deadline.is_some()).then(unix_micros);
+        if let (Some(deadline), Some(clock)) = (self.deadline, clock)
+            && clock > deadline
+        {
+            return Err(format!(
+                "ratelab expired: ran {} us after its deadline; nothing was charged",
+                clock - deadline
+            ));
+        }
+        let now = self.now.or(clock).expect("the clock is read without `now`");
+        Ok(clamp_instant(now))
+    }
+
+    /// How far ahead of now a stored instant may be: one second for clocks
+    /// that differ after a failover, and the slack.
+    pub(crate) fn skew(&self) -> u64 {
+        1_000_000u64.saturating_add(self.slack.saturating_mul(1000))
+    }
+
+    /// The PEXPIRE of a key that is full again in `reset_micros`: rounded up
+    /// to the millisecond, plus the slack.
+    pub(crate) fn ttl_millis(&self, reset_micros: u64) -> u64 {
+        lua::ceil_millis(reset_micros).saturating_add(self.slack)
+    }
+}
+
+/// Redis `TIME` as the scripts compute it: seconds × 10^6 + µs. The module
+/// runs inside the server, so the process clock *is* the server's clock.
+fn unix_micros() -> u64 {
+    let since = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default();
+    since.as_secs() * 1_000_000 + u64::from(since.subsec_micros())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_protocol_version_comes_first() {
+        assert_eq!(check_protocol(Some(b"1")), Ok(()));
+        let error = |got: &str| Err(format!("ratelab: protocol version 1 expected, got {got}"));
+        assert_eq!(check_protocol(None), error("nothing"));
+        assert_eq!(check_protocol(Some(b"")), error("\"\""));
+        assert_eq!(check_protocol(Some(b"2\x01")), error("2?"));
+    }
+
+    #[test]
+    fn reads_the_prologue_arguments() {
+        let args = Args::parse(&["1000", "2", "5", "", "10", "20", "3"]).unwrap();
+        assert_eq!(args.now, Some(1000));
+        assert_eq!(args.cost, 2);
+        assert_eq!(args.slack, 5);
+        assert_eq!(args.deadline, None);
+        assert_eq!(args.params(), [10, 20, 3]);
+        assert_eq!(args.now(), Ok(1000));
+        assert_eq!(args.skew(), 1_005_000);
+        assert_eq!(args.ttl_millis(1_001), 7);
+    }
+
+    #[test]
+    fn refuses_what_the_prologue_refuses() {
+        assert_eq!(Args::parse(&["1", "1", "0"]), None);
+        assert_eq!(Args::parse(&["x", "1", "0", ""]), None);
+        assert_eq!(Args::parse(&["1", "", "0", ""]), None);
+        assert_eq!(Args::parse(&["1", "1", "0", "", "5", "-1"]), None);
+        assert_eq!(
+            Args::parse(&["1", "1", "0", "", "5", "6", "7", "8", "x"]),
+            None
+        );
+        assert!(Args::parse(&["1", "1", "0", "", "5", "6", "7", "8", "9"]).is_some());
+    }
+
+    #[test]
+    fn a_passed_deadline_expires_and_time_comes_from_the_clock() {
+        let late = Args::parse(&["", "1", "0", "1"]).unwrap();
+        assert!(late.now().unwrap_err().starts_with("ratelab expired: ran "));
+        let now = Args::parse(&["", "1", "0", ""]).unwrap().now().unwrap();
+        assert!(now > 1_600_000_000_000_000, "{now}");
+        assert_eq!(
+            Args::parse(&["9007199254740991", "1", "0", ""])
+                .unwrap()
+                .now(),
+            Ok(1 << 52)
+        );
+    }
+}

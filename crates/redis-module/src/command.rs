@@ -1,0 +1,357 @@
+//! The commands: read the key, run the algorithm crate's own `decide`, write
+//! back what the script would write, answer what the script would answer.
+
+use std::sync::LazyLock;
+
+use ratelab_core::{Algorithm, Decision};
+use ratelab_sliding_window::{Log, SlidingLog};
+use std::ffi::c_char;
+
+use redis_module::{
+    CallOptions, CallOptionsBuilder, CallReply, CallResult, Context, RedisError, RedisResult,
+    RedisString, RedisValue, raw,
+};
+
+use crate::algorithms::{Params, StringState};
+use crate::args::Args;
+use crate::lua::{self, show, show_bare};
+
+/// Writes: replicated to replicas and the AOF as the commands themselves
+/// (as a script's effects are), refused when the server is out of memory
+/// (as a script's writes are), errors as replies.
+static WRITE: LazyLock<CallOptions> = LazyLock::new(|| {
+    CallOptionsBuilder::new()
+        .replicate()
+        .verify_oom()
+        .errors_as_replies()
+        .build()
+});
+
+/// Plain reads: errors as replies.
+static GET: LazyLock<CallOptions> =
+    LazyLock::new(|| CallOptionsBuilder::new().errors_as_replies().build());
+
+/// Reads, and the pruning of the log (a deletion, replicated when it
+/// removes anything).
+static READ: LazyLock<CallOptions> = LazyLock::new(|| {
+    CallOptionsBuilder::new()
+        .replicate()
+        .errors_as_replies()
+        .build()
+});
+
+/// `ratelab <name>: invalid arguments`.
+fn invalid(name: &str) -> RedisError {
+    RedisError::String(format!("ratelab {name}: invalid arguments"))
+}
+
+/// `ratelab <name>: corrupt state at <key>: <what>`.
+fn corrupt(name: &str, key: &RedisString, what: &str) -> RedisError {
+    RedisError::String(format!(
+        "ratelab {name}: corrupt state at {}: {what}",
+        show_bare(key.as_slice())
+    ))
+}
+
+/// The reply of every script:
+/// `[allowed, limit, remaining, retry_after_us, reset_after_us, delay_us]`.
+fn reply(decision: &Decision) -> RedisValue {
+    let micros = |d: std::time::Duration| i64::try_from(d.as_micros()).unwrap_or(i64::MAX);
+    RedisValue::Array(vec![
+        RedisValue::Integer(i64::from(decision.allowed)),
+        RedisValue::Integer(i64::try_from(decision.limit).unwrap_or(i64::MAX)),
+        RedisValue::Integer(i64::try_from(decision.remaining).unwrap_or(i64::MAX)),
+        RedisValue::Integer(micros(decision.retry_after)),
+        RedisValue::Integer(micros(decision.reset_after)),
+        RedisValue::Integer(micros(decision.delay)),
+    ])
+}
+
+/// What `TYPE key` answers (`list`, `zset`, a module type's name...).
+fn type_name(ctx: &Context, key: &RedisString) -> String {
+    match ctx.call("TYPE", &[key.as_slice()]) {
+        Ok(RedisValue::SimpleString(name)) => name,
+        Ok(RedisValue::SimpleStringStatic(name)) => name.to_owned(),
+        other => format!("{other:?}"),
+    }
+}
+
+/// An error reply passed on as it came.
+fn passed_on(error: &redis_module::ErrorReply<'_>) -> RedisError {
+    RedisError::String(error.to_utf8_string().unwrap_or_else(|| error.to_string()))
+}
+
+/// Reads the arguments as the prologue does: the algorithm, the instant,
+/// and the cost.
+fn prologue<A: Params>(args: &[RedisString]) -> Result<(A, Args, u64, u32), RedisError> {
+    let argv: Vec<&[u8]> = args[2..].iter().map(|a| a.as_slice()).collect();
+    crate::args::check_protocol(argv.first().copied()).map_err(RedisError::String)?;
+    let argv = &argv[1..];
+    let parsed = Args::parse(argv).ok_or_else(|| invalid(A::NAME))?;
+    let now = parsed.now().map_err(RedisError::String)?;
+    let algorithm = A::from_args(&parsed).ok_or_else(|| invalid(A::NAME))?;
+    let cost = u32::try_from(parsed.cost).map_err(|_| invalid(A::NAME))?;
+    Ok((algorithm, parsed, now, cost))
+}
+
+/// `RATELAB.<ALGORITHM> key now cost slack deadline params...` for an
+/// algorithm whose state is one string.
+pub(crate) fn string_command<A: StringState>(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
+    if args.len() < 2 {
+        return Err(RedisError::WrongArity);
+    }
+    let key = &args[1];
+    let (algorithm, parsed, now, cost) = prologue::<A>(&args)?;
+
+    // GET, as the script reads it: opening the key for direct access would
+    // turn an integer-encoded value into a string on a mere read (more
+    // memory for a key that is only refused or peeked at).
+    let mut state = match call(ctx, &GET, "GET", &[key.as_slice()]) {
+        Ok(CallReply::String(raw)) => {
+            let raw = raw.as_bytes();
+            if let Some(size) = A::SIZE
+                && raw.len() != size
+            {
+                let what = format!("{} bytes, not {size}: {}", raw.len(), show(raw));
+                return Err(corrupt(A::NAME, key, &what));
+            }
+            algorithm
+                .decode(raw, now, parsed.skew())
+                .map_err(|what| corrupt(A::NAME, key, &what))?
+        }
+        Ok(_) => algorithm.initial_state(),
+        Err(_) => {
+            let what = format!("a {}, not a string", type_name(ctx, key));
+            return Err(corrupt(A::NAME, key, &what));
+        }
+    };
+
+    let decision = algorithm
+        .decide(&mut state, now, cost)
+        .map_err(|_| invalid(A::NAME))?;
+    // As the scripts: only an admission with a cost writes.
+    if decision.allowed && cost > 0 {
+        let value = algorithm.encode(&state);
+        let ttl = parsed
+            .ttl_millis(duration_micros(decision.reset_after))
+            .to_string();
+        set(ctx, key.as_slice(), &value, ttl.as_bytes()).map_err(RedisError::String)?;
+    }
+    Ok(reply(&decision))
+}
+
+/// `SET key value PX ttl_ms` as a script sends it: replicated, refused
+/// when memory is full, and with its value in Redis's most compact encoding.
+///
+/// The arguments go as C buffers (`RM_Call`'s `b` format), so that Redis
+/// makes its own fresh objects of them: `SET` then stores a decimal value as
+/// an integer object (48 bytes a key, as with the script), where an
+/// argument shared with the module (the `v` format of the binding's safe
+/// `call_ext`) stays a string (80 bytes). `RM_Call` is variadic: this is
+/// the one `unsafe` call of the crate.
+#[allow(unsafe_code)]
+fn set(ctx: &Context, key: &[u8], value: &[u8], ttl: &[u8]) -> Result<(), String> {
+    // SAFETY: the function pointers are set once, when the module loads,
+    // before any command runs, and only read afterwards.
+    let call = unsafe { raw::RedisModule_Call }.ok_or("RM_Call is missing")?;
+    // SAFETY: the format has four `b` conversions and is followed by four
+    // (pointer, length) pairs of live byte slices; RM_Call copies them
+    // before it returns. `!` replicates, `M` refuses on OOM, `E` returns
+    // errors as replies. The reply is freed below, once read.
+    let reply = unsafe {
+        call(
+            ctx.get_raw(),
+            c"SET".as_ptr(),
+            c"!MEbbbb".as_ptr(),
+            key.as_ptr().cast::<c_char>(),
+            key.len(),
+            value.as_ptr().cast::<c_char>(),
+            value.len(),
+            c"PX".as_ptr(),
+            2usize,
+            ttl.as_ptr().cast::<c_char>(),
+            ttl.len(),
+        )
+    };
+    if reply.is_null() {
+        return Err("ratelab: SET failed".to_owned());
+    }
+    let result = match raw::call_reply_type(reply) {
+        raw::ReplyType::Error => Err(raw::call_reply_string(reply).unwrap_or_default()),
+        _ => Ok(()),
+    };
+    raw::free_call_reply(reply);
+    result
+}
+
+fn duration_micros(d: std::time::Duration) -> u64 {
+    u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
+}
+
+/// A call's reply, or the error it answered.
+fn call(
+    ctx: &Context,
+    options: &CallOptions,
+    command: &str,
+    args: &[&[u8]],
+) -> CallResult<'static> {
+    ctx.call_ext(command, options, args)
+}
+
+fn integer_reply(reply: &CallReply<'_>) -> Option<i64> {
+    match reply {
+        CallReply::I64(n) => Some(n.to_i64()),
+        _ => None,
+    }
+}
+
+/// `[member, score, member, score, ...]` of `ZRANGE ... WITHSCORES`.
+fn scored(reply: &CallReply<'_>) -> Vec<(Vec<u8>, Vec<u8>)> {
+    let CallReply::Array(items) = reply else {
+        return Vec::new();
+    };
+    let bytes = |i: usize| match items.get(i) {
+        Some(Ok(CallReply::String(s))) => s.as_bytes().to_vec(),
+        _ => Vec::new(),
+    };
+    (0..items.len() / 2)
+        .map(|i| (bytes(2 * i), bytes(2 * i + 1)))
+        .collect()
+}
+
+/// `RATELAB.SLIDING-LOG key now cost slack deadline window limit`: the log
+/// is the scripts' sorted set, one member `<µs>:<n>` per admitted unit,
+/// scored by the µs it was admitted at.
+///
+/// `decide` runs on a [`Log`] that holds what it reads of the set, exactly:
+/// the count (after the expired units are pruned, as `decide` prunes them),
+/// the newest instant, and, when the request cannot fit, the instants of the
+/// first units whose leaving frees room for it. Every other unit is folded
+/// into the newest entry. So a check costs O(log n + cost), as the script
+/// does, not O(limit).
+pub(crate) fn sliding_log(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
+    const NAME: &str = SlidingLog::NAME;
+    if args.len() < 2 {
+        return Err(RedisError::WrongArity);
+    }
+    let key = &args[1];
+    let (algorithm, parsed, now, cost) = prologue::<SlidingLog>(&args)?;
+    let window = algorithm.window_micros();
+    let limit = algorithm.capacity();
+    let k = key.as_slice();
+
+    // A unit admitted at `at` counts while at + W > now.
+    let cutoff = (i128::from(now) - i128::from(window)).to_string();
+    if call(
+        ctx,
+        &READ,
+        "ZREMRANGEBYSCORE",
+        &[k, b"-inf", cutoff.as_bytes()],
+    )
+    .is_err()
+    {
+        let what = format!("a {}, not a zset", type_name(ctx, key));
+        return Err(corrupt(NAME, key, &what));
+    }
+    let total = call(ctx, &READ, "ZCARD", &[k])
+        .ok()
+        .as_ref()
+        .and_then(integer_reply)
+        .and_then(|n| u64::try_from(n).ok())
+        .unwrap_or(0);
+    if total > limit {
+        return Err(corrupt(
+            NAME,
+            key,
+            &format!("{total} entries, limit {limit}"),
+        ));
+    }
+    // The instant of one entry, checked as the script checks the newest.
+    let skew = parsed.skew();
+    let instant = |(member, score): &(Vec<u8>, Vec<u8>)| {
+        lua::number(score)
+            .and_then(lua::stored_integer)
+            .filter(|&at| at <= now.saturating_add(skew))
+            .ok_or_else(|| {
+                corrupt(
+                    NAME,
+                    key,
+                    &format!("entry {} at {}", show(member), show(score)),
+                )
+            })
+    };
+    let mut entries: Vec<(u64, u64)> = Vec::new();
+    let mut newest = None;
+    if total > 0 {
+        let last = call(ctx, &READ, "ZRANGE", &[k, b"-1", b"-1", b"WITHSCORES"]);
+        let last = last.as_ref().map(scored).unwrap_or_default();
+        let at = instant(
+            last.first()
+                .ok_or_else(|| corrupt(NAME, key, "no newest entry"))?,
+        )?;
+        newest = Some(at);
+        // A refusal reads when the first `needed` units leave.
+        let needed = (total + u64::from(cost)).saturating_sub(limit);
+        let exact = needed.min(total);
+        if exact > 0 {
+            let stop = (exact - 1).to_string();
+            let first = call(
+                ctx,
+                &READ,
+                "ZRANGE",
+                &[k, b"0", stop.as_bytes(), b"WITHSCORES"],
+            );
+            for item in first.as_ref().map(scored).unwrap_or_default() {
+                let at = instant(&item)?;
+                match entries.last_mut() {
+                    Some((last, units)) if *last == at => *units += 1,
+                    _ => entries.push((at, 1)),
+                }
+            }
+        }
+        let folded: u64 = entries.iter().map(|&(_, units)| units).sum();
+        if total > folded {
+            entries.push((at, total - folded));
+        }
+    }
+    let mut log =
+        Log::from_entries(entries).ok_or_else(|| corrupt(NAME, key, "entries out of order"))?;
+
+    let decision = algorithm
+        .decide(&mut log, now, cost)
+        .map_err(|_| invalid(NAME))?;
+    if decision.allowed && cost > 0 {
+        let at = log.entries().last().map_or(now, |(at, _)| at);
+        let at_text = at.to_string();
+        let at_bytes = at_text.as_bytes();
+        // Members go on numbering the units already logged at that instant.
+        let first = if newest == Some(at) {
+            call(ctx, &READ, "ZCOUNT", &[k, at_bytes, at_bytes])
+                .ok()
+                .as_ref()
+                .and_then(integer_reply)
+                .and_then(|n| u64::try_from(n).ok())
+                .unwrap_or(0)
+        } else {
+            0
+        };
+        let members: Vec<String> = (1..=u64::from(cost))
+            .map(|i| format!("{at}:{}", first + i))
+            .collect();
+        // In chunks, as the script adds them.
+        for chunk in members.chunks(1000) {
+            let mut zadd: Vec<&[u8]> = Vec::with_capacity(1 + 2 * chunk.len());
+            zadd.push(k);
+            for member in chunk {
+                zadd.push(at_bytes);
+                zadd.push(member.as_bytes());
+            }
+            call(ctx, &WRITE, "ZADD", &zadd).map_err(|e| passed_on(&e))?;
+        }
+        let ttl = parsed
+            .ttl_millis(duration_micros(decision.reset_after))
+            .to_string();
+        call(ctx, &WRITE, "PEXPIRE", &[k, ttl.as_bytes()]).map_err(|e| passed_on(&e))?;
+    }
+    Ok(reply(&decision))
+}

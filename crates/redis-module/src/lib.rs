@@ -1,0 +1,155 @@
+//! A Redis module that runs every ratelab algorithm's own
+//! [`Algorithm::decide`](ratelab_core::Algorithm::decide) as a native
+//! command: the decision logic the in-memory limiters run, with no second
+//! implementation to drift from the first, and no Lua interpreter to pay for.
+//!
+//! Load it with `redis-server --loadmodule target/release/libratelab_redis_module.so`
+//! (or `MODULE LOAD`). Each algorithm is one command, named after the
+//! algorithm ([`COMMANDS`]), that takes exactly what its Lua script takes
+//! and answers exactly what it answers:
+//!
+//! ```text
+//! RATELAB.GCRA key 1 now cost slack deadline T tolerance burst
+//!   -> [allowed, limit, remaining, retry_after_us, reset_after_us, delay_us]
+//! ```
+//!
+//! `1` is the protocol version (any other answers
+//! `ratelab: protocol version 1 expected, got ...`); `now` is the caller's instant in µs, or `""` for the server clock; `slack`
+//! is added to every TTL (ms); `deadline` is the Unix µs (server clock) after
+//! which the call writes nothing and answers `ratelab expired: ...`, or `""`;
+//! the parameters are the script's (`ratelab_redis::RedisAlgorithm::script_params`).
+//! Keys hold the scripts' own encodings, so the module and the scripts are
+//! interchangeable on the same keys, even mid-stream; the error replies
+//! (`ratelab <algorithm>: invalid arguments`,
+//! `ratelab <algorithm>: corrupt state at <key>: <what>`) are the scripts',
+//! word for word. The protocol is the scripts' (`lua/README.md` of the
+//! repository).
+//!
+//! ```
+//! // What a client sends for an algorithm, by the algorithm's name.
+//! assert_eq!(ratelab_redis_module::command("gcra"), Some("RATELAB.GCRA"));
+//! assert_eq!(
+//!     ratelab_redis_module::command("sliding-log"),
+//!     Some("RATELAB.SLIDING-LOG")
+//! );
+//! assert_eq!(ratelab_redis_module::command("nope"), None);
+//! ```
+//!
+//! **Why the `redis-module` crate.** It is maintained by Redis (it is what
+//! RedisJSON and RediSearch's Rust parts build on) and generates its
+//! bindings from the `redismodule.h` of the Redis sources with bindgen, so
+//! the module tracks the server's API rather than a hand copy of it; it
+//! brings safe wrappers for keys, replies, `RM_Call` with replication and
+//! OOM options, and a loader macro. A hand-written FFI of the dozen
+//! functions used here would spare a build dependency on libclang
+//! (Debian: `clang libclang-dev`) and little else: the time per call goes
+//! to Redis itself, not to the binding. One call needs `unsafe`, the
+//! variadic `RM_Call` that lets a decimal state be stored as compactly as a
+//! script stores it.
+//!
+//! Writes go through `RM_Call("SET" ...)` (and `ZADD`/`PEXPIRE` for the
+//! log) with replication on: replicas and the AOF receive the same effects
+//! a script would send, the string takes Redis's most compact encoding (an
+//! integer for GCRA's timestamp, as the script's `SET` gives), and a server
+//! out of memory refuses the write as it refuses a script's.
+
+#![warn(missing_docs)]
+// One call needs `unsafe`: the variadic `RM_Call` that lets Redis store a
+// decimal state as compactly as a script does (see `command::set`).
+#![deny(unsafe_code)]
+
+mod algorithms;
+mod args;
+mod command;
+mod lua;
+
+use ratelab_fixed_window::FixedWindow;
+use ratelab_gcra::Gcra;
+use ratelab_leaky_bucket::{LeakyMeter, LeakyQueue};
+use ratelab_sliding_window::SlidingCounter;
+use ratelab_token_bucket::TokenBucket;
+use redis_module::{Context, RedisResult, RedisString, RedisValue, redis_module};
+
+/// The version of the protocol the commands speak (the arguments, replies
+/// and key encodings of the Lua scripts they mirror), expected as the first
+/// argument after the key, as the scripts expect it as `ARGV[1]`.
+/// `RATELAB.PROTOCOL` answers it, so that a client can tell a module that
+/// speaks its protocol from another before it sends a check.
+pub const PROTOCOL: i64 = 1;
+
+/// Each algorithm's name (`Algorithm::name`) and its command.
+pub const COMMANDS: [(&str, &str); 7] = [
+    ("fixed-window", "RATELAB.FIXED-WINDOW"),
+    ("sliding-log", "RATELAB.SLIDING-LOG"),
+    ("sliding-counter", "RATELAB.SLIDING-COUNTER"),
+    ("leaky-meter", "RATELAB.LEAKY-METER"),
+    ("leaky-queue", "RATELAB.LEAKY-QUEUE"),
+    ("token-bucket", "RATELAB.TOKEN-BUCKET"),
+    ("gcra", "RATELAB.GCRA"),
+];
+
+/// The command that runs the algorithm named `algorithm`, if any.
+pub fn command(algorithm: &str) -> Option<&'static str> {
+    COMMANDS
+        .iter()
+        .find(|(name, _)| *name == algorithm)
+        .map(|&(_, command)| command)
+}
+
+fn fixed_window(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
+    command::string_command::<FixedWindow>(ctx, args)
+}
+
+fn sliding_counter(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
+    command::string_command::<SlidingCounter>(ctx, args)
+}
+
+fn leaky_meter(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
+    command::string_command::<LeakyMeter>(ctx, args)
+}
+
+fn leaky_queue(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
+    command::string_command::<LeakyQueue>(ctx, args)
+}
+
+fn token_bucket(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
+    command::string_command::<TokenBucket>(ctx, args)
+}
+
+fn gcra(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
+    command::string_command::<Gcra>(ctx, args)
+}
+
+fn protocol(_: &Context, _: Vec<RedisString>) -> RedisResult {
+    Ok(RedisValue::Integer(PROTOCOL))
+}
+
+/// The entry point Redis calls on `--loadmodule` (`RedisModule_OnLoad`),
+/// generated by the binding: it registers the commands.
+#[allow(missing_docs)]
+mod entry {
+    use super::*;
+
+    // The allocator: the module keeps nothing between calls (every byte it
+    // stores is a Redis string written through Redis), so the system allocator
+    // serves its short-lived buffers, and the rlib stays usable outside Redis.
+    // Flags: "write" (a replica refuses it; a cluster routes it by its one key,
+    // the first argument), "fast" for the O(1) algorithms; no "deny-oom": as
+    // for a script, only a write is refused when memory is full.
+    redis_module! {
+        name: "ratelab",
+        version: 1,
+        allocator: (std::alloc::System, std::alloc::System),
+        data_types: [],
+        commands: [
+            ["ratelab.fixed-window", fixed_window, "write fast", 1, 1, 1, ""],
+            ["ratelab.sliding-log", command::sliding_log, "write", 1, 1, 1, ""],
+            ["ratelab.sliding-counter", sliding_counter, "write fast", 1, 1, 1, ""],
+            ["ratelab.leaky-meter", leaky_meter, "write fast", 1, 1, 1, ""],
+            ["ratelab.leaky-queue", leaky_queue, "write fast", 1, 1, 1, ""],
+            ["ratelab.token-bucket", token_bucket, "write fast", 1, 1, 1, ""],
+            ["ratelab.gcra", gcra, "write fast", 1, 1, 1, ""],
+            ["ratelab.protocol", protocol, "readonly fast", 0, 0, 0, ""],
+        ],
+    }
+}

@@ -1,0 +1,602 @@
+//! The module on a real `redis-server --loadmodule`: decision for decision
+//! the in-memory `decide` and the Lua scripts, on random arrival sequences;
+//! interchangeable with the scripts on the same keys; a TTL on every write;
+//! the scripts' errors for invalid arguments, deadlines and corrupt state;
+//! and a three-master cluster whose nodes load it.
+
+mod support;
+
+use std::cell::{Cell, RefCell};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use proptest::prelude::*;
+use proptest::test_runner::{Config, FileFailurePersistence, TestCaseError, TestRunner};
+use ratelab_core::Quota;
+use ratelab_testkit::redis::{RedisServer, redis_cli_binary};
+
+use support::{
+    Kind, Memory, Reply, argv, connect, load_script, module_cmd, module_path, query, script_cmd,
+};
+
+/// Keys live an hour past what their state needs: the virtual clock of the
+/// sequences must never meet a real expiry.
+const SLACK_MS: u64 = 3_600_000;
+
+/// Where the virtual clocks start: a realistic Unix time, µs.
+const START: u64 = 1_700_000_000_000_000;
+
+fn quotas() -> Vec<Quota> {
+    vec![
+        Quota::per_second(5).unwrap().with_burst(10).unwrap(),
+        Quota::per_second(3).unwrap(),
+        Quota::new(7, Duration::from_secs(2))
+            .unwrap()
+            .with_burst(3)
+            .unwrap(),
+        Quota::per_minute(120).unwrap().with_burst(20).unwrap(),
+    ]
+}
+
+/// One arrival: a clock step (sometimes back), a cost (sometimes more than
+/// the capacity), and which runner handles the key both runners share.
+#[derive(Debug, Clone)]
+struct Step {
+    delta: i64,
+    cost: u32,
+    by_module: bool,
+}
+
+fn steps(capacity: u32) -> impl Strategy<Value = Vec<Step>> {
+    let delta = prop_oneof![
+        3 => 0i64..1_000,
+        3 => 0i64..400_000,
+        2 => 0i64..3_000_000,
+        1 => -1_000_000i64..0,
+    ];
+    let cost = prop_oneof![6 => Just(1u32), 3 => 0..=capacity, 1 => 0..=capacity + 1];
+    proptest::collection::vec(
+        (delta, cost, any::<bool>()).prop_map(|(delta, cost, by_module)| Step {
+            delta,
+            cost,
+            by_module,
+        }),
+        1..40,
+    )
+}
+
+/// What a key holds, in a form both runners must agree on byte for byte
+/// (`DUMP` also shows the encoding Redis chose for it).
+fn dump(connection: &mut redis::Connection, key: &str) -> Option<Vec<u8>> {
+    redis::cmd("DUMP").arg(key).query(connection).unwrap()
+}
+
+fn pttl(connection: &mut redis::Connection, key: &str) -> i64 {
+    redis::cmd("PTTL").arg(key).query(connection).unwrap()
+}
+
+/// The PEXPIRE a write of this reply must carry.
+fn expected_ttl(reply: &[i64]) -> i64 {
+    let reset = reply[4];
+    (reset + 999) / 1000 + i64::try_from(SLACK_MS).unwrap()
+}
+
+/// A key that was just written has its TTL: no more than asked, and not
+/// much less (the time since the write).
+fn check_ttl(
+    connection: &mut redis::Connection,
+    key: &str,
+    reply: &Reply,
+    cost: u32,
+) -> Result<(), TestCaseError> {
+    let ttl = pttl(connection, key);
+    prop_assert_ne!(ttl, -1, "{} has no TTL", key);
+    if let Ok(reply) = reply
+        && reply[0] == 1
+        && cost > 0
+    {
+        let expected = expected_ttl(reply);
+        prop_assert!(
+            ttl <= expected && ttl > expected - 5_000,
+            "{key}: PTTL {ttl}, expected {expected} after {reply:?}"
+        );
+    }
+    Ok(())
+}
+
+/// memory == module == script, decision for decision, on one key each and
+/// on one key both runners take turns on; the module's and the script's
+/// keys hold the same bytes after every step; every write has its TTL.
+#[test]
+fn module_decides_as_memory_and_as_the_scripts() {
+    let server = support::server();
+    let connection = RefCell::new(connect(&server.url()));
+    let case = Cell::new(0u64);
+    for kind in Kind::ALL {
+        let sha = load_script(&mut connection.borrow_mut(), kind);
+        for quota in quotas() {
+            let params = kind.params(quota);
+            let mut runner = TestRunner::new(Config {
+                cases: 12,
+                failure_persistence: Some(Box::new(FileFailurePersistence::WithSource(
+                    "proptest-regressions",
+                ))),
+                ..Config::default()
+            });
+            let result = runner.run(&steps(quota.burst()), |steps| {
+                case.set(case.get() + 1);
+                let case = case.get();
+                let mut connection = connection.borrow_mut();
+                let connection = &mut *connection;
+                let module_key = format!("m:{case}");
+                let script_key = format!("s:{case}");
+                let shared_key = format!("x:{case}");
+                let mut memory = Memory::new(kind, quota);
+                let mut shared_memory = Memory::new(kind, quota);
+                let mut now = START;
+                for step in &steps {
+                    now = now.saturating_add_signed(step.delta);
+                    let args = argv(&now.to_string(), step.cost, SLACK_MS, "", &params);
+                    let expected = memory.decide(now, step.cost);
+                    let module = query(connection, &module_cmd(kind, &module_key, &args));
+                    let script = query(connection, &script_cmd(&sha, &script_key, &args));
+                    prop_assert_eq!(&module, &expected, "{} module at {}", kind.name(), now);
+                    prop_assert_eq!(&script, &expected, "{} script at {}", kind.name(), now);
+                    prop_assert_eq!(
+                        dump(connection, &module_key),
+                        dump(connection, &script_key),
+                        "{} stores differently at {}",
+                        kind.name(),
+                        now
+                    );
+                    if module.is_ok() && dump(connection, &module_key).is_some() {
+                        check_ttl(connection, &module_key, &module, step.cost)?;
+                        check_ttl(connection, &script_key, &script, step.cost)?;
+                    }
+
+                    let shared = if step.by_module {
+                        module_cmd(kind, &shared_key, &args)
+                    } else {
+                        script_cmd(&sha, &shared_key, &args)
+                    };
+                    let shared = query(connection, &shared);
+                    prop_assert_eq!(
+                        &shared,
+                        &shared_memory.decide(now, step.cost),
+                        "{} on a key the module and the script share, at {}",
+                        kind.name(),
+                        now
+                    );
+                }
+                Ok(())
+            });
+            if let Err(e) = result {
+                panic!("{} with {quota:?}: {e}", kind.name());
+            }
+        }
+    }
+}
+
+/// With the server's clock (`now` = ""), a deadline, and arguments no
+/// script takes.
+#[test]
+fn server_time_deadlines_and_invalid_arguments_answer_as_the_scripts() {
+    let server = support::server();
+    let mut connection = connect(&server.url());
+    let quota = Quota::per_second(5).unwrap().with_burst(10).unwrap();
+    for kind in Kind::ALL {
+        let sha = load_script(&mut connection, kind);
+        let params = kind.params(quota);
+        let name = kind.name();
+
+        // The server's clock: both admit from empty, with a TTL.
+        let args = argv("", 1, 0, "", &params);
+        let module = query(
+            &mut connection,
+            &module_cmd(kind, &format!("t:m:{name}"), &args),
+        )
+        .unwrap();
+        let script = query(
+            &mut connection,
+            &script_cmd(&sha, &format!("t:s:{name}"), &args),
+        )
+        .unwrap();
+        // The clock moved between the two calls: only the reset differs.
+        assert_eq!(module[..4], script[..4], "{name} on the server's clock");
+        assert!(
+            (module[4] - script[4]).abs() < 1_000_000,
+            "{name}: {module:?} {script:?}"
+        );
+        assert_eq!(module[0], 1);
+        let ttl = pttl(&mut connection, &format!("t:m:{name}"));
+        assert!(ttl > 0 && ttl <= expected_ttl(&module) - i64::try_from(SLACK_MS).unwrap());
+
+        // A deadline that has passed: the same error, nothing written.
+        let late = argv(&START.to_string(), 1, 0, "1000", &params);
+        let module = query(
+            &mut connection,
+            &module_cmd(kind, &format!("d:m:{name}"), &late),
+        )
+        .unwrap_err();
+        let script = query(
+            &mut connection,
+            &script_cmd(&sha, &format!("d:s:{name}"), &late),
+        )
+        .unwrap_err();
+        for error in [&module, &script] {
+            assert!(
+                error.starts_with("ratelab expired: ran ")
+                    && error.ends_with(" us after its deadline; nothing was charged"),
+                "{name}: {error}"
+            );
+        }
+        assert_eq!(
+            dump(&mut connection, &format!("d:m:{name}")),
+            None,
+            "{name} wrote after its deadline"
+        );
+        // A deadline ahead: it runs.
+        let ahead = argv(&START.to_string(), 1, 0, "9000000000000000", &params);
+        assert_eq!(
+            query(
+                &mut connection,
+                &module_cmd(kind, &format!("d:m:{name}"), &ahead)
+            ),
+            query(
+                &mut connection,
+                &script_cmd(&sha, &format!("d:s:{name}"), &ahead)
+            ),
+            "{name}"
+        );
+
+        // Invalid arguments, as the scripts word them.
+        let now = START.to_string();
+        // Another protocol version, or none: the prologue's own error.
+        let mut other = argv(&now, 1, 0, "", &params);
+        other[0] = "2".into();
+        let mut empty = other.clone();
+        empty[0] = String::new();
+        for args in [vec![], other, empty] {
+            let module = query(&mut connection, &module_cmd(kind, "p:m", &args));
+            let script = query(&mut connection, &script_cmd(&sha, "p:s", &args));
+            assert!(
+                module
+                    .as_ref()
+                    .is_err_and(|e| e.starts_with("ratelab: protocol version 1 expected, got ")),
+                "{name} {args:?}: {module:?}"
+            );
+            assert_eq!(module, script, "{name} {args:?}");
+        }
+        let mut bad: Vec<Vec<String>> = vec![
+            vec!["1".into(), now.clone(), "1".into(), "0".into()],
+            argv("x", 1, 0, "", &params),
+            argv(&now, 1, 0, "soon", &params),
+            argv(&now, 1, 0, "", &params[..params.len() - 1]),
+            argv(&now, 11, 0, "", &params),
+        ];
+        let mut negative = argv(&now, 1, 0, "", &params);
+        negative[2] = "-1".into();
+        bad.push(negative);
+        let mut fraction = argv(&now, 1, 0, "", &params);
+        fraction[3] = "0.5".into();
+        bad.push(fraction);
+        for args in bad {
+            let module = query(&mut connection, &module_cmd(kind, "i:m", &args));
+            let script = query(&mut connection, &script_cmd(&sha, "i:s", &args));
+            assert_eq!(
+                module,
+                Err(format!("ratelab {name}: invalid arguments")),
+                "{args:?}"
+            );
+            assert_eq!(module, script, "{name} {args:?}");
+        }
+    }
+}
+
+/// Writes `value` at `key` with `SET`, `LPUSH` or `ZADD`.
+fn plant(connection: &mut redis::Connection, key: &str, value: &Planted) {
+    let _: () = redis::cmd("DEL").arg(key).query(connection).unwrap();
+    let mut cmd;
+    match value {
+        Planted::String(bytes) => {
+            cmd = redis::cmd("SET");
+            cmd.arg(key).arg(bytes.as_slice());
+        }
+        Planted::List => {
+            cmd = redis::cmd("LPUSH");
+            cmd.arg(key).arg("x");
+        }
+        Planted::Zset(entries) => {
+            cmd = redis::cmd("ZADD");
+            cmd.arg(key);
+            for (score, member) in entries {
+                cmd.arg(score.as_str()).arg(member.as_str());
+            }
+        }
+    }
+    let _: redis::Value = cmd.query(connection).unwrap();
+}
+
+#[derive(Debug)]
+enum Planted {
+    String(Vec<u8>),
+    List,
+    Zset(Vec<(String, String)>),
+}
+
+fn doubles(values: &[f64]) -> Vec<u8> {
+    values.iter().flat_map(|v| v.to_le_bytes()).collect()
+}
+
+/// State no script could have written: the module answers the script's
+/// error, word for word, and changes nothing.
+#[test]
+fn corrupt_state_is_the_same_error_as_the_scripts() {
+    let server = support::server();
+    let mut connection = connect(&server.url());
+    let quota = Quota::per_second(5).unwrap().with_burst(10).unwrap();
+    let now = START;
+    let far: f64 = 9.0e15;
+    let mut bucket_nan = 0xffff_ffffu32.to_le_bytes().to_vec();
+    bucket_nan.extend_from_slice(&[0xff; 8]);
+    let mut bucket_late = 3u32.to_le_bytes().to_vec();
+    bucket_late.extend_from_slice(&far.to_le_bytes());
+    let mut bucket_fraction = 3u32.to_le_bytes().to_vec();
+    bucket_fraction.extend_from_slice(&1_500_000_000_000_000.5f64.to_le_bytes());
+    let common = [
+        Planted::List,
+        Planted::String(b"abc".to_vec()),
+        Planted::String(vec![0xfe; 40]),
+        Planted::String(Vec::new()),
+    ];
+    let per_kind = |kind: Kind| -> Vec<Planted> {
+        let s = |bytes: &[u8]| Planted::String(bytes.to_vec());
+        match kind {
+            Kind::Gcra | Kind::LeakyQueue => vec![
+                s(b"9000000000000000"),
+                s(b"1.5"),
+                s(b"-4"),
+                s(b"nan"),
+                s(b"1e300"),
+                s(b" 17 "),
+            ],
+            Kind::TokenBucket => vec![
+                Planted::String(bucket_nan.clone()),
+                Planted::String(bucket_late.clone()),
+                Planted::String(bucket_fraction.clone()),
+            ],
+            Kind::FixedWindow | Kind::LeakyMeter => vec![
+                s(&doubles(&[f64::NAN, 1.0])),
+                s(&doubles(&[far, 1.0])),
+                s(&doubles(if kind == Kind::FixedWindow {
+                    &[1.0, 11.0]
+                } else {
+                    &[3e6, 1.0]
+                })),
+                s(&doubles(&[-1.0, 0.5])),
+                s(&doubles(&[1.0, far])),
+            ],
+            Kind::SlidingCounter => vec![
+                s(&doubles(&[far, 1.0, 1.0])),
+                s(&doubles(&[1.0, 11.0, 1.0])),
+                s(&doubles(&[1.0, 1.0, f64::INFINITY])),
+            ],
+            Kind::SlidingLog => {
+                let entries = |n: u64, at: &str| {
+                    (0..n)
+                        .map(|i| (at.to_owned(), format!("{at}:{i}")))
+                        .collect()
+                };
+                vec![
+                    Planted::Zset(entries(11, &now.to_string())),
+                    Planted::Zset(entries(2, "9000000000000000")),
+                    Planted::Zset(vec![(format!("{}.5", now - 1), "half".into())]),
+                    Planted::String(b"1".to_vec()),
+                ]
+            }
+        }
+    };
+    for kind in Kind::ALL {
+        let sha = load_script(&mut connection, kind);
+        let params = kind.params(quota);
+        let args = argv(&now.to_string(), 1, 0, "", &params);
+        let planted: Vec<Planted> = common
+            .iter()
+            .filter(|p| kind != Kind::SlidingLog || matches!(p, Planted::List))
+            .map(|p| match p {
+                Planted::String(b) => Planted::String(b.clone()),
+                Planted::List => Planted::List,
+                Planted::Zset(e) => Planted::Zset(e.clone()),
+            })
+            .chain(per_kind(kind))
+            .collect();
+        for value in planted {
+            for key in ["c:{user\u{1}}", "c:plain"] {
+                plant(&mut connection, key, &value);
+                let before = dump(&mut connection, key);
+                let module = query(&mut connection, &module_cmd(kind, key, &args));
+                let after = dump(&mut connection, key);
+                plant(&mut connection, key, &value);
+                let script = query(&mut connection, &script_cmd(&sha, key, &args));
+                let name = kind.name();
+                assert_eq!(module, script, "{name}: {value:?} at {key}");
+                // Lua's tonumber reads " 17 " as 17: so does the module.
+                if value_is_a_number(&value) {
+                    continue;
+                }
+                let Err(message) = &module else {
+                    panic!("{name}: {value:?} at {key} was read as valid: {module:?}");
+                };
+                let expected = format!("ratelab {name}: corrupt state at ");
+                assert!(
+                    message.starts_with(&expected),
+                    "{name} {value:?}: {message}"
+                );
+                if !matches!(value, Planted::Zset(_)) {
+                    assert_eq!(before, after, "{name} changed {value:?}");
+                }
+            }
+        }
+    }
+}
+
+fn value_is_a_number(value: &Planted) -> bool {
+    matches!(value, Planted::String(b) if b.as_slice() == b" 17 ")
+}
+
+/// Module and scripts store no more per key: the same encoding, the same
+/// `MEMORY USAGE`.
+#[test]
+fn keys_take_the_memory_the_scripts_keys_take() {
+    let server = support::server();
+    let mut connection = connect(&server.url());
+    let quota = Quota::per_second(5).unwrap().with_burst(10).unwrap();
+    for kind in Kind::ALL {
+        let sha = load_script(&mut connection, kind);
+        let params = kind.params(quota);
+        let _: () = redis::cmd("DEL")
+            .arg("mem:m")
+            .arg("mem:s")
+            .query(&mut connection)
+            .unwrap();
+        for (i, cost) in [1u32, 0, 3, 0].into_iter().enumerate() {
+            let now = (START + 1000 * i as u64).to_string();
+            let args = argv(&now, cost, SLACK_MS, "", &params);
+            query(&mut connection, &module_cmd(kind, "mem:m", &args)).unwrap();
+            query(&mut connection, &script_cmd(&sha, "mem:s", &args)).unwrap();
+            let usage = |c: &mut redis::Connection, key: &str| -> (i64, String) {
+                let bytes = redis::cmd("MEMORY").arg("USAGE").arg(key).query(c).unwrap();
+                let encoding = redis::cmd("OBJECT")
+                    .arg("ENCODING")
+                    .arg(key)
+                    .query(c)
+                    .unwrap();
+                (bytes, encoding)
+            };
+            let module = usage(&mut connection, "mem:m");
+            let script = usage(&mut connection, "mem:s");
+            assert_eq!(module, script, "{} after a cost of {cost}", kind.name());
+        }
+    }
+}
+
+/// A three-master cluster whose nodes load the module: every key's command
+/// runs on the node that owns its slot (others answer MOVED, as for any
+/// command with a key) and decides as memory does.
+#[test]
+fn module_runs_on_a_cluster_whose_nodes_load_it() {
+    let nodes = start_cluster();
+    let mut connections: Vec<(u16, redis::Connection)> = nodes
+        .iter()
+        .map(|n| (n.port(), connect(&n.url())))
+        .collect();
+    let quota = Quota::per_second(5).unwrap().with_burst(10).unwrap();
+    let mut served_by = std::collections::BTreeSet::new();
+    for kind in Kind::ALL {
+        let params = kind.params(quota);
+        for user in 0..12 {
+            let key = format!("ratelab:{{user-{user}}}:{}", kind.name());
+            let mut memory = Memory::new(kind, quota);
+            for step in 0..15u64 {
+                let now = START + step * 50_000;
+                let args = argv(&now.to_string(), 1, SLACK_MS, "", &params);
+                let cmd = module_cmd(kind, &key, &args);
+                let (port, reply) = on_owner(&mut connections, &cmd);
+                served_by.insert(port);
+                assert_eq!(
+                    reply,
+                    memory.decide(now, 1),
+                    "{} {key} at {now}",
+                    kind.name()
+                );
+            }
+        }
+    }
+    assert_eq!(
+        served_by.len(),
+        3,
+        "every node served some keys: {served_by:?}"
+    );
+}
+
+/// Sends `cmd` to the first node, following `MOVED` to the owner of the
+/// key's slot.
+fn on_owner(connections: &mut [(u16, redis::Connection)], cmd: &redis::Cmd) -> (u16, Reply) {
+    let mut index = 0;
+    for _ in 0..3 {
+        let (port, connection) = &mut connections[index];
+        match query(connection, cmd) {
+            Err(e) if e.starts_with("MOVED ") => {
+                let owner: u16 = e
+                    .rsplit(':')
+                    .next()
+                    .and_then(|p| p.parse().ok())
+                    .unwrap_or_else(|| panic!("cannot read {e}"));
+                index = connections
+                    .iter()
+                    .position(|(p, _)| *p == owner)
+                    .unwrap_or_else(|| panic!("MOVED to an unknown node: {e}"));
+            }
+            reply => return (*port, reply),
+        }
+    }
+    panic!("no node owns the key");
+}
+
+/// Three cluster-enabled servers that load the module, joined with
+/// `redis-cli --cluster create`. (`RedisCluster` of the testkit passes no
+/// extra arguments to its nodes; this builds the same cluster from
+/// `RedisServer` guards, which do.)
+fn start_cluster() -> Vec<RedisServer> {
+    let module = module_path().to_str().unwrap().to_owned();
+    let mut last_error = String::new();
+    for _ in 0..5 {
+        let nodes: Vec<RedisServer> = (0..3)
+            .map(|_| {
+                RedisServer::start_with(&[
+                    "--cluster-enabled",
+                    "yes",
+                    "--cluster-config-file",
+                    "nodes.conf",
+                    "--cluster-node-timeout",
+                    "2000",
+                    "--loadmodule",
+                    &module,
+                ])
+            })
+            .collect();
+        let addresses: Vec<String> = nodes
+            .iter()
+            .map(|n| format!("127.0.0.1:{}", n.port()))
+            .collect();
+        let output = Command::new(redis_cli_binary())
+            .args(["--cluster", "create"])
+            .args(&addresses)
+            .args(["--cluster-replicas", "0", "--cluster-yes"])
+            .stdin(Stdio::null())
+            .output()
+            .expect("cannot run redis-cli");
+        if !output.status.success() {
+            last_error = String::from_utf8_lossy(&output.stdout).into_owned();
+            continue;
+        }
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let ready = nodes.iter().all(|node| {
+            loop {
+                let info = node.command(&["CLUSTER", "INFO"]).unwrap_or_default();
+                if info.contains("cluster_state:ok") {
+                    break true;
+                }
+                if Instant::now() > deadline {
+                    last_error = info;
+                    break false;
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        });
+        if ready {
+            return nodes;
+        }
+    }
+    panic!("the cluster did not start: {last_error}");
+}
