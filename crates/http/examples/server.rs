@@ -9,18 +9,29 @@
 //! curl -i http://127.0.0.1:3000/                                  # anonymous: 10 per minute per IP
 //! curl -i -H 'x-api-key: demo-free' http://127.0.0.1:3000/        # plan free: 60 per minute
 //! curl -i -H 'x-api-key: demo-pro' http://127.0.0.1:3000/         # plan pro: 600 per minute
-//! curl -i -u alice:wonderland -X POST http://127.0.0.1:3000/login # 5 attempts per account per 15 min
+//! curl -i -u alice:wonderland -X POST http://127.0.0.1:3000/login # 5 failures per account and address per 15 min
 //! curl -i -X POST 'http://127.0.0.1:3000/sms?to=5550001,5550002'  # 10 messages per hour, 1 per recipient
+//! curl http://127.0.0.1:3000/metrics                              # Prometheus metrics (not limited)
 //! ```
 //!
-//! Options: `--anonymous 10/min` (the anonymous quota: `N/s`, `N/min` or
-//! `N/h`), `--legacy-headers` (also `X-RateLimit-*`), `--trusted-proxy CIDR`
-//! (repeatable: read `X-Forwarded-For` from these peers). It prints
-//! `listening on http://ADDR` once it accepts connections (`127.0.0.1:0`
-//! picks a free port).
+//! **Logins a stranger cannot turn against the owner.** Only failed logins
+//! count, per account *and* address: a stranger who sends 5 wrong passwords
+//! for `alice` is refused for a while, and alice, from her own address, still
+//! logs in. A per-account cap on failures (50 per hour, from any address)
+//! bounds guessing spread over many addresses; a successful login consumes
+//! nothing.
+//!
+//! Options: `--config FILE` (the quotas, as in `DEFAULT_CONFIG` below),
+//! `--anonymous 10/min` (the anonymous quota: `N/s`, `N/min`, `N/h`, or
+//! `N/15min`...), `--legacy-headers` (also `X-RateLimit-*`),
+//! `--trusted-proxy CIDR` (repeatable: read `X-Forwarded-For` from these
+//! peers). It prints `listening on http://ADDR` once it accepts connections
+//! (`127.0.0.1:0` picks a free port).
 
 use std::io::Write;
 use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -32,11 +43,87 @@ use base64::Engine;
 use clap::Parser;
 use http::request::Parts;
 use http::{HeaderName, Method};
+use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 use ratelab_core::{AsyncRateLimiter, Keyed, Quota};
 use ratelab_gcra::Gcra;
-use ratelab_http::{Client, Identify, Identity, Policy, RateLimitLayer, TrustedProxies};
+use ratelab_http::{Client, Count, Identify, Identity, Policy, RateLimitLayer, TrustedProxies};
 use ratelab_redis::{Connection, RedisLimiter};
+use serde::Deserialize;
 use serde_json::{Value, json};
+
+/// The quotas when no `--config` is given; a config file has this shape.
+const DEFAULT_CONFIG: &str = r#"
+# Every client is on one plan: anonymous (by IP address), or the plan of its
+# API key.
+[plans]
+anonymous = "10/min"
+free = "60/min"
+pro = "600/min"
+
+# Only failed logins count.
+[login]
+per_account_and_address = "5/15min"
+per_account = "50/h"
+
+# One unit per recipient.
+[sms]
+per_client = "10/h"
+"#;
+
+/// The quotas of the demo API, from TOML.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Config {
+    plans: Plans,
+    login: Login,
+    sms: Sms,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Plans {
+    #[serde(deserialize_with = "quota")]
+    anonymous: Quota,
+    #[serde(deserialize_with = "quota")]
+    free: Quota,
+    #[serde(deserialize_with = "quota")]
+    pro: Quota,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Login {
+    #[serde(deserialize_with = "quota")]
+    per_account_and_address: Quota,
+    #[serde(deserialize_with = "quota")]
+    per_account: Quota,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Sms {
+    #[serde(deserialize_with = "quota")]
+    per_client: Quota,
+}
+
+/// A quota written `N/unit`: parsed inside the deserializer, so that a bad
+/// one is reported at its line.
+fn quota<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<Quota, D::Error> {
+    let text = String::deserialize(deserializer)?;
+    parse_quota(&text).map_err(serde::de::Error::custom)
+}
+
+impl Config {
+    /// The file's config, or an error that names the file and the line.
+    fn load(path: Option<&PathBuf>) -> Result<Config, String> {
+        let Some(path) = path else {
+            return toml::from_str(DEFAULT_CONFIG).map_err(|e| format!("built-in config: {e}"));
+        };
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+        toml::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))
+    }
+}
 
 /// The demo API of ratelab-http.
 #[derive(Debug, Parser)]
@@ -44,30 +131,50 @@ struct Args {
     /// The address to listen on.
     #[arg(default_value = "127.0.0.1:3000")]
     listen: SocketAddr,
-    /// The quota of anonymous clients, per IP address: N/s, N/min or N/h.
-    #[arg(long, default_value = "10/min", value_parser = parse_quota)]
-    anonymous: Quota,
+    /// The quotas, in TOML (the built-in ones otherwise).
+    #[arg(long, value_name = "FILE")]
+    config: Option<PathBuf>,
+    /// The quota of anonymous clients, per IP address (N/s, N/min, N/h, or
+    /// N/15min...); overrides the config's.
+    #[arg(long, value_parser = parse_quota)]
+    anonymous: Option<Quota>,
     /// Also send X-RateLimit-Limit, -Remaining and -Reset.
     #[arg(long)]
     legacy_headers: bool,
-    /// A proxy network (CIDR) whose X-Forwarded-For is believed; repeatable.
-    #[arg(long = "trusted-proxy")]
+    /// A proxy address or network (CIDR) whose X-Forwarded-For is believed;
+    /// repeatable.
+    #[arg(long = "trusted-proxy", value_name = "CIDR", value_parser = parse_proxy)]
     trusted_proxies: Vec<String>,
 }
 
+/// `text` if it is a proxy address or network; else the sentence saying why.
+fn parse_proxy(text: &str) -> Result<String, String> {
+    TrustedProxies::parse([text]).map_err(|e| e.to_string())?;
+    Ok(text.to_owned())
+}
+
+/// `N/unit`, where unit is `s`, `min` or `h`, optionally with a count
+/// (`5/15min`).
 fn parse_quota(text: &str) -> Result<Quota, String> {
-    let (limit, per) = text.split_once('/').ok_or("expected N/s, N/min or N/h")?;
-    let limit: u32 = limit
-        .trim()
-        .parse()
-        .map_err(|e| format!("{limit:?}: {e}"))?;
-    let period = match per.trim() {
-        "s" | "sec" | "second" => Duration::from_secs(1),
-        "min" | "minute" => Duration::from_secs(60),
-        "h" | "hour" => Duration::from_secs(3600),
-        other => return Err(format!("unknown period {other:?}: use s, min or h")),
+    let usage = || format!("{text:?} is not a quota: write N/s, N/min, N/h or N/15min");
+    let (limit, per) = text.split_once('/').ok_or_else(usage)?;
+    let limit: u32 = limit.trim().parse().map_err(|_| usage())?;
+    let per = per.trim();
+    let digits = per.bytes().take_while(u8::is_ascii_digit).count();
+    let (count, unit) = per.split_at(digits);
+    let count: u32 = if count.is_empty() {
+        1
+    } else {
+        count.parse().map_err(|_| usage())?
     };
-    Quota::new(limit, period).map_err(|e| e.to_string())
+    let unit = match unit {
+        "s" | "sec" | "second" => 1,
+        "min" | "minute" => 60,
+        "h" | "hour" => 3600,
+        _ => return Err(usage()),
+    };
+    let period = Duration::from_secs(u64::from(count) * unit);
+    Quota::new(limit, period).map_err(|e| format!("{text:?}: {e}"))
 }
 
 /// Where the limiters keep their state.
@@ -77,16 +184,25 @@ enum Backend {
 }
 
 impl Backend {
-    /// A GCRA limiter for `quota`, in this process or on the shared Redis.
-    fn limiter(&self, quota: Quota) -> Arc<dyn AsyncRateLimiter> {
+    /// A policy named `name` on a GCRA limiter for `quota`, in this process
+    /// or on the shared Redis.
+    fn policy(&self, name: &str, quota: Quota) -> Policy {
         match self {
-            Backend::Memory => Arc::new(Keyed::new(Gcra::new(quota))),
+            Backend::Memory => {
+                let limiter = Arc::new(Keyed::new(Gcra::new(quota)));
+                let tracked = limiter.clone();
+                Policy::shared(name, limiter as Arc<dyn AsyncRateLimiter>)
+                    .keys_tracked(move || tracked.len())
+            }
             // Errors are returned to the layer, whose policies decide (fail
             // open or closed); the layer bounds each call by its own timeout.
-            Backend::Redis(connection) => Arc::new(
-                RedisLimiter::builder(connection.clone(), Gcra::new(quota))
-                    .timeout(Duration::from_millis(100))
-                    .build(),
+            Backend::Redis(connection) => Policy::shared(
+                name,
+                Arc::new(
+                    RedisLimiter::builder(connection.clone(), Gcra::new(quota))
+                        .timeout(Duration::from_millis(100))
+                        .build(),
+                ),
             ),
         }
     }
@@ -97,6 +213,15 @@ impl Backend {
 fn login_account(request: &Parts) -> Option<String> {
     let (user, _) = basic_credentials(&request.headers)?;
     Some(user.to_lowercase())
+}
+
+/// The account and the client's address: a stranger's failures fill only
+/// the stranger's own allowance for that account.
+fn login_account_and_address(request: &Parts, client: &Client) -> Option<String> {
+    let ip = client
+        .ip()
+        .map_or_else(|| "unknown".to_owned(), |ip| ip.to_string());
+    Some(format!("{}|{ip}", login_account(request)?))
 }
 
 fn basic_credentials(headers: &HeaderMap) -> Option<(String, String)> {
@@ -121,7 +246,12 @@ fn recipients(query: Option<&str>) -> Vec<String> {
         .collect()
 }
 
-fn layer(args: &Args, backend: &Backend) -> Result<RateLimitLayer, Box<dyn std::error::Error>> {
+fn layer(
+    args: &Args,
+    config: &Config,
+    backend: &Backend,
+) -> Result<RateLimitLayer, Box<dyn std::error::Error>> {
+    let anonymous = args.anonymous.unwrap_or(config.plans.anonymous);
     let identify = Identify::new()
         .api_key(HeaderName::from_static("x-api-key"), |key| match key {
             "demo-free" => Some(Identity::new("free-demo").with_plan("free")),
@@ -132,20 +262,28 @@ fn layer(args: &Args, backend: &Backend) -> Result<RateLimitLayer, Box<dyn std::
         .trusted_proxies(TrustedProxies::parse(&args.trusted_proxies)?);
     let layer = RateLimitLayer::builder()
         .identify(identify)
-        .policy(Policy::shared("anonymous", backend.limiter(args.anonymous)).plan("anonymous"))
-        .policy(Policy::shared("free", backend.limiter(Quota::per_minute(60)?)).plan("free"))
-        .policy(Policy::shared("pro", backend.limiter(Quota::per_minute(600)?)).plan("pro"))
+        .policy(backend.policy("anonymous", anonymous).plan("anonymous"))
+        .policy(backend.policy("free", config.plans.free).plan("free"))
+        .policy(backend.policy("pro", config.plans.pro).plan("pro"))
         .policy(
-            Policy::shared(
-                "login",
-                backend.limiter(Quota::new(5, Duration::from_secs(15 * 60))?),
-            )
-            .route(Method::POST, "/login")
-            .key(|request, _| login_account(request))
-            .fail_closed(),
+            backend
+                .policy("login", config.login.per_account_and_address)
+                .route(Method::POST, "/login")
+                .key(login_account_and_address)
+                .count(Count::Failures)
+                .fail_closed(),
         )
         .policy(
-            Policy::shared("sms", backend.limiter(Quota::per_hour(10)?))
+            backend
+                .policy("login-account", config.login.per_account)
+                .route(Method::POST, "/login")
+                .key(|request, _| login_account(request))
+                .count(Count::Failures)
+                .fail_closed(),
+        )
+        .policy(
+            backend
+                .policy("sms", config.sms.per_client)
                 .route(Method::POST, "/sms")
                 .cost_with(|request, _| {
                     u32::try_from(recipients(request.uri.query()).len()).unwrap_or(u32::MAX)
@@ -153,6 +291,8 @@ fn layer(args: &Args, backend: &Backend) -> Result<RateLimitLayer, Box<dyn std::
                 .fail_closed(),
         )
         .legacy_headers(args.legacy_headers)
+        // Scrapes and health checks are not the clients being limited.
+        .skip(|request| request.uri.path() == "/metrics")
         .build()?;
     Ok(layer)
 }
@@ -179,6 +319,11 @@ async fn login(headers: HeaderMap) -> (StatusCode, Json<Value>) {
     }
 }
 
+/// The Prometheus text exposition of every metric recorded.
+async fn render(metrics: PrometheusHandle) -> String {
+    metrics.render()
+}
+
 async fn sms(RawQuery(query): RawQuery) -> (StatusCode, Json<Value>) {
     let to = recipients(query.as_deref());
     if to.is_empty() {
@@ -190,8 +335,33 @@ async fn sms(RawQuery(query): RawQuery) -> (StatusCode, Json<Value>) {
     (StatusCode::OK, Json(json!({ "sent": to.len(), "to": to })))
 }
 
-#[tokio::main]
-async fn main() -> Result<(), Box<dyn std::error::Error>> {
+fn main() -> ExitCode {
+    let args = Args::parse();
+    let config = match Config::load(args.config.as_ref()) {
+        Ok(config) => config,
+        Err(error) => {
+            eprintln!("error: {error}");
+            return ExitCode::from(2);
+        }
+    };
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("error: cannot start the runtime: {error}");
+            return ExitCode::FAILURE;
+        }
+    };
+    // Errors as sentences, not as Debug structs.
+    match runtime.block_on(serve(args, config)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("error: {error}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn serve(args: Args, config: Config) -> Result<(), Box<dyn std::error::Error>> {
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
@@ -199,7 +369,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
         )
         .init();
-    let args = Args::parse();
+    let metrics = PrometheusBuilder::new()
+        .install_recorder()
+        .map_err(|e| format!("cannot install the metrics recorder: {e}"))?;
     let (backend, where_) = match std::env::var("REDIS_URL") {
         Ok(url) if !url.is_empty() => {
             let connection = Connection::single(&url)
@@ -213,7 +385,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .route("/", get(home))
         .route("/login", post(login))
         .route("/sms", post(sms))
-        .layer(layer(&args, &backend)?);
+        .route("/metrics", get(move || render(metrics.clone())))
+        .layer(layer(&args, &config, &backend)?);
 
     let listener = tokio::net::TcpListener::bind(args.listen).await?;
     let addr = listener.local_addr()?;

@@ -249,3 +249,52 @@
 //! [`ThrottleLayer`](crate::ThrottleLayer) (a tower layer for HTTP clients)
 //! make outgoing calls wait for their turn on any limiter, with a timeout:
 //! see [`ratelab_core::wait_and_consume_async`] for the waiting rule.
+//!
+//! # Responses the application chooses
+//!
+//! - [`refusal_response`](crate::RateLimitLayerBuilder::refusal_response) and
+//!   [`unavailable_response`](crate::RateLimitLayerBuilder::unavailable_response)
+//!   replace the `429` and `503` problem bodies with any response built from
+//!   the [`RateLimitInfo`](crate::RateLimitInfo); the layer still adds
+//!   `Retry-After` when the response has none, and the rate limit fields.
+//! - [`headers`](crate::RateLimitLayerBuilder::headers) picks the fields
+//!   ([`HeaderStyle`](crate::HeaderStyle): the draft's, legacy, both, none);
+//!   [`legacy_reset`](crate::RateLimitLayerBuilder::legacy_reset) sends
+//!   `X-RateLimit-Reset` as a Unix time from the layer's
+//!   [`wall_clock`](crate::RateLimitLayerBuilder::wall_clock).
+//! - Handlers read the decision from the request's extensions:
+//!   `Extension<RateLimitInfo>` in axum (express-rate-limit's
+//!   `req.rateLimit`).
+//! - [`skip`](crate::RateLimitLayerBuilder::skip) lets health checks,
+//!   `OPTIONS` preflights and metrics scrapes through untouched.
+//! - Every `503` carries `Retry-After`: the limiter's hint when it gives one
+//!   (an open circuit breaker, a full table of keys), at least 1 s.
+//!
+//! # Counting only failures, or only successes
+//!
+//! [`Policy::count`](crate::Policy::count) with
+//! [`Count::Failures`](crate::Count::Failures) counts only the requests whose
+//! response is a failure (a failed login), [`Count::Successes`](crate::Count::Successes)
+//! only the others. With a limiter that can give units back
+//! ([`Refund`](crate::Refund), [`Policy::refundable`](crate::Policy::refundable))
+//! the request consumes first and is refunded after; with any other limiter
+//! it is peeked first and consumed after (see [`Count`](crate::Count) for
+//! the difference under concurrency).
+//!
+//! Login protection a stranger cannot turn against the owner (the crate's
+//! `examples/server.rs`): count failures only, keyed by account *and*
+//! address, so a stranger's failures use up the stranger's allowance for the
+//! account, not the owner's; and a second policy caps failures per account
+//! from any address, much higher, against guessing spread over many
+//! addresses.
+//!
+//! # Metrics
+//!
+//! Through the [`metrics`] facade, into whatever recorder the application
+//! installs (with `metrics-exporter-prometheus`, the example server's
+//! `/metrics`); the names are in [`telemetry`](crate::telemetry):
+//! requests by outcome, decisions by policy and outcome, limiter call
+//! latency by policy, limiter failures by policy, mode and kind, calls after
+//! the response, and keys tracked where the policy says
+//! ([`Policy::keys_tracked`](crate::Policy::keys_tracked)). The [`Stats`](crate::Stats)
+//! counters remain, for code that reads them directly.

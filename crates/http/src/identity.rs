@@ -435,6 +435,15 @@ mod tests {
     }
 
     #[test]
+    fn ipv4_written_as_ipv6_is_keyed_as_ipv4() {
+        let identify = Identify::new();
+        for peer in ["[::1.2.3.4]:80", "[::ffff:1.2.3.4]:80"] {
+            assert_eq!(identify.client(&parts(peer)).key(), "ip:1.2.3.4", "{peer}");
+        }
+        assert_eq!(identify.client(&parts("[::1]:80")).key(), "ip:::/64");
+    }
+
+    #[test]
     fn ipv6_grouped_by_prefix() {
         let p = parts("[2001:db8:1:2:3:4:5:6]:80");
         assert_eq!(Identify::new().client(&p).key(), "ip:2001:db8:1:2::/64");

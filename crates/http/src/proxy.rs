@@ -3,7 +3,7 @@
 //! `Forwarded`.
 
 use std::fmt;
-use std::net::{IpAddr, Ipv6Addr, SocketAddr};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::str::FromStr;
 
 use http::HeaderMap;
@@ -49,7 +49,7 @@ pub enum ForwardedHeader {
 ///
 /// Addresses are compared in canonical form: an IPv4-mapped IPv6 address
 /// (`::ffff:10.0.0.1`, what a dual-stack socket reports for an IPv4 peer) is
-/// the IPv4 address. Ports (`10.0.0.1:4711`, `[2001:db8::1]:4711`) are
+/// the IPv4 address, and so is an IPv4-compatible one (`::10.0.0.1`). Ports (`10.0.0.1:4711`, `[2001:db8::1]:4711`) are
 /// ignored.
 ///
 /// ```
@@ -78,7 +78,10 @@ pub struct TrustedProxies {
 
 /// A trusted proxy network that could not be parsed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{input:?} is neither a network in CIDR notation (10.0.0.0/8, fd00::/8) nor an IP address")]
+#[error(
+    "{input:?} is neither an IP address nor a network in CIDR notation (10.0.0.0/8, fd00::/8); \
+     host names are not resolved: give the proxy's address"
+)]
 pub struct InvalidNetwork {
     /// The text given.
     pub input: String,
@@ -140,7 +143,7 @@ impl TrustedProxies {
 
     /// `ip` is inside a trusted network.
     pub fn contains(&self, ip: IpAddr) -> bool {
-        let ip = ip.to_canonical();
+        let ip = canonical(ip);
         self.networks.iter().any(|net| net.contains(&ip))
     }
 
@@ -148,7 +151,7 @@ impl TrustedProxies {
     /// type's docs for the rule. Never fails: whatever the headers hold, the
     /// answer is an address some trusted party vouched for.
     pub fn client_ip(&self, peer: IpAddr, headers: &HeaderMap) -> IpAddr {
-        let peer = peer.to_canonical();
+        let peer = canonical(peer);
         if !self.contains(peer) {
             return peer;
         }
@@ -160,7 +163,7 @@ impl TrustedProxies {
         for hop in hops.iter().rev() {
             match hop {
                 Some(ip) => {
-                    client = ip.to_canonical();
+                    client = canonical(*ip);
                     if !self.contains(client) {
                         return client;
                     }
@@ -180,6 +183,24 @@ impl fmt::Display for ForwardedHeader {
             ForwardedHeader::Forwarded => "Forwarded",
         })
     }
+}
+
+/// An IPv4 address written as IPv6 is the IPv4 address: mapped
+/// (`::ffff:1.2.3.4`, what a dual-stack socket reports for an IPv4 peer) and
+/// compatible (`::1.2.3.4`, deprecated by RFC 4291 but still parsed and
+/// sent). Otherwise a compatible address would be grouped by /64 with `::1`
+/// and every other one of them. `::` and `::1` stay IPv6's own.
+pub(crate) fn canonical(ip: IpAddr) -> IpAddr {
+    let IpAddr::V6(v6) = ip else { return ip };
+    if let Some(v4) = v6.to_ipv4_mapped() {
+        return IpAddr::V4(v4);
+    }
+    let octets = v6.octets();
+    if octets[..12].iter().all(|&b| b == 0) && !v6.is_loopback() && !v6.is_unspecified() {
+        let [a, b, c, d] = [octets[12], octets[13], octets[14], octets[15]];
+        return IpAddr::V4(Ipv4Addr::new(a, b, c, d));
+    }
+    ip
 }
 
 /// An IPv4-mapped IPv6 network is the IPv4 network it maps.
@@ -370,6 +391,21 @@ mod tests {
         }
         let h = headers("x-forwarded-for", &[b"6.6.6.6, junk, 10.0.0.7"]);
         assert_eq!(proxies.client_ip(ip("10.0.0.1"), &h), ip("10.0.0.7"));
+    }
+
+    #[test]
+    fn compatible_and_mapped_addresses_are_ipv4() {
+        assert_eq!(canonical(ip("::1.2.3.4")), ip("1.2.3.4"));
+        assert_eq!(canonical(ip("::ffff:1.2.3.4")), ip("1.2.3.4"));
+        assert_eq!(canonical(ip("::1")), ip("::1"));
+        assert_eq!(canonical(ip("::")), ip("::"));
+        assert_eq!(canonical(ip("2001:db8::1.2.3.4")), ip("2001:db8::102:304"));
+        assert_eq!(canonical(ip("1.2.3.4")), ip("1.2.3.4"));
+        let none = TrustedProxies::none();
+        assert_eq!(
+            none.client_ip(ip("::1.2.3.4"), &HeaderMap::new()),
+            ip("1.2.3.4")
+        );
     }
 
     #[test]

@@ -14,7 +14,7 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::SystemTime;
 
-use common::{get, localhost, send};
+use common::{get, localhost, other_peer, send};
 use ratelab_testkit::redis::RedisServer;
 
 /// The example binary, checked to be newer than the sources it is built from.
@@ -170,8 +170,8 @@ async fn what_the_readme_shows() {
         serde_json::json!(["anonymous"])
     );
 
-    // Logins: 5 attempts per account, whatever the password; with an API
-    // key, the plan's quota applies instead of the anonymous one.
+    // Logins: 5 failures per account and address; with an API key, the
+    // plan's quota applies instead of the anonymous one.
     let key: (&str, &[u8]) = ("x-api-key", b"demo-free");
     let wrong: (&str, &[u8]) = ("authorization", b"Basic YWxpY2U6b29wcw=="); // alice:oops
     let mut logins = Vec::new();
@@ -186,7 +186,17 @@ async fn what_the_readme_shows() {
     );
     assert_eq!(
         logins[0].header("ratelimit-policy"),
-        r#""free";q=60;w=60, "login";q=5;w=900"#
+        r#""free";q=60;w=60, "login";q=5;w=900, "login-account";q=50;w=3600"#
+    );
+    // The right password from the address that failed 5 times: refused too,
+    // and nothing consumed from "free".
+    let right: (&str, &[u8]) = ("authorization", b"Basic YWxpY2U6d29uZGVybGFuZA=="); // alice:wonderland
+    let refused = send(addr, localhost(), "POST", "/login", &[key, right]).await;
+    assert_eq!(refused.status, 429);
+    assert_eq!(refused.header("retry-after"), "180");
+    assert_eq!(
+        refused.header("ratelimit"),
+        r#""free";r=55;t=1, "login";r=0;t=180, "login-account";r=45;t=72"#
     );
 
     // SMS: one unit per recipient.
@@ -204,4 +214,156 @@ async fn what_the_readme_shows() {
         "{sms:?}"
     );
     assert_eq!(sms.json()["sent"], 3);
+}
+
+/// The attack of the issue this protection answers: a stranger at 6.6.6.6
+/// (behind the trusted proxy 127.0.0.1) sends 5 wrong passwords for alice.
+/// Alice, from her own address with the right password, still logs in; the
+/// stranger is refused, even with the right password.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stranger_cannot_lock_the_owner_out() {
+    let server = Instance::start(
+        None,
+        &["--anonymous", "100/h", "--trusted-proxy", "127.0.0.1"],
+    );
+    let addr = server.addr;
+    let stranger: (&str, &[u8]) = ("x-forwarded-for", b"6.6.6.6");
+    let wrong: (&str, &[u8]) = ("authorization", b"Basic YWxpY2U6b29wcw=="); // alice:oops
+    let right: (&str, &[u8]) = ("authorization", b"Basic YWxpY2U6d29uZGVybGFuZA=="); // alice:wonderland
+
+    let mut attack = Vec::new();
+    for _ in 0..5 {
+        attack.push(
+            send(addr, localhost(), "POST", "/login", &[stranger, wrong])
+                .await
+                .status,
+        );
+    }
+    assert_eq!(attack, [401; 5]);
+
+    // Alice, from 127.0.0.2 (not a proxy: her own address), logs in, twice;
+    // a success consumes nothing.
+    for _ in 0..2 {
+        let alice = send(addr, other_peer(), "POST", "/login", &[right]).await;
+        assert_eq!(alice.status, 200, "{alice:?}");
+        assert!(
+            alice.header("ratelimit").contains(r#""login";r=5;"#),
+            "{alice:?}"
+        );
+    }
+
+    // The stranger is slowed down: refused for 3 minutes, password or not.
+    for auth in [wrong, right] {
+        let refused = send(addr, localhost(), "POST", "/login", &[stranger, auth]).await;
+        assert_eq!(refused.status, 429);
+        assert_eq!(refused.header("retry-after"), "180");
+        assert_eq!(
+            refused.json()["violated-policies"],
+            serde_json::json!(["login"])
+        );
+    }
+    // Another account from the stranger's address is its own allowance.
+    let bob: (&str, &[u8]) = ("authorization", b"Basic Ym9iOm9vcHM="); // bob:oops
+    let other = send(addr, localhost(), "POST", "/login", &[stranger, bob]).await;
+    assert_eq!(other.status, 401);
+}
+
+/// `/metrics` is Prometheus text, not limited, with the layer's counters by
+/// policy and outcome.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_are_scraped() {
+    let server = Instance::start(None, &["--anonymous", "2/h"]);
+    let addr = server.addr;
+    let statuses: Vec<u16> = {
+        let mut out = Vec::new();
+        for _ in 0..3 {
+            out.push(get(addr, "/").await.status);
+        }
+        out
+    };
+    assert_eq!(statuses, [200, 200, 429]);
+    let mut scrapes = Vec::new();
+    for _ in 0..3 {
+        scrapes.push(get(addr, "/metrics").await);
+    }
+    let scrape = &scrapes[2];
+    assert_eq!(scrape.status, 200);
+    assert!(!scrape.has("ratelimit"));
+    let text = scrape.text();
+    for line in [
+        r#"ratelab_http_decisions_total{policy="anonymous",outcome="allowed"} 2"#,
+        r#"ratelab_http_decisions_total{policy="anonymous",outcome="refused"} 1"#,
+        r#"ratelab_http_requests_total{outcome="allowed"} 2"#,
+        r#"ratelab_http_requests_total{outcome="refused"} 1"#,
+        // The scrapes themselves, this one included (counted before the
+        // handler renders).
+        r#"ratelab_http_requests_total{outcome="skipped"} 3"#,
+        r#"ratelab_http_keys_tracked{policy="anonymous"} 1"#,
+    ] {
+        assert!(text.lines().any(|l| l == line), "{line} not in:\n{text}");
+    }
+    assert!(
+        text.contains(r#"ratelab_http_limiter_call_seconds_count{policy="anonymous"} 3"#),
+        "{text}"
+    );
+}
+
+/// Mistakes on the command line and in the config file are sentences that
+/// say where.
+#[test]
+fn readable_errors() {
+    let run = |args: &[&str]| {
+        let output = Command::new(example_binary())
+            .args(args)
+            .env_remove("REDIS_URL")
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        (
+            output.status.code(),
+            String::from_utf8_lossy(&output.stderr).into_owned(),
+        )
+    };
+    let (code, stderr) = run(&["127.0.0.1:0", "--trusted-proxy", "proxy.local"]);
+    assert_eq!(code, Some(2));
+    assert!(
+        stderr.contains(r#""proxy.local" is neither an IP address nor a network in CIDR notation"#),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("InvalidNetwork"), "{stderr}");
+
+    let path = std::env::temp_dir().join(format!("ratelab-http-{}.toml", std::process::id()));
+    std::fs::write(
+        &path,
+        "[plans]\nanonymous = \"10/min\"\nfree = \"60/fortnight\"\npro = \"600/min\"\n",
+    )
+    .unwrap();
+    let (code, stderr) = run(&["127.0.0.1:0", "--config", path.to_str().unwrap()]);
+    std::fs::remove_file(&path).unwrap();
+    assert_eq!(code, Some(2));
+    assert!(stderr.contains("line 3, column 8"), "{stderr}");
+    assert!(
+        stderr.contains(r#""60/fortnight" is not a quota"#),
+        "{stderr}"
+    );
+}
+
+/// A config file sets the quotas.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn quotas_from_a_config_file() {
+    let path = std::env::temp_dir().join(format!("ratelab-http-ok-{}.toml", std::process::id()));
+    std::fs::write(
+        &path,
+        "[plans]\nanonymous = \"3/h\"\nfree = \"60/min\"\npro = \"600/min\"\n\n\
+         [login]\nper_account_and_address = \"2/15min\"\nper_account = \"10/h\"\n\n\
+         [sms]\nper_client = \"4/h\"\n",
+    )
+    .unwrap();
+    let server = Instance::start(None, &["--config", path.to_str().unwrap()]);
+    std::fs::remove_file(&path).unwrap();
+    let first = get(server.addr, "/").await;
+    assert_eq!(
+        first.header("ratelimit-policy"),
+        r#""anonymous";q=3;w=3600"#
+    );
 }
