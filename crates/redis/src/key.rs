@@ -18,11 +18,23 @@
 //! two long keys share state only if SHA-1 collides.
 
 /// The longest user key, in bytes, used as is in a Redis key; longer keys
-/// are hashed (see the [module docs](self)).
+/// are hashed (see [`redis_key`]).
 pub const MAX_KEY_LEN: usize = 128;
 
 /// The Redis key holding `key`'s state for `algorithm` (the algorithm's
-/// [`key_suffix`](crate::RedisAlgorithm::key_suffix)), under `prefix`.
+/// [`key_suffix`](crate::RedisAlgorithm::key_suffix)), under `prefix`:
+/// `<prefix>:{<user key>}:<algorithm>`, the rule every client in every
+/// language follows byte for byte:
+///
+/// - in the prefix and the user key, `%`, `{` and `}` become `%25`, `%7B`
+///   and `%7D`; every other byte, binary included, is kept as is. The braces
+///   around the user key are then the Redis Cluster hash tag: every key of one
+///   user key sits in one slot;
+/// - the empty user key becomes a lone `%` (a hash tag is never empty);
+/// - a user key longer than [`MAX_KEY_LEN`] (128) bytes, before escaping,
+///   becomes `%H` followed by the 40 lowercase hex digits of the SHA-1 of its
+///   raw bytes. No escaped key contains `%H`, so a hashed key never meets a
+///   short one, and Redis memory per key is bounded.
 ///
 /// ```
 /// use ratelab_redis::redis_key;

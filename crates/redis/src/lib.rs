@@ -11,6 +11,17 @@
 //! back to full capacity, a per-call timeout and a [`FailurePolicy`] for when
 //! Redis fails, with alerts a program can observe.
 //!
+//! Nothing read from Redis is trusted. Each script checks the state it reads
+//! and answers `ratelab <algorithm>: corrupt state at <key>: <what>` for
+//! anything it could not have written; each reply is checked against the
+//! limiter's bounds. Such data errors (and `WRONGTYPE`, `OOM`) are
+//! [`Error::Data`](ratelab_core::Error::Data), not outages: the failure
+//! policy applies to outages only, unless asked otherwise. Every call
+//! carries a deadline, so a check its caller gave up on is never charged when
+//! a paused Redis comes back; a circuit breaker answers at once while Redis
+//! keeps failing. Keys end with a fingerprint of the algorithm's parameters,
+//! so a changed quota starts clean.
+//!
 //! ```
 //! use ratelab_core::Quota;
 //! use ratelab_gcra::Gcra;
@@ -63,7 +74,7 @@ pub use key::{MAX_KEY_LEN, hash_tag, redis_key};
 pub use limiter::RedisLimiter;
 pub use redis::RedisError;
 pub use reply::InvalidReply;
-pub use script::{RedisAlgorithm, Script, ScriptArgs};
+pub use script::{PROTOCOL_VERSION, RedisAlgorithm, Script, ScriptArgs};
 pub use settings::{
     DEFAULT_BREAKER_COOL_DOWN, DEFAULT_BREAKER_THRESHOLD, DEFAULT_CLIENT_TTL_SLACK,
     DEFAULT_CLOCK_SKEW, DEFAULT_PREFIX, DEFAULT_TIMEOUT, FailurePolicy, TimeSource,

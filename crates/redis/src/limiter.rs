@@ -20,7 +20,7 @@ use crate::failure::classify;
 use crate::key::redis_key;
 use crate::refusal_cache::RefusalCache;
 use crate::reply::{Bounds, decision_from_reply};
-use crate::script::{RedisAlgorithm, ScriptArgs};
+use crate::script::{PROTOCOL_VERSION, RedisAlgorithm, ScriptArgs};
 use crate::settings::{FailurePolicy, TimeSource};
 use crate::stats::{Counters, Stats};
 
@@ -180,6 +180,7 @@ impl<A: RedisAlgorithm> Inner<A> {
             .saturating_add(duration_to_micros(self.timeout))
             .saturating_add(duration_to_micros(self.clock_skew));
         let mut args = ScriptArgs::new();
+        args.arg(PROTOCOL_VERSION);
         match now {
             Some(now) => args.arg(now),
             None => args.arg(""),

@@ -8,6 +8,12 @@ use redis::{ErrorKind, FromRedisValue, RedisResult, ServerErrorKind, ToRedisArgs
 
 use crate::connection::Connection;
 
+/// The version of the script protocol (`lua/README.md`): the first argument
+/// of every script call. A script answers
+/// `ratelab: protocol version 1 expected, got <what it got>` to a call of
+/// another version, never a decision.
+pub const PROTOCOL_VERSION: u32 = 1;
+
 /// A Lua script (the shared prologue followed by an algorithm's file) and
 /// its SHA1, as `EVALSHA` wants it.
 pub struct Script {
@@ -85,7 +91,7 @@ impl ScriptArgs {
 ///
 /// The script mirrors [`Algorithm::decide`] exactly, in integer
 /// microseconds, on one key (`KEYS[1]`), and is called with
-/// `ARGV = [now or "", cost, TTL slack in ms, deadline or "", params...]`,
+/// `ARGV = [PROTOCOL_VERSION, now or "", cost, TTL slack in ms, deadline or "", params...]`,
 /// `params` being [`RedisAlgorithm::script_params`] and the deadline the Unix
 /// time in µs (on the Redis clock) after which the call must write nothing
 /// and answer `ratelab expired: ...`. It answers
@@ -101,8 +107,8 @@ pub trait RedisAlgorithm: Algorithm + Clone {
     /// The Lua mirror of [`Algorithm::decide`].
     fn script(&self) -> &'static Script;
 
-    /// The parameters the script takes after `now`, `cost`, the slack and
-    /// the deadline.
+    /// The parameters the script takes after the protocol version, `now`,
+    /// `cost`, the slack and the deadline.
     fn script_params(&self) -> Vec<u64>;
 
     /// A short code for the algorithm (`gcra`, `tb`, ...), short because on

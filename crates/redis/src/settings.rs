@@ -46,7 +46,7 @@ pub enum TimeSource {
     ///
     /// Redis still expires keys on its own clock, so keys are kept a slack
     /// longer than the client's clock says they need (see
-    /// [`RedisLimiterBuilder::ttl_slack`]).
+    /// [`RedisLimiterBuilder::ttl_slack`](crate::RedisLimiterBuilder::ttl_slack)).
     ///
     /// [`ManualClock`]: ratelab_core::ManualClock
     Client(Arc<dyn Clock>),
