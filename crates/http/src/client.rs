@@ -26,7 +26,7 @@ use tower::{Layer, Service};
 /// Makes calls wait for their turn on one key of a limiter.
 ///
 /// ```
-/// use ratelab_core::{Direct, Keyed, Quota};
+/// use ratelab_core::{Direct, Quota};
 /// use ratelab_gcra::Gcra;
 /// use ratelab_http::Throttle;
 /// use std::sync::Arc;
@@ -34,8 +34,9 @@ use tower::{Layer, Service};
 ///
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-/// // 2 per second, bursts of 5 (the reference's scraper), at most 10 s per wait.
-/// let limiter = Arc::new(Keyed::new(Gcra::new(Quota::per_second(2)?.with_burst(5)?)));
+/// // 2 per second, bursts of 5 (the reference's scraper), at most 10 s per
+/// // wait, on one bucket (a `Keyed` limiter works the same, per key).
+/// let limiter = Arc::new(Direct::new(Gcra::new(Quota::per_second(2)?.with_burst(5)?)));
 /// let throttle = Throttle::new(limiter, Duration::from_secs(10)).key("api.example.com");
 ///
 /// for page in 0..3 {

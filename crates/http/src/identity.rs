@@ -399,14 +399,18 @@ impl Identify {
 }
 
 fn warn_missing_peer_once() {
+    const MESSAGE: &str = "ratelab-http: a request carries no peer address (no PeerAddr or \
+        ConnectInfo<SocketAddr> extension); every such request is limited as the one client \
+        `ip:unknown`. With axum, serve `app.into_make_service_with_connect_info::<SocketAddr>()`; \
+        with hyper, wrap the service in `SetPeerAddr`.";
     static WARNED: AtomicBool = AtomicBool::new(false);
     if !WARNED.swap(true, Ordering::Relaxed) {
-        tracing::error!(
-            "ratelab-http: a request carries no peer address (no PeerAddr or ConnectInfo<SocketAddr> \
-             extension); every such request is limited as the one client `ip:unknown`. With axum, \
-             serve `app.into_make_service_with_connect_info::<SocketAddr>()`; with hyper, wrap the \
-             service in `SetPeerAddr`."
-        );
+        tracing::error!("{MESSAGE}");
+        // A program with no tracing subscriber would never see the event:
+        // this mistake must not pass silently.
+        if !tracing::dispatcher::has_been_set() {
+            eprintln!("{MESSAGE}");
+        }
     }
 }
 
