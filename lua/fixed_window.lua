@@ -1,11 +1,11 @@
 -- ratelab fixed window: mirrors `FixedWindow::decide` in crates/fixed-window/src/lib.rs.
 -- KEYS[1]  the counter: struct '<dd' (window index, units admitted in it)
--- ARGV[1]  now, µs, or "" to read Redis TIME     ARGV[2]  cost
--- ARGV[3]  TTL slack, ms (0 with Redis TIME)     ARGV[4]  deadline, Unix µs, or ""
--- ARGV[5]  window length W, µs     ARGV[6]  limit per window
+-- ARGV[1]  protocol version     ARGV[2]  now, µs, or "" to read Redis TIME     ARGV[3]  cost
+-- ARGV[4]  TTL slack, ms (0 with Redis TIME)     ARGV[5]  deadline, Unix µs, or ""
+-- ARGV[6]  window length W, µs     ARGV[7]  limit per window
 -- Returns {allowed, limit, remaining, retry_after_us, reset_after_us, delay_us}.
--- (prologue.lua comes first: it checks the deadline and sets now, cost, slack, skew, P,
--- args_ok and the helpers read_string, stored, corrupt and show.)
+-- (prologue.lua comes first: it checks the protocol version and the deadline, and sets
+-- now, cost, slack, skew, P, args_ok and the helpers read_string, stored, corrupt and show.)
 local W, limit = P[1], P[2]
 if not (args_ok and limit and cost <= limit and W >= 1) then
   return redis.error_reply('ratelab fixed-window: invalid arguments')

@@ -1,12 +1,12 @@
 -- ratelab GCRA: mirrors `Gcra::decide` in crates/gcra/src/lib.rs exactly.
 -- KEYS[1]  the theoretical arrival time (TAT), µs, an integer string
--- ARGV[1]  now, µs, or "" to read Redis TIME     ARGV[2]  cost
--- ARGV[3]  TTL slack, ms (0 with Redis TIME)     ARGV[4]  deadline, Unix µs, or ""
--- ARGV[5]  emission interval T, µs   ARGV[6]  tolerance = burst x T, µs   ARGV[7]  burst
+-- ARGV[1]  protocol version     ARGV[2]  now, µs, or "" to read Redis TIME     ARGV[3]  cost
+-- ARGV[4]  TTL slack, ms (0 with Redis TIME)     ARGV[5]  deadline, Unix µs, or ""
+-- ARGV[6]  emission interval T, µs   ARGV[7]  tolerance = burst x T, µs   ARGV[8]  burst
 -- Returns {allowed, limit, remaining, retry_after_us, reset_after_us, delay_us}: integers
 -- below 2^53, exact in Lua's doubles (Redis passes numbers to commands exactly too).
--- (prologue.lua comes first: it checks the deadline and sets now, cost, slack, skew, P,
--- args_ok and the helpers read_string, stored, corrupt and show.)
+-- (prologue.lua comes first: it checks the protocol version and the deadline, and sets
+-- now, cost, slack, skew, P, args_ok and the helpers read_string, stored, corrupt and show.)
 local T, tau, cap = P[1], P[2], P[3]
 if not (args_ok and cap and cost <= cap and T >= 1) then
   return redis.error_reply('ratelab gcra: invalid arguments')

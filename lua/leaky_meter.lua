@@ -1,12 +1,12 @@
 -- ratelab leaky bucket (meter): mirrors `LeakyMeter::decide` in
 -- crates/leaky-bucket/src/meter.rs.
 -- KEYS[1]  the level: struct '<dd' (µs of draining left, instant it was measured in µs)
--- ARGV[1]  now, µs, or "" to read Redis TIME     ARGV[2]  cost
--- ARGV[3]  TTL slack, ms (0 with Redis TIME)     ARGV[4]  deadline, Unix µs, or ""
--- ARGV[5]  µs per unit T     ARGV[6]  depth = burst x T, µs     ARGV[7]  capacity (burst)
+-- ARGV[1]  protocol version     ARGV[2]  now, µs, or "" to read Redis TIME     ARGV[3]  cost
+-- ARGV[4]  TTL slack, ms (0 with Redis TIME)     ARGV[5]  deadline, Unix µs, or ""
+-- ARGV[6]  µs per unit T     ARGV[7]  depth = burst x T, µs     ARGV[8]  capacity (burst)
 -- Returns {allowed, limit, remaining, retry_after_us, reset_after_us, delay_us}.
--- (prologue.lua comes first: it checks the deadline and sets now, cost, slack, skew, P,
--- args_ok and the helpers read_string, stored, corrupt and show.)
+-- (prologue.lua comes first: it checks the protocol version and the deadline, and sets
+-- now, cost, slack, skew, P, args_ok and the helpers read_string, stored, corrupt and show.)
 local T, depth, cap = P[1], P[2], P[3]
 if not (args_ok and cap and cost <= cap and T >= 1) then
   return redis.error_reply('ratelab leaky-meter: invalid arguments')

@@ -1,32 +1,45 @@
 -- ratelab script prologue: prepended to every algorithm script when it is loaded
 -- (the script sent to Redis is this file followed by the algorithm's file).
--- ARGV[1]  now, µs, or "" to read Redis TIME     ARGV[2]  cost
--- ARGV[3]  TTL slack, ms: keys live this much longer than their state needs, and a
+-- The protocol (every argument, reply and error, the key scheme): lua/README.md.
+-- ARGV[1]  the protocol version, PROTOCOL_VERSION below: in every version of the
+--          protocol the first argument, so that a caller built for another version
+--          gets the error "ratelab: protocol version 1 expected, got ..." and never a
+--          decision made from arguments it meant otherwise.
+-- ARGV[2]  now, µs, or "" to read Redis TIME     ARGV[3]  cost
+-- ARGV[4]  TTL slack, ms: keys live this much longer than their state needs, and a
 --          stored instant may be this much ahead of now (a client clock that stepped back)
--- ARGV[4]  deadline: Unix µs on the Redis clock after which the call must not run, or ""
+-- ARGV[5]  deadline: Unix µs on the Redis clock after which the call must not run, or ""
 --          for none. A call that starts later writes nothing and answers the error
 --          "ratelab expired: ..." (its caller has given up on it: charging it would
 --          consume quota for a request that was never told it passed).
--- ARGV[5...]  the algorithm's parameters, P[1], P[2], ...
+-- ARGV[6...]  the algorithm's parameters, P[1], P[2], ...
 -- Every argument must be a non-negative integer below 2^53 (exact in Lua's doubles);
 -- `args_ok` says whether they all were. `now` is clamped at 2^52 µs, as the
 -- in-memory runners clamp it.
 -- Stored state is never trusted: `read_string` and `stored` below let each script
 -- answer "ratelab <algorithm>: corrupt state at <key>: <what>" for anything it could
 -- not have written, instead of resetting, admitting everything or refusing forever.
+local PROTOCOL_VERSION = '1'
+if ARGV[1] ~= PROTOCOL_VERSION then
+  local got = 'nothing'
+  if ARGV[1] == '' then got = '""'
+  elseif ARGV[1] then got = ARGV[1]:sub(1, 32):gsub('[^%w%p ]', '?') end
+  return redis.error_reply('ratelab: protocol version ' .. PROTOCOL_VERSION .. ' expected, got '
+    .. got)
+end
 local function integer(s)
   local n = tonumber(s)
   if n and n >= 0 and n % 1 == 0 and n < 9007199254740992 then return n end
   return nil
 end
-local now, cost, slack, deadline = integer(ARGV[1]), integer(ARGV[2]), integer(ARGV[3]),
-  integer(ARGV[4])
-local args_ok = cost ~= nil and slack ~= nil and (now ~= nil or ARGV[1] == '')
-  and (deadline ~= nil or ARGV[4] == '')
+local now, cost, slack, deadline = integer(ARGV[2]), integer(ARGV[3]), integer(ARGV[4]),
+  integer(ARGV[5])
+local args_ok = cost ~= nil and slack ~= nil and (now ~= nil or ARGV[2] == '')
+  and (deadline ~= nil or ARGV[5] == '')
 local P = {}
-for i = 5, #ARGV do
-  P[i - 4] = integer(ARGV[i])
-  if P[i - 4] == nil then args_ok = false end
+for i = 6, #ARGV do
+  P[i - 5] = integer(ARGV[i])
+  if P[i - 5] == nil then args_ok = false end
 end
 local clock
 if args_ok and (now == nil or deadline ~= nil) then

@@ -1,13 +1,13 @@
 -- ratelab sliding window counter: mirrors `SlidingCounter::decide` in
 -- crates/sliding-window/src/counter.rs.
 -- KEYS[1]  the windows: struct '<ddd' (current window index, previous count, current count)
--- ARGV[1]  now, µs, or "" to read Redis TIME     ARGV[2]  cost
--- ARGV[3]  TTL slack, ms (0 with Redis TIME)     ARGV[4]  deadline, Unix µs, or ""
--- ARGV[5]  window length W, µs   ARGV[6]  limit   ARGV[7]  µs per step   ARGV[8]  steps per window
+-- ARGV[1]  protocol version     ARGV[2]  now, µs, or "" to read Redis TIME     ARGV[3]  cost
+-- ARGV[4]  TTL slack, ms (0 with Redis TIME)     ARGV[5]  deadline, Unix µs, or ""
+-- ARGV[6]  window length W, µs   ARGV[7]  limit   ARGV[8]  µs per step   ARGV[9]  steps per window
 -- Returns {allowed, limit, remaining, retry_after_us, reset_after_us, delay_us}.
 -- limit x steps < 2^48: every product below is exact.
--- (prologue.lua comes first: it checks the deadline and sets now, cost, slack, skew, P,
--- args_ok and the helpers read_string, stored, corrupt and show.)
+-- (prologue.lua comes first: it checks the protocol version and the deadline, and sets
+-- now, cost, slack, skew, P, args_ok and the helpers read_string, stored, corrupt and show.)
 local W, limit, step, steps = P[1], P[2], P[3], P[4]
 if not (args_ok and steps and cost <= limit and W >= 1 and step >= 1
     and steps >= 1) then

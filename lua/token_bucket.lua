@@ -1,12 +1,12 @@
 -- ratelab token bucket: mirrors `TokenBucket::decide` in crates/token-bucket/src/lib.rs.
 -- KEYS[1]  the bucket: struct '<Id' (whole tokens as a 4-byte integer, the instant they
 --          were counted in µs as a double: 12 bytes, exact below 2^53)
--- ARGV[1]  now, µs, or "" to read Redis TIME     ARGV[2]  cost
--- ARGV[3]  TTL slack, ms (0 with Redis TIME)     ARGV[4]  deadline, Unix µs, or ""
--- ARGV[5]  µs per token T     ARGV[6]  capacity (burst)
+-- ARGV[1]  protocol version     ARGV[2]  now, µs, or "" to read Redis TIME     ARGV[3]  cost
+-- ARGV[4]  TTL slack, ms (0 with Redis TIME)     ARGV[5]  deadline, Unix µs, or ""
+-- ARGV[6]  µs per token T     ARGV[7]  capacity (burst)
 -- Returns {allowed, limit, remaining, retry_after_us, reset_after_us, delay_us}.
--- (prologue.lua comes first: it checks the deadline and sets now, cost, slack, skew, P,
--- args_ok and the helpers read_string, stored, corrupt and show.)
+-- (prologue.lua comes first: it checks the protocol version and the deadline, and sets
+-- now, cost, slack, skew, P, args_ok and the helpers read_string, stored, corrupt and show.)
 local T, cap = P[1], P[2]
 if not (args_ok and cap and cost <= cap and T >= 1) then
   return redis.error_reply('ratelab token-bucket: invalid arguments')
