@@ -20,6 +20,8 @@ use std::time::Duration;
 ///   for every algorithm but the leaky bucket queue, which admits a request
 ///   into a queue and gives it a later slot.
 ///
+/// - `degraded`: the backend was failing and a failure policy decided.
+///
 /// Times are whole microseconds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
@@ -36,6 +38,12 @@ pub struct Decision {
     pub reset_after: Duration,
     /// The wait before an admitted request proceeds (leaky bucket queue).
     pub delay: Duration,
+    /// The limiter's backend was failing and this decision came from its
+    /// failure policy (fail open, fail closed, an in-memory fallback), not
+    /// from the shared state. A caller with a failure mode of its own (an
+    /// HTTP policy marked fail-closed) treats it as the outage it is: its
+    /// own mode wins.
+    pub degraded: bool,
 }
 
 impl Decision {
@@ -51,6 +59,7 @@ impl Decision {
             retry_after: Duration::ZERO,
             reset_after: Duration::ZERO,
             delay: Duration::ZERO,
+            degraded: false,
         }
     }
 
@@ -90,6 +99,14 @@ impl Decision {
     #[inline]
     pub const fn with_delay_micros(mut self, micros: u64) -> Self {
         self.delay = Duration::from_micros(micros);
+        self
+    }
+
+    /// The same decision, marked as made by a failure policy while the
+    /// backend was failing ([`Decision::degraded`]).
+    #[inline]
+    pub const fn degraded(mut self) -> Self {
+        self.degraded = true;
         self
     }
 

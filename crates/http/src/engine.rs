@@ -309,6 +309,12 @@ impl<'a> Engine<'a> {
         ok: fn(Decision) -> State,
     ) -> State {
         let error = match result {
+            // A limiter's own failure policy answered for a failing backend:
+            // to the layer that is an outage, and this policy's failure mode
+            // decides (one precedence: the route's mode wins over the
+            // limiter's policy, so a fail-closed route stays closed above a
+            // limiter built to fail open).
+            Ok(decision) if decision.degraded => Error::backend(DegradedDecision(decision)),
             Ok(decision) => return ok(decision),
             Err(Error::CostTooHigh { capacity, .. }) => return State::Never { capacity },
             Err(error) => error,
@@ -318,11 +324,21 @@ impl<'a> Engine<'a> {
         // /64s): failing open there would let the flood through unlimited.
         // The limiter refuses the new key; so does the layer, whatever the
         // policy's mode.
+        //
+        // Data errors (corrupt state, a key of the wrong type, a backend out
+        // of memory) are not outages either: nothing would repair them by
+        // waiting, and failing open would admit on state no one can read.
         let mode = match &error {
-            Error::TooManyKeys { .. } => FailureMode::Closed,
+            Error::TooManyKeys { .. } | Error::Data(_) => FailureMode::Closed,
             _ => self.reports[i].check.policy.failure,
         };
-        let retry_after = error.retry_after();
+        let retry_after = match &error {
+            Error::Backend(source) => source
+                .downcast_ref::<DegradedDecision>()
+                .map(|d| d.0.retry_after)
+                .filter(|wait| !wait.is_zero()),
+            _ => error.retry_after(),
+        };
         self.failures.push(Failure {
             report: i,
             error,
@@ -334,6 +350,27 @@ impl<'a> Engine<'a> {
         }
     }
 }
+
+/// A decision a limiter's failure policy made while its backend was failing,
+/// carried as the outage it stands for.
+#[derive(Debug)]
+struct DegradedDecision(Decision);
+
+impl std::fmt::Display for DegradedDecision {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "the limiter's backend is failing: its failure policy {} the request",
+            if self.0.allowed {
+                "admitted"
+            } else {
+                "refused"
+            }
+        )
+    }
+}
+
+impl std::error::Error for DegradedDecision {}
 
 /// The cost a check is asked with in the round that counts: none for a
 /// deferred check, which counts after the response.

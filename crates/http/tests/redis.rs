@@ -164,3 +164,68 @@ async fn a_frozen_redis_never_holds_a_request_past_the_policy_timeout() {
         [("global".to_owned(), true, FailureMode::Open)]
     );
 }
+
+/// One failure vocabulary: a limiter built to fail open (its own policy
+/// admits while Redis is down) under a route marked fail-closed. The route's
+/// mode wins: its requests get 503 with a Retry-After, not a silent pass;
+/// a fail-open route above a limiter built to fail closed passes. A corrupt
+/// key (a data error, not an outage) fails closed whatever the mode.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_route_failure_mode_wins_over_the_limiter_policy() {
+    use ratelab_redis::FailurePolicy;
+
+    // Nothing listens on port 1: every call fails at once (connection refused).
+    let dead = Connection::single_lazy("redis://127.0.0.1:1/").unwrap();
+    let limiter = |policy| {
+        RedisLimiter::builder(dead.clone(), Gcra::new(Quota::per_minute(5).unwrap()))
+            .timeout(Duration::from_millis(200))
+            .on_failure(policy)
+            .build()
+    };
+    let layer = RateLimitLayer::builder()
+        .policy(
+            Policy::new("sms", limiter(FailurePolicy::Allow))
+                .route(Method::POST, "/sms")
+                .fail_closed(),
+        )
+        .policy(
+            Policy::new("home", limiter(FailurePolicy::Deny))
+                .route(Method::GET, "/")
+                .fail_open(),
+        )
+        .build()
+        .unwrap();
+    let addr = serve(app(layer)).await;
+    for _ in 0..3 {
+        let sms = send(addr, localhost(), "POST", "/sms", &[]).await;
+        assert_eq!(
+            sms.status, 503,
+            "fail-closed route above a fail-open limiter"
+        );
+        let retry: u64 = sms.header("retry-after").parse().unwrap();
+        assert!(retry >= 1, "a 503 says when to come back: {retry}");
+        assert_eq!(fetch(addr, "/").await.status, 200, "fail-open route");
+    }
+
+    // A key holding what no script wrote: a data error, 503 even when the
+    // route fails open.
+    let redis = RedisServer::start();
+    let connection = Connection::single(&redis.url()).await.unwrap();
+    let limiter =
+        RedisLimiter::builder(connection.clone(), Gcra::new(Quota::per_minute(5).unwrap()))
+            .on_failure(FailurePolicy::Allow)
+            .build();
+    let redis_key = limiter.redis_key(b"home:ip:127.0.0.1");
+    let layer = RateLimitLayer::builder()
+        .policy(Policy::new("home", limiter).fail_open())
+        .build()
+        .unwrap();
+    let addr = serve(app(layer)).await;
+    assert_eq!(fetch(addr, "/").await.status, 200);
+    let _: () = connection
+        .query(redis::cmd("SET").arg(&redis_key).arg("abc"))
+        .await
+        .unwrap();
+    let corrupt = fetch(addr, "/").await;
+    assert_eq!(corrupt.status, 503, "corrupt state is not let through");
+}

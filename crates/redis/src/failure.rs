@@ -72,18 +72,18 @@ impl<A: RedisAlgorithm> Inner<A> {
             },
             self.stats(),
         );
-        match policy {
-            FailurePolicy::Error => Err(error),
+        let decision = match policy {
+            FailurePolicy::Error => return Err(error),
             // As a fresh key would answer: what is left after `cost`, and
             // (the contract: full iff nothing is missing) the longest this
             // algorithm takes to be full again when something is.
-            FailurePolicy::Allow => Ok(Decision::admitted(self.capacity)
+            FailurePolicy::Allow => Decision::admitted(self.capacity)
                 .with_remaining(self.capacity - u64::from(cost))
                 .with_reset_after_micros(if cost == 0 {
                     0
                 } else {
                     self.algorithm.max_wait_micros().max(1)
-                })),
+                }),
             FailurePolicy::Deny => {
                 // An open breaker says when Redis is tried again; else the
                 // next check may find it back after a timeout at most.
@@ -92,15 +92,18 @@ impl<A: RedisAlgorithm> Inner<A> {
                     _ => self.timeout,
                 };
                 let retry = duration_to_micros(wait).max(1);
-                Ok(Decision::refused(self.capacity)
+                Decision::refused(self.capacity)
                     .with_retry_after_micros(retry)
-                    .with_reset_after_micros(retry))
+                    .with_reset_after_micros(retry)
             }
             FailurePolicy::Fallback => match &self.fallback {
-                Some(fallback) => fallback.check(key, cost),
-                None => Err(error),
+                Some(fallback) => fallback.check(key, cost)?,
+                None => return Err(error),
             },
-        }
+        };
+        // Told apart from Redis's own answers, so that a caller with its own
+        // failure mode (an HTTP policy) can let that mode win.
+        Ok(decision.degraded())
     }
 }
 
