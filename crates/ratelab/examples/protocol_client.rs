@@ -1,0 +1,183 @@
+//! The Rust side of the cross-language tests of the script protocol
+//! (`lua/README.md`): a `RedisLimiter` driven by commands on stdin, one per
+//! line, answering one JSON line each, so that a test in another language
+//! can interleave Rust checks with its own on the same keys.
+//!
+//! ```text
+//! cargo run -p ratelab --example protocol_client -- redis://127.0.0.1:6379/ [prefix]
+//! ```
+//!
+//! Commands (the key is one word, taken as its UTF-8 bytes):
+//!
+//! - `quota <limit> <period_us> <burst>`: the quota of the checks that
+//!   follow (default 5 per second, burst 10); answers `{"ok":true}`.
+//! - `check <algorithm> <key> <cost> <now>`: one check; `now` in µs on the
+//!   caller's clock, or `-` for Redis `TIME`. Answers the decision
+//!   (`allowed`, `limit`, `remaining`, `retry_after_micros`,
+//!   `reset_after_micros`, `delay_micros`) or `{"error":..,"kind":..}`.
+
+use std::collections::HashMap;
+use std::io::{BufRead, Write};
+use std::sync::Arc;
+use std::time::Duration;
+
+use ratelab::redis::{Connection, DEFAULT_PREFIX, RedisLimiter, TimeSource};
+use ratelab::{
+    AlgorithmKind, AlgorithmVisitor, AsyncRateLimiter, Clock, Decision, KnownAlgorithm,
+    ManualClock, Quota,
+};
+
+/// Builds a Redis limiter of any algorithm, as a trait object.
+struct Build<'a> {
+    connection: &'a Connection,
+    prefix: &'a str,
+    time: TimeSource,
+}
+
+impl AlgorithmVisitor for Build<'_> {
+    type Output = Box<dyn AsyncRateLimiter>;
+
+    fn visit<A: KnownAlgorithm>(self, algorithm: A) -> Self::Output {
+        Box::new(
+            RedisLimiter::builder(self.connection.clone(), algorithm)
+                .prefix(self.prefix)
+                .time_source(self.time)
+                // A loaded test machine: a slow answer is not what is tested.
+                .timeout(Duration::from_secs(5))
+                .build(),
+        )
+    }
+}
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let mut args = std::env::args().skip(1);
+    let url = args
+        .next()
+        .ok_or("usage: protocol_client <redis-url> [prefix]")?;
+    let prefix = args.next().unwrap_or_else(|| DEFAULT_PREFIX.to_owned());
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let connection = runtime.block_on(Connection::single(&url))?;
+    let clock = ManualClock::new();
+    let mut quota = Quota::per_second(5)?.with_burst(10)?;
+    // One limiter per algorithm, quota and time source, built on first use.
+    let mut limiters: HashMap<(AlgorithmKind, Quota, bool), Box<dyn AsyncRateLimiter>> =
+        HashMap::new();
+
+    let stdout = std::io::stdout();
+    let mut out = stdout.lock();
+    for line in std::io::stdin().lock().lines() {
+        let line = line?;
+        let words: Vec<&str> = line.split_whitespace().collect();
+        let answer = match words[..] {
+            [] => continue,
+            ["quota", limit, period, burst] => match parse_quota(limit, period, burst) {
+                Ok(q) => {
+                    quota = q;
+                    r#"{"ok":true}"#.to_owned()
+                }
+                Err(e) => error_json(&e, "Quota"),
+            },
+            ["check", algorithm, key, cost, now] => {
+                let (kind, cost, now) = match parse_check(algorithm, cost, now) {
+                    Ok(parsed) => parsed,
+                    Err(e) => {
+                        writeln!(out, "{}", error_json(&e, "Usage"))?;
+                        out.flush()?;
+                        continue;
+                    }
+                };
+                let limiter = limiters
+                    .entry((kind, quota, now.is_some()))
+                    .or_insert_with(|| {
+                        let time = match now {
+                            Some(_) => {
+                                TimeSource::Client(Arc::new(clock.clone()) as Arc<dyn Clock>)
+                            }
+                            None => TimeSource::Redis,
+                        };
+                        kind.visit(
+                            quota,
+                            Build {
+                                connection: &connection,
+                                prefix: &prefix,
+                                time,
+                            },
+                        )
+                    });
+                if let Some(now) = now {
+                    clock.set(now);
+                }
+                match runtime.block_on(limiter.check_async(key.as_bytes(), cost)) {
+                    Ok(decision) => decision_json(&decision),
+                    Err(e) => error_json(&e.to_string(), &format!("{:?}", e.kind())),
+                }
+            }
+            _ => error_json(&format!("unknown command: {line}"), "Usage"),
+        };
+        writeln!(out, "{answer}")?;
+        out.flush()?;
+    }
+    Ok(())
+}
+
+fn parse_quota(limit: &str, period: &str, burst: &str) -> Result<Quota, String> {
+    let number = |s: &str| s.parse::<u64>().map_err(|e| format!("{s}: {e}"));
+    let limit = u32::try_from(number(limit)?).map_err(|e| e.to_string())?;
+    let burst = u32::try_from(number(burst)?).map_err(|e| e.to_string())?;
+    let period = Duration::from_micros(number(period)?);
+    Quota::new(limit, period)
+        .and_then(|q| q.with_burst(burst))
+        .map_err(|e| e.to_string())
+}
+
+fn parse_check(
+    algorithm: &str,
+    cost: &str,
+    now: &str,
+) -> Result<(AlgorithmKind, u32, Option<u64>), String> {
+    let kind = algorithm.parse().map_err(|e| format!("{e}"))?;
+    let cost = cost.parse().map_err(|e| format!("cost {cost}: {e}"))?;
+    let now = match now {
+        "-" => None,
+        now => Some(now.parse().map_err(|e| format!("now {now}: {e}"))?),
+    };
+    Ok((kind, cost, now))
+}
+
+fn decision_json(d: &Decision) -> String {
+    format!(
+        r#"{{"allowed":{},"limit":{},"remaining":{},"retry_after_micros":{},"reset_after_micros":{},"delay_micros":{}}}"#,
+        d.allowed,
+        d.limit,
+        d.remaining,
+        d.retry_after.as_micros(),
+        d.reset_after.as_micros(),
+        d.delay.as_micros()
+    )
+}
+
+fn error_json(message: &str, kind: &str) -> String {
+    format!(
+        r#"{{"error":{},"kind":{}}}"#,
+        json_string(message),
+        json_string(kind)
+    )
+}
+
+/// A JSON string literal.
+fn json_string(s: &str) -> String {
+    let mut out = String::with_capacity(s.len() + 2);
+    out.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            c if u32::from(c) < 0x20 => out.push_str(&format!("\\u{:04x}", u32::from(c))),
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
+}

@@ -1,0 +1,115 @@
+// The pure protocol: the shared test vectors (lua/clients/vectors.json,
+// which the Rust and Python tests check too), the scripts read from lua/
+// byte for byte, and quotas validated as Rust validates them.
+
+import assert from "node:assert/strict";
+import { readFileSync, readdirSync } from "node:fs";
+import { join, resolve } from "node:path";
+import { describe, it } from "node:test";
+
+import {
+  ALGORITHMS,
+  MAX_KEY_LEN,
+  PROTOCOL_VERSION,
+  Quota,
+  algorithm,
+  luaDir,
+  redisKey,
+  scriptSource,
+  type AlgorithmName,
+} from "../src/index.js";
+import { LUA } from "../testing/redis_server.js";
+
+interface Vectors {
+  protocol_version: number;
+  max_key_len: number;
+  algorithms: {
+    algorithm: AlgorithmName;
+    code: string;
+    script: string;
+    quota: { limit: number; period_us: number; burst: number };
+    params: number[];
+    capacity: number;
+    max_wait_us: number;
+    fingerprint_input: string;
+    key_suffix: string;
+  }[];
+  keys: { prefix: string; key_hex: string; suffix: string; redis_key_hex: string; key?: string; redis_key?: string }[];
+}
+
+const vectors = JSON.parse(readFileSync(join(LUA, "clients", "vectors.json"), "utf8")) as Vectors;
+
+describe("the shared test vectors", () => {
+  it("have this client's protocol version and key length", () => {
+    assert.equal(PROTOCOL_VERSION, vectors.protocol_version);
+    assert.equal(MAX_KEY_LEN, vectors.max_key_len);
+  });
+
+  it("give every algorithm's parameters, capacity, longest wait and fingerprint", () => {
+    assert.deepEqual(new Set(vectors.algorithms.map((v) => v.algorithm)), new Set(Object.keys(ALGORITHMS)));
+    for (const v of vectors.algorithms) {
+      const a = algorithm(v.algorithm, new Quota(v.quota.limit, v.quota.period_us, v.quota.burst));
+      const id = `${v.algorithm} ${JSON.stringify(v.quota)}`;
+      assert.equal(a.code, v.code, id);
+      assert.equal(a.scriptFile, v.script, id);
+      assert.deepEqual(a.params, v.params, id);
+      assert.equal(a.capacity, v.capacity, id);
+      assert.equal(a.maxWaitMicros, v.max_wait_us, id);
+      assert.equal(a.fingerprintInput, v.fingerprint_input, id);
+      assert.equal(a.keySuffix, v.key_suffix, id);
+    }
+  });
+
+  it("give the Redis key of every user key, byte for byte", () => {
+    assert.ok(vectors.keys.length > 20);
+    for (const v of vectors.keys) {
+      const expected = Buffer.from(v.redis_key_hex, "hex");
+      assert.deepEqual(redisKey(v.prefix, Buffer.from(v.key_hex, "hex"), v.suffix), expected, v.key_hex);
+      if (v.key !== undefined) {
+        // A string key is its UTF-8 bytes.
+        assert.deepEqual(redisKey(v.prefix, v.key, v.suffix), expected, v.key);
+        assert.deepEqual(Buffer.from(v.redis_key ?? "", "utf8"), expected);
+      }
+    }
+  });
+});
+
+describe("the scripts", () => {
+  it("are the files in lua/, byte for byte", () => {
+    const prologue = readFileSync(join(LUA, "prologue.lua"));
+    for (const [name, { script }] of Object.entries(ALGORITHMS)) {
+      const expected = Buffer.concat([prologue, readFileSync(join(LUA, script))]);
+      assert.deepEqual(Buffer.from(scriptSource(name as AlgorithmName), "utf8"), expected, name);
+    }
+  });
+
+  it("come from lua/, or from a packed copy equal to it", () => {
+    const dir = resolve(luaDir());
+    if (dir !== resolve(LUA)) {
+      for (const file of readdirSync(LUA).filter((f) => f.endsWith(".lua"))) {
+        assert.deepEqual(readFileSync(join(dir, file)), readFileSync(join(LUA, file)), file);
+      }
+    }
+  });
+});
+
+describe("a quota", () => {
+  it("maps the reference quota as Rust does", () => {
+    const q = Quota.perSecond(5, 10);
+    assert.deepEqual([q.emissionIntervalMicros, q.burstToleranceMicros, q.windowMicros], [200_000, 2_000_000, 2_000_000]);
+    assert.equal(Quota.perMinute(10).burst, 10);
+  });
+
+  it("refuses what Rust refuses", () => {
+    const cases: [() => Quota, RegExp][] = [
+      [() => new Quota(0, 1_000_000), /limit must be at least 1/],
+      [() => new Quota(1, 0), /period must be longer than zero/],
+      [() => new Quota(1, 1_000_000, 0), /burst must be at least 1/],
+      [() => new Quota(2_000_000, 1_000_000), /finer than the time resolution/],
+      [() => new Quota(1, 2 ** 50 + 1), /longer than the longest/],
+      [() => new Quota(1, 2 ** 40, 2_000), /takes longer to refill/],
+      [() => new Quota(1.5, 1_000_000), /non-negative integer/],
+    ];
+    for (const [build, message] of cases) assert.throws(build, message);
+  });
+});

@@ -1,0 +1,101 @@
+// A throwaway redis-server for the tests: random port, no persistence, its
+// output in a log file, killed at the end (and when this process exits).
+
+import { spawn, type ChildProcess } from "node:child_process";
+import { accessSync, constants, mkdtempSync, rmSync } from "node:fs";
+import { createServer } from "node:net";
+import { tmpdir } from "node:os";
+import { join, resolve } from "node:path";
+import { fileURLToPath } from "node:url";
+
+import { Redis, type RedisOptions } from "ioredis";
+
+/** lua/clients/node/dist/testing -> the repository's lua/. */
+export const LUA = resolve(fileURLToPath(new URL("../../../..", import.meta.url)));
+
+function freePort(): Promise<number> {
+  return new Promise((ok, fail) => {
+    const server = createServer();
+    server.once("error", fail);
+    server.listen(0, "127.0.0.1", () => {
+      const address = server.address();
+      server.close(() => (typeof address === "object" && address ? ok(address.port) : fail(new Error("no port"))));
+    });
+  });
+}
+
+function which(name: string): string | undefined {
+  for (const dir of (process.env.PATH ?? "").split(":")) {
+    const path = join(dir, name);
+    try {
+      accessSync(path, constants.X_OK);
+      return path;
+    } catch {
+      // Not in this folder.
+    }
+  }
+  return undefined;
+}
+
+export class RedisServer {
+  private constructor(
+    readonly port: number,
+    private readonly process: ChildProcess,
+    private readonly dir: string,
+  ) {}
+
+  static async start(): Promise<RedisServer> {
+    const binary = process.env.RATELAB_REDIS_SERVER || which("redis-server");
+    if (!binary) {
+      throw new Error(
+        "redis-server not found: install it (Debian/Ubuntu: sudo apt-get install redis-server) or set RATELAB_REDIS_SERVER",
+      );
+    }
+    const dir = mkdtempSync(join(tmpdir(), "ratelab-node-redis-"));
+    for (let attempt = 0; attempt < 10; attempt++) {
+      const port = await freePort();
+      const child = spawn(
+        binary,
+        ["--port", String(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+          "--dir", dir, "--logfile", join(dir, "redis.log")],
+        { stdio: "ignore" },
+      );
+      const server = new RedisServer(port, child, dir);
+      const kill = () => child.kill("SIGKILL");
+      process.once("exit", kill);
+      if (await server.ready()) return server;
+      server.stop();
+    }
+    throw new Error(`redis-server did not start; see ${join(dir, "redis.log")}`);
+  }
+
+  private async ready(): Promise<boolean> {
+    const deadline = Date.now() + 10_000;
+    while (Date.now() < deadline) {
+      if (this.process.exitCode !== null) return false;
+      const client = this.client({ lazyConnect: true, maxRetriesPerRequest: 0, retryStrategy: () => null });
+      try {
+        await client.connect();
+        if ((await client.ping()) === "PONG") return true;
+      } catch {
+        await new Promise((ok) => setTimeout(ok, 50));
+      } finally {
+        client.disconnect();
+      }
+    }
+    return false;
+  }
+
+  get url(): string {
+    return `redis://127.0.0.1:${this.port}/`;
+  }
+
+  client(options: RedisOptions = {}): Redis {
+    return new Redis({ host: "127.0.0.1", port: this.port, ...options });
+  }
+
+  stop(): void {
+    this.process.kill("SIGKILL");
+    rmSync(this.dir, { recursive: true, force: true });
+  }
+}

@@ -1,0 +1,222 @@
+"""The pure half of ratelab's script protocol (lua/README.md): quotas, each
+algorithm's parameters, the key scheme, and the scripts themselves. No I/O
+besides reading the script files."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Dict, List, Optional, Tuple, Union
+
+#: The protocol version this client speaks: the first argument of every call.
+PROTOCOL_VERSION = 1
+
+#: The default key prefix.
+DEFAULT_PREFIX = "ratelab"
+
+#: The longest user key, in bytes, used as is in a Redis key; longer keys are
+#: replaced by ``%H`` and the hex SHA-1 of their bytes.
+MAX_KEY_LEN = 128
+
+#: The longest span the arithmetic carries exactly, in µs (2^50).
+MAX_SPAN_MICROS = 1 << 50
+
+#: The sliding counter weighs the previous window in at most this many steps.
+MAX_STEPS = 1 << 16
+
+#: Each algorithm: (key code, script file).
+ALGORITHMS: Dict[str, Tuple[str, str]] = {
+    "fixed-window": ("fw", "fixed_window.lua"),
+    "sliding-log": ("sl", "sliding_log.lua"),
+    "sliding-counter": ("sc", "sliding_counter.lua"),
+    "leaky-meter": ("lm", "leaky_meter.lua"),
+    "leaky-queue": ("lq", "leaky_queue.lua"),
+    "token-bucket": ("tb", "token_bucket.lua"),
+    "gcra": ("gcra", "gcra.lua"),
+}
+
+Key = Union[str, bytes]
+
+
+def _ceil_div(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+@dataclass(frozen=True)
+class Quota:
+    """``limit`` units per ``period_us`` microseconds, up to ``burst`` at once
+    (default: the limit). Validated as the Rust ``Quota`` is: a ``ValueError``
+    says what is wrong."""
+
+    limit: int
+    period_us: int
+    burst: Optional[int] = None
+
+    def __post_init__(self) -> None:
+        if self.burst is None:
+            object.__setattr__(self, "burst", self.limit)
+        for name in ("limit", "period_us", "burst"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+                raise ValueError(f"{name} must be a non-negative integer, not {value!r}")
+        if self.limit == 0:
+            raise ValueError("the limit must be at least 1 per period, not 0")
+        if self.limit > 0xFFFFFFFF or self.burst > 0xFFFFFFFF:
+            raise ValueError("the limit and the burst must fit in 32 bits")
+        if self.period_us == 0:
+            raise ValueError("the period must be longer than zero")
+        if self.burst == 0:
+            raise ValueError("the burst must be at least 1, not 0")
+        if self.period_us > MAX_SPAN_MICROS:
+            raise ValueError(f"the period is longer than the longest supported, {MAX_SPAN_MICROS} µs")
+        if self.limit > self.period_us:
+            raise ValueError("more than one per microsecond, finer than the time resolution")
+        tolerance = self.burst * self.emission_interval_us
+        if tolerance > max(MAX_SPAN_MICROS, self.limit * self.emission_interval_us):
+            raise ValueError("the burst takes longer to refill than the longest supported span")
+
+    @classmethod
+    def per_second(cls, limit: int, burst: Optional[int] = None) -> "Quota":
+        return cls(limit, 1_000_000, burst)
+
+    @classmethod
+    def per_minute(cls, limit: int, burst: Optional[int] = None) -> "Quota":
+        return cls(limit, 60_000_000, burst)
+
+    @classmethod
+    def per_hour(cls, limit: int, burst: Optional[int] = None) -> "Quota":
+        return cls(limit, 3_600_000_000, burst)
+
+    @property
+    def emission_interval_us(self) -> int:
+        """``T = ceil(period / limit)``: rounds up, never faster than asked."""
+        return _ceil_div(self.period_us, self.limit)
+
+    @property
+    def burst_tolerance_us(self) -> int:
+        """``burst × T``: the time an empty bucket takes to refill."""
+        return self.burst * self.emission_interval_us
+
+    @property
+    def window_us(self) -> int:
+        """The window algorithms' window: ``ceil(period × burst / limit)``."""
+        return _ceil_div(self.period_us * self.burst, self.limit)
+
+
+@dataclass(frozen=True)
+class Algorithm:
+    """One algorithm on one quota, as the scripts see it."""
+
+    name: str
+    code: str
+    script_file: str
+    params: Tuple[int, ...]
+    capacity: int
+    max_wait_us: int
+
+    @property
+    def fingerprint_input(self) -> str:
+        return f"v1:{self.code}:" + ",".join(str(p) for p in self.params)
+
+    @property
+    def key_suffix(self) -> str:
+        """``<code>:<first 8 hex digits of sha1(v1:<code>:<params>)>``."""
+        digest = hashlib.sha1(self.fingerprint_input.encode()).hexdigest()
+        return f"{self.code}:{digest[:8]}"
+
+
+def algorithm(name: str, quota: Quota) -> Algorithm:
+    """The algorithm ``name`` (``token-bucket``, ``gcra``, ...) on ``quota``:
+    its script parameters, capacity and longest wait."""
+    try:
+        code, script_file = ALGORITHMS[name]
+    except KeyError:
+        raise ValueError(f"unknown algorithm {name!r}: one of {', '.join(ALGORITHMS)}") from None
+    t, tau, window, burst = (
+        quota.emission_interval_us,
+        quota.burst_tolerance_us,
+        quota.window_us,
+        quota.burst,
+    )
+    if name in ("fixed-window", "sliding-log"):
+        params: List[int] = [window, burst]
+        max_wait = window
+    elif name == "sliding-counter":
+        step = _ceil_div(window, MAX_STEPS)
+        params = [window, burst, step, _ceil_div(window, step)]
+        max_wait = 2 * window
+    elif name in ("leaky-meter", "leaky-queue"):
+        params = [t, tau, burst]
+        max_wait = tau
+    elif name == "token-bucket":
+        params = [t, burst]
+        max_wait = burst * t
+    else:  # gcra
+        params = [t, tau, burst]
+        max_wait = tau
+    return Algorithm(name, code, script_file, tuple(params), burst, max_wait)
+
+
+def _escape(data: bytes) -> bytes:
+    return data.replace(b"%", b"%25").replace(b"{", b"%7B").replace(b"}", b"%7D")
+
+
+def key_bytes(key: Key) -> bytes:
+    """A user key as bytes: ``str`` as UTF-8, ``bytes`` as they are."""
+    return key.encode("utf-8") if isinstance(key, str) else bytes(key)
+
+
+def redis_key(prefix: str, key: Key, suffix: str) -> bytes:
+    """``<prefix escaped>:{<key escaped, or %, or %H + sha1 hex>}:<suffix>``."""
+    data = key_bytes(key)
+    if not data:
+        tag = b"%"
+    elif len(data) > MAX_KEY_LEN:
+        tag = b"%H" + hashlib.sha1(data).hexdigest().encode()
+    else:
+        tag = _escape(data)
+    return _escape(prefix.encode("utf-8")) + b":{" + tag + b"}:" + suffix.encode("utf-8")
+
+
+def lua_dir() -> Path:
+    """Where the scripts are read from: ``RATELAB_LUA_DIR`` if set, else the
+    copy a built wheel ships in ``ratelab_client/lua``, else the repository's
+    ``lua/`` this package sits in (``lua/clients/python/ratelab_client``)."""
+    env = os.environ.get("RATELAB_LUA_DIR")
+    if env:
+        return Path(env)
+    here = Path(__file__).resolve().parent
+    shipped = here / "lua"
+    if (shipped / "prologue.lua").is_file():
+        return shipped
+    return here.parent.parent.parent
+
+
+_SOURCES: Dict[str, str] = {}
+
+
+def script_source(name: str) -> str:
+    """The script of algorithm ``name``: the prologue followed by its file,
+    read once, byte for byte as the Rust crate embeds them."""
+    source = _SOURCES.get(name)
+    if source is None:
+        _, script_file = ALGORITHMS[name]
+        directory = lua_dir()
+        parts = []
+        for file in ("prologue.lua", script_file):
+            path = directory / file
+            try:
+                parts.append(path.read_bytes().decode("utf-8"))
+            except OSError as e:
+                raise FileNotFoundError(
+                    f"ratelab script {path} not found ({e}): set RATELAB_LUA_DIR to ratelab's lua/ folder"
+                ) from e
+        source = _SOURCES[name] = "".join(parts)
+    return source
+
+
+def script_sha(source: str) -> str:
+    """The SHA-1 ``EVALSHA`` names a script by."""
+    return hashlib.sha1(source.encode("utf-8")).hexdigest()

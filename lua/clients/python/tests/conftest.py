@@ -1,0 +1,128 @@
+"""A real redis-server for the tests, started here: random port, no
+persistence, output to a log file, killed at the end (and by the kernel if
+this process dies first)."""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+import redis
+
+#: lua/clients/python/tests -> the repository root.
+REPO = Path(__file__).resolve().parents[4]
+LUA = REPO / "lua"
+
+
+def _die_with_parent() -> None:
+    # PR_SET_PDEATHSIG: the server gets SIGKILL when this process dies.
+    if sys.platform.startswith("linux"):
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class RedisServer:
+    """A throwaway redis-server (``RATELAB_REDIS_SERVER`` or PATH)."""
+
+    def __init__(self) -> None:
+        binary = os.environ.get("RATELAB_REDIS_SERVER") or shutil.which("redis-server")
+        if not binary:
+            pytest.fail(
+                "redis-server not found: install it (Debian/Ubuntu: sudo apt-get install "
+                "redis-server) or set RATELAB_REDIS_SERVER",
+                pytrace=False,
+            )
+        self.dir = tempfile.mkdtemp(prefix="ratelab-py-redis-")
+        self.log = Path(self.dir) / "redis.log"
+        for _ in range(10):
+            self.port = _free_port()
+            self.process = subprocess.Popen(
+                [binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
+                 "--appendonly", "no", "--dir", self.dir, "--logfile", str(self.log)],
+                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                preexec_fn=_die_with_parent,
+            )
+            if self._ready():
+                return
+            self.stop()
+        pytest.fail(f"redis-server did not start; see {self.log}", pytrace=False)
+
+    def _ready(self) -> bool:
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                return False
+            try:
+                if redis.Redis(port=self.port, socket_timeout=1).ping():
+                    return True
+            except redis.exceptions.ConnectionError:
+                time.sleep(0.05)
+        return False
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/"
+
+    def client(self) -> redis.Redis:
+        return redis.Redis(port=self.port, socket_timeout=5)
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.kill()
+        self.process.wait()
+
+
+@pytest.fixture(scope="session")
+def server():
+    s = RedisServer()
+    yield s
+    s.stop()
+    shutil.rmtree(s.dir, ignore_errors=True)
+
+
+@pytest.fixture
+def client(server):
+    c = server.client()
+    yield c
+    c.close()
+
+
+_prefixes = iter(range(1_000_000))
+
+
+@pytest.fixture
+def prefix() -> str:
+    """A key prefix no other test uses."""
+    return f"pytest{os.getpid()}-{next(_prefixes)}"
+
+
+# A run in which no test ran (none collected, or every one skipped) fails:
+# the tests of a client that silently did nothing prove nothing.
+_ran = {"count": 0}
+
+
+def pytest_runtest_logreport(report):
+    if report.when == "call" and not report.skipped:
+        _ran["count"] += 1
+
+
+def pytest_sessionfinish(session, exitstatus):
+    if _ran["count"] == 0 and exitstatus == 0:
+        session.exitstatus = 1
+        print("\nno test ran: failing the run", file=sys.stderr)
+    elif exitstatus == 5:  # no tests collected
+        session.exitstatus = 1
