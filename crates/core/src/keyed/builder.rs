@@ -30,7 +30,7 @@ pub enum FloodPolicy {
     /// Decide the new key with a fixed set of shared algorithm states (a
     /// sketch; see the [`Keyed`] docs): new clients keep being served as long
     /// as the cells are not saturated, and no key is ever admitted past its
-    /// bound. The default, with `cells = 4 × max_keys` and `depth = 1`.
+    /// bound. The default, with `cells = 16 × max_keys` and `depth = 1`.
     Sketch {
         /// Shared states in all, split over the shards like the keys.
         cells: usize,
@@ -53,10 +53,13 @@ impl FloodPolicy {
         FloodPolicy::Sketch { cells, depth }
     }
 
-    /// The default for a table of `max_keys` keys: a sketch of four cells
-    /// per key slot, one cell per key.
+    /// The default for a table of `max_keys` keys: a sketch of sixteen
+    /// cells per key slot, one cell per key. Sized for a flood of ten tables'
+    /// worth of owing keys (a light client keeps all of its share there;
+    /// four cells per slot kept 42 %): 16 × `size_of::<State>()` bytes per
+    /// slot, 128 for GCRA, allocated only once a shard is full.
     pub const fn default_for(max_keys: usize) -> Self {
-        FloodPolicy::sketch(max_keys.saturating_mul(4), 1)
+        FloodPolicy::sketch(max_keys.saturating_mul(16), 1)
     }
 }
 
