@@ -13,10 +13,15 @@ test: lint test-only package
 package:
     cargo package --workspace --locked --allow-dirty --exclude ratelab-compare --exclude ratelab-benches
 
-# Every test and doctest of the workspace, and every benchmark once in test mode (needs redis-server, redis-cli and redis-benchmark on PATH).
-test-only:
+# Every test and doctest of the workspace, every benchmark once in test mode, and the Python and Node clients' tests (needs redis-server, redis-cli and redis-benchmark on PATH).
+test-only: test-clients
     cargo test --workspace --locked
     cargo test -p ratelab-benches --benches --locked
+
+# The Python and Node clients of the script protocol (lua/clients), each against a redis-server it starts; the cross-language test also builds the Rust example and the Node client (needs `npm ci` in lua/clients/node and `pip install -e 'lua/clients/python[test]'`, as .ci/run does).
+test-clients:
+    cd lua/clients/node && npm test
+    python3 -m pytest lua/clients/python
 
 # Every algorithm through the same scenarios; writes reports/README.md, charts and data (starts a throwaway redis-server if one is on PATH, or uses REDIS_URL).
 compare *ARGS:
