@@ -74,6 +74,7 @@ export class RedisServer {
     while (Date.now() < deadline) {
       if (this.process.exitCode !== null) return false;
       const client = this.client({ lazyConnect: true, maxRetriesPerRequest: 0, retryStrategy: () => null });
+      client.on("error", () => {}); // Not up yet: the loop tries again.
       try {
         await client.connect();
         if ((await client.ping()) === "PONG") return true;
