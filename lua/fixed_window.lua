@@ -2,10 +2,13 @@
 -- KEYS[1]  the counter: struct '<dd' (window index, units admitted in it)
 -- ARGV[1]  protocol version     ARGV[2]  now, µs, or "" to read Redis TIME     ARGV[3]  cost
 -- ARGV[4]  TTL slack, ms (0 with Redis TIME)     ARGV[5]  deadline, Unix µs, or ""
--- ARGV[6]  window length W, µs     ARGV[7]  limit per window
+-- ARGV[6]  (version 2) the operation: check, peek or refund; then the parameters P[1], ...
+--          from ARGV[7] (version 1: from ARGV[6], and the operation is check):
+-- P[1]  window length W, µs     P[2]  limit per window
 -- Returns {allowed, limit, remaining, retry_after_us, reset_after_us, delay_us}.
 -- (prologue.lua comes first: it checks the protocol version and the deadline, and sets
--- now, cost, slack, skew, P, args_ok and the helpers read_string, stored, corrupt and show.)
+-- now, cost, op, slack, skew, P, args_ok and the helpers read_string, stored, corrupt and
+-- show.) op: check, peek (writes nothing) or refund (see prologue.lua).
 local W, limit = P[1], P[2]
 if not (args_ok and limit and cost <= limit and W >= 1) then
   return redis.error_reply('ratelab fixed-window: invalid arguments')
@@ -30,9 +33,20 @@ end
 local current = math.floor(now / W)
 if current > index then index, count = current, 0 end
 local until_end = (index + 1) * W - now
+if op == 'refund' then
+  -- Only the current window's count: an ended window's units no longer count.
+  count = count - math.min(cost, count)
+  if count == 0 then
+    if raw then redis.call('DEL', KEYS[1]) end
+  else
+    redis.call('SET', KEYS[1], struct.pack('<dd', index, count), 'PX',
+      math.ceil(until_end / 1000) + slack)
+  end
+  cost = 0
+end
 if count + cost <= limit then
   count = count + cost
-  if cost > 0 then
+  if cost > 0 and op == 'check' then
     redis.call('SET', KEYS[1], struct.pack('<dd', index, count), 'PX',
       math.ceil(until_end / 1000) + slack)
   end

@@ -2,11 +2,14 @@
 -- KEYS[1]  the theoretical arrival time (TAT), µs, an integer string
 -- ARGV[1]  protocol version     ARGV[2]  now, µs, or "" to read Redis TIME     ARGV[3]  cost
 -- ARGV[4]  TTL slack, ms (0 with Redis TIME)     ARGV[5]  deadline, Unix µs, or ""
--- ARGV[6]  emission interval T, µs   ARGV[7]  tolerance = burst x T, µs   ARGV[8]  burst
+-- ARGV[6]  (version 2) the operation: check, peek or refund; then the parameters P[1], ...
+--          from ARGV[7] (version 1: from ARGV[6], and the operation is check):
+-- P[1]  emission interval T, µs   P[2]  tolerance = burst x T, µs   P[3]  burst
 -- Returns {allowed, limit, remaining, retry_after_us, reset_after_us, delay_us}: integers
 -- below 2^53, exact in Lua's doubles (Redis passes numbers to commands exactly too).
 -- (prologue.lua comes first: it checks the protocol version and the deadline, and sets
--- now, cost, slack, skew, P, args_ok and the helpers read_string, stored, corrupt and show.)
+-- now, cost, op, slack, skew, P, args_ok and the helpers read_string, stored, corrupt and
+-- show.) op: check, peek (writes nothing) or refund (see prologue.lua).
 local T, tau, cap = P[1], P[2], P[3]
 if not (args_ok and cap and cost <= cap and T >= 1) then
   return redis.error_reply('ratelab gcra: invalid arguments')
@@ -25,9 +28,20 @@ if raw then
   end
 end
 if tat < now then tat = now end
+if op == 'refund' then
+  -- Never before now: a TAT in the past already means full capacity.
+  tat = tat - cost * T
+  if tat <= now then
+    tat = now
+    if raw then redis.call('DEL', KEYS[1]) end
+  else
+    redis.call('SET', KEYS[1], tat, 'PX', math.ceil((tat - now) / 1000) + slack)
+  end
+  cost = 0
+end
 local next = tat + cost * T
 if next <= now + tau then
-  if cost > 0 then
+  if cost > 0 and op == 'check' then
     redis.call('SET', KEYS[1], next, 'PX', math.ceil((next - now) / 1000) + slack)
   end
   return {1, cap, math.floor((now + tau - next) / T), 0, next - now, 0}

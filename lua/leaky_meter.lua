@@ -3,10 +3,13 @@
 -- KEYS[1]  the level: struct '<dd' (µs of draining left, instant it was measured in µs)
 -- ARGV[1]  protocol version     ARGV[2]  now, µs, or "" to read Redis TIME     ARGV[3]  cost
 -- ARGV[4]  TTL slack, ms (0 with Redis TIME)     ARGV[5]  deadline, Unix µs, or ""
--- ARGV[6]  µs per unit T     ARGV[7]  depth = burst x T, µs     ARGV[8]  capacity (burst)
+-- ARGV[6]  (version 2) the operation: check, peek or refund; then the parameters P[1], ...
+--          from ARGV[7] (version 1: from ARGV[6], and the operation is check):
+-- P[1]  µs per unit T     P[2]  depth = burst x T, µs     P[3]  capacity (burst)
 -- Returns {allowed, limit, remaining, retry_after_us, reset_after_us, delay_us}.
 -- (prologue.lua comes first: it checks the protocol version and the deadline, and sets
--- now, cost, slack, skew, P, args_ok and the helpers read_string, stored, corrupt and show.)
+-- now, cost, op, slack, skew, P, args_ok and the helpers read_string, stored, corrupt and
+-- show.) op: check, peek (writes nothing) or refund (see prologue.lua).
 local T, depth, cap = P[1], P[2], P[3]
 if not (args_ok and cap and cost <= cap and T >= 1) then
   return redis.error_reply('ratelab leaky-meter: invalid arguments')
@@ -31,9 +34,21 @@ if now > measured then measured = now end
 water = water - (measured - at)
 if water < 0 then water = 0 end
 local ahead = measured - now
+if op == 'refund' then
+  -- Drained to now above; pour out what was refunded, never below empty.
+  water = water - cost * T
+  if water < 0 then water = 0 end
+  if ahead + water <= 0 then
+    if raw then redis.call('DEL', KEYS[1]) end
+  else
+    redis.call('SET', KEYS[1], struct.pack('<dd', water, measured), 'PX',
+      math.ceil((ahead + water) / 1000) + slack)
+  end
+  cost = 0
+end
 local poured = water + cost * T
 if poured <= depth then
-  if cost > 0 then
+  if cost > 0 and op == 'check' then
     redis.call('SET', KEYS[1], struct.pack('<dd', poured, measured), 'PX',
       math.ceil((ahead + poured) / 1000) + slack)
   end

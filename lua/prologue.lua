@@ -1,10 +1,14 @@
 -- ratelab script prologue: prepended to every algorithm script when it is loaded
 -- (the script sent to Redis is this file followed by the algorithm's file).
 -- The protocol (every argument, reply and error, the key scheme): lua/README.md.
--- ARGV[1]  the protocol version, PROTOCOL_VERSION below: in every version of the
---          protocol the first argument, so that a caller built for another version
---          gets the error "ratelab: protocol version 1 expected, got ..." and never a
---          decision made from arguments it meant otherwise.
+--
+-- Version 2 adds the operation (ARGV[6]: check, peek or refund) before the
+-- parameters; version 1 calls are still answered, as checks, exactly as before.
+--
+-- ARGV[1]  the protocol version: "2", or "1" for the version 1 layout (a check). In
+--          every version of the protocol the first argument, so that a caller built for
+--          another version gets the error "ratelab: protocol version 1 or 2 expected,
+--          got ..." and never a decision made from arguments it meant otherwise.
 -- ARGV[2]  now, µs, or "" to read Redis TIME     ARGV[3]  cost
 -- ARGV[4]  TTL slack, ms: keys live this much longer than their state needs, and a
 --          stored instant may be this much ahead of now (a client clock that stepped back)
@@ -12,20 +16,31 @@
 --          for none. A call that starts later writes nothing and answers the error
 --          "ratelab expired: ..." (its caller has given up on it: charging it would
 --          consume quota for a request that was never told it passed).
--- ARGV[6...]  the algorithm's parameters, P[1], P[2], ...
--- Every argument must be a non-negative integer below 2^53 (exact in Lua's doubles);
--- `args_ok` says whether they all were. `now` is clamped at 2^52 µs, as the
--- in-memory runners clamp it.
+-- Version 2:
+-- ARGV[6]  the operation, `op` below:
+--          check   decide a request of `cost`, consuming it if it passes (version 1's only
+--                  operation);
+--          peek    the decision a check of `cost` would get now, writing nothing (not even
+--                  the sliding log's pruning): a check at the same instant decides the same;
+--          refund  give back up to `cost` units the key consumed, never above its capacity
+--                  (a full key stays full), writing the state with its TTL, or deleting the
+--                  key when it is full again; answers what a peek of cost 0 would then.
+--          Anything else: "ratelab <algorithm>: invalid arguments".
+-- ARGV[7...]  the algorithm's parameters, P[1], P[2], ...
+-- Version 1:
+-- ARGV[6...]  the algorithm's parameters, P[1], P[2], ...; the operation is check.
+-- A reset is no script: DEL of the key.
+-- Every argument but the operation must be a non-negative integer below 2^53 (exact in
+-- Lua's doubles); `args_ok` says whether they all were. `now` is clamped at 2^52 µs, as
+-- the in-memory runners clamp it.
 -- Stored state is never trusted: `read_string` and `stored` below let each script
 -- answer "ratelab <algorithm>: corrupt state at <key>: <what>" for anything it could
 -- not have written, instead of resetting, admitting everything or refusing forever.
-local PROTOCOL_VERSION = '1'
-if ARGV[1] ~= PROTOCOL_VERSION then
+if ARGV[1] ~= '1' and ARGV[1] ~= '2' then
   local got = 'nothing'
   if ARGV[1] == '' then got = '""'
   elseif ARGV[1] then got = ARGV[1]:sub(1, 32):gsub('[^%w%p ]', '?') end
-  return redis.error_reply('ratelab: protocol version ' .. PROTOCOL_VERSION .. ' expected, got '
-    .. got)
+  return redis.error_reply('ratelab: protocol version 1 or 2 expected, got ' .. got)
 end
 local function integer(s)
   local n = tonumber(s)
@@ -36,10 +51,13 @@ local now, cost, slack, deadline = integer(ARGV[2]), integer(ARGV[3]), integer(A
   integer(ARGV[5])
 local args_ok = cost ~= nil and slack ~= nil and (now ~= nil or ARGV[2] == '')
   and (deadline ~= nil or ARGV[5] == '')
+local op, first = 'check', 6
+if ARGV[1] == '2' then op, first = ARGV[6], 7 end
+if op ~= 'check' and op ~= 'peek' and op ~= 'refund' then args_ok = false end
 local P = {}
-for i = 6, #ARGV do
-  P[i - 5] = integer(ARGV[i])
-  if P[i - 5] == nil then args_ok = false end
+for i = first, #ARGV do
+  P[i - first + 1] = integer(ARGV[i])
+  if P[i - first + 1] == nil then args_ok = false end
 end
 local clock
 if args_ok and (now == nil or deadline ~= nil) then

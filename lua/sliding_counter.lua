@@ -3,11 +3,14 @@
 -- KEYS[1]  the windows: struct '<ddd' (current window index, previous count, current count)
 -- ARGV[1]  protocol version     ARGV[2]  now, µs, or "" to read Redis TIME     ARGV[3]  cost
 -- ARGV[4]  TTL slack, ms (0 with Redis TIME)     ARGV[5]  deadline, Unix µs, or ""
--- ARGV[6]  window length W, µs   ARGV[7]  limit   ARGV[8]  µs per step   ARGV[9]  steps per window
+-- ARGV[6]  (version 2) the operation: check, peek or refund; then the parameters P[1], ...
+--          from ARGV[7] (version 1: from ARGV[6], and the operation is check):
+-- P[1]  window length W, µs   P[2]  limit   P[3]  µs per step   P[4]  steps per window
 -- Returns {allowed, limit, remaining, retry_after_us, reset_after_us, delay_us}.
 -- limit x steps < 2^48: every product below is exact.
 -- (prologue.lua comes first: it checks the protocol version and the deadline, and sets
--- now, cost, slack, skew, P, args_ok and the helpers read_string, stored, corrupt and show.)
+-- now, cost, op, slack, skew, P, args_ok and the helpers read_string, stored, corrupt and
+-- show.) op: check, peek (writes nothing) or refund (see prologue.lua).
 local W, limit, step, steps = P[1], P[2], P[3], P[4]
 if not (args_ok and steps and cost <= limit and W >= 1 and step >= 1
     and steps >= 1) then
@@ -40,6 +43,19 @@ local function full_at()
   if previous > 0 then return start + W end
   return 0
 end
+if op == 'refund' then
+  -- Only the current window's count: the previous window's weight is owed for units
+  -- that may have passed long ago.
+  current = current - math.min(cost, current)
+  local reset = full_at() - now
+  if reset <= 0 then
+    if raw then redis.call('DEL', KEYS[1]) end
+  else
+    redis.call('SET', KEYS[1], struct.pack('<ddd', index, previous, current), 'PX',
+      math.ceil(reset / 1000) + slack)
+  end
+  cost = 0
+end
 -- After a clock went back, take the window's start: the previous window weighs in full.
 local offset = now - start
 if offset < 0 then offset = 0 end
@@ -49,7 +65,7 @@ if current + cost <= room then
   current = current + cost
   local reset = full_at() - now
   if reset < 0 then reset = 0 end
-  if cost > 0 then
+  if cost > 0 and op == 'check' then
     redis.call('SET', KEYS[1], struct.pack('<ddd', index, previous, current), 'PX',
       math.ceil(reset / 1000) + slack)
   end

@@ -3,10 +3,13 @@
 --          were counted in µs as a double: 12 bytes, exact below 2^53)
 -- ARGV[1]  protocol version     ARGV[2]  now, µs, or "" to read Redis TIME     ARGV[3]  cost
 -- ARGV[4]  TTL slack, ms (0 with Redis TIME)     ARGV[5]  deadline, Unix µs, or ""
--- ARGV[6]  µs per token T     ARGV[7]  capacity (burst)
+-- ARGV[6]  (version 2) the operation: check, peek or refund; then the parameters P[1], ...
+--          from ARGV[7] (version 1: from ARGV[6], and the operation is check):
+-- P[1]  µs per token T     P[2]  capacity (burst)
 -- Returns {allowed, limit, remaining, retry_after_us, reset_after_us, delay_us}.
 -- (prologue.lua comes first: it checks the protocol version and the deadline, and sets
--- now, cost, slack, skew, P, args_ok and the helpers read_string, stored, corrupt and show.)
+-- now, cost, op, slack, skew, P, args_ok and the helpers read_string, stored, corrupt and
+-- show.) op: check, peek (writes nothing) or refund (see prologue.lua).
 local T, cap = P[1], P[2]
 if not (args_ok and cap and cost <= cap and T >= 1) then
   return redis.error_reply('ratelab token-bucket: invalid arguments')
@@ -34,11 +37,23 @@ if now > last then
     tokens, last = tokens + arrived, last + arrived * T
   end
 end
+if op == 'refund' then
+  -- After the refill: tokens that arrived on their own are not given twice.
+  tokens = math.min(cap, tokens + cost)
+  local reset = last + (cap - tokens) * T - now
+  if reset <= 0 then
+    if raw then redis.call('DEL', KEYS[1]) end
+  else
+    redis.call('SET', KEYS[1], struct.pack('<Id', tokens, last), 'PX',
+      math.ceil(reset / 1000) + slack)
+  end
+  cost = 0
+end
 if cost <= tokens then
   tokens = tokens - cost
   local reset = last + (cap - tokens) * T - now
   if reset < 0 then reset = 0 end
-  if cost > 0 then
+  if cost > 0 and op == 'check' then
     redis.call('SET', KEYS[1], struct.pack('<Id', tokens, last), 'PX',
       math.ceil(reset / 1000) + slack)
   end

@@ -54,11 +54,57 @@ pub trait Algorithm: Send + Sync + 'static {
     /// Decides a request of `cost` at `now`, updating `state`.
     fn decide(&self, state: &mut Self::State, now: u64, cost: u32) -> Result<Decision, Error>;
 
+    /// Gives back up to `cost` units the key consumed, at `now`: a request
+    /// that was admitted but should not count (a "count only failures"
+    /// policy, a cancelled job).
+    ///
+    /// Never takes the key above its capacity: a full key stays full, and a
+    /// refund of more than was consumed only makes the key full. What comes
+    /// back is what the algorithm can give back:
+    ///
+    /// - GCRA, leaky queue: the TAT (next slot) moves `cost × T` earlier,
+    ///   never before `now`;
+    /// - leaky meter: the level drains to `now`, then loses `cost × T` (down
+    ///   to empty);
+    /// - token bucket: the bucket refills to `now`, then gains `cost` tokens
+    ///   (up to its capacity);
+    /// - fixed window, sliding counter: the current window's count loses up
+    ///   to `cost` (units counted in an earlier window stay counted);
+    /// - sliding log: the `cost` newest units leave the log.
+    ///
+    /// A key back to full capacity is put back to its initial state
+    /// ([`forget_if_full`]). Answers what a peek of cost 0 would after the
+    /// refund (`remaining`,
+    /// `reset_after`). A cost above [`Algorithm::capacity`] is
+    /// [`Error::CostTooHigh`], as for a check. `now` going backwards is time
+    /// standing still, as for [`Algorithm::decide`].
+    ///
+    /// [`Algorithm::full_at`] may decrease after a refund (it is the one
+    /// change that lowers it). The default answers [`Error::Unsupported`];
+    /// every ratelab algorithm implements it.
+    fn refund(&self, state: &mut Self::State, now: u64, cost: u32) -> Result<Decision, Error> {
+        let _ = (state, now, cost);
+        Err(Error::Unsupported("a refund"))
+    }
+
     /// The instant from which `state` decides exactly as
     /// [`Algorithm::initial_state`] would, if nothing else is consumed: the
     /// key is back to full capacity and may be forgotten. Never decreases as
-    /// requests are decided.
+    /// requests are decided; only [`Algorithm::refund`] lowers it.
     fn full_at(&self, state: &Self::State) -> u64;
+}
+
+/// Puts `state` back to [`Algorithm::initial_state`] if it is full at `now`:
+/// the last step of every [`Algorithm::refund`].
+///
+/// A full key then holds what a key never seen holds, which is what a store
+/// that forgets full keys holds (the keyed store, Redis deleting the key), so
+/// every store decides the same afterwards, even when the clock goes back.
+#[inline]
+pub fn forget_if_full<A: Algorithm + ?Sized>(algorithm: &A, state: &mut A::State, now: u64) {
+    if algorithm.full_at(state) <= now {
+        *state = algorithm.initial_state();
+    }
 }
 
 /// Where a single-bucket limiter keeps an algorithm's state.

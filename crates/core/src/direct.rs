@@ -93,6 +93,26 @@ impl<A: Algorithm, C: Clock> Direct<A, C> {
         self.algorithm.decide(&mut state, now, cost)
     }
 
+    /// Gives back up to `cost` units consumed, never taking the bucket above
+    /// its capacity (see [`RateLimiter::refund`]); answers what a peek of
+    /// cost 0 would after it.
+    pub fn refund(&self, cost: u32) -> Result<Decision, Error> {
+        let reading = clamp_instant(self.clock.now_micros());
+        if reading > self.latest.load(Ordering::Relaxed) {
+            self.latest.fetch_max(reading, Ordering::AcqRel);
+        }
+        self.cell.update(|state| {
+            let now = reading.max(self.latest.load(Ordering::Acquire));
+            self.algorithm.refund(state, now, cost)
+        })
+    }
+
+    /// Puts the bucket back to full capacity.
+    pub fn reset(&self) {
+        self.cell
+            .update(|state| *state = self.algorithm.initial_state());
+    }
+
     /// Blocks until a request of weight `cost` is admitted, or `timeout`
     /// passes (see [`wait_for`](crate::wait_for)).
     pub fn wait(
@@ -145,6 +165,17 @@ impl<A: Algorithm, C: Clock> RateLimiter for Direct<A, C> {
     /// Peeks at the one bucket; `key` is ignored.
     fn peek(&self, _key: &[u8], cost: u32) -> Result<Decision, Error> {
         Direct::peek(self, cost)
+    }
+
+    /// Refunds the one bucket; `key` is ignored.
+    fn refund(&self, _key: &[u8], cost: u32) -> Result<Decision, Error> {
+        Direct::refund(self, cost)
+    }
+
+    /// Resets the one bucket; `key` is ignored.
+    fn reset(&self, _key: &[u8]) -> Result<(), Error> {
+        Direct::reset(self);
+        Ok(())
     }
 }
 

@@ -73,14 +73,14 @@ mod throttle;
 mod time;
 mod wait;
 
-pub use algorithm::{Algorithm, AtomicCell, LockedCell, StateCell};
+pub use algorithm::{Algorithm, AtomicCell, LockedCell, StateCell, forget_if_full};
 pub use decision::{Decision, ceil_secs};
 pub use direct::Direct;
 pub use error::{Error, ErrorKind, ensure_fits};
 pub use keyed::{
     ByteKey, DEFAULT_MAX_KEYS, FloodPolicy, Keyed, KeyedBuilder, MAX_EXACT_KEY_LEN, MAX_SHARDS,
 };
-pub use limiter::{AsyncRateLimiter, CheckFuture, Limiter, RateLimiter};
+pub use limiter::{AsyncRateLimiter, CheckFuture, Limiter, RateLimiter, ResetFuture};
 pub use log_gate::LogGate;
 pub use quota::{Quota, QuotaError};
 pub use throttle::BlockingThrottle;

@@ -15,6 +15,9 @@ use crate::{Decision, Error, Quota};
 /// The future an [`AsyncRateLimiter`] returns.
 pub type CheckFuture<'a> = Pin<Box<dyn Future<Output = Result<Decision, Error>> + Send + 'a>>;
 
+/// The future [`AsyncRateLimiter::reset_async`] returns.
+pub type ResetFuture<'a> = Pin<Box<dyn Future<Output = Result<(), Error>> + Send + 'a>>;
+
 /// What a limiter says about itself.
 pub trait Limiter: Send + Sync {
     /// The quota it enforces.
@@ -53,6 +56,29 @@ pub trait RateLimiter: Limiter {
         let _ = (key, cost);
         Err(Error::Unsupported("a non-consuming query (peek)"))
     }
+
+    /// Gives back up to `cost` units `key` consumed: for a request that was
+    /// admitted but should not count (only failures count, the work was
+    /// cancelled). Never takes the key above its capacity: a full key stays
+    /// full, so a refund of units never consumed is harmless. What each
+    /// algorithm gives back is documented on
+    /// [`Algorithm::refund`](crate::Algorithm::refund).
+    ///
+    /// Answers what a check of cost 0 would after the refund. A cost that
+    /// can never fit is [`Error::CostTooHigh`]. The default answers
+    /// [`Error::Unsupported`]; every ratelab limiter implements it.
+    fn refund(&self, key: &[u8], cost: u32) -> Result<Decision, Error> {
+        let _ = (key, cost);
+        Err(Error::Unsupported("a refund"))
+    }
+
+    /// Puts `key` back to full capacity, as if it had never been seen (a
+    /// successful login forgives the failures before it). The default
+    /// answers [`Error::Unsupported`]; every ratelab limiter implements it.
+    fn reset(&self, key: &[u8]) -> Result<(), Error> {
+        let _ = key;
+        Err(Error::Unsupported("a reset"))
+    }
 }
 
 /// A keyed limiter that decides asynchronously.
@@ -72,6 +98,20 @@ pub trait AsyncRateLimiter: Limiter {
             "a non-consuming query (peek)",
         ))))
     }
+
+    /// Gives back up to `cost` units `key` consumed: see
+    /// [`RateLimiter::refund`]. The default answers [`Error::Unsupported`].
+    fn refund_async<'a>(&'a self, key: &'a [u8], cost: u32) -> CheckFuture<'a> {
+        let _ = (key, cost);
+        Box::pin(std::future::ready(Err(Error::Unsupported("a refund"))))
+    }
+
+    /// Puts `key` back to full capacity: see [`RateLimiter::reset`]. The
+    /// default answers [`Error::Unsupported`].
+    fn reset_async<'a>(&'a self, key: &'a [u8]) -> ResetFuture<'a> {
+        let _ = key;
+        Box::pin(std::future::ready(Err(Error::Unsupported("a reset"))))
+    }
 }
 
 impl<L: RateLimiter + ?Sized> AsyncRateLimiter for L {
@@ -81,6 +121,14 @@ impl<L: RateLimiter + ?Sized> AsyncRateLimiter for L {
 
     fn peek_async<'a>(&'a self, key: &'a [u8], cost: u32) -> CheckFuture<'a> {
         Box::pin(std::future::ready(self.peek(key, cost)))
+    }
+
+    fn refund_async<'a>(&'a self, key: &'a [u8], cost: u32) -> CheckFuture<'a> {
+        Box::pin(std::future::ready(self.refund(key, cost)))
+    }
+
+    fn reset_async<'a>(&'a self, key: &'a [u8]) -> ResetFuture<'a> {
+        Box::pin(std::future::ready(self.reset(key)))
     }
 }
 
@@ -104,6 +152,12 @@ macro_rules! forward_through_pointer {
             }
             fn peek(&self, key: &[u8], cost: u32) -> Result<Decision, Error> {
                 (**self).peek(key, cost)
+            }
+            fn refund(&self, key: &[u8], cost: u32) -> Result<Decision, Error> {
+                (**self).refund(key, cost)
+            }
+            fn reset(&self, key: &[u8]) -> Result<(), Error> {
+                (**self).reset(key)
             }
         }
     )*};

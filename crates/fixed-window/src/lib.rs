@@ -33,7 +33,7 @@
 #![warn(missing_docs)]
 #![forbid(unsafe_code)]
 
-use ratelab_core::{Algorithm, Decision, Error, LockedCell, Quota, ensure_fits};
+use ratelab_core::{Algorithm, Decision, Error, LockedCell, Quota, ensure_fits, forget_if_full};
 
 /// Fixed window parameters derived from a [`Quota`]. See the crate docs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -148,6 +148,19 @@ impl Algorithm for FixedWindow {
             .with_remaining(self.limit - counter.count)
             .with_retry_after_micros(until_end)
             .with_reset_after_micros(until_end))
+    }
+
+    #[inline]
+    fn refund(&self, counter: &mut Counter, now: u64, cost: u32) -> Result<Decision, Error> {
+        let cost = ensure_fits(cost, self.limit)?;
+        // Only the current window's count: units of a window that has ended
+        // no longer count anyway. A clock that went back stays in the window
+        // it had reached, as for a check.
+        if now / self.window <= counter.index {
+            counter.count -= cost.min(counter.count);
+        }
+        forget_if_full(self, counter, now);
+        self.decide(counter, now, 0)
     }
 
     #[inline]

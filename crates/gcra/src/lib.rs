@@ -38,7 +38,7 @@
 #![warn(missing_docs)]
 #![forbid(unsafe_code)]
 
-use ratelab_core::{Algorithm, AtomicCell, Decision, Error, Quota, ensure_fits};
+use ratelab_core::{Algorithm, AtomicCell, Decision, Error, Quota, ensure_fits, forget_if_full};
 
 /// GCRA parameters derived from a [`Quota`]. See the crate docs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -126,6 +126,15 @@ impl Algorithm for Gcra {
             .with_remaining(self.room(now, current))
             .with_retry_after_micros(next - self.tolerance - now)
             .with_reset_after_micros(current - now))
+    }
+
+    #[inline]
+    fn refund(&self, tat: &mut u64, now: u64, cost: u32) -> Result<Decision, Error> {
+        let cost = ensure_fits(cost, self.capacity())?;
+        // Never before now: a TAT in the past already means full capacity.
+        *tat = tat.saturating_sub(cost * self.interval).max(now);
+        forget_if_full(self, tat, now);
+        self.decide(tat, now, 0)
     }
 
     #[inline]

@@ -1,6 +1,6 @@
 //! The leaky bucket as a meter.
 
-use ratelab_core::{Algorithm, Decision, Error, LockedCell, Quota, ensure_fits};
+use ratelab_core::{Algorithm, Decision, Error, LockedCell, Quota, ensure_fits, forget_if_full};
 
 /// Leaky bucket (meter) parameters derived from a [`Quota`]: refuses what
 /// would overflow. See the crate docs.
@@ -102,6 +102,21 @@ impl Algorithm for LeakyMeter {
             .with_remaining((self.depth - water) / self.interval)
             .with_retry_after_micros(ahead + poured - self.depth)
             .with_reset_after_micros(ahead + water))
+    }
+
+    #[inline]
+    fn refund(&self, level: &mut Level, now: u64, cost: u32) -> Result<Decision, Error> {
+        let cost = ensure_fits(cost, self.capacity)?;
+        // Drain to now first (a clock that went back drains nothing), then
+        // pour out what was refunded: never below empty.
+        let at = level.at.max(now);
+        let water = level.water.saturating_sub(at - level.at);
+        *level = Level {
+            water: water.saturating_sub(cost * self.interval),
+            at,
+        };
+        forget_if_full(self, level, now);
+        self.decide(level, now, 0)
     }
 
     #[inline]

@@ -1,6 +1,6 @@
 //! The leaky bucket as a queue (shaper).
 
-use ratelab_core::{Algorithm, AtomicCell, Decision, Error, Quota, ensure_fits};
+use ratelab_core::{Algorithm, AtomicCell, Decision, Error, Quota, ensure_fits, forget_if_full};
 
 /// Leaky bucket (queue) parameters derived from a [`Quota`]: admits into a
 /// bounded queue and gives each request its slot. See the crate docs.
@@ -81,6 +81,15 @@ impl Algorithm for LeakyQueue {
             .with_remaining(self.depth.saturating_sub(slot - now) / self.interval)
             .with_retry_after_micros(after - self.depth - now)
             .with_reset_after_micros(slot - now))
+    }
+
+    #[inline]
+    fn refund(&self, next_free: &mut u64, now: u64, cost: u32) -> Result<Decision, Error> {
+        let cost = ensure_fits(cost, self.capacity)?;
+        // Never before now: a free slot in the past is an empty queue.
+        *next_free = next_free.saturating_sub(cost * self.interval).max(now);
+        forget_if_full(self, next_free, now);
+        self.decide(next_free, now, 0)
     }
 
     #[inline]

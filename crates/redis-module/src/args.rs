@@ -7,16 +7,27 @@ use ratelab_core::clamp_instant;
 
 use crate::lua;
 
-/// The protocol version the prologue expects as `ARGV[1]`.
-pub(crate) const PROTOCOL_VERSION: &[u8] = b"1";
+/// What a call does with the key: `ARGV[6]` from version 2, a check in
+/// version 1.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Op {
+    /// Decide, consuming what passes.
+    Check,
+    /// Decide, writing nothing.
+    Peek,
+    /// Give back up to `cost` units, never above the capacity.
+    Refund,
+}
 
-/// The prologue's first check: `ARGV[1]` is the protocol version, else the
-/// error `ratelab: protocol version 1 expected, got ...` (a caller built for
-/// another version of the protocol never gets a decision made from
-/// arguments it meant otherwise).
-pub(crate) fn check_protocol(first: Option<&[u8]>) -> Result<(), String> {
-    if first == Some(PROTOCOL_VERSION) {
-        return Ok(());
+/// The prologue's first check: `ARGV[1]` is a protocol version it speaks
+/// (1 or 2), else the error `ratelab: protocol version 1 or 2 expected, got
+/// ...` (a caller built for another version of the protocol never gets a
+/// decision made from arguments it meant otherwise). Answers the version.
+pub(crate) fn check_protocol(first: Option<&[u8]>) -> Result<u8, String> {
+    match first {
+        Some(b"1") => return Ok(1),
+        Some(b"2") => return Ok(2),
+        _ => {}
     }
     let got = match first {
         None => "nothing".to_owned(),
@@ -33,9 +44,28 @@ pub(crate) fn check_protocol(first: Option<&[u8]>) -> Result<(), String> {
             .collect(),
     };
     Err(format!(
-        "ratelab: protocol version {} expected, got {got}",
-        String::from_utf8_lossy(PROTOCOL_VERSION)
+        "ratelab: protocol version 1 or 2 expected, got {got}"
     ))
+}
+
+/// Splits the operation out of `ARGV` after the version, as the prologue
+/// does: version 2 has it after the deadline (`None` for anything but
+/// `check`, `peek` and `refund`: invalid arguments), version 1 checks.
+pub(crate) fn split_op<A: AsRef<[u8]>>(version: u8, argv: &[A]) -> Option<(Op, Vec<&[u8]>)> {
+    let mut rest: Vec<&[u8]> = argv.iter().map(AsRef::as_ref).collect();
+    if version == 1 {
+        return Some((Op::Check, rest));
+    }
+    if rest.len() < 5 {
+        return None;
+    }
+    let op = match rest.remove(4) {
+        b"check" => Op::Check,
+        b"peek" => Op::Peek,
+        b"refund" => Op::Refund,
+        _ => return None,
+    };
+    Some((op, rest))
 }
 
 /// The most parameters an algorithm takes (the sliding counter's four).
@@ -140,11 +170,27 @@ mod tests {
 
     #[test]
     fn the_protocol_version_comes_first() {
-        assert_eq!(check_protocol(Some(b"1")), Ok(()));
-        let error = |got: &str| Err(format!("ratelab: protocol version 1 expected, got {got}"));
+        assert_eq!(check_protocol(Some(b"1")), Ok(1));
+        assert_eq!(check_protocol(Some(b"2")), Ok(2));
+        let error = |got: &str| {
+            Err(format!(
+                "ratelab: protocol version 1 or 2 expected, got {got}"
+            ))
+        };
         assert_eq!(check_protocol(None), error("nothing"));
         assert_eq!(check_protocol(Some(b"")), error("\"\""));
-        assert_eq!(check_protocol(Some(b"2\x01")), error("2?"));
+        assert_eq!(check_protocol(Some(b"3\x01")), error("3?"));
+    }
+
+    #[test]
+    fn version_2_names_the_operation_after_the_deadline() {
+        let argv = ["1000", "2", "5", "", "peek", "10"];
+        let (op, rest) = split_op(2, &argv).unwrap();
+        assert_eq!(op, Op::Peek);
+        assert_eq!(rest, [&b"1000"[..], b"2", b"5", b"", b"10"]);
+        assert_eq!(split_op(1, &argv).unwrap().0, Op::Check);
+        assert!(split_op(2, &["1000", "2", "5", "", "drop", "10"]).is_none());
+        assert!(split_op(2, &["1000", "2", "5", ""]).is_none());
     }
 
     #[test]

@@ -13,7 +13,7 @@ use redis_module::{
 };
 
 use crate::algorithms::{Params, StringState};
-use crate::args::Args;
+use crate::args::{Args, Op, split_op};
 use crate::lua::{self, show, show_bare};
 
 /// Writes: replicated to replicas and the AOF as the commands themselves
@@ -81,17 +81,32 @@ fn passed_on(error: &redis_module::ErrorReply<'_>) -> RedisError {
     RedisError::String(error.to_utf8_string().unwrap_or_else(|| error.to_string()))
 }
 
-/// Reads the arguments as the prologue does: the algorithm, the instant,
-/// and the cost.
-fn prologue<A: Params>(args: &[RedisString]) -> Result<(A, Args, u64, u32), RedisError> {
+/// What the prologue reads: the algorithm, the arguments, the instant, the
+/// cost and the operation.
+struct Call<A> {
+    algorithm: A,
+    parsed: Args,
+    now: u64,
+    cost: u32,
+    op: Op,
+}
+
+/// Reads the arguments as the prologue does.
+fn prologue<A: Params>(args: &[RedisString]) -> Result<Call<A>, RedisError> {
     let argv: Vec<&[u8]> = args[2..].iter().map(|a| a.as_slice()).collect();
-    crate::args::check_protocol(argv.first().copied()).map_err(RedisError::String)?;
-    let argv = &argv[1..];
-    let parsed = Args::parse(argv).ok_or_else(|| invalid(A::NAME))?;
+    let version = crate::args::check_protocol(argv.first().copied()).map_err(RedisError::String)?;
+    let (op, argv) = split_op(version, &argv[1..]).ok_or_else(|| invalid(A::NAME))?;
+    let parsed = Args::parse(&argv).ok_or_else(|| invalid(A::NAME))?;
     let now = parsed.now().map_err(RedisError::String)?;
     let algorithm = A::from_args(&parsed).ok_or_else(|| invalid(A::NAME))?;
     let cost = u32::try_from(parsed.cost).map_err(|_| invalid(A::NAME))?;
-    Ok((algorithm, parsed, now, cost))
+    Ok(Call {
+        algorithm,
+        parsed,
+        now,
+        cost,
+        op,
+    })
 }
 
 /// `RATELAB.<ALGORITHM> key now cost slack deadline params...` for an
@@ -101,13 +116,21 @@ pub(crate) fn string_command<A: StringState>(ctx: &Context, args: Vec<RedisStrin
         return Err(RedisError::WrongArity);
     }
     let key = &args[1];
-    let (algorithm, parsed, now, cost) = prologue::<A>(&args)?;
+    let Call {
+        algorithm,
+        parsed,
+        now,
+        cost,
+        op,
+    } = prologue::<A>(&args)?;
 
     // GET, as the script reads it: opening the key for direct access would
     // turn an integer-encoded value into a string on a mere read (more
     // memory for a key that is only refused or peeked at).
+    let mut stored = false;
     let mut state = match call(ctx, &GET, "GET", &[key.as_slice()]) {
         Ok(CallReply::String(raw)) => {
+            stored = true;
             let raw = raw.as_bytes();
             if let Some(size) = A::SIZE
                 && raw.len() != size
@@ -126,11 +149,34 @@ pub(crate) fn string_command<A: StringState>(ctx: &Context, args: Vec<RedisStrin
         }
     };
 
+    if op == Op::Refund {
+        let decision = algorithm
+            .refund(&mut state, now, cost)
+            .map_err(|_| invalid(A::NAME))?;
+        // As the scripts: a key full again is deleted, any other written
+        // with the TTL until it is.
+        let full_at = algorithm.full_at(&state);
+        if full_at <= now {
+            if stored {
+                call(ctx, &WRITE, "DEL", &[key.as_slice()]).map_err(|e| passed_on(&e))?;
+            }
+        } else {
+            let ttl = parsed.ttl_millis(full_at - now).to_string();
+            set(
+                ctx,
+                key.as_slice(),
+                &algorithm.encode(&state),
+                ttl.as_bytes(),
+            )
+            .map_err(RedisError::String)?;
+        }
+        return Ok(reply(&decision));
+    }
     let decision = algorithm
         .decide(&mut state, now, cost)
         .map_err(|_| invalid(A::NAME))?;
-    // As the scripts: only an admission with a cost writes.
-    if decision.allowed && cost > 0 {
+    // As the scripts: only a check's admission with a cost writes.
+    if op == Op::Check && decision.allowed && cost > 0 {
         let value = algorithm.encode(&state);
         let ttl = parsed
             .ttl_millis(duration_micros(decision.reset_after))
@@ -219,12 +265,14 @@ fn scored(reply: &CallReply<'_>) -> Vec<(Vec<u8>, Vec<u8>)> {
         .collect()
 }
 
-/// `RATELAB.SLIDING-LOG key now cost slack deadline window limit`: the log
-/// is the scripts' sorted set, one member `<µs>:<n>` per admitted unit,
-/// scored by the µs it was admitted at.
+/// `RATELAB.SLIDING-LOG key version now cost slack deadline [op] window
+/// limit`: the log is the scripts' sorted set, one member `<µs>:<n>` per
+/// admitted unit, scored by the µs it was admitted at; the members of one
+/// instant are always `<µs>:1` to `<µs>:<count>`.
 ///
 /// `decide` runs on a [`Log`] that holds what it reads of the set, exactly:
-/// the count (after the expired units are pruned, as `decide` prunes them),
+/// the count of live units (a check or a refund prunes the expired ones
+/// first, as `decide` prunes them; a peek writes nothing and only counts),
 /// the newest instant, and, when the request cannot fit, the instants of the
 /// first units whose leaving frees room for it. Every other unit is folded
 /// into the newest entry. So a check costs O(log n + cost), as the script
@@ -235,28 +283,36 @@ pub(crate) fn sliding_log(ctx: &Context, args: Vec<RedisString>) -> RedisResult 
         return Err(RedisError::WrongArity);
     }
     let key = &args[1];
-    let (algorithm, parsed, now, cost) = prologue::<SlidingLog>(&args)?;
+    let Call {
+        algorithm,
+        parsed,
+        now,
+        cost,
+        op,
+    } = prologue::<SlidingLog>(&args)?;
     let window = algorithm.window_micros();
     let limit = algorithm.capacity();
     let k = key.as_slice();
 
-    // A unit admitted at `at` counts while at + W > now.
+    // A unit admitted at `at` counts while at + W > now: scores above `now - W`.
     let cutoff = (i128::from(now) - i128::from(window)).to_string();
-    if call(
-        ctx,
-        &READ,
-        "ZREMRANGEBYSCORE",
-        &[k, b"-inf", cutoff.as_bytes()],
-    )
-    .is_err()
-    {
+    let live = format!("({cutoff}");
+    let counted = if op == Op::Peek {
+        call(ctx, &GET, "ZCOUNT", &[k, live.as_bytes(), b"+inf"])
+    } else {
+        call(
+            ctx,
+            &READ,
+            "ZREMRANGEBYSCORE",
+            &[k, b"-inf", cutoff.as_bytes()],
+        )
+        .and_then(|_| call(ctx, &READ, "ZCARD", &[k]))
+    };
+    let Ok(counted) = counted else {
         let what = format!("a {}, not a zset", type_name(ctx, key));
         return Err(corrupt(NAME, key, &what));
-    }
-    let total = call(ctx, &READ, "ZCARD", &[k])
-        .ok()
-        .as_ref()
-        .and_then(integer_reply)
+    };
+    let mut total = integer_reply(&counted)
         .and_then(|n| u64::try_from(n).ok())
         .unwrap_or(0);
     if total > limit {
@@ -280,26 +336,84 @@ pub(crate) fn sliding_log(ctx: &Context, args: Vec<RedisString>) -> RedisResult 
                 )
             })
     };
-    let mut entries: Vec<(u64, u64)> = Vec::new();
-    let mut newest = None;
-    if total > 0 {
+    let newest_of = |total: u64| -> Result<Option<u64>, RedisError> {
+        if total == 0 {
+            return Ok(None);
+        }
         let last = call(ctx, &READ, "ZRANGE", &[k, b"-1", b"-1", b"WITHSCORES"]);
         let last = last.as_ref().map(scored).unwrap_or_default();
-        let at = instant(
+        instant(
             last.first()
                 .ok_or_else(|| corrupt(NAME, key, "no newest entry"))?,
-        )?;
-        newest = Some(at);
-        // A refusal reads when the first `needed` units leave.
+        )
+        .map(Some)
+    };
+    let mut newest = newest_of(total)?;
+
+    if op == Op::Refund {
+        // The newest units leave first. An instant's units are dropped
+        // together and those that stay are added back from `<µs>:1`, as the
+        // script does, so that the numbering stays dense.
+        let mut left = u64::from(cost).min(total);
+        total -= left;
+        while left > 0 {
+            let Some(at) = newest else { break };
+            let at_text = at.to_string();
+            let at_bytes = at_text.as_bytes();
+            let here = call(ctx, &READ, "ZCOUNT", &[k, at_bytes, at_bytes])
+                .ok()
+                .as_ref()
+                .and_then(integer_reply)
+                .and_then(|n| u64::try_from(n).ok())
+                .unwrap_or(0);
+            call(ctx, &WRITE, "ZREMRANGEBYSCORE", &[k, at_bytes, at_bytes])
+                .map_err(|e| passed_on(&e))?;
+            if here > left {
+                add_units(ctx, k, at, 0, here - left)?;
+                left = 0;
+            } else {
+                left -= here;
+                // `total` units are left after this loop; counting the ones
+                // still to remove tells whether any remain.
+                newest = newest_of(total + left)?;
+            }
+        }
+        if total == 0 {
+            newest = None;
+        } else if let Some(at) = newest {
+            let ttl = parsed
+                .ttl_millis((at + window).saturating_sub(now))
+                .to_string();
+            call(ctx, &WRITE, "PEXPIRE", &[k, ttl.as_bytes()]).map_err(|e| passed_on(&e))?;
+        }
+        let mut log = Log::from_entries(newest.map(|at| (at, total)))
+            .ok_or_else(|| corrupt(NAME, key, "entries out of order"))?;
+        let decision = algorithm
+            .decide(&mut log, now, 0)
+            .map_err(|_| invalid(NAME))?;
+        return Ok(reply(&decision));
+    }
+
+    let mut entries: Vec<(u64, u64)> = Vec::new();
+    if let Some(at) = newest {
+        // A refusal reads when the first `needed` live units leave.
         let needed = (total + u64::from(cost)).saturating_sub(limit);
         let exact = needed.min(total);
         if exact > 0 {
-            let stop = (exact - 1).to_string();
+            let count = exact.to_string();
             let first = call(
                 ctx,
                 &READ,
-                "ZRANGE",
-                &[k, b"0", stop.as_bytes(), b"WITHSCORES"],
+                "ZRANGEBYSCORE",
+                &[
+                    k,
+                    live.as_bytes(),
+                    b"+inf",
+                    b"WITHSCORES",
+                    b"LIMIT",
+                    b"0",
+                    count.as_bytes(),
+                ],
             );
             for item in first.as_ref().map(scored).unwrap_or_default() {
                 let at = instant(&item)?;
@@ -320,7 +434,7 @@ pub(crate) fn sliding_log(ctx: &Context, args: Vec<RedisString>) -> RedisResult 
     let decision = algorithm
         .decide(&mut log, now, cost)
         .map_err(|_| invalid(NAME))?;
-    if decision.allowed && cost > 0 {
+    if op == Op::Check && decision.allowed && cost > 0 {
         let at = log.entries().last().map_or(now, |(at, _)| at);
         let at_text = at.to_string();
         let at_bytes = at_text.as_bytes();
@@ -335,23 +449,29 @@ pub(crate) fn sliding_log(ctx: &Context, args: Vec<RedisString>) -> RedisResult 
         } else {
             0
         };
-        let members: Vec<String> = (1..=u64::from(cost))
-            .map(|i| format!("{at}:{}", first + i))
-            .collect();
-        // In chunks, as the script adds them.
-        for chunk in members.chunks(1000) {
-            let mut zadd: Vec<&[u8]> = Vec::with_capacity(1 + 2 * chunk.len());
-            zadd.push(k);
-            for member in chunk {
-                zadd.push(at_bytes);
-                zadd.push(member.as_bytes());
-            }
-            call(ctx, &WRITE, "ZADD", &zadd).map_err(|e| passed_on(&e))?;
-        }
+        add_units(ctx, k, at, first, u64::from(cost))?;
         let ttl = parsed
             .ttl_millis(duration_micros(decision.reset_after))
             .to_string();
         call(ctx, &WRITE, "PEXPIRE", &[k, ttl.as_bytes()]).map_err(|e| passed_on(&e))?;
     }
     Ok(reply(&decision))
+}
+
+/// Adds `n` units at `at`, members `<at>:<first + 1>` onwards, in chunks of
+/// a thousand as the script adds them.
+fn add_units(ctx: &Context, k: &[u8], at: u64, first: u64, n: u64) -> Result<(), RedisError> {
+    let at_text = at.to_string();
+    let at_bytes = at_text.as_bytes();
+    let members: Vec<String> = (1..=n).map(|i| format!("{at}:{}", first + i)).collect();
+    for chunk in members.chunks(1000) {
+        let mut zadd: Vec<&[u8]> = Vec::with_capacity(1 + 2 * chunk.len());
+        zadd.push(k);
+        for member in chunk {
+            zadd.push(at_bytes);
+            zadd.push(member.as_bytes());
+        }
+        call(ctx, &WRITE, "ZADD", &zadd).map_err(|e| passed_on(&e))?;
+    }
+    Ok(())
 }

@@ -9,12 +9,17 @@
 //! and answers exactly what it answers:
 //!
 //! ```text
-//! RATELAB.GCRA key 1 now cost slack deadline T tolerance burst
+//! RATELAB.GCRA key 2 now cost slack deadline op T tolerance burst
 //!   -> [allowed, limit, remaining, retry_after_us, reset_after_us, delay_us]
 //! ```
 //!
-//! `1` is the protocol version (any other answers
-//! `ratelab: protocol version 1 expected, got ...`); `now` is the caller's instant in µs, or `""` for the server clock; `slack`
+//! `2` is the protocol version (version 1, with no `op` and the operation
+//! a check, is still answered; any other version answers
+//! `ratelab: protocol version 1 or 2 expected, got ...`); `op` is `check`,
+//! `peek` (the decision a check would get, nothing written) or `refund`
+//! (up to `cost` units given back, never above the capacity; the answer is
+//! a peek of cost 0 after it); a reset is a `DEL` of the key, no command.
+//! `now` is the caller's instant in µs, or `""` for the server clock; `slack`
 //! is added to every TTL (ms); `deadline` is the Unix µs (server clock) after
 //! which the call writes nothing and answers `ratelab expired: ...`, or `""`;
 //! the parameters are the script's (`ratelab_redis::RedisAlgorithm::script_params`).
@@ -70,12 +75,14 @@ use ratelab_sliding_window::SlidingCounter;
 use ratelab_token_bucket::TokenBucket;
 use redis_module::{Context, RedisResult, RedisString, RedisValue, redis_module};
 
-/// The version of the protocol the commands speak (the arguments, replies
-/// and key encodings of the Lua scripts they mirror), expected as the first
-/// argument after the key, as the scripts expect it as `ARGV[1]`.
-/// `RATELAB.PROTOCOL` answers it, so that a client can tell a module that
-/// speaks its protocol from another before it sends a check.
-pub const PROTOCOL: i64 = 1;
+/// The newest version of the protocol the commands speak (the arguments,
+/// replies and key encodings of the Lua scripts they mirror), expected as
+/// the first argument after the key, as the scripts expect it as `ARGV[1]`;
+/// version 1 calls (checks only) are still answered. `RATELAB.PROTOCOL`
+/// answers it, so that a client can tell a module that speaks its protocol
+/// from another (one that would not know a peek or a refund) before it
+/// sends a call.
+pub const PROTOCOL: i64 = 2;
 
 /// Each algorithm's name (`Algorithm::name`) and its command.
 pub const COMMANDS: [(&str, &str); 7] = [

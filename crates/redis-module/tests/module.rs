@@ -253,16 +253,16 @@ fn server_time_deadlines_and_invalid_arguments_answer_as_the_scripts() {
         let now = START.to_string();
         // Another protocol version, or none: the prologue's own error.
         let mut other = argv(&now, 1, 0, "", &params);
-        other[0] = "2".into();
+        other[0] = "3".into();
         let mut empty = other.clone();
         empty[0] = String::new();
         for args in [vec![], other, empty] {
             let module = query(&mut connection, &module_cmd(kind, "p:m", &args));
             let script = query(&mut connection, &script_cmd(&sha, "p:s", &args));
             assert!(
-                module
-                    .as_ref()
-                    .is_err_and(|e| e.starts_with("ratelab: protocol version 1 expected, got ")),
+                module.as_ref().is_err_and(
+                    |e| e.starts_with("ratelab: protocol version 1 or 2 expected, got ")
+                ),
                 "{name} {args:?}: {module:?}"
             );
             assert_eq!(module, script, "{name} {args:?}");

@@ -74,7 +74,7 @@ pub use key::{MAX_KEY_LEN, hash_tag, redis_key};
 pub use limiter::RedisLimiter;
 pub use redis::RedisError;
 pub use reply::InvalidReply;
-pub use script::{PROTOCOL_VERSION, RedisAlgorithm, Script, ScriptArgs};
+pub use script::{Op, PROTOCOL_VERSION, RedisAlgorithm, Script, ScriptArgs};
 pub use settings::{
     DEFAULT_BREAKER_COOL_DOWN, DEFAULT_BREAKER_THRESHOLD, DEFAULT_CLIENT_TTL_SLACK,
     DEFAULT_CLOCK_SKEW, DEFAULT_PREFIX, DEFAULT_TIMEOUT, FailurePolicy, TimeSource,

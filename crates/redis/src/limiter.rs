@@ -3,12 +3,13 @@
 //! cache of refusals.
 
 use std::fmt;
+use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use ratelab_core::{
-    AsyncRateLimiter, CheckFuture, Clock, Decision, Error, Keyed, Limiter, Quota, SystemClock,
-    clamp_instant, duration_to_micros, ensure_fits,
+    AsyncRateLimiter, CheckFuture, Clock, Decision, Error, Keyed, Limiter, Quota, ResetFuture,
+    SystemClock, clamp_instant, duration_to_micros, ensure_fits,
 };
 use redis::Value;
 
@@ -20,7 +21,7 @@ use crate::failure::classify;
 use crate::key::redis_key;
 use crate::refusal_cache::RefusalCache;
 use crate::reply::{Bounds, decision_from_reply};
-use crate::script::{PROTOCOL_VERSION, RedisAlgorithm, ScriptArgs};
+use crate::script::{Op, PROTOCOL_VERSION, RedisAlgorithm, ScriptArgs};
 use crate::settings::{FailurePolicy, TimeSource};
 use crate::stats::{Counters, Stats};
 
@@ -91,10 +92,7 @@ impl<A: RedisAlgorithm> RedisLimiter<A> {
     pub async fn check(&self, key: &[u8], cost: u32) -> Result<Decision, Error> {
         let inner = &*self.inner;
         ensure_fits(cost, inner.capacity)?;
-        let now = match &inner.time {
-            TimeSource::Redis => None,
-            TimeSource::Client(clock) => Some(clamp_instant(clock.now_micros())),
-        };
+        let now = inner.now();
         // The refusal cache's clock: read only when there is a cache.
         let local_now = inner
             .refusals
@@ -106,21 +104,12 @@ impl<A: RedisAlgorithm> RedisLimiter<A> {
             Counters::count(&inner.counters.cached_refusals);
             return Ok(refusal);
         }
-        let probe = match inner.breaker.permit() {
-            Permit::Call => false,
-            Permit::Probe => true,
-            Permit::Refused(wait) => return inner.on_failure(key, cost, Error::CircuitOpen(wait)),
-        };
         let redis_key = self.redis_key(key);
-        let result =
-            match tokio::time::timeout(inner.timeout, inner.run(&redis_key, now, cost)).await {
-                Ok(result) => result,
-                Err(_) => Err(Error::Timeout(inner.timeout)),
-            };
-        match result {
+        match inner
+            .guarded(inner.run(&redis_key, now, cost, Op::Check))
+            .await
+        {
             Ok(decision) => {
-                inner.breaker.success();
-                Counters::count(&inner.counters.answered);
                 if let (Some(cache), Some(local_now)) = (&inner.refusals, local_now)
                     && !decision.allowed
                 {
@@ -128,21 +117,75 @@ impl<A: RedisAlgorithm> RedisLimiter<A> {
                 }
                 Ok(decision)
             }
-            Err(error) => {
-                match &error {
-                    Error::Timeout(_) => Counters::count(&inner.counters.timeouts),
-                    Error::Data(_) => Counters::count(&inner.counters.data_errors),
-                    _ => Counters::count(&inner.counters.errors),
-                }
-                if error.is_unavailable() {
-                    inner.breaker.failure(probe);
-                } else {
-                    // Redis answered: it is up, whatever it said.
-                    inner.breaker.success();
-                }
-                inner.on_failure(key, cost, error)
-            }
+            Err(error) => inner.on_failure(key, cost, error),
         }
+    }
+
+    /// The decision a request of weight `cost` for `key` would get now,
+    /// writing nothing (the sliding log does not even forget expired units):
+    /// a check at the same instant, with nothing else consumed in between,
+    /// decides the same. One round trip; the refusal cache is neither read
+    /// nor filled.
+    ///
+    /// When Redis is unavailable the failure policy answers as for a check,
+    /// except that the in-memory fallback is peeked, not charged. Errors as
+    /// for [`RedisLimiter::check`].
+    pub async fn peek(&self, key: &[u8], cost: u32) -> Result<Decision, Error> {
+        let inner = &*self.inner;
+        ensure_fits(cost, inner.capacity)?;
+        let redis_key = self.redis_key(key);
+        match inner
+            .guarded(inner.run(&redis_key, inner.now(), cost, Op::Peek))
+            .await
+        {
+            Ok(decision) => Ok(decision),
+            Err(error) => inner.peek_on_failure(key, cost, error),
+        }
+    }
+
+    /// Gives back up to `cost` units `key` consumed, never taking it above
+    /// its capacity (what each algorithm gives back:
+    /// [`Algorithm::refund`](ratelab_core::Algorithm::refund)); answers what
+    /// a peek of cost 0 would after it. One round trip; this instance's
+    /// cached refusal for `key` is forgotten.
+    ///
+    /// No failure policy applies: when Redis is unavailable the error is
+    /// returned (there is nothing to give back on a store that is not there,
+    /// and a fallback never saw the units).
+    pub async fn refund(&self, key: &[u8], cost: u32) -> Result<Decision, Error> {
+        let inner = &*self.inner;
+        ensure_fits(cost, inner.capacity)?;
+        if let Some(cache) = &inner.refusals {
+            cache.forget(key);
+        }
+        let redis_key = self.redis_key(key);
+        inner
+            .guarded(inner.run(&redis_key, inner.now(), cost, Op::Refund))
+            .await
+    }
+
+    /// Puts `key` back to full capacity: `DEL` of its Redis key (the key of
+    /// this quota: state kept under other parameters is another key, and
+    /// expires by itself). One round trip; this instance's cached refusal for
+    /// `key` is forgotten. As for [`RedisLimiter::refund`], no failure policy
+    /// applies.
+    pub async fn reset(&self, key: &[u8]) -> Result<(), Error> {
+        let inner = &*self.inner;
+        if let Some(cache) = &inner.refusals {
+            cache.forget(key);
+        }
+        let mut cmd = redis::cmd("DEL");
+        cmd.arg(self.redis_key(key));
+        inner
+            .guarded(async {
+                inner
+                    .connection
+                    .query::<Value>(&cmd)
+                    .await
+                    .map(drop)
+                    .map_err(classify)
+            })
+            .await
     }
 
     /// What this limiter has done so far.
@@ -171,9 +214,74 @@ impl<A: RedisAlgorithm> Inner<A> {
         self.counters.snapshot(self.breaker.snapshot())
     }
 
+    /// `now` from the client's clock, or `None` for Redis `TIME`.
+    fn now(&self) -> Option<u64> {
+        match &self.time {
+            TimeSource::Redis => None,
+            TimeSource::Client(clock) => Some(clamp_instant(clock.now_micros())),
+        }
+    }
+
+    /// Runs one call to Redis within the timeout and under the circuit
+    /// breaker, and counts it: the path every operation takes. The failure
+    /// policy is the caller's to apply.
+    async fn guarded<T>(&self, call: impl Future<Output = Result<T, Error>>) -> Result<T, Error> {
+        let probe = match self.breaker.permit() {
+            Permit::Call => false,
+            Permit::Probe => true,
+            Permit::Refused(wait) => return Err(Error::CircuitOpen(wait)),
+        };
+        let result = match tokio::time::timeout(self.timeout, call).await {
+            Ok(result) => result,
+            Err(_) => Err(Error::Timeout(self.timeout)),
+        };
+        match &result {
+            Ok(_) => {
+                self.breaker.success();
+                Counters::count(&self.counters.answered);
+            }
+            Err(error) => {
+                match error {
+                    Error::Timeout(_) => Counters::count(&self.counters.timeouts),
+                    Error::Data(_) => Counters::count(&self.counters.data_errors),
+                    _ => Counters::count(&self.counters.errors),
+                }
+                if error.is_unavailable() {
+                    self.breaker.failure(probe);
+                } else {
+                    // Redis answered: it is up, whatever it said.
+                    self.breaker.success();
+                }
+            }
+        }
+        result
+    }
+
+    /// The failure policy's answer to a peek: a check's answer, but the
+    /// in-memory fallback is peeked, not charged.
+    fn peek_on_failure(&self, key: &[u8], cost: u32, error: Error) -> Result<Decision, Error> {
+        // Cost 0 charges no fallback; this raises the alert and applies the
+        // policy (or returns the error) exactly as for a check.
+        let answer = self.on_failure(key, 0, error)?;
+        Ok(match (self.failure, &self.fallback) {
+            (FailurePolicy::Fallback, Some(fallback)) => fallback.peek(key, cost)?.degraded(),
+            (FailurePolicy::Allow, _) if cost > 0 => Decision::admitted(self.capacity)
+                .with_remaining(self.capacity - u64::from(cost))
+                .with_reset_after_micros(self.algorithm.max_wait_micros().max(1))
+                .degraded(),
+            _ => answer,
+        })
+    }
+
     /// One `EVALSHA` (after `NOSCRIPT`, the script is loaded and the same
     /// call sent again), its reply validated.
-    async fn run(&self, key: &[u8], now: Option<u64>, cost: u32) -> Result<Decision, Error> {
+    async fn run(
+        &self,
+        key: &[u8],
+        now: Option<u64>,
+        cost: u32,
+        op: Op,
+    ) -> Result<Decision, Error> {
         // Past this instant on Redis's clock the caller has given up: the
         // script must not charge it.
         let deadline = unix_micros()
@@ -188,6 +296,7 @@ impl<A: RedisAlgorithm> Inner<A> {
         args.arg(cost)
             .arg(self.ttl_slack_ms)
             .arg(deadline)
+            .arg(op.as_str())
             .arg(&self.params[..]);
         let script = self.algorithm.script();
         let reply: Value = script
@@ -224,6 +333,18 @@ impl<A: RedisAlgorithm> Limiter for RedisLimiter<A> {
 impl<A: RedisAlgorithm> AsyncRateLimiter for RedisLimiter<A> {
     fn check_async<'a>(&'a self, key: &'a [u8], cost: u32) -> CheckFuture<'a> {
         Box::pin(self.check(key, cost))
+    }
+
+    fn peek_async<'a>(&'a self, key: &'a [u8], cost: u32) -> CheckFuture<'a> {
+        Box::pin(self.peek(key, cost))
+    }
+
+    fn refund_async<'a>(&'a self, key: &'a [u8], cost: u32) -> CheckFuture<'a> {
+        Box::pin(self.refund(key, cost))
+    }
+
+    fn reset_async<'a>(&'a self, key: &'a [u8]) -> ResetFuture<'a> {
+        Box::pin(self.reset(key))
     }
 }
 

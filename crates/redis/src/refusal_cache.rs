@@ -53,6 +53,12 @@ impl RefusalCache {
         })
     }
 
+    /// Forgets `key`'s refusal: it got units back (a refund, a reset), so a
+    /// refusal remembered before may no longer hold.
+    pub(crate) fn forget(&self, key: &[u8]) {
+        self.entries.lock().remove(key);
+    }
+
     /// `now` was read before the request was sent: Redis decided no earlier,
     /// so `now + retry_after` is never later than the instant it named.
     pub(crate) fn remember(&self, key: &[u8], cost: u32, now: u64, decision: &Decision) {

@@ -9,10 +9,36 @@ use redis::{ErrorKind, FromRedisValue, RedisResult, ServerErrorKind, ToRedisArgs
 use crate::connection::Connection;
 
 /// The version of the script protocol (`lua/README.md`): the first argument
-/// of every script call. A script answers
-/// `ratelab: protocol version 1 expected, got <what it got>` to a call of
-/// another version, never a decision.
-pub const PROTOCOL_VERSION: u32 = 1;
+/// of every script call. Version 2 adds the operation ([`Op`]) as `ARGV[6]`,
+/// before the parameters; the scripts still answer version 1 calls (checks,
+/// parameters from `ARGV[6]`). A script answers
+/// `ratelab: protocol version 1 or 2 expected, got <what it got>` to a call
+/// of another version, never a decision.
+pub const PROTOCOL_VERSION: u32 = 2;
+
+/// What a script call does with the key (`ARGV[6]` from protocol version 2).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Op {
+    /// Decides a request of `cost`, consuming it if it passes.
+    Check,
+    /// The decision a check of `cost` would get now, writing nothing.
+    Peek,
+    /// Gives back up to `cost` units, never above the capacity; answers what
+    /// a peek of cost 0 would after it.
+    Refund,
+}
+
+impl Op {
+    /// The operation as the scripts read it: `check`, `peek`, `refund`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Op::Check => "check",
+            Op::Peek => "peek",
+            Op::Refund => "refund",
+        }
+    }
+}
 
 /// A Lua script (the shared prologue followed by an algorithm's file) and
 /// its SHA1, as `EVALSHA` wants it.
@@ -91,8 +117,8 @@ impl ScriptArgs {
 ///
 /// The script mirrors [`Algorithm::decide`] exactly, in integer
 /// microseconds, on one key (`KEYS[1]`), and is called with
-/// `ARGV = [PROTOCOL_VERSION, now or "", cost, TTL slack in ms, deadline or "", params...]`,
-/// `params` being [`RedisAlgorithm::script_params`] and the deadline the Unix
+/// `ARGV = [PROTOCOL_VERSION, now or "", cost, TTL slack in ms, deadline or "", op, params...]`,
+/// `op` an [`Op`], `params` being [`RedisAlgorithm::script_params`] and the deadline the Unix
 /// time in µs (on the Redis clock) after which the call must write nothing
 /// and answer `ratelab expired: ...`. It answers
 /// `{allowed, limit, remaining, retry_after_us, reset_after_us, delay_us}`,

@@ -1,6 +1,6 @@
 //! The approximate sliding window: two counters, the previous one weighted.
 
-use ratelab_core::{Algorithm, Decision, Error, LockedCell, Quota, ensure_fits};
+use ratelab_core::{Algorithm, Decision, Error, LockedCell, Quota, ensure_fits, forget_if_full};
 
 /// The window position is measured in at most this many steps, so that
 /// `limit × steps` stays below 2^48 and the arithmetic is exact in a Redis Lua
@@ -229,6 +229,17 @@ impl Algorithm for SlidingCounter {
             .with_remaining(room.saturating_sub(windows.current))
             .with_retry_after_micros(self.retry_at(windows, cost) - now)
             .with_reset_after_micros(self.full_at_of(windows) - now))
+    }
+
+    #[inline]
+    fn refund(&self, windows: &mut Windows, now: u64, cost: u32) -> Result<Decision, Error> {
+        let cost = ensure_fits(cost, self.limit)?;
+        // Only the current window's count: the previous one's weight is what
+        // the estimate still owes for units that may have passed long ago.
+        self.roll(windows, now);
+        windows.current -= cost.min(windows.current);
+        forget_if_full(self, windows, now);
+        self.decide(windows, now, 0)
     }
 
     #[inline]

@@ -2,7 +2,7 @@
 
 use std::collections::VecDeque;
 
-use ratelab_core::{Algorithm, Decision, Error, LockedCell, Quota, ensure_fits};
+use ratelab_core::{Algorithm, Decision, Error, LockedCell, Quota, ensure_fits, forget_if_full};
 
 /// Sliding log parameters derived from a [`Quota`]: exact, O(limit) memory.
 /// See the crate docs.
@@ -153,6 +153,28 @@ impl Algorithm for SlidingLog {
             .with_remaining(self.limit - log.total)
             .with_retry_after_micros(self.freed_at(log, needed) - now)
             .with_reset_after_micros(self.empty_at(log) - now))
+    }
+
+    #[inline]
+    fn refund(&self, log: &mut Log, now: u64, cost: u32) -> Result<Decision, Error> {
+        let mut left = ensure_fits(cost, self.limit)?;
+        self.prune(log, now);
+        // The newest units leave first: they are the ones a refund is for,
+        // and the ones that would weigh longest.
+        while left > 0 {
+            let Some((_, units)) = log.entries.back_mut() else {
+                break;
+            };
+            let taken = left.min(*units);
+            *units -= taken;
+            log.total -= taken;
+            left -= taken;
+            if *units == 0 {
+                log.entries.pop_back();
+            }
+        }
+        forget_if_full(self, log, now);
+        self.decide(log, now, 0)
     }
 
     #[inline]

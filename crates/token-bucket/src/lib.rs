@@ -32,7 +32,7 @@
 #![warn(missing_docs)]
 #![forbid(unsafe_code)]
 
-use ratelab_core::{Algorithm, Decision, Error, LockedCell, Quota, ensure_fits};
+use ratelab_core::{Algorithm, Decision, Error, LockedCell, Quota, ensure_fits, forget_if_full};
 
 /// Token bucket parameters derived from a [`Quota`]. See the crate docs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -169,6 +169,17 @@ impl Algorithm for TokenBucket {
                 self.when_holding(&bucket, self.capacity)
                     .saturating_sub(now),
             ))
+    }
+
+    #[inline]
+    fn refund(&self, bucket: &mut Bucket, now: u64, cost: u32) -> Result<Decision, Error> {
+        let cost = ensure_fits(cost, self.capacity)?;
+        // Refill first: tokens that arrived on their own are not given twice.
+        // The fraction of the next token stays as time since `last`.
+        self.refill(bucket, now);
+        bucket.tokens = (bucket.tokens + cost).min(self.capacity);
+        forget_if_full(self, bucket, now);
+        self.decide(bucket, now, 0)
     }
 
     #[inline]

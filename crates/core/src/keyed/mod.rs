@@ -31,7 +31,7 @@
 //!   cost `size_of::<State>()` each, allocated per shard the first time its
 //!   table is full. **The trade-off:** the cells serve new keys as long as
 //!   each carries less than its quota, i.e. while the keys owing at once
-//!   beyond the table number fewer than about the cells (4 × `max_keys` by
+//!   beyond the table number fewer than about the cells (16 × `max_keys` by
 //!   default); a flood beyond that saturates them and new keys are refused
 //!   (as ordinary refusals, with a `retry_after`). [`FloodPolicy::Refuse`]
 //!   is the old, stricter choice: every new key gets
@@ -169,6 +169,28 @@ impl<A: Algorithm, C: Clock> Keyed<A, C, ByteKey> {
         self.decide::<true>(hash, |k| probe.matches(k), || probe.to_key(), cost)
     }
 
+    /// Gives back up to `cost` units `key` consumed, never taking it above
+    /// its capacity (see [`RateLimiter::refund`]); answers what a peek of
+    /// cost 0 would after it.
+    ///
+    /// A key decided by the shared flood cells (a table full under
+    /// [`FloodPolicy::Sketch`]) gets nothing back: the cells also hold other
+    /// keys' admissions, and may only over-count.
+    pub fn refund(&self, key: &[u8], cost: u32) -> Result<Decision, Error> {
+        let probe = self.digester.probe(key);
+        let hash = self.hasher.hash_one(probe);
+        self.give_back(hash, |k| probe.matches(k), cost)
+    }
+
+    /// Puts `key` back to full capacity: it is forgotten, as a key never
+    /// seen (see [`RateLimiter::reset`]). Like [`Keyed::refund`], this leaves
+    /// the shared flood cells alone.
+    pub fn reset(&self, key: &[u8]) {
+        let probe = self.digester.probe(key);
+        let hash = self.hasher.hash_one(probe);
+        self.forget(hash, |k| probe.matches(k));
+    }
+
     /// An upper bound on the heap bytes this limiter can ever hold, whatever
     /// keys it is given: every shard's table at its bound (with the slack a
     /// hash table keeps when keys come and go), its expiry index, each key's
@@ -266,6 +288,68 @@ impl<A: Algorithm, C: Clock, K: Hash + Eq> Keyed<A, C, K> {
     {
         let hash = self.hasher.hash_one(key);
         self.decide::<true>(hash, |k| k.borrow() == key, || key.to_owned(), cost)
+    }
+
+    /// Gives back up to `cost` units `key` consumed: see [`Keyed::refund`].
+    pub fn refund_key<Q>(&self, key: &Q, cost: u32) -> Result<Decision, Error>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        let hash = self.hasher.hash_one(key);
+        self.give_back(hash, |k| k.borrow() == key, cost)
+    }
+
+    /// Puts `key` back to full capacity: see [`Keyed::reset`].
+    pub fn reset_key<Q>(&self, key: &Q)
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        let hash = self.hasher.hash_one(key);
+        self.forget(hash, |k| k.borrow() == key);
+    }
+
+    /// The refund under every key type.
+    fn give_back(
+        &self,
+        hash: u64,
+        is_key: impl Fn(&K) -> bool,
+        cost: u32,
+    ) -> Result<Decision, Error> {
+        let now = clamp_instant(self.clock.now_micros());
+        let algorithm = &self.algorithm;
+        let shard = &self.shards[((hash >> 32) & self.shard_mask) as usize].0;
+        let mut shard = shard.lock();
+        let now = shard.advance(now);
+        let Some(entry) = shard
+            .table
+            .find_mut(hash, |e| e.hash == hash && is_key(&e.key))
+        else {
+            // Not tracked: full already (nothing to give back), or decided
+            // by the shared cells (which keep what they counted).
+            crate::ensure_fits(cost, algorithm.capacity())?;
+            drop(shard);
+            return self.decide::<true>(hash, is_key, || unreachable!("a peek stores no key"), 0);
+        };
+        let before = algorithm.full_at(&entry.state);
+        let decision = algorithm.refund(&mut entry.state, now, cost)?;
+        let after = algorithm.full_at(&entry.state);
+        if after <= now {
+            // Back to full: a key never seen decides the same.
+            shard.remove(algorithm, hash, |e| e.hash == hash && is_key(&e.key));
+        } else if after < before {
+            shard.refile(algorithm, after, hash);
+        }
+        Ok(decision)
+    }
+
+    /// The reset under every key type.
+    fn forget(&self, hash: u64, is_key: impl Fn(&K) -> bool) {
+        let shard = &self.shards[((hash >> 32) & self.shard_mask) as usize].0;
+        shard
+            .lock()
+            .remove(&self.algorithm, hash, |e| e.hash == hash && is_key(&e.key));
     }
 
     /// The check under every key type: `is_key` recognises the stored key,
@@ -429,6 +513,15 @@ impl<A: Algorithm, C: Clock> RateLimiter for Keyed<A, C, ByteKey> {
 
     fn peek(&self, key: &[u8], cost: u32) -> Result<Decision, Error> {
         Keyed::peek(self, key, cost)
+    }
+
+    fn refund(&self, key: &[u8], cost: u32) -> Result<Decision, Error> {
+        Keyed::refund(self, key, cost)
+    }
+
+    fn reset(&self, key: &[u8]) -> Result<(), Error> {
+        Keyed::reset(self, key);
+        Ok(())
     }
 }
 

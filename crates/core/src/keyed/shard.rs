@@ -24,13 +24,17 @@ type Due = Reverse<(u64, u64)>;
 
 pub(super) struct Shard<K, S> {
     pub(super) table: HashTable<Entry<K, S>>,
-    /// A min-heap of `(full_at, hash)`, exactly one record per entry.
+    /// A min-heap of `(full_at, hash)`, at least one record per entry, each
+    /// entry's earliest record no later than its `full_at`.
     ///
-    /// A record may be stale: `full_at` only grows as a key is charged, and
-    /// the record is not updated on every charge (that would cost a heap
-    /// update per check). A stale record found due is pushed again with the
-    /// key's current `full_at`, so each charge costs at most one later heap
-    /// operation: amortised O(log n) per check, and never a scan.
+    /// A record may be stale: `full_at` grows as a key is charged, and the
+    /// record is not updated on every charge (that would cost a heap update
+    /// per check). A stale record found due is pushed again with the key's
+    /// current `full_at`, so each charge costs at most one later heap
+    /// operation: amortised O(log n) per check, and never a scan. A refund,
+    /// the one change that lowers `full_at`, files one more record, and a
+    /// reset leaves its key's record behind with no key: extra records that
+    /// [`Shard::compact`] drops once they outnumber the entries.
     expiry: BinaryHeap<Due>,
     /// The latest instant this shard has decided at: time never goes back
     /// here.
@@ -79,6 +83,50 @@ impl<K, S> Shard<K, S> {
         self.expiry.push(Reverse((algorithm.full_at(&state), hash)));
         self.table
             .insert_unique(hash, Entry { hash, key, state }, |e| e.hash);
+    }
+
+    /// Files a record for the key with this hash, whose `full_at` went down
+    /// (a refund): its old record would say it is full later than it is.
+    pub(super) fn refile<A: Algorithm<State = S>>(
+        &mut self,
+        algorithm: &A,
+        full_at: u64,
+        hash: u64,
+    ) {
+        self.expiry.push(Reverse((full_at, hash)));
+        self.compact(algorithm);
+    }
+
+    /// Forgets the key `is_key` recognises, if it is tracked; its record is
+    /// left behind, dropped when due or by [`Shard::compact`].
+    pub(super) fn remove<A: Algorithm<State = S>>(
+        &mut self,
+        algorithm: &A,
+        hash: u64,
+        is_key: impl Fn(&Entry<K, S>) -> bool,
+    ) {
+        if let Ok(entry) = self.table.find_entry(hash, is_key) {
+            entry.remove();
+            self.compact(algorithm);
+        }
+    }
+
+    /// Rebuilds the index from the table, one exact record per entry, when
+    /// extra records (from refunds and resets) make it more than twice the
+    /// table: an O(n) rebuild paid for by the n extra records before it, and
+    /// the index stays within the bound
+    /// [`Keyed::memory_bound_bytes`](super::Keyed::memory_bound_bytes)
+    /// counts.
+    fn compact<A: Algorithm<State = S>>(&mut self, algorithm: &A) {
+        if self.expiry.len() <= 2 * self.table.len() + 4 {
+            return;
+        }
+        let records: Vec<Due> = self
+            .table
+            .iter()
+            .map(|e| Reverse((algorithm.full_at(&e.state), e.hash)))
+            .collect();
+        self.expiry = BinaryHeap::from(records);
     }
 
     /// Looks at the earliest record, if it is due at `now`: forgets its key

@@ -229,21 +229,50 @@ impl Kind {
     }
 }
 
-/// A limiter in memory: the algorithm crate's `decide` on a local state,
-/// answering in the scripts' reply shape.
+/// What a call does, as the scripts and the module take it (a reset is a
+/// `DEL`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Op {
+    Check,
+    Peek,
+    Refund,
+    Reset,
+}
+
+impl Op {
+    /// `ARGV[6]`; `None` for a reset, which is no script call.
+    pub fn arg(self) -> Option<&'static str> {
+        match self {
+            Op::Check => Some("check"),
+            Op::Peek => Some("peek"),
+            Op::Refund => Some("refund"),
+            Op::Reset => None,
+        }
+    }
+}
+
+/// A limiter in memory: the algorithm crate's `decide` (and `refund`) on a
+/// local state, answering in the scripts' reply shape.
 pub struct Memory {
-    decide: Box<dyn FnMut(u64, u32) -> Reply>,
+    run: Box<dyn FnMut(Op, u64, u32) -> Reply>,
 }
 
 impl Memory {
     pub fn new(kind: Kind, quota: Quota) -> Self {
-        fn boxed<A: Algorithm>(algorithm: A) -> Box<dyn FnMut(u64, u32) -> Reply> {
+        fn boxed<A: Algorithm>(algorithm: A) -> Box<dyn FnMut(Op, u64, u32) -> Reply> {
             let mut state = algorithm.initial_state();
             let name = algorithm.name();
-            Box::new(move |now, cost| {
-                let d = algorithm
-                    .decide(&mut state, now, cost)
-                    .map_err(|_| format!("ratelab {name}: invalid arguments"))?;
+            Box::new(move |op, now, cost| {
+                let d = match op {
+                    Op::Check => algorithm.decide(&mut state, now, cost),
+                    Op::Peek => algorithm.decide(&mut state.clone(), now, cost),
+                    Op::Refund => algorithm.refund(&mut state, now, cost),
+                    Op::Reset => {
+                        state = algorithm.initial_state();
+                        return Ok(Vec::new());
+                    }
+                }
+                .map_err(|_| format!("ratelab {name}: invalid arguments"))?;
                 let micros = |d: Duration| i64::try_from(d.as_micros()).unwrap();
                 Ok(vec![
                     i64::from(d.allowed),
@@ -255,7 +284,7 @@ impl Memory {
                 ])
             })
         }
-        let decide = match kind {
+        let run = match kind {
             Kind::FixedWindow => boxed(FixedWindow::new(quota)),
             Kind::SlidingLog => boxed(SlidingLog::new(quota)),
             Kind::SlidingCounter => boxed(SlidingCounter::new(quota)),
@@ -264,23 +293,42 @@ impl Memory {
             Kind::TokenBucket => boxed(TokenBucket::new(quota)),
             Kind::Gcra => boxed(Gcra::new(quota)),
         };
-        Memory { decide }
+        Memory { run }
     }
 
     pub fn decide(&mut self, now: u64, cost: u32) -> Reply {
-        (self.decide)(now, cost)
+        (self.run)(Op::Check, now, cost)
+    }
+
+    /// `op` at `now`: a reset answers an empty reply.
+    pub fn run(&mut self, op: Op, now: u64, cost: u32) -> Reply {
+        (self.run)(op, now, cost)
     }
 }
 
-/// `protocol now cost slack deadline params...` for one call, as `ratelab-redis`
-/// sends them.
+/// `protocol now cost slack deadline check params...` for one check, as
+/// `ratelab-redis` sends them.
 pub fn argv(now: &str, cost: u32, slack_ms: u64, deadline: &str, params: &[u64]) -> Vec<String> {
+    argv_op("check", now, cost, slack_ms, deadline, params)
+}
+
+/// `protocol now cost slack deadline op params...` for one call of `op`
+/// (`check`, `peek`, `refund`).
+pub fn argv_op(
+    op: &str,
+    now: &str,
+    cost: u32,
+    slack_ms: u64,
+    deadline: &str,
+    params: &[u64],
+) -> Vec<String> {
     let mut argv = vec![
         ratelab_redis_module::PROTOCOL.to_string(),
         now.to_owned(),
         cost.to_string(),
         slack_ms.to_string(),
         deadline.to_owned(),
+        op.to_owned(),
     ];
     argv.extend(params.iter().map(u64::to_string));
     argv

@@ -1,0 +1,178 @@
+//! Peek, refund and reset, in memory and on Redis (the Lua scripts, client
+//! time): for random arrivals that interleave them with checks, every
+//! algorithm answers the same, decision for decision, keyed and
+//! single-bucket; a peek is what the check right after it at the same
+//! instant decides; a refund never takes a key above its capacity (a full
+//! key's peek is unchanged by it).
+
+mod common;
+
+use proptest::prelude::*;
+use ratelab::{
+    AlgorithmKind, AlgorithmVisitor, AsyncRateLimiter, Decision, Direct, KnownAlgorithm,
+    ManualClock, Quota, RateLimiter,
+};
+use ratelab_testkit::props::config;
+use ratelab_testkit::strategies::{Arrival, quota_and_arrivals};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Op {
+    Check,
+    /// A peek, then a check of the same cost at the same instant.
+    PeekThenCheck,
+    Refund,
+    Reset,
+}
+
+fn ops() -> impl Strategy<Value = Vec<Op>> {
+    proptest::collection::vec(
+        prop_oneof![
+            4 => Just(Op::Check),
+            2 => Just(Op::PeekThenCheck),
+            3 => Just(Op::Refund),
+            1 => Just(Op::Reset),
+        ],
+        40,
+    )
+}
+
+/// A single-bucket limiter of `kind`, behind the keyed trait (the key is
+/// ignored).
+fn direct(kind: AlgorithmKind, quota: Quota, clock: &ManualClock) -> Box<dyn RateLimiter> {
+    struct Build<'a>(&'a ManualClock);
+    impl AlgorithmVisitor for Build<'_> {
+        type Output = Box<dyn RateLimiter>;
+        fn visit<A: KnownAlgorithm>(self, algorithm: A) -> Self::Output {
+            Box::new(Direct::with_clock(algorithm, self.0.clone()))
+        }
+    }
+    kind.visit(quota, Build(clock))
+}
+
+type Answer = Result<Decision, String>;
+
+fn agree(quota: Quota, arrivals: &[Arrival], ops: &[Op]) -> Result<(), TestCaseError> {
+    let (_, runtime, connection) = common::shared();
+    let capacity = u64::from(quota.burst());
+    for kind in AlgorithmKind::ALL {
+        for single in [false, true] {
+            let clock = ManualClock::new();
+            let memory = if single {
+                direct(kind, quota, &clock)
+            } else {
+                common::keyed(kind, quota, clock.clone())
+            };
+            let options = common::Options::new(common::client_time(&clock));
+            let redis = common::redis(kind, quota, connection, &options);
+            let on_redis = |op: Op, key: &[u8], cost: u32| -> Answer {
+                let future = match op {
+                    Op::Check => redis.check_async(key, cost),
+                    Op::PeekThenCheck => redis.peek_async(key, cost),
+                    Op::Refund => redis.refund_async(key, cost),
+                    Op::Reset => {
+                        return runtime
+                            .block_on(redis.reset_async(key))
+                            .map(|()| Decision::admitted(0))
+                            .map_err(|e| e.to_string());
+                    }
+                };
+                runtime.block_on(future).map_err(|e| e.to_string())
+            };
+            let in_memory = |op: Op, key: &[u8], cost: u32| -> Answer {
+                match op {
+                    Op::Check => memory.check(key, cost),
+                    Op::PeekThenCheck => memory.peek(key, cost),
+                    Op::Refund => memory.refund(key, cost),
+                    Op::Reset => memory.reset(key).map(|()| Decision::admitted(0)),
+                }
+                .map_err(|e| e.to_string())
+            };
+            for (arrival, &op) in arrivals.iter().zip(ops.iter().cycle()) {
+                clock.set(arrival.at);
+                // One bucket: every arrival on the one key Redis holds.
+                let key = [if single { 0 } else { arrival.key }];
+                let cost = arrival.cost;
+                let at = format!(
+                    "{kind} ({}) {op:?} of {cost} on key {} at {}",
+                    if single { "single" } else { "keyed" },
+                    key[0],
+                    arrival.at
+                );
+                let full = in_memory(Op::PeekThenCheck, &key, 0);
+                let want = in_memory(op, &key, cost);
+                let got = on_redis(op, &key, cost);
+                prop_assert_eq!(&got, &want, "{}", at);
+                if let Ok(decision) = &want {
+                    prop_assert!(decision.remaining <= capacity, "above capacity: {}", at);
+                }
+                match op {
+                    Op::PeekThenCheck => {
+                        let checked = in_memory(Op::Check, &key, cost);
+                        prop_assert_eq!(&checked, &want, "memory: a peek, then its check: {}", at);
+                        let checked = on_redis(Op::Check, &key, cost);
+                        prop_assert_eq!(&checked, &want, "Redis: a peek, then its check: {}", at);
+                    }
+                    Op::Refund => {
+                        // A full key stays full: nothing to give back.
+                        if let (Ok(full), Ok(_)) = (&full, &want)
+                            && full.remaining == capacity
+                            && full.reset_after.is_zero()
+                        {
+                            prop_assert_eq!(&want, &Ok(*full), "a full key changed: {}", at);
+                        }
+                    }
+                    Op::Check | Op::Reset => {}
+                }
+                if op == Op::Reset {
+                    // Back to full capacity, as a key never seen.
+                    let after = in_memory(Op::PeekThenCheck, &key, 0).unwrap();
+                    prop_assert_eq!(after.remaining, capacity, "reset: {}", at);
+                    prop_assert_eq!(on_redis(Op::PeekThenCheck, &key, 0), Ok(after), "{}", at);
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+proptest! {
+    #![proptest_config(config(32))]
+
+    #[test]
+    fn peek_refund_and_reset_agree_in_memory_and_on_redis(
+        (quota, arrivals) in quota_and_arrivals(40),
+        ops in ops(),
+    ) {
+        agree(quota, &arrivals, &ops)?;
+    }
+}
+
+/// Through the async trait objects the HTTP layer holds: a refund gives a
+/// unit back, a reset gives everything back, on Redis as in memory.
+#[test]
+fn a_refund_gives_back_and_a_reset_forgets() {
+    let (_, runtime, connection) = common::shared();
+    let quota = Quota::per_minute(3).unwrap();
+    for kind in AlgorithmKind::ALL {
+        let clock = ManualClock::new();
+        clock.set(1_000_000_000);
+        let options = common::Options::new(common::client_time(&clock));
+        let limiters: Vec<Box<dyn AsyncRateLimiter>> = vec![
+            Box::new(common::keyed(kind, quota, clock.clone())),
+            common::redis(kind, quota, connection, &options),
+        ];
+        for limiter in &limiters {
+            let run = |f: ratelab::CheckFuture<'_>| runtime.block_on(f).unwrap();
+            for _ in 0..3 {
+                assert!(run(limiter.check_async(b"k", 1)).allowed, "{kind}");
+            }
+            assert!(!run(limiter.check_async(b"k", 1)).allowed, "{kind}");
+            assert_eq!(run(limiter.refund_async(b"k", 1)).remaining, 1, "{kind}");
+            assert!(run(limiter.peek_async(b"k", 1)).allowed, "{kind}");
+            assert!(!run(limiter.peek_async(b"k", 2)).allowed, "{kind}");
+            runtime.block_on(limiter.reset_async(b"k")).unwrap();
+            assert_eq!(run(limiter.peek_async(b"k", 3)).remaining, 0, "{kind}");
+            assert_eq!(run(limiter.check_async(b"k", 0)).remaining, 3, "{kind}");
+        }
+    }
+}
