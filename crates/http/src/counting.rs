@@ -24,7 +24,10 @@ use std::pin::Pin;
 
 use futures::future::join_all;
 use http::StatusCode;
-use ratelab_core::Error;
+use ratelab_core::{
+    Algorithm, AsyncRateLimiter, CheckFuture, Clock, Direct, Error, Keyed, Limiter, Quota,
+    ResetFuture,
+};
 
 use crate::engine::{State, Verdict};
 
@@ -63,6 +66,79 @@ pub trait Refund: Send + Sync {
 impl<R: Refund + ?Sized> Refund for std::sync::Arc<R> {
     fn refund<'a>(&'a self, key: &'a [u8], cost: u32) -> RefundFuture<'a> {
         (**self).refund(key, cost)
+    }
+}
+
+/// The in-memory keyed limiter gives units back with
+/// [`Keyed::refund`](ratelab_core::Keyed::refund).
+impl<A: Algorithm, C: Clock> Refund for Keyed<A, C> {
+    fn refund<'a>(&'a self, key: &'a [u8], cost: u32) -> RefundFuture<'a> {
+        Box::pin(std::future::ready(Keyed::refund(self, key, cost).map(drop)))
+    }
+}
+
+/// The single bucket gives units back with
+/// [`Direct::refund`](ratelab_core::Direct::refund); the key is ignored.
+impl<A: Algorithm, C: Clock> Refund for Direct<A, C> {
+    fn refund<'a>(&'a self, _key: &'a [u8], cost: u32) -> RefundFuture<'a> {
+        Box::pin(std::future::ready(Direct::refund(self, cost).map(drop)))
+    }
+}
+
+/// Any limiter made refundable through
+/// [`AsyncRateLimiter::refund_async`]: a Redis limiter (which this crate
+/// does not depend on), or a limiter of your own that implements it.
+///
+/// ```
+/// use ratelab_core::{Keyed, Quota};
+/// use ratelab_gcra::Gcra;
+/// use ratelab_http::{Count, Policy, Refundable};
+///
+/// // A `RedisLimiter` goes in the same way.
+/// let limiter = Keyed::new(Gcra::new(Quota::per_minute(5)?));
+/// let policy = Policy::refundable("login", Refundable(limiter)).count(Count::Failures);
+/// # let _ = policy;
+/// # Ok::<(), ratelab_core::QuotaError>(())
+/// ```
+#[derive(Debug, Clone)]
+pub struct Refundable<L>(pub L);
+
+impl<L: AsyncRateLimiter> Limiter for Refundable<L> {
+    fn quota(&self) -> Quota {
+        self.0.quota()
+    }
+
+    fn algorithm_name(&self) -> &'static str {
+        self.0.algorithm_name()
+    }
+
+    fn backend(&self) -> &'static str {
+        self.0.backend()
+    }
+}
+
+impl<L: AsyncRateLimiter> AsyncRateLimiter for Refundable<L> {
+    fn check_async<'a>(&'a self, key: &'a [u8], cost: u32) -> CheckFuture<'a> {
+        self.0.check_async(key, cost)
+    }
+
+    fn peek_async<'a>(&'a self, key: &'a [u8], cost: u32) -> CheckFuture<'a> {
+        self.0.peek_async(key, cost)
+    }
+
+    fn refund_async<'a>(&'a self, key: &'a [u8], cost: u32) -> CheckFuture<'a> {
+        self.0.refund_async(key, cost)
+    }
+
+    fn reset_async<'a>(&'a self, key: &'a [u8]) -> ResetFuture<'a> {
+        self.0.reset_async(key)
+    }
+}
+
+impl<L: AsyncRateLimiter> Refund for Refundable<L> {
+    fn refund<'a>(&'a self, key: &'a [u8], cost: u32) -> RefundFuture<'a> {
+        let refund = self.0.refund_async(key, cost);
+        Box::pin(async move { refund.await.map(drop) })
     }
 }
 
