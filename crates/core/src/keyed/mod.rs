@@ -207,7 +207,10 @@ impl<A: Algorithm, C: Clock> Keyed<A, C, ByteKey> {
                 let shard = shard.0.lock();
                 let keys = shard.capacity;
                 table_bound_bytes::<Entry<ByteKey, A::State>>(keys)
-                    + (2 * keys + 4) * size_of::<(u64, u64)>()
+                    // The index: one record per key, as many again from
+                    // refunds and resets before a compaction, doubled by
+                    // the heap's growth.
+                    + (4 * keys + 10) * size_of::<(u64, u64)>()
                     + keys * KEY_ALLOCATION
                     + self.sketch_cells_per_shard() * size_of::<A::State>()
             })

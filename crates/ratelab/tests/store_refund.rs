@@ -1,0 +1,84 @@
+//! Refunds and resets in the keyed store: a key given everything back is
+//! forgotten at once, a refund that makes a key full sooner makes the wait
+//! for a slot shorter (exactly), and refunds without end keep the store
+//! within its memory bound.
+
+use std::time::Duration;
+
+use ratelab::gcra::Gcra;
+use ratelab::{Error, FloodPolicy, Keyed, ManualClock, Quota};
+
+fn store(max_keys: usize, clock: &ManualClock) -> Keyed<Gcra, ManualClock> {
+    // Three per three seconds: one unit back every second.
+    let quota = Quota::new(3, Duration::from_secs(3)).unwrap();
+    Keyed::builder(Gcra::new(quota))
+        .clock(clock.clone())
+        .shards(1)
+        .max_keys(max_keys)
+        .flood_policy(FloodPolicy::Refuse)
+        .build()
+}
+
+#[test]
+fn a_key_given_everything_back_or_reset_is_forgotten() {
+    let clock = ManualClock::new();
+    let limiter = store(2, &clock);
+    assert!(limiter.check(b"a", 3).unwrap().allowed);
+    assert!(limiter.check(b"b", 1).unwrap().allowed);
+    assert_eq!(limiter.len(), 2);
+    let after = limiter.refund(b"a", 3).unwrap();
+    assert_eq!((after.remaining, after.reset_after), (3, Duration::ZERO));
+    assert_eq!(limiter.len(), 1);
+    limiter.reset(b"b");
+    assert!(limiter.is_empty());
+    // Nothing to give back: a key never seen answers as a peek of cost 0.
+    assert_eq!(
+        limiter.refund(b"c", 1).unwrap(),
+        limiter.peek(b"c", 0).unwrap()
+    );
+    assert!(limiter.is_empty());
+    assert!(matches!(
+        limiter.refund(b"c", 4),
+        Err(Error::CostTooHigh { .. })
+    ));
+}
+
+#[test]
+fn a_refund_makes_the_wait_for_a_slot_shorter() {
+    let clock = ManualClock::new();
+    let limiter = store(2, &clock);
+    assert!(limiter.check(b"a", 3).unwrap().allowed); // full again at 3 s
+    assert!(limiter.check(b"b", 2).unwrap().allowed); // full again at 2 s
+    let wait = |limiter: &Keyed<Gcra, ManualClock>| match limiter.check(b"new", 1) {
+        Err(Error::TooManyKeys { retry_after, .. }) => retry_after,
+        other => panic!("expected no room, got {other:?}"),
+    };
+    assert_eq!(wait(&limiter), Duration::from_secs(2));
+    // `a` is full again at 1 s now: the wait follows.
+    limiter.refund(b"a", 2).unwrap();
+    assert_eq!(wait(&limiter), Duration::from_secs(1));
+    clock.advance(Duration::from_secs(1));
+    assert!(limiter.check(b"new", 1).unwrap().allowed);
+}
+
+#[test]
+fn refunds_without_end_stay_within_the_memory_bound() {
+    let clock = ManualClock::new();
+    let limiter = store(4, &clock);
+    for round in 0..10_000u32 {
+        let key = (round % 4).to_le_bytes();
+        assert!(limiter.check(&key, 2).unwrap().allowed);
+        limiter.refund(&key, 1).unwrap();
+        if round % 7 == 0 {
+            limiter.reset(&key);
+        }
+        assert!(
+            limiter.allocated_bytes() <= limiter.memory_bound_bytes(),
+            "round {round}: {} bytes, bound {}",
+            limiter.allocated_bytes(),
+            limiter.memory_bound_bytes()
+        );
+        // Each key keeps one unit until it drains.
+        clock.advance(Duration::from_millis(250));
+    }
+}
