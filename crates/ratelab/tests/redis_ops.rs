@@ -176,3 +176,46 @@ fn a_refund_gives_back_and_a_reset_forgets() {
         }
     }
 }
+
+/// With Redis down, a peek answers as the failure policy says, and charges
+/// nothing: not the in-memory fallback either. A refund and a reset return
+/// the outage (nothing to give back on a store that is not there).
+#[test]
+fn a_peek_during_an_outage_charges_no_fallback() {
+    use ratelab::Gcra;
+    use ratelab::redis::{Connection, FailurePolicy, RedisLimiter};
+    use ratelab_testkit::redis::RedisServer;
+
+    let (_, runtime, _) = common::shared();
+    let mut server = RedisServer::start();
+    let quota = Quota::per_minute(2).unwrap();
+    runtime.block_on(async {
+        let connection = Connection::single(&server.url()).await.unwrap();
+        let build = |policy| {
+            RedisLimiter::builder(connection.clone(), Gcra::new(quota))
+                .prefix(common::unique_prefix())
+                .timeout(std::time::Duration::from_millis(200))
+                .on_failure(policy)
+                .build()
+        };
+        let fallback = build(FailurePolicy::Fallback);
+        let open = build(FailurePolicy::Allow);
+        server.kill();
+        for _ in 0..5 {
+            let peeked = fallback.peek(b"k", 2).await.unwrap();
+            assert!(peeked.allowed && peeked.degraded, "{peeked:?}");
+            assert_eq!(peeked.remaining, 0);
+        }
+        // The fallback still holds its whole capacity.
+        assert_eq!(fallback.check(b"k", 2).await.unwrap().remaining, 0);
+        assert!(!fallback.peek(b"k", 1).await.unwrap().allowed);
+
+        let peeked = open.peek(b"k", 1).await.unwrap();
+        assert!(peeked.allowed && peeked.degraded, "{peeked:?}");
+        assert_eq!(peeked.remaining, 1);
+        assert!(!peeked.reset_after.is_zero());
+
+        assert!(fallback.refund(b"k", 1).await.unwrap_err().is_unavailable());
+        assert!(fallback.reset(b"k").await.unwrap_err().is_unavailable());
+    });
+}
