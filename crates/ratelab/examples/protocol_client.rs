@@ -15,17 +15,36 @@
 //!   caller's clock, or `-` for Redis `TIME`. Answers the decision
 //!   (`allowed`, `limit`, `remaining`, `retry_after_micros`,
 //!   `reset_after_micros`, `delay_micros`) or `{"error":..,"kind":..}`.
+//! - `peek ...` and `refund ...`, the same way.
 
 use std::collections::HashMap;
+use std::future::Future;
 use std::io::{BufRead, Write};
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
-use ratelab::redis::{Connection, DEFAULT_PREFIX, RedisLimiter, TimeSource};
+use ratelab::redis::{Connection, DEFAULT_PREFIX, RedisAlgorithm, RedisLimiter, TimeSource};
 use ratelab::{
-    AlgorithmKind, AlgorithmVisitor, AsyncRateLimiter, Clock, Decision, KnownAlgorithm,
-    ManualClock, Quota,
+    AlgorithmKind, AlgorithmVisitor, Clock, Decision, Error, KnownAlgorithm, ManualClock, Quota,
 };
+
+type Answer<'a> = Pin<Box<dyn Future<Output = Result<Decision, Error>> + 'a>>;
+
+/// A Redis limiter of any algorithm, one operation at a time.
+trait Driven {
+    fn call<'a>(&'a self, op: &str, key: &'a [u8], cost: u32) -> Answer<'a>;
+}
+
+impl<A: RedisAlgorithm> Driven for RedisLimiter<A> {
+    fn call<'a>(&'a self, op: &str, key: &'a [u8], cost: u32) -> Answer<'a> {
+        match op {
+            "peek" => Box::pin(self.peek(key, cost)),
+            "refund" => Box::pin(self.refund(key, cost)),
+            _ => Box::pin(self.check(key, cost)),
+        }
+    }
+}
 
 /// Builds a Redis limiter of any algorithm, as a trait object.
 struct Build<'a> {
@@ -35,7 +54,7 @@ struct Build<'a> {
 }
 
 impl AlgorithmVisitor for Build<'_> {
-    type Output = Box<dyn AsyncRateLimiter>;
+    type Output = Box<dyn Driven>;
 
     fn visit<A: KnownAlgorithm>(self, algorithm: A) -> Self::Output {
         Box::new(
@@ -62,8 +81,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let clock = ManualClock::new();
     let mut quota = Quota::per_second(5)?.with_burst(10)?;
     // One limiter per algorithm, quota and time source, built on first use.
-    let mut limiters: HashMap<(AlgorithmKind, Quota, bool), Box<dyn AsyncRateLimiter>> =
-        HashMap::new();
+    let mut limiters: HashMap<(AlgorithmKind, Quota, bool), Box<dyn Driven>> = HashMap::new();
 
     let stdout = std::io::stdout();
     let mut out = stdout.lock();
@@ -79,7 +97,13 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 }
                 Err(e) => error_json(&e, "Quota"),
             },
-            ["check", algorithm, key, cost, now] => {
+            [
+                op @ ("check" | "peek" | "refund"),
+                algorithm,
+                key,
+                cost,
+                now,
+            ] => {
                 let (kind, cost, now) = match parse_check(algorithm, cost, now) {
                     Ok(parsed) => parsed,
                     Err(e) => {
@@ -109,7 +133,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 if let Some(now) = now {
                     clock.set(now);
                 }
-                match runtime.block_on(limiter.check_async(key.as_bytes(), cost)) {
+                match runtime.block_on(limiter.call(op, key.as_bytes(), cost)) {
                     Ok(decision) => decision_json(&decision),
                     Err(e) => error_json(&e.to_string(), &format!("{:?}", e.kind())),
                 }

@@ -12,6 +12,7 @@ export {
   ALGORITHMS,
   DEFAULT_PREFIX,
   MAX_KEY_LEN,
+  OPS,
   PROTOCOL_VERSION,
   Quota,
   algorithm,
@@ -23,6 +24,7 @@ export {
   type Algorithm,
   type AlgorithmName,
   type Key,
+  type Op,
 } from "./protocol.js";
 export {
   CostTooHigh,

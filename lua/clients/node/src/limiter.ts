@@ -6,6 +6,7 @@ import type { Cluster, Redis } from "ioredis";
 
 import {
   DEFAULT_PREFIX,
+  OPS,
   PROTOCOL_VERSION,
   algorithm as makeAlgorithm,
   redisKey,
@@ -14,6 +15,7 @@ import {
   type Algorithm,
   type AlgorithmName,
   type Key,
+  type Op,
   type Quota,
 } from "./protocol.js";
 
@@ -109,8 +111,9 @@ export class Limiter {
     return redisKey(this.prefix, key, this.algorithm.keySuffix);
   }
 
-  /** `ARGV` of one call: version, now or "", cost, slack, deadline or "", parameters. */
-  arguments(cost: number, now?: number): (string | number)[] {
+  /** `ARGV` of one call: version, now or "", cost, slack, deadline or "", operation, parameters. */
+  arguments(cost: number, now?: number, op: Op = "check"): (string | number)[] {
+    if (!OPS.includes(op)) throw new RangeError(`op must be one of ${OPS.join(", ")}, not ${String(op)}`);
     const timeout = this.options.timeoutMs === undefined ? 100 : this.options.timeoutMs;
     const wall = this.options.wallClock ?? wallClockMicros;
     const deadline =
@@ -121,6 +124,7 @@ export class Limiter {
       cost,
       this.ttlSlackMs,
       deadline,
+      op,
       ...this.algorithm.params,
     ];
   }
@@ -133,7 +137,32 @@ export class Limiter {
    * Rejects with `CostTooHigh`, `DataError`, `Expired`, or ioredis's own
    * errors when Redis is away.
    */
-  async check(key: Key, cost = 1): Promise<Decision> {
+  check(key: Key, cost = 1): Promise<Decision> {
+    return this.call(key, cost, "check");
+  }
+
+  /**
+   * The decision a check of `cost` would get now, writing nothing: a check at
+   * the same instant, with nothing consumed in between, decides the same.
+   */
+  peek(key: Key, cost = 1): Promise<Decision> {
+    return this.call(key, cost, "peek");
+  }
+
+  /**
+   * Gives back up to `cost` units `key` consumed, never above its capacity (a
+   * key full again is deleted); answers what a peek of cost 0 would after it.
+   */
+  refund(key: Key, cost: number): Promise<Decision> {
+    return this.call(key, cost, "refund");
+  }
+
+  /** Puts `key` back to full capacity: `DEL` of its Redis key. */
+  async reset(key: Key): Promise<void> {
+    await this.client.del(this.redisKey(key));
+  }
+
+  private async call(key: Key, cost: number, op: Op): Promise<Decision> {
     if (!Number.isSafeInteger(cost) || cost < 0 || cost > 0xffffffff) {
       throw new RangeError(`cost must be an integer from 0 to 2^32 - 1, not ${cost}`);
     }
@@ -142,7 +171,7 @@ export class Limiter {
     }
     const now = this.options.clock?.();
     const k = this.redisKey(key);
-    const args = this.arguments(cost, now);
+    const args = this.arguments(cost, now, op);
     let reply: unknown;
     try {
       try {

@@ -8,7 +8,13 @@ import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 
 /** The protocol version this client speaks: the first argument of every call. */
-export const PROTOCOL_VERSION = 1;
+export const PROTOCOL_VERSION = 2;
+
+/** What a call does with the key (`ARGV[6]`): decide and consume, decide without writing, or give units back. */
+export type Op = "check" | "peek" | "refund";
+
+/** Every operation. */
+export const OPS: readonly Op[] = ["check", "peek", "refund"];
 
 /** The default key prefix. */
 export const DEFAULT_PREFIX = "ratelab";

@@ -144,8 +144,48 @@ describe("the client", () => {
 
   it("sends the protocol's arguments", () => {
     const fixed = new Limiter(client, "gcra", QUOTA, { clock: () => T0, timeoutMs: null });
-    assert.deepEqual(fixed.arguments(1, T0), [1, T0, 1, 60_000, "", 200_000, 2_000_000, 10]);
+    assert.deepEqual(fixed.arguments(1, T0), [2, T0, 1, 60_000, "", "check", 200_000, 2_000_000, 10]);
+    assert.equal(fixed.arguments(3, T0, "refund")[5], "refund");
+    assert.throws(() => fixed.arguments(1, T0, "take" as never), RangeError);
     const redisTime = new Limiter(client, "gcra", QUOTA, { wallClock: () => 1_000_000 });
-    assert.deepEqual(redisTime.arguments(2), [1, "", 2, 0, 1_600_000, 200_000, 2_000_000, 10]);
+    assert.deepEqual(redisTime.arguments(2), [2, "", 2, 0, 1_600_000, "check", 200_000, 2_000_000, 10]);
   });
+
+  it("still gets version 1 calls answered, as checks", async () => {
+    const limiter = new Limiter(client, "gcra", QUOTA, { prefix: prefix() });
+    await client.script("LOAD", limiter.source);
+    // Version 1: no operation, the parameters from ARGV[6].
+    const reply = await client.evalsha(limiter.sha, 1, limiter.redisKey("k"), 1, T0, 1, 0, "", 200_000, 2_000_000, 10);
+    assert.deepEqual(reply, [1, 10, 9, 0, 200_000, 0]);
+  });
+});
+
+describe("peek, refund and reset", () => {
+  for (const name of Object.keys(ALGORITHMS) as AlgorithmName[]) {
+    it(`${name}: a peek decides as a check and writes nothing`, async () => {
+      let now = T0;
+      const limiter = new Limiter(client, name, QUOTA, { prefix: prefix(), clock: () => now });
+      const costs = [4, 3, 2, 3, 1, 5, 2];
+      for (const [step, cost] of costs.entries()) {
+        now = T0 + step * 150_000;
+        const before = await client.dumpBuffer(limiter.redisKey("k"));
+        const peeked = await limiter.peek("k", cost);
+        assert.deepEqual(await client.dumpBuffer(limiter.redisKey("k")), before, "a peek wrote");
+        assert.deepEqual(await limiter.check("k", cost), peeked, `step ${step}`);
+      }
+    });
+
+    it(`${name}: a refund gives back what was taken, never above the capacity`, async () => {
+      const limiter = new Limiter(client, name, QUOTA, { prefix: prefix(), clock: () => T0 });
+      assert.equal((await limiter.check("k", 7)).remaining, 3);
+      const after = await limiter.refund("k", 4);
+      assert.deepEqual([after.allowed, after.remaining], [true, 7]);
+      assert.deepEqual(await limiter.peek("k", 0), after);
+      assert.equal((await limiter.refund("k", 10)).remaining, 10);
+      assert.equal(await client.exists(limiter.redisKey("k")), 0);
+      assert.ok((await limiter.check("k", 10)).allowed);
+      await limiter.reset("k");
+      assert.equal(await client.exists(limiter.redisKey("k")), 0);
+    });
+  }
 });

@@ -4,8 +4,8 @@
 //   node dist/testing/protocol_client.js <redis-url> [prefix]
 //
 // `quota <limit> <period_us> <burst>` answers {"ok":true};
-// `check <algorithm> <key> <cost> <now>` (`now` in µs, or `-` for Redis TIME)
-// answers the decision, or {"error":..,"kind":..}.
+// `check|peek|refund <algorithm> <key> <cost> <now>` (`now` in µs, or `-` for
+// Redis TIME) answers the decision, or {"error":..,"kind":..}.
 
 import { createInterface } from "node:readline";
 
@@ -47,11 +47,11 @@ async function answer(line: string): Promise<unknown> {
       quota = new Quota(limit, period, burst);
       return { ok: true };
     }
-    if (command === "check" && args.length === 4) {
+    if ((command === "check" || command === "peek" || command === "refund") && args.length === 4) {
       const [name, key, cost, at] = args as [string, string, string, string];
       const l = limiter(name as AlgorithmName, at !== "-");
       if (at !== "-") now = Number(at);
-      const d = await l.check(key, Number(cost));
+      const d = await l[command](key, Number(cost));
       return {
         allowed: d.allowed,
         limit: d.limit,

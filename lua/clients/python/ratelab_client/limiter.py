@@ -12,6 +12,7 @@ import redis
 
 from .protocol import (
     DEFAULT_PREFIX,
+    OPS,
     PROTOCOL_VERSION,
     Key,
     Quota,
@@ -116,9 +117,11 @@ class Limiter:
         """The Redis key holding ``key``'s state."""
         return redis_key(self.prefix, key, self._suffix)
 
-    def arguments(self, cost: int, now: Optional[int] = None) -> list:
+    def arguments(self, cost: int, now: Optional[int] = None, op: str = "check") -> list:
         """``ARGV`` of one call: version, now or "", cost, slack, deadline or
-        "", the algorithm's parameters."""
+        "", the operation, the algorithm's parameters."""
+        if op not in OPS:
+            raise ValueError(f"op must be one of {', '.join(OPS)}, not {op!r}")
         if self.timeout is None:
             deadline: Any = ""
         else:
@@ -129,6 +132,7 @@ class Limiter:
             cost,
             self.ttl_slack_ms,
             deadline,
+            op,
             *self.algorithm.params,
         ]
 
@@ -140,7 +144,26 @@ class Limiter:
         Raises :class:`CostTooHigh`, :class:`DataError`, :class:`Expired`, and
         redis-py's ``ConnectionError`` / ``TimeoutError`` when Redis is away.
         """
-        if not isinstance(cost, int) or cost < 0 or cost > 0xFFFFFFFF:
+        return self._call(key, cost, "check")
+
+    def peek(self, key: Key, cost: int = 1) -> Decision:
+        """The decision a check of ``cost`` would get now, writing nothing: a
+        check at the same instant, with nothing consumed in between, decides
+        the same. Raises as :meth:`check`."""
+        return self._call(key, cost, "peek")
+
+    def refund(self, key: Key, cost: int) -> Decision:
+        """Gives back up to ``cost`` units ``key`` consumed, never above its
+        capacity (a key full again is deleted); answers what a peek of cost 0
+        would after it. Raises as :meth:`check`."""
+        return self._call(key, cost, "refund")
+
+    def reset(self, key: Key) -> None:
+        """Puts ``key`` back to full capacity: ``DEL`` of its Redis key."""
+        self.client.delete(self.redis_key(key))
+
+    def _call(self, key: Key, cost: int, op: str) -> Decision:
+        if not isinstance(cost, int) or isinstance(cost, bool) or cost < 0 or cost > 0xFFFFFFFF:
             raise ValueError(f"cost must be an integer from 0 to 2^32 - 1, not {cost!r}")
         if cost > self.algorithm.capacity:
             raise CostTooHigh(
@@ -148,7 +171,7 @@ class Limiter:
             )
         now = None if self.clock is None else int(self.clock())
         key_b = self.redis_key(key_bytes(key))
-        args = self.arguments(cost, now)
+        args = self.arguments(cost, now, op)
         try:
             try:
                 reply = self.client.evalsha(self.sha, 1, key_b, *args)

@@ -11,7 +11,11 @@ from pathlib import Path
 from typing import Dict, List, Optional, Tuple, Union
 
 #: The protocol version this client speaks: the first argument of every call.
-PROTOCOL_VERSION = 1
+PROTOCOL_VERSION = 2
+
+#: What a call does with the key (``ARGV[6]``): decide and consume, decide
+#: without writing, or give units back.
+OPS = ("check", "peek", "refund")
 
 #: The default key prefix.
 DEFAULT_PREFIX = "ratelab"

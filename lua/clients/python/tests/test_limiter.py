@@ -129,8 +129,47 @@ def test_replies_are_never_trusted(client, reply):
 
 def test_arguments_are_the_protocol_layout(client):
     limiter = Limiter(client, "gcra", QUOTA, clock=Clock(), timeout=None)
-    assert limiter.arguments(1, T0) == [1, T0, 1, 60_000, "", 200_000, 2_000_000, 10]
+    assert limiter.arguments(1, T0) == [2, T0, 1, 60_000, "", "check", 200_000, 2_000_000, 10]
+    assert limiter.arguments(3, T0, "refund")[5] == "refund"
+    with pytest.raises(ValueError):
+        limiter.arguments(1, T0, "take")
     limiter = Limiter(client, "gcra", QUOTA)
-    version, now, cost, slack, deadline, *params = limiter.arguments(2)
-    assert (version, now, cost, slack, params) == (1, "", 2, 0, [200_000, 2_000_000, 10])
+    version, now, cost, slack, deadline, op, *params = limiter.arguments(2)
+    assert (version, now, cost, slack, op, params) == (2, "", 2, 0, "check", [200_000, 2_000_000, 10])
     assert abs(deadline - limiter_module.wall_clock_micros() - 600_000) < 1_000_000
+
+
+@pytest.mark.parametrize("name", sorted(ALGORITHMS))
+def test_a_peek_decides_as_a_check_and_writes_nothing(client, prefix, name):
+    clock = Clock()
+    limiter = Limiter(client, name, QUOTA, prefix=prefix, clock=clock)
+    for step, cost in enumerate([4, 3, 2, 3, 1, 5, 2]):
+        clock.now = T0 + step * 150_000
+        before = client.dump(limiter.redis_key("k"))
+        peeked = limiter.peek("k", cost)
+        assert client.dump(limiter.redis_key("k")) == before, "a peek wrote"
+        assert limiter.check("k", cost) == peeked
+
+
+@pytest.mark.parametrize("name", sorted(ALGORITHMS))
+def test_a_refund_gives_back_what_was_taken(client, prefix, name):
+    clock = Clock()
+    limiter = Limiter(client, name, QUOTA, prefix=prefix, clock=clock)
+    assert limiter.check("k", 7).remaining == 3
+    after = limiter.refund("k", 4)
+    assert (after.allowed, after.remaining) == (True, 7)
+    assert limiter.peek("k", 0) == after
+    # Never above the capacity: a key full again is gone.
+    assert limiter.refund("k", 10).remaining == 10
+    assert client.exists(limiter.redis_key("k")) == 0
+    assert limiter.check("k", 10).allowed
+    limiter.reset("k")
+    assert client.exists(limiter.redis_key("k")) == 0
+
+
+def test_a_version_1_call_is_still_answered_as_a_check(client, prefix):
+    limiter = Limiter(client, "gcra", QUOTA, prefix=prefix)
+    client.script_load(limiter.source)
+    # Version 1: no operation, the parameters from ARGV[6].
+    reply = client.evalsha(limiter.sha, 1, limiter.redis_key("k"), 1, T0, 1, 0, "", 200_000, 2_000_000, 10)
+    assert reply == [1, 10, 9, 0, 200_000, 0]
