@@ -22,6 +22,12 @@
 //! keeps failing. Keys end with a fingerprint of the algorithm's parameters,
 //! so a changed quota starts clean.
 //!
+//! Beside the check, one round trip each: [`RedisLimiter::peek`] (the
+//! decision a check would get, nothing written), [`RedisLimiter::refund`]
+//! (units given back, never above the capacity) and [`RedisLimiter::reset`]
+//! (the key deleted): the script protocol's operations ([`Op`]), the same
+//! arithmetic as in memory.
+//!
 //! ```
 //! use ratelab_core::Quota;
 //! use ratelab_gcra::Gcra;
@@ -41,6 +47,12 @@
 //!     admitted += limiter.check(b"client-42", 1).await?.allowed as u32;
 //! }
 //! assert_eq!(admitted, 10);
+//!
+//! // A failed login given back, a successful one forgiving the rest.
+//! assert!(limiter.refund(b"client-42", 1).await?.remaining >= 1);
+//! assert!(limiter.peek(b"client-42", 1).await?.allowed);
+//! limiter.reset(b"client-42").await?;
+//! assert_eq!(limiter.peek(b"client-42", 0).await?.remaining, 10);
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! # })?;
 //! # Ok::<(), Box<dyn std::error::Error>>(())

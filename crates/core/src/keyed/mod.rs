@@ -38,6 +38,13 @@
 //!   [`Error::TooManyKeys`] until a slot frees, with the exact wait.
 //!   A key later given a slot starts from its least indebted cell, so moving
 //!   between the two structures never wipes a debt.
+//! - **Refunds and resets** ([`Keyed::refund`], [`Keyed::reset`]) act on
+//!   the keys the table tracks: a key back to full capacity is forgotten at
+//!   once. They never touch the shared cells, which hold other keys'
+//!   admissions too and may only over-count. A refund lowers a key's
+//!   `full_at`, so it files one more index record; extra records are
+//!   dropped when due, or all at once by a rebuild when they outnumber the
+//!   keys (amortised O(1) per refund), within [`Keyed::memory_bound_bytes`].
 //! - **Time never goes backwards** for a shard's keys and cells: a clock
 //!   that jumps back is time standing still, and so is [`Keyed::sweep`].
 //!
