@@ -53,7 +53,7 @@ fn full_store(
 fn flood(c: &mut Criterion) {
     let mut group = c.benchmark_group("flood");
     group.sample_size(30);
-    let tracked = TRACKED as usize;
+    let tracked = usize::try_from(TRACKED).expect("a key count fits in usize");
 
     let (limiter, clock) = full_store(FloodPolicy::default_for(tracked), tracked);
     let mut next = TRACKED;

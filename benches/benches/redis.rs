@@ -17,7 +17,9 @@ use std::time::{Duration, Instant};
 
 use criterion::{Criterion, Throughput};
 use ratelab::KnownAlgorithm;
-use ratelab::redis::{Connection, DEFAULT_PREFIX, RedisAlgorithm, RedisLimiter, redis_key};
+use ratelab::redis::{
+    Connection, DEFAULT_PREFIX, Op, RedisAlgorithm, RedisLimiter, ScriptArgs, redis_key,
+};
 use ratelab_benches::algorithms::{admitted_share, assert_mostly_admits};
 use ratelab_benches::redis_tools::{count_client_commands, parse_commandstats, redis_benchmark};
 use ratelab_benches::{Metric, Mode, Recorder, Row, Setting, Visit, each_algorithm};
@@ -215,7 +217,12 @@ impl Bench<'_> {
                         cmd.arg(script.source());
                         cmd
                     };
-                    cmd.arg(1).arg(key).arg("").arg(1).arg(0).arg(&params[..]);
+                    // The limiter's own arguments: Redis TIME, cost 1, no
+                    // slack, no deadline, a check.
+                    cmd.arg(1).arg(key);
+                    for arg in ScriptArgs::call(None, 1, 0, None, Op::Check, params).iter() {
+                        cmd.arg(arg);
+                    }
                     async move {
                         let reply: Vec<u64> = connection.query(&cmd).await.expect("a raw call");
                         reply
@@ -253,12 +260,14 @@ impl Bench<'_> {
             algorithm.script().sha().to_owned(),
             "1".to_owned(),
             String::from_utf8(key).expect("an ASCII key"),
-            // Now: empty, so the script reads Redis TIME; cost 1; no slack.
-            String::new(),
-            "1".to_owned(),
-            "0".to_owned(),
         ];
-        command.extend(algorithm.script_params().iter().map(u64::to_string));
+        // The limiter's own arguments: Redis TIME, cost 1, no slack, no
+        // deadline, a check.
+        let args = ScriptArgs::call(None, 1, 0, None, Op::Check, &algorithm.script_params());
+        command.extend(
+            args.iter()
+                .map(|arg| String::from_utf8(arg.to_vec()).expect("ASCII arguments")),
+        );
         let port = self.server.port();
         let requests = self.mode.size(200_000, 50_000, 500);
         let run = redis_benchmark(port, TASKS, requests, KEYSPACE, &command)

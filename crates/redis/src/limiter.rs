@@ -21,7 +21,7 @@ use crate::failure::classify;
 use crate::key::redis_key;
 use crate::refusal_cache::RefusalCache;
 use crate::reply::{Bounds, decision_from_reply};
-use crate::script::{Op, PROTOCOL_VERSION, RedisAlgorithm, ScriptArgs};
+use crate::script::{Op, RedisAlgorithm, ScriptArgs};
 use crate::settings::{FailurePolicy, TimeSource};
 use crate::stats::{Counters, Stats};
 
@@ -287,17 +287,14 @@ impl<A: RedisAlgorithm> Inner<A> {
         let deadline = unix_micros()
             .saturating_add(duration_to_micros(self.timeout))
             .saturating_add(duration_to_micros(self.clock_skew));
-        let mut args = ScriptArgs::new();
-        args.arg(PROTOCOL_VERSION);
-        match now {
-            Some(now) => args.arg(now),
-            None => args.arg(""),
-        };
-        args.arg(cost)
-            .arg(self.ttl_slack_ms)
-            .arg(deadline)
-            .arg(op.as_str())
-            .arg(&self.params[..]);
+        let args = ScriptArgs::call(
+            now,
+            cost,
+            self.ttl_slack_ms,
+            Some(deadline),
+            op,
+            &self.params,
+        );
         let script = self.algorithm.script();
         let reply: Value = script
             .invoke(&self.connection, key, &args, || {

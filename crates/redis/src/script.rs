@@ -111,6 +111,38 @@ impl ScriptArgs {
         arg.write_redis_args(&mut self.0);
         self
     }
+
+    /// The `ARGV` of one call in this protocol version, the one place its
+    /// layout is written: `[PROTOCOL_VERSION, now or "", cost, TTL slack in
+    /// ms, deadline or "", op, params...]` (`now` and `deadline` in µs; no
+    /// `now` reads Redis `TIME`, no deadline never expires).
+    pub fn call(
+        now: Option<u64>,
+        cost: u32,
+        ttl_slack_ms: u64,
+        deadline: Option<u64>,
+        op: Op,
+        params: &[u64],
+    ) -> Self {
+        let mut args = ScriptArgs::new();
+        args.arg(PROTOCOL_VERSION);
+        match now {
+            Some(now) => args.arg(now),
+            None => args.arg(""),
+        };
+        args.arg(cost).arg(ttl_slack_ms);
+        match deadline {
+            Some(deadline) => args.arg(deadline),
+            None => args.arg(""),
+        };
+        args.arg(op.as_str()).arg(params);
+        args
+    }
+
+    /// Each argument's bytes, in order.
+    pub fn iter(&self) -> impl Iterator<Item = &[u8]> {
+        self.0.iter().map(Vec::as_slice)
+    }
 }
 
 /// An [`Algorithm`] that also runs as a Redis script.
