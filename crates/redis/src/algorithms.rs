@@ -1,5 +1,6 @@
 //! Each algorithm's Redis side: its script (`lua/`), the parameters the
-//! script takes, and the short code that ends its keys. The decision logic
+//! script takes, the short code that ends its keys, and the native module's
+//! command that runs it. The decision logic
 //! itself lives in the algorithm crates; the scripts mirror it exactly.
 
 use ratelab_core::Algorithm;
@@ -17,7 +18,7 @@ use crate::script::{RedisAlgorithm, Script};
 /// `$alias`, with a runnable example.
 macro_rules! on_redis {
     ($krate:literal, $algorithm:ident, $alias:ident, $file:literal, $code:literal,
-     $doc:literal, |$this:ident| $params:expr, max_wait: $max_wait:expr) => {
+     $module:literal, $doc:literal, |$this:ident| $params:expr, max_wait: $max_wait:expr) => {
         #[doc = $doc]
         ///
         /// ```
@@ -50,6 +51,10 @@ macro_rules! on_redis {
                 $max_wait
             }
 
+            fn module_command(&self) -> Option<&'static str> {
+                Some($module)
+            }
+
             fn script(&self) -> &'static Script {
                 static SCRIPT: std::sync::LazyLock<Script> = std::sync::LazyLock::new(|| {
                     Script::new(concat!(
@@ -74,6 +79,7 @@ on_redis!(
     RedisFixedWindow,
     "fixed_window.lua",
     "fw",
+    "RATELAB.FIXED-WINDOW",
     "A fixed window with its state on Redis, windows aligned on the Unix epoch.",
     |a| vec![a.window_micros(), a.capacity()],
     max_wait: a.window_micros()
@@ -84,6 +90,7 @@ on_redis!(
     RedisSlidingLog,
     "sliding_log.lua",
     "sl",
+    "RATELAB.SLIDING-LOG",
     "A sliding log with its state on Redis (a sorted set of admissions).",
     |a| vec![a.window_micros(), a.capacity()],
     max_wait: a.window_micros()
@@ -94,6 +101,7 @@ on_redis!(
     RedisSlidingCounter,
     "sliding_counter.lua",
     "sc",
+    "RATELAB.SLIDING-COUNTER",
     "A sliding window counter with its state on Redis.",
     |a| vec![a.window_micros(), a.capacity(), a.step_micros(), a.steps()],
     max_wait: 2 * a.window_micros()
@@ -104,6 +112,7 @@ on_redis!(
     RedisLeakyMeter,
     "leaky_meter.lua",
     "lm",
+    "RATELAB.LEAKY-METER",
     "A leaky bucket meter with its state on Redis.",
     |a| vec![
         a.quota().emission_interval_micros(),
@@ -118,6 +127,7 @@ on_redis!(
     RedisLeakyQueue,
     "leaky_queue.lua",
     "lq",
+    "RATELAB.LEAKY-QUEUE",
     "A leaky bucket queue with its state on Redis: every instance hands out slots from the same queue.",
     |a| vec![
         a.quota().emission_interval_micros(),
@@ -132,6 +142,7 @@ on_redis!(
     RedisTokenBucket,
     "token_bucket.lua",
     "tb",
+    "RATELAB.TOKEN-BUCKET",
     "A token bucket with its state on Redis.",
     |a| vec![a.interval_micros(), a.capacity()],
     max_wait: a.capacity() * a.interval_micros()
@@ -142,6 +153,7 @@ on_redis!(
     RedisGcra,
     "gcra.lua",
     "gcra",
+    "RATELAB.GCRA",
     "GCRA with its state on Redis: one timestamp per key.",
     |a| vec![a.interval_micros(), a.tolerance_micros(), a.capacity()],
     max_wait: a.tolerance_micros()

@@ -7,6 +7,7 @@ use std::time::Duration;
 use ratelab_core::{Clock, Keyed, SystemClock, duration_to_micros};
 
 use crate::alert::{Alert, AlertCallback, Alerts};
+use crate::backend::{Detection, ScriptBackend};
 use crate::breaker::Breaker;
 use crate::connection::Connection;
 use crate::limiter::{Inner, RedisLimiter};
@@ -34,6 +35,7 @@ pub struct RedisLimiterBuilder<A: RedisAlgorithm> {
     breaker_cool_down: Duration,
     on_alert: Option<AlertCallback>,
     refusal_cache: Option<usize>,
+    backend: ScriptBackend,
 }
 
 impl<A: RedisAlgorithm + fmt::Debug> fmt::Debug for RedisLimiterBuilder<A> {
@@ -44,6 +46,7 @@ impl<A: RedisAlgorithm + fmt::Debug> fmt::Debug for RedisLimiterBuilder<A> {
             .field("timeout", &self.timeout)
             .field("time", &self.time)
             .field("failure", &self.failure)
+            .field("backend", &self.backend)
             .finish_non_exhaustive()
     }
 }
@@ -64,6 +67,7 @@ impl<A: RedisAlgorithm> RedisLimiterBuilder<A> {
             breaker_cool_down: DEFAULT_BREAKER_COOL_DOWN,
             on_alert: None,
             refusal_cache: None,
+            backend: ScriptBackend::Auto,
         }
     }
 
@@ -168,6 +172,14 @@ impl<A: RedisAlgorithm> RedisLimiterBuilder<A> {
         self
     }
 
+    /// What runs the decisions on Redis: the native ratelab module where the
+    /// server has it, else the Lua scripts (default [`ScriptBackend::Auto`]),
+    /// or always one of them. Both decide alike on the same keys.
+    pub fn backend(mut self, backend: ScriptBackend) -> Self {
+        self.backend = backend;
+        self
+    }
+
     /// The limiter.
     pub fn build(self) -> RedisLimiter<A> {
         let slack = self.ttl_slack.unwrap_or(match self.time {
@@ -213,6 +225,8 @@ impl<A: RedisAlgorithm> RedisLimiterBuilder<A> {
                 fallback,
                 refusals: self.refusal_cache.map(RefusalCache::new),
                 counters: Counters::default(),
+                backend: self.backend,
+                detection: Detection::new(),
             }),
         }
     }

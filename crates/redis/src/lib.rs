@@ -22,6 +22,14 @@
 //! keeps failing. Keys end with a fingerprint of the algorithm's parameters,
 //! so a changed quota starts clean.
 //!
+//! Where a server has loaded the native ratelab module
+//! (`crates/redis-module`: `redis-server --loadmodule
+//! libratelab_redis_module.so`), the same calls go to its commands
+//! (`RATELAB.GCRA`, ...) instead of the scripts, with the same arguments,
+//! replies, errors and stored encodings and a fraction of the server time:
+//! [`ScriptBackend::Auto`] (the default) finds out by itself, and the
+//! builder's [`backend`](RedisLimiterBuilder::backend) forces either.
+//!
 //! Beside the check, one round trip each: [`RedisLimiter::peek`] (the
 //! decision a check would get, nothing written), [`RedisLimiter::refund`]
 //! (units given back, never above the capacity) and [`RedisLimiter::reset`]
@@ -63,6 +71,7 @@
 
 mod alert;
 mod algorithms;
+mod backend;
 mod breaker;
 mod builder;
 mod connection;
@@ -80,6 +89,7 @@ pub use algorithms::{
     RedisFixedWindow, RedisGcra, RedisLeakyMeter, RedisLeakyQueue, RedisSlidingCounter,
     RedisSlidingLog, RedisTokenBucket,
 };
+pub use backend::{MODULE_RECHECK, ScriptBackend};
 pub use builder::RedisLimiterBuilder;
 pub use connection::Connection;
 pub use key::{MAX_KEY_LEN, hash_tag, redis_key};

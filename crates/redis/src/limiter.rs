@@ -14,6 +14,7 @@ use ratelab_core::{
 use redis::Value;
 
 use crate::alert::Alerts;
+use crate::backend::{Detection, Route, ScriptBackend, is_unknown_command, probe};
 use crate::breaker::{Breaker, Permit};
 use crate::builder::RedisLimiterBuilder;
 use crate::connection::Connection;
@@ -29,8 +30,9 @@ use crate::stats::{Counters, Stats};
 /// number of keys, shared by every application instance that uses the same
 /// Redis and prefix.
 ///
-/// Each check is one `EVALSHA` round trip (the script mirrors the in-memory
-/// decision exactly); after `NOSCRIPT` (`SCRIPT FLUSH`, a restart, a failover,
+/// Each check is one round trip: the native ratelab module's command where
+/// the server has it ([`ScriptBackend`]: detected, or forced by the builder),
+/// else `EVALSHA` (the script mirrors the in-memory decision exactly); after `NOSCRIPT` (`SCRIPT FLUSH`, a restart, a failover,
 /// a cluster node that never saw the script) it is retried once as `EVAL`,
 /// which also caches the script there; the caller never notices. Each check
 /// waits at most the timeout, then the [`FailurePolicy`] applies. Cloning
@@ -58,6 +60,8 @@ pub(crate) struct Inner<A: RedisAlgorithm> {
     pub(crate) fallback: Option<Keyed<A, Arc<dyn Clock>>>,
     pub(crate) refusals: Option<RefusalCache>,
     pub(crate) counters: Counters,
+    pub(crate) backend: ScriptBackend,
+    pub(crate) detection: Detection,
 }
 
 impl<A: RedisAlgorithm> Clone for RedisLimiter<A> {
@@ -273,8 +277,9 @@ impl<A: RedisAlgorithm> Inner<A> {
         })
     }
 
-    /// One `EVALSHA` (after `NOSCRIPT`, the script is loaded and the same
-    /// call sent again), its reply validated.
+    /// One call (the module's command or `EVALSHA`, as the backend says;
+    /// after `NOSCRIPT`, the script is loaded and the same call sent again),
+    /// its reply validated.
     async fn run(
         &self,
         key: &[u8],
@@ -295,14 +300,88 @@ impl<A: RedisAlgorithm> Inner<A> {
             op,
             &self.params,
         );
-        let script = self.algorithm.script();
-        let reply: Value = script
-            .invoke(&self.connection, key, &args, || {
+        let reply = self.call(key, &args).await?;
+        decision_from_reply(self.algorithm.name(), &reply, self.bounds).map_err(Error::data)
+    }
+
+    /// Sends `args` for `key` to the module's command when the backend says
+    /// so (under [`ScriptBackend::Auto`], when this server has it), else, or
+    /// when the module turns out to be missing, to the script.
+    async fn call(&self, key: &[u8], args: &ScriptArgs) -> Result<Value, Error> {
+        let command = self.algorithm.module_command();
+        if let Some(command) = command
+            && self.module_first().await?
+        {
+            let mut cmd = redis::cmd(command);
+            cmd.arg(key).arg(args.as_slice());
+            Counters::count(&self.counters.module_calls);
+            match self.connection.query::<Value>(&cmd).await {
+                Err(e) if is_unknown_command(&e) => {
+                    if self.backend != ScriptBackend::Auto {
+                        return Err(Error::data(format!(
+                            "the ratelab module is not loaded on this Redis ({command} answered \
+                             \"{} {}\"): load it (redis-server --loadmodule \
+                             libratelab_redis_module.so) or use ScriptBackend::Auto or \
+                             ScriptBackend::Lua",
+                            e.code().unwrap_or_default(),
+                            e.detail().unwrap_or_default()
+                        )));
+                    }
+                    // Gone (a restart or failover onto a node without it),
+                    // or never there on this cluster node: the script.
+                    self.detection.missing();
+                }
+                Ok(reply) => {
+                    if self.backend == ScriptBackend::Auto
+                        && self.detection.route() != Route::Module
+                    {
+                        self.detection.found();
+                    }
+                    return Ok(reply);
+                }
+                Err(e) => return Err(classify(e)),
+            }
+        } else if command.is_none() && self.backend == ScriptBackend::Module {
+            return Err(Error::Unsupported(
+                "the native module (this algorithm has no module command)",
+            ));
+        }
+        Counters::count(&self.counters.script_calls);
+        self.algorithm
+            .script()
+            .invoke(&self.connection, key, args, || {
                 Counters::count(&self.counters.reloads);
             })
             .await
-            .map_err(classify)?;
-        decision_from_reply(self.algorithm.name(), &reply, self.bounds).map_err(Error::data)
+            .map_err(classify)
+    }
+
+    /// Whether the next call goes to the module first. Under
+    /// [`ScriptBackend::Auto`], a single node is asked `RATELAB.PROTOCOL`
+    /// once (again after [`MODULE_RECHECK`](crate::MODULE_RECHECK) when it
+    /// lacked the module); a cluster, whose keyless probe would reach one
+    /// random node, tries the module's command itself, routed by its key.
+    async fn module_first(&self) -> Result<bool, Error> {
+        match self.backend {
+            ScriptBackend::Lua => Ok(false),
+            ScriptBackend::Module => Ok(true),
+            ScriptBackend::Auto => match self.detection.route() {
+                Route::Module => Ok(true),
+                Route::Lua => Ok(false),
+                Route::Unknown => match &self.connection {
+                    Connection::Single(_) => {
+                        let found = probe(&self.connection).await.map_err(classify)?;
+                        if found {
+                            self.detection.found();
+                        } else {
+                            self.detection.missing();
+                        }
+                        Ok(found)
+                    }
+                    Connection::Cluster(_) => Ok(true),
+                },
+            },
+        }
     }
 }
 
@@ -355,6 +434,7 @@ impl<A: RedisAlgorithm + fmt::Debug> fmt::Debug for RedisLimiter<A> {
             .field("timeout", &inner.timeout)
             .field("time", &inner.time)
             .field("failure", &inner.failure)
+            .field("backend", &inner.backend)
             .finish_non_exhaustive()
     }
 }

@@ -139,6 +139,11 @@ impl ScriptArgs {
         args
     }
 
+    /// The arguments, encoded.
+    pub(crate) fn as_slice(&self) -> &[Vec<u8>] {
+        &self.0
+    }
+
     /// Each argument's bytes, in order.
     pub fn iter(&self) -> impl Iterator<Item = &[u8]> {
         self.0.iter().map(Vec::as_slice)
@@ -164,6 +169,14 @@ impl ScriptArgs {
 pub trait RedisAlgorithm: Algorithm + Clone {
     /// The Lua mirror of [`Algorithm::decide`].
     fn script(&self) -> &'static Script;
+
+    /// The native ratelab module's command that runs this algorithm with the
+    /// script's arguments, replies and stored encodings (`RATELAB.GCRA`,
+    /// ...), or `None` (the default) when there is none: the limiter then
+    /// always runs the script.
+    fn module_command(&self) -> Option<&'static str> {
+        None
+    }
 
     /// The parameters the script takes after the protocol version, `now`,
     /// `cost`, the slack and the deadline.

@@ -19,6 +19,13 @@ pub struct Stats {
     /// Checks that failed on a data error: a key of the wrong type, corrupt
     /// state, a reply out of bounds, Redis out of memory.
     pub data_errors: u64,
+    /// Calls sent to the native ratelab module (`RATELAB.<ALGORITHM>`),
+    /// answered or not.
+    pub module_calls: u64,
+    /// Calls sent as a Lua script (`EVALSHA`), answered or not; a call the
+    /// module did not know (`ERR unknown command`) and resent as a script
+    /// counts in both.
+    pub script_calls: u64,
     /// Scripts reloaded after `NOSCRIPT` (a flush, a restart, a failover).
     pub reloads: u64,
     /// Refusals answered from the local cache, without a round trip.
@@ -43,6 +50,8 @@ pub(crate) struct Counters {
     pub(crate) errors: AtomicU64,
     pub(crate) data_errors: AtomicU64,
     pub(crate) reloads: AtomicU64,
+    pub(crate) module_calls: AtomicU64,
+    pub(crate) script_calls: AtomicU64,
     pub(crate) cached_refusals: AtomicU64,
 }
 
@@ -58,6 +67,8 @@ impl Counters {
             timeouts: self.timeouts.load(Ordering::Relaxed),
             errors: self.errors.load(Ordering::Relaxed),
             reloads: self.reloads.load(Ordering::Relaxed),
+            module_calls: self.module_calls.load(Ordering::Relaxed),
+            script_calls: self.script_calls.load(Ordering::Relaxed),
             cached_refusals: self.cached_refusals.load(Ordering::Relaxed),
         }
     }

@@ -1,0 +1,514 @@
+//! `RedisLimiter` on servers that load the native ratelab module: the
+//! default backend finds it (and finds it missing elsewhere), a forced
+//! module on a server without it is a clear error, and memory == Lua ==
+//! module, decision for decision, on a node and on a cluster whose nodes
+//! load the module; the module and the scripts take turns on the same keys.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use proptest::prelude::*;
+use ratelab::redis::{Connection, RedisLimiter, ScriptBackend};
+use ratelab::{
+    AlgorithmKind, AlgorithmVisitor, AsyncRateLimiter, ErrorKind, Gcra, KnownAlgorithm,
+    MAX_INSTANT_MICROS, ManualClock, Quota,
+};
+use ratelab_testkit::conformance::{Factory, SCENARIOS, run};
+use ratelab_testkit::props::{Step, config, simulate};
+use ratelab_testkit::redis::{RedisServer, redis_cli_binary};
+use ratelab_testkit::strategies::{Arrival, quota_and_arrivals, quota_and_wild_arrivals};
+
+/// The module's shared library: `$RATELAB_MODULE_PATH` if set, else the one
+/// in the target directory this test binary was built in
+/// (`<target>/<profile>/deps/<test>` -> `<target>/<profile>/`), built there
+/// first with `cargo build -p ratelab-redis-module --lib` (a no-op when
+/// fresh). The same search as the module crate's own tests.
+fn module_path() -> &'static Path {
+    static PATH: OnceLock<PathBuf> = OnceLock::new();
+    PATH.get_or_init(|| {
+        if let Some(path) = std::env::var_os("RATELAB_MODULE_PATH") {
+            let path = PathBuf::from(path);
+            assert!(
+                path.is_file(),
+                "$RATELAB_MODULE_PATH is {}, no such file",
+                path.display()
+            );
+            return path;
+        }
+        let exe = std::env::current_exe().expect("the test binary's path");
+        let profile_dir = exe
+            .parent()
+            .and_then(Path::parent)
+            .expect("the test binary lives in <target>/<profile>/deps");
+        let target_dir = profile_dir.parent().expect("<target>/<profile>");
+        let profile = profile_dir
+            .file_name()
+            .and_then(|p| p.to_str())
+            .unwrap_or("debug");
+        let library = profile_dir.join(format!(
+            "{}ratelab_redis_module{}",
+            std::env::consts::DLL_PREFIX,
+            std::env::consts::DLL_SUFFIX
+        ));
+        let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+        let mut build = Command::new(cargo);
+        build
+            .args(["build", "--quiet", "-p", "ratelab-redis-module", "--lib"])
+            .env("CARGO_TARGET_DIR", target_dir)
+            .current_dir(env!("CARGO_MANIFEST_DIR"));
+        match profile {
+            "debug" => {}
+            "release" => {
+                build.arg("--release");
+            }
+            other => {
+                build.args(["--profile", other]);
+            }
+        }
+        let status = build
+            .status()
+            .expect("cannot run cargo to build the module");
+        assert!(
+            status.success(),
+            "cargo build -p ratelab-redis-module failed"
+        );
+        assert!(
+            library.is_file(),
+            "the module was built but {} is missing",
+            library.display()
+        );
+        library
+    })
+}
+
+/// `--loadmodule <the module>`.
+fn load_module() -> [String; 2] {
+    [
+        "--loadmodule".to_owned(),
+        module_path().to_str().expect("a UTF-8 path").to_owned(),
+    ]
+}
+
+/// A `redis-server` that loads the module.
+fn module_server() -> RedisServer {
+    let [flag, path] = load_module();
+    RedisServer::start_with(&[&flag, &path])
+}
+
+/// One module-loaded server for the tests of this file, and a runtime.
+fn shared() -> &'static (RedisServer, tokio::runtime::Runtime, Connection) {
+    static SHARED: OnceLock<(RedisServer, tokio::runtime::Runtime, Connection)> = OnceLock::new();
+    SHARED.get_or_init(|| {
+        let server = module_server();
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap();
+        let connection = runtime
+            .block_on(Connection::single(&server.url()))
+            .expect("connect to the test server");
+        (server, runtime, connection)
+    })
+}
+
+/// Three cluster-enabled servers that load the module, joined with
+/// `redis-cli --cluster create` (the testkit's `RedisCluster` passes no
+/// extra arguments to its nodes).
+fn module_cluster() -> Vec<RedisServer> {
+    let [flag, path] = load_module();
+    let mut last_error = String::new();
+    for _ in 0..5 {
+        let nodes: Vec<RedisServer> = (0..3)
+            .map(|_| {
+                RedisServer::start_with(&[
+                    "--cluster-enabled",
+                    "yes",
+                    "--cluster-config-file",
+                    "nodes.conf",
+                    "--cluster-node-timeout",
+                    "2000",
+                    &flag,
+                    &path,
+                ])
+            })
+            .collect();
+        let addresses: Vec<String> = nodes
+            .iter()
+            .map(|n| format!("127.0.0.1:{}", n.port()))
+            .collect();
+        let output = Command::new(redis_cli_binary())
+            .args(["--cluster", "create"])
+            .args(&addresses)
+            .args(["--cluster-replicas", "0", "--cluster-yes"])
+            .stdin(Stdio::null())
+            .output()
+            .expect("cannot run redis-cli");
+        if !output.status.success() {
+            last_error = String::from_utf8_lossy(&output.stdout).into_owned();
+            continue;
+        }
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let ready = nodes.iter().all(|node| {
+            loop {
+                let info = node.command(&["CLUSTER", "INFO"]).unwrap_or_default();
+                if info.contains("cluster_state:ok") {
+                    break true;
+                }
+                if Instant::now() > deadline {
+                    last_error = info;
+                    break false;
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        });
+        if ready {
+            return nodes;
+        }
+    }
+    panic!("the cluster did not start: {last_error}");
+}
+
+/// The calls of `command` (lowercase, as `INFO commandstats` names it) the
+/// server has run.
+fn calls(server: &RedisServer, command: &str) -> u64 {
+    let info = server
+        .command(&["INFO", "commandstats"])
+        .expect("INFO commandstats");
+    info.lines()
+        .find_map(|line| line.strip_prefix(&format!("cmdstat_{command}:calls=")))
+        .map_or(0, |rest| {
+            rest.split(',')
+                .next()
+                .and_then(|n| n.parse().ok())
+                .expect("a call count")
+        })
+}
+
+/// How each limiter of a test is built.
+#[derive(Clone)]
+struct Build {
+    backend: ScriptBackend,
+    prefix: String,
+    /// Stored instants may be any distance ahead of now (a clock that steps
+    /// back anywhere).
+    any_clock: bool,
+}
+
+impl Build {
+    fn new(backend: ScriptBackend) -> Self {
+        Build {
+            backend,
+            prefix: common::unique_prefix(),
+            any_clock: false,
+        }
+    }
+
+    fn limiter(
+        &self,
+        kind: AlgorithmKind,
+        quota: Quota,
+        connection: &Connection,
+        clock: &ManualClock,
+    ) -> Box<dyn AsyncRateLimiter> {
+        struct Visit<'a>(&'a Build, &'a Connection, &'a ManualClock);
+        impl AlgorithmVisitor for Visit<'_> {
+            type Output = Box<dyn AsyncRateLimiter>;
+            fn visit<A: KnownAlgorithm>(self, algorithm: A) -> Self::Output {
+                let mut builder = RedisLimiter::builder(self.1.clone(), algorithm)
+                    .backend(self.0.backend)
+                    .prefix(self.0.prefix.clone())
+                    .time_source(common::client_time(self.2))
+                    .timeout(Duration::from_secs(2));
+                if self.0.any_clock {
+                    builder = builder.ttl_slack(Duration::from_micros(MAX_INSTANT_MICROS));
+                }
+                Box::new(builder.build())
+            }
+        }
+        kind.visit(quota, Visit(self, connection, clock))
+    }
+}
+
+fn gcra(connection: &Connection, backend: ScriptBackend) -> RedisLimiter<Gcra> {
+    let quota = Quota::per_second(5).unwrap().with_burst(3).unwrap();
+    RedisLimiter::builder(connection.clone(), Gcra::new(quota))
+        .backend(backend)
+        .prefix(common::unique_prefix())
+        .timeout(Duration::from_secs(2))
+        .build()
+}
+
+/// The default backend runs the module where the server has it (one
+/// `RATELAB.PROTOCOL`, then no `EVALSHA`), the scripts where it has not; a
+/// forced module on a server without it is a data error that says so; forced
+/// scripts run on a module server.
+#[test]
+fn auto_finds_the_module_and_its_absence() {
+    let (_, runtime, _) = shared();
+    let with = module_server();
+    let without = RedisServer::start();
+    runtime.block_on(async {
+        let on_with = Connection::single(&with.url()).await.unwrap();
+        let on_without = Connection::single(&without.url()).await.unwrap();
+
+        let limiter = gcra(&on_with, ScriptBackend::Auto);
+        let admitted = futures_count(&limiter, 5).await;
+        assert_eq!(admitted, 3, "a burst of 3");
+        let stats = limiter.stats();
+        assert_eq!((stats.module_calls, stats.script_calls), (5, 0));
+        assert_eq!(calls(&with, "ratelab.gcra"), 5);
+        assert_eq!(calls(&with, "ratelab.protocol"), 1, "asked once");
+        assert_eq!(calls(&with, "evalsha"), 0);
+        assert_eq!(calls(&with, "eval"), 0);
+
+        let limiter = gcra(&on_without, ScriptBackend::Auto);
+        assert_eq!(futures_count(&limiter, 5).await, 3);
+        let stats = limiter.stats();
+        assert_eq!((stats.module_calls, stats.script_calls), (0, 5));
+        // Five, and the first one's NOSCRIPT before the script was loaded.
+        assert!(calls(&without, "evalsha") >= 5);
+
+        let forced = gcra(&on_without, ScriptBackend::Module);
+        let error = forced.check(b"k", 1).await.unwrap_err();
+        assert_eq!(error.kind(), ErrorKind::Data, "{error}");
+        let text = error.to_string();
+        assert!(
+            text.contains("the ratelab module is not loaded")
+                && text.contains("unknown command")
+                && text.contains("--loadmodule"),
+            "{text}"
+        );
+        assert!(!forced.stats().breaker_open);
+
+        let scripts = gcra(&on_with, ScriptBackend::Lua);
+        assert_eq!(futures_count(&scripts, 5).await, 3);
+        let stats = scripts.stats();
+        assert_eq!((stats.module_calls, stats.script_calls), (0, 5));
+        assert!(calls(&with, "evalsha") >= 5);
+        assert_eq!(calls(&with, "ratelab.gcra"), 5, "no more module calls");
+    });
+}
+
+/// Checks of cost 1 on one key: how many were admitted.
+async fn futures_count(limiter: &RedisLimiter<Gcra>, checks: usize) -> usize {
+    let mut admitted = 0;
+    for _ in 0..checks {
+        admitted += usize::from(limiter.check(b"client", 1).await.unwrap().allowed);
+    }
+    admitted
+}
+
+/// A module that goes away under a limiter that found it (`MODULE UNLOAD`,
+/// as a restart or failover onto a node without it would) costs nothing to
+/// the caller: the call is sent again as a script, and the scripts carry on
+/// from the state the module wrote.
+#[test]
+fn a_module_that_goes_away_hands_over_to_the_scripts() {
+    let (_, runtime, _) = shared();
+    let [flag, path] = load_module();
+    let server = RedisServer::start_with(&[&flag, &path, "--enable-module-command", "yes"]);
+    runtime.block_on(async {
+        let connection = Connection::single(&server.url()).await.unwrap();
+        let limiter = gcra(&connection, ScriptBackend::Auto);
+        assert!(limiter.check(b"client", 1).await.unwrap().allowed);
+        assert!(limiter.check(b"client", 1).await.unwrap().allowed);
+        server
+            .command(&["MODULE", "UNLOAD", "ratelab"])
+            .expect("the module unloads");
+        let third = limiter.check(b"client", 1).await.unwrap();
+        assert!(third.allowed);
+        assert_eq!(third.remaining, 0, "the script read the module's state");
+        assert!(!limiter.check(b"client", 1).await.unwrap().allowed);
+        let stats = limiter.stats();
+        assert_eq!((stats.module_calls, stats.script_calls), (3, 2));
+        assert_eq!(stats.answered, 4);
+    });
+}
+
+/// The conformance table on a module-loaded node (the default backend, and
+/// the module forced) and on a cluster whose nodes load the module: every
+/// decision as worked out by hand, run by the module, no script.
+#[test]
+fn the_module_conforms_on_a_node_and_a_cluster() {
+    let (_, runtime, _) = shared();
+    let server = module_server();
+    let nodes = module_cluster();
+    runtime.block_on(async {
+        let single = Connection::single(&server.url()).await.unwrap();
+        let urls: Vec<String> = nodes.iter().map(RedisServer::url).collect();
+        let cluster = Connection::cluster(&urls).await.unwrap();
+        let on = |connection: Connection, backend: ScriptBackend| {
+            move |name: &'static str, quota: Quota, clock: ManualClock| {
+                let kind: AlgorithmKind = name.parse().unwrap();
+                Build::new(backend).limiter(kind, quota, &connection, &clock)
+            }
+        };
+        let auto = on(single.clone(), ScriptBackend::Auto);
+        let module = on(single, ScriptBackend::Module);
+        let cluster_auto = on(cluster, ScriptBackend::Auto);
+        let backends: [(&str, Factory<'_>); 3] = [
+            ("module", &auto),
+            ("module-forced", &module),
+            ("module-cluster", &cluster_auto),
+        ];
+        let (failures, checked) = run(&backends).await;
+        assert!(failures.is_empty(), "{}", failures.join("\n"));
+        assert_eq!(
+            checked,
+            3 * SCENARIOS.iter().map(|s| s.steps.len()).sum::<usize>()
+        );
+    });
+    for node in std::iter::once(&server).chain(&nodes) {
+        assert_eq!(calls(node, "evalsha"), 0, "no script ran");
+        assert_eq!(calls(node, "eval"), 0, "no script ran");
+    }
+    for kind in AlgorithmKind::ALL {
+        let command = module_command(kind).to_lowercase();
+        if SCENARIOS.iter().any(|s| s.algorithm == kind.name()) {
+            assert!(calls(&server, &command) > 0, "{command} ran");
+            let on_cluster: u64 = nodes.iter().map(|n| calls(n, &command)).sum();
+            assert!(on_cluster > 0, "{command} ran on the cluster");
+        }
+    }
+    let served: usize = nodes
+        .iter()
+        .filter(|n| calls(n, "ratelab.gcra") > 0)
+        .count();
+    assert!(served >= 2, "the cluster's keys spread over its nodes");
+}
+
+/// The module's command for `kind`.
+fn module_command(kind: AlgorithmKind) -> &'static str {
+    struct Command;
+    impl AlgorithmVisitor for Command {
+        type Output = &'static str;
+        fn visit<A: KnownAlgorithm>(self, algorithm: A) -> &'static str {
+            algorithm.module_command().expect("every algorithm has one")
+        }
+    }
+    kind.visit(Quota::per_second(1).unwrap(), Command)
+}
+
+/// The pure logic's answers for `arrivals`.
+fn expected(
+    kind: AlgorithmKind,
+    quota: Quota,
+    arrivals: &[Arrival],
+) -> Vec<Result<ratelab::Decision, String>> {
+    struct Run<'a>(&'a [Arrival]);
+    impl AlgorithmVisitor for Run<'_> {
+        type Output = Vec<Result<ratelab::Decision, String>>;
+        fn visit<A: KnownAlgorithm>(self, algorithm: A) -> Self::Output {
+            simulate(&algorithm, self.0)
+                .into_iter()
+                .map(|s: Step<A::State>| s.result)
+                .collect()
+        }
+    }
+    kind.visit(quota, Run(arrivals))
+}
+
+/// Runs `arrivals` for every algorithm through limiters built by each of
+/// `builds` on the same keys, in turn (arrival `i` through `builds[i %
+/// builds.len()]`), and compares each answer with memory's.
+fn agree(
+    connection: &Connection,
+    builds: &[ScriptBackend],
+    quota: Quota,
+    arrivals: &[Arrival],
+    any_clock: bool,
+) -> Result<(), TestCaseError> {
+    let (_, runtime, _) = shared();
+    for kind in AlgorithmKind::ALL {
+        let clock = ManualClock::new();
+        let prefix = common::unique_prefix();
+        let limiters: Vec<_> = builds
+            .iter()
+            .map(|&backend| {
+                let build = Build {
+                    backend,
+                    prefix: prefix.clone(),
+                    any_clock,
+                };
+                (backend, build.limiter(kind, quota, connection, &clock))
+            })
+            .collect();
+        let want = expected(kind, quota, arrivals);
+        for (i, (arrival, want)) in arrivals.iter().zip(want).enumerate() {
+            let (backend, limiter) = &limiters[i % limiters.len()];
+            clock.set(arrival.at);
+            let got = runtime
+                .block_on(limiter.check_async(&[arrival.key], arrival.cost))
+                .map_err(|e| e.to_string());
+            prop_assert_eq!(
+                got,
+                want,
+                "{} on {:?} at {} (key {}, cost {})",
+                kind,
+                backend,
+                arrival.at,
+                arrival.key,
+                arrival.cost
+            );
+        }
+    }
+    Ok(())
+}
+
+proptest! {
+    #![proptest_config(config(48))]
+
+    #[test]
+    fn the_module_decides_as_memory((quota, arrivals) in quota_and_arrivals(40)) {
+        let (_, _, connection) = shared();
+        agree(connection, &[ScriptBackend::Auto], quota, &arrivals, false)?;
+    }
+
+    #[test]
+    fn the_module_decides_as_memory_when_the_clock_goes_wild(
+        (quota, arrivals) in quota_and_wild_arrivals(30)
+    ) {
+        let (_, _, connection) = shared();
+        agree(connection, &[ScriptBackend::Module], quota, &arrivals, true)?;
+    }
+
+    /// The module and the scripts take turns on the same keys, and still
+    /// decide as memory: they read and write the same state.
+    #[test]
+    fn the_module_and_the_scripts_take_turns_on_the_same_keys(
+        (quota, arrivals) in quota_and_arrivals(40)
+    ) {
+        let (_, _, connection) = shared();
+        agree(
+            connection,
+            &[ScriptBackend::Module, ScriptBackend::Lua, ScriptBackend::Lua, ScriptBackend::Module],
+            quota,
+            &arrivals,
+            false,
+        )?;
+    }
+}
+
+/// Memory == module on a cluster whose nodes load it, the default backend
+/// finding the module through the keyed commands themselves.
+#[test]
+fn a_module_cluster_decides_as_memory() {
+    let (_, runtime, _) = shared();
+    let nodes = module_cluster();
+    let urls: Vec<String> = nodes.iter().map(RedisServer::url).collect();
+    let connection = runtime.block_on(Connection::cluster(&urls)).unwrap();
+    let mut runner = proptest::test_runner::TestRunner::new(config(12));
+    runner
+        .run(&quota_and_arrivals(30), |(quota, arrivals)| {
+            agree(&connection, &[ScriptBackend::Auto], quota, &arrivals, false)
+        })
+        .unwrap();
+    for node in &nodes {
+        assert_eq!(calls(node, "evalsha"), 0, "no script ran");
+    }
+}
