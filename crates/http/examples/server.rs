@@ -196,14 +196,16 @@ impl Backend {
             }
             // Errors are returned to the layer, whose policies decide (fail
             // open or closed); the layer bounds each call by its own timeout.
-            Backend::Redis(connection) => Policy::shared(
-                name,
-                Arc::new(
+            Backend::Redis(connection) => {
+                let limiter = Arc::new(
                     RedisLimiter::builder(connection.clone(), Gcra::new(quota))
                         .timeout(Duration::from_millis(100))
                         .build(),
-                ),
-            ),
+                );
+                let breaker = limiter.clone();
+                Policy::shared(name, limiter as Arc<dyn AsyncRateLimiter>)
+                    .breaker_open(move || breaker.stats().breaker_open)
+            }
         }
     }
 }

@@ -41,6 +41,7 @@ pub(crate) type KeyFn = Arc<dyn Fn(&Parts, &Client) -> Option<String> + Send + S
 pub(crate) type CostFn = Arc<dyn Fn(&Parts, &Client) -> u32 + Send + Sync>;
 pub(crate) type StatusFn = Arc<dyn Fn(StatusCode) -> bool + Send + Sync>;
 pub(crate) type KeyCountFn = Arc<dyn Fn() -> usize + Send + Sync>;
+pub(crate) type BreakerFn = Arc<dyn Fn() -> bool + Send + Sync>;
 
 /// The default bound on one limiter call.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_millis(100);
@@ -114,6 +115,7 @@ pub struct Policy {
     pub(crate) refund: Option<Arc<dyn Refund>>,
     pub(crate) failed_when: StatusFn,
     pub(crate) keys_tracked: Option<KeyCountFn>,
+    pub(crate) breaker_open: Option<BreakerFn>,
 }
 
 #[derive(Clone)]
@@ -152,6 +154,7 @@ impl Policy {
                 status.is_client_error() || status.is_server_error()
             }),
             keys_tracked: None,
+            breaker_open: None,
         }
     }
 
@@ -194,6 +197,18 @@ impl Policy {
         F: Fn() -> usize + Send + Sync + 'static,
     {
         self.keys_tracked = Some(Arc::new(count));
+        self
+    }
+
+    /// Whether the limiter's circuit breaker is open now (for a Redis
+    /// limiter: `limiter.stats().breaker_open`), exported as the
+    /// `ratelab_http_breaker_open` gauge (1 or 0) after each decision of this
+    /// policy.
+    pub fn breaker_open<F>(mut self, open: F) -> Self
+    where
+        F: Fn() -> bool + Send + Sync + 'static,
+    {
+        self.breaker_open = Some(Arc::new(open));
         self
     }
 

@@ -28,6 +28,10 @@ pub const AFTER_RESPONSE: &str = "ratelab_http_after_response_total";
 /// Keys a policy's limiter tracks, by `policy`, where the policy says
 /// ([`Policy::keys_tracked`](crate::Policy::keys_tracked)).
 pub const KEYS_TRACKED: &str = "ratelab_http_keys_tracked";
+/// 1 while a policy's limiter has its circuit breaker open (its backend is
+/// failing and not being called), else 0, by `policy`, where the policy says
+/// ([`Policy::breaker_open`](crate::Policy::breaker_open)).
+pub const BREAKER_OPEN: &str = "ratelab_http_breaker_open";
 
 pub(crate) fn skipped() {
     metrics::counter!(REQUESTS, "outcome" => "skipped").increment(1);
@@ -72,6 +76,10 @@ pub(crate) fn verdict(verdict: &Verdict<'_>) {
             #[allow(clippy::cast_precision_loss)] // a gauge: exact enough
             let keys = count() as f64;
             metrics::gauge!(KEYS_TRACKED, "policy" => policy.name.clone()).set(keys);
+        }
+        if let Some(open) = &policy.breaker_open {
+            let open = if open() { 1.0 } else { 0.0 };
+            metrics::gauge!(BREAKER_OPEN, "policy" => policy.name.clone()).set(open);
         }
     }
     for failure in &verdict.failures {
