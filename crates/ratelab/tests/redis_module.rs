@@ -6,10 +6,8 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 use std::sync::OnceLock;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use proptest::prelude::*;
 use ratelab::redis::{Connection, RedisLimiter, ScriptBackend};
@@ -19,71 +17,8 @@ use ratelab::{
 };
 use ratelab_testkit::conformance::{Factory, SCENARIOS, run};
 use ratelab_testkit::props::{Step, config, simulate};
-use ratelab_testkit::redis::{RedisServer, redis_cli_binary};
+use ratelab_testkit::redis::{RedisCluster, RedisServer, module_path};
 use ratelab_testkit::strategies::{Arrival, quota_and_arrivals, quota_and_wild_arrivals};
-
-/// The module's shared library: `$RATELAB_MODULE_PATH` if set, else the one
-/// in the target directory this test binary was built in
-/// (`<target>/<profile>/deps/<test>` -> `<target>/<profile>/`), built there
-/// first with `cargo build -p ratelab-redis-module --lib` (a no-op when
-/// fresh). The same search as the module crate's own tests.
-fn module_path() -> &'static Path {
-    static PATH: OnceLock<PathBuf> = OnceLock::new();
-    PATH.get_or_init(|| {
-        if let Some(path) = std::env::var_os("RATELAB_MODULE_PATH") {
-            let path = PathBuf::from(path);
-            assert!(
-                path.is_file(),
-                "$RATELAB_MODULE_PATH is {}, no such file",
-                path.display()
-            );
-            return path;
-        }
-        let exe = std::env::current_exe().expect("the test binary's path");
-        let profile_dir = exe
-            .parent()
-            .and_then(Path::parent)
-            .expect("the test binary lives in <target>/<profile>/deps");
-        let target_dir = profile_dir.parent().expect("<target>/<profile>");
-        let profile = profile_dir
-            .file_name()
-            .and_then(|p| p.to_str())
-            .unwrap_or("debug");
-        let library = profile_dir.join(format!(
-            "{}ratelab_redis_module{}",
-            std::env::consts::DLL_PREFIX,
-            std::env::consts::DLL_SUFFIX
-        ));
-        let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-        let mut build = Command::new(cargo);
-        build
-            .args(["build", "--quiet", "-p", "ratelab-redis-module", "--lib"])
-            .env("CARGO_TARGET_DIR", target_dir)
-            .current_dir(env!("CARGO_MANIFEST_DIR"));
-        match profile {
-            "debug" => {}
-            "release" => {
-                build.arg("--release");
-            }
-            other => {
-                build.args(["--profile", other]);
-            }
-        }
-        let status = build
-            .status()
-            .expect("cannot run cargo to build the module");
-        assert!(
-            status.success(),
-            "cargo build -p ratelab-redis-module failed"
-        );
-        assert!(
-            library.is_file(),
-            "the module was built but {} is missing",
-            library.display()
-        );
-        library
-    })
-}
 
 /// `--loadmodule <the module>`.
 fn load_module() -> [String; 2] {
@@ -116,61 +51,10 @@ fn shared() -> &'static (RedisServer, tokio::runtime::Runtime, Connection) {
     })
 }
 
-/// Three cluster-enabled servers that load the module, joined with
-/// `redis-cli --cluster create` (the testkit's `RedisCluster` passes no
-/// extra arguments to its nodes).
-fn module_cluster() -> Vec<RedisServer> {
+/// Three cluster nodes that load the module.
+fn module_cluster() -> RedisCluster {
     let [flag, path] = load_module();
-    let mut last_error = String::new();
-    for _ in 0..5 {
-        let nodes: Vec<RedisServer> = (0..3)
-            .map(|_| {
-                RedisServer::start_with(&[
-                    "--cluster-enabled",
-                    "yes",
-                    "--cluster-config-file",
-                    "nodes.conf",
-                    "--cluster-node-timeout",
-                    "2000",
-                    &flag,
-                    &path,
-                ])
-            })
-            .collect();
-        let addresses: Vec<String> = nodes
-            .iter()
-            .map(|n| format!("127.0.0.1:{}", n.port()))
-            .collect();
-        let output = Command::new(redis_cli_binary())
-            .args(["--cluster", "create"])
-            .args(&addresses)
-            .args(["--cluster-replicas", "0", "--cluster-yes"])
-            .stdin(Stdio::null())
-            .output()
-            .expect("cannot run redis-cli");
-        if !output.status.success() {
-            last_error = String::from_utf8_lossy(&output.stdout).into_owned();
-            continue;
-        }
-        let deadline = Instant::now() + Duration::from_secs(30);
-        let ready = nodes.iter().all(|node| {
-            loop {
-                let info = node.command(&["CLUSTER", "INFO"]).unwrap_or_default();
-                if info.contains("cluster_state:ok") {
-                    break true;
-                }
-                if Instant::now() > deadline {
-                    last_error = info;
-                    break false;
-                }
-                std::thread::sleep(Duration::from_millis(50));
-            }
-        });
-        if ready {
-            return nodes;
-        }
-    }
-    panic!("the cluster did not start: {last_error}");
+    RedisCluster::start_with(&[&flag, &path])
 }
 
 /// The calls of `command` (lowercase, as `INFO commandstats` names it) the
@@ -337,7 +221,8 @@ fn a_module_that_goes_away_hands_over_to_the_scripts() {
 fn the_module_conforms_on_a_node_and_a_cluster() {
     let (_, runtime, _) = shared();
     let server = module_server();
-    let nodes = module_cluster();
+    let cluster = module_cluster();
+    let nodes = cluster.nodes();
     runtime.block_on(async {
         let single = Connection::single(&server.url()).await.unwrap();
         let urls: Vec<String> = nodes.iter().map(RedisServer::url).collect();
@@ -363,7 +248,7 @@ fn the_module_conforms_on_a_node_and_a_cluster() {
             3 * SCENARIOS.iter().map(|s| s.steps.len()).sum::<usize>()
         );
     });
-    for node in std::iter::once(&server).chain(&nodes) {
+    for node in std::iter::once(&server).chain(nodes) {
         assert_eq!(calls(node, "evalsha"), 0, "no script ran");
         assert_eq!(calls(node, "eval"), 0, "no script ran");
     }
@@ -499,7 +384,8 @@ proptest! {
 #[test]
 fn a_module_cluster_decides_as_memory() {
     let (_, runtime, _) = shared();
-    let nodes = module_cluster();
+    let cluster = module_cluster();
+    let nodes = cluster.nodes();
     let urls: Vec<String> = nodes.iter().map(RedisServer::url).collect();
     let connection = runtime.block_on(Connection::cluster(&urls)).unwrap();
     let mut runner = proptest::test_runner::TestRunner::new(config(12));
@@ -508,7 +394,7 @@ fn a_module_cluster_decides_as_memory() {
             agree(&connection, &[ScriptBackend::Auto], quota, &arrivals, false)
         })
         .unwrap();
-    for node in &nodes {
+    for node in nodes {
         assert_eq!(calls(node, "evalsha"), 0, "no script ran");
     }
 }

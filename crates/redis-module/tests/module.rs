@@ -7,13 +7,12 @@
 mod support;
 
 use std::cell::{Cell, RefCell};
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use proptest::prelude::*;
 use proptest::test_runner::{Config, FileFailurePersistence, TestCaseError, TestRunner};
 use ratelab_core::Quota;
-use ratelab_testkit::redis::{RedisServer, redis_cli_binary};
+use ratelab_testkit::redis::RedisCluster;
 
 use support::{
     Kind, Memory, Reply, argv, connect, load_script, module_cmd, module_path, query, script_cmd,
@@ -485,7 +484,8 @@ fn keys_take_the_memory_the_scripts_keys_take() {
 /// command with a key) and decides as memory does.
 #[test]
 fn module_runs_on_a_cluster_whose_nodes_load_it() {
-    let nodes = start_cluster();
+    let cluster = start_cluster();
+    let nodes = cluster.nodes();
     let mut connections: Vec<(u16, redis::Connection)> = nodes
         .iter()
         .map(|n| (n.port(), connect(&n.url())))
@@ -547,56 +547,7 @@ fn on_owner(connections: &mut [(u16, redis::Connection)], cmd: &redis::Cmd) -> (
 /// `redis-cli --cluster create`. (`RedisCluster` of the testkit passes no
 /// extra arguments to its nodes; this builds the same cluster from
 /// `RedisServer` guards, which do.)
-fn start_cluster() -> Vec<RedisServer> {
-    let module = module_path().to_str().unwrap().to_owned();
-    let mut last_error = String::new();
-    for _ in 0..5 {
-        let nodes: Vec<RedisServer> = (0..3)
-            .map(|_| {
-                RedisServer::start_with(&[
-                    "--cluster-enabled",
-                    "yes",
-                    "--cluster-config-file",
-                    "nodes.conf",
-                    "--cluster-node-timeout",
-                    "2000",
-                    "--loadmodule",
-                    &module,
-                ])
-            })
-            .collect();
-        let addresses: Vec<String> = nodes
-            .iter()
-            .map(|n| format!("127.0.0.1:{}", n.port()))
-            .collect();
-        let output = Command::new(redis_cli_binary())
-            .args(["--cluster", "create"])
-            .args(&addresses)
-            .args(["--cluster-replicas", "0", "--cluster-yes"])
-            .stdin(Stdio::null())
-            .output()
-            .expect("cannot run redis-cli");
-        if !output.status.success() {
-            last_error = String::from_utf8_lossy(&output.stdout).into_owned();
-            continue;
-        }
-        let deadline = Instant::now() + Duration::from_secs(30);
-        let ready = nodes.iter().all(|node| {
-            loop {
-                let info = node.command(&["CLUSTER", "INFO"]).unwrap_or_default();
-                if info.contains("cluster_state:ok") {
-                    break true;
-                }
-                if Instant::now() > deadline {
-                    last_error = info;
-                    break false;
-                }
-                std::thread::sleep(Duration::from_millis(50));
-            }
-        });
-        if ready {
-            return nodes;
-        }
-    }
-    panic!("the cluster did not start: {last_error}");
+fn start_cluster() -> RedisCluster {
+    let module = module_path().to_str().expect("a UTF-8 path");
+    RedisCluster::start_with(&["--loadmodule", module])
 }

@@ -21,6 +21,7 @@ use std::io::{BufRead, BufReader, Write};
 use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 /// How to get Redis, for the error messages.
@@ -417,6 +418,69 @@ fn start_panic(e: &StartError) -> String {
     }
 }
 
+/// The native module's shared library (`ratelab-redis-module`): `$RATELAB_MODULE_PATH` if set, else the one
+/// in the target directory this test binary was built in
+/// (`<target>/<profile>/deps/<test>` -> `<target>/<profile>/`), built there
+/// first with `cargo build -p ratelab-redis-module` (a no-op when fresh), so
+/// that `cargo test` finds it whatever the target directory or profile.
+pub fn module_path() -> &'static Path {
+    static PATH: OnceLock<PathBuf> = OnceLock::new();
+    PATH.get_or_init(|| {
+        if let Some(path) = std::env::var_os("RATELAB_MODULE_PATH") {
+            let path = PathBuf::from(path);
+            assert!(
+                path.is_file(),
+                "$RATELAB_MODULE_PATH is {}, no such file",
+                path.display()
+            );
+            return path;
+        }
+        let exe = std::env::current_exe().expect("the test binary's path");
+        let profile_dir = exe
+            .parent()
+            .and_then(Path::parent)
+            .expect("the test binary lives in <target>/<profile>/deps");
+        let target_dir = profile_dir.parent().expect("<target>/<profile>");
+        let profile = profile_dir
+            .file_name()
+            .and_then(|p| p.to_str())
+            .unwrap_or("debug");
+        let library = profile_dir.join(format!(
+            "{}ratelab_redis_module{}",
+            std::env::consts::DLL_PREFIX,
+            std::env::consts::DLL_SUFFIX
+        ));
+        let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+        let mut build = Command::new(cargo);
+        build
+            .args(["build", "--quiet", "-p", "ratelab-redis-module", "--lib"])
+            .env("CARGO_TARGET_DIR", target_dir)
+            .current_dir(env!("CARGO_MANIFEST_DIR"));
+        match profile {
+            "debug" => {}
+            "release" => {
+                build.arg("--release");
+            }
+            other => {
+                build.args(["--profile", other]);
+            }
+        }
+        let status = build
+            .status()
+            .expect("cannot run cargo to build the module");
+        assert!(
+            status.success(),
+            "cargo build -p ratelab-redis-module failed"
+        );
+        assert!(
+            library.is_file(),
+            "the module was built but {} is missing",
+            library.display()
+        );
+        library
+    })
+}
+
 /// Three Redis masters on loopback, joined into a cluster with
 /// `redis-cli --cluster create`; ready when every node reports
 /// `cluster_state:ok`. Killed on drop.
@@ -432,11 +496,23 @@ impl RedisCluster {
         Self::try_start().unwrap_or_else(|e| panic!("{}", start_panic(&e)))
     }
 
+    /// Starts the cluster with `extra` arguments for every node (say
+    /// `--loadmodule <path>`), or panics saying why.
+    pub fn start_with(extra: &[&str]) -> Self {
+        Self::try_start_with(extra).unwrap_or_else(|e| panic!("{}", start_panic(&e)))
+    }
+
     /// Starts the cluster, or says why it did not start.
     pub fn try_start() -> Result<Self, StartError> {
+        Self::try_start_with(&[])
+    }
+
+    /// Starts the cluster with `extra` arguments for every node, or says
+    /// why it did not start.
+    pub fn try_start_with(extra: &[&str]) -> Result<Self, StartError> {
         let mut last_error = String::new();
         for _ in 0..10 {
-            match Self::start_once() {
+            match Self::start_once(extra) {
                 Ok(cluster) => return Ok(cluster),
                 Err(e @ StartError::NotFound { .. }) => return Err(e),
                 Err(e) => last_error = e.to_string(),
@@ -447,7 +523,7 @@ impl RedisCluster {
         )))
     }
 
-    fn start_once() -> Result<Self, StartError> {
+    fn start_once(extra: &[&str]) -> Result<Self, StartError> {
         let failed = StartError::Failed;
         let dir = tempfile::tempdir().map_err(|e| failed(e.to_string()))?;
         // Each node needs its port and its bus port (port + 10000) free.
@@ -461,18 +537,16 @@ impl RedisCluster {
         let mut nodes = Vec::new();
         for &port in &ports {
             let config = format!("nodes-{port}.conf");
-            nodes.push(RedisServer::start_on(
-                port,
-                dir.path(),
-                &[
-                    "--cluster-enabled",
-                    "yes",
-                    "--cluster-config-file",
-                    &config,
-                    "--cluster-node-timeout",
-                    "2000",
-                ],
-            )?);
+            let mut args = vec![
+                "--cluster-enabled",
+                "yes",
+                "--cluster-config-file",
+                &config,
+                "--cluster-node-timeout",
+                "2000",
+            ];
+            args.extend_from_slice(extra);
+            nodes.push(RedisServer::start_on(port, dir.path(), &args)?);
         }
         let addresses: Vec<String> = ports.iter().map(|p| format!("127.0.0.1:{p}")).collect();
         let output = Command::new(find_binary("RATELAB_REDIS_CLI", "redis-cli")?)

@@ -3,9 +3,7 @@
 
 #![allow(dead_code, unreachable_pub)]
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
-use std::sync::OnceLock;
+use std::path::Path;
 use std::time::Duration;
 
 use ratelab_core::{Algorithm, Quota};
@@ -16,68 +14,7 @@ use ratelab_sliding_window::{SlidingCounter, SlidingLog};
 use ratelab_testkit::redis::RedisServer;
 use ratelab_token_bucket::TokenBucket;
 
-/// The module's shared library: `$RATELAB_MODULE_PATH` if set, else the one
-/// in the target directory this test binary was built in
-/// (`<target>/<profile>/deps/<test>` -> `<target>/<profile>/`), built there
-/// first with `cargo build -p ratelab-redis-module` (a no-op when fresh), so
-/// that `cargo test` finds it whatever the target directory or profile.
-pub fn module_path() -> &'static Path {
-    static PATH: OnceLock<PathBuf> = OnceLock::new();
-    PATH.get_or_init(|| {
-        if let Some(path) = std::env::var_os("RATELAB_MODULE_PATH") {
-            let path = PathBuf::from(path);
-            assert!(
-                path.is_file(),
-                "$RATELAB_MODULE_PATH is {}, no such file",
-                path.display()
-            );
-            return path;
-        }
-        let exe = std::env::current_exe().expect("the test binary's path");
-        let profile_dir = exe
-            .parent()
-            .and_then(Path::parent)
-            .expect("the test binary lives in <target>/<profile>/deps");
-        let target_dir = profile_dir.parent().expect("<target>/<profile>");
-        let profile = profile_dir
-            .file_name()
-            .and_then(|p| p.to_str())
-            .unwrap_or("debug");
-        let library = profile_dir.join(format!(
-            "{}ratelab_redis_module{}",
-            std::env::consts::DLL_PREFIX,
-            std::env::consts::DLL_SUFFIX
-        ));
-        let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-        let mut build = Command::new(cargo);
-        build
-            .args(["build", "--quiet", "-p", "ratelab-redis-module", "--lib"])
-            .env("CARGO_TARGET_DIR", target_dir)
-            .current_dir(env!("CARGO_MANIFEST_DIR"));
-        match profile {
-            "debug" => {}
-            "release" => {
-                build.arg("--release");
-            }
-            other => {
-                build.args(["--profile", other]);
-            }
-        }
-        let status = build
-            .status()
-            .expect("cannot run cargo to build the module");
-        assert!(
-            status.success(),
-            "cargo build -p ratelab-redis-module failed"
-        );
-        assert!(
-            library.is_file(),
-            "the module was built but {} is missing",
-            library.display()
-        );
-        library
-    })
-}
+pub use ratelab_testkit::redis::module_path;
 
 /// A `redis-server` that loads the module.
 pub fn server() -> RedisServer {
