@@ -37,6 +37,11 @@ use ratelab::AlgorithmKind;
 use crate::algorithms::{NAMES, constant_time};
 use crate::run::Row;
 
+// Each file adds its targets and its section of the README.
+mod clocks;
+mod http;
+mod module;
+
 /// The machine the figures were measured on.
 #[derive(Debug, Clone, Serialize)]
 pub struct Machine {
@@ -137,7 +142,13 @@ impl Summary {
     }
 }
 
-fn get(rows: &[Row], group: &str, algorithm: &str, backend: &str, metric: &str) -> Option<f64> {
+pub(crate) fn get(
+    rows: &[Row],
+    group: &str,
+    algorithm: &str,
+    backend: &str,
+    metric: &str,
+) -> Option<f64> {
     rows.iter()
         .find(|r| {
             r.group == group
@@ -181,8 +192,44 @@ pub const GROUPS: [(&str, &str); 20] = [
     ("redis-benchmark", "redis-benchmark"),
 ];
 
-const LE: &str = "<=";
-const GE: &str = ">=";
+pub(crate) const LE: &str = "<=";
+pub(crate) const GE: &str = ">=";
+
+/// Adds one target: `ours / reference`, or `ours` alone when `reference` is
+/// NaN (an absolute bound); nothing when either figure is missing.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn push_ratio(
+    out: &mut Vec<Target>,
+    target: &str,
+    group: &str,
+    algorithm: &str,
+    ours: Option<f64>,
+    reference: Option<f64>,
+    comparison: &'static str,
+    limit: f64,
+) {
+    let (Some(ours), Some(reference)) = (ours, reference) else {
+        return;
+    };
+    let value = if reference.is_nan() {
+        ours
+    } else {
+        ours / reference
+    };
+    out.push(Target {
+        target: target.to_owned(),
+        group: group.to_owned(),
+        algorithm: algorithm.to_owned(),
+        value,
+        limit,
+        comparison,
+        pass: if comparison == LE {
+            value <= limit
+        } else {
+            value >= limit
+        },
+    });
+}
 
 /// The performance targets that the rows allow to judge.
 pub fn targets(rows: &[Row]) -> Vec<Target> {
@@ -194,27 +241,9 @@ pub fn targets(rows: &[Row]) -> Vec<Target> {
                      reference: Option<f64>,
                      comparison: &'static str,
                      limit: f64| {
-        let (Some(ours), Some(reference)) = (ours, reference) else {
-            return;
-        };
-        let value = if reference.is_nan() {
-            ours
-        } else {
-            ours / reference
-        };
-        out.push(Target {
-            target: target.to_owned(),
-            group: group.to_owned(),
-            algorithm: algorithm.to_owned(),
-            value,
-            limit,
-            comparison,
-            pass: if comparison == LE {
-                value <= limit
-            } else {
-                value >= limit
-            },
-        });
+        push_ratio(
+            &mut out, target, group, algorithm, ours, reference, comparison, limit,
+        );
     };
     let ns = |group: &str, algorithm: &str, backend: &str| {
         get(rows, group, algorithm, backend, "ns_per_check")
@@ -328,6 +357,9 @@ pub fn targets(rows: &[Row]) -> Vec<Target> {
             100.0,
         );
     }
+    module::targets(rows, &mut out);
+    clocks::targets(rows, &mut out);
+    http::targets(rows, &mut out);
     out
 }
 
@@ -692,6 +724,9 @@ pub fn readme(summary: &Summary) -> String {
     out.push_str(&clock_table(summary));
     out.push_str("\n## Redis\n\n");
     out.push_str(&redis_tables(summary));
+    out.push_str(&module::section(summary));
+    out.push_str(&clocks::section(summary));
+    out.push_str(&http::section(summary));
     out.push('\n');
     out.push_str(METHOD);
     out.push_str("\n### The groups\n\n");
