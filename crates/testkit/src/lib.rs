@@ -20,4 +20,5 @@ pub mod conformance;
 pub mod oracle;
 pub mod props;
 pub mod redis;
+pub mod redis_cell;
 pub mod strategies;

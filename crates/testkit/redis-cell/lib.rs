@@ -1,0 +1,1 @@
+//! Empty: this package exists to pin and build `redis-cell` (see Cargo.toml).
