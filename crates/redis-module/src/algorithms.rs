@@ -11,7 +11,7 @@ use ratelab_leaky_bucket::{LeakyMeter, LeakyQueue, Level};
 use ratelab_sliding_window::{SlidingCounter, SlidingLog, Windows};
 use ratelab_token_bucket::{Bucket, TokenBucket};
 
-use crate::args::Args;
+use crate::args::{Args, MAX_PARAMS};
 use crate::lua::{self, show, tostring};
 
 /// An algorithm with the parameters its script takes.
@@ -20,8 +20,9 @@ pub(crate) trait Params: Algorithm + Sized {
     const NAME: &'static str;
 
     /// The parameters the script takes after `now`, cost, slack and
-    /// deadline: the same list `ratelab-redis` sends.
-    fn params(&self) -> Vec<u64>;
+    /// deadline: the same list `ratelab-redis` sends (the first
+    /// [`Params::PARAMS`] of the array; the rest are zero).
+    fn params(&self) -> [u64; MAX_PARAMS];
 
     /// An algorithm whose [`Params::params`] are `params`, if a [`Quota`]
     /// yields them.
@@ -33,7 +34,8 @@ pub(crate) trait Params: Algorithm + Sized {
     fn from_args(args: &Args) -> Option<Self> {
         let given = args.params().get(..Self::PARAMS)?;
         let algorithm = Self::from_params(given)?;
-        (algorithm.params() == given && args.cost <= algorithm.capacity()).then_some(algorithm)
+        (algorithm.params()[..Self::PARAMS] == *given && args.cost <= algorithm.capacity())
+            .then_some(algorithm)
     }
 
     /// How many parameters the script takes.
@@ -69,11 +71,12 @@ impl Params for Gcra {
     const PARAMS: usize = 3;
     const NAME: &'static str = "gcra";
 
-    fn params(&self) -> Vec<u64> {
-        vec![
+    fn params(&self) -> [u64; MAX_PARAMS] {
+        [
             self.interval_micros(),
             self.tolerance_micros(),
             self.capacity(),
+            0,
         ]
     }
 
@@ -86,8 +89,8 @@ impl Params for TokenBucket {
     const PARAMS: usize = 2;
     const NAME: &'static str = "token-bucket";
 
-    fn params(&self) -> Vec<u64> {
-        vec![self.interval_micros(), self.capacity()]
+    fn params(&self) -> [u64; MAX_PARAMS] {
+        [self.interval_micros(), self.capacity(), 0, 0]
     }
 
     fn from_params(p: &[u64]) -> Option<Self> {
@@ -99,7 +102,7 @@ impl Params for LeakyMeter {
     const PARAMS: usize = 3;
     const NAME: &'static str = "leaky-meter";
 
-    fn params(&self) -> Vec<u64> {
+    fn params(&self) -> [u64; MAX_PARAMS] {
         leaky_params(self.quota(), self.capacity())
     }
 
@@ -112,7 +115,7 @@ impl Params for LeakyQueue {
     const PARAMS: usize = 3;
     const NAME: &'static str = "leaky-queue";
 
-    fn params(&self) -> Vec<u64> {
+    fn params(&self) -> [u64; MAX_PARAMS] {
         leaky_params(self.quota(), self.capacity())
     }
 
@@ -121,11 +124,12 @@ impl Params for LeakyQueue {
     }
 }
 
-fn leaky_params(quota: &Quota, capacity: u64) -> Vec<u64> {
-    vec![
+fn leaky_params(quota: &Quota, capacity: u64) -> [u64; MAX_PARAMS] {
+    [
         quota.emission_interval_micros(),
         quota.burst_tolerance_micros(),
         capacity,
+        0,
     ]
 }
 
@@ -133,8 +137,8 @@ impl Params for FixedWindow {
     const PARAMS: usize = 2;
     const NAME: &'static str = "fixed-window";
 
-    fn params(&self) -> Vec<u64> {
-        vec![self.window_micros(), self.capacity()]
+    fn params(&self) -> [u64; MAX_PARAMS] {
+        [self.window_micros(), self.capacity(), 0, 0]
     }
 
     fn from_params(p: &[u64]) -> Option<Self> {
@@ -146,8 +150,8 @@ impl Params for SlidingLog {
     const PARAMS: usize = 2;
     const NAME: &'static str = "sliding-log";
 
-    fn params(&self) -> Vec<u64> {
-        vec![self.window_micros(), self.capacity()]
+    fn params(&self) -> [u64; MAX_PARAMS] {
+        [self.window_micros(), self.capacity(), 0, 0]
     }
 
     fn from_params(p: &[u64]) -> Option<Self> {
@@ -159,8 +163,8 @@ impl Params for SlidingCounter {
     const PARAMS: usize = 4;
     const NAME: &'static str = "sliding-counter";
 
-    fn params(&self) -> Vec<u64> {
-        vec![
+    fn params(&self) -> [u64; MAX_PARAMS] {
+        [
             self.window_micros(),
             self.capacity(),
             self.step_micros(),
@@ -184,12 +188,55 @@ pub(crate) trait StringState: Params {
     fn decode(&self, raw: &[u8], now: u64, skew: u64) -> Result<Self::State, String>;
 
     /// `state` as the script writes it.
-    fn encode(&self, state: &Self::State) -> Vec<u8>;
+    fn encode(&self, state: &Self::State) -> Encoded;
+}
+
+/// A state as a script writes it, on the stack: at most 24 bytes (three
+/// doubles, or a decimal integer of at most 20 digits).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Encoded {
+    bytes: [u8; 24],
+    len: usize,
+}
+
+impl Encoded {
+    fn from_parts(parts: &[&[u8]]) -> Encoded {
+        let mut out = Encoded {
+            bytes: [0; 24],
+            len: 0,
+        };
+        for part in parts {
+            out.bytes[out.len..out.len + part.len()].copy_from_slice(part);
+            out.len += part.len();
+        }
+        out
+    }
+}
+
+impl std::ops::Deref for Encoded {
+    type Target = [u8];
+
+    fn deref(&self) -> &[u8] {
+        &self.bytes[..self.len]
+    }
 }
 
 /// An integer string, as the scripts write a Lua number below 2^53.
-fn decimal(value: u64) -> Vec<u8> {
-    value.to_string().into_bytes()
+fn decimal(mut value: u64) -> Encoded {
+    let mut digits = [0u8; 20];
+    let mut start = digits.len();
+    loop {
+        start -= 1;
+        // A digit: below 10.
+        #[allow(clippy::cast_possible_truncation)]
+        let digit = (value % 10) as u8;
+        digits[start] = b'0' + digit;
+        value /= 10;
+        if value == 0 {
+            break;
+        }
+    }
+    Encoded::from_parts(&[&digits[start..]])
 }
 
 /// A timestamp written as a decimal string, no later than `now + ahead +
@@ -199,7 +246,7 @@ fn read_timestamp(
     limit: u64,
     beyond: impl FnOnce(&str) -> String,
 ) -> Result<u64, String> {
-    let Some(at) = lua::number(raw).and_then(lua::stored_integer) else {
+    let Some(at) = lua::integer(raw) else {
         return Err(format!("not a timestamp: {}", show(raw)));
     };
     if at > limit {
@@ -221,11 +268,12 @@ fn double(x: u64) -> f64 {
     x as f64
 }
 
-fn pack_doubles(values: &[u64]) -> Vec<u8> {
-    values
-        .iter()
-        .flat_map(|&v| double(v).to_le_bytes())
-        .collect()
+fn pack_doubles(values: &[u64]) -> Encoded {
+    let mut out = Encoded::from_parts(&[]);
+    for &v in values {
+        out = Encoded::from_parts(&[&out, &double(v).to_le_bytes()]);
+    }
+    out
 }
 
 /// `stored(x)` for each, and the integers.
@@ -251,7 +299,7 @@ impl StringState for Gcra {
         })
     }
 
-    fn encode(&self, tat: &u64) -> Vec<u8> {
+    fn encode(&self, tat: &u64) -> Encoded {
         decimal(*tat)
     }
 }
@@ -268,7 +316,7 @@ impl StringState for LeakyQueue {
         })
     }
 
-    fn encode(&self, slot: &u64) -> Vec<u8> {
+    fn encode(&self, slot: &u64) -> Encoded {
         decimal(*slot)
     }
 }
@@ -295,12 +343,9 @@ impl StringState for TokenBucket {
         Ok(Bucket::from_parts(tokens, last))
     }
 
-    fn encode(&self, bucket: &Bucket) -> Vec<u8> {
+    fn encode(&self, bucket: &Bucket) -> Encoded {
         let tokens = u32::try_from(bucket.tokens()).expect("at most the capacity, a u32");
-        let mut out = Vec::with_capacity(12);
-        out.extend_from_slice(&tokens.to_le_bytes());
-        out.extend_from_slice(&double(bucket.last()).to_le_bytes());
-        out
+        Encoded::from_parts(&[&tokens.to_le_bytes(), &double(bucket.last()).to_le_bytes()])
     }
 }
 
@@ -330,7 +375,7 @@ impl StringState for FixedWindow {
         Ok(Counter::from_parts(index, count))
     }
 
-    fn encode(&self, counter: &Counter) -> Vec<u8> {
+    fn encode(&self, counter: &Counter) -> Encoded {
         pack_doubles(&[counter.index(), counter.count()])
     }
 }
@@ -355,7 +400,7 @@ impl StringState for LeakyMeter {
         Ok(Level::from_parts(water, at))
     }
 
-    fn encode(&self, level: &Level) -> Vec<u8> {
+    fn encode(&self, level: &Level) -> Encoded {
         pack_doubles(&[level.water(), level.at()])
     }
 }
@@ -383,7 +428,7 @@ impl StringState for SlidingCounter {
         Ok(Windows::from_parts(index, previous, current))
     }
 
-    fn encode(&self, windows: &Windows) -> Vec<u8> {
+    fn encode(&self, windows: &Windows) -> Encoded {
         pack_doubles(&[windows.index(), windows.previous(), windows.current()])
     }
 }
@@ -412,7 +457,7 @@ mod tests {
         for quota in quotas() {
             let algorithm = build(quota);
             let params = algorithm.params();
-            let back = A::from_params(&params)
+            let back = A::from_params(&params[..A::PARAMS])
                 .unwrap_or_else(|| panic!("{} {quota:?}: no quota for {params:?}", A::NAME));
             assert_eq!(back.params(), params, "{} {quota:?}", A::NAME);
         }
@@ -458,7 +503,9 @@ mod tests {
         assert_eq!(tb.decode(&raw, now, 0), Ok(bucket));
 
         let gcra = Gcra::new(quota);
-        assert_eq!(gcra.encode(&(now + 3)), b"1700000000000003");
+        assert_eq!(&*gcra.encode(&(now + 3)), b"1700000000000003");
+        assert_eq!(&*gcra.encode(&0), b"0");
+        assert_eq!(&*gcra.encode(&u64::MAX), u64::MAX.to_string().as_bytes());
         assert_eq!(gcra.decode(b"1700000000000003", now, 0), Ok(now + 3));
         assert_eq!(
             gcra.decode(b"x1", now, 0),

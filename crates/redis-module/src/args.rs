@@ -51,21 +51,24 @@ pub(crate) fn check_protocol(first: Option<&[u8]>) -> Result<u8, String> {
 /// Splits the operation out of `ARGV` after the version, as the prologue
 /// does: version 2 has it after the deadline (`None` for anything but
 /// `check`, `peek` and `refund`: invalid arguments), version 1 checks.
-pub(crate) fn split_op<A: AsRef<[u8]>>(version: u8, argv: &[A]) -> Option<(Op, Vec<&[u8]>)> {
-    let mut rest: Vec<&[u8]> = argv.iter().map(AsRef::as_ref).collect();
-    if version == 1 {
-        return Some((Op::Check, rest));
-    }
-    if rest.len() < 5 {
+/// Answers the operation, the four arguments before the parameters (`now`,
+/// cost, slack, deadline) and the parameters, borrowed: nothing is copied.
+pub(crate) fn split_op<A: AsRef<[u8]>>(version: u8, argv: &[A]) -> Option<(Op, &[A], &[A])> {
+    if argv.len() < 4 {
         return None;
     }
-    let op = match rest.remove(4) {
+    let (head, rest) = argv.split_at(4);
+    if version == 1 {
+        return Some((Op::Check, head, rest));
+    }
+    let (op, params) = rest.split_first()?;
+    let op = match op.as_ref() {
         b"check" => Op::Check,
         b"peek" => Op::Peek,
         b"refund" => Op::Refund,
         _ => return None,
     };
-    Some((op, rest))
+    Some((op, head, params))
 }
 
 /// The most parameters an algorithm takes (the sliding counter's four).
@@ -89,8 +92,16 @@ pub(crate) struct Args {
 impl Args {
     /// `ARGV = [now or "", cost, slack, deadline or "", params...]`; `None`
     /// when the prologue's `args_ok` would be false.
+    #[cfg(test)]
     pub(crate) fn parse<A: AsRef<[u8]>>(argv: &[A]) -> Option<Args> {
-        let [now, cost, slack, deadline, params @ ..] = argv else {
+        let (head, params) = argv.split_at(argv.len().min(4));
+        Args::parse_parts(head, params)
+    }
+
+    /// [`Args::parse`] of `head` (`now`, cost, slack, deadline) followed by
+    /// `params`.
+    pub(crate) fn parse_parts<A: AsRef<[u8]>>(head: &[A], params: &[A]) -> Option<Args> {
+        let [now, cost, slack, deadline] = head else {
             return None;
         };
         let optional = |raw: &A| {
@@ -157,7 +168,7 @@ impl Args {
 
 /// Redis `TIME` as the scripts compute it: seconds × 10^6 + µs. The module
 /// runs inside the server, so the process clock *is* the server's clock.
-fn unix_micros() -> u64 {
+pub(crate) fn unix_micros() -> u64 {
     let since = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .unwrap_or_default();
@@ -185,10 +196,12 @@ mod tests {
     #[test]
     fn version_2_names_the_operation_after_the_deadline() {
         let argv = ["1000", "2", "5", "", "peek", "10"];
-        let (op, rest) = split_op(2, &argv).unwrap();
+        let (op, head, params) = split_op(2, &argv).unwrap();
         assert_eq!(op, Op::Peek);
-        assert_eq!(rest, [&b"1000"[..], b"2", b"5", b"", b"10"]);
-        assert_eq!(split_op(1, &argv).unwrap().0, Op::Check);
+        assert_eq!(head, ["1000", "2", "5", ""]);
+        assert_eq!(params, ["10"]);
+        assert_eq!(split_op(1, &argv).unwrap(), (Op::Check, head, &argv[4..]));
+        assert!(split_op(1, &["1", "1", "0"]).is_none());
         assert!(split_op(2, &["1000", "2", "5", "", "drop", "10"]).is_none());
         assert!(split_op(2, &["1000", "2", "5", ""]).is_none());
     }

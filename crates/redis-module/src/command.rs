@@ -5,16 +5,16 @@ use std::sync::LazyLock;
 
 use ratelab_core::{Algorithm, Decision};
 use ratelab_sliding_window::{Log, SlidingLog};
-use std::ffi::c_char;
 
 use redis_module::{
     CallOptions, CallOptionsBuilder, CallReply, CallResult, Context, RedisError, RedisResult,
-    RedisString, RedisValue, raw,
+    RedisString, RedisValue,
 };
 
 use crate::algorithms::{Params, StringState};
 use crate::args::{Args, Op, split_op};
 use crate::lua::{self, show, show_bare};
+use crate::native;
 
 /// Writes: replicated to replicas and the AOF as the commands themselves
 /// (as a script's effects are), refused when the server is out of memory
@@ -46,30 +46,35 @@ fn invalid(name: &str) -> RedisError {
 }
 
 /// `ratelab <name>: corrupt state at <key>: <what>`.
-fn corrupt(name: &str, key: &RedisString, what: &str) -> RedisError {
+fn corrupt(name: &str, key: &[u8], what: &str) -> RedisError {
     RedisError::String(format!(
         "ratelab {name}: corrupt state at {}: {what}",
-        show_bare(key.as_slice())
+        show_bare(key)
     ))
 }
 
 /// The reply of every script:
 /// `[allowed, limit, remaining, retry_after_us, reset_after_us, delay_us]`.
-fn reply(decision: &Decision) -> RedisValue {
+pub(crate) fn fields(decision: &Decision) -> [i64; 6] {
     let micros = |d: std::time::Duration| i64::try_from(d.as_micros()).unwrap_or(i64::MAX);
-    RedisValue::Array(vec![
-        RedisValue::Integer(i64::from(decision.allowed)),
-        RedisValue::Integer(i64::try_from(decision.limit).unwrap_or(i64::MAX)),
-        RedisValue::Integer(i64::try_from(decision.remaining).unwrap_or(i64::MAX)),
-        RedisValue::Integer(micros(decision.retry_after)),
-        RedisValue::Integer(micros(decision.reset_after)),
-        RedisValue::Integer(micros(decision.delay)),
-    ])
+    [
+        i64::from(decision.allowed),
+        i64::try_from(decision.limit).unwrap_or(i64::MAX),
+        i64::try_from(decision.remaining).unwrap_or(i64::MAX),
+        micros(decision.retry_after),
+        micros(decision.reset_after),
+        micros(decision.delay),
+    ]
+}
+
+/// [`fields`] as a reply value.
+fn reply(decision: &Decision) -> RedisValue {
+    RedisValue::Array(fields(decision).map(RedisValue::Integer).to_vec())
 }
 
 /// What `TYPE key` answers (`list`, `zset`, a module type's name...).
-fn type_name(ctx: &Context, key: &RedisString) -> String {
-    match ctx.call("TYPE", &[key.as_slice()]) {
+fn type_name(ctx: &Context, key: &[u8]) -> String {
+    match ctx.call("TYPE", &[key]) {
         Ok(RedisValue::SimpleString(name)) => name,
         Ok(RedisValue::SimpleStringStatic(name)) => name.to_owned(),
         other => format!("{other:?}"),
@@ -91,12 +96,11 @@ struct Call<A> {
     op: Op,
 }
 
-/// Reads the arguments as the prologue does.
-fn prologue<A: Params>(args: &[RedisString]) -> Result<Call<A>, RedisError> {
-    let argv: Vec<&[u8]> = args[2..].iter().map(|a| a.as_slice()).collect();
+/// Reads the arguments after the key as the prologue does, borrowing them.
+fn prologue<A: Params>(argv: &[&[u8]]) -> Result<Call<A>, RedisError> {
     let version = crate::args::check_protocol(argv.first().copied()).map_err(RedisError::String)?;
-    let (op, argv) = split_op(version, &argv[1..]).ok_or_else(|| invalid(A::NAME))?;
-    let parsed = Args::parse(&argv).ok_or_else(|| invalid(A::NAME))?;
+    let (op, head, params) = split_op(version, &argv[1..]).ok_or_else(|| invalid(A::NAME))?;
+    let parsed = Args::parse_parts(head, params).ok_or_else(|| invalid(A::NAME))?;
     let now = parsed.now().map_err(RedisError::String)?;
     let algorithm = A::from_args(&parsed).ok_or_else(|| invalid(A::NAME))?;
     let cost = u32::try_from(parsed.cost).map_err(|_| invalid(A::NAME))?;
@@ -109,45 +113,54 @@ fn prologue<A: Params>(args: &[RedisString]) -> Result<Call<A>, RedisError> {
     })
 }
 
-/// `RATELAB.<ALGORITHM> key now cost slack deadline params...` for an
-/// algorithm whose state is one string.
-pub(crate) fn string_command<A: StringState>(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
-    if args.len() < 2 {
-        return Err(RedisError::WrongArity);
-    }
-    let key = &args[1];
+/// `RATELAB.<ALGORITHM> key version now cost slack deadline [op] params...`
+/// for an algorithm whose state is one string: `argv` is what follows the
+/// key. Allocates nothing on its way to a decision (errors aside).
+///
+/// The key is read with `GET` and written with `SET ... PX`, through
+/// `RM_Call` ([`native`]), as the script reads and writes it: direct key
+/// access would be cheaper, but it cannot leave a key as a script leaves
+/// it. Opening a string for direct access (`RM_StringDMA`, even to read)
+/// turns an integer or embedded string into a raw one, and `RM_StringSet`
+/// stores a string as it was made, never as an integer: a GCRA key would
+/// take 80 bytes, not the script's 48, and every key would change encoding
+/// under a mere refusal. The cost of the module is kept down instead by
+/// what surrounds the two calls: no copy of the arguments, no allocation,
+/// the reply written directly.
+pub(crate) fn string_command<A: StringState>(
+    ctx: &Context,
+    key: native::KeyArg<'_>,
+    argv: &[&[u8]],
+) -> Result<[i64; 6], RedisError> {
     let Call {
         algorithm,
         parsed,
         now,
         cost,
         op,
-    } = prologue::<A>(&args)?;
+    } = prologue::<A>(argv)?;
 
-    // GET, as the script reads it: opening the key for direct access would
-    // turn an integer-encoded value into a string on a mere read (more
-    // memory for a key that is only refused or peeked at).
-    let mut stored = false;
-    let mut state = match call(ctx, &GET, "GET", &[key.as_slice()]) {
-        Ok(CallReply::String(raw)) => {
-            stored = true;
-            let raw = raw.as_bytes();
+    let stored = native::get(ctx, key);
+    let (mut state, exists) = match stored.value() {
+        Ok(Some(raw)) => {
             if let Some(size) = A::SIZE
                 && raw.len() != size
             {
                 let what = format!("{} bytes, not {size}: {}", raw.len(), show(raw));
-                return Err(corrupt(A::NAME, key, &what));
+                return Err(corrupt(A::NAME, key.bytes(), &what));
             }
-            algorithm
+            let state = algorithm
                 .decode(raw, now, parsed.skew())
-                .map_err(|what| corrupt(A::NAME, key, &what))?
+                .map_err(|what| corrupt(A::NAME, key.bytes(), &what))?;
+            (state, true)
         }
-        Ok(_) => algorithm.initial_state(),
-        Err(_) => {
-            let what = format!("a {}, not a string", type_name(ctx, key));
-            return Err(corrupt(A::NAME, key, &what));
+        Ok(None) => (algorithm.initial_state(), false),
+        Err(()) => {
+            let what = format!("a {}, not a string", type_name(ctx, key.bytes()));
+            return Err(corrupt(A::NAME, key.bytes(), &what));
         }
     };
+    drop(stored);
 
     if op == Op::Refund {
         let decision = algorithm
@@ -157,77 +170,24 @@ pub(crate) fn string_command<A: StringState>(ctx: &Context, args: Vec<RedisStrin
         // with the TTL until it is.
         let full_at = algorithm.full_at(&state);
         if full_at <= now {
-            if stored {
-                call(ctx, &WRITE, "DEL", &[key.as_slice()]).map_err(|e| passed_on(&e))?;
+            if exists {
+                call(ctx, &WRITE, "DEL", &[key.bytes()]).map_err(|e| passed_on(&e))?;
             }
         } else {
-            let ttl = parsed.ttl_millis(full_at - now).to_string();
-            set(
-                ctx,
-                key.as_slice(),
-                &algorithm.encode(&state),
-                ttl.as_bytes(),
-            )
-            .map_err(RedisError::String)?;
+            let ttl = parsed.ttl_millis(full_at - now);
+            native::set(ctx, key, &algorithm.encode(&state), ttl).map_err(RedisError::String)?;
         }
-        return Ok(reply(&decision));
+        return Ok(fields(&decision));
     }
     let decision = algorithm
         .decide(&mut state, now, cost)
         .map_err(|_| invalid(A::NAME))?;
     // As the scripts: only a check's admission with a cost writes.
     if op == Op::Check && decision.allowed && cost > 0 {
-        let value = algorithm.encode(&state);
-        let ttl = parsed
-            .ttl_millis(duration_micros(decision.reset_after))
-            .to_string();
-        set(ctx, key.as_slice(), &value, ttl.as_bytes()).map_err(RedisError::String)?;
+        let ttl = parsed.ttl_millis(duration_micros(decision.reset_after));
+        native::set(ctx, key, &algorithm.encode(&state), ttl).map_err(RedisError::String)?;
     }
-    Ok(reply(&decision))
-}
-
-/// `SET key value PX ttl_ms` as a script sends it: replicated, refused
-/// when memory is full, and with its value in Redis's most compact encoding.
-///
-/// The arguments go as C buffers (`RM_Call`'s `b` format), so that Redis
-/// makes its own fresh objects of them: `SET` then stores a decimal value as
-/// an integer object (48 bytes a key, as with the script), where an
-/// argument shared with the module (the `v` format of the binding's safe
-/// `call_ext`) stays a string (80 bytes). `RM_Call` is variadic: this is
-/// the one `unsafe` call of the crate.
-#[allow(unsafe_code)]
-fn set(ctx: &Context, key: &[u8], value: &[u8], ttl: &[u8]) -> Result<(), String> {
-    // SAFETY: the function pointers are set once, when the module loads,
-    // before any command runs, and only read afterwards.
-    let call = unsafe { raw::RedisModule_Call }.ok_or("RM_Call is missing")?;
-    // SAFETY: the format has four `b` conversions and is followed by four
-    // (pointer, length) pairs of live byte slices; RM_Call copies them
-    // before it returns. `!` replicates, `M` refuses on OOM, `E` returns
-    // errors as replies. The reply is freed below, once read.
-    let reply = unsafe {
-        call(
-            ctx.get_raw(),
-            c"SET".as_ptr(),
-            c"!MEbbbb".as_ptr(),
-            key.as_ptr().cast::<c_char>(),
-            key.len(),
-            value.as_ptr().cast::<c_char>(),
-            value.len(),
-            c"PX".as_ptr(),
-            2usize,
-            ttl.as_ptr().cast::<c_char>(),
-            ttl.len(),
-        )
-    };
-    if reply.is_null() {
-        return Err("ratelab: SET failed".to_owned());
-    }
-    let result = match raw::call_reply_type(reply) {
-        raw::ReplyType::Error => Err(raw::call_reply_string(reply).unwrap_or_default()),
-        _ => Ok(()),
-    };
-    raw::free_call_reply(reply);
-    result
+    Ok(fields(&decision))
 }
 
 fn duration_micros(d: std::time::Duration) -> u64 {
@@ -282,17 +242,18 @@ pub(crate) fn sliding_log(ctx: &Context, args: Vec<RedisString>) -> RedisResult 
     if args.len() < 2 {
         return Err(RedisError::WrongArity);
     }
-    let key = &args[1];
+    let key = args[1].as_slice();
+    let argv: Vec<&[u8]> = args[2..].iter().map(RedisString::as_slice).collect();
     let Call {
         algorithm,
         parsed,
         now,
         cost,
         op,
-    } = prologue::<SlidingLog>(&args)?;
+    } = prologue::<SlidingLog>(&argv)?;
     let window = algorithm.window_micros();
     let limit = algorithm.capacity();
-    let k = key.as_slice();
+    let k = key;
 
     // A unit admitted at `at` counts while at + W > now: scores above `now - W`.
     let cutoff = (i128::from(now) - i128::from(window)).to_string();

@@ -48,32 +48,35 @@
 //! OOM options, and a loader macro. A hand-written FFI of the dozen
 //! functions used here would spare a build dependency on libclang
 //! (Debian: `clang libclang-dev`) and little else: the time per call goes
-//! to Redis itself, not to the binding. One call needs `unsafe`, the
-//! variadic `RM_Call` that lets a decimal state be stored as compactly as a
-//! script stores it.
+//! to Redis itself, not to the binding. The hot path (the six commands
+//! whose state is one string) is registered on the module API directly
+//! (`native.rs`), which is the crate's `unsafe` code: the binding's wrapper
+//! copies every argument, and its calls and replies allocate, a
+//! microsecond a call on a command that costs three or four.
 //!
-//! Writes go through `RM_Call("SET" ...)` (and `ZADD`/`PEXPIRE` for the
-//! log) with replication on: replicas and the AOF receive the same effects
-//! a script would send, the string takes Redis's most compact encoding (an
-//! integer for GCRA's timestamp, as the script's `SET` gives), and a server
-//! out of memory refuses the write as it refuses a script's.
+//! Reads and writes go through `RM_Call` (`GET`, `SET ... PXAT`, and
+//! `ZADD`/`PEXPIRE` for the log) with replication on: replicas and the AOF
+//! receive the same effects a script would send, the string takes Redis's
+//! most compact encoding (an integer for GCRA's timestamp, as the script's
+//! `SET` gives), and a server out of memory refuses the write as it refuses
+//! a script's. Direct key access (`RM_OpenKey`, `RM_StringDMA`,
+//! `RM_StringSet`) is set aside on purpose: Redis turns a string opened
+//! for direct access into a raw one, even to read it, and stores a module's
+//! string as it was made, never as an integer, so keys would take more
+//! memory than the scripts' and change encoding on a mere refusal.
 
 #![warn(missing_docs)]
-// One call needs `unsafe`: the variadic `RM_Call` that lets Redis store a
-// decimal state as compactly as a script does (see `command::set`).
+// `unsafe` is confined to `native`: the hot path on the module API (see
+// above), measured faster than the binding's safe wrappers.
 #![deny(unsafe_code)]
 
 mod algorithms;
 mod args;
 mod command;
 mod lua;
+mod native;
 
-use ratelab_fixed_window::FixedWindow;
-use ratelab_gcra::Gcra;
-use ratelab_leaky_bucket::{LeakyMeter, LeakyQueue};
-use ratelab_sliding_window::SlidingCounter;
-use ratelab_token_bucket::TokenBucket;
-use redis_module::{Context, RedisResult, RedisString, RedisValue, redis_module};
+use redis_module::{Context, RedisResult, RedisString, RedisValue, Status, redis_module};
 
 /// The newest version of the protocol the commands speak (the arguments,
 /// replies and key encodings of the Lua scripts they mirror), expected as
@@ -103,30 +106,6 @@ pub fn command(algorithm: &str) -> Option<&'static str> {
         .map(|&(_, command)| command)
 }
 
-fn fixed_window(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
-    command::string_command::<FixedWindow>(ctx, args)
-}
-
-fn sliding_counter(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
-    command::string_command::<SlidingCounter>(ctx, args)
-}
-
-fn leaky_meter(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
-    command::string_command::<LeakyMeter>(ctx, args)
-}
-
-fn leaky_queue(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
-    command::string_command::<LeakyQueue>(ctx, args)
-}
-
-fn token_bucket(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
-    command::string_command::<TokenBucket>(ctx, args)
-}
-
-fn gcra(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
-    command::string_command::<Gcra>(ctx, args)
-}
-
 fn protocol(_: &Context, _: Vec<RedisString>) -> RedisResult {
     Ok(RedisValue::Integer(PROTOCOL))
 }
@@ -137,25 +116,27 @@ fn protocol(_: &Context, _: Vec<RedisString>) -> RedisResult {
 mod entry {
     use super::*;
 
+    /// The six string-state commands, registered on the module API itself
+    /// (`native`): their hot path skips the binding's argument copies.
+    fn init(ctx: &Context, args: &[RedisString]) -> Status {
+        native::register(ctx, args)
+    }
+
     // The allocator: the module keeps nothing between calls (every byte it
     // stores is a Redis string written through Redis), so the system allocator
     // serves its short-lived buffers, and the rlib stays usable outside Redis.
     // Flags: "write" (a replica refuses it; a cluster routes it by its one key,
-    // the first argument), "fast" for the O(1) algorithms; no "deny-oom": as
-    // for a script, only a write is refused when memory is full.
+    // the first argument); no "deny-oom": as for a script, only a write is
+    // refused when memory is full. The O(1) algorithms' commands ("write
+    // fast") are registered by `init`.
     redis_module! {
         name: "ratelab",
         version: 1,
         allocator: (std::alloc::System, std::alloc::System),
         data_types: [],
+        init: init,
         commands: [
-            ["ratelab.fixed-window", fixed_window, "write fast", 1, 1, 1, ""],
             ["ratelab.sliding-log", command::sliding_log, "write", 1, 1, 1, ""],
-            ["ratelab.sliding-counter", sliding_counter, "write fast", 1, 1, 1, ""],
-            ["ratelab.leaky-meter", leaky_meter, "write fast", 1, 1, 1, ""],
-            ["ratelab.leaky-queue", leaky_queue, "write fast", 1, 1, 1, ""],
-            ["ratelab.token-bucket", token_bucket, "write fast", 1, 1, 1, ""],
-            ["ratelab.gcra", gcra, "write fast", 1, 1, 1, ""],
             ["ratelab.protocol", protocol, "readonly fast", 0, 0, 0, ""],
         ],
     }

@@ -46,10 +46,13 @@ fn trim_c_space(s: &[u8]) -> &[u8] {
 /// as Lua's `tonumber` reads it, or `None`.
 #[inline]
 pub(crate) fn integer(s: &[u8]) -> Option<u64> {
-    // The common case, plain digits, without a float parse: fifteen digits
-    // are below 10^15 < 2^53.
-    if !s.is_empty() && s.len() <= 15 && s.iter().all(u8::is_ascii_digit) {
-        return Some(s.iter().fold(0u64, |n, d| n * 10 + u64::from(d - b'0')));
+    // The common case, plain digits, without a float parse: sixteen digits
+    // fit a u64, and a value below 2^53 is what the float parse would give.
+    if !s.is_empty() && s.len() <= 16 && s.iter().all(u8::is_ascii_digit) {
+        let n = s.iter().fold(0u64, |n, d| n * 10 + u64::from(d - b'0'));
+        if n < 1 << 53 {
+            return Some(n);
+        }
     }
     stored_integer(number(s)?)
 }
@@ -134,6 +137,9 @@ mod tests {
         assert_eq!(integer(b"123456789012345"), Some(123_456_789_012_345));
         assert_eq!(integer(b"9007199254740991"), Some(9_007_199_254_740_991));
         assert_eq!(integer(b"9007199254740992"), None);
+        assert_eq!(integer(b"9007199254740993"), None);
+        assert_eq!(integer(b"1700000000000003"), Some(1_700_000_000_000_003));
+        assert_eq!(integer(b"0009007199254740"), Some(9_007_199_254_740));
         assert_eq!(integer(b" 12 "), Some(12));
         assert_eq!(integer(b"1e3"), Some(1000));
         assert_eq!(integer(b"12.0"), Some(12));
