@@ -8,7 +8,8 @@
 //! `redis-cluster-throughput-64`, `redis-evalsha`, `redis-eval`. Measured by
 //! hand: `redis-round-trips`, `redis-server-evalsha`, `redis-server-eval`,
 //! `redis-memory`, and `redis-benchmark` (recorded in `redis-throughput-64`
-//! with `-c 64` and in `redis-latency` with `-c 1`, backend
+//! with `-c 64`, backend `redis-benchmark`, and with `-c 1 -P 64`, backend
+//! `redis-benchmark-pipelined`; in `redis-latency` with `-c 1`, backend
 //! `redis-benchmark`).
 
 use std::hint::black_box;
@@ -21,7 +22,9 @@ use ratelab::redis::{
     Connection, DEFAULT_PREFIX, Op, RedisAlgorithm, RedisLimiter, ScriptArgs, redis_key,
 };
 use ratelab_benches::algorithms::{admitted_share, assert_mostly_admits};
-use ratelab_benches::redis_tools::{count_client_commands, parse_commandstats, redis_benchmark};
+use ratelab_benches::redis_tools::{
+    count_client_commands, parse_commandstats, redis_benchmark, redis_benchmark_pipelined,
+};
 use ratelab_benches::{Metric, Mode, Recorder, Row, Setting, Visit, each_algorithm};
 use ratelab_testkit::redis::{RedisCluster, RedisServer};
 use tokio::runtime::Runtime;
@@ -276,6 +279,17 @@ impl Bench<'_> {
             "redis-throughput-64",
             name,
             "redis-benchmark",
+            Metric::ChecksPerSec,
+            run.rps,
+        ));
+        // Like with like: the client's 64 tasks share one connection and keep
+        // up to 64 requests in flight on it; so does `-c 1 -P 64`.
+        let run = redis_benchmark_pipelined(port, 1, TASKS, requests, KEYSPACE, &command)
+            .unwrap_or_else(|e| panic!("{name}: {e}"));
+        self.rec.push(Row::new(
+            "redis-throughput-64",
+            name,
+            "redis-benchmark-pipelined",
             Metric::ChecksPerSec,
             run.rps,
         ));

@@ -144,7 +144,8 @@ pub struct BenchmarkRun {
 
 /// Runs `redis-benchmark` against `port`: `clients` connections, `requests`
 /// requests of `command` in all, `__rand_int__` in it replaced by a random
-/// number below `keyspace` (12 digits, zero-padded).
+/// number below `keyspace` (12 digits, zero-padded); one request in flight
+/// per connection.
 pub fn redis_benchmark(
     port: u16,
     clients: usize,
@@ -152,9 +153,25 @@ pub fn redis_benchmark(
     keyspace: usize,
     command: &[String],
 ) -> Result<BenchmarkRun, String> {
+    redis_benchmark_pipelined(port, clients, 1, requests, keyspace, command)
+}
+
+/// [`redis_benchmark`] with `pipeline` requests in flight per connection
+/// (`-P`): `clients = 1, pipeline = 64` is one connection carrying 64
+/// requests at a time, the model of 64 tasks sharing one multiplexed
+/// connection.
+pub fn redis_benchmark_pipelined(
+    port: u16,
+    clients: usize,
+    pipeline: usize,
+    requests: usize,
+    keyspace: usize,
+    command: &[String],
+) -> Result<BenchmarkRun, String> {
     let output = Command::new(redis_benchmark_binary())
         .args(["-h", "127.0.0.1", "-p", &port.to_string()])
         .args(["-c", &clients.to_string(), "-n", &requests.to_string()])
+        .args(["-P", &pipeline.to_string()])
         .args(["-r", &keyspace.to_string(), "--csv"])
         .args(command)
         .output()
