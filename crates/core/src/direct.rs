@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::algorithm::{Algorithm, StateCell};
 use crate::limiter::{Limiter, RateLimiter};
-use crate::time::{Clock, SystemClock, clamp_instant};
+use crate::time::{Clock, CoarseClock, clamp_instant};
 use crate::{Decision, Error, Quota};
 
 /// A single-bucket limiter: one state for every caller, no key.
@@ -40,7 +40,7 @@ use crate::{Decision, Error, Quota};
 /// assert!(limiter.check(1)?.allowed);
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
-pub struct Direct<A: Algorithm, C = SystemClock> {
+pub struct Direct<A: Algorithm, C = CoarseClock> {
     algorithm: A,
     clock: C,
     cell: A::Cell,
@@ -48,10 +48,11 @@ pub struct Direct<A: Algorithm, C = SystemClock> {
     latest: AtomicU64,
 }
 
-impl<A: Algorithm> Direct<A, SystemClock> {
-    /// A limiter on the system clock.
+impl<A: Algorithm> Direct<A, CoarseClock> {
+    /// A limiter on the default clock, [`CoarseClock::shared`] (see
+    /// [`CoarseClock`] for what its lag of up to a millisecond means).
     pub fn new(algorithm: A) -> Self {
-        Self::with_clock(algorithm, SystemClock)
+        Self::with_clock(algorithm, CoarseClock::shared())
     }
 }
 
@@ -68,6 +69,7 @@ impl<A: Algorithm, C: Clock> Direct<A, C> {
     }
 
     /// Decides a request of weight `cost`: all or nothing. Cost 0 is a peek.
+    #[inline]
     pub fn check(&self, cost: u32) -> Result<Decision, Error> {
         let reading = clamp_instant(self.clock.now_micros());
         // Published before the state is touched, and read again inside the

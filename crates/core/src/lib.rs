@@ -54,6 +54,16 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 //!
+//! **Time.** Every limiter reads a [`Clock`]. The default,
+//! [`CoarseClock::shared`], is the system clock copied into an atomic every
+//! millisecond by a background thread: a read costs a fraction of a
+//! nanosecond, and a reading lags by less than a millisecond. The quota then
+//! holds over every interval of real time lengthened by that lag (at most
+//! one unit more than a precise clock in some windows, for quotas slower
+//! than one unit per millisecond; see [`CoarseClock`]). [`SystemClock`] is
+//! exact to the microsecond at tens of nanoseconds a read;
+//! [`ManualClock`] is moved by hand, for tests and simulations.
+//!
 //! Next: [`Quota`] for what a quota means to each algorithm, [`Decision`] for
 //! what every field promises, [`Keyed`] for how keys are stored and
 //! forgotten, [`wait_and_consume`] to wait for a turn.
@@ -64,6 +74,7 @@
 mod algorithm;
 mod decision;
 mod direct;
+mod divisor;
 mod error;
 mod keyed;
 mod limiter;
@@ -76,6 +87,7 @@ mod wait;
 pub use algorithm::{Algorithm, AtomicCell, LockedCell, StateCell, forget_if_full};
 pub use decision::{Decision, ceil_secs};
 pub use direct::Direct;
+pub use divisor::Divisor;
 pub use error::{Error, ErrorKind, ensure_fits};
 pub use keyed::{
     ByteKey, DEFAULT_MAX_KEYS, FloodPolicy, Keyed, KeyedBuilder, MAX_EXACT_KEY_LEN, MAX_SHARDS,

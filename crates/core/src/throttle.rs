@@ -6,7 +6,7 @@ use std::fmt;
 use std::time::Duration;
 
 use crate::wait::wait_for_on;
-use crate::{Clock, Decision, RateLimiter, SystemClock, WaitError};
+use crate::{Clock, CoarseClock, Decision, RateLimiter, WaitError};
 
 /// Waits for a turn before each call, on any [`RateLimiter`] (a
 /// [`Direct`](crate::Direct) bucket, or one key of a
@@ -29,7 +29,7 @@ use crate::{Clock, Decision, RateLimiter, SystemClock, WaitError};
 ///     Ok(())
 /// }
 /// ```
-pub struct BlockingThrottle<L, C = SystemClock> {
+pub struct BlockingThrottle<L, C = CoarseClock> {
     limiter: L,
     clock: C,
     key: Vec<u8>,
@@ -38,9 +38,10 @@ pub struct BlockingThrottle<L, C = SystemClock> {
 }
 
 impl<L: RateLimiter> BlockingThrottle<L> {
-    /// A throttle on `limiter`, waiting on the system clock.
+    /// A throttle on `limiter`, waiting on the default clock
+    /// ([`CoarseClock::shared`], the one the default limiters read).
     pub fn new(limiter: L) -> Self {
-        Self::with_clock(limiter, SystemClock)
+        Self::with_clock(limiter, CoarseClock::shared())
     }
 }
 

@@ -116,21 +116,36 @@ impl Clock for SystemClock {
     }
 }
 
-/// The system clock read ahead of time: a background thread stores
+/// The system clock read ahead of time, and the default clock of every
+/// limiter here ([`Direct::new`](crate::Direct::new),
+/// [`Keyed::new`](crate::Keyed::new), the builder, [`LogGate`](crate::LogGate),
+/// [`BlockingThrottle`](crate::BlockingThrottle)): a background thread stores
 /// [`SystemClock`]'s reading in an atomic every `resolution`, and
-/// [`CoarseClock::now_micros`] is one atomic load (about a nanosecond,
-/// against tens for a system clock read).
+/// [`CoarseClock::now_micros`] is one atomic load (a fraction of a
+/// nanosecond, against tens for a system clock read, about ten for a TSC
+/// read).
 ///
-/// **The trade.** Readings lag the system clock by up to the resolution (plus
-/// the background thread's scheduling delay on a busy machine). A limiter on
-/// a lagging clock sees less time pass, so it refills less: it can refuse a
-/// request the precise clock would admit a moment sooner, never admit one it
-/// would refuse. Waits it reports may be that much too short, so a client
-/// retrying at exactly `retry_after` may be refused once more. It never goes
-/// backwards, and it shares [`SystemClock`]'s timeline. Choose it when checks
-/// are hot and the quota's emission interval is well above the resolution
-/// (1 ms by default: a 100 per second quota moves in steps of a tenth of a
-/// unit).
+/// **The trade.** A reading is the instant of the last refresh: behind the
+/// system clock by less than the resolution (plus the background thread's
+/// scheduling delay on a busy machine), never ahead of it, never going back,
+/// on [`SystemClock`]'s timeline. A limiter on it decides exactly as a
+/// precise limiter would at the readings, so its quota holds on the
+/// readings' timeline. Real time differs from that timeline by a lag that is
+/// not the same at both ends of an interval, so over an interval of real
+/// time `t` the limiter admits at most what the quota allows over `t` plus
+/// the lag: for a bucket (GCRA, token bucket, leaky bucket) `burst + floor((t
+/// + lag) / T)` instead of `burst + floor(t / T)`, i.e. at most
+/// `ceil(lag / T)` units more, and only when requests come within the lag of
+/// the quota's spacing; a 100 per second quota on the default 1 ms
+/// resolution: one unit, at most, in some windows. Waits it reports may be
+/// up to the lag too short, so a client retrying at exactly `retry_after`
+/// may be refused once more. `ratelab`'s `tests/lagging_clock.rs` proves the
+/// bound for every algorithm, and that the lag is needed in it.
+///
+/// Choose [`SystemClock`] (or any precise [`Clock`]) when the bound must hold
+/// over every interval of real time to the microsecond, or when the quota's
+/// emission interval is not well above the resolution, and the tens of
+/// nanoseconds per check do not matter.
 ///
 /// ```
 /// use ratelab_core::{Clock, CoarseClock, SystemClock};

@@ -38,7 +38,9 @@
 #![warn(missing_docs)]
 #![forbid(unsafe_code)]
 
-use ratelab_core::{Algorithm, AtomicCell, Decision, Error, Quota, ensure_fits, forget_if_full};
+use ratelab_core::{
+    Algorithm, AtomicCell, Decision, Divisor, Error, Quota, ensure_fits, forget_if_full,
+};
 
 /// GCRA parameters derived from a [`Quota`]. See the crate docs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -48,6 +50,9 @@ pub struct Gcra {
     interval: u64,
     /// Tolerance `τ = burst × T`, µs.
     tolerance: u64,
+    /// Division by `T` without a `div` instruction: `remaining` on every
+    /// decision.
+    per_interval: Divisor,
 }
 
 impl Gcra {
@@ -58,6 +63,7 @@ impl Gcra {
             quota,
             interval: quota.emission_interval_micros(),
             tolerance: quota.burst_tolerance_micros(),
+            per_interval: Divisor::new(quota.emission_interval_micros()),
         }
     }
 
@@ -76,7 +82,8 @@ impl Gcra {
     /// Unit requests that fit with the TAT at `tat`.
     #[inline]
     fn room(&self, now: u64, tat: u64) -> u64 {
-        (now + self.tolerance).saturating_sub(tat) / self.interval
+        self.per_interval
+            .divide((now + self.tolerance).saturating_sub(tat))
     }
 }
 
