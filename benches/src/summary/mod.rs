@@ -161,8 +161,11 @@ pub(crate) fn get(
 }
 
 /// The bench groups, as the README names them.
-pub const GROUPS: [(&str, &str); 20] = [
-    ("memory-direct", "one key (`Direct`), one thread"),
+pub const GROUPS: [(&str, &str); 26] = [
+    (
+        "memory-direct",
+        "one key (`Direct`), one thread, default clocks",
+    ),
     ("memory-clock", "the clock read alone"),
     (
         "memory-direct-manual-clock",
@@ -172,9 +175,42 @@ pub const GROUPS: [(&str, &str); 20] = [
         "memory-keyed-100k-manual-clock",
         "keyed 100k, on a clock that never moves",
     ),
-    ("memory-two-threads", "one key (`Direct`), two threads"),
-    ("memory-keyed-100k", "keyed, 100,000 keys, random access"),
-    ("memory-keyed-1m", "keyed, 1,000,000 keys, random access"),
+    (
+        "memory-keyed-1m-manual-clock",
+        "keyed 1M, on a clock that never moves",
+    ),
+    (
+        "memory-direct-upkeep",
+        "one key, both on one quanta upkeep clock",
+    ),
+    (
+        "memory-keyed-100k-upkeep",
+        "keyed 100k, both on one quanta upkeep clock, foldhash",
+    ),
+    (
+        "memory-keyed-1m-upkeep",
+        "keyed 1M, both on one quanta upkeep clock, foldhash",
+    ),
+    (
+        "memory-two-threads-upkeep",
+        "one key, two threads, both on one quanta upkeep clock",
+    ),
+    (
+        "memory-two-threads-keyed-upkeep",
+        "two threads each on its half of 100k keys, one quanta upkeep clock, foldhash",
+    ),
+    (
+        "memory-two-threads",
+        "one key (`Direct`), two threads, default clocks",
+    ),
+    (
+        "memory-keyed-100k",
+        "keyed, 100,000 keys, random access, default clocks",
+    ),
+    (
+        "memory-keyed-1m",
+        "keyed, 1,000,000 keys, random access, default clocks",
+    ),
     ("memory-footprint-100k", "heap bytes per key, 100,000 keys"),
     ("memory-footprint-1m", "heap bytes per key, 1,000,000 keys"),
     ("redis-latency", "Redis, one task, one check at a time"),
@@ -250,44 +286,11 @@ pub fn targets(rows: &[Row]) -> Vec<Target> {
         get(rows, group, algorithm, backend, "ns_per_check")
     };
     let absolute = Some(f64::NAN);
-    for algorithm in ["gcra", "token-bucket"] {
-        ratio(
-            "one key: ours / governor direct",
-            "memory-direct",
-            algorithm,
-            ns("memory-direct", algorithm, "memory"),
-            ns("memory-direct", "gcra", "governor"),
-            LE,
-            0.8,
-        );
-    }
-    for group in ["memory-keyed-100k", "memory-keyed-1m"] {
-        for algorithm in ["gcra", "token-bucket"] {
-            ratio(
-                "keyed: ours / governor keyed",
-                group,
-                algorithm,
-                ns(group, algorithm, "memory"),
-                ns(group, "gcra", "governor"),
-                LE,
-                0.8,
-            );
-        }
-    }
+    // ratelab against governor, default against default, on the same clock
+    // and in contention: `clocks::targets`, each target naming its terms.
     let per_sec = |group: &str, algorithm: &str, backend: &str| {
         get(rows, group, algorithm, backend, "checks_per_sec")
     };
-    for algorithm in ["gcra", "token-bucket"] {
-        ratio(
-            "two threads, one key: ours / governor throughput",
-            "memory-two-threads",
-            algorithm,
-            per_sec("memory-two-threads", algorithm, "memory"),
-            per_sec("memory-two-threads", "gcra", "governor"),
-            GE,
-            1.0,
-        );
-    }
     for group in ["memory-direct", "memory-keyed-100k", "memory-keyed-1m"] {
         let others = AlgorithmKind::ALL
             .into_iter()
@@ -509,17 +512,24 @@ pub fn memory_table(summary: &Summary) -> String {
             cell(bytes("memory-footprint-1m"), one),
         );
     }
+    out.push_str(
+        "\nClocks and hashers: each side on its defaults. ratelab's rows read its default clock, \
+         `CoarseClock::shared()` (the `(system clock)` rows: `SystemClock`), and hash keys with \
+         foldhash; governor reads its default `QuantaClock` and hashes with std's SipHash \
+         (`governor, foldhash`: foldhash).\n",
+    );
     out
 }
 
-/// Where the time of a check goes: the same limiters with their real clock
-/// and with a clock that never moves, and the clock reads alone.
+/// Where the time of a check goes: the same limiters on their default
+/// clocks, on clocks that never move, and on one upkeep clock, and the clock
+/// reads alone.
 pub fn clock_table(summary: &Summary) -> String {
     let mut out = String::new();
     out.push_str(
-        "| limiter | one key, ns | one key, clock never moves, ns | keyed 100k, ns | keyed 100k, clock never moves, ns |\n",
+        "| limiter | one key, default clocks, ns | one key, frozen, ns | one key, upkeep, ns | keyed 100k, default clocks, ns | keyed 100k, frozen, ns | keyed 100k, upkeep, ns |\n",
     );
-    out.push_str("|---|---:|---:|---:|---:|\n");
+    out.push_str("|---|---:|---:|---:|---:|---:|---:|\n");
     for (label, algorithm, backend) in [
         ("gcra", "gcra", "memory"),
         ("token-bucket", "token-bucket", "memory"),
@@ -529,13 +539,21 @@ pub fn clock_table(summary: &Summary) -> String {
         let ns = |group| summary.get(group, algorithm, backend, "ns_per_check");
         let _ = writeln!(
             out,
-            "| {label} | {} | {} | {} | {} |",
+            "| {label} | {} | {} | {} | {} | {} | {} |",
             cell(ns("memory-direct"), one),
             cell(ns("memory-direct-manual-clock"), one),
+            cell(ns("memory-direct-upkeep"), one),
             cell(ns("memory-keyed-100k"), one),
             cell(ns("memory-keyed-100k-manual-clock"), one),
+            cell(ns("memory-keyed-100k-upkeep"), one),
         );
     }
+    out.push_str(
+        "\nClocks: default, ratelab `CoarseClock::shared()` and governor `QuantaClock`; frozen, \
+         ratelab `ManualClock` and governor `FakeRelativeClock`; upkeep, one governor \
+         `QuantaUpkeepClock` read by both. Keyed on the frozen and upkeep clocks, governor runs \
+         on foldhash only.\n",
+    );
     let clock =
         |algorithm, backend| summary.get("memory-clock", algorithm, backend, "ns_per_check");
     let _ = writeln!(
@@ -637,16 +655,19 @@ and governor alike: moving ratelab's 72-byte `Decision` by value costs about
 11 ns of store-forwarding stalls on this machine, which would time the
 harness, not the limiter.
 
-**Clocks.** ratelab's limiters run on `CoarseClock::shared()`: an atomic the
-system clock is copied into every millisecond by a background thread, read
-in a fraction of a nanosecond. It lags by up to a millisecond, so a limiter
-on it refills later, never sooner: it can refuse a request the precise clock
-would admit a moment earlier, never admit one it would refuse; a retry at
-exactly `retry_after` may need one more tick. governor runs on its default
-clock (quanta, a precise TSC read of about 10 ns). GCRA and the token bucket
-are also measured on ratelab's precise `SystemClock` (`Instant`, about
-27 ns), in the rows `<algorithm> (system clock)`: the clock is most of what
-separates them.
+**Clocks.** The main groups run each side on its defaults: ratelab's
+limiters on `CoarseClock::shared()`, its default clock (an atomic the system
+clock is copied into every millisecond by a background thread, read in a
+fraction of a nanosecond; it lags by up to a millisecond, so the quota holds
+over every interval of real time lengthened by that lag), governor on its
+default `QuantaClock` (a TSC read of about 10 ns) and, keyed, std's SipHash.
+GCRA and the token bucket are also measured on ratelab's precise
+`SystemClock` (`Instant`, about 27 ns), in the rows `<algorithm> (system
+clock)`. The equal-terms groups put both on the same clock: frozen
+(ratelab's `ManualClock`, governor's `FakeRelativeClock`) or one governor
+`QuantaUpkeepClock` refreshed every millisecond (quanta's `Instant::recent`),
+which ratelab reads through an adapter of its `Clock` trait; keyed, both on
+foldhash.
 
 **Fairness.** Same quota for ratelab and governor, one under which every
 check is admitted (the path that writes state); each bench checks that before
@@ -658,12 +679,12 @@ governor alike. The sliding log, whose state is O(limit), runs keyed and on
 Redis on 1,000/s (a 1 s window) to keep its log bounded; no target compares
 it.
 
-- **one key**: `Direct::with_clock(algorithm, CoarseClock::shared()).check(1)` vs governor's
+- **one key**: `Direct::new(algorithm).check(1)` (the default clock) vs governor's
   `RateLimiter::direct(quota).check()`, one thread.
 - **two threads, one key**: the same limiters, two threads checking at once
   (`iter_custom`: each thread makes one check per iteration; the time is the
   slower thread's); checks per second = 2 / time per iteration.
-- **keyed**: `Keyed::builder(algorithm).clock(CoarseClock::shared()).keys().max_keys(4_000_000).build()`
+- **keyed**: `Keyed::builder(algorithm).keys().max_keys(4_000_000).build()` (the default clock)
   with `u64` keys, `check_key(&key, 1)`, vs governor's `RateLimiter::keyed`
   (DashMap, std's SipHash) and, for reference, governor's DashMap with
   foldhash (ratelab's hasher). 100,000 or 1,000,000 random `u64` keys, visited
@@ -675,6 +696,12 @@ it.
   governor's `FakeRelativeClock`): the difference is what the clock costs in
   place, which can exceed the read alone (the vDSO's ordered `rdtsc` also
   keeps the CPU from overlapping one check's cache misses with the next).
+- **same clock**: GCRA, the token bucket and governor on one frozen or one
+  upkeep clock, one key and keyed over 100,000 and 1,000,000 keys (governor
+  keyed with `DashMapStateStore::with_hasher(foldhash)`).
+- **contention**: on the upkeep clock, two threads on one key, and two
+  threads each checking its own half of 100,000 keys (in the access order)
+  in one keyed limiter; checks per second = 2 / time per iteration.
 - **bytes per key**: a counting global allocator (the `footprint` bench only):
   heap bytes requested after one check of each of N keys, minus before, / N;
   the store's whole footprint (table, slack, padding), not malloc's own
