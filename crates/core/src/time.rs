@@ -133,9 +133,9 @@ impl Clock for SystemClock {
 /// readings' timeline. Real time differs from that timeline by a lag that is
 /// not the same at both ends of an interval, so over an interval of real
 /// time `t` the limiter admits at most what the quota allows over `t` plus
-/// the lag: for a bucket (GCRA, token bucket, leaky bucket) `burst + floor((t
-/// + lag) / T)` instead of `burst + floor(t / T)`, i.e. at most
-/// `ceil(lag / T)` units more, and only when requests come within the lag of
+/// the lag: for a bucket (GCRA, token bucket, leaky bucket)
+/// `burst + floor((t + lag) / T)` instead of `burst + floor(t / T)`, i.e. at
+/// most `ceil(lag / T)` units more, and only when requests come within the lag of
 /// the quota's spacing; a 100 per second quota on the default 1 ms
 /// resolution: one unit, at most, in some windows. Waits it reports may be
 /// up to the lag too short, so a client retrying at exactly `retry_after`
