@@ -57,8 +57,9 @@
 //! **Time.** Every limiter reads a [`Clock`]. The default,
 //! [`CoarseClock::shared`], is the system clock copied into an atomic every
 //! millisecond by a background thread: a read costs a fraction of a
-//! nanosecond, and a reading lags by less than a millisecond. The quota then
-//! holds over every interval of real time lengthened by that lag (at most
+//! nanosecond, and a reading lags by up to a millisecond (more if the
+//! refresh thread is scheduled late). The quota then holds over every
+//! interval of real time lengthened by that lag (at most
 //! one unit more than a precise clock in some windows, for quotas slower
 //! than one unit per millisecond; see [`CoarseClock`]). [`SystemClock`] is
 //! exact to the microsecond at tens of nanoseconds a read;
