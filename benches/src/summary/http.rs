@@ -1,12 +1,103 @@
 //! Through HTTP: a bare handler, ratelab-http and tower_governor on the admitted and the refused path.
 
-use super::{Summary, Target};
+use std::fmt::Write as _;
+
+use super::{GE, Summary, Target, cell, get, one, push_ratio, si, two};
 use crate::run::Row;
 
+/// The paths, as the groups name them and the README says them.
+const PATHS: [(&str, &str); 2] = [
+    ("http-admitted", "admitted (200)"),
+    ("http-refused", "refused (429)"),
+];
+
+/// The stacks, as the rows name them (`backend`) and the README says them.
+const STACKS: [(&str, &str); 3] = [
+    ("axum", "bare axum handler"),
+    ("ratelab-http", "ratelab-http"),
+    ("tower-governor", "tower_governor"),
+];
+
 /// This part's targets.
-pub(super) fn targets(_rows: &[Row], _out: &mut Vec<Target>) {}
+pub(super) fn targets(rows: &[Row], out: &mut Vec<Target>) {
+    for (group, _) in PATHS {
+        let per_sec = |backend| get(rows, group, "gcra", backend, "checks_per_sec");
+        push_ratio(
+            out,
+            "HTTP throughput: ratelab-http / tower_governor",
+            group,
+            "gcra",
+            per_sec("ratelab-http"),
+            per_sec("tower-governor"),
+            GE,
+            0.95,
+        );
+    }
+}
 
 /// This part's section of the README (empty until it has rows).
-pub(super) fn section(_summary: &Summary) -> String {
-    String::new()
+pub(super) fn section(summary: &Summary) -> String {
+    let measured = PATHS
+        .iter()
+        .any(|(group, _)| summary.rows.iter().any(|r| r.group == *group));
+    if !measured {
+        return String::new();
+    }
+    let mut out = String::new();
+    out.push_str("\n## Through HTTP\n\n");
+    out.push_str(
+        "The same axum handler (`GET /`, answering `hello`) bare, behind \
+         ratelab-http and behind tower_governor 0.8, at equal policy: one \
+         per-IP GCRA quota. Requests per second (from the median time per \
+         request) and the ratio to the bare handler; higher is better.\n\n",
+    );
+    out.push_str("| path | stack | ns per request | requests/s | / bare | / tower_governor |\n");
+    out.push_str("|---|---|---:|---:|---:|---:|\n");
+    for (group, path) in PATHS {
+        let g = |backend, metric| summary.get(group, "gcra", backend, metric);
+        let bare = g("axum", "checks_per_sec");
+        let governor = g("tower-governor", "checks_per_sec");
+        for (backend, stack) in STACKS {
+            let per_sec = g(backend, "checks_per_sec");
+            let ratio = |reference: Option<f64>| per_sec.zip(reference).map(|(a, b)| a / b);
+            let _ = writeln!(
+                out,
+                "| {path} | {stack} | {} | {} | {} | {} |",
+                cell(g(backend, "ns_per_check"), one),
+                cell(per_sec, si),
+                cell(ratio(bare), two),
+                cell(ratio(governor), two),
+            );
+        }
+    }
+    out.push('\n');
+    out.push_str(TERMS);
+    out.push_str(COSTS);
+    out
 }
+
+/// How the HTTP figures are produced.
+const TERMS: &str = "\
+**Terms.** In process, one thread: each stack is an axum `Router` driven as
+a tower `Service` on a current-thread tokio runtime (time enabled, as a
+server's), one request at a time, each built afresh (`GET /`, no body,
+`ConnectInfo<SocketAddr>` in its extensions, as
+`into_make_service_with_connect_info` puts it), its response body read to
+the end. No socket and no HTTP parsing, which cost the same behind either
+layer: what is timed is the router, the layer and the handler. Each side on
+its default clock (ratelab's `Keyed::new`, tower_governor's quanta) and with its default headers: ratelab-http sends `RateLimit-Policy`
+and `RateLimit` on every response (and `Retry-After` with an RFC 9457
+problem body on a 429); tower_governor sends nothing on an admitted request
+and `x-ratelimit-after` and `retry-after` on a refusal. Admitted: 1,000/s
+with a burst of `u32::MAX`, never exhausted in a run. Refused: 1 per hour,
+burst 1, consumed before measuring. Before timing, in every mode (`cargo
+test --bench http` too), each stack's responses are checked: status, body
+and headers.
+";
+
+/// What the layer cost, and what removed it.
+const COSTS: &str = "
+**Where ratelab-http's time went.** Profiled with `perf` on this bench
+(`--profile-time`): the limiter itself was a few percent; the rest was the
+layer's own work around it.
+";

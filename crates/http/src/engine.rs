@@ -11,6 +11,7 @@
 
 use std::time::Duration;
 
+use futures::FutureExt;
 use futures::future::join_all;
 use ratelab_core::{Decision, Error};
 use tokio::time::Instant;
@@ -219,6 +220,15 @@ impl<'a> Engine<'a> {
     /// Asks the limiters and says what happens to the request. See the
     /// guide, "Several policies on one request".
     pub(crate) async fn decide(mut self) -> Verdict<'a> {
+        if self.reports.len() == 1 {
+            // One policy: asked once with its cost, no peek (the rounds
+            // below, without their bookkeeping).
+            self.ask(&[0], real_cost, State::Decided).await;
+            return match self.after_round(&[0]) {
+                Some(outcome) => self.verdict(outcome),
+                None => self.pass(),
+            };
+        }
         if self.reports.len() > 1 {
             // Peek everywhere first, so that a policy that is going to refuse
             // refuses before any other consumed anything.
@@ -250,19 +260,35 @@ impl<'a> Engine<'a> {
                 .filter(|&i| matches!(self.reports[i].state, State::Pending | State::Peeked(_)))
                 .collect();
             self.ask(&round, real_cost, State::Decided).await;
-            for &i in &round {
-                let report = &mut self.reports[i];
-                if let (true, State::Decided(d)) = (report.check.deferred, report.state) {
-                    report.state = State::Decided(deferred(d, &report.check));
-                }
-            }
-            if self.reports.iter().any(Report::violated) {
-                return self.verdict(Outcome::Refuse);
-            }
-            if self.reports.iter().any(Report::failed_closed) {
-                return self.verdict(Outcome::Unavailable);
+            if let Some(outcome) = self.after_round(&round) {
+                return self.verdict(outcome);
             }
         }
+        self.pass()
+    }
+
+    /// After the policies of `round` were asked with their cost: reads the
+    /// deferred ones' peeks as decisions, and says whether the request is
+    /// refused (or unavailable) already.
+    fn after_round(&mut self, round: &[usize]) -> Option<Outcome> {
+        for &i in round {
+            let report = &mut self.reports[i];
+            if let (true, State::Decided(d)) = (report.check.deferred, report.state) {
+                report.state = State::Decided(deferred(d, &report.check));
+            }
+        }
+        if self.reports.iter().any(Report::violated) {
+            return Some(Outcome::Refuse);
+        }
+        if self.reports.iter().any(Report::failed_closed) {
+            return Some(Outcome::Unavailable);
+        }
+        None
+    }
+
+    /// Every policy admitted the request: it proceeds after the longest
+    /// delay a queueing policy gave it.
+    fn pass(self) -> Verdict<'a> {
         let delay = self
             .reports
             .iter()
@@ -291,6 +317,13 @@ impl<'a> Engine<'a> {
         cost: impl Fn(&Report<'a>) -> u32,
         ok: fn(Decision) -> State,
     ) {
+        if let [i] = *which {
+            // One call: no need for join_all's allocations.
+            let report = &self.reports[i];
+            let result = check(report, cost(report)).await;
+            self.reports[i].state = self.settle(i, result, ok);
+            return;
+        }
         let results = join_all(which.iter().map(|&i| {
             let report = &self.reports[i];
             check(report, cost(report))
@@ -422,15 +455,20 @@ pub(crate) fn wait_for(decision: &Decision, refill: Refill, units: u64) -> Durat
 async fn check(report: &Report<'_>, cost: u32) -> Result<Decision, Error> {
     let policy = report.check.policy;
     let started = Instant::now();
-    let call = policy.limiter.check_async(&report.check.key, cost);
-    let result = match report.deadline {
-        None => call.await,
-        Some(deadline) => match tokio::time::timeout_at(deadline, call).await {
-            Ok(result) => result,
-            Err(_) => Err(Error::Timeout(policy.timeout)),
+    let mut call = policy.limiter.check_async(&report.check.key, cost);
+    // An in-memory limiter has answered already: no timer is set up for it
+    // (a timer entry on every request costs more than the check itself).
+    let result = match (&mut call).now_or_never() {
+        Some(result) => result,
+        None => match report.deadline {
+            None => call.await,
+            Some(deadline) => match tokio::time::timeout_at(deadline, call).await {
+                Ok(result) => result,
+                Err(_) => Err(Error::Timeout(policy.timeout)),
+            },
         },
     };
-    crate::telemetry::limiter_call(&policy.name, started.elapsed());
+    crate::telemetry::limiter_call(policy, started.elapsed());
     result
 }
 

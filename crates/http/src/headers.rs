@@ -31,7 +31,7 @@ fn fields(
         let decision = r.decision()?;
         let compiled = &policies[r.check.index];
         Some(LimitItem {
-            name: &compiled.item.name,
+            name: compiled.item.quoted(),
             r: decision.remaining,
             t: ceil_secs(next_after(decision, compiled.refill, r.check.cost)),
         })

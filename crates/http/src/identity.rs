@@ -2,7 +2,7 @@
 //! then by an authenticated user the application put in the request
 //! extensions, then by IP address.
 
-use std::fmt;
+use std::fmt::{self, Write as _};
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -65,13 +65,17 @@ pub enum ClientKind {
 
 /// The caller of one request, as [`Identify`] resolved it. The layer also
 /// inserts it into the request's extensions, for handlers and logs.
-#[derive(Debug, Clone, PartialEq, Eq)]
+///
+/// Cloning is cheap: the key and the plan are shared.
+#[derive(Clone, PartialEq, Eq)]
 pub struct Client {
     kind: ClientKind,
-    id: String,
-    plan: Option<String>,
+    /// `<prefix>:<id>`: the key, whose end is the id.
+    key: Arc<str>,
+    /// Where the id starts in `key`.
+    id_at: usize,
+    plan: Option<Arc<str>>,
     ip: Option<IpAddr>,
-    key: String,
 }
 
 impl Client {
@@ -83,11 +87,27 @@ impl Client {
             ClientKind::User => "user",
             ClientKind::Ip => "ip",
         };
+        let mut key = KeyBuf::default();
+        let _ = write!(key, "{prefix}:{}", identity.id);
         Client {
             kind,
-            key: format!("{prefix}:{}", identity.id),
-            id: identity.id,
-            plan: identity.plan,
+            key: key.into(),
+            id_at: prefix.len() + 1,
+            plan: identity.plan.map(Arc::from),
+            ip,
+        }
+    }
+
+    /// An anonymous client, `ip:<id>`, where `id` writes the address (or
+    /// network).
+    fn anonymous(id: impl fmt::Display, plan: Option<Arc<str>>, ip: Option<IpAddr>) -> Self {
+        let mut key = KeyBuf::default();
+        let _ = write!(key, "ip:{id}");
+        Client {
+            kind: ClientKind::Ip,
+            key: key.into(),
+            id_at: "ip:".len(),
+            plan,
             ip,
         }
     }
@@ -101,7 +121,7 @@ impl Client {
     /// network, `2001:db8:1:2::/64`); `unknown` if the peer address was
     /// missing.
     pub fn id(&self) -> &str {
-        &self.id
+        &self.key[self.id_at..]
     }
 
     /// The plan: the identity's, or [`Identify::anonymous_plan`] for an
@@ -120,6 +140,69 @@ impl Client {
     /// `ip:<address or network>`. Each policy prefixes it with its name.
     pub fn key(&self) -> &str {
         &self.key
+    }
+}
+
+impl fmt::Debug for Client {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Client")
+            .field("kind", &self.kind)
+            .field("id", &self.id())
+            .field("plan", &self.plan)
+            .field("ip", &self.ip)
+            .field("key", &self.key)
+            .finish()
+    }
+}
+
+/// A client key being written: on the stack (an address and its prefix fit),
+/// on the heap past that; then copied once into its shared string.
+struct KeyBuf {
+    stack: [u8; 64],
+    len: usize,
+    heap: String,
+}
+
+impl Default for KeyBuf {
+    fn default() -> Self {
+        KeyBuf {
+            stack: [0; 64],
+            len: 0,
+            heap: String::new(),
+        }
+    }
+}
+
+impl fmt::Write for KeyBuf {
+    fn write_str(&mut self, s: &str) -> fmt::Result {
+        if self.heap.is_empty() && self.len + s.len() <= self.stack.len() {
+            self.stack[self.len..self.len + s.len()].copy_from_slice(s.as_bytes());
+            self.len += s.len();
+        } else {
+            if self.heap.is_empty() {
+                let mut heap = String::with_capacity(self.len + s.len());
+                heap.push_str(self.as_str());
+                self.heap = heap;
+            }
+            self.heap.push_str(s);
+        }
+        Ok(())
+    }
+}
+
+impl KeyBuf {
+    fn as_str(&self) -> &str {
+        if !self.heap.is_empty() {
+            return &self.heap;
+        }
+        // Only whole `str`s are ever copied in: the bytes are UTF-8.
+        std::str::from_utf8(&self.stack[..self.len]).unwrap_or_default()
+    }
+}
+
+impl From<KeyBuf> for Arc<str> {
+    fn from(key: KeyBuf) -> Self {
+        Arc::from(key.as_str())
     }
 }
 
@@ -259,7 +342,7 @@ pub struct Identify {
     users: Vec<UserResolver>,
     proxies: TrustedProxies,
     peer: Option<PeerResolver>,
-    anonymous_plan: Option<String>,
+    anonymous_plan: Option<Arc<str>>,
     ipv6_prefix: u8,
 }
 
@@ -327,7 +410,7 @@ impl Identify {
 
     /// The plan of clients identified by IP address (none by default).
     pub fn anonymous_plan(mut self, plan: impl Into<String>) -> Self {
-        self.anonymous_plan = Some(plan.into());
+        self.anonymous_plan = Some(Arc::from(plan.into()));
         self
     }
 
@@ -363,21 +446,19 @@ impl Identify {
                 return Client::identified(ClientKind::User, identity, ip);
             }
         }
-        let id = match ip {
+        let plan = self.anonymous_plan.clone();
+        match ip {
             Some(IpAddr::V6(v6)) if self.ipv6_prefix < 128 => {
                 let net = IpNet::new(IpAddr::V6(v6), self.ipv6_prefix)
                     .map_or_else(|_| IpNet::from(IpAddr::V6(v6)), |n| n.trunc());
-                net.to_string()
+                Client::anonymous(net, plan, ip)
             }
-            Some(ip) => ip.to_string(),
+            Some(address) => Client::anonymous(address, plan, ip),
             None => {
                 warn_missing_peer_once();
-                "unknown".to_owned()
+                Client::anonymous("unknown", plan, ip)
             }
-        };
-        let mut identity = Identity::new(id);
-        identity.plan = self.anonymous_plan.clone();
-        Client::identified(ClientKind::Ip, identity, ip)
+        }
     }
 
     fn peer_ip(&self, parts: &Parts) -> Option<IpAddr> {

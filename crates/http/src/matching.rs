@@ -65,13 +65,13 @@ impl Compiled {
                 source,
             })?;
         let quota = policy.limiter.quota();
-        let item = PolicyItem {
-            name,
-            q: u64::from(quota.burst()),
+        let item = PolicyItem::new(
+            &name,
+            u64::from(quota.burst()),
             // Rounded up, at least 1 s: the advertised rate is never
             // faster than the real one.
-            w: ceil_secs(quota.window()).max(1),
-        };
+            ceil_secs(quota.window()).max(1),
+        );
         let refill = Refill::of(policy.limiter.algorithm_name(), &quota);
         Ok(Compiled {
             policy,

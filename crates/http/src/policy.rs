@@ -11,6 +11,7 @@ use ratelab_core::AsyncRateLimiter;
 
 use crate::counting::{Count, Refund};
 use crate::identity::Client;
+use crate::telemetry::PolicyMetrics;
 
 /// What a policy does when its limiter cannot decide (its backend is down or
 /// too slow: [`ratelab_core::Error::is_unavailable`], or any other error but
@@ -116,6 +117,8 @@ pub struct Policy {
     pub(crate) failed_when: StatusFn,
     pub(crate) keys_tracked: Option<KeyCountFn>,
     pub(crate) breaker_open: Option<BreakerFn>,
+    /// Its metric keys, built once (the name never changes).
+    pub(crate) metrics: Arc<PolicyMetrics>,
 }
 
 #[derive(Clone)]
@@ -138,8 +141,10 @@ impl Policy {
 
     /// A policy on a limiter shared with other code (or other policies).
     pub fn shared(name: impl Into<String>, limiter: Arc<dyn AsyncRateLimiter>) -> Self {
+        let name = name.into();
         Policy {
-            name: name.into(),
+            metrics: Arc::new(PolicyMetrics::new(&name)),
+            name,
             limiter,
             routes: Vec::new(),
             plans: Vec::new(),

@@ -6,7 +6,7 @@ use bytes::Bytes;
 use http::header::{CONTENT_TYPE, RETRY_AFTER};
 use http::{HeaderMap, HeaderName, HeaderValue, Response, StatusCode};
 use http_body_util::Full;
-use sfv::{Integer, KeyRef, ListSerializer, StringRef, key_ref};
+use sfv::ListSerializer;
 
 /// `RateLimit-Policy`: the quota policies that applied to the request.
 pub const RATELIMIT_POLICY: HeaderName = HeaderName::from_static("ratelimit-policy");
@@ -23,36 +23,135 @@ pub const X_RATELIMIT_RESET: HeaderName = HeaderName::from_static("x-ratelimit-r
 /// whose `violated-policies` member names the policies.
 pub const QUOTA_EXCEEDED: &str = "https://iana.org/assignments/http-problem-types#quota-exceeded";
 
-const Q: &KeyRef = key_ref("q");
-const W: &KeyRef = key_ref("w");
-const R: &KeyRef = key_ref("r");
-const T: &KeyRef = key_ref("t");
+/// The largest structured-field Integer (15 digits): values past it are
+/// clamped (no quota or wait comes near it).
+const INTEGER_MAX: u64 = 999_999_999_999_999;
 
-/// A structured-field Integer: values past its 15 digits are clamped (no
-/// quota or wait comes near it).
-fn integer(n: u64) -> Integer {
-    Integer::try_from(n).unwrap_or(Integer::MAX)
-}
-
-/// One policy's static description: `"name";q=..;w=..`.
+/// One policy's static description: `"name";q=..;w=..`, serialized once.
 #[derive(Debug, Clone)]
 pub(crate) struct PolicyItem {
-    pub(crate) name: sfv::String,
     pub(crate) q: u64,
     pub(crate) w: u64,
+    /// The name as a structured-field String (quoted, escaped): the start of
+    /// both of the policy's items.
+    quoted: Box<str>,
+    /// The whole `RateLimit-Policy` item.
+    serialized: Box<str>,
+}
+
+impl PolicyItem {
+    /// The item of the policy `name` (a checked structured-field String),
+    /// with quota `q` over `w` seconds.
+    pub(crate) fn new(name: &sfv::String, q: u64, w: u64) -> Self {
+        let mut ser = ListSerializer::new();
+        let _ = ser.bare_item(&**name);
+        let quoted = ser.finish().unwrap_or_default();
+        let mut serialized = FieldValue::default();
+        serialized.push(quoted.as_bytes());
+        serialized.parameter(b";q=", q);
+        serialized.parameter(b";w=", w);
+        let serialized = String::from_utf8_lossy(serialized.as_bytes()).into();
+        PolicyItem {
+            q,
+            w,
+            quoted: quoted.into(),
+            serialized,
+        }
+    }
+
+    /// The name, serialized (quoted).
+    pub(crate) fn quoted(&self) -> &str {
+        &self.quoted
+    }
 }
 
 /// One policy's current state: `"name";r=..;t=..`.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct LimitItem<'a> {
-    pub(crate) name: &'a StringRef,
+    /// The serialized name ([`PolicyItem::quoted`]).
+    pub(crate) name: &'a str,
     pub(crate) r: u64,
     pub(crate) t: u64,
 }
 
-fn header_value(serialized: Option<String>) -> Option<HeaderValue> {
-    // A serialized structured field is visible ASCII: always a valid value.
-    serialized.and_then(|s| HeaderValue::from_str(&s).ok())
+/// A field value being written: on the stack, spilled to the heap only past
+/// [`FieldValue::STACK`] bytes. Written by hand rather than with `sfv`'s
+/// serializer, whose formatting machinery cost more per response than the
+/// rest of the layer: every piece is either serialized once with `sfv`
+/// ([`PolicyItem`]) or a list separator, a parameter key or an Integer.
+struct FieldValue {
+    stack: [u8; FieldValue::STACK],
+    len: usize,
+    heap: Vec<u8>,
+}
+
+impl Default for FieldValue {
+    fn default() -> Self {
+        FieldValue {
+            stack: [0; FieldValue::STACK],
+            len: 0,
+            heap: Vec::new(),
+        }
+    }
+}
+
+impl FieldValue {
+    const STACK: usize = 192;
+
+    fn push(&mut self, bytes: &[u8]) {
+        if self.heap.is_empty() && self.len + bytes.len() <= Self::STACK {
+            self.stack[self.len..self.len + bytes.len()].copy_from_slice(bytes);
+            self.len += bytes.len();
+            return;
+        }
+        if self.heap.is_empty() {
+            self.heap.extend_from_slice(&self.stack[..self.len]);
+        }
+        self.heap.extend_from_slice(bytes);
+    }
+
+    /// A list member's separator, before every member but the first.
+    fn separate(&mut self) {
+        if !self.as_bytes().is_empty() {
+            self.push(b", ");
+        }
+    }
+
+    /// `;<key>=<n>` (`key` given with its `;` and `=`), `n` a
+    /// structured-field Integer.
+    fn parameter(&mut self, key: &[u8], n: u64) {
+        self.push(key);
+        let mut n = n.min(INTEGER_MAX);
+        let mut digits = [0u8; 20];
+        let mut at = digits.len();
+        loop {
+            at -= 1;
+            #[allow(clippy::cast_possible_truncation)] // a digit
+            let digit = (n % 10) as u8;
+            digits[at] = b'0' + digit;
+            n /= 10;
+            if n == 0 {
+                break;
+            }
+        }
+        self.push(&digits[at..]);
+    }
+
+    fn as_bytes(&self) -> &[u8] {
+        if self.heap.is_empty() {
+            &self.stack[..self.len]
+        } else {
+            &self.heap
+        }
+    }
+
+    /// The value; `None` for an empty list (not a valid field value).
+    fn finish(&self) -> Option<HeaderValue> {
+        // Quoted names, separators and digits: always visible ASCII.
+        Some(self.as_bytes())
+            .filter(|bytes| !bytes.is_empty())
+            .and_then(|bytes| HeaderValue::from_bytes(bytes).ok())
+    }
 }
 
 /// The `RateLimit-Policy` value for `items`; `None` for no item (an empty
@@ -60,26 +159,26 @@ fn header_value(serialized: Option<String>) -> Option<HeaderValue> {
 pub(crate) fn policy_field<'a>(
     items: impl IntoIterator<Item = &'a PolicyItem>,
 ) -> Option<HeaderValue> {
-    let mut ser = ListSerializer::new();
+    let mut value = FieldValue::default();
     for item in items {
-        ser.bare_item(&*item.name)
-            .parameter(Q, integer(item.q))
-            .parameter(W, integer(item.w));
+        value.separate();
+        value.push(item.serialized.as_bytes());
     }
-    header_value(ser.finish())
+    value.finish()
 }
 
 /// The `RateLimit` value for `items`; `None` for no item.
 pub(crate) fn limit_field<'a>(
     items: impl IntoIterator<Item = LimitItem<'a>>,
 ) -> Option<HeaderValue> {
-    let mut ser = ListSerializer::new();
+    let mut value = FieldValue::default();
     for item in items {
-        ser.bare_item(item.name)
-            .parameter(R, integer(item.r))
-            .parameter(T, integer(item.t));
+        value.separate();
+        value.push(item.name.as_bytes());
+        value.parameter(b";r=", item.r);
+        value.parameter(b";t=", item.t);
     }
-    header_value(ser.finish())
+    value.finish()
 }
 
 /// Appends the fields (a list may be split over several lines, so layers
@@ -189,10 +288,59 @@ mod tests {
     use super::*;
 
     fn item(name: &str, q: u64, w: u64) -> PolicyItem {
-        PolicyItem {
-            name: sfv::String::from_string(name.to_owned()).unwrap(),
-            q,
-            w,
+        PolicyItem::new(&sfv::String::from_string(name.to_owned()).unwrap(), q, w)
+    }
+
+    /// What `sfv` serializes for `items`, each with its parameters.
+    fn with_sfv(items: &[(&str, [(&str, u64); 2])]) -> String {
+        let mut ser = ListSerializer::new();
+        for (name, params) in items {
+            let name = sfv::String::from_string((*name).to_owned()).unwrap();
+            let mut item = ser.bare_item(&name);
+            for (key, n) in params {
+                let n = sfv::Integer::try_from(*n).unwrap_or(sfv::Integer::MAX);
+                item = item.parameter(sfv::KeyRef::from_str(key).unwrap(), n);
+            }
+        }
+        ser.finish().unwrap()
+    }
+
+    #[test]
+    fn fields_serialize_as_sfv_does() {
+        let names = [
+            "a",
+            "burst",
+            "x.y-z_9",
+            "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._",
+        ];
+        for n in [
+            0,
+            1,
+            9,
+            10,
+            99,
+            1234567,
+            INTEGER_MAX - 1,
+            INTEGER_MAX,
+            INTEGER_MAX + 1,
+            u64::MAX,
+        ] {
+            let items: Vec<PolicyItem> = names.iter().map(|name| item(name, n, n / 3)).collect();
+            let expected: Vec<(&str, [(&str, u64); 2])> = names
+                .iter()
+                .map(|name| (*name, [("q", n), ("w", n / 3)]))
+                .collect();
+            assert_eq!(policy_field(&items).unwrap(), with_sfv(&expected));
+            let limits = items.iter().map(|i| LimitItem {
+                name: i.quoted(),
+                r: n / 7,
+                t: n,
+            });
+            let expected: Vec<(&str, [(&str, u64); 2])> = names
+                .iter()
+                .map(|name| (*name, [("r", n / 7), ("t", n)]))
+                .collect();
+            assert_eq!(limit_field(limits).unwrap(), with_sfv(&expected));
         }
     }
 
@@ -205,13 +353,13 @@ mod tests {
         );
         assert_eq!(policy_field([]), None);
         let limits = [LimitItem {
-            name: &items[0].name,
+            name: items[0].quoted(),
             r: 42,
             t: 17,
         }];
         assert_eq!(limit_field(limits).unwrap(), r#""burst";r=42;t=17"#);
         let huge = [LimitItem {
-            name: &items[0].name,
+            name: items[0].quoted(),
             r: u64::MAX,
             t: 0,
         }];

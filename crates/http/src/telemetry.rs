@@ -6,10 +6,11 @@
 
 use std::time::Duration;
 
+use metrics::{Key, Label, Level, Metadata};
 use ratelab_core::Error;
 
 use crate::engine::{Outcome, State, Verdict};
-use crate::policy::FailureMode;
+use crate::policy::{FailureMode, Policy};
 
 /// Requests by outcome: `allowed`, `refused`, `unavailable`, `skipped`.
 pub const REQUESTS: &str = "ratelab_http_requests_total";
@@ -33,12 +34,78 @@ pub const KEYS_TRACKED: &str = "ratelab_http_keys_tracked";
 /// ([`Policy::breaker_open`](crate::Policy::breaker_open)).
 pub const BREAKER_OPEN: &str = "ratelab_http_breaker_open";
 
-pub(crate) fn skipped() {
-    metrics::counter!(REQUESTS, "outcome" => "skipped").increment(1);
+// What the macros would build on every call, built once: the keys (with
+// their labels) and the metadata. A request then records without allocating,
+// whether or not a recorder is installed.
+static METADATA: Metadata<'static> =
+    Metadata::new(module_path!(), Level::INFO, Some(module_path!()));
+
+static ALLOWED: [Label; 1] = [Label::from_static_parts("outcome", "allowed")];
+static REFUSED: [Label; 1] = [Label::from_static_parts("outcome", "refused")];
+static UNAVAILABLE: [Label; 1] = [Label::from_static_parts("outcome", "unavailable")];
+static SKIPPED: [Label; 1] = [Label::from_static_parts("outcome", "skipped")];
+static REQUESTS_ALLOWED: Key = Key::from_static_parts(REQUESTS, &ALLOWED);
+static REQUESTS_REFUSED: Key = Key::from_static_parts(REQUESTS, &REFUSED);
+static REQUESTS_UNAVAILABLE: Key = Key::from_static_parts(REQUESTS, &UNAVAILABLE);
+static REQUESTS_SKIPPED: Key = Key::from_static_parts(REQUESTS, &SKIPPED);
+
+fn counter(key: &Key) -> metrics::Counter {
+    metrics::with_recorder(|recorder| recorder.register_counter(key, &METADATA))
 }
 
-pub(crate) fn limiter_call(policy: &str, elapsed: Duration) {
-    metrics::histogram!(LIMITER_SECONDS, "policy" => policy.to_owned()).record(elapsed);
+/// One policy's keys, built with the policy.
+pub(crate) struct PolicyMetrics {
+    limiter_seconds: Key,
+    /// By the decision's outcome, in the order of [`decision_outcome`].
+    decisions: [Key; 6],
+    keys_tracked: Key,
+    breaker_open: Key,
+}
+
+const DECISION_OUTCOMES: [&str; 6] = [
+    "allowed",
+    "refused",
+    "never",
+    "peeked",
+    "failed_open",
+    "failed_closed",
+];
+
+impl PolicyMetrics {
+    pub(crate) fn new(policy: &str) -> Self {
+        let by_policy = |name: &'static str| {
+            Key::from_parts(name, vec![Label::new("policy", policy.to_owned())])
+        };
+        PolicyMetrics {
+            limiter_seconds: by_policy(LIMITER_SECONDS),
+            decisions: DECISION_OUTCOMES.map(|outcome| {
+                Key::from_parts(
+                    DECISIONS,
+                    vec![
+                        Label::new("policy", policy.to_owned()),
+                        Label::from_static_parts("outcome", outcome),
+                    ],
+                )
+            }),
+            keys_tracked: by_policy(KEYS_TRACKED),
+            breaker_open: by_policy(BREAKER_OPEN),
+        }
+    }
+}
+
+impl std::fmt::Debug for PolicyMetrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("PolicyMetrics")
+    }
+}
+
+pub(crate) fn skipped() {
+    counter(&REQUESTS_SKIPPED).increment(1);
+}
+
+pub(crate) fn limiter_call(policy: &Policy, elapsed: Duration) {
+    let key = &policy.metrics.limiter_seconds;
+    metrics::with_recorder(|recorder| recorder.register_histogram(key, &METADATA)).record(elapsed);
 }
 
 pub(crate) fn after_response(policy: &str, call: &'static str, ok: bool) {
@@ -52,34 +119,39 @@ pub(crate) fn after_response(policy: &str, call: &'static str, ok: bool) {
     .increment(1);
 }
 
+/// The position of a policy's state in [`DECISION_OUTCOMES`].
+fn decision_outcome(state: &State) -> usize {
+    match state {
+        State::Decided(d) if d.allowed => 0,
+        State::Decided(_) => 1,
+        State::Never { .. } => 2,
+        State::Peeked(_) | State::Pending => 3,
+        State::FailedOpen => 4,
+        State::FailedClosed(_) => 5,
+    }
+}
+
 /// Everything one verdict has to report.
 pub(crate) fn verdict(verdict: &Verdict<'_>) {
-    let outcome = match verdict.outcome {
-        Outcome::Pass { .. } => "allowed",
-        Outcome::Refuse => "refused",
-        Outcome::Unavailable => "unavailable",
+    let requests = match verdict.outcome {
+        Outcome::Pass { .. } => &REQUESTS_ALLOWED,
+        Outcome::Refuse => &REQUESTS_REFUSED,
+        Outcome::Unavailable => &REQUESTS_UNAVAILABLE,
     };
-    metrics::counter!(REQUESTS, "outcome" => outcome).increment(1);
+    counter(requests).increment(1);
     for report in &verdict.reports {
         let policy = report.check.policy;
-        let outcome = match report.state {
-            State::Decided(d) if d.allowed => "allowed",
-            State::Decided(_) => "refused",
-            State::Never { .. } => "never",
-            State::Peeked(_) | State::Pending => "peeked",
-            State::FailedOpen => "failed_open",
-            State::FailedClosed(_) => "failed_closed",
-        };
-        metrics::counter!(DECISIONS, "policy" => policy.name.clone(), "outcome" => outcome)
-            .increment(1);
+        let keys = &policy.metrics;
+        counter(&keys.decisions[decision_outcome(&report.state)]).increment(1);
         if let Some(count) = &policy.keys_tracked {
             #[allow(clippy::cast_precision_loss)] // a gauge: exact enough
-            let keys = count() as f64;
-            metrics::gauge!(KEYS_TRACKED, "policy" => policy.name.clone()).set(keys);
+            let tracked = count() as f64;
+            metrics::with_recorder(|r| r.register_gauge(&keys.keys_tracked, &METADATA))
+                .set(tracked);
         }
         if let Some(open) = &policy.breaker_open {
             let open = if open() { 1.0 } else { 0.0 };
-            metrics::gauge!(BREAKER_OPEN, "policy" => policy.name.clone()).set(open);
+            metrics::with_recorder(|r| r.register_gauge(&keys.breaker_open, &METADATA)).set(open);
         }
     }
     for failure in &verdict.failures {
