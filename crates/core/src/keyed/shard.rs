@@ -61,9 +61,13 @@ impl<K, S> Shard<K, S> {
     /// decided at. Records it.
     #[inline]
     pub(super) fn advance(&mut self, now: u64) -> u64 {
-        let now = now.max(self.latest);
-        self.latest = now;
-        now
+        // Written only when time moved: with two threads on one shard, an
+        // unconditional store would move the shard's cache line between
+        // their cores on every check.
+        if now > self.latest {
+            self.latest = now;
+        }
+        self.latest
     }
 
     /// Whether the table is at its bound.
