@@ -27,7 +27,7 @@ pub(crate) struct Check<'a> {
     pub(crate) index: usize,
     pub(crate) policy: &'a Policy,
     /// The limiter key, `<policy name>:<key>`.
-    pub(crate) key: Vec<u8>,
+    pub(crate) key: LimiterKey,
     pub(crate) cost: u32,
     /// Counted after the response, if it counts
     /// ([`Count`](crate::Count) without a refund): the engine only peeks and
@@ -44,10 +44,7 @@ impl<'a> Check<'a> {
     pub(crate) fn new(index: usize, policy: &'a Policy, key: &str, cost: u32) -> Self {
         // Prefixed with the policy name so that two policies on one limiter
         // (or one Redis) never share state.
-        let mut full = Vec::with_capacity(policy.name.len() + 1 + key.len());
-        full.extend_from_slice(policy.name.as_bytes());
-        full.push(b':');
-        full.extend_from_slice(key.as_bytes());
+        let full = LimiterKey::new(&[policy.name.as_bytes(), b":", key.as_bytes()]);
         Check {
             index,
             policy,
@@ -63,6 +60,55 @@ impl<'a> Check<'a> {
         self.deferred = true;
         self.refill = refill;
         self
+    }
+}
+
+/// A limiter key: in place up to [`LimiterKey::INLINE`] bytes (a policy
+/// name and an address fit), on the heap past that.
+#[derive(Clone)]
+pub(crate) enum LimiterKey {
+    Inline {
+        len: u8,
+        bytes: [u8; LimiterKey::INLINE],
+    },
+    Heap(Vec<u8>),
+}
+
+impl LimiterKey {
+    const INLINE: usize = 62;
+
+    /// The concatenation of `parts`.
+    fn new(parts: &[&[u8]]) -> Self {
+        let len: usize = parts.iter().map(|p| p.len()).sum();
+        match u8::try_from(len) {
+            Ok(short) if len <= Self::INLINE => {
+                let mut bytes = [0; Self::INLINE];
+                let mut at = 0;
+                for part in parts {
+                    bytes[at..at + part.len()].copy_from_slice(part);
+                    at += part.len();
+                }
+                LimiterKey::Inline { len: short, bytes }
+            }
+            _ => LimiterKey::Heap(parts.concat()),
+        }
+    }
+}
+
+impl std::ops::Deref for LimiterKey {
+    type Target = [u8];
+
+    fn deref(&self) -> &[u8] {
+        match self {
+            LimiterKey::Inline { len, bytes } => &bytes[..usize::from(*len)],
+            LimiterKey::Heap(bytes) => bytes,
+        }
+    }
+}
+
+impl std::fmt::Debug for LimiterKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{:?}", String::from_utf8_lossy(self))
     }
 }
 
@@ -197,6 +243,9 @@ impl<'a> Verdict<'a> {
 pub(crate) struct Engine<'a> {
     reports: Vec<Report<'a>>,
     failures: Vec<Failure>,
+    /// When the first calls start (the engine's creation), taken once for
+    /// them and the deadlines; later rounds read the clock again.
+    first_calls: Option<Instant>,
 }
 
 impl<'a> Engine<'a> {
@@ -214,6 +263,7 @@ impl<'a> Engine<'a> {
         Engine {
             reports,
             failures: Vec::new(),
+            first_calls: Some(now),
         }
     }
 
@@ -317,16 +367,20 @@ impl<'a> Engine<'a> {
         cost: impl Fn(&Report<'a>) -> u32,
         ok: fn(Decision) -> State,
     ) {
+        if which.is_empty() {
+            return;
+        }
+        let started = self.first_calls.take().unwrap_or_else(Instant::now);
         if let [i] = *which {
             // One call: no need for join_all's allocations.
             let report = &self.reports[i];
-            let result = check(report, cost(report)).await;
+            let result = check(report, cost(report), started).await;
             self.reports[i].state = self.settle(i, result, ok);
             return;
         }
         let results = join_all(which.iter().map(|&i| {
             let report = &self.reports[i];
-            check(report, cost(report))
+            check(report, cost(report), started)
         }))
         .await;
         for (&i, result) in which.iter().zip(results) {
@@ -450,11 +504,10 @@ pub(crate) fn wait_for(decision: &Decision, refill: Refill, units: u64) -> Durat
     }
 }
 
-/// One limiter call, bounded by the policy's deadline, timed for the
-/// metrics.
-async fn check(report: &Report<'_>, cost: u32) -> Result<Decision, Error> {
+/// One limiter call, bounded by the policy's deadline, timed from `started`
+/// for the metrics.
+async fn check(report: &Report<'_>, cost: u32, started: Instant) -> Result<Decision, Error> {
     let policy = report.check.policy;
-    let started = Instant::now();
     let mut call = policy.limiter.check_async(&report.check.key, cost);
     // An in-memory limiter has answered already: no timer is set up for it
     // (a timer entry on every request costs more than the check itself).
@@ -608,8 +661,12 @@ mod tests {
         let setup = Setup::new();
         let policy = setup.policy("login", per_minute(5));
         let check = Check::new(3, &policy, "user:7", 2);
-        assert_eq!(check.key, b"login:user:7");
+        assert_eq!(&*check.key, b"login:user:7");
         assert_eq!((check.index, check.cost), (3, 2));
+        // Past the inline room, the same bytes.
+        let long = "k".repeat(100);
+        let check = Check::new(0, &policy, &long, 1);
+        assert_eq!(*check.key, *format!("login:{long}").as_bytes());
     }
 
     #[tokio::test]

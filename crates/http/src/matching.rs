@@ -130,15 +130,15 @@ impl Compiled {
     }
 }
 
-/// The checks of every policy in `policies` that applies to the request.
+/// The checks of every policy in `policies` that applies to the request, as
+/// the engine takes them (no list of its own).
 pub(crate) fn checks<'a>(
     policies: &'a [Compiled],
     parts: &Parts,
     client: &Client,
-) -> Vec<Check<'a>> {
+) -> impl Iterator<Item = Check<'a>> {
     policies
         .iter()
         .enumerate()
         .filter_map(|(i, c)| c.applies(i, parts, client))
-        .collect()
 }

@@ -37,6 +37,9 @@ pub(crate) struct PolicyItem {
     quoted: Box<str>,
     /// The whole `RateLimit-Policy` item.
     serialized: Box<str>,
+    /// The item alone, as a field value: what most responses carry, shared
+    /// rather than written again.
+    alone: Option<HeaderValue>,
 }
 
 impl PolicyItem {
@@ -50,12 +53,14 @@ impl PolicyItem {
         serialized.push(quoted.as_bytes());
         serialized.parameter(b";q=", q);
         serialized.parameter(b";w=", w);
+        let alone = serialized.finish();
         let serialized = String::from_utf8_lossy(serialized.as_bytes()).into();
         PolicyItem {
             q,
             w,
             quoted: quoted.into(),
             serialized,
+            alone,
         }
     }
 
@@ -147,7 +152,8 @@ impl FieldValue {
 
     /// The value; `None` for an empty list (not a valid field value).
     fn finish(&self) -> Option<HeaderValue> {
-        // Quoted names, separators and digits: always visible ASCII.
+        // Quoted names, separators and digits: always visible ASCII. (The
+        // value holds `Bytes`: a clone shares it.)
         Some(self.as_bytes())
             .filter(|bytes| !bytes.is_empty())
             .and_then(|bytes| HeaderValue::from_bytes(bytes).ok())
@@ -159,8 +165,13 @@ impl FieldValue {
 pub(crate) fn policy_field<'a>(
     items: impl IntoIterator<Item = &'a PolicyItem>,
 ) -> Option<HeaderValue> {
+    let mut items = items.into_iter();
+    let first = items.next()?;
+    let Some(second) = items.next() else {
+        return first.alone.clone();
+    };
     let mut value = FieldValue::default();
-    for item in items {
+    for item in [first, second].into_iter().chain(items) {
         value.separate();
         value.push(item.serialized.as_bytes());
     }
@@ -331,6 +342,7 @@ mod tests {
                 .map(|name| (*name, [("q", n), ("w", n / 3)]))
                 .collect();
             assert_eq!(policy_field(&items).unwrap(), with_sfv(&expected));
+            assert_eq!(policy_field(&items[..1]).unwrap(), with_sfv(&expected[..1]));
             let limits = items.iter().map(|i| LimitItem {
                 name: i.quoted(),
                 r: n / 7,
