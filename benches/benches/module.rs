@@ -1,0 +1,361 @@
+//! The native module beside the Lua scripts and redis-cell, on one
+//! `redis-server` that loads both modules: every algorithm through
+//! `RATELAB.<ALGORITHM>` (backend `redis-module`) and through `EVALSHA` of
+//! its script (`redis-lua`), and GCRA through redis-cell's `CL.THROTTLE`
+//! (`redis-cell`), on one hot key and on 100,000 keys.
+//!
+//! Every side runs the same way: raw commands through the same redis-rs
+//! client (`ratelab::redis::Connection`, one multiplexed connection), 64
+//! tasks each with one command in flight, the server clock, cost 1, a
+//! quota that admits every check (checked before measuring). redis-cell
+//! runs the GCRA quota itself: `CL.THROTTLE key burst-1 limit period 1`.
+//!
+//! Criterion groups (function = `<algorithm>/<backend>`):
+//! `module-throughput-hot`, `module-throughput-100k` (checks per second);
+//! measured by hand over the same runs: `module-server-hot`,
+//! `module-server-100k` (server µs per call, `INFO commandstats` after
+//! `CONFIG RESETSTAT`).
+//!
+//! A missing `redis-server` or module fails the bench. A redis-cell that
+//! cannot be built is said loudly (stderr, and `redis_cell` in the rows
+//! file's facts) and its rows are missing; the rest still runs.
+
+use std::hint::black_box;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use criterion::{BenchmarkId, Criterion, Throughput};
+use ratelab::redis::{Connection, DEFAULT_PREFIX, Op, RedisAlgorithm, ScriptArgs, redis_key};
+use ratelab::{AlgorithmKind, KnownAlgorithm};
+use ratelab_benches::algorithms::{admitted_share, assert_mostly_admits, quota};
+use ratelab_benches::redis_tools::parse_commandstats;
+use ratelab_benches::{Metric, Mode, Recorder, Row, Setting, Visit, each_algorithm};
+use ratelab_testkit::redis::{RedisServer, module_path};
+use ratelab_testkit::redis_cell;
+use tokio::runtime::Runtime;
+
+/// Concurrent tasks sharing the connection: requests in flight.
+const TASKS: usize = 64;
+
+/// The backends, as the rows name them.
+const MODULE: &str = "redis-module";
+const LUA: &str = "redis-lua";
+const CELL: &str = "redis-cell";
+
+/// Every group this bench fills, criterion's and by hand.
+const GROUPS: [&str; 4] = [
+    "module-throughput-hot",
+    "module-throughput-100k",
+    "module-server-hot",
+    "module-server-100k",
+];
+
+fn main() {
+    let mode = Mode::from_args();
+    if !GROUPS
+        .iter()
+        .any(|g| mode.wants_any(g, ratelab_benches::NAMES))
+    {
+        // Filtered out: no server to start.
+        return;
+    }
+    let mut c = ratelab_benches::criterion(&mode);
+    let mut rec = Recorder::new("module", &mode);
+    let module = module_path();
+    let cell = redis_cell::library();
+    let mut args = vec!["--loadmodule".to_owned(), path_arg(module)];
+    match &cell {
+        Ok(library) => {
+            args.extend(["--loadmodule".to_owned(), path_arg(library)]);
+            rec.meta("redis_cell", format!("redis-cell {}", redis_cell::VERSION));
+        }
+        Err(why) => {
+            eprintln!(
+                "\n*** module bench: redis-cell is MISSING, its rows will be missing: {why}\n"
+            );
+            rec.meta("redis_cell", format!("missing: {why}"));
+        }
+    }
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let server = RedisServer::start_with(&args);
+    let info = server.command(&["INFO", "server"]).expect("INFO server");
+    if let Some(version) = info.lines().find_map(|l| l.strip_prefix("redis_version:")) {
+        rec.meta("redis_version", version.trim());
+    }
+    assert_eq!(
+        server.command(&["RATELAB.PROTOCOL"]),
+        Ok(ratelab::redis::PROTOCOL_VERSION.to_string()),
+        "the ratelab module did not load from {}",
+        module.display()
+    );
+    // One thread for the client; the server gets the other core.
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a tokio runtime");
+    let connection = rt
+        .block_on(Connection::single(&server.url()))
+        .expect("connect to the Redis node");
+    let many = mode.size(100_000, 100_000, 1_000);
+    for (setting, keys, label) in [
+        (Setting::OneKey, 1, "hot"),
+        (Setting::ManyKeys, many, "100k"),
+    ] {
+        each_algorithm(
+            setting,
+            &mut Bench {
+                c: &mut c,
+                rec: &mut rec,
+                mode: &mode,
+                rt: &rt,
+                server: &server,
+                connection: connection.clone(),
+                setting,
+                keys,
+                label,
+                cell: cell.is_ok(),
+            },
+        );
+    }
+    c.final_summary();
+    rec.finish();
+}
+
+fn path_arg(path: &std::path::Path) -> String {
+    path.to_str()
+        .unwrap_or_else(|| panic!("{} is not UTF-8", path.display()))
+        .to_owned()
+}
+
+struct Bench<'a> {
+    c: &'a mut Criterion,
+    rec: &'a mut Recorder,
+    mode: &'a Mode,
+    rt: &'a Runtime,
+    server: &'a RedisServer,
+    connection: Connection,
+    setting: Setting,
+    /// How many keys the checks go round.
+    keys: usize,
+    /// `hot` or `100k`, in the group names.
+    label: &'static str,
+    /// Whether redis-cell is loaded.
+    cell: bool,
+}
+
+/// One side's commands, one per key, and the command `INFO commandstats`
+/// names them by.
+struct Side {
+    backend: &'static str,
+    stat: String,
+    commands: Arc<Vec<redis::Cmd>>,
+    /// Whether a reply admits: ratelab's first field is 1, redis-cell's 0.
+    admitted: fn(&[i64]) -> bool,
+}
+
+/// `checks` commands from [`TASKS`] tasks, over the commands in turn; the
+/// time they took.
+async fn concurrent(
+    connection: &Connection,
+    commands: &Arc<Vec<redis::Cmd>>,
+    checks: u64,
+) -> Duration {
+    let checks = usize::try_from(checks).expect("checks fit in memory");
+    let started = Instant::now();
+    let tasks: Vec<_> = (0..TASKS)
+        .map(|task| {
+            let connection = connection.clone();
+            let commands = Arc::clone(commands);
+            let mine = checks / TASKS + usize::from(task < checks % TASKS);
+            tokio::spawn(async move {
+                for i in 0..mine {
+                    let command = &commands[(task + i * TASKS) % commands.len()];
+                    let reply: Vec<i64> = connection.query(command).await.expect("a check");
+                    black_box(reply);
+                }
+            })
+        })
+        .collect();
+    for task in tasks {
+        task.await.expect("a bench task panicked");
+    }
+    started.elapsed()
+}
+
+impl Bench<'_> {
+    fn throughput_group(&self) -> String {
+        format!("module-throughput-{}", self.label)
+    }
+
+    fn server_group(&self) -> String {
+        format!("module-server-{}", self.label)
+    }
+
+    fn wants(&self, algorithm: &str, backend: &str) -> bool {
+        !self.mode.criterion_only()
+            && [self.throughput_group(), self.server_group()]
+                .iter()
+                .any(|g| self.mode.wants(&format!("{g}/{algorithm}/{backend}")))
+    }
+
+    /// The module's and the script's commands for `algorithm`, on keys of
+    /// their own.
+    fn ratelab_sides<A: RedisAlgorithm>(&self, algorithm: &A) -> [Side; 2] {
+        let args = ScriptArgs::call(None, 1, 0, None, Op::Check, &algorithm.script_params());
+        let script = algorithm.script();
+        let command = algorithm
+            .module_command()
+            .unwrap_or_else(|| panic!("{}: no module command", algorithm.name()));
+        let key = |side: &str, i: usize| {
+            redis_key(
+                DEFAULT_PREFIX,
+                format!("{side}:{i}").as_bytes(),
+                algorithm.key_suffix(),
+            )
+        };
+        let module = (0..self.keys)
+            .map(|i| {
+                let mut cmd = redis::cmd(command);
+                cmd.arg(key("module", i));
+                for arg in args.iter() {
+                    cmd.arg(arg);
+                }
+                cmd
+            })
+            .collect();
+        let lua = (0..self.keys)
+            .map(|i| {
+                let mut cmd = redis::cmd("EVALSHA");
+                cmd.arg(script.sha()).arg(1).arg(key("lua", i));
+                for arg in args.iter() {
+                    cmd.arg(arg);
+                }
+                cmd
+            })
+            .collect();
+        [
+            Side {
+                backend: MODULE,
+                stat: command.to_ascii_lowercase(),
+                commands: Arc::new(module),
+                admitted: |reply| reply.first() == Some(&1),
+            },
+            Side {
+                backend: LUA,
+                stat: "evalsha".to_owned(),
+                commands: Arc::new(lua),
+                admitted: |reply| reply.first() == Some(&1),
+            },
+        ]
+    }
+
+    /// redis-cell's command on the GCRA quota of this setting:
+    /// `CL.THROTTLE key max_burst count period 1`, its burst `max_burst + 1`
+    /// and its rate `count` per `period` seconds.
+    fn cell_side(&self) -> Side {
+        let quota = quota(self.setting, AlgorithmKind::Gcra);
+        let period = quota.period();
+        assert_eq!(
+            period.subsec_nanos(),
+            0,
+            "redis-cell takes whole seconds: {period:?}"
+        );
+        let commands = (0..self.keys)
+            .map(|i| {
+                let mut cmd = redis::cmd("CL.THROTTLE");
+                cmd.arg(format!("cell:{i}"))
+                    .arg(quota.burst() - 1)
+                    .arg(quota.limit())
+                    .arg(period.as_secs())
+                    .arg(1);
+                cmd
+            })
+            .collect();
+        Side {
+            backend: CELL,
+            stat: "cl.throttle".to_owned(),
+            commands: Arc::new(commands),
+            admitted: |reply| reply.first() == Some(&0),
+        }
+    }
+
+    /// Checks every key once (the keys exist before measuring, and the
+    /// quota is seen to admit), then measures `side`'s throughput and the
+    /// server's time per call over the same run.
+    fn measure(&mut self, name: &str, side: &Side) {
+        let rt = self.rt;
+        let connection = &self.connection;
+        let mut next = 0;
+        let share = admitted_share(u32::try_from(self.keys).unwrap_or(u32::MAX), || {
+            let command = &side.commands[next % side.commands.len()];
+            next += 1;
+            rt.block_on(connection.query::<Vec<i64>>(command))
+                .ok()
+                .map(|reply| (side.admitted)(&reply))
+        });
+        assert_mostly_admits(&format!("{name} on {}", side.backend), share);
+
+        self.server
+            .command(&["CONFIG", "RESETSTAT"])
+            .expect("CONFIG RESETSTAT");
+        let group_name = self.throughput_group();
+        let mut group = self.c.benchmark_group(&group_name);
+        group.throughput(Throughput::Elements(1));
+        let commands = &side.commands;
+        group.bench_function(BenchmarkId::new(name, side.backend), |b| {
+            b.to_async(rt).iter_custom(|checks| async move {
+                concurrent(connection, commands, checks).await
+            });
+        });
+        group.finish();
+        self.rec.criterion(
+            &group_name,
+            &format!("{name}/{}", side.backend),
+            (name, side.backend),
+            Metric::ChecksPerSec,
+            1.0,
+        );
+        let info = self
+            .server
+            .command(&["INFO", "commandstats"])
+            .expect("INFO commandstats");
+        let stat = parse_commandstats(&info)
+            .get(&side.stat)
+            .copied()
+            .filter(|s| s.calls > 0)
+            .unwrap_or_else(|| panic!("{name}: no `{}` in INFO commandstats: {info}", side.stat));
+        self.rec.push(Row::new(
+            &self.server_group(),
+            name,
+            side.backend,
+            Metric::UsecPerCall,
+            stat.usec_per_call,
+        ));
+    }
+}
+
+impl Visit for Bench<'_> {
+    fn visit<A: KnownAlgorithm>(&mut self, algorithm: A) {
+        let name = algorithm.name();
+        let rt = self.rt;
+        rt.block_on(
+            self.connection.query::<String>(
+                redis::cmd("SCRIPT")
+                    .arg("LOAD")
+                    .arg(algorithm.script().source()),
+            ),
+        )
+        .expect("SCRIPT LOAD");
+        let mut sides: Vec<Side> = self.ratelab_sides(&algorithm).into();
+        if name == AlgorithmKind::Gcra.name() && self.cell {
+            sides.push(self.cell_side());
+        }
+        for side in &sides {
+            if self.wants(name, side.backend) {
+                self.measure(name, side);
+            }
+        }
+        // The next algorithm starts on an empty server.
+        self.server.command(&["FLUSHALL"]).expect("FLUSHALL");
+    }
+}
