@@ -20,6 +20,13 @@
 //!
 //! `algorithm` is one of the seven names, `backend` is `memory` or `redis`;
 //! every figure is optional, and a figure the summary lacks is measured here.
+//!
+//! The summary's `rows` (one figure each: `group`, `algorithm`, `backend`,
+//! `metric`, `value`) also give the Redis backends side by side when the
+//! benches measured them (the `module` bench): the Lua scripts (`redis-lua`),
+//! the native module (`redis-module`) and, for GCRA, redis-cell
+//! (`redis-cell`), server µs per call and checks per second, on one hot key
+//! and on 100,000 keys ([`BackendRow`]). Those are never measured here.
 
 pub mod report;
 
@@ -56,6 +63,90 @@ pub struct Summary {
     pub date: Option<String>,
     /// The figures.
     pub results: Vec<SummaryEntry>,
+    /// Every figure, one per row (only the `module-*` groups are read).
+    #[serde(default)]
+    pub rows: Vec<BenchRow>,
+}
+
+/// One figure of the summary's `rows`.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+pub struct BenchRow {
+    /// The bench group (`module-server-hot`, ...).
+    pub group: String,
+    /// The algorithm's name.
+    pub algorithm: String,
+    /// `redis-module`, `redis-lua`, `redis-cell`, ...
+    pub backend: String,
+    /// `usec_per_call`, `checks_per_sec`, ...
+    pub metric: String,
+    /// The figure.
+    pub value: f64,
+}
+
+/// The Redis backends of the `module` bench, in the order the table shows
+/// them: the bench's name and the report's.
+pub const BACKENDS: [(&str, &str); 3] = [
+    ("redis-lua", "Lua script"),
+    ("redis-module", "native module"),
+    ("redis-cell", "redis-cell"),
+];
+
+/// One algorithm on one Redis backend, from the benchmark summary: the
+/// server's time per call and the checks per second of 64 tasks on one
+/// connection, on one hot key and on 100,000 keys.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct BackendRow {
+    /// The algorithm.
+    pub algorithm: String,
+    /// The backend, as the report names it ([`BACKENDS`]).
+    pub backend: String,
+    /// Server µs per call, one hot key.
+    pub server_us_hot: Option<f64>,
+    /// Server µs per call, 100,000 keys.
+    pub server_us_100k: Option<f64>,
+    /// Checks per second, one hot key.
+    pub checks_per_sec_hot: Option<f64>,
+    /// Checks per second, 100,000 keys.
+    pub checks_per_sec_100k: Option<f64>,
+}
+
+/// The summary's Redis backends side by side, every algorithm and backend
+/// with at least one figure; empty when the benches did not measure them.
+pub fn backend_rows(summary: &Summary) -> Vec<BackendRow> {
+    let get = |group: &str, algorithm: &str, backend: &str, metric: &str| {
+        summary
+            .rows
+            .iter()
+            .find(|r| {
+                r.group == group
+                    && r.algorithm == algorithm
+                    && r.backend == backend
+                    && r.metric == metric
+            })
+            .map(|r| r.value)
+    };
+    let mut out = Vec::new();
+    for kind in AlgorithmKind::ALL {
+        let name = kind.name();
+        for (backend, label) in BACKENDS {
+            let row = BackendRow {
+                algorithm: name.to_owned(),
+                backend: label.to_owned(),
+                server_us_hot: get("module-server-hot", name, backend, "usec_per_call"),
+                server_us_100k: get("module-server-100k", name, backend, "usec_per_call"),
+                checks_per_sec_hot: get("module-throughput-hot", name, backend, "checks_per_sec"),
+                checks_per_sec_100k: get("module-throughput-100k", name, backend, "checks_per_sec"),
+            };
+            if row.server_us_hot.is_some()
+                || row.server_us_100k.is_some()
+                || row.checks_per_sec_hot.is_some()
+                || row.checks_per_sec_100k.is_some()
+            {
+                out.push(row);
+            }
+        }
+    }
+    out
 }
 
 /// One algorithm on one backend in the summary.
@@ -118,6 +209,9 @@ pub struct Cost {
     pub method: Vec<String>,
     /// One row per algorithm.
     pub rows: Vec<Row>,
+    /// The Redis backends side by side (Lua, module, redis-cell), from the
+    /// benchmark summary; empty without one.
+    pub backends: Vec<BackendRow>,
 }
 
 /// Reads the summary at `path`: `Ok(None)` when there is none, `Err` with a
@@ -478,9 +572,49 @@ pub async fn run(ctx: &Context<'_>) -> Result<Cost, CompareError> {
                 .map(|m| format!("Measured here: {m}")),
         );
     }
+    let backends = summary.as_ref().map(backend_rows).unwrap_or_default();
+    if !backends.is_empty() {
+        method.push("Redis backends side by side (from the benchmark summary's `module` bench): one `redis-server` loading ratelab's native module and redis-cell; raw commands (`EVALSHA` of the script, `RATELAB.<ALGORITHM>`, redis-cell's `CL.THROTTLE` on the same GCRA quota) through one client, one multiplexed connection, 64 tasks; server µs per call from `INFO commandstats` over the run; one hot key and 100,000 keys, every check admitted.".to_owned());
+    }
     Ok(Cost {
         source,
         method,
         rows,
+        backends,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_backends_come_from_the_summary_rows() {
+        let summary: Summary = serde_json::from_str(
+            r#"{
+              "results": [],
+              "rows": [
+                { "group": "module-server-hot", "algorithm": "gcra", "backend": "redis-module",
+                  "metric": "usec_per_call", "value": 3.5, "unit": "us" },
+                { "group": "module-server-hot", "algorithm": "gcra", "backend": "redis-cell",
+                  "metric": "usec_per_call", "value": 3.9, "unit": "us" },
+                { "group": "module-throughput-100k", "algorithm": "gcra", "backend": "redis-lua",
+                  "metric": "checks_per_sec", "value": 40000, "unit": "checks/s" },
+                { "group": "redis-latency", "algorithm": "gcra", "backend": "redis",
+                  "metric": "ns_per_check", "value": 50000, "unit": "ns" }
+              ]
+            }"#,
+        )
+        .unwrap();
+        let rows = backend_rows(&summary);
+        let labels: Vec<&str> = rows.iter().map(|r| r.backend.as_str()).collect();
+        assert_eq!(labels, ["Lua script", "native module", "redis-cell"]);
+        assert_eq!(rows[0].checks_per_sec_100k, Some(40_000.0));
+        assert_eq!(rows[1].server_us_hot, Some(3.5));
+        assert_eq!(rows[2].server_us_hot, Some(3.9));
+        assert_eq!(rows[2].server_us_100k, None);
+        // A summary of an older bench: no rows, no backends.
+        let old: Summary = serde_json::from_str(r#"{ "results": [] }"#).unwrap();
+        assert!(backend_rows(&old).is_empty());
+    }
 }

@@ -13,6 +13,17 @@ use crate::output::write_csv;
 use crate::report::Part;
 use crate::scenario::ScenarioName;
 
+/// One line of `cost-backends.csv`.
+#[derive(Serialize)]
+struct BackendCsvRow<'a> {
+    algorithm: &'a str,
+    backend: &'a str,
+    server_us_hot: Option<f64>,
+    server_us_100k: Option<f64>,
+    checks_per_sec_hot: Option<f64>,
+    checks_per_sec_100k: Option<f64>,
+}
+
 /// One line of `cost.csv`.
 #[derive(Serialize)]
 struct CsvRow<'a> {
@@ -140,7 +151,19 @@ impl Part for Cost {
             .flatten()
             .any(|f| f.from_bench),
         });
-        write_csv(&dir.join("cost.csv"), rows)
+        write_csv(&dir.join("cost.csv"), rows)?;
+        if self.backends.is_empty() {
+            return Ok(());
+        }
+        let backends = self.backends.iter().map(|b| BackendCsvRow {
+            algorithm: &b.algorithm,
+            backend: &b.backend,
+            server_us_hot: b.server_us_hot,
+            server_us_100k: b.server_us_100k,
+            checks_per_sec_hot: b.checks_per_sec_hot,
+            checks_per_sec_100k: b.checks_per_sec_100k,
+        });
+        write_csv(&dir.join("cost-backends.csv"), backends)
     }
 
     fn section(&self, charts: &[String]) -> String {
@@ -189,9 +212,70 @@ fn write_section(out: &mut String, c: &Cost, charts: &[String]) {
         ],
         &rows,
     );
+    write_backends(out, c);
     *out += "\nHow:\n\n";
     for m in &c.method {
         let _ = writeln!(out, "- {m}");
     }
     chart(out, charts, "cost", "Cost per check and per key");
+}
+
+/// The Redis backends side by side: the Lua script, the native module and
+/// redis-cell, with the module's time as a share of the script's.
+fn write_backends(out: &mut String, c: &Cost) {
+    if c.backends.is_empty() {
+        return;
+    }
+    *out += "\nOn Redis, the same check through the Lua script, the native module \
+             and, for GCRA, redis-cell (from the benchmark summary; server µs per call, \
+             lower is better; checks per second, higher is better):\n\n";
+    let lua = |algorithm: &str, pick: fn(&BackendRow) -> Option<f64>| {
+        c.backends
+            .iter()
+            .find(|b| b.algorithm == algorithm && b.backend == BACKENDS[0].1)
+            .and_then(pick)
+    };
+    let cell = |v: Option<f64>, d: usize| v.map_or("–".into(), |v| num(v, d));
+    let versus_lua = |b: &BackendRow, pick: fn(&BackendRow) -> Option<f64>| {
+        if b.backend == BACKENDS[0].1 {
+            return String::new();
+        }
+        match (pick(b), lua(&b.algorithm, pick)) {
+            (Some(v), Some(l)) if l > 0.0 => format!(" ({}x Lua)", num(v / l, 2)),
+            _ => String::new(),
+        }
+    };
+    let rows: Vec<Vec<String>> = c
+        .backends
+        .iter()
+        .map(|b| {
+            vec![
+                b.algorithm.clone(),
+                b.backend.clone(),
+                format!(
+                    "{}{}",
+                    cell(b.server_us_hot, 2),
+                    versus_lua(b, |b| b.server_us_hot)
+                ),
+                format!(
+                    "{}{}",
+                    cell(b.server_us_100k, 2),
+                    versus_lua(b, |b| b.server_us_100k)
+                ),
+                cell(b.checks_per_sec_hot, 0),
+                cell(b.checks_per_sec_100k, 0),
+            ]
+        })
+        .collect();
+    *out += &table(
+        &[
+            "Algorithm",
+            "Redis backend",
+            "Server µs per call, hot key",
+            "Server µs per call, 100k keys",
+            "Checks per second, hot key",
+            "Checks per second, 100k keys",
+        ],
+        &rows,
+    );
 }
