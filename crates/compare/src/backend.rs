@@ -33,6 +33,9 @@ pub struct RedisEnv {
     /// Prefixes the keys of this run's atomic limiters: runs never share
     /// state, even on a long-lived server.
     prefix: String,
+    /// Whether redis-cell (`CL.THROTTLE`) answers on this server, and if
+    /// not, why.
+    redis_cell: Result<(), String>,
     /// Kept alive for the run when we started it; killed on drop.
     _server: Option<RedisServer>,
 }
@@ -65,7 +68,21 @@ pub async fn resolve(url: Option<String>, no_redis: bool) -> Result<RedisChoice,
         let env = RedisEnv::connect(url, "given in $REDIS_URL".into(), None).await?;
         return Ok(RedisChoice::Available(Box::new(env)));
     }
-    let server = match RedisServer::try_start() {
+    // redis-cell, the outside anchor on Redis, is loaded when it builds.
+    let cell = ratelab_testkit::redis_cell::library();
+    let started = match &cell {
+        Ok(path) => {
+            let path = path.to_string_lossy();
+            RedisServer::try_start_with(&["--loadmodule", &path])
+                .map_err(|e| format!("redis-server did not start with redis-cell loaded: {e}"))
+        }
+        Err(why) => Err(format!("redis-cell could not be built: {why}")),
+    };
+    let (started, cell_error) = match started {
+        Ok(server) => (Ok(server), None),
+        Err(why) => (RedisServer::try_start(), Some(why)),
+    };
+    let server = match started {
         Ok(server) => server,
         Err(StartError::NotFound { .. }) => {
             return Ok(RedisChoice::Skipped {
@@ -82,7 +99,10 @@ pub async fn resolve(url: Option<String>, no_redis: bool) -> Result<RedisChoice,
         "a throwaway `{}` started for this run (no persistence, killed at the end)",
         server.binary().display()
     );
-    let env = RedisEnv::connect(server.url(), origin, Some(server)).await?;
+    let mut env = RedisEnv::connect(server.url(), origin, Some(server)).await?;
+    if let Some(why) = cell_error {
+        env.redis_cell = Err(why);
+    }
     Ok(RedisChoice::Available(Box::new(env)))
 }
 
@@ -110,6 +130,7 @@ impl RedisEnv {
                     .duration_since(std::time::UNIX_EPOCH)
                     .map_or(0, |d| d.as_micros())
             ),
+            redis_cell: Ok(()),
             _server: server,
         };
         let mut conn = env.connection().await.map_err(|e| match e {
@@ -127,7 +148,26 @@ impl RedisEnv {
             .unwrap_or("unknown")
             .trim()
             .to_owned();
+        // A peek (quantity 0) on a key of this run: charges nothing.
+        let probe = format!("{}:redis-cell-probe", env.prefix);
+        let answer: Result<Vec<i64>, _> = redis::cmd("CL.THROTTLE")
+            .arg(&probe)
+            .arg(1)
+            .arg(1)
+            .arg(1)
+            .arg(0)
+            .query_async(&mut conn)
+            .await;
+        env.redis_cell = answer.map(|_| ()).map_err(|e| {
+            format!("the server at {url} does not answer CL.THROTTLE (redis-cell not loaded): {e}")
+        });
         Ok(env)
+    }
+
+    /// Whether redis-cell's `CL.THROTTLE` answers on this server (`Err`
+    /// says why not).
+    pub fn redis_cell(&self) -> Result<(), &str> {
+        self.redis_cell.as_ref().map(|_| ()).map_err(String::as_str)
     }
 
     /// A new connection of its own (one per simulated app instance).

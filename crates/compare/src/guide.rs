@@ -202,6 +202,30 @@ pub fn guide(results: &Results) -> Vec<String> {
             pct(o.false_refusal_pct),
             o.max_in_window
         );
+        let light = results.light_traffic.as_ref().and_then(|l| {
+            l.traffic
+                .outcomes
+                .iter()
+                .find(|o| o.algorithm == AlgorithmKind::SlidingCounter.name())
+        });
+        match light {
+            Some(l) => {
+                let _ = write!(
+                    line,
+                    ". Request by request, {} % of its decisions differed from the sliding log's on that limit-hugging traffic and {} % on light traffic, most clients well under the limit [Light traffic], against the {} % Cloudflare published for its own traffic",
+                    pct(o.differs_from_log_pct),
+                    pct(l.differs_from_log_pct),
+                    num(crate::scenario::light::CLOUDFLARE_WRONG_PCT, 3)
+                );
+            }
+            None => {
+                let _ = write!(
+                    line,
+                    ". Request by request, {} % of its decisions differed from the sliding log's",
+                    pct(o.differs_from_log_pct)
+                );
+            }
+        }
         if let Some(b) = bytes(AlgorithmKind::SlidingCounter) {
             let _ = write!(line, "; {} bytes per key [Cost]", num(b, 0));
         }
@@ -268,6 +292,49 @@ pub fn guide(results: &Results) -> Vec<String> {
         lines.push(line);
     }
 
+    // The outside anchor: governor decides as ratelab gcra.
+    {
+        let mut parts = Vec::new();
+        let mut differing = 0u64;
+        if let Some(r) = &results.reference {
+            for a in &r.agreement {
+                differing += (a.differing + a.differing_waits) as u64;
+                parts.push(format!(
+                    "{}: {} of {} decisions and {} waits differ [Reference table]",
+                    a.peer, a.differing, a.decisions, a.differing_waits
+                ));
+            }
+        }
+        for (t, section) in [
+            (traffic, "Realistic traffic"),
+            (
+                results.light_traffic.as_ref().map(|l| &l.traffic),
+                "Light traffic",
+            ),
+        ] {
+            if let Some(t) = t
+                && !t.peers.is_empty()
+            {
+                differing += t.governor_differs_from_gcra;
+                parts.push(format!(
+                    "governor: {} of {} decisions differ [{section}]",
+                    t.governor_differs_from_gcra, t.requests
+                ));
+            }
+        }
+        if !parts.is_empty() {
+            lines.push(format!(
+                "{}: at the same quota, against ratelab gcra, {}.",
+                if differing == 0 {
+                    "**ratelab gcra decides as its peers do**"
+                } else {
+                    "**ratelab gcra and a peer disagree somewhere: investigate before trusting either**"
+                },
+                parts.join("; ")
+            ));
+        }
+    }
+
     // Leaky meter is the same policy as the token bucket.
     if let (Some(m), Some(tb)) = (
         outcome(AlgorithmKind::LeakyMeter),
@@ -332,6 +399,55 @@ pub fn guide(results: &Results) -> Vec<String> {
                 least.1,
                 num(most.0, 2),
                 most.1
+            ));
+        }
+    }
+
+    // Key floods.
+    if let Some(f) = &results.flood {
+        let top = f.points.iter().map(|p| p.factor).max().unwrap_or(0);
+        let find = |policy: &str| {
+            f.points
+                .iter()
+                .find(|p| p.policy.starts_with(policy) && p.factor == top)
+        };
+        if let (Some(s), Some(r)) = (find("sketch"), find("refuse"))
+            && top > 0
+        {
+            let verdict = if s.admitted_pct > r.admitted_pct {
+                "**Keep the default flood policy (the sketch) for public keys such as client addresses**"
+            } else {
+                "**The sketch did not serve light clients better than `Refuse` in this run**"
+            };
+            lines.push(format!(
+                "{verdict}: with {} tables' worth of new keys per second against a table of {}, light clients kept {} % of their requests with it and {} % with `FloodPolicy::Refuse`, for {} and {} heap bytes per key slot [Key flood].",
+                top,
+                f.max_keys,
+                num(s.admitted_pct, 1),
+                num(r.admitted_pct, 1),
+                num(s.heap_bytes_per_slot, 0),
+                num(r.heap_bytes_per_slot, 0)
+            ));
+        }
+    }
+
+    // Redis outages.
+    if let Some(o) = &results.outage {
+        let with = o.runs.iter().find(|r| !r.opened_ms.is_empty());
+        let without = o.runs.iter().find(|r| r.limiter == "no breaker");
+        if let (Some(w), Some(n)) = (with, without) {
+            lines.push(format!(
+                "**Keep the circuit breaker on for Redis limiters**: during a {} ms stall, {} of {} checks answered within 1 ms with it (it opened {} ms into the stall; 99th percentile {} ms), {} of {} without it (median {} ms, the timeout); Redis decided again {} after the thaw with it, {} without [Redis outage].",
+                num(o.stall_ms.1 - o.stall_ms.0, 0),
+                w.stall_fast,
+                w.stall_checks,
+                num(w.opened_ms[0] - o.stall_ms.0, 0),
+                num(w.stall_p99_ms, 1),
+                n.stall_fast,
+                n.stall_checks,
+                num(n.stall_p50_ms, 0),
+                w.recovered_after_ms.map_or("not within the run".into(), |m| format!("{} ms", num(m, 0))),
+                n.recovered_after_ms.map_or("not within the run".into(), |m| format!("{} ms", num(m, 0)))
             ));
         }
     }

@@ -28,6 +28,7 @@ pub mod flawed;
 pub mod guide;
 pub mod markdown;
 pub mod output;
+pub mod peers;
 pub mod report;
 pub mod scenario;
 pub mod stats;
@@ -197,6 +198,12 @@ pub struct Results {
     pub smoothness: Option<scenario::smoothness::Smoothness>,
     /// Time and memory per check.
     pub cost: Option<scenario::cost::Cost>,
+    /// Many simulated clients, mostly well under the limit.
+    pub light_traffic: Option<scenario::light::LightTraffic>,
+    /// A flood of new keys against the bounded in-memory store.
+    pub flood: Option<scenario::flood::Flood>,
+    /// A Redis stall, with and without the breaker.
+    pub outage: Option<scenario::outage::Outage>,
 }
 
 impl Results {
@@ -210,6 +217,7 @@ impl Results {
             window_edge: Option<&'a scenario::window_edge::WindowEdge>,
             load_balancer: Option<Vec<usize>>,
             traffic: Option<&'a scenario::traffic::Traffic>,
+            light_traffic: Option<&'a scenario::light::LightTraffic>,
             smoothness: Option<&'a scenario::smoothness::Smoothness>,
         }
         let d = Deterministic {
@@ -221,6 +229,7 @@ impl Results {
                 .as_ref()
                 .map(|b| b.rows.iter().map(|r| r.per_instance_memory).collect()),
             traffic: self.traffic.as_ref(),
+            light_traffic: self.light_traffic.as_ref(),
             smoothness: self.smoothness.as_ref(),
         };
         serde_json::to_string_pretty(&d).expect("plain data serializes")
@@ -321,6 +330,9 @@ pub async fn run(config: &Config, redis: Option<&RedisEnv>) -> Result<Results, C
         traffic: None,
         smoothness: None,
         cost: None,
+        light_traffic: None,
+        flood: None,
+        outage: None,
     };
     let total = config.scenarios.len();
     for (i, &name) in config.scenarios.iter().enumerate() {
@@ -355,6 +367,11 @@ pub async fn run(config: &Config, redis: Option<&RedisEnv>) -> Result<Results, C
             ScenarioName::Traffic => results.traffic = Some(scenario::traffic::run(&ctx)),
             ScenarioName::Smoothness => results.smoothness = Some(scenario::smoothness::run(&ctx)),
             ScenarioName::Cost => results.cost = Some(scenario::cost::run(&ctx).await?),
+            ScenarioName::LightTraffic => {
+                results.light_traffic = Some(scenario::light::run(&ctx));
+            }
+            ScenarioName::Flood => results.flood = Some(scenario::flood::run(&ctx)),
+            ScenarioName::Outage => results.outage = scenario::outage::run(&ctx).await?,
         }
         let secs = started.elapsed().as_secs_f64();
         ctx.bar.finish_and_clear();

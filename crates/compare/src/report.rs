@@ -37,14 +37,17 @@ pub trait Part {
 
 /// The parts the results hold, in report order.
 pub fn parts(results: &Results) -> Vec<&dyn Part> {
-    let parts: [Option<&dyn Part>; 7] = [
+    let parts: [Option<&dyn Part>; 10] = [
         results.reference.as_ref().map(|p| p as &dyn Part),
         results.window_edge.as_ref().map(|p| p as &dyn Part),
         results.concurrency.as_ref().map(|p| p as &dyn Part),
         results.load_balancer.as_ref().map(|p| p as &dyn Part),
         results.traffic.as_ref().map(|p| p as &dyn Part),
+        results.light_traffic.as_ref().map(|p| p as &dyn Part),
         results.smoothness.as_ref().map(|p| p as &dyn Part),
         results.cost.as_ref().map(|p| p as &dyn Part),
+        results.flood.as_ref().map(|p| p as &dyn Part),
+        results.outage.as_ref().map(|p| p as &dyn Part),
     ];
     parts.into_iter().flatten().collect()
 }

@@ -4,6 +4,9 @@
 pub mod balancer;
 pub mod concurrency;
 pub mod cost;
+pub mod flood;
+pub mod light;
+pub mod outage;
 pub mod reference;
 pub mod smoothness;
 pub mod traffic;
@@ -38,6 +41,10 @@ pub enum ScenarioName {
     /// sliding log, and how a heavy hitter and a light client fare. Also one
     /// client's burst, admitted against offered over time.
     Traffic,
+    /// Simulated time: the same simulation on a light population (most
+    /// clients well under the limit, as on a typical API): the sliding
+    /// counter's error at the other end, beside Cloudflare's figure.
+    LightTraffic,
     /// Simulated time: one bursty client; the leaky bucket queue against the
     /// token bucket (and the rest) downstream: peak output rate, spread of
     /// gaps between admitted requests, added delay.
@@ -46,18 +53,28 @@ pub enum ScenarioName {
     /// on Redis, bytes per key in both: from the benchmark summary when
     /// present, else a short measurement of its own.
     Cost,
+    /// Simulated time: a flood of distinct keys against the bounded
+    /// in-memory store: a light client's admitted share and heap bytes per
+    /// key slot, default sketch against `Refuse`.
+    Flood,
+    /// A redis-server frozen for 3 s: per-check latency before, during and
+    /// after, with the circuit breaker and without.
+    Outage,
 }
 
 impl ScenarioName {
     /// Every scenario, in report order.
-    pub const ALL: [ScenarioName; 7] = [
+    pub const ALL: [ScenarioName; 10] = [
         ScenarioName::Reference,
         ScenarioName::WindowEdge,
         ScenarioName::Concurrency,
         ScenarioName::LoadBalancer,
         ScenarioName::Traffic,
+        ScenarioName::LightTraffic,
         ScenarioName::Smoothness,
         ScenarioName::Cost,
+        ScenarioName::Flood,
+        ScenarioName::Outage,
     ];
 
     /// The name on the command line and in file names.
@@ -68,8 +85,11 @@ impl ScenarioName {
             ScenarioName::Concurrency => "concurrency",
             ScenarioName::LoadBalancer => "load-balancer",
             ScenarioName::Traffic => "traffic",
+            ScenarioName::LightTraffic => "light-traffic",
             ScenarioName::Smoothness => "smoothness",
             ScenarioName::Cost => "cost",
+            ScenarioName::Flood => "flood",
+            ScenarioName::Outage => "outage",
         }
     }
 
@@ -81,8 +101,11 @@ impl ScenarioName {
             ScenarioName::Concurrency => "Concurrency",
             ScenarioName::LoadBalancer => "Load balancer",
             ScenarioName::Traffic => "Realistic traffic",
+            ScenarioName::LightTraffic => "Light traffic",
             ScenarioName::Smoothness => "Smoothness",
             ScenarioName::Cost => "Cost",
+            ScenarioName::Flood => "Key flood",
+            ScenarioName::Outage => "Redis outage",
         }
     }
 }

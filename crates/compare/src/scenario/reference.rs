@@ -17,8 +17,9 @@ use ratelab::{AlgorithmKind, AsyncRateLimiter, Decision, ManualClock, Quota, Sys
 use serde::Serialize;
 
 use super::{ScenarioName, admitted, release_together};
-use crate::algorithms;
+use crate::algorithms::{self, Simulated};
 use crate::atomic::{self, Time};
+use crate::peers::{GOVERNOR, Governor};
 use crate::{CompareError, Context};
 
 /// Requests in the burst.
@@ -72,6 +73,19 @@ impl Row {
     }
 }
 
+/// How a peer's decisions compare with ratelab gcra's on the same instants.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Agreement {
+    /// The peer.
+    pub peer: String,
+    /// Decisions compared (the burst and the later round).
+    pub decisions: usize,
+    /// Of those, admitted by one and refused by the other.
+    pub differing: usize,
+    /// Refusals whose exact wait differs by more than a microsecond.
+    pub differing_waits: usize,
+}
+
 /// The table.
 #[derive(Debug, Clone, Serialize)]
 pub struct Reference {
@@ -79,6 +93,16 @@ pub struct Reference {
     pub quota: String,
     /// One row per algorithm and backend, on the manual clock.
     pub rows: Vec<Row>,
+    /// The peers on the same instants: governor in memory.
+    pub peer_rows: Vec<Row>,
+    /// Each peer's decisions against ratelab gcra's, one by one.
+    pub agreement: Vec<Agreement>,
+    /// redis-cell (`CL.THROTTLE`, whole-second waits rounded down) and
+    /// ratelab gcra on Redis `TIME`, both on a real clock with a real
+    /// one-second wait, side by side.
+    pub redis_cell_rows: Vec<Row>,
+    /// Why the redis-cell rows are missing, when they are.
+    pub redis_cell_missing: Option<String>,
     /// The token bucket as the article ran it: real clock, real wait.
     pub real_time_rows: Vec<Row>,
 }
@@ -124,7 +148,7 @@ pub async fn run(ctx: &Context<'_>) -> Result<Reference, CompareError> {
     let quota = quota();
     let redis = ctx.atomic_or_skip(ScenarioName::Reference, "the Redis rows");
     ctx.bar
-        .set_length((AlgorithmKind::ALL.len() * (1 + usize::from(redis.is_some())) + 2) as u64);
+        .set_length((AlgorithmKind::ALL.len() * (1 + usize::from(redis.is_some())) + 3) as u64);
     let mut rows = Vec::new();
     for kind in AlgorithmKind::ALL {
         let name = kind.name();
@@ -149,6 +173,28 @@ pub async fn run(ctx: &Context<'_>) -> Result<Reference, CompareError> {
             ctx.tick();
         }
     }
+
+    let (peer_rows, mut agreement) = governor_rows(quota)?;
+    ctx.tick();
+    let (redis_cell_rows, redis_cell_missing) = match ctx.redis {
+        None => (Vec::new(), Some("no Redis server in this run".to_owned())),
+        Some(env) => match env.redis_cell() {
+            Err(why) => {
+                ctx.skip(
+                    ScenarioName::Reference,
+                    "the redis-cell rows (CL.THROTTLE)",
+                    why,
+                    "let `ratelab_testkit::redis_cell::library()` build redis-cell (it needs cargo and crates.io the first time), or set $RATELAB_REDIS_CELL_PATH to its library, with `redis-server` on PATH",
+                );
+                (Vec::new(), Some(why.to_owned()))
+            }
+            Ok(()) => {
+                let (rows, a) = redis_cell_rows(ctx, env, quota).await?;
+                agreement.push(a);
+                (rows, None)
+            }
+        },
+    };
 
     // As the article ran it: the token bucket on a real clock, a real wait.
     let mut real_time_rows = Vec::new();
@@ -185,6 +231,142 @@ pub async fn run(ctx: &Context<'_>) -> Result<Reference, CompareError> {
     Ok(Reference {
         quota: format!("capacity {}, {} per second", quota.burst(), quota.limit()),
         rows,
+        peer_rows,
+        agreement,
+        redis_cell_rows,
+        redis_cell_missing,
         real_time_rows,
     })
+}
+
+/// One `CL.THROTTLE` call: capacity `quota.burst()` (redis-cell's
+/// `max_burst` is one less), `quota.limit()` per period.
+async fn throttle(
+    conn: &mut redis::aio::MultiplexedConnection,
+    key: &str,
+    quota: Quota,
+) -> Result<Decision, CompareError> {
+    let reply: Vec<i64> = redis::cmd("CL.THROTTLE")
+        .arg(key)
+        .arg(quota.burst() - 1)
+        .arg(quota.limit())
+        .arg(quota.period().as_secs())
+        .arg(1)
+        .query_async(conn)
+        .await?;
+    let limited = reply.first().copied().unwrap_or(1) == 1;
+    let limit = u64::try_from(reply.get(1).copied().unwrap_or(0)).unwrap_or(0);
+    // Whole seconds, as redis-cell reports them (-1 when admitted).
+    let retry = u64::try_from(reply.get(3).copied().unwrap_or(-1)).unwrap_or(0);
+    Ok(if limited {
+        Decision::refused(limit).with_retry_after_micros(retry * 1_000_000)
+    } else {
+        Decision::admitted(limit)
+    })
+}
+
+/// redis-cell and ratelab gcra on Redis `TIME`, side by side on the run's
+/// server: the burst, a real one-second sleep, the later round, one request
+/// after another; and redis-cell's decisions against gcra's.
+async fn redis_cell_rows(
+    ctx: &Context<'_>,
+    env: &crate::backend::RedisEnv,
+    quota: Quota,
+) -> Result<(Vec<Row>, Agreement), CompareError> {
+    let mut conn = env.connection().await?;
+    let gcra = atomic::limiter(env, AlgorithmKind::Gcra, quota, &Time::Redis).await?;
+    let cell_key = format!("{}:reference:redis-cell", ctx.nonce);
+    let gcra_key = format!("{}:reference-real:gcra", ctx.nonce);
+    let (mut cell, mut ours) = (Vec::new(), Vec::new());
+    for round in [BURST, LATER] {
+        if round == LATER {
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
+        for _ in 0..round {
+            cell.push(throttle(&mut conn, &cell_key, quota).await?);
+            ours.push(gcra.check_async(gcra_key.as_bytes(), 1).await?);
+        }
+    }
+    let agreement = Agreement {
+        peer: "redis-cell".into(),
+        decisions: BURST + LATER,
+        differing: cell
+            .iter()
+            .zip(&ours)
+            .filter(|(c, o)| c.allowed != o.allowed)
+            .count(),
+        // redis-cell's waits are whole seconds rounded down: compared as such.
+        differing_waits: cell
+            .iter()
+            .zip(&ours)
+            .filter(|(c, o)| {
+                !c.allowed && !o.allowed && c.retry_after.as_secs() != o.retry_after.as_secs()
+            })
+            .count(),
+    };
+    let mut cell_row = row(
+        "redis-cell",
+        "redis",
+        "server clock",
+        &cell[..BURST],
+        &cell[BURST..],
+    );
+    // Its waits, as it reports them: whole seconds rounded down.
+    let floor = |ds: &[Decision]| {
+        ds.iter()
+            .filter(|d| !d.allowed)
+            .map(|d| d.retry_after.as_secs())
+            .max()
+    };
+    cell_row.burst_wait_secs = floor(&cell[..BURST]);
+    cell_row.later_wait_secs = floor(&cell[BURST..]);
+    cell_row.burst_retry_ms = None;
+    let gcra_row = row(
+        "gcra",
+        "redis",
+        "Redis TIME",
+        &ours[..BURST],
+        &ours[BURST..],
+    );
+    Ok((vec![cell_row, gcra_row], agreement))
+}
+
+/// The burst and the later round, one request after another, on `sim`
+/// (one client): the instants every peer is compared on.
+fn sequential(sim: &mut dyn Simulated) -> Result<(Vec<Decision>, Vec<Decision>), CompareError> {
+    let burst = (0..BURST)
+        .map(|_| sim.decide(0, START_MICROS, 1))
+        .collect::<Result<Vec<_>, _>>()?;
+    let later = (0..LATER)
+        .map(|_| sim.decide(0, START_MICROS + 1_000_000, 1))
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok((burst, later))
+}
+
+/// governor's row, and its decisions against ratelab gcra's, call by call.
+fn governor_rows(quota: Quota) -> Result<(Vec<Row>, Vec<Agreement>), CompareError> {
+    let mut governor = Governor::new(quota, 1);
+    let (g_burst, g_later) = sequential(&mut governor)?;
+    let mut gcra = algorithms::simulated(AlgorithmKind::Gcra, quota, 1);
+    let (r_burst, r_later) = sequential(gcra.as_mut())?;
+    let pairs = || {
+        g_burst
+            .iter()
+            .chain(&g_later)
+            .zip(r_burst.iter().chain(&r_later))
+    };
+    let agreement = Agreement {
+        peer: GOVERNOR.into(),
+        decisions: BURST + LATER,
+        differing: pairs().filter(|(g, r)| g.allowed != r.allowed).count(),
+        differing_waits: pairs()
+            .filter(|(g, r)| {
+                !g.allowed
+                    && !r.allowed
+                    && g.retry_after.abs_diff(r.retry_after) > Duration::from_micros(1)
+            })
+            .count(),
+    };
+    let row = row(GOVERNOR, "memory", "fake (governor's)", &g_burst, &g_later);
+    Ok((vec![row], vec![agreement]))
 }

@@ -27,7 +27,8 @@ use ratelab_testkit::oracle::{Admitted, max_within};
 use serde::Serialize;
 
 use crate::Context;
-use crate::algorithms;
+use crate::algorithms::{self, Simulated};
+use crate::peers::{GOVERNOR, Governor};
 use crate::stats::round;
 
 /// The quota every client gets: 10 per second.
@@ -188,6 +189,12 @@ pub struct Outcome {
     pub false_refusal_pct: f64,
     /// Either, % of requests.
     pub wrong_pct: f64,
+    /// Decisions unlike the sliding log's on the same arrivals (each
+    /// algorithm on its own history: after a first difference the two
+    /// clients' windows hold different requests).
+    pub differs_from_log: u64,
+    /// Those, % of requests.
+    pub differs_from_log_pct: f64,
     /// The most admitted for one client within any trailing window.
     pub max_in_window: u64,
     /// Clients for whom some trailing window held more than the limit.
@@ -226,11 +233,32 @@ pub struct Traffic {
     pub requests: u64,
     /// One row per algorithm.
     pub outcomes: Vec<Outcome>,
+    /// The peers on the same arrivals: governor.
+    pub peers: Vec<Outcome>,
+    /// governor's decisions unlike ratelab gcra's, on the same arrivals.
+    pub governor_differs_from_gcra: u64,
     /// One client's burst.
     pub timeline: Timeline,
 }
 
-/// Runs every algorithm on `arrivals`.
+/// `sim`'s decision on each of `arrivals` (unit requests), in order.
+pub fn decisions(sim: &mut dyn Simulated, arrivals: &[Arrival]) -> Vec<bool> {
+    arrivals
+        .iter()
+        .map(|a| {
+            sim.decide(a.client, a.at, 1)
+                .expect("a unit cost always fits")
+                .allowed
+        })
+        .collect()
+}
+
+/// How many of two decision sequences on the same arrivals differ.
+pub fn differing(a: &[bool], b: &[bool]) -> u64 {
+    a.iter().zip(b).filter(|(x, y)| x != y).count() as u64
+}
+
+/// `kind` on `arrivals`, scored against the exact rule.
 pub fn outcome(
     kind: AlgorithmKind,
     quota: Quota,
@@ -238,23 +266,33 @@ pub fn outcome(
     arrivals: &[Arrival],
 ) -> Outcome {
     let clients = population.heavy + population.light;
+    let mut sim = algorithms::simulated(kind, quota, clients);
+    let allowed = decisions(sim.as_mut(), arrivals);
+    outcome_of(kind.name(), quota, population, arrivals, &allowed)
+}
+
+/// The outcome of the decisions `allowed` (one per arrival) of `name`,
+/// scored against the exact rule.
+pub fn outcome_of(
+    name: &str,
+    quota: Quota,
+    population: &Population,
+    arrivals: &[Arrival],
+    allowed: &[bool],
+) -> Outcome {
+    let clients = population.heavy + population.light;
     let limit = u64::from(quota.burst());
     let window = quota.window_micros();
-    let mut sim = algorithms::simulated(kind, quota, clients);
     let mut trailing: Vec<VecDeque<u64>> = vec![VecDeque::new(); clients];
     let mut history: Vec<Vec<Admitted>> = vec![Vec::new(); clients];
     // Per client: offered, admitted, false admissions, false refusals.
     let mut per_client = vec![(0u64, 0u64, 0u64, 0u64); clients];
-    for a in arrivals {
+    for (a, &allowed) in arrivals.iter().zip(allowed) {
         let recent = &mut trailing[a.client];
         while recent.front().is_some_and(|&at| at + window <= a.at) {
             recent.pop_front();
         }
         let room = (recent.len() as u64) < limit;
-        let allowed = sim
-            .decide(a.client, a.at, 1)
-            .expect("a unit cost always fits")
-            .allowed;
         per_client[a.client].0 += 1;
         if allowed {
             per_client[a.client].1 += 1;
@@ -301,7 +339,9 @@ pub fn outcome(
     let offered = arrivals.len() as u64;
     let pct = |x: u64| round(100.0 * x as f64 / offered.max(1) as f64, 4);
     Outcome {
-        algorithm: kind.name().into(),
+        algorithm: name.into(),
+        differs_from_log: 0,
+        differs_from_log_pct: 0.0,
         offered,
         admitted: per_client.iter().map(|c| c.1).sum(),
         false_admissions,
@@ -395,17 +435,38 @@ pub fn simulate(
     set_length: impl FnOnce(u64),
 ) -> Traffic {
     let quota = quota();
-    set_length(AlgorithmKind::ALL.len() as u64 + 1);
+    set_length(AlgorithmKind::ALL.len() as u64 + 2);
     let arrivals = arrivals(population, seed);
+    let clients = population.heavy + population.light;
     tick();
+    let exact = decisions(
+        algorithms::simulated(algorithms::EXACT, quota, clients).as_mut(),
+        &arrivals,
+    );
+    let offered = arrivals.len().max(1) as f64;
+    let mut gcra = Vec::new();
     let outcomes = AlgorithmKind::ALL
         .into_iter()
         .map(|kind| {
-            let o = outcome(kind, quota, population, &arrivals);
+            let allowed = decisions(
+                algorithms::simulated(kind, quota, clients).as_mut(),
+                &arrivals,
+            );
+            let mut o = outcome_of(kind.name(), quota, population, &arrivals, &allowed);
+            o.differs_from_log = differing(&allowed, &exact);
+            o.differs_from_log_pct = round(100.0 * o.differs_from_log as f64 / offered, 4);
+            if kind == AlgorithmKind::Gcra {
+                gcra = allowed;
+            }
             tick();
             o
         })
         .collect();
+    let governor = decisions(&mut Governor::new(quota, clients), &arrivals);
+    let mut peer = outcome_of(GOVERNOR, quota, population, &arrivals, &governor);
+    peer.differs_from_log = differing(&governor, &exact);
+    peer.differs_from_log_pct = round(100.0 * peer.differs_from_log as f64 / offered, 4);
+    tick();
     Traffic {
         quota: format!("{} per second, burst {}", quota.limit(), quota.burst()),
         limit: u64::from(quota.burst()),
@@ -413,6 +474,8 @@ pub fn simulate(
         population: *population,
         requests: arrivals.len() as u64,
         outcomes,
+        governor_differs_from_gcra: differing(&governor, &gcra),
+        peers: vec![peer],
         timeline: timeline(quota),
     }
 }

@@ -10,6 +10,7 @@ use crate::CompareError;
 use crate::charts::Canvas;
 use crate::markdown::{num, table};
 use crate::output::write_csv;
+use crate::peers::GOVERNOR;
 use crate::report::Part;
 use crate::scenario::ScenarioName;
 
@@ -51,7 +52,12 @@ impl Part for Reference {
     }
 
     fn write_data(&self, dir: &Path) -> Result<(), CompareError> {
-        let rows = self.rows.iter().chain(&self.real_time_rows);
+        let rows = self
+            .rows
+            .iter()
+            .chain(&self.peer_rows)
+            .chain(&self.redis_cell_rows)
+            .chain(&self.real_time_rows);
         write_csv(&dir.join("reference.csv"), rows.map(CsvRow::from))
     }
 
@@ -69,9 +75,14 @@ These rows run on a clock moved by hand, starting at a window boundary (the Redi
         let rows: Vec<Vec<String>> = r
             .rows
             .iter()
+            .chain(&r.peer_rows)
             .map(|row| {
                 vec![
-                    row.algorithm.clone(),
+                    if r.peer_rows.contains(row) {
+                        format!("{} (peer)", row.algorithm)
+                    } else {
+                        row.algorithm.clone()
+                    },
                     row.backend.clone(),
                     format!("{} admitted", row.burst_admitted),
                     format!("{} admitted", row.later_admitted),
@@ -92,6 +103,85 @@ These rows run on a clock moved by hand, starting at a window boundary (the Redi
             ],
             &rows,
         );
+        let secs = |w: Option<u64>| w.map_or("none refused".to_owned(), |w| format!("{w} s"));
+        if r.redis_cell_rows.is_empty() {
+            let _ = writeln!(
+                out,
+                "\n**⚠ redis-cell rows missing**: the redis-cell (`CL.THROTTLE`) and matching gcra-on-Redis rows are not in this table because {}.",
+                r.redis_cell_missing
+                    .as_deref()
+                    .unwrap_or("redis-cell did not run")
+            );
+        } else {
+            let _ = writeln!(
+                out,
+                "\n**redis-cell** (`CL.THROTTLE`, a native Redis module running GCRA, loaded into this run's `redis-server`) beside ratelab gcra on the same server, same quota (`CL.THROTTLE key 9 5 1 1`: its `max_burst` is the capacity less one). redis-cell reads the server's own clock, so both run on Redis time with a real one-second sleep between the rounds, one request after another. redis-cell reports `retry_after` in whole seconds **rounded down** (a 200 ms wait reads 0 s); ratelab rounds up for `Retry-After` (1 s) and keeps the exact wait:\n"
+            );
+            let rows: Vec<Vec<String>> = r
+                .redis_cell_rows
+                .iter()
+                .map(|row| {
+                    let rounding = if row.algorithm == "redis-cell" {
+                        "rounded down"
+                    } else {
+                        "rounded up"
+                    };
+                    vec![
+                        if row.algorithm == "redis-cell" {
+                            "redis-cell (peer)".to_owned()
+                        } else {
+                            format!("ratelab {}", row.algorithm)
+                        },
+                        format!("{} ({})", row.backend, row.clock),
+                        format!("{} admitted", row.burst_admitted),
+                        format!("{} admitted", row.later_admitted),
+                        format!(
+                            "{}, then {} ({rounding})",
+                            secs(row.burst_wait_secs),
+                            secs(row.later_wait_secs)
+                        ),
+                        row.burst_retry_ms
+                            .map_or("not reported".into(), |ms| format!("{} ms", num(ms, 1))),
+                    ]
+                })
+                .collect();
+            out += &table(
+                &[
+                    "Algorithm",
+                    "Backend (clock)",
+                    "Burst of 20",
+                    "After 1 s, 10 calls",
+                    "Whole-second wait on refusal",
+                    "Exact wait, first refusals",
+                ],
+                &rows,
+            );
+        }
+        for a in &r.agreement {
+            let _ = writeln!(
+                out,
+                "\n**{} against ratelab gcra**, same quota, {}, one request after another: **{} of {} decisions differ**, and {} refusals indicate a different wait ({}).{}",
+                a.peer,
+                if a.peer == GOVERNOR {
+                    "same instants (governor on its `FakeRelativeClock`, moved to each request's instant)"
+                } else {
+                    "the same server, on Redis time"
+                },
+                a.differing,
+                a.decisions,
+                a.differing_waits,
+                if a.peer == GOVERNOR {
+                    "to the microsecond"
+                } else {
+                    "both in whole seconds rounded down"
+                },
+                if a.differing == 0 && a.differing_waits == 0 {
+                    " The same GCRA: equal quotas give equal decisions."
+                } else {
+                    " They should be equal at equal quota: this is a discrepancy to investigate."
+                }
+            );
+        }
         if !r.real_time_rows.is_empty() {
             let _ = writeln!(
                 out,

@@ -30,6 +30,8 @@ struct CsvRow<'a> {
     false_refusals: u64,
     false_admission_pct: f64,
     false_refusal_pct: f64,
+    differs_from_log: u64,
+    differs_from_log_pct: f64,
     max_in_window: u64,
     clients_over_limit: usize,
     heavy_admitted_per_sec: f64,
@@ -119,7 +121,7 @@ impl Part for Traffic {
     }
 
     fn write_data(&self, dir: &Path) -> Result<(), CompareError> {
-        let rows = self.outcomes.iter().map(|o| CsvRow {
+        let rows = self.outcomes.iter().chain(&self.peers).map(|o| CsvRow {
             algorithm: &o.algorithm,
             offered: o.offered,
             admitted: o.admitted,
@@ -127,6 +129,8 @@ impl Part for Traffic {
             false_refusals: o.false_refusals,
             false_admission_pct: o.false_admission_pct,
             false_refusal_pct: o.false_refusal_pct,
+            differs_from_log: o.differs_from_log,
+            differs_from_log_pct: o.differs_from_log_pct,
             max_in_window: o.max_in_window,
             clients_over_limit: o.clients_over_limit,
             heavy_admitted_per_sec: o.heavy.admitted_per_sec,
@@ -155,6 +159,69 @@ impl Part for Traffic {
     }
 }
 
+/// The accuracy table's rows: every algorithm, then the peers.
+pub(crate) fn accuracy_rows(t: &Traffic) -> Vec<Vec<String>> {
+    t.outcomes
+        .iter()
+        .chain(&t.peers)
+        .map(|o| {
+            vec![
+                if t.peers.contains(o) {
+                    format!("{} (peer)", o.algorithm)
+                } else {
+                    o.algorithm.clone()
+                },
+                format!(
+                    "{} %",
+                    num(100.0 * o.admitted as f64 / o.offered.max(1) as f64, 2)
+                ),
+                format!("{}", o.max_in_window),
+                o.clients_over_limit.to_string(),
+                format!("{} ({} %)", o.false_admissions, pct(o.false_admission_pct)),
+                format!("{} ({} %)", o.false_refusals, pct(o.false_refusal_pct)),
+                format!(
+                    "{} % ({} % / {} %)",
+                    pct(o.wrong_pct),
+                    pct(o.light.wrong_pct),
+                    pct(o.heavy.wrong_pct)
+                ),
+                format!("{} ({} %)", o.differs_from_log, pct(o.differs_from_log_pct)),
+            ]
+        })
+        .collect()
+}
+
+/// The accuracy table's header.
+pub(crate) fn accuracy_header(t: &Traffic) -> Vec<String> {
+    vec![
+        "Algorithm".into(),
+        "Admitted".into(),
+        format!("Worst client in any {} ms (limit {})", t.window_ms, t.limit),
+        "Clients ever over the limit".into(),
+        "False admissions".into(),
+        "False refusals".into(),
+        "Wrong by the exact rule (light / heavy clients)".into(),
+        "Decisions unlike the sliding log's".into(),
+    ]
+}
+
+/// The sentence on governor's decisions against ratelab gcra's.
+pub(crate) fn governor_sentence(t: &Traffic) -> String {
+    let Some(g) = t.peers.iter().find(|p| p.algorithm == GOVERNOR) else {
+        return String::new();
+    };
+    format!(
+        "**governor** (GCRA, one direct limiter per client on its `FakeRelativeClock`, moved to each request's instant) decided the same {} requests: **{} of its decisions differ from ratelab gcra's**{}.\n",
+        g.offered,
+        t.governor_differs_from_gcra,
+        if t.governor_differs_from_gcra == 0 {
+            " (equal quotas, equal decisions: the same algorithm)"
+        } else {
+            " (they should be equal at equal quota: a discrepancy to investigate)"
+        }
+    )
+}
+
 fn write_section(out: &mut String, t: &Traffic, charts: &[String]) {
     let p = &t.population;
     let _ = writeln!(
@@ -173,44 +240,14 @@ fn write_section(out: &mut String, t: &Traffic, charts: &[String]) {
     );
     let _ = writeln!(
         out,
-        "**Accuracy** is measured against the exact sliding window: for each request, would one more, counting what this algorithm admitted for the client in the trailing {} ms, stay within {}? A *false admission* is admitted when the answer is no, a *false refusal* refused when it is yes. Cloudflare reported 0.003 % of requests wrongly allowed or refused for its sliding-window counter, on its own traffic. Clients held at the limit (every heavy hitter, and light clients during their faster bursts) make many decisions right at the edge, where the approximations differ most; the light and heavy columns separate the two. The bucket algorithms promise something else (burst + rate × t), so for them these figures measure how far that promise is from a trailing-window limit, not a bug.\n",
+        "**Accuracy** is measured against the exact sliding window: for each request, would one more, counting what this algorithm admitted for the client in the trailing {} ms, stay within {}? A *false admission* is admitted when the answer is no, a *false refusal* refused when it is yes. Cloudflare reported 0.003 % of requests wrongly allowed or refused for its sliding-window counter, on its own traffic. Clients held at the limit (every heavy hitter, and light clients during their faster bursts) make many decisions right at the edge, where the approximations differ most; the light and heavy columns separate the two. The last column compares decisions directly, request by request, with the sliding log's on the same arrivals. The bucket algorithms promise something else (burst + rate × t), so for them these figures measure how far that promise is from a trailing-window limit, not a bug.\n",
         t.window_ms, t.limit
     );
-    let rows: Vec<Vec<String>> = t
-        .outcomes
-        .iter()
-        .map(|o| {
-            vec![
-                o.algorithm.clone(),
-                format!(
-                    "{} %",
-                    num(100.0 * o.admitted as f64 / o.offered.max(1) as f64, 2)
-                ),
-                format!("{}", o.max_in_window),
-                o.clients_over_limit.to_string(),
-                format!("{} ({} %)", o.false_admissions, pct(o.false_admission_pct)),
-                format!("{} ({} %)", o.false_refusals, pct(o.false_refusal_pct)),
-                format!(
-                    "{} % ({} % / {} %)",
-                    pct(o.wrong_pct),
-                    pct(o.light.wrong_pct),
-                    pct(o.heavy.wrong_pct)
-                ),
-            ]
-        })
-        .collect();
-    *out += &table(
-        &[
-            "Algorithm",
-            "Admitted",
-            &format!("Worst client in any {} ms (limit {})", t.window_ms, t.limit),
-            "Clients ever over the limit",
-            "False admissions",
-            "False refusals",
-            "Differs from exact (light / heavy clients)",
-        ],
-        &rows,
-    );
+    let header = accuracy_header(t);
+    let header: Vec<&str> = header.iter().map(String::as_str).collect();
+    *out += &table(&header, &accuracy_rows(t));
+    *out += "\n";
+    *out += &governor_sentence(t);
     chart(out, charts, "accuracy", "Accuracy on realistic traffic");
     let _ = writeln!(
         out,

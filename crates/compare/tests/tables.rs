@@ -1,0 +1,146 @@
+//! Every Markdown table the report writes is well formed: a header, a
+//! separator row with as many cells, and every row with as many cells again.
+//! Checked on a report generated here (every scenario, on a real Redis with
+//! redis-cell loaded when it builds) and on the committed `reports/README.md`.
+
+use std::path::Path;
+
+use ratelab_compare::backend::RedisEnv;
+use ratelab_compare::{Config, report};
+use ratelab_testkit::redis::RedisServer;
+
+/// The cells of a table line: split on the pipes that are not escaped,
+/// without the outer two.
+fn cells(line: &str) -> usize {
+    let mut count = 0usize;
+    let mut escaped = false;
+    for c in line.trim().chars() {
+        match c {
+            '\\' if !escaped => escaped = true,
+            '|' if !escaped => count += 1,
+            _ => escaped = false,
+        }
+        if c != '\\' {
+            escaped = false;
+        }
+    }
+    count.saturating_sub(1)
+}
+
+fn is_separator(line: &str) -> bool {
+    let inner = line.trim().trim_matches('|');
+    !inner.is_empty()
+        && inner.split('|').all(|cell| {
+            let cell = cell.trim().trim_start_matches(':').trim_end_matches(':');
+            !cell.is_empty() && cell.chars().all(|c| c == '-')
+        })
+}
+
+/// Checks every table of `markdown`; returns how many there were.
+fn check_tables(markdown: &str, origin: &str) -> usize {
+    let lines: Vec<&str> = markdown.lines().collect();
+    let mut tables = 0;
+    let mut i = 0;
+    while i < lines.len() {
+        if !lines[i].trim_start().starts_with('|') {
+            i += 1;
+            continue;
+        }
+        let start = i;
+        while i < lines.len() && lines[i].trim_start().starts_with('|') {
+            i += 1;
+        }
+        let table = &lines[start..i];
+        let at = |k: usize| format!("{origin}, line {}", start + k + 1);
+        assert!(
+            table.len() >= 2,
+            "{}: a table without a separator row",
+            at(0)
+        );
+        let width = cells(table[0]);
+        assert!(width >= 1, "{}: an empty header", at(0));
+        assert!(
+            is_separator(table[1]),
+            "{}: the second row is not a separator: {}",
+            at(1),
+            table[1]
+        );
+        for (k, row) in table.iter().enumerate() {
+            assert_eq!(
+                cells(row),
+                width,
+                "{}: {} cells where the header has {width}: {row}",
+                at(k),
+                cells(row)
+            );
+        }
+        tables += 1;
+    }
+    tables
+}
+
+#[test]
+fn the_checker_counts_cells_and_escapes() {
+    assert_eq!(cells("| a | b |"), 2);
+    assert_eq!(cells("| a \\| b | c |"), 2);
+    assert!(is_separator("|---|:---:|"));
+    assert!(!is_separator("| a | b |"));
+    assert_eq!(
+        check_tables("x\n\n| a | b |\n|---|---|\n| 1 | 2 |\n", "t"),
+        1
+    );
+}
+
+#[test]
+#[should_panic(expected = "3 cells where the header has 2")]
+fn a_row_with_a_cell_too_many_fails() {
+    check_tables("| a | b |\n|---|---|\n| 1 | 2 | 3 |\n", "t");
+}
+
+#[test]
+fn every_generated_table_has_the_headers_cells() {
+    let cell = ratelab_testkit::redis_cell::library();
+    let server = match &cell {
+        Ok(path) => RedisServer::start_with(&["--loadmodule", path.to_str().unwrap()]),
+        Err(_) => RedisServer::start(),
+    };
+    let config = Config {
+        repeats: 2,
+        ..Config::quick(5)
+    };
+    let runtime = ratelab_compare::runtime().unwrap();
+    let results = runtime.block_on(async {
+        let env = RedisEnv::connect(server.url(), "test server".into(), None)
+            .await
+            .unwrap();
+        ratelab_compare::run(&config, Some(&env)).await.unwrap()
+    });
+    if let Err(why) = &cell {
+        eprintln!("redis-cell did not build, its rows are missing: {why}");
+    } else {
+        let reference = results.reference.as_ref().unwrap();
+        assert_eq!(reference.redis_cell_rows.len(), 2, "{reference:?}");
+    }
+    let dir = tempfile::tempdir().unwrap();
+    report::write(&results, dir.path()).unwrap();
+    let readme = std::fs::read_to_string(dir.path().join(report::README)).unwrap();
+    let tables = check_tables(&readme, "generated README.md");
+    // The run's table, the guide has none; at least one per scenario.
+    assert!(tables >= results.meta.durations.len(), "{tables} tables");
+    for chart in ["flood", "outage"] {
+        for ext in ["svg", "png"] {
+            let path = dir.path().join("charts").join(format!("{chart}.{ext}"));
+            assert!(path.is_file(), "{}", path.display());
+        }
+    }
+}
+
+#[test]
+fn every_committed_table_has_the_headers_cells() {
+    let committed = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../reports/README.md");
+    let Ok(readme) = std::fs::read_to_string(&committed) else {
+        eprintln!("no committed report at {}", committed.display());
+        return;
+    };
+    assert!(check_tables(&readme, "reports/README.md") > 0);
+}
