@@ -1,12 +1,19 @@
 //! Waiting for a turn, sync and async, in real time: a wait sleeps exactly
 //! until the limiter says a retry passes; a wait longer than the timeout
 //! gives up at once with a clear error; the queue's slots are waited out.
+//!
+//! The limiters read the precise `SystemClock`: the spacing is measured with
+//! `Instant` to the millisecond, and the default clock (`CoarseClock`) lags
+//! by up to a millisecond, which can shorten a spacing seen in real time by
+//! as much (`lagging_clock.rs` states and proves that bound).
 
 use std::time::{Duration, Instant};
 
 use ratelab::Gcra;
 use ratelab::LeakyQueue;
-use ratelab::{Direct, Error, Keyed, Quota, WaitError, wait_and_consume, wait_and_consume_async};
+use ratelab::{
+    Direct, Error, Keyed, Quota, SystemClock, WaitError, wait_and_consume, wait_and_consume_async,
+};
 
 /// 20 per second, burst 1: one turn every 50 ms.
 fn quota() -> Quota {
@@ -15,7 +22,7 @@ fn quota() -> Quota {
 
 #[test]
 fn a_blocking_wait_takes_the_next_turn() {
-    let limiter = Keyed::new(Gcra::new(quota()));
+    let limiter = Keyed::with_clock(Gcra::new(quota()), SystemClock);
     let started = Instant::now();
     assert!(
         wait_and_consume(&limiter, b"k", 1, Duration::from_secs(1))
@@ -62,7 +69,7 @@ fn a_wait_beyond_the_timeout_gives_up_at_once() {
 #[test]
 fn the_queue_slots_are_waited_out() {
     // The queue holds 3: three admitted at once, with slots 50 ms apart.
-    let limiter = Direct::new(LeakyQueue::new(quota().with_burst(3).unwrap()));
+    let limiter = Direct::with_clock(LeakyQueue::new(quota().with_burst(3).unwrap()), SystemClock);
     let started = Instant::now();
     for slot in 0..3u32 {
         let decision = limiter.wait(1, Duration::from_secs(1)).unwrap();
@@ -73,7 +80,7 @@ fn the_queue_slots_are_waited_out() {
 
 #[tokio::test]
 async fn an_async_wait_takes_the_next_turn_or_times_out() {
-    let limiter = Keyed::new(Gcra::new(quota()));
+    let limiter = Keyed::with_clock(Gcra::new(quota()), SystemClock);
     let started = Instant::now();
     for _ in 0..3 {
         let d = wait_and_consume_async(&limiter, b"k", 1, Duration::from_secs(1))
