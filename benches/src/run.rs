@@ -424,7 +424,7 @@ fn median_ns(directory: &Path, since: SystemTime) -> Option<f64> {
 
 /// The code the benches measure: every crate they run and the Lua scripts
 /// (the workspace's other crates do not change the figures).
-const MEASURED: [&str; 9] = [
+const MEASURED: [&str; 10] = [
     "crates/core",
     "crates/gcra",
     "crates/token-bucket",
@@ -432,6 +432,7 @@ const MEASURED: [&str; 9] = [
     "crates/fixed-window",
     "crates/sliding-window",
     "crates/redis",
+    "crates/http",
     "lua",
     "benches",
 ];

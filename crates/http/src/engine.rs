@@ -513,9 +513,11 @@ async fn check(report: &Report<'_>, cost: u32, started: Instant) -> Result<Decis
     // (a timer entry on every request costs more than the check itself).
     let result = match (&mut call).now_or_never() {
         Some(result) => result,
+        // The timer is boxed: held in place, it would make every request's
+        // future larger (a timer entry is big), to be moved on every call.
         None => match report.deadline {
             None => call.await,
-            Some(deadline) => match tokio::time::timeout_at(deadline, call).await {
+            Some(deadline) => match Box::pin(tokio::time::timeout_at(deadline, call)).await {
                 Ok(result) => result,
                 Err(_) => Err(Error::Timeout(policy.timeout)),
             },

@@ -78,7 +78,9 @@ where
                     if !delay.is_zero() {
                         // A queueing policy (leaky bucket queue) gave the
                         // request a later slot: it proceeds then.
-                        tokio::time::sleep(delay).await;
+                        // (Boxed: a timer held in place would enlarge every
+                        // request's future.)
+                        Box::pin(tokio::time::sleep(delay)).await;
                     }
                     parts.extensions.insert(client);
                     parts.extensions.insert(info);
