@@ -212,7 +212,7 @@ pub fn guide(results: &Results) -> Vec<String> {
             Some(l) => {
                 let _ = write!(
                     line,
-                    ". Request by request, {} % of its decisions differed from the sliding log's on that limit-hugging traffic and {} % on light traffic, most clients well under the limit [Light traffic], against the {} % Cloudflare published for its own traffic",
+                    ". Compared call by call with the sliding log's own decisions on the same arrivals, {} % differed on that limit-hugging traffic and {} % on light traffic, most clients well under the limit [Light traffic], against the {} % Cloudflare published for its own traffic",
                     pct(o.differs_from_log_pct),
                     pct(l.differs_from_log_pct),
                     num(crate::scenario::light::CLOUDFLARE_WRONG_PCT, 3)
@@ -221,7 +221,7 @@ pub fn guide(results: &Results) -> Vec<String> {
             None => {
                 let _ = write!(
                     line,
-                    ". Request by request, {} % of its decisions differed from the sliding log's",
+                    ". Compared call by call with the sliding log's own decisions on the same arrivals, {} % differed",
                     pct(o.differs_from_log_pct)
                 );
             }
