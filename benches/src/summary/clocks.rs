@@ -10,7 +10,7 @@ use crate::run::Row;
 
 /// The terms of each comparison, as the README states them.
 const DEFAULT_CLOCKS: &str =
-    "ratelab `CoarseClock::shared()` (its default) / governor `QuantaClock` (its default)";
+    "ratelab `SystemClock` (its default) / governor `QuantaClock` (its default)";
 const FROZEN: &str = "ratelab `ManualClock` / governor `FakeRelativeClock`, both never moving";
 const UPKEEP: &str = "one governor `QuantaUpkeepClock` (1 ms) read by both";
 

@@ -488,9 +488,9 @@ pub fn memory_table(summary: &Summary) -> String {
         .collect();
     for name in ["gcra", "token-bucket"] {
         lines.push((
-            format!("{name} (system clock)"),
+            format!("{name} (coarse clock, opt-in)"),
             name,
-            "memory-system-clock",
+            "memory-coarse-clock",
         ));
     }
     lines.push(("governor".to_owned(), "gcra", "governor"));
@@ -514,7 +514,7 @@ pub fn memory_table(summary: &Summary) -> String {
     }
     out.push_str(
         "\nClocks and hashers: each side on its defaults. ratelab's rows read its default clock, \
-         `CoarseClock::shared()` (the `(system clock)` rows: `SystemClock`), and hash keys with \
+         the precise `SystemClock` (the `(coarse clock, opt-in)` rows: `CoarseClock::shared()`), and hash keys with \
          foldhash; governor reads its default `QuantaClock` and hashes with std's SipHash \
          (`governor, foldhash`: foldhash).\n",
     );
@@ -549,7 +549,7 @@ pub fn clock_table(summary: &Summary) -> String {
         );
     }
     out.push_str(
-        "\nClocks: default, ratelab `CoarseClock::shared()` and governor `QuantaClock`; frozen, \
+        "\nClocks: default, ratelab `SystemClock` and governor `QuantaClock`; frozen, \
          ratelab `ManualClock` and governor `FakeRelativeClock`; upkeep, one governor \
          `QuantaUpkeepClock` read by both. Keyed on the frozen and upkeep clocks, governor runs \
          on foldhash only.\n",
@@ -656,14 +656,16 @@ and governor alike: moving ratelab's 72-byte `Decision` by value costs about
 harness, not the limiter.
 
 **Clocks.** The main groups run each side on its defaults: ratelab's
-limiters on `CoarseClock::shared()`, its default clock (an atomic the system
-clock is copied into every millisecond by a background thread, read in a
-fraction of a nanosecond; it lags by up to a millisecond, so the quota holds
-over every interval of real time lengthened by that lag), governor on its
+limiters on `SystemClock`, its default clock (`Instant`, about 27 ns, exact,
+so the quota holds over every interval of real time), governor on its
 default `QuantaClock` (a TSC read of about 10 ns) and, keyed, std's SipHash.
-GCRA and the token bucket are also measured on ratelab's precise
-`SystemClock` (`Instant`, about 27 ns), in the rows `<algorithm> (system
-clock)`. The equal-terms groups put both on the same clock: frozen
+GCRA and the token bucket are also measured on ratelab's opt-in
+`CoarseClock::shared()` (an atomic the system clock is copied into every
+millisecond by a background thread, read in a fraction of a nanosecond; it
+lags by up to a millisecond, so the quota holds only over intervals of real
+time lengthened by that lag, which is why it is not the default), in the
+rows `<algorithm> (coarse clock, opt-in)`.
+The equal-terms groups put both on the same clock: frozen
 (ratelab's `ManualClock`, governor's `FakeRelativeClock`) or one governor
 `QuantaUpkeepClock` refreshed every millisecond (quanta's `Instant::recent`),
 which ratelab reads through an adapter of its `Clock` trait; keyed, both on

@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::algorithm::{Algorithm, StateCell};
 use crate::limiter::{Limiter, RateLimiter};
-use crate::time::{Clock, CoarseClock, clamp_instant};
+use crate::time::{Clock, SystemClock, clamp_instant};
 use crate::{Decision, Error, Quota};
 
 /// A single-bucket limiter: one state for every caller, no key.
@@ -40,7 +40,7 @@ use crate::{Decision, Error, Quota};
 /// assert!(limiter.check(1)?.allowed);
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
-pub struct Direct<A: Algorithm, C = CoarseClock> {
+pub struct Direct<A: Algorithm, C = SystemClock> {
     algorithm: A,
     clock: C,
     cell: A::Cell,
@@ -48,11 +48,12 @@ pub struct Direct<A: Algorithm, C = CoarseClock> {
     latest: AtomicU64,
 }
 
-impl<A: Algorithm> Direct<A, CoarseClock> {
-    /// A limiter on the default clock, [`CoarseClock::shared`] (see
-    /// [`CoarseClock`] for what its lag of up to a millisecond means).
+impl<A: Algorithm> Direct<A, SystemClock> {
+    /// A limiter on the default clock, the precise [`SystemClock`]
+    /// ([`Direct::with_clock`] with [`CoarseClock`](crate::CoarseClock)
+    /// trades exactness for a cheaper read: see its docs).
     pub fn new(algorithm: A) -> Self {
-        Self::with_clock(algorithm, CoarseClock::shared())
+        Self::with_clock(algorithm, SystemClock)
     }
 }
 

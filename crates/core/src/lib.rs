@@ -54,16 +54,16 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 //!
-//! **Time.** Every limiter reads a [`Clock`]. The default,
-//! [`CoarseClock::shared`], is the system clock copied into an atomic every
-//! millisecond by a background thread: a read costs a fraction of a
-//! nanosecond, and a reading lags by up to a millisecond (more if the
-//! refresh thread is scheduled late). The quota then holds over every
-//! interval of real time lengthened by that lag (at most
-//! one unit more than a precise clock in some windows, for quotas slower
-//! than one unit per millisecond; see [`CoarseClock`]). [`SystemClock`] is
-//! exact to the microsecond at tens of nanoseconds a read;
-//! [`ManualClock`] is moved by hand, for tests and simulations.
+//! **Time.** Every limiter reads a [`Clock`]. The default, [`SystemClock`],
+//! is exact to the microsecond at tens of nanoseconds a read, so the quota
+//! holds over every interval of real time. [`CoarseClock`] is opt-in: the
+//! system clock copied into an atomic every millisecond by a background
+//! thread, read in a fraction of a nanosecond, but a reading lags by up to a
+//! millisecond (more if the refresh thread is scheduled late), and the quota
+//! then holds only over intervals of real time lengthened by that lag (one
+//! unit more than the precise clock in some windows, for quotas slower than
+//! one unit per millisecond; see [`CoarseClock`]). [`ManualClock`] is moved
+//! by hand, for tests and simulations.
 //!
 //! Next: [`Quota`] for what a quota means to each algorithm, [`Decision`] for
 //! what every field promises, [`Keyed`] for how keys are stored and

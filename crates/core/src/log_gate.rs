@@ -4,7 +4,7 @@ use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use crate::{Clock, CoarseClock, duration_to_micros};
+use crate::{Clock, SystemClock, duration_to_micros};
 
 /// Lets at most one event through per interval and counts the others, so
 /// that a failure repeated thousands of times a second (a limiter's backend
@@ -28,7 +28,7 @@ use crate::{Clock, CoarseClock, duration_to_micros};
 /// clock.advance(Duration::from_secs(1));
 /// assert_eq!(gate.admit(), Some(2)); // "... and 2 more like it"
 /// ```
-pub struct LogGate<C = CoarseClock> {
+pub struct LogGate<C = SystemClock> {
     interval_micros: u64,
     clock: C,
     /// When the last event was admitted, plus one; 0 when none was yet (so
@@ -39,10 +39,9 @@ pub struct LogGate<C = CoarseClock> {
 }
 
 impl LogGate {
-    /// At most one event per `interval`, on the default clock
-    /// ([`CoarseClock::shared`]).
+    /// At most one event per `interval`, on the system clock.
     pub fn new(interval: Duration) -> Self {
-        Self::with_clock(interval, CoarseClock::shared())
+        Self::with_clock(interval, SystemClock)
     }
 }
 

@@ -6,7 +6,7 @@ use std::fmt;
 use std::time::Duration;
 
 use crate::wait::wait_for_on;
-use crate::{Clock, CoarseClock, Decision, RateLimiter, WaitError};
+use crate::{Clock, Decision, RateLimiter, SystemClock, WaitError};
 
 /// Waits for a turn before each call, on any [`RateLimiter`] (a
 /// [`Direct`](crate::Direct) bucket, or one key of a
@@ -29,7 +29,7 @@ use crate::{Clock, CoarseClock, Decision, RateLimiter, WaitError};
 ///     Ok(())
 /// }
 /// ```
-pub struct BlockingThrottle<L, C = CoarseClock> {
+pub struct BlockingThrottle<L, C = SystemClock> {
     limiter: L,
     clock: C,
     key: Vec<u8>,
@@ -38,10 +38,10 @@ pub struct BlockingThrottle<L, C = CoarseClock> {
 }
 
 impl<L: RateLimiter> BlockingThrottle<L> {
-    /// A throttle on `limiter`, waiting on the default clock
-    /// ([`CoarseClock::shared`], the one the default limiters read).
+    /// A throttle on `limiter`, waiting on the system clock (the one the
+    /// default limiters read).
     pub fn new(limiter: L) -> Self {
-        Self::with_clock(limiter, CoarseClock::shared())
+        Self::with_clock(limiter, SystemClock)
     }
 }
 

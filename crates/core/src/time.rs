@@ -116,14 +116,14 @@ impl Clock for SystemClock {
     }
 }
 
-/// The system clock read ahead of time, and the default clock of every
-/// limiter here ([`Direct::new`](crate::Direct::new),
-/// [`Keyed::new`](crate::Keyed::new), the builder, [`LogGate`](crate::LogGate),
-/// [`BlockingThrottle`](crate::BlockingThrottle)): a background thread stores
-/// [`SystemClock`]'s reading in an atomic every `resolution`, and
+/// The system clock read ahead of time, opt-in for hot paths
+/// (`Keyed::builder(..).clock(CoarseClock::shared())`,
+/// [`Direct::with_clock`](crate::Direct::with_clock)): a background thread
+/// stores [`SystemClock`]'s reading in an atomic every `resolution`, and
 /// [`CoarseClock::now_micros`] is one atomic load (a fraction of a
 /// nanosecond, against tens for a system clock read, about ten for a TSC
-/// read).
+/// read). It is not the default, because of the trade below: the default
+/// limiters keep the quota over every interval of real time.
 ///
 /// **The trade.** A reading is the instant of the last refresh: behind the
 /// system clock by less than the resolution (plus the background thread's

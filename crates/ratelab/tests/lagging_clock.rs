@@ -1,4 +1,4 @@
-//! A lagging clock (the default [`CoarseClock`](ratelab::CoarseClock), which
+//! A lagging clock (the opt-in [`CoarseClock`](ratelab::CoarseClock), which
 //! reads the instant of its last tick) against real time, for every
 //! algorithm, on random request sequences.
 //!
@@ -9,6 +9,8 @@
 //! one tick longer, and no more. Proved here; and that the tick is needed in
 //! that bound (a lagging clock can admit one unit a precise clock refuses)
 //! is proved too, not just said.
+//!
+//! This is why the default clock is the precise `SystemClock`.
 
 use proptest::prelude::*;
 use ratelab::{

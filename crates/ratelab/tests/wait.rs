@@ -2,10 +2,11 @@
 //! until the limiter says a retry passes; a wait longer than the timeout
 //! gives up at once with a clear error; the queue's slots are waited out.
 //!
-//! The limiters read the precise `SystemClock`: the spacing is measured with
-//! `Instant` to the millisecond, and the default clock (`CoarseClock`) lags
-//! by up to a millisecond, which can shorten a spacing seen in real time by
-//! as much (`lagging_clock.rs` states and proves that bound).
+//! The limiters read the precise `SystemClock` (the default, named here on
+//! purpose): the spacing is measured with `Instant` to the millisecond, and
+//! the opt-in `CoarseClock` lags by up to a millisecond, which can shorten a
+//! spacing seen in real time by as much (`lagging_clock.rs` states and
+//! proves that bound).
 
 use std::time::{Duration, Instant};
 

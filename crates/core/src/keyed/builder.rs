@@ -9,7 +9,7 @@ use super::key::ByteKey;
 use super::sketch::MAX_DEPTH;
 use super::{DEFAULT_MAX_KEYS, Keyed};
 use crate::algorithm::Algorithm;
-use crate::time::{Clock, CoarseClock};
+use crate::time::{Clock, SystemClock};
 
 /// The most shards a [`Keyed`] limiter has: a larger request is clamped.
 pub const MAX_SHARDS: usize = 1 << 16;
@@ -67,7 +67,7 @@ impl FloodPolicy {
 ///
 /// Every setting is given before the limiter exists, so no setting can drop
 /// state a limiter already holds.
-pub struct KeyedBuilder<A, C = CoarseClock, K = ByteKey> {
+pub struct KeyedBuilder<A, C = SystemClock, K = ByteKey> {
     pub(super) algorithm: A,
     pub(super) clock: C,
     pub(super) max_keys: usize,
@@ -80,7 +80,7 @@ impl<A: Algorithm> KeyedBuilder<A> {
     pub(super) fn new(algorithm: A) -> Self {
         KeyedBuilder {
             algorithm,
-            clock: CoarseClock::shared(),
+            clock: SystemClock,
             max_keys: DEFAULT_MAX_KEYS,
             shards: None,
             flood: None,
@@ -90,9 +90,10 @@ impl<A: Algorithm> KeyedBuilder<A> {
 }
 
 impl<A: Algorithm, C: Clock, K: Hash + Eq> KeyedBuilder<A, C, K> {
-    /// The clock read on every check ([`CoarseClock::shared`] by default;
-    /// [`SystemClock`](crate::SystemClock) for exact time at tens of
-    /// nanoseconds a read).
+    /// The clock read on every check (the precise [`SystemClock`] by
+    /// default; [`CoarseClock`](crate::CoarseClock) reads in under a
+    /// nanosecond but lags, which lengthens the quota's intervals by the
+    /// lag: see its docs).
     pub fn clock<C2: Clock>(self, clock: C2) -> KeyedBuilder<A, C2, K> {
         KeyedBuilder {
             algorithm: self.algorithm,

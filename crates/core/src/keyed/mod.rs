@@ -71,7 +71,7 @@ use sketch::Sketch;
 
 use crate::algorithm::Algorithm;
 use crate::limiter::{Limiter, RateLimiter};
-use crate::time::{Clock, CoarseClock, clamp_instant};
+use crate::time::{Clock, SystemClock, clamp_instant};
 use crate::{Decision, Error, Quota};
 
 /// The default bound on the number of keys a [`Keyed`] limiter tracks.
@@ -120,7 +120,7 @@ const UPKEEP_PER_CHECK: usize = 2;
 ///
 /// See the [module docs](self) for what is promised under a flood and what
 /// it costs.
-pub struct Keyed<A: Algorithm, C = CoarseClock, K = ByteKey> {
+pub struct Keyed<A: Algorithm, C = SystemClock, K = ByteKey> {
     algorithm: A,
     clock: C,
     hasher: foldhash::fast::RandomState,
@@ -139,9 +139,9 @@ type LockedShard<K, S> = Padded<Mutex<Shard<K, S>>>;
 #[repr(align(64))]
 struct Padded<T>(T);
 
-impl<A: Algorithm> Keyed<A, CoarseClock, ByteKey> {
-    /// A keyed limiter on the default clock ([`CoarseClock::shared`]), with
-    /// byte-string keys and the defaults of [`Keyed::builder`].
+impl<A: Algorithm> Keyed<A, SystemClock, ByteKey> {
+    /// A keyed limiter on the default clock (the precise [`SystemClock`]),
+    /// with byte-string keys and the defaults of [`Keyed::builder`].
     pub fn new(algorithm: A) -> Self {
         Self::builder(algorithm).build()
     }
