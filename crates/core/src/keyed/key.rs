@@ -40,6 +40,10 @@ enum Repr {
 }
 
 /// A key being looked up, before anything is allocated for it.
+///
+/// Hashes exactly as the [`ByteKey`] it would be stored as (the same
+/// variants in the same order, a slice hashing as its box): the table keeps
+/// no hash and hashes stored keys again.
 #[derive(Clone, Copy, PartialEq, Eq, Hash)]
 pub(super) enum Probe<'a> {
     Exact(&'a [u8]),
@@ -141,6 +145,18 @@ mod tests {
         assert_eq!(key.heap_bytes(), 0);
         assert!(digester.probe(&long).matches(&key));
         assert!(!digester.probe(&long[1..]).matches(&key));
+    }
+
+    #[test]
+    fn a_stored_key_hashes_as_its_probe() {
+        // The table stores no hash: a resize and the expiry index hash the
+        // stored key, and must find what lookups of its probe find.
+        let (digester, hasher) = (Digester::default(), foldhash::fast::RandomState::default());
+        for len in [0, 1, MAX_EXACT_KEY_LEN, MAX_EXACT_KEY_LEN + 1, 5000] {
+            let bytes = vec![3u8; len];
+            let probe = digester.probe(&bytes);
+            assert_eq!(hasher.hash_one(probe), hasher.hash_one(probe.to_key()));
+        }
     }
 
     #[test]

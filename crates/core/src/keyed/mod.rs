@@ -18,8 +18,9 @@
 //!   table: finding a key to forget, or the wait until one can be, looks at
 //!   the index's top, never scans the table. Every check also forgets up to
 //!   two due keys, so idle keys go without a chore for the caller. The cost
-//!   is amortised O(log n) heap work per check, plus 24 bytes per key for
-//!   the index record and the stored hash.
+//!   is amortised O(log n) heap work per check, plus 16 bytes per key for
+//!   the index record (the table stores no hash: a resize or a due record
+//!   hashes the key again).
 //! - **New clients keep being served.** When a shard's table is full and no
 //!   key in it is back to full capacity, a new key is decided, by default,
 //!   by a fixed array of shared algorithm states ([`FloodPolicy::Sketch`]):
@@ -263,16 +264,22 @@ impl<A: Algorithm, C: Clock, K: Hash + Eq> Keyed<A, C, K> {
         flood: FloodPolicy,
     ) -> Self {
         let (share, extra) = (max_keys / shards, max_keys % shards);
+        let hasher = foldhash::fast::RandomState::default();
         Keyed {
             algorithm,
             clock,
-            hasher: foldhash::fast::RandomState::default(),
             digester: Digester::default(),
             shards: (0..shards)
-                .map(|i| Padded(Mutex::new(Shard::new(share + usize::from(i < extra)))))
+                .map(|i| {
+                    Padded(Mutex::new(Shard::new(
+                        share + usize::from(i < extra),
+                        hasher.clone(),
+                    )))
+                })
                 .collect(),
             // Fits: shards <= MAX_SHARDS.
             shard_mask: shards as u64 - 1,
+            hasher,
             max_keys,
             flood,
         }
@@ -332,10 +339,7 @@ impl<A: Algorithm, C: Clock, K: Hash + Eq> Keyed<A, C, K> {
         let shard = &self.shards[((hash >> 32) & self.shard_mask) as usize].0;
         let mut shard = shard.lock();
         let now = shard.advance(now);
-        let Some(entry) = shard
-            .table
-            .find_mut(hash, |e| e.hash == hash && is_key(&e.key))
-        else {
+        let Some(entry) = shard.table.find_mut(hash, |e| is_key(&e.key)) else {
             // Not tracked: full already (nothing to give back), or decided
             // by the shared cells (which keep what they counted).
             crate::ensure_fits(cost, algorithm.capacity())?;
@@ -347,7 +351,7 @@ impl<A: Algorithm, C: Clock, K: Hash + Eq> Keyed<A, C, K> {
         let after = algorithm.full_at(&entry.state);
         if after <= now {
             // Back to full: a key never seen decides the same.
-            shard.remove(algorithm, hash, |e| e.hash == hash && is_key(&e.key));
+            shard.remove(algorithm, hash, |e| is_key(&e.key));
         } else if after < before {
             shard.refile(algorithm, after, hash);
         }
@@ -359,7 +363,7 @@ impl<A: Algorithm, C: Clock, K: Hash + Eq> Keyed<A, C, K> {
         let shard = &self.shards[((hash >> 32) & self.shard_mask) as usize].0;
         shard
             .lock()
-            .remove(&self.algorithm, hash, |e| e.hash == hash && is_key(&e.key));
+            .remove(&self.algorithm, hash, |e| is_key(&e.key));
     }
 
     /// The check under every key type: `is_key` recognises the stored key,
@@ -384,10 +388,7 @@ impl<A: Algorithm, C: Clock, K: Hash + Eq> Keyed<A, C, K> {
         let algorithm = &self.algorithm;
         shard.forget_due(algorithm, now, UPKEEP_PER_CHECK);
 
-        if let Some(entry) = shard
-            .table
-            .find_mut(hash, |e| e.hash == hash && is_key(&e.key))
-        {
+        if let Some(entry) = shard.table.find_mut(hash, |e| is_key(&e.key)) {
             if DRY {
                 return algorithm.decide(&mut entry.state.clone(), now, cost);
             }
