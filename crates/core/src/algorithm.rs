@@ -112,6 +112,12 @@ pub trait StateCell: Send + Sync + fmt::Debug {
     /// The state held.
     type State;
 
+    /// The state is one machine word, as cheap to copy as a pointer: a
+    /// runner may keep a copy of it out of [`StateCell::update`] and decide
+    /// again from that copy outside (see [`Direct`](crate::Direct)'s
+    /// `check`). False by default: a lock's state may be large (a log).
+    const ONE_WORD: bool = false;
+
     /// A cell holding `state`.
     fn new(state: Self::State) -> Self;
 
@@ -152,6 +158,7 @@ pub struct AtomicCell(AtomicU64);
 
 impl StateCell for AtomicCell {
     type State = u64;
+    const ONE_WORD: bool = true;
 
     #[inline]
     fn new(state: u64) -> Self {

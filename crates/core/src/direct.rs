@@ -70,7 +70,7 @@ impl<A: Algorithm, C: Clock> Direct<A, C> {
     }
 
     /// Decides a request of weight `cost`: all or nothing. Cost 0 is a peek.
-    #[inline]
+    #[inline(always)]
     pub fn check(&self, cost: u32) -> Result<Decision, Error> {
         let reading = clamp_instant(self.clock.now_micros());
         // Published before the state is touched, and read again inside the
@@ -80,6 +80,25 @@ impl<A: Algorithm, C: Clock> Direct<A, C> {
         // closure, whose load then sees the other's instant.
         if reading > self.latest.load(Ordering::Relaxed) {
             self.latest.fetch_max(reading, Ordering::AcqRel);
+        }
+        if <A::Cell as StateCell>::ONE_WORD {
+            // The compare-and-swap loop carries only the state: the decision
+            // is made again after it, from the state the last run started
+            // from and the same instant, which gives the same decision
+            // (`decide` is a pure function of them) and writes it straight
+            // where the caller wants it. Built inside the loop, the 72-byte
+            // decision was copied out after it, through a store-forwarding
+            // stall that cost more than the whole GCRA arithmetic.
+            let mut at = reading;
+            let mut before = self.cell.update(|state| {
+                at = reading.max(self.latest.load(Ordering::Acquire));
+                let before = state.clone();
+                // Only the state change is used here (the decision is
+                // dropped, so the compiler drops what builds it).
+                let _ = self.algorithm.decide(state, at, cost);
+                before
+            });
+            return self.algorithm.decide(&mut before, at, cost);
         }
         self.cell.update(|state| {
             let now = reading.max(self.latest.load(Ordering::Acquire));
