@@ -90,7 +90,11 @@ pub(super) fn section(summary: &Summary) -> String {
         "One `redis-server` loading ratelab's module and redis-cell; raw commands through \
          the same client (one multiplexed connection, 64 tasks, one command in flight \
          each), Redis `TIME`, cost 1, every check admitted. Server µs per call: `INFO \
-         commandstats` over the run. redis-cell runs GCRA only, on the same quota.\n\n",
+         commandstats` over the run. The server is emptied (`FLUSHALL`) before each \
+         side, so that no side runs beside keys an earlier one left. redis-cell runs GCRA \
+         only, on the same quota. The sliding log reads and writes its sorted set through \
+         the module API's direct key access; the other algorithms through `GET` and `SET` \
+         calls (`RM_Call`).\n\n",
     );
     out.push_str(
         "| algorithm | backend | server µs, hot key | server µs, 100k keys | checks/s, hot key | checks/s, 100k keys |\n",

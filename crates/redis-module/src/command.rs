@@ -1,14 +1,14 @@
 //! The commands: read the key, run the algorithm crate's own `decide`, write
 //! back what the script would write, answer what the script would answer.
 
+use std::io::Write as _;
 use std::sync::LazyLock;
 
 use ratelab_core::{Algorithm, Decision};
 use ratelab_sliding_window::{Log, SlidingLog};
 
 use redis_module::{
-    CallOptions, CallOptionsBuilder, CallReply, CallResult, Context, RedisError, RedisResult,
-    RedisString, RedisValue,
+    CallOptions, CallOptionsBuilder, CallReply, CallResult, Context, RedisError, RedisValue,
 };
 
 use crate::algorithms::{Params, StringState};
@@ -26,10 +26,6 @@ static WRITE: LazyLock<CallOptions> = LazyLock::new(|| {
         .errors_as_replies()
         .build()
 });
-
-/// Plain reads: errors as replies.
-static GET: LazyLock<CallOptions> =
-    LazyLock::new(|| CallOptionsBuilder::new().errors_as_replies().build());
 
 /// Reads, and the pruning of the log (a deletion, replicated when it
 /// removes anything).
@@ -65,11 +61,6 @@ pub(crate) fn fields(decision: &Decision) -> [i64; 6] {
         micros(decision.reset_after),
         micros(decision.delay),
     ]
-}
-
-/// [`fields`] as a reply value.
-fn reply(decision: &Decision) -> RedisValue {
-    RedisValue::Array(fields(decision).map(RedisValue::Integer).to_vec())
 }
 
 /// What `TYPE key` answers (`list`, `zset`, a module type's name...).
@@ -211,20 +202,6 @@ fn integer_reply(reply: &CallReply<'_>) -> Option<i64> {
     }
 }
 
-/// `[member, score, member, score, ...]` of `ZRANGE ... WITHSCORES`.
-fn scored(reply: &CallReply<'_>) -> Vec<(Vec<u8>, Vec<u8>)> {
-    let CallReply::Array(items) = reply else {
-        return Vec::new();
-    };
-    let bytes = |i: usize| match items.get(i) {
-        Some(Ok(CallReply::String(s))) => s.as_bytes().to_vec(),
-        _ => Vec::new(),
-    };
-    (0..items.len() / 2)
-        .map(|i| (bytes(2 * i), bytes(2 * i + 1)))
-        .collect()
-}
-
 /// `RATELAB.SLIDING-LOG key version now cost slack deadline [op] window
 /// limit`: the log is the scripts' sorted set, one member `<µs>:<n>` per
 /// admitted unit, scored by the µs it was admitted at; the members of one
@@ -237,62 +214,70 @@ fn scored(reply: &CallReply<'_>) -> Vec<(Vec<u8>, Vec<u8>)> {
 /// first units whose leaving frees room for it. Every other unit is folded
 /// into the newest entry. So a check costs O(log n + cost), as the script
 /// does, not O(limit).
-pub(crate) fn sliding_log(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
+pub(crate) fn sliding_log(
+    ctx: &Context,
+    key: native::KeyArg<'_>,
+    argv: &[&[u8]],
+) -> Result<[i64; 6], RedisError> {
+    use native::log;
     const NAME: &str = SlidingLog::NAME;
-    if args.len() < 2 {
-        return Err(RedisError::WrongArity);
-    }
-    let key = args[1].as_slice();
-    let argv: Vec<&[u8]> = args[2..].iter().map(RedisString::as_slice).collect();
     let Call {
         algorithm,
         parsed,
         now,
         cost,
         op,
-    } = prologue::<SlidingLog>(&argv)?;
+    } = prologue::<SlidingLog>(argv)?;
+    if op == Op::Check
+        && let Some(fields) = check_log_directly(ctx, key, &algorithm, &parsed, now, cost)?
+    {
+        return Ok(fields);
+    }
     let window = algorithm.window_micros();
     let limit = algorithm.capacity();
-    let k = key;
+    let k = key.bytes();
 
     // A unit admitted at `at` counts while at + W > now: scores above `now - W`.
-    let cutoff = (i128::from(now) - i128::from(window)).to_string();
-    let live = format!("({cutoff}");
+    let cutoff = i128::from(now) - i128::from(window);
+    let live = || format!("({cutoff}");
+    let not_a_zset = || corrupt(NAME, k, &format!("a {}, not a zset", type_name(ctx, k)));
     let counted = if op == Op::Peek {
-        call(ctx, &GET, "ZCOUNT", &[k, live.as_bytes(), b"+inf"])
+        log::count_live(ctx, key, live().as_bytes()).integer()
     } else {
-        call(
-            ctx,
-            &READ,
-            "ZREMRANGEBYSCORE",
-            &[k, b"-inf", cutoff.as_bytes()],
-        )
-        .and_then(|_| call(ctx, &READ, "ZCARD", &[k]))
+        // Counted, then pruned only if anything is there (most keys of a
+        // quiet client have expired): the units left are those counted
+        // less those pruned, as the script's prune-then-count finds them.
+        match log::card(ctx, key).integer() {
+            Some(0) => Some(0),
+            Some(card) => {
+                // A cutoff below every i64 is below every score too.
+                let below = i64::try_from(cutoff).unwrap_or(i64::MIN);
+                let pruned = log::prune(ctx, key, below);
+                if let Some(error) = pruned.error() {
+                    return Err(RedisError::String(error));
+                }
+                pruned.integer().map(|removed| card - removed)
+            }
+            None => None,
+        }
     };
-    let Ok(counted) = counted else {
-        let what = format!("a {}, not a zset", type_name(ctx, key));
-        return Err(corrupt(NAME, key, &what));
+    let Some(counted) = counted else {
+        return Err(not_a_zset());
     };
-    let mut total = integer_reply(&counted)
-        .and_then(|n| u64::try_from(n).ok())
-        .unwrap_or(0);
+    let mut total = u64::try_from(counted).unwrap_or(0);
     if total > limit {
-        return Err(corrupt(
-            NAME,
-            key,
-            &format!("{total} entries, limit {limit}"),
-        ));
+        return Err(corrupt(NAME, k, &format!("{total} entries, limit {limit}")));
     }
     // The instant of one entry, checked as the script checks the newest.
     let skew = parsed.skew();
-    let instant = |(member, score): &(Vec<u8>, Vec<u8>)| {
+    let instant = |member: &[u8], score: &[u8]| {
         lua::number(score)
             .and_then(lua::stored_integer)
             .filter(|&at| at <= now.saturating_add(skew))
             .ok_or_else(|| {
                 corrupt(
                     NAME,
-                    key,
+                    k,
                     &format!("entry {} at {}", show(member), show(score)),
                 )
             })
@@ -301,13 +286,11 @@ pub(crate) fn sliding_log(ctx: &Context, args: Vec<RedisString>) -> RedisResult 
         if total == 0 {
             return Ok(None);
         }
-        let last = call(ctx, &READ, "ZRANGE", &[k, b"-1", b"-1", b"WITHSCORES"]);
-        let last = last.as_ref().map(scored).unwrap_or_default();
-        instant(
-            last.first()
-                .ok_or_else(|| corrupt(NAME, key, "no newest entry"))?,
-        )
-        .map(Some)
+        let last = log::newest(ctx, key);
+        match (last.element(0), last.element(1)) {
+            (Some(member), Some(score)) => instant(member, score).map(Some),
+            _ => Err(corrupt(NAME, k, "no newest entry")),
+        }
     };
     let mut newest = newest_of(total)?;
 
@@ -348,11 +331,11 @@ pub(crate) fn sliding_log(ctx: &Context, args: Vec<RedisString>) -> RedisResult 
             call(ctx, &WRITE, "PEXPIRE", &[k, ttl.as_bytes()]).map_err(|e| passed_on(&e))?;
         }
         let mut log = Log::from_entries(newest.map(|at| (at, total)))
-            .ok_or_else(|| corrupt(NAME, key, "entries out of order"))?;
+            .ok_or_else(|| corrupt(NAME, k, "entries out of order"))?;
         let decision = algorithm
             .decide(&mut log, now, 0)
             .map_err(|_| invalid(NAME))?;
-        return Ok(reply(&decision));
+        return Ok(fields(&decision));
     }
 
     let mut entries: Vec<(u64, u64)> = Vec::new();
@@ -361,23 +344,18 @@ pub(crate) fn sliding_log(ctx: &Context, args: Vec<RedisString>) -> RedisResult 
         let needed = (total + u64::from(cost)).saturating_sub(limit);
         let exact = needed.min(total);
         if exact > 0 {
-            let count = exact.to_string();
-            let first = call(
+            let first = log::first(
                 ctx,
-                &READ,
-                "ZRANGEBYSCORE",
-                &[
-                    k,
-                    live.as_bytes(),
-                    b"+inf",
-                    b"WITHSCORES",
-                    b"LIMIT",
-                    b"0",
-                    count.as_bytes(),
-                ],
+                key,
+                live().as_bytes(),
+                i64::try_from(exact).unwrap_or(i64::MAX),
             );
-            for item in first.as_ref().map(scored).unwrap_or_default() {
-                let at = instant(&item)?;
+            for i in 0..first.len() / 2 {
+                let (Some(member), Some(score)) = (first.element(2 * i), first.element(2 * i + 1))
+                else {
+                    break;
+                };
+                let at = instant(member, score)?;
                 match entries.last_mut() {
                     Some((last, units)) if *last == at => *units += 1,
                     _ => entries.push((at, 1)),
@@ -390,33 +368,136 @@ pub(crate) fn sliding_log(ctx: &Context, args: Vec<RedisString>) -> RedisResult 
         }
     }
     let mut log =
-        Log::from_entries(entries).ok_or_else(|| corrupt(NAME, key, "entries out of order"))?;
+        Log::from_entries(entries).ok_or_else(|| corrupt(NAME, k, "entries out of order"))?;
 
     let decision = algorithm
         .decide(&mut log, now, cost)
         .map_err(|_| invalid(NAME))?;
     if op == Op::Check && decision.allowed && cost > 0 {
         let at = log.entries().last().map_or(now, |(at, _)| at);
-        let at_text = at.to_string();
-        let at_bytes = at_text.as_bytes();
+        // Instants are below 2^53 (`stored`), so they fit an i64.
+        let at_signed = i64::try_from(at).unwrap_or(i64::MAX);
         // Members go on numbering the units already logged at that instant.
         let first = if newest == Some(at) {
-            call(ctx, &READ, "ZCOUNT", &[k, at_bytes, at_bytes])
-                .ok()
-                .as_ref()
-                .and_then(integer_reply)
+            log::count_at(ctx, key, at_signed)
+                .integer()
                 .and_then(|n| u64::try_from(n).ok())
                 .unwrap_or(0)
         } else {
             0
         };
-        add_units(ctx, k, at, first, u64::from(cost))?;
-        let ttl = parsed
-            .ttl_millis(duration_micros(decision.reset_after))
-            .to_string();
-        call(ctx, &WRITE, "PEXPIRE", &[k, ttl.as_bytes()]).map_err(|e| passed_on(&e))?;
+        if cost == 1 {
+            let mut member = [0u8; 48];
+            let len = {
+                let mut cursor = std::io::Cursor::new(&mut member[..]);
+                write!(cursor, "{at}:{}", first + 1).expect("two u64 fit 48 bytes");
+                usize::try_from(cursor.position()).expect("at most 48")
+            };
+            let added = log::add_one(ctx, key, at_signed, &member[..len]);
+            if let Some(error) = added.error() {
+                return Err(RedisError::String(error));
+            }
+        } else {
+            add_units(ctx, k, at, first, u64::from(cost))?;
+        }
+        let ttl = parsed.ttl_millis(duration_micros(decision.reset_after));
+        let expired = log::expire(ctx, key, i64::try_from(ttl).unwrap_or(i64::MAX));
+        if let Some(error) = expired.error() {
+            return Err(RedisError::String(error));
+        }
     }
-    Ok(reply(&decision))
+    Ok(fields(&decision))
+}
+
+/// A check of the sliding log on its sorted set opened for direct access
+/// ([`native::zset`]): the same reads, decision and writes as the command
+/// path below, a few calls into Redis's data structures rather than a
+/// command each. `None` when the key holds what the scripts' error
+/// wording must describe (another type, too many units, an instant that
+/// is not one): the command path reads it again and answers that error.
+fn check_log_directly(
+    ctx: &Context,
+    key: native::KeyArg<'_>,
+    algorithm: &SlidingLog,
+    parsed: &Args,
+    now: u64,
+    cost: u32,
+) -> Result<Option<[i64; 6]>, RedisError> {
+    use native::zset::{self, Holds};
+    let mut set = zset::open(ctx, key);
+    if set.holds() == Holds::Other {
+        return Ok(None);
+    }
+    let limit = algorithm.capacity();
+    let cutoff = i128::from(now) - i128::from(algorithm.window_micros());
+    // A cutoff below every i64 is below every score too.
+    let cutoff = i64::try_from(cutoff).unwrap_or(i64::MIN);
+    let card = set.len();
+    let pruned = if card > 0 { set.prune(cutoff) } else { 0 };
+    let total = card.saturating_sub(pruned);
+    if total > limit {
+        return Ok(None);
+    }
+    let latest = now.saturating_add(parsed.skew());
+    let instant = |score: f64| lua::stored_integer(score).filter(|&at| at <= latest);
+    let newest = match set.newest() {
+        None if total == 0 => None,
+        Some(score) if total > 0 => match instant(score) {
+            Some(at) => Some(at),
+            None => return Ok(None),
+        },
+        _ => return Ok(None),
+    };
+
+    let mut entries: Vec<(u64, u64)> = Vec::new();
+    if let Some(at) = newest {
+        // A refusal reads when the first `needed` live units leave.
+        let exact = (total + u64::from(cost)).saturating_sub(limit).min(total);
+        let mut bad = false;
+        set.first_after(cutoff, exact, |score| match instant(score) {
+            Some(at) => match entries.last_mut() {
+                Some((last, units)) if *last == at => *units += 1,
+                _ => entries.push((at, 1)),
+            },
+            None => bad = true,
+        });
+        if bad {
+            return Ok(None);
+        }
+        let folded: u64 = entries.iter().map(|&(_, units)| units).sum();
+        if total > folded {
+            entries.push((at, total - folded));
+        }
+    }
+    let Some(mut log) = Log::from_entries(entries) else {
+        return Ok(None);
+    };
+    let decision = algorithm
+        .decide(&mut log, now, cost)
+        .map_err(|_| invalid(SlidingLog::NAME))?;
+    if decision.allowed && cost > 0 {
+        let at = log.entries().last().map_or(now, |(at, _)| at);
+        // Instants are below 2^53 (`stored`): exact as an i64 and an f64.
+        let at_signed = i64::try_from(at).unwrap_or(i64::MAX);
+        // Members go on numbering the units already logged at that instant.
+        #[allow(clippy::cast_precision_loss)]
+        let first = if newest == Some(at) {
+            set.count_at(at as f64)
+        } else {
+            0
+        };
+        let mut member = [0u8; 48];
+        for n in first + 1..=first + u64::from(cost) {
+            let mut cursor = std::io::Cursor::new(&mut member[..]);
+            write!(cursor, "{at}:{n}").expect("two u64 fit 48 bytes");
+            let len = usize::try_from(cursor.position()).expect("at most 48");
+            set.add(at_signed, &member[..len])
+                .map_err(RedisError::String)?;
+        }
+        let ttl = parsed.ttl_millis(duration_micros(decision.reset_after));
+        set.expire(ttl).map_err(RedisError::String)?;
+    }
+    Ok(Some(fields(&decision)))
 }
 
 /// Adds `n` units at `at`, members `<at>:<first + 1>` onwards, in chunks of

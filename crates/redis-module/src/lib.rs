@@ -48,22 +48,32 @@
 //! OOM options, and a loader macro. A hand-written FFI of the dozen
 //! functions used here would spare a build dependency on libclang
 //! (Debian: `clang libclang-dev`) and little else: the time per call goes
-//! to Redis itself, not to the binding. The hot path (the six commands
-//! whose state is one string) is registered on the module API directly
+//! to Redis itself, not to the binding. The hot path (the seven
+//! algorithms' commands) is registered on the module API directly
 //! (`native.rs`), which is the crate's `unsafe` code: the binding's wrapper
 //! copies every argument, and its calls and replies allocate, a
 //! microsecond a call on a command that costs three or four.
 //!
-//! Reads and writes go through `RM_Call` (`GET`, `SET ... PXAT`, and
-//! `ZADD`/`PEXPIRE` for the log) with replication on: replicas and the AOF
+//! The strings (six algorithms) are read and written through `RM_Call`
+//! (`GET`, `SET ... PXAT`) with replication on: replicas and the AOF
 //! receive the same effects a script would send, the string takes Redis's
 //! most compact encoding (an integer for GCRA's timestamp, as the script's
 //! `SET` gives), and a server out of memory refuses the write as it refuses
 //! a script's. Direct key access (`RM_OpenKey`, `RM_StringDMA`,
-//! `RM_StringSet`) is set aside on purpose: Redis turns a string opened
-//! for direct access into a raw one, even to read it, and stores a module's
-//! string as it was made, never as an integer, so keys would take more
-//! memory than the scripts' and change encoding on a mere refusal.
+//! `RM_StringSet`) is set aside for strings on purpose: Redis turns a string
+//! opened for direct access into a raw one, even to read it, and stores a
+//! module's string as it was made, never as an integer, so keys would take
+//! more memory than the scripts' and change encoding on a mere refusal.
+//!
+//! The sliding log's sorted set is the other way round: `RM_ZsetAdd` and
+//! `ZADD` store a set alike (both through Redis's own `zsetAdd`), so its
+//! check opens the key for direct access and counts, prunes, reads and adds
+//! without a command per step (five `RM_Call`s were three times GCRA's
+//! time). Its effects still reach replicas and the AOF as the commands a
+//! script sends (`ZREMRANGEBYSCORE`, `ZADD`, `PEXPIREAT`, by
+//! `RM_Replicate`), raise the same keyspace events, and a server out of
+//! memory refuses the `ZADD`. Peeks and refunds, and any key whose content
+//! the error replies must quote, go through `RM_Call` as before.
 
 #![warn(missing_docs)]
 // `unsafe` is confined to `native`: the hot path on the module API (see
@@ -116,7 +126,7 @@ fn protocol(_: &Context, _: Vec<RedisString>) -> RedisResult {
 mod entry {
     use super::*;
 
-    /// The six string-state commands, registered on the module API itself
+    /// The seven algorithms' commands, registered on the module API itself
     /// (`native`): their hot path skips the binding's argument copies.
     fn init(ctx: &Context, args: &[RedisString]) -> Status {
         native::register(ctx, args)
@@ -127,8 +137,8 @@ mod entry {
     // serves its short-lived buffers, and the rlib stays usable outside Redis.
     // Flags: "write" (a replica refuses it; a cluster routes it by its one key,
     // the first argument); no "deny-oom": as for a script, only a write is
-    // refused when memory is full. The O(1) algorithms' commands ("write
-    // fast") are registered by `init`.
+    // refused when memory is full. The algorithms' commands are registered by
+    // `init`.
     redis_module! {
         name: "ratelab",
         version: 1,
@@ -136,7 +146,6 @@ mod entry {
         data_types: [],
         init: init,
         commands: [
-            ["ratelab.sliding-log", command::sliding_log, "write", 1, 1, 1, ""],
             ["ratelab.protocol", protocol, "readonly fast", 0, 0, 0, ""],
         ],
     }

@@ -182,6 +182,36 @@ unsafe extern "C" fn string_command<A: StringState>(
     argv: *mut *mut raw::RedisModuleString,
     argc: c_int,
 ) -> c_int {
+    // SAFETY: as Redis called this function.
+    unsafe { run(ctx, argv, argc, command::string_command::<A>) }
+}
+
+/// The sliding log's command ([`command::sliding_log`]), as Redis calls it.
+///
+/// # Safety
+///
+/// Called by Redis only, with its context and `argc` live arguments.
+unsafe extern "C" fn sliding_log_command(
+    ctx: *mut raw::RedisModuleCtx,
+    argv: *mut *mut raw::RedisModuleString,
+    argc: c_int,
+) -> c_int {
+    // SAFETY: as Redis called this function.
+    unsafe { run(ctx, argv, argc, command::sliding_log) }
+}
+
+/// Runs a command on its key and the arguments after it, read in place,
+/// and writes its reply: the six fields, or the error.
+///
+/// # Safety
+///
+/// `ctx`, `argv` and `argc` are what Redis passed a command function.
+unsafe fn run(
+    ctx: *mut raw::RedisModuleCtx,
+    argv: *mut *mut raw::RedisModuleString,
+    argc: c_int,
+    command: impl FnOnce(&Context, KeyArg<'_>, &[&[u8]]) -> Result<[i64; 6], RedisError>,
+) -> c_int {
     let context = Context::new(ctx);
     let argc = usize::try_from(argc).unwrap_or(0);
     if argv.is_null() || argc < 2 {
@@ -209,7 +239,7 @@ unsafe extern "C" fn string_command<A: StringState>(
         heap = rest.iter().map(|&arg| unsafe { bytes(arg) }).collect();
         &heap
     };
-    match command::string_command::<A>(&context, key, after_key) {
+    match command(&context, key, after_key) {
         Ok(fields) => {
             // SAFETY: replies on the context of the running command.
             unsafe {
@@ -225,28 +255,49 @@ unsafe extern "C" fn string_command<A: StringState>(
     }
 }
 
-/// The commands registered here: name, function. Flags: "write" (a replica
-/// refuses it; a cluster routes it by its one key, the first argument),
-/// "fast" (O(1)); no "deny-oom": as for a script, only a write is refused
-/// when memory is full.
-const STRING_COMMANDS: [(&std::ffi::CStr, raw::RedisModuleCmdFunc); 6] = [
-    (c"ratelab.fixed-window", Some(string_command::<FixedWindow>)),
+/// The commands registered here: name, function, flags. "write": a replica
+/// refuses it; a cluster routes it by its one key, the first argument.
+/// "fast": O(1), which the log is not (O(log n + cost)). No "deny-oom": as
+/// for a script, only a write is refused when memory is full.
+const COMMANDS: [(&std::ffi::CStr, raw::RedisModuleCmdFunc, &std::ffi::CStr); 7] = [
+    (
+        c"ratelab.fixed-window",
+        Some(string_command::<FixedWindow>),
+        FAST,
+    ),
+    (c"ratelab.sliding-log", Some(sliding_log_command), c"write"),
     (
         c"ratelab.sliding-counter",
         Some(string_command::<SlidingCounter>),
+        FAST,
     ),
-    (c"ratelab.leaky-meter", Some(string_command::<LeakyMeter>)),
-    (c"ratelab.leaky-queue", Some(string_command::<LeakyQueue>)),
-    (c"ratelab.token-bucket", Some(string_command::<TokenBucket>)),
-    (c"ratelab.gcra", Some(string_command::<Gcra>)),
+    (
+        c"ratelab.leaky-meter",
+        Some(string_command::<LeakyMeter>),
+        FAST,
+    ),
+    (
+        c"ratelab.leaky-queue",
+        Some(string_command::<LeakyQueue>),
+        FAST,
+    ),
+    (
+        c"ratelab.token-bucket",
+        Some(string_command::<TokenBucket>),
+        FAST,
+    ),
+    (c"ratelab.gcra", Some(string_command::<Gcra>), FAST),
 ];
 
-/// Registers the string-state commands (the module's `init`).
+/// The flags of an O(1) command.
+const FAST: &std::ffi::CStr = c"write fast";
+
+/// Registers the algorithms' commands (the module's `init`).
 pub(crate) fn register(ctx: &Context, _args: &[RedisString]) -> Status {
     let Some(create) = (unsafe { raw::RedisModule_CreateCommand }) else {
         return Status::Err;
     };
-    for (name, function) in STRING_COMMANDS {
+    for (name, function, flags) in COMMANDS {
         // SAFETY: the context of OnLoad; static NUL-terminated names and
         // flags; a function of the right signature.
         let status = unsafe {
@@ -254,7 +305,7 @@ pub(crate) fn register(ctx: &Context, _args: &[RedisString]) -> Status {
                 ctx.get_raw(),
                 name.as_ptr(),
                 function,
-                c"write fast".as_ptr(),
+                flags.as_ptr(),
                 1,
                 1,
                 1,
@@ -266,4 +317,489 @@ pub(crate) fn register(ctx: &Context, _args: &[RedisString]) -> Status {
         }
     }
     Status::Ok
+}
+
+/// A reply of `RM_Call`, freed on drop.
+#[derive(Debug)]
+pub(crate) struct Reply<'a> {
+    reply: *mut raw::RedisModuleCallReply,
+    _call: PhantomData<&'a Context>,
+}
+
+impl Reply<'_> {
+    /// The integer answered, `None` for any other reply.
+    pub(crate) fn integer(&self) -> Option<i64> {
+        (!self.reply.is_null() && raw::call_reply_type(self.reply) == raw::ReplyType::Integer)
+            .then(|| raw::call_reply_integer(self.reply))
+    }
+
+    /// The error answered (a null reply is one too: the call was refused).
+    pub(crate) fn error(&self) -> Option<String> {
+        if self.reply.is_null() {
+            return Some("ratelab: a call of the log failed".to_owned());
+        }
+        (raw::call_reply_type(self.reply) == raw::ReplyType::Error)
+            .then(|| raw::call_reply_string(self.reply).unwrap_or_default())
+    }
+
+    /// The `i`-th element of an array of strings, if there is one.
+    pub(crate) fn element(&self, i: usize) -> Option<&[u8]> {
+        if self.reply.is_null() || raw::call_reply_type(self.reply) != raw::ReplyType::Array {
+            return None;
+        }
+        if i >= raw::call_reply_length(self.reply) {
+            return None;
+        }
+        let element = raw::call_reply_array_element(self.reply, i);
+        if element.is_null() || raw::call_reply_type(element) != raw::ReplyType::String {
+            return None;
+        }
+        let mut len = 0;
+        let ptr = raw::call_reply_string_ptr(element, &mut len);
+        if ptr.is_null() || len == 0 {
+            return Some(&[]);
+        }
+        // SAFETY: an element lives as long as its array, freed only on drop.
+        Some(unsafe { std::slice::from_raw_parts(ptr.cast::<u8>(), len) })
+    }
+
+    /// How many elements an array holds (0 for any other reply).
+    pub(crate) fn len(&self) -> usize {
+        if self.reply.is_null() || raw::call_reply_type(self.reply) != raw::ReplyType::Array {
+            return 0;
+        }
+        raw::call_reply_length(self.reply)
+    }
+}
+
+impl Drop for Reply<'_> {
+    fn drop(&mut self) {
+        if !self.reply.is_null() {
+            // SAFETY: a reply of RM_Call, freed once.
+            unsafe { raw::RedisModule_FreeCallReply.expect("the module API")(self.reply) };
+        }
+    }
+}
+
+/// `RM_Call(ctx, command, format, args...)` as a [`Reply`]: the format's
+/// conversions must match the arguments (`s` a live Redis string, `c` a
+/// NUL-terminated C string, `b` a pointer and a length, `l` an `i64`).
+macro_rules! rm_call {
+    ($ctx:expr, $command:literal, $format:literal $(, $arg:expr)* $(,)?) => {{
+        // SAFETY: the caller passes arguments matching the format's
+        // conversions; RM_Call copies what it needs before it returns, and
+        // the reply is freed by `Reply`.
+        let reply = unsafe {
+            raw::RedisModule_Call.expect("the module API")(
+                $ctx.get_raw(),
+                $command.as_ptr(),
+                $format.as_ptr(),
+                $($arg),*
+            )
+        };
+        Reply {
+            reply,
+            _call: PhantomData,
+        }
+    }};
+}
+
+/// The calls of the sliding log's hot path, on the module API: the
+/// scripts' own commands, arguments passed by reference or as C buffers.
+/// Reads answer errors as replies (`E`); writes are also replicated (`!`)
+/// and refused when memory is full (`M`), as a script's are.
+pub(crate) mod log {
+    use super::*;
+
+    /// `ZCARD key`.
+    pub(crate) fn card<'a>(ctx: &'a Context, key: KeyArg<'_>) -> Reply<'a> {
+        rm_call!(ctx, c"ZCARD", c"Es", key.object)
+    }
+
+    /// `ZREMRANGEBYSCORE key -inf cutoff`: prunes the units that left.
+    /// Replicated when it removes anything; no memory check, as it frees.
+    pub(crate) fn prune<'a>(ctx: &'a Context, key: KeyArg<'_>, cutoff: i64) -> Reply<'a> {
+        rm_call!(
+            ctx,
+            c"ZREMRANGEBYSCORE",
+            c"!Escl",
+            key.object,
+            c"-inf".as_ptr(),
+            cutoff
+        )
+    }
+
+    /// `ZCOUNT key (cutoff +inf`: the live units, nothing written.
+    pub(crate) fn count_live<'a>(ctx: &'a Context, key: KeyArg<'_>, live: &[u8]) -> Reply<'a> {
+        rm_call!(
+            ctx,
+            c"ZCOUNT",
+            c"Esbc",
+            key.object,
+            live.as_ptr().cast::<c_char>(),
+            live.len(),
+            c"+inf".as_ptr()
+        )
+    }
+
+    /// `ZCOUNT key at at`: the units logged at one instant.
+    pub(crate) fn count_at<'a>(ctx: &'a Context, key: KeyArg<'_>, at: i64) -> Reply<'a> {
+        rm_call!(ctx, c"ZCOUNT", c"Esll", key.object, at, at)
+    }
+
+    /// `ZRANGE key -1 -1 WITHSCORES`: the newest unit and its instant.
+    pub(crate) fn newest<'a>(ctx: &'a Context, key: KeyArg<'_>) -> Reply<'a> {
+        rm_call!(
+            ctx,
+            c"ZRANGE",
+            c"Esccc",
+            key.object,
+            c"-1".as_ptr(),
+            c"-1".as_ptr(),
+            c"WITHSCORES".as_ptr()
+        )
+    }
+
+    /// `ZRANGEBYSCORE key (cutoff +inf WITHSCORES LIMIT 0 count`: the first
+    /// `count` live units and their instants.
+    pub(crate) fn first<'a>(
+        ctx: &'a Context,
+        key: KeyArg<'_>,
+        live: &[u8],
+        count: i64,
+    ) -> Reply<'a> {
+        rm_call!(
+            ctx,
+            c"ZRANGEBYSCORE",
+            c"Esbccccl",
+            key.object,
+            live.as_ptr().cast::<c_char>(),
+            live.len(),
+            c"+inf".as_ptr(),
+            c"WITHSCORES".as_ptr(),
+            c"LIMIT".as_ptr(),
+            c"0".as_ptr(),
+            count
+        )
+    }
+
+    /// `ZADD key at member`: one unit.
+    pub(crate) fn add_one<'a>(
+        ctx: &'a Context,
+        key: KeyArg<'_>,
+        at: i64,
+        member: &[u8],
+    ) -> Reply<'a> {
+        rm_call!(
+            ctx,
+            c"ZADD",
+            c"!MEslb",
+            key.object,
+            at,
+            member.as_ptr().cast::<c_char>(),
+            member.len()
+        )
+    }
+
+    /// `PEXPIRE key ttl_ms`.
+    pub(crate) fn expire<'a>(ctx: &'a Context, key: KeyArg<'_>, ttl_ms: i64) -> Reply<'a> {
+        rm_call!(ctx, c"PEXPIRE", c"!MEsl", key.object, ttl_ms)
+    }
+}
+
+/// The sliding log's sorted set opened for direct access: counted, pruned,
+/// read and added to without a command per step. A sorted set, unlike a
+/// string, is stored the same whichever way it is written (`RM_ZsetAdd`
+/// and `ZADD` both go through Redis's `zsetAdd`), so direct access leaves
+/// the key as the script would. The effects go to replicas and the AOF as
+/// the commands a script sends (`RM_Replicate`), and raise the keyspace
+/// events those commands raise.
+pub(crate) mod zset {
+    use super::*;
+
+    /// A function of the module API, set when the module loaded.
+    fn api<F>(function: Option<F>) -> F {
+        function.expect("the module API is loaded")
+    }
+
+    /// What the module API answers on success (`REDISMODULE_OK`, 0).
+    const OK: c_int = 0;
+    const _: () = assert!(raw::REDISMODULE_OK == 0);
+
+    /// `score <= at` (`false`) or `score < at` (`true`), as Redis's ranges.
+    type Exclusive = bool;
+
+    /// An open sorted set (or an empty key), closed on drop.
+    #[derive(Debug)]
+    pub(crate) struct Open<'a> {
+        ctx: &'a Context,
+        name: KeyArg<'a>,
+        key: *mut raw::RedisModuleKey,
+    }
+
+    /// What the key holds.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    pub(crate) enum Holds {
+        Nothing,
+        Zset,
+        Other,
+    }
+
+    /// Opens `name` to read and write.
+    pub(crate) fn open<'a>(ctx: &'a Context, name: KeyArg<'a>) -> Open<'a> {
+        let mode =
+            c_int::try_from(raw::REDISMODULE_READ | raw::REDISMODULE_WRITE).expect("small flags");
+        // SAFETY: the running command's context and one of its arguments;
+        // the handle is closed by `Open`'s drop, before the command returns.
+        let key = unsafe {
+            raw::RedisModule_OpenKey.expect("the module API")(ctx.get_raw(), name.object, mode)
+        };
+        Open { ctx, name, key }
+    }
+
+    impl Open<'_> {
+        /// What the key holds.
+        pub(crate) fn holds(&self) -> Holds {
+            if self.key.is_null() {
+                return Holds::Other;
+            }
+            // SAFETY: an open key.
+            let kind = unsafe { raw::RedisModule_KeyType.expect("the module API")(self.key) };
+            match kind as isize {
+                raw::REDISMODULE_KEYTYPE_EMPTY => Holds::Nothing,
+                raw::REDISMODULE_KEYTYPE_ZSET => Holds::Zset,
+                _ => Holds::Other,
+            }
+        }
+
+        /// How many units the set holds (`ZCARD`).
+        pub(crate) fn len(&self) -> u64 {
+            if self.holds() != Holds::Zset {
+                return 0;
+            }
+            // SAFETY: an open sorted set.
+            let len = unsafe { raw::RedisModule_ValueLength.expect("the module API")(self.key) };
+            u64::try_from(len).unwrap_or(u64::MAX)
+        }
+
+        /// Calls `each` with the scores from `min` up (and the element, a
+        /// string the callee takes or leaves to be freed), while it answers
+        /// `true`.
+        fn walk(
+            &self,
+            min: f64,
+            min_exclusive: Exclusive,
+            max: f64,
+            mut each: impl FnMut(f64, *mut raw::RedisModuleString) -> (bool, bool),
+        ) {
+            if self.holds() != Holds::Zset {
+                return;
+            }
+            // SAFETY: an open sorted set; an iterator started here is stopped
+            // before this returns; every element returned is either taken by
+            // `each` or freed here.
+            unsafe {
+                let started = api(raw::RedisModule_ZsetFirstInScoreRange)(
+                    self.key,
+                    min,
+                    max,
+                    c_int::from(min_exclusive),
+                    0,
+                );
+                if started != OK {
+                    return;
+                }
+                while api(raw::RedisModule_ZsetRangeEndReached)(self.key) == 0 {
+                    let mut score = 0.0;
+                    let element =
+                        api(raw::RedisModule_ZsetRangeCurrentElement)(self.key, &mut score);
+                    if element.is_null() {
+                        break;
+                    }
+                    let (taken, more) = each(score, element);
+                    if !taken {
+                        api(raw::RedisModule_FreeString)(self.ctx.get_raw(), element);
+                    }
+                    if !more || api(raw::RedisModule_ZsetRangeNext)(self.key) == 0 {
+                        break;
+                    }
+                }
+                api(raw::RedisModule_ZsetRangeStop)(self.key);
+            }
+        }
+
+        /// Removes the units at or before `cutoff` (`ZREMRANGEBYSCORE key
+        /// -inf cutoff`); how many it removed.
+        pub(crate) fn prune(&mut self, cutoff: i64) -> u64 {
+            let mut gone: Vec<*mut raw::RedisModuleString> = Vec::new();
+            // Exact: instants are below 2^53, and a cutoff below every
+            // score removes nothing either way.
+            #[allow(clippy::cast_precision_loss)]
+            let max = cutoff as f64;
+            self.walk(f64::NEG_INFINITY, false, max, |_, element| {
+                gone.push(element);
+                (true, true)
+            });
+            if gone.is_empty() {
+                return 0;
+            }
+            // SAFETY: an open sorted set and elements of it, each freed once.
+            unsafe {
+                for &element in &gone {
+                    let mut deleted = 0;
+                    api(raw::RedisModule_ZsetRem)(self.key, element, &mut deleted);
+                    api(raw::RedisModule_FreeString)(self.ctx.get_raw(), element);
+                }
+                api(raw::RedisModule_Replicate)(
+                    self.ctx.get_raw(),
+                    c"ZREMRANGEBYSCORE".as_ptr(),
+                    c"scl".as_ptr(),
+                    self.name.object,
+                    c"-inf".as_ptr(),
+                    cutoff,
+                );
+                self.notify(raw::REDISMODULE_NOTIFY_ZSET, c"zremrangebyscore");
+                if self.holds() == Holds::Nothing {
+                    self.notify(raw::REDISMODULE_NOTIFY_GENERIC, c"del");
+                }
+            }
+            u64::try_from(gone.len()).unwrap_or(u64::MAX)
+        }
+
+        /// The newest unit's instant (`ZRANGE key -1 -1 WITHSCORES`).
+        pub(crate) fn newest(&self) -> Option<f64> {
+            if self.holds() != Holds::Zset {
+                return None;
+            }
+            let mut newest = None;
+            // SAFETY: an open sorted set; the iterator is stopped and the
+            // element freed before this returns.
+            unsafe {
+                let started = api(raw::RedisModule_ZsetLastInScoreRange)(
+                    self.key,
+                    f64::NEG_INFINITY,
+                    f64::INFINITY,
+                    0,
+                    0,
+                );
+                if started == OK && api(raw::RedisModule_ZsetRangeEndReached)(self.key) == 0 {
+                    let mut score = 0.0;
+                    let element =
+                        api(raw::RedisModule_ZsetRangeCurrentElement)(self.key, &mut score);
+                    if !element.is_null() {
+                        api(raw::RedisModule_FreeString)(self.ctx.get_raw(), element);
+                        newest = Some(score);
+                    }
+                }
+                api(raw::RedisModule_ZsetRangeStop)(self.key);
+            }
+            newest
+        }
+
+        /// The instants of the first `n` units after `cutoff`, oldest first.
+        pub(crate) fn first_after(&self, cutoff: i64, n: u64, mut each: impl FnMut(f64)) {
+            if n == 0 {
+                return;
+            }
+            let mut left = n;
+            #[allow(clippy::cast_precision_loss)]
+            let min = cutoff as f64;
+            self.walk(min, true, f64::INFINITY, |score, _| {
+                each(score);
+                left -= 1;
+                (false, left > 0)
+            });
+        }
+
+        /// How many units were admitted at `at` (`ZCOUNT key at at`).
+        pub(crate) fn count_at(&self, at: f64) -> u64 {
+            let mut count = 0;
+            self.walk(at, false, at, |_, _| {
+                count += 1;
+                (false, true)
+            });
+            count
+        }
+
+        /// Adds one unit, `member` at `at` (`ZADD key at member`), unless
+        /// the server is out of memory (as `ZADD` from a script is refused).
+        pub(crate) fn add(&mut self, at: i64, member: &[u8]) -> Result<(), String> {
+            // SAFETY: no arguments.
+            let used = unsafe { api(raw::RedisModule_GetUsedMemoryRatio)() };
+            if used > 1.0 {
+                return Err("OOM command not allowed when used memory > 'maxmemory'.".to_owned());
+            }
+            #[allow(clippy::cast_precision_loss)]
+            let score = at as f64;
+            // SAFETY: an open key; a string made here and freed once; the
+            // replicated command's format matches its arguments.
+            unsafe {
+                let ctx = self.ctx.get_raw();
+                let element =
+                    api(raw::RedisModule_CreateString)(ctx, member.as_ptr().cast(), member.len());
+                let mut flags = 0;
+                let added = api(raw::RedisModule_ZsetAdd)(self.key, score, element, &mut flags);
+                api(raw::RedisModule_FreeString)(ctx, element);
+                if added != OK {
+                    return Err("ratelab sliding-log: cannot add to the log".to_owned());
+                }
+                api(raw::RedisModule_Replicate)(
+                    ctx,
+                    c"ZADD".as_ptr(),
+                    c"slb".as_ptr(),
+                    self.name.object,
+                    at,
+                    member.as_ptr().cast::<c_char>(),
+                    member.len(),
+                );
+                self.notify(raw::REDISMODULE_NOTIFY_ZSET, c"zadd");
+            }
+            Ok(())
+        }
+
+        /// Expires the key `ttl_ms` from now (`PEXPIRE`, which Redis
+        /// replicates as `PEXPIREAT`).
+        pub(crate) fn expire(&mut self, ttl_ms: u64) -> Result<(), String> {
+            let at = (unix_micros() / 1000).saturating_add(ttl_ms);
+            let at = i64::try_from(at).unwrap_or(i64::MAX);
+            // SAFETY: an open key; the replicated command's format matches
+            // its arguments.
+            unsafe {
+                if api(raw::RedisModule_SetAbsExpire)(self.key, at) != OK {
+                    return Err("ratelab sliding-log: cannot expire the log".to_owned());
+                }
+                api(raw::RedisModule_Replicate)(
+                    self.ctx.get_raw(),
+                    c"PEXPIREAT".as_ptr(),
+                    c"sl".as_ptr(),
+                    self.name.object,
+                    at,
+                );
+                self.notify(raw::REDISMODULE_NOTIFY_GENERIC, c"expire");
+            }
+            Ok(())
+        }
+
+        /// Raises a keyspace event on the key, as the command would.
+        fn notify(&self, class: c_int, event: &std::ffi::CStr) {
+            // SAFETY: the running command's context and key argument.
+            unsafe {
+                raw::RedisModule_NotifyKeyspaceEvent.expect("the module API")(
+                    self.ctx.get_raw(),
+                    class,
+                    event.as_ptr(),
+                    self.name.object,
+                );
+            }
+        }
+    }
+
+    impl Drop for Open<'_> {
+        fn drop(&mut self) {
+            if !self.key.is_null() {
+                // SAFETY: a key opened by `open`, closed once.
+                unsafe { raw::RedisModule_CloseKey.expect("the module API")(self.key) };
+            }
+        }
+    }
 }

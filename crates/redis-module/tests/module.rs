@@ -551,3 +551,78 @@ fn start_cluster() -> RedisCluster {
     let module = module_path().to_str().expect("a UTF-8 path");
     RedisCluster::start_with(&["--loadmodule", module])
 }
+
+/// A replica receives the effects of every command, as it receives a
+/// script's: after checks that add, refuse, add several units at once and
+/// prune (the sliding log's direct writes among them), every key holds the
+/// same bytes and about the same TTL on the replica as on its master. The
+/// replica does not load the module: what it replays are plain commands.
+#[test]
+fn a_replica_holds_what_its_master_holds() {
+    let master = support::server();
+    let port = master.port().to_string();
+    let replica =
+        ratelab_testkit::redis::RedisServer::start_with(&["--replicaof", "127.0.0.1", &port]);
+    let mut connection = connect(&master.url());
+    let mut copy = connect(&replica.url());
+    let linked = (0..200).any(|_| {
+        let info: String = redis::cmd("INFO")
+            .arg("replication")
+            .query(&mut copy)
+            .unwrap();
+        let up = info.contains("master_link_status:up");
+        if !up {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        up
+    });
+    assert!(linked, "the replica never linked to its master");
+    let quota = Quota::per_second(5).unwrap().with_burst(10).unwrap();
+    // Caller's instants: a burst, a refusal, several units at one instant,
+    // a peek, then two windows later (the log prunes what left).
+    let steps = [
+        (0, 1),
+        (1_000, 3),
+        (1_000, 9),
+        (1_500_000, 2),
+        (1_500_001, 0),
+        (5_000_000, 4),
+    ];
+    for kind in Kind::ALL {
+        let key = format!("replicated:{}", kind.name());
+        let params = kind.params(quota);
+        for (at, cost) in steps {
+            let now = (START + at).to_string();
+            let args = argv(&now, cost, SLACK_MS, "", &params);
+            query(&mut connection, &module_cmd(kind, &key, &args)).unwrap();
+        }
+        let acknowledged: i64 = redis::cmd("WAIT")
+            .arg(1)
+            .arg(5_000)
+            .query(&mut connection)
+            .unwrap();
+        assert_eq!(
+            acknowledged,
+            1,
+            "{}: the replica did not acknowledge",
+            kind.name()
+        );
+        let held = dump(&mut connection, &key);
+        assert!(held.is_some(), "{}: nothing written", kind.name());
+        assert_eq!(
+            dump(&mut copy, &key),
+            held,
+            "{}: the replica's key differs",
+            kind.name()
+        );
+        let (ttl, replica_ttl) = (pttl(&mut connection, &key), pttl(&mut copy, &key));
+        assert!(
+            ttl > 0 && (ttl - replica_ttl).abs() < 1_000,
+            "{}: PTTL {ttl} on the master, {replica_ttl} on the replica",
+            kind.name()
+        );
+    }
+    // Nothing is left for the replica alone: the key counts match.
+    let count = |c: &mut redis::Connection| -> i64 { redis::cmd("DBSIZE").query(c).unwrap() };
+    assert_eq!(count(&mut copy), count(&mut connection));
+}
