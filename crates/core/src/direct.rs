@@ -41,9 +41,18 @@ use crate::{Decision, Error, Quota};
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 pub struct Direct<A: Algorithm, C = SystemClock> {
+    hot: Hot<A::Cell>,
     algorithm: A,
     clock: C,
-    cell: A::Cell,
+}
+
+/// What checks write, on a cache line of its own: threads checking at once
+/// pass this line between their cores, and the algorithm's parameters and
+/// the clock, only read, stay out of it (sharing it, they were fetched again
+/// after every other thread's write).
+#[repr(align(64))]
+struct Hot<Cell> {
+    cell: Cell,
     /// The latest instant a decision has been made at.
     latest: AtomicU64,
 }
@@ -62,10 +71,12 @@ impl<A: Algorithm, C: Clock> Direct<A, C> {
     pub fn with_clock(algorithm: A, clock: C) -> Self {
         let cell = A::Cell::new(algorithm.initial_state());
         Direct {
+            hot: Hot {
+                cell,
+                latest: AtomicU64::new(0),
+            },
             algorithm,
             clock,
-            cell,
-            latest: AtomicU64::new(0),
         }
     }
 
@@ -78,8 +89,8 @@ impl<A: Algorithm, C: Clock> Direct<A, C> {
         // t or later. A thread that read the state before another's write
         // loses its compare-and-swap (or waits for the lock) and reruns the
         // closure, whose load then sees the other's instant.
-        if reading > self.latest.load(Ordering::Relaxed) {
-            self.latest.fetch_max(reading, Ordering::AcqRel);
+        if reading > self.hot.latest.load(Ordering::Relaxed) {
+            self.hot.latest.fetch_max(reading, Ordering::AcqRel);
         }
         if <A::Cell as StateCell>::ONE_WORD {
             // The compare-and-swap loop carries only the state: the decision
@@ -90,8 +101,8 @@ impl<A: Algorithm, C: Clock> Direct<A, C> {
             // decision was copied out after it, through a store-forwarding
             // stall that cost more than the whole GCRA arithmetic.
             let mut at = reading;
-            let mut before = self.cell.update(|state| {
-                at = reading.max(self.latest.load(Ordering::Acquire));
+            let mut before = self.hot.cell.update(|state| {
+                at = reading.max(self.hot.latest.load(Ordering::Acquire));
                 let before = state.clone();
                 // Only the state change is used here (the decision is
                 // dropped, so the compiler drops what builds it).
@@ -100,8 +111,8 @@ impl<A: Algorithm, C: Clock> Direct<A, C> {
             });
             return self.algorithm.decide(&mut before, at, cost);
         }
-        self.cell.update(|state| {
-            let now = reading.max(self.latest.load(Ordering::Acquire));
+        self.hot.cell.update(|state| {
+            let now = reading.max(self.hot.latest.load(Ordering::Acquire));
             self.algorithm.decide(state, now, cost)
         })
     }
@@ -110,8 +121,9 @@ impl<A: Algorithm, C: Clock> Direct<A, C> {
     /// nothing and writing nothing (see
     /// [`RateLimiter::peek`](crate::RateLimiter::peek)).
     pub fn peek(&self, cost: u32) -> Result<Decision, Error> {
-        let now = clamp_instant(self.clock.now_micros()).max(self.latest.load(Ordering::Acquire));
-        let mut state = self.cell.update(|state| state.clone());
+        let now =
+            clamp_instant(self.clock.now_micros()).max(self.hot.latest.load(Ordering::Acquire));
+        let mut state = self.hot.cell.update(|state| state.clone());
         self.algorithm.decide(&mut state, now, cost)
     }
 
@@ -120,18 +132,19 @@ impl<A: Algorithm, C: Clock> Direct<A, C> {
     /// cost 0 would after it.
     pub fn refund(&self, cost: u32) -> Result<Decision, Error> {
         let reading = clamp_instant(self.clock.now_micros());
-        if reading > self.latest.load(Ordering::Relaxed) {
-            self.latest.fetch_max(reading, Ordering::AcqRel);
+        if reading > self.hot.latest.load(Ordering::Relaxed) {
+            self.hot.latest.fetch_max(reading, Ordering::AcqRel);
         }
-        self.cell.update(|state| {
-            let now = reading.max(self.latest.load(Ordering::Acquire));
+        self.hot.cell.update(|state| {
+            let now = reading.max(self.hot.latest.load(Ordering::Acquire));
             self.algorithm.refund(state, now, cost)
         })
     }
 
     /// Puts the bucket back to full capacity.
     pub fn reset(&self) {
-        self.cell
+        self.hot
+            .cell
             .update(|state| *state = self.algorithm.initial_state());
     }
 
