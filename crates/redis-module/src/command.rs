@@ -108,16 +108,15 @@ fn prologue<A: Params>(argv: &[&[u8]]) -> Result<Call<A>, RedisError> {
 /// for an algorithm whose state is one string: `argv` is what follows the
 /// key. Allocates nothing on its way to a decision (errors aside).
 ///
-/// The key is read with `GET` and written with `SET ... PX`, through
-/// `RM_Call` ([`native`]), as the script reads and writes it: direct key
-/// access would be cheaper, but it cannot leave a key as a script leaves
-/// it. Opening a string for direct access (`RM_StringDMA`, even to read)
-/// turns an integer or embedded string into a raw one, and `RM_StringSet`
-/// stores a string as it was made, never as an integer: a GCRA key would
-/// take 80 bytes, not the script's 48, and every key would change encoding
-/// under a mere refusal. The cost of the module is kept down instead by
-/// what surrounds the two calls: no copy of the arguments, no allocation,
-/// the reply written directly.
+/// The key is read with `GET` through `RM_Call` ([`native`]), as the
+/// script reads it: opening a string for direct access (`RM_StringDMA`,
+/// even to read) turns an integer or embedded string into a raw one, so a
+/// key would change encoding under a mere refusal. A binary state is
+/// written straight into the key (`RM_StringSet`, stored as `SET` stores
+/// it, and replicated as `SET ... PXAT`); a decimal one (GCRA, the leaky
+/// queue) through `SET`, which stores it as an integer (48 bytes a key,
+/// where a module's string would take 80). What surrounds the calls copies
+/// no argument, allocates nothing and writes the reply directly.
 pub(crate) fn string_command<A: StringState>(
     ctx: &Context,
     key: native::KeyArg<'_>,
@@ -166,7 +165,7 @@ pub(crate) fn string_command<A: StringState>(
             }
         } else {
             let ttl = parsed.ttl_millis(full_at - now);
-            native::set(ctx, key, &algorithm.encode(&state), ttl).map_err(RedisError::String)?;
+            write_state::<A>(ctx, key, &algorithm.encode(&state), ttl)?;
         }
         return Ok(fields(&decision));
     }
@@ -176,9 +175,27 @@ pub(crate) fn string_command<A: StringState>(
     // As the scripts: only a check's admission with a cost writes.
     if op == Op::Check && decision.allowed && cost > 0 {
         let ttl = parsed.ttl_millis(duration_micros(decision.reset_after));
-        native::set(ctx, key, &algorithm.encode(&state), ttl).map_err(RedisError::String)?;
+        write_state::<A>(ctx, key, &algorithm.encode(&state), ttl)?;
     }
     Ok(fields(&decision))
+}
+
+/// Writes a state as the script's `SET ... PX` leaves it: a binary one
+/// (an algorithm whose encoding has a fixed size) straight into the key,
+/// which stores it as `SET` would, a decimal through `SET`, which stores it
+/// as an integer where a module's string would stay a string.
+fn write_state<A: StringState>(
+    ctx: &Context,
+    key: native::KeyArg<'_>,
+    value: &[u8],
+    ttl_ms: u64,
+) -> Result<(), RedisError> {
+    if A::SIZE.is_some() {
+        native::open(ctx, key).store(value, ttl_ms)
+    } else {
+        native::set(ctx, key, value, ttl_ms)
+    }
+    .map_err(RedisError::String)
 }
 
 fn duration_micros(d: std::time::Duration) -> u64 {
@@ -423,9 +440,9 @@ fn check_log_directly(
     now: u64,
     cost: u32,
 ) -> Result<Option<[i64; 6]>, RedisError> {
-    use native::zset::{self, Holds};
-    let mut set = zset::open(ctx, key);
-    if set.holds() == Holds::Other {
+    use native::Holds;
+    let mut set = native::open(ctx, key);
+    if !matches!(set.holds(), Holds::Nothing | Holds::Zset) {
         return Ok(None);
     }
     let limit = algorithm.capacity();

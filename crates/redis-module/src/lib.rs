@@ -54,26 +54,28 @@
 //! copies every argument, and its calls and replies allocate, a
 //! microsecond a call on a command that costs three or four.
 //!
-//! The strings (six algorithms) are read and written through `RM_Call`
-//! (`GET`, `SET ... PXAT`) with replication on: replicas and the AOF
-//! receive the same effects a script would send, the string takes Redis's
-//! most compact encoding (an integer for GCRA's timestamp, as the script's
-//! `SET` gives), and a server out of memory refuses the write as it refuses
-//! a script's. Direct key access (`RM_OpenKey`, `RM_StringDMA`,
-//! `RM_StringSet`) is set aside for strings on purpose: Redis turns a string
-//! opened for direct access into a raw one, even to read it, and stores a
-//! module's string as it was made, never as an integer, so keys would take
-//! more memory than the scripts' and change encoding on a mere refusal.
+//! The strings (six algorithms) are read through `RM_Call` (`GET`):
+//! Redis turns a string opened for direct access (`RM_StringDMA`) into a
+//! raw one, even to read it, so a key would take more memory than the
+//! script's and change encoding on a mere refusal. A decimal state (GCRA's
+//! timestamp, the leaky queue's slot) is written through `SET ... PXAT`,
+//! which stores it as an integer as the script's `SET` does (a module's
+//! string stays a string); a binary state (the other four) is written
+//! straight into the key (`RM_StringSet`), which stores it exactly as
+//! `SET` would, and replicated as that `SET`. Either way replicas and the
+//! AOF receive the effects a script would send, the same keyspace events
+//! are raised, and a server out of memory refuses the write as it refuses
+//! a script's.
 //!
-//! The sliding log's sorted set is the other way round: `RM_ZsetAdd` and
-//! `ZADD` store a set alike (both through Redis's own `zsetAdd`), so its
+//! The sliding log's sorted set is stored alike either way too
+//! (`RM_ZsetAdd` and `ZADD` both go through Redis's own `zsetAdd`), so its
 //! check opens the key for direct access and counts, prunes, reads and adds
 //! without a command per step (five `RM_Call`s were three times GCRA's
 //! time). Its effects still reach replicas and the AOF as the commands a
 //! script sends (`ZREMRANGEBYSCORE`, `ZADD`, `PEXPIREAT`, by
 //! `RM_Replicate`), raise the same keyspace events, and a server out of
 //! memory refuses the `ZADD`. Peeks and refunds, and any key whose content
-//! the error replies must quote, go through `RM_Call` as before.
+//! the error replies must quote, go through `RM_Call`.
 
 #![warn(missing_docs)]
 // `unsafe` is confined to `native`: the hot path on the module API (see

@@ -507,6 +507,130 @@ pub(crate) mod log {
     }
 }
 
+/// A key opened for direct access (or an empty one), closed on drop.
+#[derive(Debug)]
+pub(crate) struct Open<'a> {
+    ctx: &'a Context,
+    name: KeyArg<'a>,
+    key: *mut raw::RedisModuleKey,
+}
+
+/// What a key holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Holds {
+    Nothing,
+    String,
+    Zset,
+    Other,
+}
+
+/// What the module API answers on success (`REDISMODULE_OK`, 0).
+const OK: c_int = 0;
+const _: () = assert!(raw::REDISMODULE_OK == 0);
+
+/// A function of the module API, set when the module loaded.
+fn api<F>(function: Option<F>) -> F {
+    function.expect("the module API is loaded")
+}
+
+/// The error Redis answers a write it refuses for memory, as `RM_Call`'s
+/// `M` flag answers it.
+const OOM: &str = "OOM command not allowed when used memory > 'maxmemory'.";
+
+/// Whether a write must be refused for memory: more used than `maxmemory`
+/// allows (the server evicts before a command, when its policy lets it).
+fn out_of_memory() -> bool {
+    // SAFETY: no arguments.
+    unsafe { api(raw::RedisModule_GetUsedMemoryRatio)() > 1.0 }
+}
+
+/// Opens `name` to read and write.
+pub(crate) fn open<'a>(ctx: &'a Context, name: KeyArg<'a>) -> Open<'a> {
+    let mode =
+        c_int::try_from(raw::REDISMODULE_READ | raw::REDISMODULE_WRITE).expect("small flags");
+    // SAFETY: the running command's context and one of its arguments; the
+    // handle is closed by `Open`'s drop, before the command returns.
+    let key = unsafe { api(raw::RedisModule_OpenKey)(ctx.get_raw(), name.object, mode) };
+    Open { ctx, name, key }
+}
+
+impl Open<'_> {
+    /// What the key holds.
+    pub(crate) fn holds(&self) -> Holds {
+        if self.key.is_null() {
+            return Holds::Other;
+        }
+        // SAFETY: an open key.
+        let kind = unsafe { api(raw::RedisModule_KeyType)(self.key) };
+        match kind as isize {
+            raw::REDISMODULE_KEYTYPE_EMPTY => Holds::Nothing,
+            raw::REDISMODULE_KEYTYPE_STRING => Holds::String,
+            raw::REDISMODULE_KEYTYPE_ZSET => Holds::Zset,
+            _ => Holds::Other,
+        }
+    }
+
+    /// Stores `value` with a TTL of `ttl_ms`, as `SET key value PXAT at`
+    /// does and replicates it, unless the server is out of memory. For
+    /// values that are no decimal integer only: `SET` would store one as an
+    /// integer, a module's string stays a string.
+    pub(crate) fn store(&mut self, value: &[u8], ttl_ms: u64) -> Result<(), String> {
+        if out_of_memory() {
+            return Err(OOM.to_owned());
+        }
+        let at = (unix_micros() / 1000).saturating_add(ttl_ms);
+        let at = i64::try_from(at).unwrap_or(i64::MAX);
+        let ctx = self.ctx.get_raw();
+        // SAFETY: an open key; a string made here, whose reference is
+        // released once (the key takes its own); the replicated command's
+        // format matches its arguments.
+        unsafe {
+            let string =
+                api(raw::RedisModule_CreateString)(ctx, value.as_ptr().cast(), value.len());
+            let stored = api(raw::RedisModule_StringSet)(self.key, string);
+            api(raw::RedisModule_FreeString)(ctx, string);
+            if stored != OK || api(raw::RedisModule_SetAbsExpire)(self.key, at) != OK {
+                return Err("ratelab: cannot write the state".to_owned());
+            }
+            api(raw::RedisModule_Replicate)(
+                ctx,
+                c"SET".as_ptr(),
+                c"sbcl".as_ptr(),
+                self.name.object,
+                value.as_ptr().cast::<c_char>(),
+                value.len(),
+                c"PXAT".as_ptr(),
+                at,
+            );
+        }
+        self.notify(raw::REDISMODULE_NOTIFY_STRING, c"set");
+        self.notify(raw::REDISMODULE_NOTIFY_GENERIC, c"expire");
+        Ok(())
+    }
+
+    /// Raises a keyspace event on the key, as the command would.
+    fn notify(&self, class: c_int, event: &std::ffi::CStr) {
+        // SAFETY: the running command's context and key argument.
+        unsafe {
+            api(raw::RedisModule_NotifyKeyspaceEvent)(
+                self.ctx.get_raw(),
+                class,
+                event.as_ptr(),
+                self.name.object,
+            );
+        }
+    }
+}
+
+impl Drop for Open<'_> {
+    fn drop(&mut self) {
+        if !self.key.is_null() {
+            // SAFETY: a key opened by `open`, closed once.
+            unsafe { api(raw::RedisModule_CloseKey)(self.key) };
+        }
+    }
+}
+
 /// The sliding log's sorted set opened for direct access: counted, pruned,
 /// read and added to without a command per step. A sorted set, unlike a
 /// string, is stored the same whichever way it is written (`RM_ZsetAdd`
@@ -517,61 +641,10 @@ pub(crate) mod log {
 pub(crate) mod zset {
     use super::*;
 
-    /// A function of the module API, set when the module loaded.
-    fn api<F>(function: Option<F>) -> F {
-        function.expect("the module API is loaded")
-    }
-
-    /// What the module API answers on success (`REDISMODULE_OK`, 0).
-    const OK: c_int = 0;
-    const _: () = assert!(raw::REDISMODULE_OK == 0);
-
     /// `score <= at` (`false`) or `score < at` (`true`), as Redis's ranges.
     type Exclusive = bool;
 
-    /// An open sorted set (or an empty key), closed on drop.
-    #[derive(Debug)]
-    pub(crate) struct Open<'a> {
-        ctx: &'a Context,
-        name: KeyArg<'a>,
-        key: *mut raw::RedisModuleKey,
-    }
-
-    /// What the key holds.
-    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-    pub(crate) enum Holds {
-        Nothing,
-        Zset,
-        Other,
-    }
-
-    /// Opens `name` to read and write.
-    pub(crate) fn open<'a>(ctx: &'a Context, name: KeyArg<'a>) -> Open<'a> {
-        let mode =
-            c_int::try_from(raw::REDISMODULE_READ | raw::REDISMODULE_WRITE).expect("small flags");
-        // SAFETY: the running command's context and one of its arguments;
-        // the handle is closed by `Open`'s drop, before the command returns.
-        let key = unsafe {
-            raw::RedisModule_OpenKey.expect("the module API")(ctx.get_raw(), name.object, mode)
-        };
-        Open { ctx, name, key }
-    }
-
     impl Open<'_> {
-        /// What the key holds.
-        pub(crate) fn holds(&self) -> Holds {
-            if self.key.is_null() {
-                return Holds::Other;
-            }
-            // SAFETY: an open key.
-            let kind = unsafe { raw::RedisModule_KeyType.expect("the module API")(self.key) };
-            match kind as isize {
-                raw::REDISMODULE_KEYTYPE_EMPTY => Holds::Nothing,
-                raw::REDISMODULE_KEYTYPE_ZSET => Holds::Zset,
-                _ => Holds::Other,
-            }
-        }
-
         /// How many units the set holds (`ZCARD`).
         pub(crate) fn len(&self) -> u64 {
             if self.holds() != Holds::Zset {
@@ -724,10 +797,8 @@ pub(crate) mod zset {
         /// Adds one unit, `member` at `at` (`ZADD key at member`), unless
         /// the server is out of memory (as `ZADD` from a script is refused).
         pub(crate) fn add(&mut self, at: i64, member: &[u8]) -> Result<(), String> {
-            // SAFETY: no arguments.
-            let used = unsafe { api(raw::RedisModule_GetUsedMemoryRatio)() };
-            if used > 1.0 {
-                return Err("OOM command not allowed when used memory > 'maxmemory'.".to_owned());
+            if out_of_memory() {
+                return Err(OOM.to_owned());
             }
             #[allow(clippy::cast_precision_loss)]
             let score = at as f64;
@@ -778,28 +849,6 @@ pub(crate) mod zset {
                 self.notify(raw::REDISMODULE_NOTIFY_GENERIC, c"expire");
             }
             Ok(())
-        }
-
-        /// Raises a keyspace event on the key, as the command would.
-        fn notify(&self, class: c_int, event: &std::ffi::CStr) {
-            // SAFETY: the running command's context and key argument.
-            unsafe {
-                raw::RedisModule_NotifyKeyspaceEvent.expect("the module API")(
-                    self.ctx.get_raw(),
-                    class,
-                    event.as_ptr(),
-                    self.name.object,
-                );
-            }
-        }
-    }
-
-    impl Drop for Open<'_> {
-        fn drop(&mut self) {
-            if !self.key.is_null() {
-                // SAFETY: a key opened by `open`, closed once.
-                unsafe { raw::RedisModule_CloseKey.expect("the module API")(self.key) };
-            }
         }
     }
 }

@@ -626,3 +626,36 @@ fn a_replica_holds_what_its_master_holds() {
     let count = |c: &mut redis::Connection| -> i64 { redis::cmd("DBSIZE").query(c).unwrap() };
     assert_eq!(count(&mut copy), count(&mut connection));
 }
+
+/// A server out of memory refuses every write a check would make, with
+/// Redis's own OOM error, as it refuses a script's; a peek, which writes
+/// nothing, is still answered; nothing was stored.
+#[test]
+fn a_server_out_of_memory_refuses_the_writes() {
+    let server = support::server();
+    let mut connection = connect(&server.url());
+    let quota = Quota::per_second(5).unwrap().with_burst(10).unwrap();
+    let config = |c: &mut redis::Connection, name: &str, value: &str| {
+        let _: () = redis::cmd("CONFIG")
+            .arg("SET")
+            .arg(name)
+            .arg(value)
+            .query(c)
+            .unwrap();
+    };
+    config(&mut connection, "maxmemory-policy", "noeviction");
+    // Any server uses more than one byte.
+    config(&mut connection, "maxmemory", "1");
+    for kind in Kind::ALL {
+        let key = format!("oom:{}", kind.name());
+        let params = kind.params(quota);
+        let check = argv(&START.to_string(), 1, SLACK_MS, "", &params);
+        let refused = query(&mut connection, &module_cmd(kind, &key, &check));
+        let error = refused.expect_err("a write out of memory");
+        assert!(error.starts_with("OOM"), "{}: {error}", kind.name());
+        let peek = argv(&START.to_string(), 0, SLACK_MS, "", &params);
+        let answered = query(&mut connection, &module_cmd(kind, &key, &peek));
+        assert_eq!(answered.map(|r| r[0]), Ok(1), "{}: a peek", kind.name());
+        assert_eq!(dump(&mut connection, &key), None, "{}: stored", kind.name());
+    }
+}
