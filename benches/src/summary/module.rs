@@ -93,8 +93,9 @@ pub(super) fn section(summary: &Summary) -> String {
          commandstats` over the run. The server is emptied (`FLUSHALL`) before each \
          side, so that no side runs beside keys an earlier one left. redis-cell runs GCRA \
          only, on the same quota. The sliding log reads and writes its sorted set through \
-         the module API's direct key access; the other algorithms through `GET` and `SET` \
-         calls (`RM_Call`).\n\n",
+         the module API's direct key access; the other algorithms read with `GET` \
+         (`RM_Call`) and write a binary state straight into the key, a decimal one (GCRA, \
+         the leaky queue) with `SET`, which stores it as an integer.\n\n",
     );
     out.push_str(
         "| algorithm | backend | server µs, hot key | server µs, 100k keys | checks/s, hot key | checks/s, 100k keys |\n",
