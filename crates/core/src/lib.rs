@@ -55,8 +55,10 @@
 //! ```
 //!
 //! **Time.** Every limiter reads a [`Clock`]. The default, [`SystemClock`],
-//! is exact to the microsecond at tens of nanoseconds a read, so the quota
-//! holds over every interval of real time. [`CoarseClock`] is opt-in: the
+//! reads the processor's time-stamp counter calibrated against the
+//! monotonic system clock: exact to the microsecond at about ten
+//! nanoseconds a read, and the time now, so the quota holds over every
+//! interval of real time. [`CoarseClock`] is opt-in: the
 //! system clock copied into an atomic every millisecond by a background
 //! thread, read in a fraction of a nanosecond, but a reading lags by up to a
 //! millisecond (more if the refresh thread is scheduled late), and the quota

@@ -10,7 +10,7 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock, Weak};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// The latest instant a decision uses, 2^52 µs (about 142 years after the
 /// clock's origin; for Redis `TIME`, the year 2112). Later instants are
@@ -87,18 +87,33 @@ impl<C: Clock + ?Sized> Clock for Box<C> {
     }
 }
 
-/// The monotonic system clock ([`Instant`]), in microseconds since the first
-/// time any `SystemClock` was read in this process.
+/// The precise system clock, in microseconds since the first time any
+/// `SystemClock` was read in this process.
+///
+/// It reads the processor's time-stamp counter, calibrated once per process
+/// against the monotonic system clock ([`quanta`], the clock governor reads
+/// by default): exact to the nanosecond, at the cost of one counter read
+/// (about ten nanoseconds, against tens for a system call through the vDSO).
+/// Where the processor has no invariant counter, it reads the monotonic
+/// system clock itself. Either way every reading is the time now, never a
+/// copy made earlier, so a limiter on it keeps its quota over every
+/// interval of real time (unlike [`CoarseClock`]).
 ///
 /// Every `SystemClock` in a process shares one origin, so windows of the same
 /// period line up across limiters.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct SystemClock;
 
+/// The process's clock and its origin, the raw reading it counts from.
 #[inline]
-fn process_origin() -> Instant {
-    static ORIGIN: OnceLock<Instant> = OnceLock::new();
-    *ORIGIN.get_or_init(Instant::now)
+fn process_clock() -> &'static (quanta::Clock, u64) {
+    static CLOCK: OnceLock<(quanta::Clock, u64)> = OnceLock::new();
+    CLOCK.get_or_init(|| {
+        // Calibrates the counter the first time, once per process.
+        let clock = quanta::Clock::new();
+        let origin = clock.raw();
+        (clock, origin)
+    })
 }
 
 impl SystemClock {
@@ -111,8 +126,10 @@ impl SystemClock {
 impl Clock for SystemClock {
     #[inline]
     fn now_micros(&self) -> u64 {
-        // Saturates after 584,000 years of uptime.
-        u64::try_from(process_origin().elapsed().as_micros()).unwrap_or(u64::MAX)
+        let (clock, origin) = process_clock();
+        // A counter read on a core whose counter lags the origin's by a
+        // few cycles saturates to the origin rather than wrapping.
+        clock.delta_as_nanos(*origin, clock.raw()) / 1_000
     }
 }
 
