@@ -221,7 +221,12 @@ fn a_bench_summary_is_read_when_present() {
     std::fs::write(
         &path,
         r#"{"generated_by":"ratelab-benches","commit":"abc","results":[
-            {"algorithm":"gcra","backend":"memory","ns_per_check":12.5,"bytes_per_key":48}]}"#,
+            {"algorithm":"gcra","backend":"memory","ns_per_check":12.5,"bytes_per_key":48}],
+            "rows":[
+            {"group":"module-server-hot","algorithm":"gcra","backend":"redis-lua","metric":"usec_per_call","value":16.0},
+            {"group":"module-server-hot","algorithm":"gcra","backend":"redis-module","metric":"usec_per_call","value":4.0},
+            {"group":"module-server-100k","algorithm":"gcra","backend":"redis-cell","metric":"usec_per_call","value":4.8},
+            {"group":"module-server-hot","algorithm":"sliding-log","backend":"redis-module","metric":"usec_per_call","value":7.5}]}"#,
     )
     .unwrap();
     let config = Config {
@@ -244,6 +249,29 @@ fn a_bench_summary_is_read_when_present() {
         "measured here"
     );
     assert!(cost.source.contains("summary"), "{}", cost.source);
+    // The Redis backends side by side: a row per algorithm and backend
+    // measured, and their chart.
+    let module = |algorithm: &str| {
+        cost.backends
+            .iter()
+            .find(|b| b.algorithm == algorithm && b.backend == "native module")
+            .and_then(|b| b.server_us_hot)
+    };
+    assert_eq!(
+        (module("gcra"), module("sliding-log")),
+        (Some(4.0), Some(7.5))
+    );
+    assert_eq!(cost.backends.len(), 4, "{:?}", cost.backends);
+    let results = ratelab_compare::Results {
+        cost: Some(cost),
+        ..results
+    };
+    let out = tempfile::tempdir().unwrap();
+    report::write(&results, out.path()).unwrap();
+    let readme = std::fs::read_to_string(out.path().join("README.md")).unwrap();
+    assert!(readme.contains("charts/cost-backends.png"), "{readme}");
+    let png = out.path().join("charts").join("cost-backends.png");
+    assert!(std::fs::metadata(&png).map(|m| m.len()).unwrap_or(0) > 1_000);
 }
 
 #[test]

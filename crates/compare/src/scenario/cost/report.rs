@@ -7,7 +7,9 @@ use serde::Serialize;
 
 use super::*;
 use crate::CompareError;
-use crate::charts::{Bars, Canvas, GOOD, THIRD, grouped_bars, no_whiskers, note, render};
+use crate::charts::{
+    BAD, Bars, Canvas, GOOD, OFFERED, THIRD, grouped_bars, no_whiskers, note, render,
+};
 use crate::markdown::{chart, num, table};
 use crate::output::write_csv;
 use crate::report::Part;
@@ -126,7 +128,9 @@ impl Part for Cost {
                 )
             })
         });
-
+        if !c.backends.is_empty() {
+            draw_backends(c, canvas)?;
+        }
         Ok(())
     }
 
@@ -212,7 +216,7 @@ fn write_section(out: &mut String, c: &Cost, charts: &[String]) {
         ],
         &rows,
     );
-    write_backends(out, c);
+    write_backends(out, c, charts);
     *out += "\nHow:\n\n";
     for m in &c.method {
         let _ = writeln!(out, "- {m}");
@@ -220,9 +224,70 @@ fn write_section(out: &mut String, c: &Cost, charts: &[String]) {
     chart(out, charts, "cost", "Cost per check and per key");
 }
 
+/// `cost-backends`: server µs per call of each algorithm through the Lua
+/// script, the native module and redis-cell, on one hot key and on 100,000
+/// keys (from the bench summary).
+fn draw_backends(c: &Cost, canvas: &mut Canvas) -> Result<(), CompareError> {
+    let colors = [OFFERED, GOOD, BAD];
+    let series = |pick: fn(&BackendRow) -> Option<f64>| -> Vec<(&'static str, Vec<Option<f64>>)> {
+        BACKENDS
+            .iter()
+            .map(|&(_, label)| {
+                let values = AlgorithmKind::ALL
+                    .iter()
+                    .map(|kind| {
+                        c.backends
+                            .iter()
+                            .find(|b| b.algorithm == kind.name() && b.backend == label)
+                            .and_then(pick)
+                    })
+                    .collect();
+                (label, values)
+            })
+            .filter(|(_, values): &(_, Vec<Option<f64>>)| values.iter().any(Option::is_some))
+            .collect()
+    };
+    let bars = |series: &[(&'static str, Vec<Option<f64>>)]| -> Vec<Bars<'static>> {
+        series
+            .iter()
+            .zip(colors)
+            .map(|((label, values), color)| Bars {
+                label,
+                color,
+                values: values.clone(),
+                whiskers: no_whiskers(),
+            })
+            .collect()
+    };
+    let hot = bars(&series(|b| b.server_us_hot));
+    let many = bars(&series(|b| b.server_us_100k));
+    render!(canvas, "cost-backends", (1300, 900), |root| {
+        let parts = root.split_evenly((2, 1));
+        grouped_bars(
+            &parts[0],
+            "Redis server time per check, one hot key",
+            "server µs per call",
+            &hot,
+            None,
+            1,
+        )
+        .and_then(|()| {
+            grouped_bars(
+                &parts[1],
+                "Redis server time per check, 100,000 keys",
+                "server µs per call",
+                &many,
+                None,
+                1,
+            )
+        })
+    });
+    Ok(())
+}
+
 /// The Redis backends side by side: the Lua script, the native module and
 /// redis-cell, with the module's time as a share of the script's.
-fn write_backends(out: &mut String, c: &Cost) {
+fn write_backends(out: &mut String, c: &Cost, charts: &[String]) {
     if c.backends.is_empty() {
         return;
     }
@@ -277,5 +342,11 @@ fn write_backends(out: &mut String, c: &Cost) {
             "Checks per second, 100k keys",
         ],
         &rows,
+    );
+    chart(
+        out,
+        charts,
+        "cost-backends",
+        "Redis server time per check: Lua script, native module, redis-cell",
     );
 }
