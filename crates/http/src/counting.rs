@@ -29,7 +29,7 @@ use ratelab_core::{
     ResetFuture,
 };
 
-use crate::engine::{State, Verdict};
+use crate::engine::{Report, State, Verdict};
 
 /// Which responses a policy counts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
@@ -142,19 +142,31 @@ impl<L: AsyncRateLimiter> Refund for Refundable<L> {
     }
 }
 
+/// Whether some policy of `verdict` has a call to make after the response
+/// ([`settle`] has something to do).
+pub(crate) fn pending(verdict: &Verdict) -> bool {
+    verdict.reports.iter().any(settles)
+}
+
+/// The policy of `report` counts only some responses and admitted the
+/// request: its cost is consumed, or given back, once the response says.
+fn settles(report: &Report) -> bool {
+    let check = &report.check;
+    matches!(report.state, State::Decided(decision) if decision.allowed)
+        && check.policy.count != Count::All
+        && check.cost != 0
+}
+
 /// After the response: for each policy that counts only some responses and
 /// admitted the request, consume the deferred cost if the response counts,
 /// or give back the consumed cost if it does not.
-pub(crate) async fn settle(verdict: &Verdict<'_>, status: StatusCode) {
+pub(crate) async fn settle(verdict: &Verdict, status: StatusCode) {
     let calls = verdict.reports.iter().filter_map(|report| {
-        let check = &report.check;
-        let policy = check.policy;
-        let State::Decided(decision) = report.state else {
-            return None;
-        };
-        if policy.count == Count::All || !decision.allowed || check.cost == 0 {
+        if !settles(report) {
             return None;
         }
+        let check = &report.check;
+        let policy = &check.policy;
         let failed = (policy.failed_when)(status);
         let counts = match policy.count {
             Count::Failures => failed,

@@ -9,6 +9,7 @@
 //! refused, all the others. A refusal consumes nothing, so a request refused
 //! by one policy consumes from none of the others (races aside).
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures::FutureExt;
@@ -19,13 +20,16 @@ use tokio::time::Instant;
 use crate::matching::Refill;
 use crate::policy::{FailureMode, Policy};
 
-/// One policy that applies to a request: the engine's input.
+/// One policy that applies to a request: the engine's input. It holds its
+/// policy (a shared handle), so that the engine and its verdict borrow
+/// nothing: a decision still pending (a Redis call) can go into the
+/// response future.
 #[derive(Debug)]
-pub(crate) struct Check<'a> {
+pub(crate) struct Check {
     /// The caller's handle on the policy (the layer: its position among the
     /// layer's policies), handed back in the [`Report`].
     pub(crate) index: usize,
-    pub(crate) policy: &'a Policy,
+    pub(crate) policy: Arc<Policy>,
     /// The limiter key, `<policy name>:<key>`.
     pub(crate) key: LimiterKey,
     pub(crate) cost: u32,
@@ -38,16 +42,16 @@ pub(crate) struct Check<'a> {
     pub(crate) refill: Refill,
 }
 
-impl<'a> Check<'a> {
+impl Check {
     /// `policy` counts the request under `key` (the client's, or the one the
     /// policy's key function chose) at `cost` units.
-    pub(crate) fn new(index: usize, policy: &'a Policy, key: &str, cost: u32) -> Self {
+    pub(crate) fn new(index: usize, policy: &Arc<Policy>, key: &str, cost: u32) -> Self {
         // Prefixed with the policy name so that two policies on one limiter
         // (or one Redis) never share state.
         let full = LimiterKey::new(&[policy.name.as_bytes(), b":", key.as_bytes()]);
         Check {
             index,
-            policy,
+            policy: policy.clone(),
             key: full,
             cost,
             deferred: false,
@@ -132,15 +136,15 @@ pub(crate) enum State {
 
 /// One policy's part of a [`Verdict`].
 #[derive(Debug)]
-pub(crate) struct Report<'a> {
-    pub(crate) check: Check<'a>,
+pub(crate) struct Report {
+    pub(crate) check: Check,
     /// Bounds all the policy's calls for this request together; `None`: a
     /// timeout too long to represent, no bound.
     deadline: Option<Instant>,
     pub(crate) state: State,
 }
 
-impl Report<'_> {
+impl Report {
     /// The decision to report in `RateLimit`, if any.
     pub(crate) fn decision(&self) -> Option<&Decision> {
         match &self.state {
@@ -157,6 +161,54 @@ impl Report<'_> {
 
     fn failed_closed(&self) -> bool {
         matches!(self.state, State::FailedClosed(_))
+    }
+}
+
+/// The reports of one request, one per check: in place for a single
+/// policy (the common case: no allocation), on the heap for more.
+#[derive(Debug, Default)]
+pub(crate) enum Reports {
+    #[default]
+    Empty,
+    One(Report),
+    Many(Vec<Report>),
+}
+
+impl std::ops::Deref for Reports {
+    type Target = [Report];
+
+    fn deref(&self) -> &[Report] {
+        match self {
+            Reports::Empty => &[],
+            Reports::One(report) => std::slice::from_ref(report),
+            Reports::Many(reports) => reports,
+        }
+    }
+}
+
+impl std::ops::DerefMut for Reports {
+    fn deref_mut(&mut self) -> &mut [Report] {
+        match self {
+            Reports::Empty => &mut [],
+            Reports::One(report) => std::slice::from_mut(report),
+            Reports::Many(reports) => reports,
+        }
+    }
+}
+
+impl FromIterator<Report> for Reports {
+    fn from_iter<I: IntoIterator<Item = Report>>(reports: I) -> Self {
+        let mut reports = reports.into_iter();
+        let Some(first) = reports.next() else {
+            return Reports::Empty;
+        };
+        let Some(second) = reports.next() else {
+            return Reports::One(first);
+        };
+        let mut many = Vec::with_capacity(2 + reports.size_hint().0);
+        many.extend([first, second]);
+        many.extend(reports);
+        Reports::Many(many)
     }
 }
 
@@ -185,21 +237,21 @@ pub(crate) enum Outcome {
 
 /// The engine's output.
 #[derive(Debug)]
-pub(crate) struct Verdict<'a> {
+pub(crate) struct Verdict {
     /// One per check, in the order of the checks.
-    pub(crate) reports: Vec<Report<'a>>,
+    pub(crate) reports: Reports,
     pub(crate) outcome: Outcome,
     pub(crate) failures: Vec<Failure>,
 }
 
-impl<'a> Verdict<'a> {
+impl Verdict {
     /// The policies that refused (or can never admit) the request.
-    pub(crate) fn violated(&self) -> impl Iterator<Item = &Report<'a>> {
+    pub(crate) fn violated(&self) -> impl Iterator<Item = &Report> {
         self.reports.iter().filter(|r| r.violated())
     }
 
     /// The fail-closed policies whose limiter failed.
-    pub(crate) fn failed_closed(&self) -> impl Iterator<Item = &Report<'a>> {
+    pub(crate) fn failed_closed(&self) -> impl Iterator<Item = &Report> {
         self.reports.iter().filter(|r| r.failed_closed())
     }
 
@@ -227,7 +279,7 @@ impl<'a> Verdict<'a> {
     /// describe: on a refusal, the violated policy with the longest wait;
     /// otherwise the policy with the least remaining, then the longest
     /// reset. `None` when no policy decided.
-    pub(crate) fn binding(&self) -> Option<(&Report<'a>, &Decision)> {
+    pub(crate) fn binding(&self) -> Option<(&Report, &Decision)> {
         let decided = self.reports.iter().filter_map(|r| Some((r, r.decision()?)));
         match self.outcome {
             Outcome::Refuse => decided
@@ -240,17 +292,17 @@ impl<'a> Verdict<'a> {
 
 /// Decides one request against every policy that applies to it.
 #[derive(Debug)]
-pub(crate) struct Engine<'a> {
-    reports: Vec<Report<'a>>,
+pub(crate) struct Engine {
+    reports: Reports,
     failures: Vec<Failure>,
     /// When the first calls start (the engine's creation), taken once for
     /// them and the deadlines; later rounds read the clock again.
     first_calls: Option<Instant>,
 }
 
-impl<'a> Engine<'a> {
+impl Engine {
     /// The request under `checks`; each policy's timeout starts now.
-    pub(crate) fn new(checks: impl IntoIterator<Item = Check<'a>>) -> Self {
+    pub(crate) fn new(checks: impl IntoIterator<Item = Check>) -> Self {
         let now = Instant::now();
         let reports = checks
             .into_iter()
@@ -269,7 +321,7 @@ impl<'a> Engine<'a> {
 
     /// Asks the limiters and says what happens to the request. See the
     /// guide, "Several policies on one request".
-    pub(crate) async fn decide(mut self) -> Verdict<'a> {
+    pub(crate) async fn decide(mut self) -> Verdict {
         if self.reports.len() == 1 {
             // One policy: asked once with its cost, no peek (the rounds
             // below, without their bookkeeping).
@@ -338,7 +390,7 @@ impl<'a> Engine<'a> {
 
     /// Every policy admitted the request: it proceeds after the longest
     /// delay a queueing policy gave it.
-    fn pass(self) -> Verdict<'a> {
+    fn pass(self) -> Verdict {
         let delay = self
             .reports
             .iter()
@@ -351,7 +403,7 @@ impl<'a> Engine<'a> {
         self.verdict(Outcome::Pass { delay })
     }
 
-    fn verdict(self, outcome: Outcome) -> Verdict<'a> {
+    fn verdict(self, outcome: Outcome) -> Verdict {
         Verdict {
             reports: self.reports,
             outcome,
@@ -364,7 +416,7 @@ impl<'a> Engine<'a> {
     async fn ask(
         &mut self,
         which: &[usize],
-        cost: impl Fn(&Report<'a>) -> u32,
+        cost: impl Fn(&Report) -> u32,
         ok: fn(Decision) -> State,
     ) {
         if which.is_empty() {
@@ -461,7 +513,7 @@ impl std::error::Error for DegradedDecision {}
 
 /// The cost a check is asked with in the round that counts: none for a
 /// deferred check, which counts after the response.
-fn real_cost(report: &Report<'_>) -> u32 {
+fn real_cost(report: &Report) -> u32 {
     if report.check.deferred {
         0
     } else {
@@ -472,7 +524,7 @@ fn real_cost(report: &Report<'_>) -> u32 {
 /// A deferred check's peek, read as the decision on its cost: admitted if
 /// `cost` units remain (nothing consumed yet), else refused with the wait
 /// until they do.
-fn deferred(peek: Decision, check: &Check<'_>) -> Decision {
+fn deferred(peek: Decision, check: &Check) -> Decision {
     let mut decision = peek;
     let cost = u64::from(check.cost);
     if peek.remaining < cost {
@@ -506,25 +558,45 @@ pub(crate) fn wait_for(decision: &Decision, refill: Refill, units: u64) -> Durat
 
 /// One limiter call, bounded by the policy's deadline, timed from `started`
 /// for the metrics.
-async fn check(report: &Report<'_>, cost: u32, started: Instant) -> Result<Decision, Error> {
-    let policy = report.check.policy;
+async fn check(report: &Report, cost: u32, started: Instant) -> Result<Decision, Error> {
+    let policy = &report.check.policy;
     let mut call = policy.limiter.check_async(&report.check.key, cost);
     // An in-memory limiter has answered already: no timer is set up for it
     // (a timer entry on every request costs more than the check itself).
     let result = match (&mut call).now_or_never() {
         Some(result) => result,
-        // The timer is boxed: held in place, it would make every request's
-        // future larger (a timer entry is big), to be moved on every call.
-        None => match report.deadline {
-            None => call.await,
-            Some(deadline) => match Box::pin(tokio::time::timeout_at(deadline, call)).await {
-                Ok(result) => result,
-                Err(_) => Err(Error::Timeout(policy.timeout)),
-            },
-        },
+        None => {
+            // The layer polls a decision once from `Service::call`, which
+            // may run outside the runtime: the timer (which needs it) is
+            // set up at the next poll, from the response future.
+            yield_once().await;
+            match report.deadline {
+                None => call.await,
+                // The timer is boxed: held in place, it would make every
+                // request's future larger (a timer entry is big).
+                Some(deadline) => match Box::pin(tokio::time::timeout_at(deadline, call)).await {
+                    Ok(result) => result,
+                    Err(_) => Err(Error::Timeout(policy.timeout)),
+                },
+            }
+        }
     };
     crate::telemetry::limiter_call(policy, started.elapsed());
     result
+}
+
+/// Pending once, asking to be polled again at once.
+async fn yield_once() {
+    let mut yielded = false;
+    std::future::poll_fn(|cx| {
+        if yielded {
+            return std::task::Poll::Ready(());
+        }
+        yielded = true;
+        cx.waker().wake_by_ref();
+        std::task::Poll::Pending
+    })
+    .await;
 }
 
 #[cfg(test)]
@@ -618,14 +690,14 @@ mod tests {
         }
 
         /// A policy on an in-memory GCRA limiter on the setup's clock.
-        fn policy(&self, name: &str, quota: Quota) -> Policy {
-            Policy::new(
+        fn policy(&self, name: &str, quota: Quota) -> Arc<Policy> {
+            Arc::new(Policy::new(
                 name,
                 Recorded {
                     limiter: Keyed::with_clock(Gcra::new(quota), self.clock.clone()),
                     calls: self.calls.clone(),
                 },
-            )
+            ))
         }
 
         /// The calls made since the last time this was asked.
@@ -646,7 +718,7 @@ mod tests {
     }
 
     /// The engine on alice's request, costing `cost` under each policy.
-    async fn decide<'a>(policies: &[(&'a Policy, u32)]) -> Verdict<'a> {
+    async fn decide(policies: &[(&Arc<Policy>, u32)]) -> Verdict {
         let checks = policies
             .iter()
             .enumerate()
@@ -797,7 +869,7 @@ mod tests {
     #[tokio::test]
     async fn a_failing_fail_open_policy_drops_out_and_the_others_apply() {
         let setup = Setup::new();
-        let down = Policy::new("down", Down(Some(refused_connection)));
+        let down = Arc::new(Policy::new("down", Down(Some(refused_connection))));
         let global = setup.policy("global", per_minute(5));
         let verdict = decide(&[(&down, 1), (&global, 1)]).await;
         assert_eq!(
@@ -824,7 +896,7 @@ mod tests {
     #[tokio::test]
     async fn a_failing_fail_closed_policy_stops_before_anything_is_consumed() {
         let setup = Setup::new();
-        let down = Policy::new("down", Down(Some(refused_connection))).fail_closed();
+        let down = Arc::new(Policy::new("down", Down(Some(refused_connection))).fail_closed());
         let global = setup.policy("global", per_minute(5));
         let verdict = decide(&[(&global, 1), (&down, 1)]).await;
         assert_eq!(verdict.outcome, Outcome::Unavailable);
@@ -847,7 +919,7 @@ mod tests {
     #[tokio::test]
     async fn a_refusal_wins_over_a_failure() {
         let setup = Setup::new();
-        let down = Policy::new("down", Down(Some(refused_connection))).fail_closed();
+        let down = Arc::new(Policy::new("down", Down(Some(refused_connection))).fail_closed());
         let login = setup.policy("login", per_minute(1));
         decide(&[(&login, 1)]).await;
         let verdict = decide(&[(&down, 1), (&login, 1)]).await;
@@ -863,7 +935,7 @@ mod tests {
                 retry_after: Duration::from_millis(4500),
             }
         }
-        let full = Policy::new("full", Down(Some(full))).fail_open();
+        let full = Arc::new(Policy::new("full", Down(Some(full))).fail_open());
         let verdict = decide(&[(&full, 1)]).await;
         assert_eq!(verdict.outcome, Outcome::Unavailable);
         assert_eq!(verdict.failures[0].mode, FailureMode::Closed);
@@ -876,7 +948,7 @@ mod tests {
     #[tokio::test]
     async fn a_stuck_limiter_fails_at_its_policy_timeout() {
         let setup = Setup::new();
-        let stuck = Policy::new("stuck", Down(None)).timeout(Duration::from_millis(20));
+        let stuck = Arc::new(Policy::new("stuck", Down(None)).timeout(Duration::from_millis(20)));
         let global = setup.policy("global", per_minute(5));
         let verdict = decide(&[(&stuck, 1), (&global, 1)]).await;
         assert_eq!(

@@ -28,7 +28,7 @@ pub struct LimiterFailure<'a> {
 
 /// Raises the alerts for every limiter failure of `verdict`, in the order
 /// they happened.
-pub(crate) fn alert(shared: &Shared, verdict: &Verdict<'_>, client: &Client) {
+pub(crate) fn alert(shared: &Shared, verdict: &Verdict, client: &Client) {
     for failure in &verdict.failures {
         let index = verdict.reports[failure.report].check.index;
         let compiled = &shared.policies[index];

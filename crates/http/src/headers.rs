@@ -11,16 +11,13 @@ use ratelab_core::{Decision, ceil_secs};
 
 use crate::engine::Verdict;
 use crate::engine::wait_for;
-use crate::layer::Shared;
+use crate::layer::{Shared, WallClock};
 use crate::matching::{Compiled, Refill};
 use crate::response::{self, LimitItem};
 
 /// `RateLimit-Policy` (every applicable policy) and `RateLimit` (every one
 /// that decided).
-fn fields(
-    policies: &[Compiled],
-    verdict: &Verdict<'_>,
-) -> (Option<HeaderValue>, Option<HeaderValue>) {
+fn fields(policies: &[Compiled], verdict: &Verdict) -> (Option<HeaderValue>, Option<HeaderValue>) {
     let policy = response::policy_field(
         verdict
             .reports
@@ -79,30 +76,97 @@ pub enum LegacyReset {
     Epoch,
 }
 
+/// The fields `shared` is configured for, for one verdict: computed when
+/// the request is decided, written into the response once it comes (the
+/// verdict itself need not be kept until then).
+pub(crate) struct Fields {
+    policy: Option<HeaderValue>,
+    limit: Option<HeaderValue>,
+    legacy: Option<Legacy>,
+}
+
+/// The legacy fields of the binding decision.
+struct Legacy {
+    limit: u64,
+    remaining: u64,
+    reset: Reset,
+}
+
+/// `X-RateLimit-Reset`, or what it is computed from when it is written.
+enum Reset {
+    Delta(u64),
+    /// A Unix time: the wall clock is read when the response is written.
+    Epoch {
+        after: Duration,
+        wall_clock: WallClock,
+    },
+}
+
+impl Fields {
+    /// The fields for `verdict`, as `shared` is configured.
+    pub(crate) fn new(shared: &Shared, verdict: &Verdict) -> Self {
+        let (policy, limit) = if shared.header_style.draft() {
+            fields(&shared.policies, verdict)
+        } else {
+            (None, None)
+        };
+        let legacy = shared
+            .header_style
+            .legacy()
+            .then(|| verdict.binding())
+            .flatten()
+            .map(|(report, decision)| Legacy {
+                limit: shared.policies[report.check.index].item.q,
+                remaining: decision.remaining,
+                // Until the key is full again on every response, a refusal
+                // included (the wait for a retry is `Retry-After`): one
+                // meaning, as GitHub's has.
+                reset: match shared.legacy_reset {
+                    LegacyReset::Delta => Reset::Delta(ceil_secs(decision.reset_after)),
+                    LegacyReset::Epoch => Reset::Epoch {
+                        after: decision.reset_after,
+                        wall_clock: shared.wall_clock.clone(),
+                    },
+                },
+            });
+        Fields {
+            policy,
+            limit,
+            legacy,
+        }
+    }
+
+    /// Writes the fields into `headers`.
+    pub(crate) fn write(self, headers: &mut HeaderMap) {
+        response::append_fields(headers, self.policy, self.limit);
+        let Some(legacy) = self.legacy else {
+            return;
+        };
+        let reset = match legacy.reset {
+            Reset::Delta(secs) => secs,
+            Reset::Epoch { after, wall_clock } => {
+                let full_at = wall_clock() + after;
+                full_at.duration_since(UNIX_EPOCH).map_or(0, ceil_secs)
+            }
+        };
+        response::set_legacy(headers, legacy.limit, legacy.remaining, reset);
+    }
+}
+
+impl std::fmt::Debug for Fields {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Fields")
+            .field("policy", &self.policy)
+            .field("limit", &self.limit)
+            .field("legacy", &self.legacy.is_some())
+            .finish()
+    }
+}
+
 /// Writes the fields `shared` is configured for, for `verdict`, into
 /// `headers`.
-pub(crate) fn write(shared: &Shared, verdict: &Verdict<'_>, headers: &mut HeaderMap) {
-    if shared.header_style.draft() {
-        let (policy, limit) = fields(&shared.policies, verdict);
-        response::append_fields(headers, policy, limit);
-    }
-    if !shared.header_style.legacy() {
-        return;
-    }
-    let Some((report, decision)) = verdict.binding() else {
-        return;
-    };
-    // Until the key is full again on every response, a refusal included (the
-    // wait for a retry is `Retry-After`): one meaning, as GitHub's has.
-    let reset = match shared.legacy_reset {
-        LegacyReset::Delta => ceil_secs(decision.reset_after),
-        LegacyReset::Epoch => {
-            let full_at = (shared.wall_clock)() + decision.reset_after;
-            full_at.duration_since(UNIX_EPOCH).map_or(0, ceil_secs)
-        }
-    };
-    let limit = shared.policies[report.check.index].item.q;
-    response::set_legacy(headers, limit, decision.remaining, reset);
+pub(crate) fn write(shared: &Shared, verdict: &Verdict, headers: &mut HeaderMap) {
+    Fields::new(shared, verdict).write(headers);
 }
 
 /// `t` (draft-ietf-httpapi-ratelimit-headers-11): the wait until more quota

@@ -3,7 +3,7 @@
 //! extensions, then by IP address.
 
 use std::fmt::{self, Write as _};
-use std::net::{IpAddr, SocketAddr};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -103,6 +103,20 @@ impl Client {
     fn anonymous(id: impl fmt::Display, plan: Option<Arc<str>>, ip: Option<IpAddr>) -> Self {
         let mut key = KeyBuf::default();
         let _ = write!(key, "ip:{id}");
+        Self::anonymous_key(key, plan, ip)
+    }
+
+    /// An anonymous client by IPv4 address, `ip:<address>`: the common
+    /// case, written without the formatting machinery.
+    fn anonymous_v4(v4: Ipv4Addr, plan: Option<Arc<str>>, ip: Option<IpAddr>) -> Self {
+        let mut key = KeyBuf::default();
+        let mut digits = [0; 15];
+        let _ = key.write_str("ip:");
+        let _ = key.write_str(Dotted(v4).write(&mut digits));
+        Self::anonymous_key(key, plan, ip)
+    }
+
+    fn anonymous_key(key: KeyBuf, plan: Option<Arc<str>>, ip: Option<IpAddr>) -> Self {
         Client {
             kind: ClientKind::Ip,
             key: key.into(),
@@ -158,11 +172,12 @@ impl fmt::Debug for Client {
 /// An IPv4 address in dotted decimal, as its `Display` writes it, without
 /// the formatting machinery (four numbers through `fmt::write` cost as much
 /// as the whole rate limit check).
-struct Dotted(std::net::Ipv4Addr);
+#[derive(Clone, Copy)]
+struct Dotted(Ipv4Addr);
 
-impl fmt::Display for Dotted {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let mut out = [0u8; 15];
+impl Dotted {
+    /// The address, written into `out`.
+    fn write(self, out: &mut [u8; 15]) -> &str {
         let mut len = 0;
         for (i, octet) in self.0.octets().into_iter().enumerate() {
             if i > 0 {
@@ -181,7 +196,13 @@ impl fmt::Display for Dotted {
             len += 1;
         }
         // Digits and dots: ASCII.
-        f.write_str(std::str::from_utf8(&out[..len]).unwrap_or_default())
+        std::str::from_utf8(&out[..len]).unwrap_or_default()
+    }
+}
+
+impl fmt::Display for Dotted {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(Dotted::write(*self, &mut [0; 15]))
     }
 }
 
@@ -483,7 +504,7 @@ impl Identify {
                     .map_or_else(|_| IpNet::from(IpAddr::V6(v6)), |n| n.trunc());
                 Client::anonymous(net, plan, ip)
             }
-            Some(IpAddr::V4(v4)) => Client::anonymous(Dotted(v4), plan, ip),
+            Some(IpAddr::V4(v4)) => Client::anonymous_v4(v4, plan, ip),
             Some(address) => Client::anonymous(address, plan, ip),
             None => {
                 warn_missing_peer_once();
@@ -605,7 +626,7 @@ mod tests {
             [10, 99, 100, 255],
             [203, 0, 113, 9],
         ] {
-            let ip = std::net::Ipv4Addr::from(octets);
+            let ip = Ipv4Addr::from(octets);
             assert_eq!(Dotted(ip).to_string(), ip.to_string());
             let client = identify.client(&parts(&format!("{ip}:80")));
             assert_eq!(
@@ -614,7 +635,7 @@ mod tests {
             );
         }
         for n in (0..=u32::MAX).step_by(65_537) {
-            let ip = std::net::Ipv4Addr::from(n);
+            let ip = Ipv4Addr::from(n);
             assert_eq!(Dotted(ip).to_string(), ip.to_string());
         }
     }

@@ -85,7 +85,7 @@ impl PolicyStatus {
 }
 
 impl RateLimitInfo {
-    pub(crate) fn new(policies: &[Compiled], verdict: &Verdict<'_>, client: Client) -> Self {
+    pub(crate) fn new(policies: &[Compiled], verdict: &Verdict, client: Client) -> Self {
         let statuses = verdict
             .reports
             .iter()

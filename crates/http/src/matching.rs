@@ -2,6 +2,7 @@
 //! parsed, header item built), then matched against every request head.
 
 use std::borrow::Cow;
+use std::sync::Arc;
 
 use http::request::Parts;
 use ratelab_core::{LogGate, ceil_secs};
@@ -41,7 +42,8 @@ impl Refill {
 /// A policy as the layer runs it.
 #[derive(Debug)]
 pub(crate) struct Compiled {
-    pub(crate) policy: Policy,
+    /// Shared with the checks of the requests it applies to.
+    pub(crate) policy: Arc<Policy>,
     routes: Vec<Route>,
     /// Its `RateLimit-Policy` item.
     pub(crate) item: PolicyItem,
@@ -74,7 +76,7 @@ impl Compiled {
         );
         let refill = Refill::of(policy.limiter.algorithm_name(), &quota);
         Ok(Compiled {
-            policy,
+            policy: Arc::new(policy),
             routes,
             item,
             refill,
@@ -85,12 +87,7 @@ impl Compiled {
     /// The policy's check of the request, if the policy applies to it (see
     /// [`Policy`], "Applies to"); `index` is the policy's position in the
     /// layer.
-    pub(crate) fn applies(
-        &self,
-        index: usize,
-        parts: &Parts,
-        client: &Client,
-    ) -> Option<Check<'_>> {
+    pub(crate) fn applies(&self, index: usize, parts: &Parts, client: &Client) -> Option<Check> {
         let policy = &self.policy;
         if !self.routes.is_empty()
             && !self
@@ -120,7 +117,7 @@ impl Compiled {
             Cost::Fixed(n) => *n,
             Cost::With(f) => f(parts, client),
         };
-        let check = Check::new(index, policy, &key, cost);
+        let check = Check::new(index, &self.policy, &key, cost);
         // Without a refund, a policy that counts only some responses can
         // only peek now and count once the response says.
         if policy.count != Count::All && policy.refund.is_none() {
@@ -132,11 +129,11 @@ impl Compiled {
 
 /// The checks of every policy in `policies` that applies to the request, as
 /// the engine takes them (no list of its own).
-pub(crate) fn checks<'a>(
-    policies: &'a [Compiled],
+pub(crate) fn checks(
+    policies: &[Compiled],
     parts: &Parts,
     client: &Client,
-) -> impl Iterator<Item = Check<'a>> {
+) -> impl Iterator<Item = Check> {
     policies
         .iter()
         .enumerate()

@@ -132,15 +132,15 @@ fn decision_outcome(state: &State) -> usize {
 }
 
 /// Everything one verdict has to report.
-pub(crate) fn verdict(verdict: &Verdict<'_>) {
+pub(crate) fn verdict(verdict: &Verdict) {
     let requests = match verdict.outcome {
         Outcome::Pass { .. } => &REQUESTS_ALLOWED,
         Outcome::Refuse => &REQUESTS_REFUSED,
         Outcome::Unavailable => &REQUESTS_UNAVAILABLE,
     };
     counter(requests).increment(1);
-    for report in &verdict.reports {
-        let policy = report.check.policy;
+    for report in verdict.reports.iter() {
+        let policy = &report.check.policy;
         let keys = &policy.metrics;
         counter(&keys.decisions[decision_outcome(&report.state)]).increment(1);
         if let Some(count) = &policy.keys_tracked {
