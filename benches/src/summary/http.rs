@@ -128,14 +128,31 @@ percent; the rest was the layer's own work around it, on every request.
   into a shared string: a clone is a reference count. The limiter key
   (`<policy>:<client key>`) is built in place, not on the heap.
 
-Allocations per request through the router, admitted: 52 before, 30 after
-(the bare handler 16, tower_governor 20); refused: 61 before, 39 after
-(tower_governor 25). What is left: the boxed response future, the
-limiter's boxed check future (`AsyncRateLimiter::check_async`), the
+- *The boxed response future* (about 1.2 KB, moved on every request): a
+  limiter that answers at once (every in-memory one) is now decided in
+  `Service::call` itself, and the inner service's future is held in place
+  rather than boxed with the decision. This measured no gain: axum boxes a
+  layer's future anyway (`Router::layer`), so the 1.2 KB box became axum's
+  448-byte box of a larger future, and the decision keeps one box of its
+  own so that a pending (Redis) decision can outlive `call()`.
+
+Allocations per request through the router, admitted: 52 before, 29 after
+(the bare handler 16, tower_governor 20); refused: 61 before, 38 after
+(tower_governor 25). What is left: the decision's boxed call (the
+limiter's `AsyncRateLimiter::check_async`), the
 `Client` and `RateLimitInfo` request extensions the layer promises to
 handlers (two boxes, and the extension map grows past its first size),
 `RateLimitInfo`'s list of policy statuses, the `RateLimit` value, and on a
-refusal the problem body.
+refusal the problem body. Per request, over the bare handler, ratelab-http
+adds about 1,200 ns and tower_governor about 260 ns (a profile on a loaded
+machine): the engine's async steps, the boxed check and the latency
+metric's two clock reads about 230 ns (the GCRA check itself about 65),
+the `RateLimit` field and its two headers about 215, the request
+extensions about 200, identifying the client about 100. Most of it is
+what the layer promises and tower_governor does not do: the `RateLimit`
+header on every admitted response, `Client` and `RateLimitInfo` for the
+handler, metrics. Closing the rest needs an in-memory check without a box
+(`check_async` in ratelab-core) or those promises made opt-in.
 ";
 
 #[cfg(test)]
