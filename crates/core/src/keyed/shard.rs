@@ -26,6 +26,10 @@ pub(super) struct Entry<K, S> {
 /// back to full capacity at this instant.
 type Due = Reverse<(u64, u64)>;
 
+/// Stale records re-filed one by one, as a share of the table (1 / this),
+/// before the index is rebuilt from the table at once instead.
+const REBUILD_AFTER_SHARE: usize = 8;
+
 pub(super) struct Shard<K, S> {
     pub(super) table: HashTable<Entry<K, S>>,
     /// A min-heap of `(full_at, hash)`, at least one record per entry, each
@@ -39,7 +43,18 @@ pub(super) struct Shard<K, S> {
     /// the one change that lowers `full_at`, files one more record, and a
     /// reset leaves its key's record behind with no key: extra records that
     /// [`Shard::compact`] drops once they outnumber the entries.
+    ///
+    /// Keys filed together come due together, most of them still owing (a
+    /// busy key's `full_at` runs ahead of its record): re-filing each is a
+    /// heap pop and push, cache misses all the way down a large heap (about
+    /// a microsecond at a million keys). After `1 / REBUILD_AFTER_SHARE` of
+    /// the table's worth of re-files the index is rebuilt from the table
+    /// instead ([`Shard::rebuild`], O(n) in one sequential pass, and every
+    /// record then exact): amortised O(1) per re-file, and a wave of stale
+    /// records costs an eighth of the heap operations it did.
     expiry: BinaryHeap<Due>,
+    /// Stale records re-filed since the index was last rebuilt.
+    refiled: usize,
     /// The latest instant this shard has decided at: time never goes back
     /// here.
     pub(super) latest: u64,
@@ -58,6 +73,7 @@ impl<K: Hash, S> Shard<K, S> {
         Shard {
             table: HashTable::new(),
             expiry: BinaryHeap::new(),
+            refiled: 0,
             latest: 0,
             capacity,
             sketch: None,
@@ -140,12 +156,21 @@ impl<K: Hash, S> Shard<K, S> {
         if self.expiry.len() <= 2 * self.table.len() + 4 {
             return;
         }
-        let records: Vec<Due> = self
-            .table
-            .iter()
-            .map(|e| Reverse((algorithm.full_at(&e.state), self.hash_of(&e.key))))
-            .collect();
+        self.rebuild(algorithm);
+    }
+
+    /// The index from the table: one exact record per entry, in the index's
+    /// own allocation (never more than it already holds).
+    fn rebuild<A: Algorithm<State = S>>(&mut self, algorithm: &A) {
+        let mut records = std::mem::take(&mut self.expiry).into_vec();
+        records.clear();
+        records.extend(
+            self.table
+                .iter()
+                .map(|e| Reverse((algorithm.full_at(&e.state), self.hash_of(&e.key)))),
+        );
         self.expiry = BinaryHeap::from(records);
+        self.refiled = 0;
     }
 
     /// Looks at the earliest record, if it is due at `now`: forgets its key
@@ -167,8 +192,12 @@ impl<K: Hash, S> Shard<K, S> {
         }
         // Every key with this hash still owes: re-file under the earliest
         // of their current instants (more than one only on a 64-bit hash
-        // collision within the shard).
-        if let Some(full_at) = self.earliest_with_hash(algorithm, hash) {
+        // collision within the shard), or rebuild the whole index once
+        // re-files one at a time have cost enough to pay for it.
+        self.refiled += 1;
+        if self.refiled > self.table.len() / REBUILD_AFTER_SHARE + 16 {
+            self.rebuild(algorithm);
+        } else if let Some(full_at) = self.earliest_with_hash(algorithm, hash) {
             self.expiry.push(Reverse((full_at, hash)));
         }
         Some(false)
