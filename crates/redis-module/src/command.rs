@@ -131,7 +131,7 @@ pub(crate) fn string_command<A: StringState>(
     } = prologue::<A>(argv)?;
 
     let stored = native::get(ctx, key);
-    let (mut state, exists) = match stored.value() {
+    let (mut state, exists) = match stored.string() {
         Ok(Some(raw)) => {
             if let Some(size) = A::SIZE
                 && raw.len() != size

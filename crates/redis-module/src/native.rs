@@ -12,7 +12,7 @@
 //! `RM_ReplyWithLongLong`. Nothing is allocated on the way to a decision.
 //!
 //! Every function here is `unsafe` FFI on pointers Redis hands the command
-//! for the duration of the call; the safe types ([`KeyArg`], [`Stored`])
+//! for the duration of the call; the safe types ([`KeyArg`], [`Reply`], [`Open`])
 //! cannot outlive it.
 
 #![allow(unsafe_code)]
@@ -65,67 +65,11 @@ unsafe fn bytes<'a>(s: *mut raw::RedisModuleString) -> &'a [u8] {
     unsafe { std::slice::from_raw_parts(ptr.cast::<u8>(), len) }
 }
 
-/// What `GET key` answered: a string, nothing, or an error (a key of
-/// another type). Frees the reply on drop.
-#[derive(Debug)]
-pub(crate) struct Stored<'a> {
-    reply: *mut raw::RedisModuleCallReply,
-    _call: PhantomData<&'a Context>,
-}
-
-impl Stored<'_> {
-    /// The string stored, `None` for no key, `Err` for a key that holds no
-    /// string.
-    pub(crate) fn value(&self) -> Result<Option<&[u8]>, ()> {
-        if self.reply.is_null() {
-            return Err(());
-        }
-        match raw::call_reply_type(self.reply) {
-            raw::ReplyType::String => {
-                let mut len = 0;
-                // A live reply of RM_Call, freed only on drop.
-                let ptr = raw::call_reply_string_ptr(self.reply, &mut len);
-                if ptr.is_null() || len == 0 {
-                    return Ok(Some(&[]));
-                }
-                // SAFETY: the buffer lives as long as the reply, which lives
-                // as long as `self`.
-                Ok(Some(unsafe {
-                    std::slice::from_raw_parts(ptr.cast::<u8>(), len)
-                }))
-            }
-            raw::ReplyType::Null => Ok(None),
-            _ => Err(()),
-        }
-    }
-}
-
-impl Drop for Stored<'_> {
-    fn drop(&mut self) {
-        if !self.reply.is_null() {
-            // SAFETY: a reply of RM_Call, freed once.
-            unsafe { raw::RedisModule_FreeCallReply.expect("the module API")(self.reply) };
-        }
-    }
-}
-
-/// `GET key`, as a script reads its key: the value stays as Redis stored
-/// it (an integer stays an integer).
-pub(crate) fn get<'a>(ctx: &'a Context, key: KeyArg<'_>) -> Stored<'a> {
-    // SAFETY: RM_Call with one `s` conversion and one live Redis string;
-    // the reply is freed by `Stored`.
-    let reply = unsafe {
-        raw::RedisModule_Call.expect("the module API")(
-            ctx.get_raw(),
-            c"GET".as_ptr(),
-            c"s".as_ptr(),
-            key.object,
-        )
-    };
-    Stored {
-        reply,
-        _call: PhantomData,
-    }
+/// The Unix ms, on the server clock, `ttl_ms` from now: the `PXAT` a TTL
+/// becomes (as Redis itself replicates an expiry).
+fn expiry_at(ttl_ms: u64) -> i64 {
+    let at = (unix_micros() / 1000).saturating_add(ttl_ms);
+    i64::try_from(at).unwrap_or(i64::MAX)
 }
 
 /// `SET key value PX ttl_ms` as a script sends it: replicated (`!`),
@@ -138,8 +82,7 @@ pub(crate) fn get<'a>(ctx: &'a Context, key: KeyArg<'_>) -> Stored<'a> {
 /// `SET` itself rewrites `PX` to before it replicates: the same expiry,
 /// without the rewrite of the command's arguments.
 pub(crate) fn set(ctx: &Context, key: KeyArg<'_>, value: &[u8], ttl_ms: u64) -> Result<(), String> {
-    let at = (unix_micros() / 1000).saturating_add(ttl_ms);
-    let at = i64::try_from(at).unwrap_or(i64::MAX);
+    let at = expiry_at(ttl_ms);
     // SAFETY: the format has `s`, `b`, `c` and `l` conversions, followed by
     // a live Redis string, a (pointer, length) pair of a live slice, a
     // NUL-terminated C string and a long long; RM_Call copies what it
@@ -342,6 +285,30 @@ impl Reply<'_> {
             .then(|| raw::call_reply_string(self.reply).unwrap_or_default())
     }
 
+    /// What `GET` answered: the string stored, `None` for no key, `Err`
+    /// for a key that holds no string.
+    pub(crate) fn string(&self) -> Result<Option<&[u8]>, ()> {
+        if self.reply.is_null() {
+            return Err(());
+        }
+        match raw::call_reply_type(self.reply) {
+            raw::ReplyType::String => {
+                let mut len = 0;
+                let ptr = raw::call_reply_string_ptr(self.reply, &mut len);
+                if ptr.is_null() || len == 0 {
+                    return Ok(Some(&[]));
+                }
+                // SAFETY: the buffer lives as long as the reply, freed only
+                // on drop.
+                Ok(Some(unsafe {
+                    std::slice::from_raw_parts(ptr.cast::<u8>(), len)
+                }))
+            }
+            raw::ReplyType::Null => Ok(None),
+            _ => Err(()),
+        }
+    }
+
     /// The `i`-th element of an array of strings, if there is one.
     pub(crate) fn element(&self, i: usize) -> Option<&[u8]> {
         if self.reply.is_null() || raw::call_reply_type(self.reply) != raw::ReplyType::Array {
@@ -402,6 +369,12 @@ macro_rules! rm_call {
             _call: PhantomData,
         }
     }};
+}
+
+/// `GET key`, as a script reads its key: the value stays as Redis stored
+/// it (an integer stays an integer).
+pub(crate) fn get<'a>(ctx: &'a Context, key: KeyArg<'_>) -> Reply<'a> {
+    rm_call!(ctx, c"GET", c"s", key.object)
 }
 
 /// The calls of the sliding log's hot path, on the module API: the
@@ -578,8 +551,7 @@ impl Open<'_> {
         if out_of_memory() {
             return Err(OOM.to_owned());
         }
-        let at = (unix_micros() / 1000).saturating_add(ttl_ms);
-        let at = i64::try_from(at).unwrap_or(i64::MAX);
+        let at = expiry_at(ttl_ms);
         let ctx = self.ctx.get_raw();
         // SAFETY: an open key; a string made here, whose reference is
         // released once (the key takes its own); the replicated command's
@@ -831,8 +803,7 @@ pub(crate) mod zset {
         /// Expires the key `ttl_ms` from now (`PEXPIRE`, which Redis
         /// replicates as `PEXPIREAT`).
         pub(crate) fn expire(&mut self, ttl_ms: u64) -> Result<(), String> {
-            let at = (unix_micros() / 1000).saturating_add(ttl_ms);
-            let at = i64::try_from(at).unwrap_or(i64::MAX);
+            let at = expiry_at(ttl_ms);
             // SAFETY: an open key; the replicated command's format matches
             // its arguments.
             unsafe {
