@@ -189,6 +189,29 @@ pub(crate) trait StringState: Params {
 
     /// `state` as the script writes it.
     fn encode(&self, state: &Self::State) -> Encoded;
+
+    /// Whether a check of `cost` at `now` is admitted whatever the key
+    /// holds, knowing only that no instant in it is later than `latest`
+    /// (µs). `false` unless the algorithm can tell: only an answer known
+    /// before the key is read lets the command read it in place.
+    fn admits_all_up_to(&self, _latest: u64, _now: u64, _cost: u32) -> bool {
+        false
+    }
+}
+
+/// [`StringState::admits_all_up_to`] of a state that is one instant, which
+/// a later instant never helps to admit (GCRA's theoretical arrival time,
+/// the leaky queue's next slot): the latest state possible is decided.
+fn admits_at_latest<A: Algorithm<State = u64>>(
+    algorithm: &A,
+    latest: u64,
+    now: u64,
+    cost: u32,
+) -> bool {
+    let mut latest = latest;
+    algorithm
+        .decide(&mut latest, now, cost)
+        .is_ok_and(|decision| decision.allowed)
 }
 
 /// A state as a script writes it, on the stack: at most 24 bytes (three
@@ -302,6 +325,10 @@ impl StringState for Gcra {
     fn encode(&self, tat: &u64) -> Encoded {
         decimal(*tat)
     }
+
+    fn admits_all_up_to(&self, latest: u64, now: u64, cost: u32) -> bool {
+        admits_at_latest(self, latest, now, cost)
+    }
 }
 
 impl StringState for LeakyQueue {
@@ -318,6 +345,10 @@ impl StringState for LeakyQueue {
 
     fn encode(&self, slot: &u64) -> Encoded {
         decimal(*slot)
+    }
+
+    fn admits_all_up_to(&self, latest: u64, now: u64, cost: u32) -> bool {
+        admits_at_latest(self, latest, now, cost)
     }
 }
 

@@ -153,6 +153,11 @@ impl Args {
         Ok(clamp_instant(now))
     }
 
+    /// Whether the call runs on the server's clock (no caller's instant).
+    pub(crate) fn on_server_clock(&self) -> bool {
+        self.now.is_none()
+    }
+
     /// How far ahead of now a stored instant may be: one second for clocks
     /// that differ after a failover, and the slack.
     pub(crate) fn skew(&self) -> u64 {

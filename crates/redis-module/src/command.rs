@@ -108,10 +108,14 @@ fn prologue<A: Params>(argv: &[&[u8]]) -> Result<Call<A>, RedisError> {
 /// for an algorithm whose state is one string: `argv` is what follows the
 /// key. Allocates nothing on its way to a decision (errors aside).
 ///
-/// The key is read with `GET` through `RM_Call` ([`native`]), as the
-/// script reads it: opening a string for direct access (`RM_StringDMA`,
-/// even to read) turns an integer or embedded string into a raw one, so a
-/// key would change encoding under a mere refusal. A binary state is
+/// A key that holds nothing is not read. A check on the server's clock
+/// that admits whatever the key holds (GCRA's and the leaky queue's state
+/// is one instant, and the key's expiry bounds it: see [`latest_instant`])
+/// reads the string in place, since its write stores it again. Any other
+/// call reads it with `GET` through `RM_Call` ([`native`]), as the script
+/// reads it: opening a string for direct access (`RM_StringDMA`, even to
+/// read) turns an integer or embedded string into a raw one, so a key
+/// would change encoding under a mere refusal. A binary state is
 /// written straight into the key (`RM_StringSet`, stored as `SET` stores
 /// it, and replicated as `SET ... PXAT`); a decimal one (GCRA, the leaky
 /// queue) through `SET`, which stores it as an integer (48 bytes a key,
@@ -130,27 +134,42 @@ pub(crate) fn string_command<A: StringState>(
         op,
     } = prologue::<A>(argv)?;
 
-    let stored = native::get(ctx, key);
-    let (mut state, exists) = match stored.string() {
-        Ok(Some(raw)) => {
-            if let Some(size) = A::SIZE
-                && raw.len() != size
-            {
-                let what = format!("{} bytes, not {size}: {}", raw.len(), show(raw));
-                return Err(corrupt(A::NAME, key.bytes(), &what));
-            }
-            let state = algorithm
-                .decode(raw, now, parsed.skew())
-                .map_err(|what| corrupt(A::NAME, key.bytes(), &what))?;
-            (state, true)
+    // A check that will admit, whatever the key holds, reads it in place:
+    // its write is sure to store the state as `SET` does. Any other call
+    // reads it with `GET`, which leaves an integer an integer.
+    let (mut state, exists) = match native::open_to_read(ctx, key) {
+        None => (algorithm.initial_state(), false),
+        Some(mut reading)
+            if op == Op::Check
+                && cost > 0
+                && parsed.on_server_clock()
+                && reading.is_string()
+                && reading.expires_at().is_some_and(|at| {
+                    algorithm.admits_all_up_to(latest_instant(at), now, cost)
+                }) =>
+        {
+            let raw = reading.read_in_place();
+            (
+                decode_stored(&algorithm, key, raw, now, parsed.skew())?,
+                true,
+            )
         }
-        Ok(None) => (algorithm.initial_state(), false),
-        Err(()) => {
-            let what = format!("a {}, not a string", type_name(ctx, key.bytes()));
-            return Err(corrupt(A::NAME, key.bytes(), &what));
+        Some(reading) => {
+            drop(reading);
+            let stored = native::get(ctx, key);
+            match stored.string() {
+                Ok(Some(raw)) => (
+                    decode_stored(&algorithm, key, raw, now, parsed.skew())?,
+                    true,
+                ),
+                Ok(None) => (algorithm.initial_state(), false),
+                Err(()) => {
+                    let what = format!("a {}, not a string", type_name(ctx, key.bytes()));
+                    return Err(corrupt(A::NAME, key.bytes(), &what));
+                }
+            }
         }
     };
-    drop(stored);
 
     if op == Op::Refund {
         let decision = algorithm
@@ -178,6 +197,37 @@ pub(crate) fn string_command<A: StringState>(
         write_state::<A>(ctx, key, &algorithm.encode(&state), ttl)?;
     }
     Ok(fields(&decision))
+}
+
+/// The state in a stored string, or the error that says what is wrong
+/// with it.
+fn decode_stored<A: StringState>(
+    algorithm: &A,
+    key: native::KeyArg<'_>,
+    raw: &[u8],
+    now: u64,
+    skew: u64,
+) -> Result<A::State, RedisError> {
+    if let Some(size) = A::SIZE
+        && raw.len() != size
+    {
+        let what = format!("{} bytes, not {size}: {}", raw.len(), show(raw));
+        return Err(corrupt(A::NAME, key.bytes(), &what));
+    }
+    algorithm
+        .decode(raw, now, skew)
+        .map_err(|what| corrupt(A::NAME, key.bytes(), &what))
+}
+
+/// The latest instant (µs) a key expiring at Unix ms `expires_at` can hold,
+/// when the scripts or this module wrote it on the server's clock: each
+/// sets the TTL to the time until that instant, rounded up to the ms, plus
+/// a slack, from a clock read no earlier than the instant's `now`, so the
+/// instant is at most 999 µs after the expiry. A key whose TTL a stranger
+/// shortened may hold a later one: it is then read in place on a check
+/// that refuses, which changes how Redis stores it, never the decision.
+fn latest_instant(expires_at: u64) -> u64 {
+    expires_at.saturating_mul(1000).saturating_add(999)
 }
 
 /// Writes a state as the script's `SET ... PX` leaves it: a binary one

@@ -517,6 +517,69 @@ fn out_of_memory() -> bool {
     unsafe { api(raw::RedisModule_GetUsedMemoryRatio)() > 1.0 }
 }
 
+/// A key opened to read only, closed on drop. Closing it signals nothing
+/// (a key opened to write would invalidate the clients `WATCH`ing it).
+#[derive(Debug)]
+pub(crate) struct Reading<'a> {
+    key: *mut raw::RedisModuleKey,
+    _call: PhantomData<&'a Context>,
+}
+
+/// Opens `name` to read: `None` when it holds nothing (as `GET` would
+/// answer nil, an expired key included).
+pub(crate) fn open_to_read<'a>(ctx: &'a Context, name: KeyArg<'a>) -> Option<Reading<'a>> {
+    let mode = c_int::try_from(raw::REDISMODULE_READ).expect("small flags");
+    // SAFETY: the running command's context and one of its arguments; the
+    // handle is closed by `Reading`'s drop, before the command returns.
+    let key = unsafe { api(raw::RedisModule_OpenKey)(ctx.get_raw(), name.object, mode) };
+    // A key opened to read only is null when it does not exist.
+    (!key.is_null()).then_some(Reading {
+        key,
+        _call: PhantomData,
+    })
+}
+
+impl Reading<'_> {
+    /// Whether the key holds a string.
+    pub(crate) fn is_string(&self) -> bool {
+        // SAFETY: an open key.
+        let kind = unsafe { api(raw::RedisModule_KeyType)(self.key) };
+        kind as isize == raw::REDISMODULE_KEYTYPE_STRING
+    }
+
+    /// The Unix ms the key expires at, `None` when it has no TTL.
+    pub(crate) fn expires_at(&self) -> Option<u64> {
+        // SAFETY: an open key.
+        let at = unsafe { api(raw::RedisModule_GetAbsExpire)(self.key) };
+        u64::try_from(at).ok()
+    }
+
+    /// The string the key holds, read in place (`RM_StringDMA`). Redis
+    /// first turns an integer or an embedded string into a raw one, so only
+    /// a command that is sure to overwrite the key may read it this way:
+    /// the write then stores it as `SET` would.
+    pub(crate) fn read_in_place(&mut self) -> &[u8] {
+        let mode = c_int::try_from(raw::REDISMODULE_READ).expect("small flags");
+        let mut len = 0;
+        // SAFETY: an open key holding a string; the buffer lives until the
+        // key is written or closed, which the borrow of `self` outlasts.
+        unsafe {
+            let ptr = api(raw::RedisModule_StringDMA)(self.key, &mut len, mode);
+            if ptr.is_null() || len == 0 {
+                return &[];
+            }
+            std::slice::from_raw_parts(ptr.cast::<u8>(), len)
+        }
+    }
+}
+
+impl Drop for Reading<'_> {
+    fn drop(&mut self) {
+        // SAFETY: a key opened by `open_to_read`, closed once.
+        unsafe { api(raw::RedisModule_CloseKey)(self.key) };
+    }
+}
+
 /// Opens `name` to read and write.
 pub(crate) fn open<'a>(ctx: &'a Context, name: KeyArg<'a>) -> Open<'a> {
     let mode =

@@ -479,6 +479,125 @@ fn keys_take_the_memory_the_scripts_keys_take() {
     }
 }
 
+/// `MEMORY USAGE` and `OBJECT ENCODING` of a key.
+fn stored_as(connection: &mut redis::Connection, key: &str) -> (i64, String) {
+    let bytes = redis::cmd("MEMORY")
+        .arg("USAGE")
+        .arg(key)
+        .query(connection)
+        .unwrap();
+    let encoding = redis::cmd("OBJECT")
+        .arg("ENCODING")
+        .arg(key)
+        .query(connection)
+        .unwrap();
+    (bytes, encoding)
+}
+
+/// On the server's clock, a check that is sure to admit reads its key in
+/// place, which makes Redis decode an integer: it must happen only before
+/// a write that stores the state again. A burst then refusals, module and
+/// script side by side: after each check the two keys are stored alike
+/// (GCRA's and the leaky queue's integers stay integers on a refusal).
+#[test]
+fn on_the_server_clock_a_refusal_leaves_the_key_as_the_script_does() {
+    let server = support::server();
+    let mut connection = connect(&server.url());
+    // Five a second, a burst of three: six checks within a few ms admit
+    // three and refuse three.
+    let quota = Quota::per_second(5).unwrap().with_burst(3).unwrap();
+    for kind in Kind::ALL {
+        let sha = load_script(&mut connection, kind);
+        let params = kind.params(quota);
+        let (module_key, script_key) = ("clock:m", "clock:s");
+        let _: () = redis::cmd("DEL")
+            .arg(module_key)
+            .arg(script_key)
+            .query(&mut connection)
+            .unwrap();
+        let mut refused = 0;
+        for check in 0..6 {
+            let args = argv("", 1, 0, "", &params);
+            let module = query(&mut connection, &module_cmd(kind, module_key, &args)).unwrap();
+            let script = query(&mut connection, &script_cmd(&sha, script_key, &args)).unwrap();
+            assert_eq!(
+                module[0],
+                script[0],
+                "{}: check {check} decided apart",
+                kind.name()
+            );
+            refused += usize::from(module[0] == 0);
+            assert_eq!(
+                stored_as(&mut connection, module_key),
+                stored_as(&mut connection, script_key),
+                "{}: stored apart after check {check} (allowed: {})",
+                kind.name(),
+                module[0]
+            );
+        }
+        assert!(refused >= 2, "{}: only {refused} refusals", kind.name());
+    }
+}
+
+/// A stranger who shortens a key's TTL makes its expiry promise less than
+/// the state holds. The check then reads the key in place expecting to
+/// admit, but still decides on what it read: the refusal stands, and the
+/// state is left as it was.
+#[test]
+fn a_shortened_ttl_buys_no_admission() {
+    let server = support::server();
+    let mut connection = connect(&server.url());
+    // One a second, a burst of two: after two checks the state is about a
+    // second ahead of now, and a third is refused for about a second.
+    let quota = Quota::per_second(1).unwrap().with_burst(2).unwrap();
+    for kind in [Kind::Gcra, Kind::LeakyQueue] {
+        let params = kind.params(quota);
+        let key = format!("shortened:{}", kind.name());
+        for _ in 0..2 {
+            let reply = query(
+                &mut connection,
+                &module_cmd(kind, &key, &argv("", 1, 0, "", &params)),
+            );
+            assert_eq!(reply.unwrap()[0], 1, "{}: the burst", kind.name());
+        }
+        let held: Vec<u8> = redis::cmd("GET").arg(&key).query(&mut connection).unwrap();
+        // Expires in 50 ms, where the state owes about a second.
+        let _: () = redis::cmd("PEXPIRE")
+            .arg(&key)
+            .arg(50)
+            .query(&mut connection)
+            .unwrap();
+        let reply = query(
+            &mut connection,
+            &module_cmd(kind, &key, &argv("", 1, 0, "", &params)),
+        )
+        .unwrap();
+        assert_eq!(
+            reply[0],
+            0,
+            "{}: admitted past its burst: {reply:?}",
+            kind.name()
+        );
+        assert!(
+            reply[3] > 500_000,
+            "{}: retry after {} µs, where about a second is owed",
+            kind.name(),
+            reply[3]
+        );
+        let after: Vec<u8> = redis::cmd("GET").arg(&key).query(&mut connection).unwrap();
+        assert_eq!(
+            after,
+            held,
+            "{}: the refusal changed the state",
+            kind.name()
+        );
+        // The check did read in place (what this test is about): Redis
+        // decoded the integer, the one trace a shortened TTL leaves.
+        let (_, encoding) = stored_as(&mut connection, &key);
+        assert_eq!(encoding, "raw", "{}: not read in place", kind.name());
+    }
+}
+
 /// A three-master cluster whose nodes load the module: every key's command
 /// runs on the node that owns its slot (others answer MOVED, as for any
 /// command with a key) and decides as memory does.
