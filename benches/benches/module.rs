@@ -16,6 +16,14 @@
 //! `module-server-100k` (server µs per call, `INFO commandstats` after
 //! `CONFIG RESETSTAT`).
 //!
+//! Then module GCRA and redis-cell once more, in paired rounds
+//! (`module-paired-hot`, `module-paired-100k`): both sides' keys on the
+//! server, each round runs one side then the other (the order alternating),
+//! the same number of checks each, and the medians over the rounds of each
+//! side's server µs per call and checks per second are its figures. Two
+//! sides measured minutes apart can differ by a fifth on this machine for
+//! no reason of their own; paired, the drift falls on both.
+//!
 //! A missing `redis-server` or module fails the bench. A redis-cell that
 //! cannot be built is said loudly (stderr, and `redis_cell` in the rows
 //! file's facts) and its rows are missing; the rest still runs.
@@ -43,11 +51,13 @@ const LUA: &str = "redis-lua";
 const CELL: &str = "redis-cell";
 
 /// Every group this bench fills, criterion's and by hand.
-const GROUPS: [&str; 4] = [
+const GROUPS: [&str; 6] = [
     "module-throughput-hot",
     "module-throughput-100k",
     "module-server-hot",
     "module-server-100k",
+    "module-paired-hot",
+    "module-paired-100k",
 ];
 
 fn main() {
@@ -279,6 +289,81 @@ impl Bench<'_> {
         }
     }
 
+    fn paired_group(&self) -> String {
+        format!("module-paired-{}", self.label)
+    }
+
+    /// Checks every key of both sides once, then runs paired rounds (see
+    /// the crate docs) and records each side's medians.
+    fn paired(&mut self, name: &str, a: &Side, b: &Side) {
+        let rounds = self.mode.size(16, 6, 2);
+        let checks = self.mode.size(60_000, 20_000, 500);
+        let rt = self.rt;
+        let connection = &self.connection;
+        self.server.command(&["FLUSHALL"]).expect("FLUSHALL");
+        for side in [a, b] {
+            let mut next = 0;
+            let share = admitted_share(u32::try_from(self.keys).unwrap_or(u32::MAX), || {
+                let command = &side.commands[next % side.commands.len()];
+                next += 1;
+                rt.block_on(connection.query::<Vec<i64>>(command))
+                    .ok()
+                    .map(|reply| (side.admitted)(&reply))
+            });
+            assert_mostly_admits(&format!("{name} on {}, paired", side.backend), share);
+        }
+        let mut usec: [Vec<f64>; 2] = [Vec::new(), Vec::new()];
+        let mut per_sec: [Vec<f64>; 2] = [Vec::new(), Vec::new()];
+        for round in 0..rounds {
+            let order = if round % 2 == 0 { [0, 1] } else { [1, 0] };
+            for i in order {
+                let side = [a, b][i];
+                self.server
+                    .command(&["CONFIG", "RESETSTAT"])
+                    .expect("CONFIG RESETSTAT");
+                let took = rt.block_on(concurrent(connection, &side.commands, checks));
+                let info = self
+                    .server
+                    .command(&["INFO", "commandstats"])
+                    .expect("INFO commandstats");
+                let stat = parse_commandstats(&info)
+                    .get(&side.stat)
+                    .copied()
+                    .filter(|s| s.calls > 0)
+                    .unwrap_or_else(|| {
+                        panic!("{name}: no `{}` in INFO commandstats: {info}", side.stat)
+                    });
+                usec[i].push(stat.usec_per_call);
+                #[allow(clippy::cast_precision_loss)]
+                per_sec[i].push(checks as f64 / took.as_secs_f64());
+            }
+        }
+        for (i, side) in [a, b].into_iter().enumerate() {
+            let usec = median(&mut usec[i]);
+            let per_sec = median(&mut per_sec[i]);
+            eprintln!(
+                "{}/{name}/{}: median of {rounds} rounds of {checks}: {usec:.2} µs per call, {per_sec:.0} checks/s",
+                self.paired_group(),
+                side.backend
+            );
+            let group = self.paired_group();
+            self.rec.push(Row::new(
+                &group,
+                name,
+                side.backend,
+                Metric::UsecPerCall,
+                usec,
+            ));
+            self.rec.push(Row::new(
+                &group,
+                name,
+                side.backend,
+                Metric::ChecksPerSec,
+                per_sec,
+            ));
+        }
+    }
+
     /// Empties the server, checks every key once (the keys exist before
     /// measuring, and the quota is seen to admit), then measures `side`'s throughput and the
     /// server's time per call over the same run.
@@ -359,7 +444,25 @@ impl Visit for Bench<'_> {
                 self.measure(name, side);
             }
         }
+        if let [module, _, cell] = sides.as_slice()
+            && !self.mode.criterion_only()
+            && self.mode.wants(&format!("{}/{name}", self.paired_group()))
+        {
+            self.paired(name, module, cell);
+        }
         // The next algorithm starts on an empty server.
         self.server.command(&["FLUSHALL"]).expect("FLUSHALL");
+    }
+}
+
+/// The median of `values` (the mean of the middle two for an even count).
+fn median(values: &mut [f64]) -> f64 {
+    values.sort_by(f64::total_cmp);
+    let n = values.len();
+    assert!(n > 0, "no values");
+    if n % 2 == 1 {
+        values[n / 2]
+    } else {
+        f64::midpoint(values[n / 2 - 1], values[n / 2])
     }
 }

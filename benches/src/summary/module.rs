@@ -26,24 +26,34 @@ pub(super) fn targets(rows: &[Row], out: &mut Vec<Target>) {
         let usec = |algorithm: &str, backend: &str| {
             get(rows, &server, algorithm, backend, "usec_per_call")
         };
-        let per_sec = |backend: &str| get(rows, &throughput, "gcra", backend, "checks_per_sec");
+        // Module GCRA against redis-cell: from the paired rounds when the
+        // run has them (the two measured back to back, drift on both).
+        let paired = format!("module-paired-{suffix}");
+        let has_paired = rows.iter().any(|r| r.group == paired);
+        let (server_group, throughput_group) = if has_paired {
+            (paired.as_str(), paired.as_str())
+        } else {
+            (server.as_str(), throughput.as_str())
+        };
+        let gcra =
+            |group: &str, backend: &str, metric: &str| get(rows, group, "gcra", backend, metric);
         push_ratio(
             out,
             "module GCRA server time / redis-cell CL.THROTTLE",
-            &server,
+            server_group,
             "gcra",
-            usec("gcra", "redis-module"),
-            usec("gcra", "redis-cell"),
+            gcra(server_group, "redis-module", "usec_per_call"),
+            gcra(server_group, "redis-cell", "usec_per_call"),
             LE,
             1.0,
         );
         push_ratio(
             out,
             "module GCRA throughput / redis-cell CL.THROTTLE (64 in flight, one connection)",
-            &throughput,
+            throughput_group,
             "gcra",
-            per_sec("redis-module"),
-            per_sec("redis-cell"),
+            gcra(throughput_group, "redis-module", "checks_per_sec"),
+            gcra(throughput_group, "redis-cell", "checks_per_sec"),
             GE,
             1.0,
         );
@@ -93,9 +103,11 @@ pub(super) fn section(summary: &Summary) -> String {
          commandstats` over the run. The server is emptied (`FLUSHALL`) before each \
          side, so that no side runs beside keys an earlier one left. redis-cell runs GCRA \
          only, on the same quota. The sliding log reads and writes its sorted set through \
-         the module API's direct key access; the other algorithms read with `GET` \
-         (`RM_Call`) and write a binary state straight into the key, a decimal one (GCRA, \
-         the leaky queue) with `SET`, which stores it as an integer.\n\n",
+         the module API's direct key access. The other algorithms do not read a key that \
+         holds nothing; GCRA and the leaky queue read their key in place when a check is \
+         sure to admit (the key's expiry bounds the instant it holds), every other call \
+         reads with `GET` (`RM_Call`); a binary state is written straight into the key, a \
+         decimal one (GCRA, the leaky queue) with `SET`, which stores it as an integer.\n\n",
     );
     out.push_str(
         "| algorithm | backend | server µs, hot key | server µs, 100k keys | checks/s, hot key | checks/s, 100k keys |\n",
@@ -120,6 +132,44 @@ pub(super) fn section(summary: &Summary) -> String {
                 cell(figures[1], two),
                 cell(figures[2], si),
                 cell(figures[3], si),
+            );
+        }
+    }
+    let paired: Vec<_> = SETTINGS
+        .iter()
+        .filter_map(|&(suffix, label)| {
+            let group = format!("module-paired-{suffix}");
+            let g = |backend: &str, metric: &str| summary.get(&group, "gcra", backend, metric);
+            let figures = [
+                g("redis-module", "usec_per_call")?,
+                g("redis-cell", "usec_per_call")?,
+                g("redis-module", "checks_per_sec")?,
+                g("redis-cell", "checks_per_sec")?,
+            ];
+            Some((label, figures))
+        })
+        .collect();
+    if !paired.is_empty() {
+        out.push_str(
+            "\nModule GCRA and redis-cell in paired rounds (the targets' figures): both \
+             sides' keys on the server, each round one side then the other (the order \
+             alternating), the same checks each; medians over the rounds. Runs minutes \
+             apart differ by up to a fifth here; back to back, drift falls on both.\n\n",
+        );
+        out.push_str(
+            "| keys | module µs | redis-cell µs | ratio | module checks/s | redis-cell checks/s | ratio |\n",
+        );
+        out.push_str("|---|---:|---:|---:|---:|---:|---:|\n");
+        for (label, [mu, cu, mt, ct]) in paired {
+            let _ = writeln!(
+                out,
+                "| {label} | {} | {} | {} | {} | {} | {} |",
+                two(mu),
+                two(cu),
+                format_args!("{:.3}", mu / cu),
+                si(mt),
+                si(ct),
+                format_args!("{:.3}", mt / ct),
             );
         }
     }
@@ -197,5 +247,55 @@ mod tests {
         assert_eq!(found("sliding log", "sliding-log"), Some((2.0, true)));
         // No figures, no target.
         assert_eq!(out.len(), 4);
+    }
+
+    #[test]
+    fn paired_rounds_decide_the_redis_cell_targets_when_present() {
+        let row = |group: &str, backend: &str, metric: Metric, value: f64| {
+            Row::new(group, "gcra", backend, metric, value)
+        };
+        let rows = vec![
+            row(
+                "module-server-hot",
+                "redis-module",
+                Metric::UsecPerCall,
+                5.0,
+            ),
+            row("module-server-hot", "redis-cell", Metric::UsecPerCall, 4.0),
+            row(
+                "module-paired-hot",
+                "redis-module",
+                Metric::UsecPerCall,
+                3.0,
+            ),
+            row("module-paired-hot", "redis-cell", Metric::UsecPerCall, 4.0),
+            row(
+                "module-paired-hot",
+                "redis-module",
+                Metric::ChecksPerSec,
+                12.0,
+            ),
+            row(
+                "module-paired-hot",
+                "redis-cell",
+                Metric::ChecksPerSec,
+                10.0,
+            ),
+        ];
+        let mut out = Vec::new();
+        targets(&rows, &mut out);
+        let server = out
+            .iter()
+            .find(|t| t.target.starts_with("module GCRA server time"))
+            .expect("the server-time target");
+        assert_eq!(
+            (server.group.as_str(), server.value),
+            ("module-paired-hot", 0.75)
+        );
+        let throughput = out
+            .iter()
+            .find(|t| t.target.starts_with("module GCRA throughput"))
+            .expect("the throughput target");
+        assert_eq!(throughput.value, 1.2);
     }
 }
