@@ -37,7 +37,7 @@ use ratelab::redis::{Connection, DEFAULT_PREFIX, Op, RedisAlgorithm, ScriptArgs,
 use ratelab::{AlgorithmKind, KnownAlgorithm};
 use ratelab_benches::algorithms::{admitted_share, assert_mostly_admits, quota};
 use ratelab_benches::redis_tools::parse_commandstats;
-use ratelab_benches::{Metric, Mode, Recorder, Row, Setting, Visit, each_algorithm};
+use ratelab_benches::{Metric, Mode, Recorder, Row, Setting, Visit, each_algorithm, median};
 use ratelab_testkit::redis::{RedisServer, module_path};
 use ratelab_testkit::redis_cell;
 use tokio::runtime::Runtime;
@@ -452,17 +452,5 @@ impl Visit for Bench<'_> {
         }
         // The next algorithm starts on an empty server.
         self.server.command(&["FLUSHALL"]).expect("FLUSHALL");
-    }
-}
-
-/// The median of `values` (the mean of the middle two for an even count).
-fn median(values: &mut [f64]) -> f64 {
-    values.sort_by(f64::total_cmp);
-    let n = values.len();
-    assert!(n > 0, "no values");
-    if n % 2 == 1 {
-        values[n / 2]
-    } else {
-        f64::midpoint(values[n / 2 - 1], values[n / 2])
     }
 }

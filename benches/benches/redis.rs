@@ -11,6 +11,14 @@
 //! with `-c 64`, backend `redis-benchmark`, and with `-c 1 -P 64`, backend
 //! `redis-benchmark-pipelined`; in `redis-latency` with `-c 1`, backend
 //! `redis-benchmark`).
+//!
+//! Then the client and `redis-benchmark` in paired rounds, like with like
+//! (`redis-paired-throughput-64`: 64 tasks on one connection against
+//! `-c 1 -P 64`; `redis-paired-latency`: one task against `-c 1`): each
+//! round runs one then the other, the order alternating, the same number of
+//! checks each, and each side's figure is its median over the rounds. The
+//! criterion run and `redis-benchmark` above lie minutes apart, and this
+//! machine drifts by a fifth over minutes; paired, drift falls on both.
 
 use std::hint::black_box;
 use std::sync::Arc;
@@ -25,7 +33,7 @@ use ratelab_benches::algorithms::{admitted_share, assert_mostly_admits};
 use ratelab_benches::redis_tools::{
     count_client_commands, parse_commandstats, redis_benchmark, redis_benchmark_pipelined,
 };
-use ratelab_benches::{Metric, Mode, Recorder, Row, Setting, Visit, each_algorithm};
+use ratelab_benches::{Metric, Mode, Recorder, Row, Setting, Visit, each_algorithm, median};
 use ratelab_testkit::redis::{RedisCluster, RedisServer};
 use tokio::runtime::Runtime;
 
@@ -38,7 +46,7 @@ const KEYSPACE: usize = 1_000;
 const TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Every group this bench fills, criterion's and by hand.
-const GROUPS: [&str; 11] = [
+const GROUPS: [&str; 13] = [
     "redis-latency",
     "redis-cluster-latency",
     "redis-throughput-64",
@@ -50,6 +58,8 @@ const GROUPS: [&str; 11] = [
     "redis-server-eval",
     "redis-memory",
     "redis-benchmark",
+    "redis-paired-throughput-64",
+    "redis-paired-latency",
 ];
 
 fn main() {
@@ -253,24 +263,7 @@ impl Bench<'_> {
     /// call.
     fn ceiling<A: RedisAlgorithm>(&mut self, algorithm: &A) {
         let name = algorithm.name();
-        let key = redis_key(
-            DEFAULT_PREFIX,
-            b"bench:__rand_int__",
-            algorithm.key_suffix(),
-        );
-        let mut command = vec![
-            "EVALSHA".to_owned(),
-            algorithm.script().sha().to_owned(),
-            "1".to_owned(),
-            String::from_utf8(key).expect("an ASCII key"),
-        ];
-        // The limiter's own arguments: Redis TIME, cost 1, no slack, no
-        // deadline, a check.
-        let args = ScriptArgs::call(None, 1, 0, None, Op::Check, &algorithm.script_params());
-        command.extend(
-            args.iter()
-                .map(|arg| String::from_utf8(arg.to_vec()).expect("ASCII arguments")),
-        );
+        let command = benchmark_command(algorithm);
         let port = self.server.port();
         let requests = self.mode.size(200_000, 50_000, 500);
         let run = redis_benchmark(port, TASKS, requests, KEYSPACE, &command)
@@ -305,6 +298,93 @@ impl Bench<'_> {
             Metric::NsPerCheck,
             1e9 / run.rps,
         ));
+    }
+
+    /// The client and `redis-benchmark` in paired rounds (see the crate
+    /// docs): 64 tasks against `-c 1 -P 64`, one task against `-c 1`.
+    fn paired<A: RedisAlgorithm>(&mut self, limiter: &RedisLimiter<A>) {
+        let algorithm = limiter.algorithm();
+        let name = algorithm.name();
+        let command = benchmark_command(algorithm);
+        let port = self.server.port();
+        let rounds = self.mode.size(8, 4, 2);
+        let (many, one) = (
+            self.mode.size(40_000, 10_000, 256),
+            self.mode.size(4_000, 1_000, 32),
+        );
+        let (rt, keys) = (self.rt, &self.keys);
+        // [client, redis-benchmark] per round: checks per second with 64 in
+        // flight, ns per check with one.
+        let mut per_sec: [Vec<f64>; 2] = [Vec::new(), Vec::new()];
+        let mut ns: [Vec<f64>; 2] = [Vec::new(), Vec::new()];
+        #[allow(clippy::cast_precision_loss)]
+        for round in 0..rounds {
+            let order = if round % 2 == 0 { [0, 1] } else { [1, 0] };
+            for side in order {
+                per_sec[side].push(if side == 0 {
+                    let took = rt.block_on(concurrent(limiter, keys, many as u64));
+                    many as f64 / took.as_secs_f64()
+                } else {
+                    redis_benchmark_pipelined(port, 1, TASKS, many, KEYSPACE, &command)
+                        .unwrap_or_else(|e| panic!("{name}: {e}"))
+                        .rps
+                });
+            }
+            for side in order {
+                ns[side].push(if side == 0 {
+                    let took = rt.block_on(async {
+                        let started = Instant::now();
+                        for i in 0..one {
+                            let key = &keys[i % keys.len()];
+                            black_box(limiter.check(key, 1).await.expect("a Redis check"));
+                        }
+                        started.elapsed()
+                    });
+                    took.as_secs_f64() * 1e9 / one as f64
+                } else {
+                    1e9 / redis_benchmark(port, 1, one, KEYSPACE, &command)
+                        .unwrap_or_else(|e| panic!("{name}: {e}"))
+                        .rps
+                });
+            }
+        }
+        let [client, benchmark] = per_sec.map(|mut v| median(&mut v));
+        let [client_ns, benchmark_ns] = ns.map(|mut v| median(&mut v));
+        eprintln!(
+            "redis-paired/{name}: medians of {rounds} rounds: 64 in flight {client:.0} against \
+             {benchmark:.0} checks/s ({:.3}); one in flight {client_ns:.0} against {benchmark_ns:.0} ns \
+             ({:.3})",
+            client / benchmark,
+            benchmark_ns / client_ns
+        );
+        for (group, backend, metric, value) in [
+            (
+                "redis-paired-throughput-64",
+                "redis",
+                Metric::ChecksPerSec,
+                client,
+            ),
+            (
+                "redis-paired-throughput-64",
+                "redis-benchmark-pipelined",
+                Metric::ChecksPerSec,
+                benchmark,
+            ),
+            (
+                "redis-paired-latency",
+                "redis",
+                Metric::NsPerCheck,
+                client_ns,
+            ),
+            (
+                "redis-paired-latency",
+                "redis-benchmark",
+                Metric::NsPerCheck,
+                benchmark_ns,
+            ),
+        ] {
+            self.rec.push(Row::new(group, name, backend, metric, value));
+        }
     }
 
     /// `MEMORY USAGE` of fresh keys after one check each.
@@ -399,6 +479,11 @@ impl Visit for Bench<'_> {
         {
             self.ceiling(&algorithm);
         }
+        if self.wants("redis-paired-throughput-64", name)
+            || self.wants("redis-paired-latency", name)
+        {
+            self.paired(&single);
+        }
         if self.wants("redis-server", name) {
             let info = self
                 .server
@@ -424,4 +509,27 @@ impl Visit for Bench<'_> {
             self.memory(&single);
         }
     }
+}
+
+/// `redis-benchmark`'s command for the limiter's exact call: EVALSHA of
+/// the script on `bench:<random key>`, with the limiter's own arguments
+/// (Redis TIME, cost 1, no slack, no deadline, a check).
+fn benchmark_command<A: RedisAlgorithm>(algorithm: &A) -> Vec<String> {
+    let key = redis_key(
+        DEFAULT_PREFIX,
+        b"bench:__rand_int__",
+        algorithm.key_suffix(),
+    );
+    let mut command = vec![
+        "EVALSHA".to_owned(),
+        algorithm.script().sha().to_owned(),
+        "1".to_owned(),
+        String::from_utf8(key).expect("an ASCII key"),
+    ];
+    let args = ScriptArgs::call(None, 1, 0, None, Op::Check, &algorithm.script_params());
+    command.extend(
+        args.iter()
+            .map(|arg| String::from_utf8(arg.to_vec()).expect("ASCII arguments")),
+    );
+    command
 }

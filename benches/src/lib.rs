@@ -30,4 +30,4 @@ pub mod run;
 pub mod summary;
 
 pub use algorithms::{NAMES, Setting, Visit, each_algorithm};
-pub use run::{Metric, Mode, Recorder, Row, criterion};
+pub use run::{Metric, Mode, Recorder, Row, criterion, median};

@@ -495,3 +495,31 @@ mod tests {
         assert!(parse(&["--bench", "-s", "base"]).wants("anything"));
     }
 }
+
+/// The median of `values` (the mean of the middle two for an even count),
+/// for figures taken in paired rounds.
+///
+/// # Panics
+///
+/// On no values.
+pub fn median(values: &mut [f64]) -> f64 {
+    values.sort_by(f64::total_cmp);
+    let n = values.len();
+    assert!(n > 0, "no values");
+    if n % 2 == 1 {
+        values[n / 2]
+    } else {
+        f64::midpoint(values[n / 2 - 1], values[n / 2])
+    }
+}
+
+#[cfg(test)]
+mod median_tests {
+    use super::median;
+
+    #[test]
+    fn the_middle_value_or_the_mean_of_the_middle_two() {
+        assert_eq!(median(&mut [3.0, 1.0, 2.0]), 2.0);
+        assert_eq!(median(&mut [4.0, 1.0, 3.0, 2.0]), 2.5);
+    }
+}

@@ -340,28 +340,39 @@ pub fn targets(rows: &[Row]) -> Vec<Target> {
         }
     }
     for algorithm in NAMES {
+        // From the paired rounds when the run has them (client and
+        // redis-benchmark back to back, drift on both), else from the
+        // criterion run and the redis-benchmark run after it.
+        let paired = |paired: &'static str, plain: &'static str| {
+            if rows
+                .iter()
+                .any(|r| r.group == paired && r.algorithm == algorithm)
+            {
+                paired
+            } else {
+                plain
+            }
+        };
         // Like with like: 64 tasks on one multiplexed connection against
         // `redis-benchmark -c 1 -P 64` (one connection, 64 in flight).
+        let group = paired("redis-paired-throughput-64", "redis-throughput-64");
         ratio(
             "Redis throughput, one connection, 64 in flight: client / redis-benchmark -P 64",
-            "redis-throughput-64",
+            group,
             algorithm,
-            per_sec("redis-throughput-64", algorithm, "redis"),
-            per_sec(
-                "redis-throughput-64",
-                algorithm,
-                "redis-benchmark-pipelined",
-            ),
+            per_sec(group, algorithm, "redis"),
+            per_sec(group, algorithm, "redis-benchmark-pipelined"),
             GE,
             0.8,
         );
         // And one request at a time on one connection on both sides.
+        let group = paired("redis-paired-latency", "redis-latency");
         ratio(
             "Redis, one connection, one in flight: redis-benchmark -c 1 time / client time",
-            "redis-latency",
+            group,
             algorithm,
-            ns("redis-latency", algorithm, "redis-benchmark"),
-            ns("redis-latency", algorithm, "redis"),
+            ns(group, algorithm, "redis-benchmark"),
+            ns(group, algorithm, "redis"),
             GE,
             0.8,
         );
@@ -606,6 +617,48 @@ pub fn redis_tables(summary: &Summary) -> String {
             cell(per_sec("redis-cluster-throughput-64", "redis-cluster"), si),
         );
     }
+    let paired = NAMES.iter().any(|algorithm| {
+        summary
+            .get(
+                "redis-paired-throughput-64",
+                algorithm,
+                "redis",
+                "checks_per_sec",
+            )
+            .is_some()
+    });
+    if paired {
+        out.push_str(
+            "\nThe client and redis-benchmark in paired rounds (the targets' figures): each round \
+             runs one then the other, the order alternating, the same checks each; medians over \
+             the rounds.\n\n",
+        );
+        out.push_str(
+            "| algorithm | client, 64 tasks, checks/s | redis-benchmark -c 1 -P 64, req/s | ratio | client, one task, µs | redis-benchmark -c 1, µs | ratio (time) |\n",
+        );
+        out.push_str("|---|---:|---:|---:|---:|---:|---:|\n");
+        for algorithm in NAMES {
+            let g = |group, backend, metric| summary.get(group, algorithm, backend, metric);
+            let client = g("redis-paired-throughput-64", "redis", "checks_per_sec");
+            let pipelined = g(
+                "redis-paired-throughput-64",
+                "redis-benchmark-pipelined",
+                "checks_per_sec",
+            );
+            let client_ns = g("redis-paired-latency", "redis", "ns_per_check");
+            let benchmark_ns = g("redis-paired-latency", "redis-benchmark", "ns_per_check");
+            let _ = writeln!(
+                out,
+                "| {algorithm} | {} | {} | {} | {} | {} | {} |",
+                cell(client, si),
+                cell(pipelined, si),
+                cell(client.zip(pipelined).map(|(c, r)| c / r), two),
+                cell(client_ns, us),
+                cell(benchmark_ns, us),
+                cell(benchmark_ns.zip(client_ns).map(|(b, c)| b / c), two),
+            );
+        }
+    }
     out.push('\n');
     out.push_str(
         "| algorithm | server µs per EVALSHA | server µs per EVAL | round trips per check | round trips (cluster) | MEMORY USAGE, bytes/key |\n",
@@ -739,6 +792,12 @@ it.
     client. And `-c 1` alone, one connection with one request at a time on
     both sides: the floor of one round trip on this machine, which the
     one-task latency is judged against.
+  - paired rounds (the Redis targets' figures): the client and
+    redis-benchmark back to back, 8 rounds, the order alternating (40,000
+    checks a side with 64 in flight, 4,000 with one), each side's median
+    over the rounds. The criterion run and redis-benchmark's lie minutes
+    apart, and this machine drifts by up to a fifth over minutes; paired,
+    the drift falls on both sides.
 ";
 
 /// The README, in Markdown.
