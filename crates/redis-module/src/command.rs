@@ -135,8 +135,9 @@ pub(crate) fn string_command<A: StringState>(
     } = prologue::<A>(argv)?;
 
     // A check that will admit, whatever the key holds, reads it in place:
-    // its write is sure to store the state as `SET` does. Any other call
-    // reads it with `GET`, which leaves an integer an integer.
+    // its write is sure to store the state as `SET` does (unless memory is
+    // full, when the write is refused: then nothing may change the key).
+    // Any other call reads it with `GET`, which leaves an integer an integer.
     let (mut state, exists) = match native::open_to_read(ctx, key) {
         None => (algorithm.initial_state(), false),
         Some(mut reading)
@@ -144,6 +145,7 @@ pub(crate) fn string_command<A: StringState>(
                 && cost > 0
                 && parsed.on_server_clock()
                 && reading.is_string()
+                && !native::out_of_memory()
                 && reading.expires_at().is_some_and(|at| {
                     algorithm.admits_all_up_to(latest_instant(at), now, cost)
                 }) =>

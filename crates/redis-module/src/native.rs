@@ -512,7 +512,7 @@ const OOM: &str = "OOM command not allowed when used memory > 'maxmemory'.";
 
 /// Whether a write must be refused for memory: more used than `maxmemory`
 /// allows (the server evicts before a command, when its policy lets it).
-fn out_of_memory() -> bool {
+pub(crate) fn out_of_memory() -> bool {
     // SAFETY: no arguments.
     unsafe { api(raw::RedisModule_GetUsedMemoryRatio)() > 1.0 }
 }

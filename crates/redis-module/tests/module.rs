@@ -479,8 +479,11 @@ fn keys_take_the_memory_the_scripts_keys_take() {
     }
 }
 
-/// `MEMORY USAGE` and `OBJECT ENCODING` of a key.
-fn stored_as(connection: &mut redis::Connection, key: &str) -> (i64, String) {
+/// A key's `MEMORY USAGE` and `OBJECT ENCODING`.
+type Stored = (i64, String);
+
+/// How Redis stores `key` ([`Stored`]).
+fn stored_as(connection: &mut redis::Connection, key: &str) -> Stored {
     let bytes = redis::cmd("MEMORY")
         .arg("USAGE")
         .arg(key)
@@ -763,8 +766,40 @@ fn a_server_out_of_memory_refuses_the_writes() {
             .unwrap();
     };
     config(&mut connection, "maxmemory-policy", "noeviction");
+    // Keys that exist before memory runs out, written on the server clock:
+    // a check that would admit must leave them exactly as they are.
+    let before: Vec<(Kind, String, Option<Vec<u8>>, Stored)> = Kind::ALL
+        .into_iter()
+        .map(|kind| {
+            let key = format!("oom-held:{}", kind.name());
+            let check = argv("", 1, 0, "", &kind.params(quota));
+            let admitted = query(&mut connection, &module_cmd(kind, &key, &check));
+            assert_eq!(admitted.map(|r| r[0]), Ok(1), "{}: before", kind.name());
+            let held = dump(&mut connection, &key);
+            let stored = stored_as(&mut connection, &key);
+            (kind, key, held, stored)
+        })
+        .collect();
     // Any server uses more than one byte.
     config(&mut connection, "maxmemory", "1");
+    for (kind, key, held, stored) in before {
+        let check = argv("", 1, 0, "", &kind.params(quota));
+        let refused = query(&mut connection, &module_cmd(kind, &key, &check));
+        let error = refused.expect_err("a write out of memory");
+        assert!(error.starts_with("OOM"), "{}: {error}", kind.name());
+        assert_eq!(
+            dump(&mut connection, &key),
+            held,
+            "{}: changed",
+            kind.name()
+        );
+        assert_eq!(
+            stored_as(&mut connection, &key),
+            stored,
+            "{}: stored otherwise",
+            kind.name()
+        );
+    }
     for kind in Kind::ALL {
         let key = format!("oom:{}", kind.name());
         let params = kind.params(quota);
