@@ -57,7 +57,15 @@
 //! The strings (six algorithms) are read through `RM_Call` (`GET`):
 //! Redis turns a string opened for direct access (`RM_StringDMA`) into a
 //! raw one, even to read it, so a key would take more memory than the
-//! script's and change encoding on a mere refusal. A decimal state (GCRA's
+//! script's and change encoding on a mere refusal. Two cases skip `GET`: a
+//! key that holds nothing is not read, and a check on the server's clock
+//! that is sure to admit reads its key in place, since its write stores
+//! the state again. GCRA's and the leaky queue's state is one instant, and
+//! the key's expiry bounds it (every writer sets the TTL to the time until
+//! that instant, rounded up): when the latest instant that expiry allows
+//! is admitted, every state is. The decision is always made on the bytes
+//! read, so a stranger's `PEXPIRE` can only make a refusal decode the
+//! integer, never admit more. A decimal state (GCRA's
 //! timestamp, the leaky queue's slot) is written through `SET ... PXAT`,
 //! which stores it as an integer as the script's `SET` does (a module's
 //! string stays a string); a binary state (the other four) is written
