@@ -27,6 +27,15 @@
 //!
 //! Keyed groups on the same clock compare ratelab with governor on foldhash,
 //! ratelab's hasher. Quotas and fairness: see `ratelab_benches::algorithms`.
+//!
+//! The one-key and two-thread groups are measured once more in paired
+//! rounds (`<group>-paired`, the targets' figures): the sides of a
+//! comparison (governor, GCRA, the token bucket) run in turn, the order
+//! rotating each round, the same checks each, and each side's figure is its
+//! median over the rounds. Criterion measures one side after another, half
+//! a minute apart across a group, and on this machine a figure moves by a
+//! third over that time with no change to the code; in turn, the drift
+//! falls on every side.
 
 use std::hint::black_box;
 use std::sync::Barrier;
@@ -42,7 +51,7 @@ use ratelab::{
 };
 use ratelab_benches::algorithms::{admitted_share, assert_mostly_admits, governor_quota, quota};
 use ratelab_benches::keys::KeySet;
-use ratelab_benches::{Metric, Mode, Recorder, Setting, Visit, each_algorithm};
+use ratelab_benches::{Metric, Mode, Recorder, Row, Setting, Visit, each_algorithm, median};
 
 /// Observes a check's whole result where it lies, by reference: every field
 /// must be computed, and nothing is copied. Passing a 72-byte `Decision` by
@@ -102,6 +111,70 @@ fn main() {
     );
     c.final_summary();
     rec.finish();
+}
+
+/// One side of a paired measurement: its row (function and backend), and
+/// a run of `n` iterations that answers the time it took.
+struct Side<'a> {
+    function: &'static str,
+    backend: &'static str,
+    run: &'a mut dyn FnMut(u64) -> Duration,
+}
+
+/// Paired rounds (see the crate docs) of `sides`, recorded in
+/// `<group>-paired`: ns per check, or, with `checks_per_iteration` above
+/// one (the two-thread groups), checks per second.
+fn paired(
+    rec: &mut Recorder,
+    mode: &Mode,
+    group: &str,
+    checks_per_iteration: u32,
+    sides: &mut [Side<'_>],
+) {
+    if mode.criterion_only() {
+        return;
+    }
+    let rounds = mode.size(21, 7, 3);
+    let iterations: u64 = mode.size(400_000, 150_000, 1_000);
+    let mut times: Vec<Vec<f64>> = vec![Vec::with_capacity(rounds); sides.len()];
+    for round in 0..rounds {
+        for k in 0..sides.len() {
+            let i = (round + k) % sides.len();
+            let took = (sides[i].run)(iterations);
+            #[allow(clippy::cast_precision_loss)]
+            times[i].push(took.as_secs_f64() * 1e9 / iterations as f64);
+        }
+    }
+    let paired_group = format!("{group}-paired");
+    for (side, times) in sides.iter().zip(&mut times) {
+        let ns_per_iteration = median(times);
+        let (metric, value) = if checks_per_iteration > 1 {
+            let per_sec = f64::from(checks_per_iteration) * 1e9 / ns_per_iteration;
+            (Metric::ChecksPerSec, per_sec)
+        } else {
+            (Metric::NsPerCheck, ns_per_iteration)
+        };
+        eprintln!(
+            "{paired_group}/{}/{}: median of {rounds} rounds: {value:.1}",
+            side.function, side.backend
+        );
+        rec.push(Row::new(
+            &paired_group,
+            side.function,
+            side.backend,
+            metric,
+            value,
+        ));
+    }
+}
+
+/// Times `iterations` calls of `check`, in a loop of its own.
+fn timed(iterations: u64, mut check: impl FnMut()) -> Duration {
+    let started = Instant::now();
+    for _ in 0..iterations {
+        check();
+    }
+    started.elapsed()
 }
 
 /// Fewer checks before measuring in test mode (everything runs once there).
@@ -180,6 +253,34 @@ fn one_key(c: &mut Criterion, rec: &mut Recorder, mode: &Mode) {
         },
     );
     group.finish();
+    let gcra = Direct::new(Gcra::new(quota(Setting::OneKey, AlgorithmKind::Gcra)));
+    let bucket = Direct::new(TokenBucket::new(quota(
+        Setting::OneKey,
+        AlgorithmKind::TokenBucket,
+    )));
+    paired(
+        rec,
+        mode,
+        DIRECT,
+        1,
+        &mut [
+            Side {
+                function: "gcra",
+                backend: "governor",
+                run: &mut |n| timed(n, || observe(governor.check())),
+            },
+            Side {
+                function: "gcra",
+                backend: "memory",
+                run: &mut |n| timed(n, || observe(gcra.check(black_box(1)))),
+            },
+            Side {
+                function: "token-bucket",
+                backend: "memory",
+                run: &mut |n| timed(n, || observe(bucket.check(black_box(1)))),
+            },
+        ],
+    );
 }
 
 /// Two threads call `check` `iters` times each, released together; the time
@@ -280,6 +381,34 @@ fn two_threads(c: &mut Criterion, rec: &mut Recorder, mode: &Mode) {
         },
     );
     group.finish();
+    let gcra = Direct::new(Gcra::new(quota(Setting::OneKey, AlgorithmKind::Gcra)));
+    let bucket = Direct::new(TokenBucket::new(quota(
+        Setting::OneKey,
+        AlgorithmKind::TokenBucket,
+    )));
+    paired(
+        rec,
+        mode,
+        TWO_THREADS,
+        2,
+        &mut [
+            Side {
+                function: "gcra",
+                backend: "governor",
+                run: &mut |n| two_at_once(n, || observe(governor.check())),
+            },
+            Side {
+                function: "gcra",
+                backend: "memory",
+                run: &mut |n| two_at_once(n, || observe(gcra.check(black_box(1)))),
+            },
+            Side {
+                function: "token-bucket",
+                backend: "memory",
+                run: &mut |n| two_at_once(n, || observe(bucket.check(black_box(1)))),
+            },
+        ],
+    );
 }
 
 struct ManyKeys<'a, 'c> {
@@ -546,6 +675,29 @@ fn same_clock<GC, RC>(
             1.0,
         );
         group.finish();
+        paired(
+            rec,
+            mode,
+            &group_name,
+            1,
+            &mut [
+                Side {
+                    function: "gcra",
+                    backend: "governor",
+                    run: &mut |n| timed(n, || observe(governor.check())),
+                },
+                Side {
+                    function: "gcra",
+                    backend: "memory",
+                    run: &mut |n| timed(n, || observe(gcra.check(black_box(1)))),
+                },
+                Side {
+                    function: "token-bucket",
+                    backend: "memory",
+                    run: &mut |n| timed(n, || observe(bucket.check(black_box(1)))),
+                },
+            ],
+        );
     }
 
     for (size, n) in [
@@ -698,6 +850,29 @@ fn contention(c: &mut Criterion, rec: &mut Recorder, mode: &Mode, upkeep: &Quant
             2.0,
         );
         group.finish();
+        paired(
+            rec,
+            mode,
+            TWO_THREADS_UPKEEP,
+            2,
+            &mut [
+                Side {
+                    function: "gcra",
+                    backend: "governor",
+                    run: &mut |n| two_at_once(n, || observe(governor.check())),
+                },
+                Side {
+                    function: "gcra",
+                    backend: "memory",
+                    run: &mut |n| two_at_once(n, || observe(gcra.check(black_box(1)))),
+                },
+                Side {
+                    function: "token-bucket",
+                    backend: "memory",
+                    run: &mut |n| two_at_once(n, || observe(bucket.check(black_box(1)))),
+                },
+            ],
+        );
     }
 
     if !mode.wants_any(TWO_THREADS_KEYED_UPKEEP, functions) && !mode.criterion_only() {
@@ -780,4 +955,41 @@ fn contention(c: &mut Criterion, rec: &mut Recorder, mode: &Mode, upkeep: &Quant
         2.0,
     );
     group.finish();
+    drop(bucket);
+    // Paired, both limiters live, each with every key seen once.
+    let store = governor::state::keyed::DashMapStateStore::with_hasher(
+        foldhash::fast::RandomState::default(),
+    );
+    let governor: governor::RateLimiter<u64, _, _, NoOpMiddleware<_>> =
+        governor::RateLimiter::new(governor_quota(Setting::ManyKeys), store, upkeep.clone());
+    let gcra = Keyed::builder(Gcra::new(quota(Setting::ManyKeys, AlgorithmKind::Gcra)))
+        .clock(GovernorClock::new(upkeep.clone()))
+        .keys()
+        .max_keys(MAX_KEYS)
+        .build();
+    for key in &keys.keys {
+        assert!(governor.check_key(key).is_ok(), "the bench quota admits");
+        assert!(
+            gcra.check_key(key, 1).is_ok_and(|d| d.allowed),
+            "the bench quota admits"
+        );
+    }
+    paired(
+        rec,
+        mode,
+        TWO_THREADS_KEYED_UPKEEP,
+        2,
+        &mut [
+            Side {
+                function: "gcra-foldhash",
+                backend: "governor",
+                run: &mut |n| two_halves(n, &halves, |k| observe(governor.check_key(k))),
+            },
+            Side {
+                function: "gcra",
+                backend: "memory",
+                run: &mut |n| two_halves(n, &halves, |k| observe(gcra.check_key(k, 1))),
+            },
+        ],
+    );
 }
