@@ -168,6 +168,52 @@ fn paired(
     }
 }
 
+/// Paired rounds of governor's GCRA, ours and our token bucket on one key,
+/// each a check of its own closure: `threads` (one or two) each make `n`
+/// checks per run, in a loop compiled for that closure.
+fn paired_one_key<G, R, B>(
+    rec: &mut Recorder,
+    mode: &Mode,
+    group: &str,
+    threads: u32,
+    (governor, gcra, bucket): (G, R, B),
+) where
+    G: Fn() + Sync,
+    R: Fn() + Sync,
+    B: Fn() + Sync,
+{
+    fn run<F: Fn() + Sync>(threads: u32, n: u64, check: &F) -> Duration {
+        if threads == 2 {
+            two_at_once(n, check)
+        } else {
+            timed(n, check)
+        }
+    }
+    paired(
+        rec,
+        mode,
+        group,
+        threads,
+        &mut [
+            Side {
+                function: "gcra",
+                backend: "governor",
+                run: &mut |n| run(threads, n, &governor),
+            },
+            Side {
+                function: "gcra",
+                backend: "memory",
+                run: &mut |n| run(threads, n, &gcra),
+            },
+            Side {
+                function: "token-bucket",
+                backend: "memory",
+                run: &mut |n| run(threads, n, &bucket),
+            },
+        ],
+    );
+}
+
 /// Times `iterations` calls of `check`, in a loop of its own.
 fn timed(iterations: u64, mut check: impl FnMut()) -> Duration {
     let started = Instant::now();
@@ -258,28 +304,16 @@ fn one_key(c: &mut Criterion, rec: &mut Recorder, mode: &Mode) {
         Setting::OneKey,
         AlgorithmKind::TokenBucket,
     )));
-    paired(
+    paired_one_key(
         rec,
         mode,
         DIRECT,
         1,
-        &mut [
-            Side {
-                function: "gcra",
-                backend: "governor",
-                run: &mut |n| timed(n, || observe(governor.check())),
-            },
-            Side {
-                function: "gcra",
-                backend: "memory",
-                run: &mut |n| timed(n, || observe(gcra.check(black_box(1)))),
-            },
-            Side {
-                function: "token-bucket",
-                backend: "memory",
-                run: &mut |n| timed(n, || observe(bucket.check(black_box(1)))),
-            },
-        ],
+        (
+            || observe(governor.check()),
+            || observe(gcra.check(black_box(1))),
+            || observe(bucket.check(black_box(1))),
+        ),
     );
 }
 
@@ -386,28 +420,16 @@ fn two_threads(c: &mut Criterion, rec: &mut Recorder, mode: &Mode) {
         Setting::OneKey,
         AlgorithmKind::TokenBucket,
     )));
-    paired(
+    paired_one_key(
         rec,
         mode,
         TWO_THREADS,
         2,
-        &mut [
-            Side {
-                function: "gcra",
-                backend: "governor",
-                run: &mut |n| two_at_once(n, || observe(governor.check())),
-            },
-            Side {
-                function: "gcra",
-                backend: "memory",
-                run: &mut |n| two_at_once(n, || observe(gcra.check(black_box(1)))),
-            },
-            Side {
-                function: "token-bucket",
-                backend: "memory",
-                run: &mut |n| two_at_once(n, || observe(bucket.check(black_box(1)))),
-            },
-        ],
+        (
+            || observe(governor.check()),
+            || observe(gcra.check(black_box(1))),
+            || observe(bucket.check(black_box(1))),
+        ),
     );
 }
 
@@ -627,7 +649,7 @@ fn same_clock<GC, RC>(
     governor_clock: impl Fn() -> GC,
     ratelab_clock: impl Fn() -> RC,
 ) where
-    GC: governor::clock::Clock,
+    GC: governor::clock::Clock + Sync,
     GC::Instant: governor::clock::Reference,
     RC: Clock,
 {
@@ -675,28 +697,16 @@ fn same_clock<GC, RC>(
             1.0,
         );
         group.finish();
-        paired(
+        paired_one_key(
             rec,
             mode,
             &group_name,
             1,
-            &mut [
-                Side {
-                    function: "gcra",
-                    backend: "governor",
-                    run: &mut |n| timed(n, || observe(governor.check())),
-                },
-                Side {
-                    function: "gcra",
-                    backend: "memory",
-                    run: &mut |n| timed(n, || observe(gcra.check(black_box(1)))),
-                },
-                Side {
-                    function: "token-bucket",
-                    backend: "memory",
-                    run: &mut |n| timed(n, || observe(bucket.check(black_box(1)))),
-                },
-            ],
+            (
+                || observe(governor.check()),
+                || observe(gcra.check(black_box(1))),
+                || observe(bucket.check(black_box(1))),
+            ),
         );
     }
 
@@ -850,28 +860,16 @@ fn contention(c: &mut Criterion, rec: &mut Recorder, mode: &Mode, upkeep: &Quant
             2.0,
         );
         group.finish();
-        paired(
+        paired_one_key(
             rec,
             mode,
             TWO_THREADS_UPKEEP,
             2,
-            &mut [
-                Side {
-                    function: "gcra",
-                    backend: "governor",
-                    run: &mut |n| two_at_once(n, || observe(governor.check())),
-                },
-                Side {
-                    function: "gcra",
-                    backend: "memory",
-                    run: &mut |n| two_at_once(n, || observe(gcra.check(black_box(1)))),
-                },
-                Side {
-                    function: "token-bucket",
-                    backend: "memory",
-                    run: &mut |n| two_at_once(n, || observe(bucket.check(black_box(1)))),
-                },
-            ],
+            (
+                || observe(governor.check()),
+                || observe(gcra.check(black_box(1))),
+                || observe(bucket.check(black_box(1))),
+            ),
         );
     }
 

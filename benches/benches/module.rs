@@ -289,6 +289,36 @@ impl Bench<'_> {
         }
     }
 
+    /// Checks every key of `side` once: the keys exist before measuring,
+    /// and the quota is seen to admit.
+    fn check_every_key(&self, what: &str, side: &Side) {
+        let mut next = 0;
+        let share = admitted_share(u32::try_from(self.keys).unwrap_or(u32::MAX), || {
+            let command = &side.commands[next % side.commands.len()];
+            next += 1;
+            self.rt
+                .block_on(self.connection.query::<Vec<i64>>(command))
+                .ok()
+                .map(|reply| (side.admitted)(&reply))
+        });
+        assert_mostly_admits(what, share);
+    }
+
+    /// The server's µs per call of `side`'s command since the last
+    /// `CONFIG RESETSTAT`.
+    fn usec_per_call(&self, name: &str, side: &Side) -> f64 {
+        let info = self
+            .server
+            .command(&["INFO", "commandstats"])
+            .expect("INFO commandstats");
+        parse_commandstats(&info)
+            .get(&side.stat)
+            .copied()
+            .filter(|s| s.calls > 0)
+            .unwrap_or_else(|| panic!("{name}: no `{}` in INFO commandstats: {info}", side.stat))
+            .usec_per_call
+    }
+
     fn paired_group(&self) -> String {
         format!("module-paired-{}", self.label)
     }
@@ -302,15 +332,7 @@ impl Bench<'_> {
         let connection = &self.connection;
         self.server.command(&["FLUSHALL"]).expect("FLUSHALL");
         for side in [a, b] {
-            let mut next = 0;
-            let share = admitted_share(u32::try_from(self.keys).unwrap_or(u32::MAX), || {
-                let command = &side.commands[next % side.commands.len()];
-                next += 1;
-                rt.block_on(connection.query::<Vec<i64>>(command))
-                    .ok()
-                    .map(|reply| (side.admitted)(&reply))
-            });
-            assert_mostly_admits(&format!("{name} on {}, paired", side.backend), share);
+            self.check_every_key(&format!("{name} on {}, paired", side.backend), side);
         }
         let mut usec: [Vec<f64>; 2] = [Vec::new(), Vec::new()];
         let mut per_sec: [Vec<f64>; 2] = [Vec::new(), Vec::new()];
@@ -322,18 +344,7 @@ impl Bench<'_> {
                     .command(&["CONFIG", "RESETSTAT"])
                     .expect("CONFIG RESETSTAT");
                 let took = rt.block_on(concurrent(connection, &side.commands, checks));
-                let info = self
-                    .server
-                    .command(&["INFO", "commandstats"])
-                    .expect("INFO commandstats");
-                let stat = parse_commandstats(&info)
-                    .get(&side.stat)
-                    .copied()
-                    .filter(|s| s.calls > 0)
-                    .unwrap_or_else(|| {
-                        panic!("{name}: no `{}` in INFO commandstats: {info}", side.stat)
-                    });
-                usec[i].push(stat.usec_per_call);
+                usec[i].push(self.usec_per_call(name, side));
                 #[allow(clippy::cast_precision_loss)]
                 per_sec[i].push(checks as f64 / took.as_secs_f64());
             }
@@ -374,15 +385,7 @@ impl Bench<'_> {
         // runs left (a hot log of millions of units, 100k keys that live for
         // days) would otherwise weigh on whichever side comes later.
         self.server.command(&["FLUSHALL"]).expect("FLUSHALL");
-        let mut next = 0;
-        let share = admitted_share(u32::try_from(self.keys).unwrap_or(u32::MAX), || {
-            let command = &side.commands[next % side.commands.len()];
-            next += 1;
-            rt.block_on(connection.query::<Vec<i64>>(command))
-                .ok()
-                .map(|reply| (side.admitted)(&reply))
-        });
-        assert_mostly_admits(&format!("{name} on {}", side.backend), share);
+        self.check_every_key(&format!("{name} on {}", side.backend), side);
 
         self.server
             .command(&["CONFIG", "RESETSTAT"])
@@ -404,21 +407,13 @@ impl Bench<'_> {
             Metric::ChecksPerSec,
             1.0,
         );
-        let info = self
-            .server
-            .command(&["INFO", "commandstats"])
-            .expect("INFO commandstats");
-        let stat = parse_commandstats(&info)
-            .get(&side.stat)
-            .copied()
-            .filter(|s| s.calls > 0)
-            .unwrap_or_else(|| panic!("{name}: no `{}` in INFO commandstats: {info}", side.stat));
+        let usec = self.usec_per_call(name, side);
         self.rec.push(Row::new(
             &self.server_group(),
             name,
             side.backend,
             Metric::UsecPerCall,
-            stat.usec_per_call,
+            usec,
         ));
     }
 }
