@@ -1,6 +1,8 @@
 //! [`Divisor`]: division by a quota's fixed interval as a multiply and a
 //! shift, exact for every value a decision computes.
 
+use std::num::NonZeroU64;
+
 /// Values below `2^BITS` are divided by multiplication: every instant and
 /// span a decision computes stays below 2^53 (see
 /// [`MAX_INSTANT_MICROS`](crate::MAX_INSTANT_MICROS)).
@@ -26,7 +28,10 @@ const BITS: u32 = 53;
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Divisor {
-    divisor: u64,
+    /// Non-zero by type, so that the `div` of large values has no
+    /// division-by-zero panic: a decision whose result is dropped (the
+    /// compare-and-swap loop's) then costs nothing for its divisions.
+    divisor: NonZeroU64,
     multiplier: u64,
     /// `53 + l` is split into a shift of `n` left before the multiply and
     /// one of the product's high word right after, so that neither is a
@@ -44,7 +49,9 @@ impl Divisor {
     /// If `divisor` is zero.
     #[inline]
     pub const fn new(divisor: u64) -> Self {
-        assert!(divisor != 0, "division by zero");
+        let Some(nonzero) = NonZeroU64::new(divisor) else {
+            panic!("division by zero")
+        };
         // ceil(log2 d): 0 for 1, 64 - lz(d - 1) above.
         let log = u64::BITS - (divisor - 1).leading_zeros();
         let shift = BITS + log;
@@ -57,7 +64,7 @@ impl Divisor {
             (0, shift - 64)
         };
         Divisor {
-            divisor,
+            divisor: nonzero,
             multiplier,
             pre,
             post,
@@ -67,7 +74,7 @@ impl Divisor {
     /// The divisor.
     #[inline]
     pub const fn get(&self) -> u64 {
-        self.divisor
+        self.divisor.get()
     }
 
     /// `n / divisor`, rounded down, exactly.
@@ -80,7 +87,7 @@ impl Divisor {
             let high = (((n << self.pre) as u128 * self.multiplier as u128) >> 64) as u64;
             high >> self.post
         } else {
-            n / self.divisor
+            n / self.divisor.get()
         }
     }
 }

@@ -91,7 +91,7 @@ pub use algorithm::{Algorithm, AtomicCell, LockedCell, StateCell, forget_if_full
 pub use decision::{Decision, ceil_secs};
 pub use direct::Direct;
 pub use divisor::Divisor;
-pub use error::{Error, ErrorKind, ensure_fits};
+pub use error::{Error, ErrorKind, Source, ensure_fits};
 pub use keyed::{
     ByteKey, DEFAULT_MAX_KEYS, FloodPolicy, Keyed, KeyedBuilder, MAX_EXACT_KEY_LEN, MAX_SHARDS,
 };
