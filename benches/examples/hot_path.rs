@@ -84,8 +84,7 @@ fn main() {
 }
 
 /// Keeps `value` from being optimized away, observed where it lies (as the
-/// criterion bench does: moving a 72-byte `Decision` by value would time the
-/// copy).
+/// criterion bench does: moving a `Decision` by value would time the copy).
 #[inline(always)]
 fn sink<T>(value: T) {
     black_box(&value);

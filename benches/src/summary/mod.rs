@@ -704,14 +704,15 @@ figures). Criterion's own reports are under `target/criterion/`.
 0.3 s and 1 s); the figure is the median of criterion's samples, in ns per
 check (or checks per second from the median time of an iteration). Each
 check's result is observed where it lies (`black_box(&result)`), for ratelab
-and governor alike: moving ratelab's 72-byte `Decision` by value costs about
-11 ns of store-forwarding stalls on this machine, which would time the
-harness, not the limiter.
+and governor alike: moving ratelab's `Decision` (48 bytes) by value adds
+store-forwarding stalls (about 11 ns on this machine when it was 72 bytes),
+which would time the harness, not the limiter.
 
 **Clocks.** The main groups run each side on its defaults: ratelab's
-limiters on `SystemClock`, its default clock (`Instant`, about 27 ns, exact,
-so the quota holds over every interval of real time), governor on its
-default `QuantaClock` (a TSC read of about 10 ns) and, keyed, std's SipHash.
+limiters on `SystemClock`, its default clock (a TSC read through quanta,
+calibrated once per process, exact to the µs, so the quota holds over every
+interval of real time), governor on its default `QuantaClock` (the same
+kind of read) and, keyed, std's SipHash.
 GCRA and the token bucket are also measured on ratelab's opt-in
 `CoarseClock::shared()` (an atomic the system clock is copied into every
 millisecond by a background thread, read in a fraction of a nanosecond; it

@@ -22,7 +22,9 @@ use std::time::Duration;
 ///
 /// - `degraded`: the backend was failing and a failure policy decided.
 ///
-/// Times are whole microseconds.
+/// Times are whole microseconds, kept as such (`u64`) and read as a
+/// [`Duration`] or in µs: a decision is built on every check, and three
+/// `Duration`s made it half as large again and cost a division each.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub struct Decision {
@@ -32,12 +34,15 @@ pub struct Decision {
     pub limit: u64,
     /// Unit requests that would pass right now, after this one.
     pub remaining: u64,
-    /// Zero when allowed; else the wait until the same request passes.
-    pub retry_after: Duration,
-    /// The wait until the key is back to full capacity.
-    pub reset_after: Duration,
-    /// The wait before an admitted request proceeds (leaky bucket queue).
-    pub delay: Duration,
+    /// Zero when allowed; else the wait until the same request passes, µs
+    /// ([`Decision::retry_after`]).
+    pub(crate) retry_after_micros: u64,
+    /// The wait until the key is back to full capacity, µs
+    /// ([`Decision::reset_after`]).
+    pub(crate) reset_after_micros: u64,
+    /// The wait before an admitted request proceeds (leaky bucket queue), µs
+    /// ([`Decision::delay`]).
+    pub(crate) delay_micros: u64,
     /// The limiter's backend was failing and this decision came from its
     /// failure policy (fail open, fail closed, an in-memory fallback), not
     /// from the shared state. A caller with a failure mode of its own (an
@@ -56,9 +61,9 @@ impl Decision {
             allowed: true,
             limit,
             remaining: 0,
-            retry_after: Duration::ZERO,
-            reset_after: Duration::ZERO,
-            delay: Duration::ZERO,
+            retry_after_micros: 0,
+            reset_after_micros: 0,
+            delay_micros: 0,
             degraded: false,
         }
     }
@@ -83,14 +88,14 @@ impl Decision {
     /// The same decision with a retry passing after `micros`.
     #[inline]
     pub const fn with_retry_after_micros(mut self, micros: u64) -> Self {
-        self.retry_after = Duration::from_micros(micros);
+        self.retry_after_micros = micros;
         self
     }
 
     /// The same decision with the key back to full capacity after `micros`.
     #[inline]
     pub const fn with_reset_after_micros(mut self, micros: u64) -> Self {
-        self.reset_after = Duration::from_micros(micros);
+        self.reset_after_micros = micros;
         self
     }
 
@@ -98,7 +103,7 @@ impl Decision {
     /// its slot (leaky bucket queue).
     #[inline]
     pub const fn with_delay_micros(mut self, micros: u64) -> Self {
-        self.delay = Duration::from_micros(micros);
+        self.delay_micros = micros;
         self
     }
 
@@ -110,16 +115,55 @@ impl Decision {
         self
     }
 
+    /// Zero when allowed; otherwise the wait until a retry of the same cost
+    /// passes, if nothing else is consumed meanwhile.
+    #[inline]
+    pub const fn retry_after(&self) -> Duration {
+        Duration::from_micros(self.retry_after_micros)
+    }
+
+    /// [`Decision::retry_after`] in µs.
+    #[inline]
+    pub const fn retry_after_micros(&self) -> u64 {
+        self.retry_after_micros
+    }
+
+    /// The wait until the key is back to full capacity, if nothing else is
+    /// consumed meanwhile; zero when it is full now.
+    #[inline]
+    pub const fn reset_after(&self) -> Duration {
+        Duration::from_micros(self.reset_after_micros)
+    }
+
+    /// [`Decision::reset_after`] in µs.
+    #[inline]
+    pub const fn reset_after_micros(&self) -> u64 {
+        self.reset_after_micros
+    }
+
+    /// How long an admitted request waits before it proceeds: zero for every
+    /// algorithm but the leaky bucket queue.
+    #[inline]
+    pub const fn delay(&self) -> Duration {
+        Duration::from_micros(self.delay_micros)
+    }
+
+    /// [`Decision::delay`] in µs.
+    #[inline]
+    pub const fn delay_micros(&self) -> u64 {
+        self.delay_micros
+    }
+
     /// `retry_after` in whole seconds, rounded up: the HTTP `Retry-After`.
     #[inline]
-    pub fn retry_after_secs(&self) -> u64 {
-        ceil_secs(self.retry_after)
+    pub const fn retry_after_secs(&self) -> u64 {
+        self.retry_after_micros.div_ceil(1_000_000)
     }
 
     /// `reset_after` in whole seconds, rounded up.
     #[inline]
-    pub fn reset_after_secs(&self) -> u64 {
-        ceil_secs(self.reset_after)
+    pub const fn reset_after_secs(&self) -> u64 {
+        self.reset_after_micros.div_ceil(1_000_000)
     }
 }
 

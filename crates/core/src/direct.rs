@@ -97,9 +97,10 @@ impl<A: Algorithm, C: Clock> Direct<A, C> {
             // is made again after it, from the state the last run started
             // from and the same instant, which gives the same decision
             // (`decide` is a pure function of them) and writes it straight
-            // where the caller wants it. Built inside the loop, the 72-byte
-            // decision was copied out after it, through a store-forwarding
-            // stall that cost more than the whole GCRA arithmetic.
+            // where the caller wants it. Built inside the loop, the decision
+            // (72 bytes then) was copied out after it, through a
+            // store-forwarding stall that cost more than the whole GCRA
+            // arithmetic.
             let mut at = reading;
             let mut before = self.hot.cell.update(|state| {
                 at = reading.max(self.hot.latest.load(Ordering::Acquire));

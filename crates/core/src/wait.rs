@@ -66,15 +66,15 @@ fn next_step(
     };
     let wait = match answer {
         Ok(decision) if decision.allowed => {
-            if decision.delay.is_zero() {
+            if decision.delay().is_zero() {
                 return Ok(Step::Done(decision));
             }
-            if decision.delay > left {
-                return Err(timed_out(decision.delay));
+            if decision.delay() > left {
+                return Err(timed_out(decision.delay()));
             }
-            return Ok(Step::SleepThenDone(decision.delay, decision));
+            return Ok(Step::SleepThenDone(decision.delay(), decision));
         }
-        Ok(decision) => decision.retry_after,
+        Ok(decision) => decision.retry_after(),
         // Out of room for keys is a wait like any other, when it fits.
         Err(Error::TooManyKeys { retry_after, .. }) => retry_after,
         Err(error) => return Err(error.into()),

@@ -23,7 +23,7 @@
 //! let admitted = (0..20).filter(|_| limiter.check(b"client", 1).unwrap().allowed).count();
 //! assert_eq!(admitted, 10);
 //! let refused = limiter.check(b"client", 1)?;
-//! assert_eq!(refused.retry_after, Duration::from_millis(200));
+//! assert_eq!(refused.retry_after(), Duration::from_millis(200));
 //!
 //! clock.advance(Duration::from_secs(1));
 //! let admitted = (0..10).filter(|_| limiter.check(b"client", 1).unwrap().allowed).count();

@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use futures::FutureExt;
 use futures::future::join_all;
-use ratelab_core::{Decision, Error};
+use ratelab_core::{Decision, Error, duration_to_micros};
 use tokio::time::Instant;
 
 use crate::matching::Refill;
@@ -260,7 +260,7 @@ impl Verdict {
     /// some violated policy, so that no wait helps.
     pub(crate) fn retry_after(&self) -> Option<Duration> {
         self.violated()
-            .map(|r| r.decision().map(|d| d.retry_after))
+            .map(|r| r.decision().map(|d| d.retry_after()))
             .try_fold(Duration::ZERO, |max, wait| Some(max.max(wait?)))
     }
 
@@ -284,8 +284,8 @@ impl Verdict {
         match self.outcome {
             Outcome::Refuse => decided
                 .filter(|(r, _)| r.violated())
-                .max_by_key(|(_, d)| d.retry_after),
-            _ => decided.min_by_key(|(_, d)| (d.remaining, std::cmp::Reverse(d.reset_after))),
+                .max_by_key(|(_, d)| d.retry_after()),
+            _ => decided.min_by_key(|(_, d)| (d.remaining, std::cmp::Reverse(d.reset_after()))),
         }
     }
 }
@@ -395,7 +395,7 @@ impl Engine {
             .reports
             .iter()
             .filter_map(|r| match r.state {
-                State::Decided(d) => Some(d.delay),
+                State::Decided(d) => Some(d.delay()),
                 _ => None,
             })
             .max()
@@ -474,7 +474,7 @@ impl Engine {
         let retry_after = match &error {
             Error::Backend(source) => source
                 .downcast_ref::<DegradedDecision>()
-                .map(|d| d.0.retry_after)
+                .map(|d| d.0.retry_after())
                 .filter(|wait| !wait.is_zero()),
             _ => error.retry_after(),
         };
@@ -529,7 +529,11 @@ fn deferred(peek: Decision, check: &Check) -> Decision {
     let cost = u64::from(check.cost);
     if peek.remaining < cost {
         decision.allowed = false;
-        decision.retry_after = wait_for(&peek, check.refill, cost);
+        decision = decision.with_retry_after_micros(duration_to_micros(wait_for(
+            &peek,
+            check.refill,
+            cost,
+        )));
     }
     decision
 }
@@ -549,10 +553,10 @@ pub(crate) fn wait_for(decision: &Decision, refill: Refill, units: u64) -> Durat
                 .saturating_sub(units)
                 .saturating_mul(interval);
             decision
-                .reset_after
+                .reset_after()
                 .saturating_sub(Duration::from_micros(before_full))
         }
-        Refill::Other => decision.reset_after,
+        Refill::Other => decision.reset_after(),
     }
 }
 
@@ -982,7 +986,7 @@ mod tests {
         assert_eq!(verdict.outcome, Outcome::Refuse);
         let (report, decision) = verdict.binding().unwrap();
         assert_eq!(report.check.policy.name(), "hour");
-        assert_eq!(decision.retry_after, Duration::from_secs(1800));
+        assert_eq!(decision.retry_after(), Duration::from_secs(1800));
         assert_eq!(verdict.retry_after(), Some(Duration::from_secs(1800)));
         assert_eq!(verdict.violated().count(), 2);
     }

@@ -122,9 +122,9 @@ impl Fields {
                 // included (the wait for a retry is `Retry-After`): one
                 // meaning, as GitHub's has.
                 reset: match shared.legacy_reset {
-                    LegacyReset::Delta => Reset::Delta(ceil_secs(decision.reset_after)),
+                    LegacyReset::Delta => Reset::Delta(ceil_secs(decision.reset_after())),
                     LegacyReset::Epoch => Reset::Epoch {
-                        after: decision.reset_after,
+                        after: decision.reset_after(),
                         wall_clock: shared.wall_clock.clone(),
                     },
                 },
@@ -181,8 +181,8 @@ pub(crate) fn next_after(decision: &Decision, refill: Refill, cost: u32) -> Dura
     if decision.remaining >= decision.limit {
         return Duration::ZERO;
     }
-    if !decision.allowed && cost == 1 && !decision.retry_after.is_zero() {
-        return decision.retry_after;
+    if !decision.allowed && cost == 1 && !decision.retry_after().is_zero() {
+        return decision.retry_after();
     }
     wait_for(decision, refill, decision.remaining + 1)
 }

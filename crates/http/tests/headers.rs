@@ -153,7 +153,7 @@ async fn retry_after_agrees_with_the_limiter() {
     // The limiter's own answer for the same key (a refusal consumes nothing).
     let decision = limiter.check(b"burst:ip:127.0.0.1", 1).unwrap();
     assert!(!decision.allowed);
-    assert_eq!(decision.retry_after, Duration::from_micros(3_333_334));
+    assert_eq!(decision.retry_after(), Duration::from_micros(3_333_334));
     assert_eq!(retry_after, decision.retry_after_secs());
     assert_eq!(retry_after, 4);
 
@@ -164,7 +164,7 @@ async fn retry_after_agrees_with_the_limiter() {
 
     // One microsecond before the limiter's retry_after: still refused; at it,
     // admitted. A client waiting the advertised whole seconds is never early.
-    clock.advance(decision.retry_after - Duration::from_micros(1));
+    clock.advance(decision.retry_after() - Duration::from_micros(1));
     assert_eq!(fetch(addr, "/").await.status, 429);
     clock.advance(Duration::from_micros(1));
     assert_eq!(fetch(addr, "/").await.status, 200);

@@ -33,7 +33,7 @@
 //!
 //! // The queue admits the same ten, each with its own slot, 200 ms apart.
 //! let queue = Keyed::with_clock(LeakyQueue::new(quota), clock.clone());
-//! let delays: Vec<_> = (0..3).map(|_| queue.check(b"client", 1).unwrap().delay).collect();
+//! let delays: Vec<_> = (0..3).map(|_| queue.check(b"client", 1).unwrap().delay()).collect();
 //! assert_eq!(delays, [Duration::ZERO, Duration::from_millis(200), Duration::from_millis(400)]);
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```

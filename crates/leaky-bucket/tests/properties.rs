@@ -45,7 +45,7 @@ proptest! {
             if !decision.allowed || step.arrival.cost == 0 {
                 continue;
             }
-            let delay = duration_to_micros(decision.delay);
+            let delay = duration_to_micros(decision.delay());
             let slot = step.now + delay;
             prop_assert!(delay <= quota.burst_tolerance_micros());
             let key = usize::from(step.arrival.key);

@@ -176,9 +176,9 @@ fn decision_json(d: &Decision) -> String {
         d.allowed,
         d.limit,
         d.remaining,
-        d.retry_after.as_micros(),
-        d.reset_after.as_micros(),
-        d.delay.as_micros()
+        d.retry_after().as_micros(),
+        d.reset_after().as_micros(),
+        d.delay().as_micros()
     )
 }
 

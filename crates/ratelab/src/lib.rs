@@ -16,7 +16,7 @@
 //! let limiter = Keyed::with_clock(Gcra::new(Quota::per_second(5)?.with_burst(10)?), clock.clone());
 //! let admitted = (0..20).filter(|_| limiter.check(b"client", 1).unwrap().allowed).count();
 //! assert_eq!(admitted, 10);
-//! assert_eq!(limiter.check(b"client", 1)?.retry_after, Duration::from_millis(200));
+//! assert_eq!(limiter.check(b"client", 1)?.retry_after(), Duration::from_millis(200));
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 //!
@@ -43,7 +43,7 @@
 //! // "When could I send 3 more?" without taking anything: a peek.
 //! let peek = scraper.limiter().peek(3)?;
 //! assert!(!peek.allowed);
-//! assert_eq!(peek.retry_after, Duration::from_millis(1_500));
+//! assert_eq!(peek.retry_after(), Duration::from_millis(1_500));
 //! # use ratelab::Clock;
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```

@@ -90,7 +90,7 @@ fn a_clock_far_forward_then_back_admits_nothing_extra() {
         assert_eq!(admitted(&*keyed, b"k", 5), 0, "{name} still owing");
         // The decisions still make sense: a finite wait.
         let refused = keyed.check(b"k", 1).unwrap();
-        assert!(!refused.allowed && refused.retry_after > Duration::ZERO);
+        assert!(!refused.allowed && refused.retry_after() > Duration::ZERO);
     }
 }
 

@@ -39,7 +39,7 @@ fn every_key_has_a_ttl_no_longer_than_its_recovery_then_goes() {
                 let cost = i * 13 % 6;
                 let d = limiter.check_async(&[key], cost).await.unwrap();
                 if d.allowed && cost > 0 {
-                    last_reset.insert(key, d.reset_after);
+                    last_reset.insert(key, d.reset_after());
                 }
             }
             let written = keys(connection, &options.prefix).await;
@@ -80,7 +80,7 @@ fn a_client_clock_keeps_keys_its_slack_longer() {
         let options = common::Options::new(common::client_time(&clock));
         let limiter = common::redis(AlgorithmKind::Gcra, quota, connection, &options);
         let d = limiter.check_async(b"k", 5).await.unwrap();
-        assert_eq!(d.reset_after, Duration::from_millis(50));
+        assert_eq!(d.reset_after(), Duration::from_millis(50));
         // The key ends with the algorithm's code and its parameters' fingerprint.
         let suffix = ratelab::redis::RedisAlgorithm::key_suffix(&ratelab::Gcra::new(quota));
         let key = format!("{}:{{k}}:{suffix}", options.prefix);

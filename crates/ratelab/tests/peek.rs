@@ -109,9 +109,9 @@ fn a_peek_for_a_cost_tells_when_it_would_pass() {
         let peek = limiter.peek(b"k", 3).unwrap();
         assert!(!peek.allowed, "{kind}");
         assert_eq!(peek.remaining, 1, "{kind}");
-        assert_eq!(peek.retry_after, Duration::from_secs(1), "{kind}");
+        assert_eq!(peek.retry_after(), Duration::from_secs(1), "{kind}");
         assert!(limiter.peek(b"k", 0).unwrap().allowed);
-        clock.advance(peek.retry_after);
+        clock.advance(peek.retry_after());
         assert!(
             limiter.check(b"k", 3).unwrap().allowed,
             "{kind}: passes when the peek said"

@@ -116,7 +116,7 @@ fn agree(quota: Quota, arrivals: &[Arrival], ops: &[Op]) -> Result<(), TestCaseE
                         // A full key stays full: nothing to give back.
                         if let (Ok(full), Ok(_)) = (&full, &want)
                             && full.remaining == capacity
-                            && full.reset_after.is_zero()
+                            && full.reset_after().is_zero()
                         {
                             prop_assert_eq!(&want, &Ok(*full), "a full key changed: {}", at);
                         }
@@ -213,7 +213,7 @@ fn a_peek_during_an_outage_charges_no_fallback() {
         let peeked = open.peek(b"k", 1).await.unwrap();
         assert!(peeked.allowed && peeked.degraded, "{peeked:?}");
         assert_eq!(peeked.remaining, 1);
-        assert!(!peeked.reset_after.is_zero());
+        assert!(!peeked.reset_after().is_zero());
 
         assert!(fallback.refund(b"k", 1).await.unwrap_err().is_unavailable());
         assert!(fallback.reset(b"k").await.unwrap_err().is_unavailable());

@@ -192,8 +192,8 @@ fn an_open_breaker_answers_at_once_then_closes_soon_after_redis_is_back() {
                         assert!(!decision.allowed);
                         // The wait is the breaker's cool-down (or the probe's
                         // timeout): when Redis is tried again.
-                        assert!(decision.retry_after <= Duration::from_millis(500));
-                        assert!(decision.retry_after > Duration::ZERO);
+                        assert!(decision.retry_after() <= Duration::from_millis(500));
+                        assert!(decision.retry_after() > Duration::ZERO);
                     }
                     FailurePolicy::Error => {
                         let error = answer.unwrap_err();
@@ -207,7 +207,7 @@ fn an_open_breaker_answers_at_once_then_closes_soon_after_redis_is_back() {
                     _ => {
                         let decision = answer.unwrap();
                         assert!(decision.allowed);
-                        assert!(decision.reset_after > Duration::ZERO, "{decision:?}");
+                        assert!(decision.reset_after() > Duration::ZERO, "{decision:?}");
                         assert!(decision.remaining < decision.limit);
                     }
                 }
@@ -291,8 +291,8 @@ fn fail_open_decisions_keep_the_decision_contract() {
                 assert!(decision.allowed);
                 assert_eq!(decision.remaining, 10 - u64::from(cost));
                 // Full (reset zero) exactly when nothing is missing.
-                assert_eq!(decision.reset_after.is_zero(), cost == 0, "{decision:?}");
-                assert_eq!(decision.retry_after, Duration::ZERO);
+                assert_eq!(decision.reset_after().is_zero(), cost == 0, "{decision:?}");
+                assert_eq!(decision.retry_after(), Duration::ZERO);
             }
         }
     });

@@ -371,8 +371,8 @@ where
     let mut admitted = 0;
     for _ in 0..capacity + 3 {
         let decision = check().await.unwrap_or_else(|e| panic!("{what}: {e}"));
-        assert!(decision.retry_after <= longest, "{what}: {decision:?}");
-        assert!(decision.reset_after <= longest, "{what}: {decision:?}");
+        assert!(decision.retry_after() <= longest, "{what}: {decision:?}");
+        assert!(decision.reset_after() <= longest, "{what}: {decision:?}");
         assert!(decision.remaining <= capacity, "{what}: {decision:?}");
         admitted += u64::from(decision.allowed);
     }

@@ -34,13 +34,13 @@ fn a_hammering_client_is_refused_locally_until_its_retry() {
     runtime.block_on(async {
         assert!(limiter.check(b"k", 2).await.unwrap().allowed);
         let refused = limiter.check(b"k", 1).await.unwrap();
-        assert_eq!(refused.retry_after, Duration::from_millis(100));
+        assert_eq!(refused.retry_after(), Duration::from_millis(100));
         let answered = limiter.stats().answered;
         clock.advance(Duration::from_millis(40));
         for _ in 0..100 {
             let cached = limiter.check(b"k", 1).await.unwrap();
             assert!(!cached.allowed);
-            assert_eq!(cached.retry_after, Duration::from_millis(60));
+            assert_eq!(cached.retry_after(), Duration::from_millis(60));
         }
         assert_eq!(limiter.stats().answered, answered, "no round trip");
         assert_eq!(limiter.stats().cached_refusals, 100);
@@ -60,15 +60,15 @@ fn a_bigger_cost_is_never_answered_with_a_smaller_ones_wait() {
     runtime.block_on(async {
         assert!(limiter.check(b"k", 5).await.unwrap().allowed);
         let unit = limiter.check(b"k", 1).await.unwrap();
-        assert_eq!(unit.retry_after, Duration::from_millis(100));
+        assert_eq!(unit.retry_after(), Duration::from_millis(100));
         // Cost 3 asks Redis, which knows it needs three units back.
         let answered = limiter.stats().answered;
         let three = limiter.check(b"k", 3).await.unwrap();
         assert!(!three.allowed);
-        assert_eq!(three.retry_after, Duration::from_millis(300));
+        assert_eq!(three.retry_after(), Duration::from_millis(300));
         assert_eq!(limiter.stats().answered, answered + 1, "not from the cache");
         // A retry at exactly that wait passes.
-        clock.advance(three.retry_after);
+        clock.advance(three.retry_after());
         assert!(limiter.check(b"k", 3).await.unwrap().allowed);
     });
 }

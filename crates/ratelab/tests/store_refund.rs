@@ -27,7 +27,7 @@ fn a_key_given_everything_back_or_reset_is_forgotten() {
     assert!(limiter.check(b"b", 1).unwrap().allowed);
     assert_eq!(limiter.len(), 2);
     let after = limiter.refund(b"a", 3).unwrap();
-    assert_eq!((after.remaining, after.reset_after), (3, Duration::ZERO));
+    assert_eq!((after.remaining, after.reset_after()), (3, Duration::ZERO));
     assert_eq!(limiter.len(), 1);
     limiter.reset(b"b");
     assert!(limiter.is_empty());

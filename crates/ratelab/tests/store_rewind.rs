@@ -52,7 +52,12 @@ fn run<A: Algorithm>(
                 match (d, k) {
                     (Ok(d), Ok(k)) if full => prop_assert_eq!(d, k, "step {}", i),
                     (Ok(d), Ok(k)) => {
-                        prop_assert_eq!((d.allowed, d.delay), (k.allowed, k.delay), "step {}", i);
+                        prop_assert_eq!(
+                            (d.allowed, d.delay()),
+                            (k.allowed, k.delay()),
+                            "step {}",
+                            i
+                        );
                     }
                     (Err(d), Err(k)) => prop_assert_eq!(d.kind(), k.kind()),
                     (d, k) => prop_assert!(false, "step {i}: {d:?} vs {k:?}"),

@@ -57,9 +57,9 @@ pub(crate) fn fields(decision: &Decision) -> [i64; 6] {
         i64::from(decision.allowed),
         i64::try_from(decision.limit).unwrap_or(i64::MAX),
         i64::try_from(decision.remaining).unwrap_or(i64::MAX),
-        micros(decision.retry_after),
-        micros(decision.reset_after),
-        micros(decision.delay),
+        micros(decision.retry_after()),
+        micros(decision.reset_after()),
+        micros(decision.delay()),
     ]
 }
 
@@ -195,7 +195,7 @@ pub(crate) fn string_command<A: StringState>(
         .map_err(|_| invalid(A::NAME))?;
     // As the scripts: only a check's admission with a cost writes.
     if op == Op::Check && decision.allowed && cost > 0 {
-        let ttl = parsed.ttl_millis(duration_micros(decision.reset_after));
+        let ttl = parsed.ttl_millis(duration_micros(decision.reset_after()));
         write_state::<A>(ctx, key, &algorithm.encode(&state), ttl)?;
     }
     Ok(fields(&decision))
@@ -469,7 +469,7 @@ pub(crate) fn sliding_log(
         } else {
             add_units(ctx, k, at, first, u64::from(cost))?;
         }
-        let ttl = parsed.ttl_millis(duration_micros(decision.reset_after));
+        let ttl = parsed.ttl_millis(duration_micros(decision.reset_after()));
         let expired = log::expire(ctx, key, i64::try_from(ttl).unwrap_or(i64::MAX));
         if let Some(error) = expired.error() {
             return Err(RedisError::String(error));
@@ -563,7 +563,7 @@ fn check_log_directly(
             set.add(at_signed, &member[..len])
                 .map_err(RedisError::String)?;
         }
-        let ttl = parsed.ttl_millis(duration_micros(decision.reset_after));
+        let ttl = parsed.ttl_millis(duration_micros(decision.reset_after()));
         set.expire(ttl).map_err(RedisError::String)?;
     }
     Ok(Some(fields(&decision)))

@@ -73,8 +73,8 @@ impl RefusalCache {
             key.to_vec(),
             Refusal {
                 cost,
-                until: now + duration_to_micros(decision.retry_after),
-                full_at: now + duration_to_micros(decision.reset_after),
+                until: now + duration_to_micros(decision.retry_after()),
+                full_at: now + duration_to_micros(decision.reset_after()),
                 limit: decision.limit,
                 remaining: decision.remaining,
             },

@@ -267,9 +267,9 @@ fn matches(expect: Expect, got: &Result<Decision, Error>) -> bool {
         ) => {
             d.allowed
                 && d.remaining == remaining
-                && d.retry_after.is_zero()
-                && micros(d.reset_after) == reset
-                && micros(d.delay) == delay
+                && d.retry_after().is_zero()
+                && micros(d.reset_after()) == reset
+                && micros(d.delay()) == delay
         }
         (
             Expect::Deny {
@@ -281,9 +281,9 @@ fn matches(expect: Expect, got: &Result<Decision, Error>) -> bool {
         ) => {
             !d.allowed
                 && d.remaining == remaining
-                && micros(d.retry_after) == retry
-                && micros(d.reset_after) == reset
-                && d.delay.is_zero()
+                && micros(d.retry_after()) == retry
+                && micros(d.reset_after()) == reset
+                && d.delay().is_zero()
         }
         _ => false,
     }

@@ -168,9 +168,12 @@ where
         );
 
         if decision.allowed {
-            prop_assert!(decision.retry_after.is_zero(), "allowed with a retry_after");
+            prop_assert!(
+                decision.retry_after().is_zero(),
+                "allowed with a retry_after"
+            );
         } else {
-            let retry = duration_to_micros(decision.retry_after);
+            let retry = duration_to_micros(decision.retry_after());
             prop_assert!(retry > 0, "refused with retry_after 0: {:?}", decision);
             prop_assert!(
                 probe(algorithm, &step.after, now + retry, cost).allowed,
@@ -182,7 +185,7 @@ where
             );
         }
 
-        let reset = duration_to_micros(decision.reset_after);
+        let reset = duration_to_micros(decision.reset_after());
         let at_reset = probe(algorithm, &step.after, now + reset, 0);
         prop_assert_eq!(
             at_reset.remaining,
@@ -223,8 +226,8 @@ pub fn refusals_consume_nothing<A: Algorithm>(
         let now = step.now;
         for at in [
             now,
-            now + duration_to_micros(decision.retry_after),
-            now + duration_to_micros(decision.reset_after),
+            now + duration_to_micros(decision.retry_after()),
+            now + duration_to_micros(decision.reset_after()),
         ] {
             for cost in [1, step.arrival.cost] {
                 prop_assert_eq!(
@@ -256,7 +259,7 @@ pub fn idle_restores_the_burst<A: Algorithm>(
     let capacity = u32::try_from(algorithm.capacity()).expect("capacity is a burst");
     for (key, step) in last {
         let decision = step.result.as_ref().expect("kept only decided steps");
-        let at = step.now + duration_to_micros(decision.reset_after);
+        let at = step.now + duration_to_micros(decision.reset_after());
         let full = probe(algorithm, &step.after, at, capacity);
         prop_assert!(
             full.allowed,

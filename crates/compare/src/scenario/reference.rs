@@ -125,7 +125,7 @@ fn row(name: &str, backend: &str, clock: &str, burst: &[Decision], later: &[Deci
         burst_retry_ms: burst
             .iter()
             .filter(|d| !d.allowed)
-            .map(|d| d.retry_after.as_secs_f64() * 1e3)
+            .map(|d| d.retry_after().as_secs_f64() * 1e3)
             .min_by(f64::total_cmp),
     }
 }
@@ -300,7 +300,7 @@ async fn redis_cell_rows(
             .iter()
             .zip(&ours)
             .filter(|(c, o)| {
-                !c.allowed && !o.allowed && c.retry_after.as_secs() != o.retry_after.as_secs()
+                !c.allowed && !o.allowed && c.retry_after().as_secs() != o.retry_after().as_secs()
             })
             .count(),
     };
@@ -315,7 +315,7 @@ async fn redis_cell_rows(
     let floor = |ds: &[Decision]| {
         ds.iter()
             .filter(|d| !d.allowed)
-            .map(|d| d.retry_after.as_secs())
+            .map(|d| d.retry_after().as_secs())
             .max()
     };
     cell_row.burst_wait_secs = floor(&cell[..BURST]);
@@ -363,7 +363,7 @@ fn governor_rows(quota: Quota) -> Result<(Vec<Row>, Vec<Agreement>), CompareErro
             .filter(|(g, r)| {
                 !g.allowed
                     && !r.allowed
-                    && g.retry_after.abs_diff(r.retry_after) > Duration::from_micros(1)
+                    && g.retry_after().abs_diff(r.retry_after()) > Duration::from_micros(1)
             })
             .count(),
     };

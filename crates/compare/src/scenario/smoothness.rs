@@ -113,7 +113,7 @@ fn output(kind: AlgorithmKind, quota: Quota, arrivals: &[u64]) -> (Output, Vec<u
     for &at in arrivals {
         let d = sim.decide(0, at, 1).expect("a unit cost fits");
         if d.allowed {
-            let delay = duration_to_micros(d.delay);
+            let delay = duration_to_micros(d.delay());
             downstream.push(at + delay);
             delays.push(delay as f64 / 1e3);
         }

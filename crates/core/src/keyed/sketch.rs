@@ -124,12 +124,13 @@ impl<S: Clone> Sketch<S> {
             // is what the cells say now, not what the admitting ones would
             // have said after admitting.
             combined.remaining = u64::MAX;
-            combined.reset_after = std::time::Duration::ZERO;
+            combined.reset_after_micros = 0;
             for row in 0..self.depth {
                 let mut state = self.cells[self.cell(hash, row)].clone();
                 let peek = algorithm.decide(&mut state, now, 0)?;
                 combined.remaining = combined.remaining.min(peek.remaining);
-                combined.reset_after = combined.reset_after.max(peek.reset_after);
+                combined.reset_after_micros =
+                    combined.reset_after_micros.max(peek.reset_after_micros);
             }
         }
         Ok(combined)
@@ -149,16 +150,16 @@ fn strictest(a: Decision, b: Decision) -> Decision {
     let mut d = a;
     d.allowed = a.allowed && b.allowed;
     d.remaining = a.remaining.min(b.remaining);
-    d.reset_after = a.reset_after.max(b.reset_after);
+    d.reset_after_micros = a.reset_after_micros.max(b.reset_after_micros);
     // The retry passes once every cell lets it through (an admitting cell
     // says zero).
-    d.retry_after = a.retry_after.max(b.retry_after);
+    d.retry_after_micros = a.retry_after_micros.max(b.retry_after_micros);
     // A queue slot no earlier than any cell's: the spacing every cell keeps
     // between its slots is kept between this key's. A refusal has no slot.
-    d.delay = if d.allowed {
-        a.delay.max(b.delay)
+    d.delay_micros = if d.allowed {
+        a.delay_micros.max(b.delay_micros)
     } else {
-        std::time::Duration::ZERO
+        0
     };
     d
 }

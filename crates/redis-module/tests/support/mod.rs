@@ -215,9 +215,9 @@ impl Memory {
                     i64::from(d.allowed),
                     i64::try_from(d.limit).unwrap(),
                     i64::try_from(d.remaining).unwrap(),
-                    micros(d.retry_after),
-                    micros(d.reset_after),
-                    micros(d.delay),
+                    micros(d.retry_after()),
+                    micros(d.reset_after()),
+                    micros(d.delay()),
                 ])
             })
         }
