@@ -52,14 +52,14 @@ fn corrupt(name: &str, key: &[u8], what: &str) -> RedisError {
 /// The reply of every script:
 /// `[allowed, limit, remaining, retry_after_us, reset_after_us, delay_us]`.
 pub(crate) fn fields(decision: &Decision) -> [i64; 6] {
-    let micros = |d: std::time::Duration| i64::try_from(d.as_micros()).unwrap_or(i64::MAX);
+    let int = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
     [
         i64::from(decision.allowed),
-        i64::try_from(decision.limit).unwrap_or(i64::MAX),
-        i64::try_from(decision.remaining).unwrap_or(i64::MAX),
-        micros(decision.retry_after()),
-        micros(decision.reset_after()),
-        micros(decision.delay()),
+        int(decision.limit),
+        int(decision.remaining),
+        int(decision.retry_after_micros()),
+        int(decision.reset_after_micros()),
+        int(decision.delay_micros()),
     ]
 }
 
@@ -195,7 +195,7 @@ pub(crate) fn string_command<A: StringState>(
         .map_err(|_| invalid(A::NAME))?;
     // As the scripts: only a check's admission with a cost writes.
     if op == Op::Check && decision.allowed && cost > 0 {
-        let ttl = parsed.ttl_millis(duration_micros(decision.reset_after()));
+        let ttl = parsed.ttl_millis(decision.reset_after_micros());
         write_state::<A>(ctx, key, &algorithm.encode(&state), ttl)?;
     }
     Ok(fields(&decision))
@@ -248,10 +248,6 @@ fn write_state<A: StringState>(
         native::set(ctx, key, value, ttl_ms)
     }
     .map_err(RedisError::String)
-}
-
-fn duration_micros(d: std::time::Duration) -> u64 {
-    u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
 }
 
 /// A call's reply, or the error it answered.
@@ -469,7 +465,7 @@ pub(crate) fn sliding_log(
         } else {
             add_units(ctx, k, at, first, u64::from(cost))?;
         }
-        let ttl = parsed.ttl_millis(duration_micros(decision.reset_after()));
+        let ttl = parsed.ttl_millis(decision.reset_after_micros());
         let expired = log::expire(ctx, key, i64::try_from(ttl).unwrap_or(i64::MAX));
         if let Some(error) = expired.error() {
             return Err(RedisError::String(error));
@@ -563,7 +559,7 @@ fn check_log_directly(
             set.add(at_signed, &member[..len])
                 .map_err(RedisError::String)?;
         }
-        let ttl = parsed.ttl_millis(duration_micros(decision.reset_after()));
+        let ttl = parsed.ttl_millis(decision.reset_after_micros());
         set.expire(ttl).map_err(RedisError::String)?;
     }
     Ok(Some(fields(&decision)))

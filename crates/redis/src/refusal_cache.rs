@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 
 use parking_lot::Mutex;
-use ratelab_core::{Decision, duration_to_micros};
+use ratelab_core::Decision;
 
 /// Refusals remembered locally, per key.
 pub(crate) struct RefusalCache {
@@ -73,8 +73,8 @@ impl RefusalCache {
             key.to_vec(),
             Refusal {
                 cost,
-                until: now + duration_to_micros(decision.retry_after()),
-                full_at: now + duration_to_micros(decision.reset_after()),
+                until: now + decision.retry_after_micros(),
+                full_at: now + decision.reset_after_micros(),
                 limit: decision.limit,
                 remaining: decision.remaining,
             },

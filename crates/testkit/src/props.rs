@@ -11,9 +11,7 @@ use std::collections::HashMap;
 
 use proptest::prelude::*;
 use proptest::test_runner::TestCaseError;
-use ratelab_core::{
-    Algorithm, Decision, Error, Keyed, ManualClock, clamp_instant, duration_to_micros,
-};
+use ratelab_core::{Algorithm, Decision, Error, Keyed, ManualClock, clamp_instant};
 
 use crate::oracle::{Admitted, Bound};
 use crate::strategies::{Arrival, unwrapped};
@@ -173,7 +171,7 @@ where
                 "allowed with a retry_after"
             );
         } else {
-            let retry = duration_to_micros(decision.retry_after());
+            let retry = decision.retry_after_micros();
             prop_assert!(retry > 0, "refused with retry_after 0: {:?}", decision);
             prop_assert!(
                 probe(algorithm, &step.after, now + retry, cost).allowed,
@@ -185,7 +183,7 @@ where
             );
         }
 
-        let reset = duration_to_micros(decision.reset_after());
+        let reset = decision.reset_after_micros();
         let at_reset = probe(algorithm, &step.after, now + reset, 0);
         prop_assert_eq!(
             at_reset.remaining,
@@ -226,8 +224,8 @@ pub fn refusals_consume_nothing<A: Algorithm>(
         let now = step.now;
         for at in [
             now,
-            now + duration_to_micros(decision.retry_after()),
-            now + duration_to_micros(decision.reset_after()),
+            now + decision.retry_after_micros(),
+            now + decision.reset_after_micros(),
         ] {
             for cost in [1, step.arrival.cost] {
                 prop_assert_eq!(
@@ -259,7 +257,7 @@ pub fn idle_restores_the_burst<A: Algorithm>(
     let capacity = u32::try_from(algorithm.capacity()).expect("capacity is a burst");
     for (key, step) in last {
         let decision = step.result.as_ref().expect("kept only decided steps");
-        let at = step.now + duration_to_micros(decision.reset_after());
+        let at = step.now + decision.reset_after_micros();
         let full = probe(algorithm, &step.after, at, capacity);
         prop_assert!(
             full.allowed,
