@@ -28,8 +28,9 @@
 //! Keyed groups on the same clock compare ratelab with governor on foldhash,
 //! ratelab's hasher. Quotas and fairness: see `ratelab_benches::algorithms`.
 //!
-//! The one-key and two-thread groups are measured once more in paired
-//! rounds (`<group>-paired`, the targets' figures): the sides of a
+//! The one-key, keyed (GCRA, the token bucket and governor) and two-thread
+//! groups are measured once more in paired rounds (`<group>-paired`, the
+//! targets' figures): the sides of a
 //! comparison (governor, GCRA, the token bucket) run in turn, the order
 //! rotating each round, the same checks each, and each side's figure is its
 //! median over the rounds. Criterion measures one side after another, half
@@ -50,7 +51,7 @@ use ratelab::{
     SystemClock, TokenBucket,
 };
 use ratelab_benches::algorithms::{admitted_share, assert_mostly_admits, governor_quota, quota};
-use ratelab_benches::keys::KeySet;
+use ratelab_benches::keys::{Cursor, KeySet};
 use ratelab_benches::{Metric, Mode, Recorder, Row, Setting, Visit, each_algorithm, median};
 
 /// Observes a check's whole result where it lies, by reference: every field
@@ -213,6 +214,71 @@ fn paired_one_key<G, R, B>(
             },
         ],
     );
+}
+
+/// Paired rounds of governor's keyed GCRA (`governor_function`: `gcra` on
+/// its default hasher, `gcra-foldhash` on ratelab's), our GCRA and our
+/// token bucket over the same accesses, each side with a cursor of its own
+/// and its limiter already holding every key; a loop compiled for each
+/// side's closure, as in [`paired_one_key`].
+fn paired_keyed<G, R, B>(
+    rec: &mut Recorder,
+    mode: &Mode,
+    group: &str,
+    keys: &KeySet,
+    governor_function: &'static str,
+    (governor, gcra, bucket): (G, R, B),
+) where
+    G: Fn(&u64),
+    R: Fn(&u64),
+    B: Fn(&u64),
+{
+    fn run<F: Fn(&u64)>(cursor: &mut Cursor<'_>, n: u64, check: &F) -> Duration {
+        timed(n, || check(&cursor.next_key()))
+    }
+    let mut cursors = [keys.cursor(), keys.cursor(), keys.cursor()];
+    let [first, second, third] = &mut cursors;
+    paired(
+        rec,
+        mode,
+        group,
+        1,
+        &mut [
+            Side {
+                function: governor_function,
+                backend: "governor",
+                run: &mut |n| run(first, n, &governor),
+            },
+            Side {
+                function: "gcra",
+                backend: "memory",
+                run: &mut |n| run(second, n, &gcra),
+            },
+            Side {
+                function: "token-bucket",
+                backend: "memory",
+                run: &mut |n| run(third, n, &bucket),
+            },
+        ],
+    );
+}
+
+/// Checks every key once on a governor keyed limiter: the keys are tracked
+/// before measuring, and the quota is seen to admit.
+fn fill_governor<E>(keys: &KeySet, check: impl Fn(&u64) -> Result<(), E>) {
+    for key in &keys.keys {
+        assert!(check(key).is_ok(), "the bench quota admits");
+    }
+}
+
+/// [`fill_governor`] for ours.
+fn fill_keyed<A: Algorithm, C: Clock>(keys: &KeySet, limiter: &Keyed<A, C, u64>) {
+    for key in &keys.keys {
+        assert!(
+            limiter.check_key(key, 1).is_ok_and(|d| d.allowed),
+            "the bench quota admits"
+        );
+    }
 }
 
 /// Times `iterations` calls of `check`, in a loop of its own.
@@ -550,6 +616,35 @@ fn keyed(c: &mut Criterion, rec: &mut Recorder, mode: &Mode, group_name: &'stati
         },
     );
     group.finish();
+
+    // Paired, the three limiters live, each with every key seen once.
+    let governor = governor::RateLimiter::keyed(governor_quota(Setting::ManyKeys));
+    fill_governor(&keys, |k| governor.check_key(k));
+    let gcra = Keyed::builder(Gcra::new(quota(Setting::ManyKeys, AlgorithmKind::Gcra)))
+        .keys()
+        .max_keys(MAX_KEYS)
+        .build();
+    fill_keyed(&keys, &gcra);
+    let bucket = Keyed::builder(TokenBucket::new(quota(
+        Setting::ManyKeys,
+        AlgorithmKind::TokenBucket,
+    )))
+    .keys()
+    .max_keys(MAX_KEYS)
+    .build();
+    fill_keyed(&keys, &bucket);
+    paired_keyed(
+        rec,
+        mode,
+        group_name,
+        &keys,
+        "gcra",
+        (
+            |k: &u64| observe(governor.check_key(k)),
+            |k: &u64| observe(gcra.check_key(k, black_box(1))),
+            |k: &u64| observe(bucket.check_key(k, black_box(1))),
+        ),
+    );
 }
 
 fn bench_governor<E>(
@@ -769,6 +864,42 @@ fn same_clock<GC, RC>(
             1.0,
         );
         group.finish();
+        drop(bucket);
+
+        // Paired, the three limiters live, each with every key seen once.
+        let store = governor::state::keyed::DashMapStateStore::with_hasher(
+            foldhash::fast::RandomState::default(),
+        );
+        let governor: governor::RateLimiter<u64, _, _, NoOpMiddleware<GC::Instant>> =
+            governor::RateLimiter::new(governor_quota(Setting::ManyKeys), store, governor_clock());
+        fill_governor(&keys, |k| governor.check_key(k));
+        let gcra = Keyed::builder(Gcra::new(quota(Setting::ManyKeys, AlgorithmKind::Gcra)))
+            .clock(ratelab_clock())
+            .keys()
+            .max_keys(MAX_KEYS)
+            .build();
+        fill_keyed(&keys, &gcra);
+        let bucket = Keyed::builder(TokenBucket::new(quota(
+            Setting::ManyKeys,
+            AlgorithmKind::TokenBucket,
+        )))
+        .clock(ratelab_clock())
+        .keys()
+        .max_keys(MAX_KEYS)
+        .build();
+        fill_keyed(&keys, &bucket);
+        paired_keyed(
+            rec,
+            mode,
+            &group_name,
+            &keys,
+            "gcra-foldhash",
+            (
+                |k: &u64| observe(governor.check_key(k)),
+                |k: &u64| observe(gcra.check_key(k, black_box(1))),
+                |k: &u64| observe(bucket.check_key(k, black_box(1))),
+            ),
+        );
     }
 }
 
