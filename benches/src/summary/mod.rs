@@ -731,7 +731,10 @@ measuring and fails rather than time a limiter on its refusal path. One key:
 1,000/s with a burst of `u32::MAX`. Keyed and Redis: 1/s with a burst of
 1,000,000, so that no key is back to full capacity (and forgotten) between
 two of its checks; the keys are inserted before measuring, for ratelab and
-governor alike. The sliding log, whose state is O(limit), runs keyed and on
+governor alike (before the keyed paired rounds, each key is charged 600
+units, ten minutes of debt: a key waits seconds between two of its checks
+on one side there, and charged one unit it would be back to full capacity,
+forgotten by ratelab and tracked afresh, while governor keeps it). The sliding log, whose state is O(limit), runs keyed and on
 Redis on 1,000/s (a 1 s window) to keep its log bounded; no target compares
 it.
 
