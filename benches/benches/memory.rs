@@ -224,26 +224,44 @@ fn paired_one_key<G, R, B>(
     );
 }
 
-/// Paired rounds of governor's keyed GCRA (`governor_function`: `gcra` on
-/// its default hasher, `gcra-foldhash` on ratelab's), our GCRA and our
-/// token bucket over the same accesses, each side with a cursor of its own
-/// and its limiter already holding every key; a loop compiled for each
-/// side's closure, as in [`paired_one_key`].
-fn paired_keyed<G, R, B>(
+/// Paired rounds of governor's keyed GCRA (`check`, its limiter already
+/// holding every key; `governor_function`: `gcra` on its default hasher,
+/// `gcra-foldhash` on ratelab's), our GCRA and our token bucket on `clock`,
+/// built and filled here, over the same accesses, each side with a cursor of
+/// its own; a loop compiled for each side's closure, as in
+/// [`paired_one_key`].
+fn paired_keyed<C: Clock>(
     rec: &mut Recorder,
     mode: &Mode,
     group: &str,
     keys: &KeySet,
-    governor_function: &'static str,
-    (governor, gcra, bucket): (G, R, B),
-) where
-    G: Fn(&u64),
-    R: Fn(&u64),
-    B: Fn(&u64),
-{
+    (governor_function, governor): (&'static str, impl Fn(&u64)),
+    clock: impl Fn() -> C,
+) {
     fn run<F: Fn(&u64)>(cursor: &mut Cursor<'_>, n: u64, check: &F) -> Duration {
         timed(n, || check(&cursor.next_key()))
     }
+    let gcra = Keyed::builder(Gcra::new(quota(Setting::ManyKeys, AlgorithmKind::Gcra)))
+        .clock(clock())
+        .keys()
+        .max_keys(MAX_KEYS)
+        .build();
+    fill_keyed(keys, &gcra);
+    let bucket = Keyed::builder(TokenBucket::new(quota(
+        Setting::ManyKeys,
+        AlgorithmKind::TokenBucket,
+    )))
+    .clock(clock())
+    .keys()
+    .max_keys(MAX_KEYS)
+    .build();
+    fill_keyed(keys, &bucket);
+    let ours = (
+        #[inline(always)]
+        |k: &u64| observe(gcra.check_key(k, black_box(1))),
+        #[inline(always)]
+        |k: &u64| observe(bucket.check_key(k, black_box(1))),
+    );
     let mut cursors = [keys.cursor(), keys.cursor(), keys.cursor()];
     let [first, second, third] = &mut cursors;
     paired(
@@ -260,12 +278,12 @@ fn paired_keyed<G, R, B>(
             Side {
                 function: "gcra",
                 backend: "memory",
-                run: &mut |n| run(second, n, &gcra),
+                run: &mut |n| run(second, n, &ours.0),
             },
             Side {
                 function: "token-bucket",
                 backend: "memory",
-                run: &mut |n| run(third, n, &bucket),
+                run: &mut |n| run(third, n, &ours.1),
             },
         ],
     );
@@ -670,33 +688,17 @@ fn keyed(c: &mut Criterion, rec: &mut Recorder, mode: &Mode, group_name: &'stati
     // Paired, the three limiters live, every key charged `FILL_COST`.
     let governor = governor::RateLimiter::keyed(governor_quota(Setting::ManyKeys));
     fill_governor(&keys, |k, n| governor.check_key_n(k, n));
-    let gcra = Keyed::builder(Gcra::new(quota(Setting::ManyKeys, AlgorithmKind::Gcra)))
-        .keys()
-        .max_keys(MAX_KEYS)
-        .build();
-    fill_keyed(&keys, &gcra);
-    let bucket = Keyed::builder(TokenBucket::new(quota(
-        Setting::ManyKeys,
-        AlgorithmKind::TokenBucket,
-    )))
-    .keys()
-    .max_keys(MAX_KEYS)
-    .build();
-    fill_keyed(&keys, &bucket);
     paired_keyed(
         rec,
         mode,
         group_name,
         &keys,
-        "gcra",
         (
+            "gcra",
             #[inline(always)]
             |k: &u64| observe(governor.check_key(k)),
-            #[inline(always)]
-            |k: &u64| observe(gcra.check_key(k, black_box(1))),
-            #[inline(always)]
-            |k: &u64| observe(bucket.check_key(k, black_box(1))),
         ),
+        || SystemClock,
     );
 }
 
@@ -945,35 +947,17 @@ fn same_clock<GC, RC>(
         let governor: governor::RateLimiter<u64, _, _, NoOpMiddleware<GC::Instant>> =
             governor::RateLimiter::new(governor_quota(Setting::ManyKeys), store, governor_clock());
         fill_governor(&keys, |k, n| governor.check_key_n(k, n));
-        let gcra = Keyed::builder(Gcra::new(quota(Setting::ManyKeys, AlgorithmKind::Gcra)))
-            .clock(ratelab_clock())
-            .keys()
-            .max_keys(MAX_KEYS)
-            .build();
-        fill_keyed(&keys, &gcra);
-        let bucket = Keyed::builder(TokenBucket::new(quota(
-            Setting::ManyKeys,
-            AlgorithmKind::TokenBucket,
-        )))
-        .clock(ratelab_clock())
-        .keys()
-        .max_keys(MAX_KEYS)
-        .build();
-        fill_keyed(&keys, &bucket);
         paired_keyed(
             rec,
             mode,
             &group_name,
             &keys,
-            "gcra-foldhash",
             (
+                "gcra-foldhash",
                 #[inline(always)]
                 |k: &u64| observe(governor.check_key(k)),
-                #[inline(always)]
-                |k: &u64| observe(gcra.check_key(k, black_box(1))),
-                #[inline(always)]
-                |k: &u64| observe(bucket.check_key(k, black_box(1))),
             ),
+            &ratelab_clock,
         );
     }
 }
