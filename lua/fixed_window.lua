@@ -10,7 +10,7 @@
 -- now, cost, op, slack, skew, P, args_ok and the helpers read_string, stored, corrupt and
 -- show.) op: check, peek (writes nothing) or refund (see prologue.lua).
 local W, limit = P[1], P[2]
-if not (args_ok and limit and cost <= limit and W >= 1) then
+if not (args_ok and window_ok(W, limit) and cost <= limit) then
   return redis.error_reply('ratelab fixed-window: invalid arguments')
 end
 

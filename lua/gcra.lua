@@ -11,7 +11,7 @@
 -- now, cost, op, slack, skew, P, args_ok and the helpers read_string, stored, corrupt and
 -- show.) op: check, peek (writes nothing) or refund (see prologue.lua).
 local T, tau, cap = P[1], P[2], P[3]
-if not (args_ok and cap and cost <= cap and T >= 1) then
+if not (args_ok and rate_ok(T, cap) and tau == cap * T and cost <= cap) then
   return redis.error_reply('ratelab gcra: invalid arguments')
 end
 
@@ -19,8 +19,8 @@ local raw, err = read_string('gcra')
 if err then return err end
 local tat = 0
 if raw then
-  tat = tonumber(raw)
-  if not stored(tat) then return corrupt('gcra', 'not a timestamp: ' .. show(raw)) end
+  tat = integer(raw)
+  if not tat then return corrupt('gcra', 'not a timestamp: ' .. show(raw)) end
   -- Written as at most now + tolerance: anything later would refuse for longer
   -- than this quota can.
   if tat > now + tau + skew then

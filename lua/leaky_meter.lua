@@ -11,7 +11,7 @@
 -- now, cost, op, slack, skew, P, args_ok and the helpers read_string, stored, corrupt and
 -- show.) op: check, peek (writes nothing) or refund (see prologue.lua).
 local T, depth, cap = P[1], P[2], P[3]
-if not (args_ok and cap and cost <= cap and T >= 1) then
+if not (args_ok and rate_ok(T, cap) and depth == cap * T and cost <= cap) then
   return redis.error_reply('ratelab leaky-meter: invalid arguments')
 end
 

@@ -42,7 +42,10 @@ if ARGV[1] ~= '1' and ARGV[1] ~= '2' then
   elseif ARGV[1] then got = ARGV[1]:sub(1, 32):gsub('[^%w%p ]', '?') end
   return redis.error_reply('ratelab: protocol version 1 or 2 expected, got ' .. got)
 end
+-- Decimal only: Lua's `tonumber` would also read hexadecimal ("0x10") and stop at a
+-- NUL byte ("1\0junk"), which the module and the Rust clients never accept.
 local function integer(s)
+  if s == nil or s:find('[xX%z]') then return nil end
   local n = tonumber(s)
   if n and n >= 0 and n % 1 == 0 and n < 9007199254740992 then return n end
   return nil
@@ -74,6 +77,22 @@ if args_ok and now > 4503599627370496 then now = 4503599627370496 end
 -- back that far), and one second for Redis clocks that differ after a failover.
 local skew = 1000000
 if args_ok then skew = skew + slack * 1000 end
+
+-- The parameters some valid quota gives (`Quota` in crates/core/src/quota.rs), so
+-- that the scripts refuse exactly what the module and the Rust runners refuse: no
+-- parameters that no quota has (a tolerance that is not burst x T, a window shorter
+-- than its limit) reach an algorithm.
+-- A rate: `cap` units, one back every `T` µs (some period of at most 2^50 µs rounds
+-- up to T: the shortest is cap x (T - 1) + 1).
+local function rate_ok(T, cap)
+  return T ~= nil and cap ~= nil and T >= 1 and cap >= 1 and cap <= 4294967295
+    and cap * (T - 1) + 1 <= 1125899906842624
+end
+-- A window: `limit` units per `W` µs, at most one per µs, W at most 2^50 µs.
+local function window_ok(W, limit)
+  return W ~= nil and limit ~= nil and limit >= 1 and limit <= 4294967295
+    and W >= limit and W <= 1125899906842624
+end
 
 -- At most 32 bytes of `raw`, printable: bytes outside ASCII punctuation and
 -- alphanumerics as \xNN.

@@ -12,8 +12,10 @@
 -- now, cost, op, slack, skew, P, args_ok and the helpers read_string, stored, corrupt and
 -- show.) op: check, peek (writes nothing) or refund (see prologue.lua).
 local W, limit, step, steps = P[1], P[2], P[3], P[4]
-if not (args_ok and steps and cost <= limit and W >= 1 and step >= 1
-    and steps >= 1) then
+-- The steps are the quota's own: step = ceil(W / 2^16), steps = ceil(W / step).
+if not (args_ok and window_ok(W, limit) and cost <= limit and step and steps and step >= 1
+    and step * 65536 >= W and (step - 1) * 65536 < W
+    and steps * step >= W and (steps - 1) * step < W) then
   return redis.error_reply('ratelab sliding-counter: invalid arguments')
 end
 

@@ -21,7 +21,8 @@ pub(crate) fn stored_integer(x: f64) -> Option<u64> {
 
 /// `tonumber(s)`: the number in `s`, surrounded by optional white space, as
 /// C's `strtod` reads it (decimal, exponent, `inf`, `nan`). Lua also reads
-/// hexadecimal (`0x10`), which no script writes and this refuses.
+/// hexadecimal (`0x10`) and stops at a NUL byte; the prologue's `integer`
+/// refuses both, and so does this.
 pub(crate) fn number(s: &[u8]) -> Option<f64> {
     // Rust's parser refuses white space inside, as strtod stops there.
     std::str::from_utf8(trim_c_space(s))
