@@ -25,6 +25,18 @@ use support::{Kind, argv_op, connect, error_text, load_script};
 /// Where the virtual clocks start: a realistic Unix time, µs.
 const START: u64 = 1_700_000_000_000_000;
 
+/// The quotas keys are primed under: the call's own (5/s, burst 10) and
+/// others, as after a quota change.
+const QUOTAS: [(u32, u64, u32); 4] = [(5, 1, 10), (1, 1, 1), (100, 60, 3), (7, 2, 40)];
+
+/// [`QUOTAS`]`[i]`: `limit` per `period` seconds, with its burst.
+fn primed_quota(i: usize) -> Quota {
+    let (limit, secs, burst) = QUOTAS[i];
+    Quota::new(limit, std::time::Duration::from_secs(secs))
+        .and_then(|q| q.with_burst(burst))
+        .expect("a valid quota")
+}
+
 /// The start of the error a call past its deadline answers.
 const EXPIRED: &str = "ratelab expired: ran ";
 
@@ -130,8 +142,15 @@ fn spoil() -> impl Strategy<Value = Spoil> {
 enum Prime {
     /// Nothing.
     Empty,
-    /// The state a valid check leaves.
-    Checked,
+    /// The state valid checks leave: `times` checks of `cost` under the
+    /// quota [`QUOTAS`]`[quota]` (another quota than the call's, sometimes),
+    /// at `offset` µs from the call's instant (sometimes after it).
+    Checked {
+        quota: usize,
+        cost: u32,
+        times: u32,
+        offset: i64,
+    },
     /// A string of foreign bytes (`SET`): a stranger's, or a corrupted one.
     Foreign(Vec<u8>),
     /// Another type altogether (`RPUSH`).
@@ -151,7 +170,18 @@ fn prime() -> impl Strategy<Value = Prime> {
     ];
     prop_oneof![
         3 => Just(Prime::Empty),
-        3 => Just(Prime::Checked),
+        3 => (
+            0..QUOTAS.len(),
+            0u32..12,
+            1u32..4,
+            prop_oneof![3 => -5_000_000i64..0, 1 => 0i64..90_000_000],
+        )
+            .prop_map(|(quota, cost, times, offset)| Prime::Checked {
+                quota,
+                cost,
+                times,
+                offset,
+            }),
         2 => proptest::collection::vec(any::<u8>(), 0..40).prop_map(Prime::Foreign),
         2 => hostile_arg().prop_map(Prime::Foreign),
         1 => Just(Prime::List),
@@ -277,7 +307,7 @@ fn side(url: &str, db: u8, command: Box<CommandFor>) -> Side {
 #[test]
 fn hostile_calls_answer_as_the_scripts_and_never_take_the_server_down() {
     let server = support::server();
-    let quota = Quota::per_second(5).unwrap().with_burst(10).unwrap();
+    let quota = primed_quota(0);
     for kind in Kind::ALL {
         let mut loader = connect(&server.url());
         let sha = load_script(&mut loader, kind);
@@ -323,15 +353,23 @@ fn hostile_calls_answer_as_the_scripts_and_never_take_the_server_down() {
             }
             match &case.prime {
                 Prime::Empty => {}
-                Prime::Checked => {
-                    let prime: Vec<Vec<u8>> =
-                        argv_op("check", &clock.to_string(), 1, 0, "", &params)
-                            .into_iter()
-                            .map(String::into_bytes)
-                            .collect();
-                    let m = module.run(&case.key, &prime)?;
-                    let s = script.run(&case.key, &prime)?;
-                    prop_assert_eq!(&m, &s, "priming {}", kind.name());
+                &Prime::Checked {
+                    quota: primed_under,
+                    cost,
+                    times,
+                    offset,
+                } => {
+                    let at = clock.saturating_add_signed(offset).to_string();
+                    let params = kind.params(primed_quota(primed_under));
+                    let prime: Vec<Vec<u8>> = argv_op("check", &at, cost, 0, "", &params)
+                        .into_iter()
+                        .map(String::into_bytes)
+                        .collect();
+                    for _ in 0..times {
+                        let m = module.run(&case.key, &prime)?;
+                        let s = script.run(&case.key, &prime)?;
+                        prop_assert_eq!(&m, &s, "priming {}", kind.name());
+                    }
                 }
                 planted => {
                     for side in [&mut *module, &mut *script] {
@@ -354,7 +392,7 @@ fn hostile_calls_answer_as_the_scripts_and_never_take_the_server_down() {
                                 }
                                 cmd
                             }
-                            Prime::Empty | Prime::Checked => unreachable!(),
+                            Prime::Empty | Prime::Checked { .. } => unreachable!(),
                         };
                         cmd.query::<()>(&mut side.connection)
                             .expect("the plant is written");
@@ -410,7 +448,7 @@ fn hostile_calls_answer_as_the_scripts_and_never_take_the_server_down() {
             }
             for side in [&mut *module, &mut *script] {
                 // A key planted without a TTL keeps none if the call refuses it.
-                if matches!(case.prime, Prime::Empty | Prime::Checked) {
+                if matches!(case.prime, Prime::Empty | Prime::Checked { .. }) {
                     let ttl = side.pttl(&case.key);
                     prop_assert_ne!(ttl, -1, "{}: a key without a TTL", shown());
                 }
