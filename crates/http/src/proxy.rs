@@ -45,7 +45,12 @@ pub enum ForwardedHeader {
 /// proxy next to the garbage, or the peer). Since a trusted proxy appends the
 /// real address after whatever the client sent, garbage written by a client
 /// is never reached; only a misbehaving trusted proxy can put it there, and
-/// then its clients share the proxy's quota rather than escape it.
+/// then its clients share the proxy's quota rather than escape it. For that
+/// to hold on the same line too, each element is read on its own (bytes that
+/// are not text spoil only the element they are in), and a `Forwarded` line
+/// is split from its right end, so that a quote a client leaves open cannot
+/// run over the elements proxies append after it
+/// (`tests/forwarded_chain.rs`).
 ///
 /// Addresses are compared in canonical form: an IPv4-mapped IPv6 address
 /// (`::ffff:10.0.0.1`, what a dual-stack socket reports for an IPv4 peer) is
@@ -215,14 +220,19 @@ fn canonical_net(net: IpNet) -> IpNet {
 }
 
 /// The elements of every `X-Forwarded-For` line, left to right; `None` for an
-/// element that is not an address (or a line that is not text).
+/// element that is not an address.
+///
+/// Each element is read on its own, from the line's bytes: a client's bytes
+/// that are not text (or any junk it sends) spoil its own elements only,
+/// never the addresses trusted proxies appended to the same line after them.
 fn x_forwarded_for(headers: &HeaderMap) -> Vec<Option<IpAddr>> {
     let mut hops = Vec::new();
     for line in headers.get_all("x-forwarded-for") {
-        match line.to_str() {
-            Ok(text) => hops.extend(text.split(',').map(parse_node)),
-            Err(_) => hops.push(None),
-        }
+        hops.extend(
+            line.as_bytes()
+                .split(|&b| b == b',')
+                .map(|element| std::str::from_utf8(element).ok().and_then(parse_node)),
+        );
     }
     hops
 }
@@ -232,28 +242,63 @@ fn x_forwarded_for(headers: &HeaderMap) -> Vec<Option<IpAddr>> {
 fn forwarded(headers: &HeaderMap) -> Vec<Option<IpAddr>> {
     let mut hops = Vec::new();
     for line in headers.get_all(FORWARDED) {
-        match line.to_str() {
-            Ok(text) => hops.extend(split_outside_quotes(text, ',').into_iter().map(|element| {
-                let mut node = None;
-                for pair in split_outside_quotes(element, ';') {
-                    let Some((name, value)) = pair.split_once('=') else {
-                        // A pair without '=' makes the element malformed.
-                        return None;
-                    };
-                    if name.trim().eq_ignore_ascii_case("for") {
-                        if node.is_some() {
-                            // Two `for`s: which one would a proxy mean?
-                            return None;
-                        }
-                        node = Some(unquote(value.trim())?);
-                    }
-                }
-                node.as_deref().and_then(parse_node)
-            })),
-            Err(_) => hops.push(None),
-        }
+        hops.extend(
+            elements_from_the_right(line.as_bytes())
+                .into_iter()
+                .map(|element| std::str::from_utf8(element).ok().and_then(forwarded_for)),
+        );
     }
     hops
+}
+
+/// The `for` of one `Forwarded` element (`for=1.2.3.4;proto=https`).
+fn forwarded_for(element: &str) -> Option<IpAddr> {
+    let mut node = None;
+    for pair in split_outside_quotes(element, ';') {
+        // A pair without '=' makes the element malformed.
+        let (name, value) = pair.split_once('=')?;
+        if name.trim().eq_ignore_ascii_case("for") {
+            if node.is_some() {
+                // Two `for`s: which one would a proxy mean?
+                return None;
+            }
+            node = Some(unquote(value.trim())?);
+        }
+    }
+    node.as_deref().and_then(parse_node)
+}
+
+/// A `Forwarded` line's elements (split on commas outside quoted strings),
+/// left to right, found by reading the line from its end.
+///
+/// Trusted proxies append their elements on the right, well formed; what a
+/// client sent is on the left and may be anything. Read from the left, an
+/// unterminated quote the client left open would run over every element
+/// appended after it, the client's own address included. Read from the
+/// right, a quoted string ends at a `"` that no odd run of backslashes
+/// escapes, and the client's junk can only spoil elements left of the
+/// proxies'.
+fn elements_from_the_right(line: &[u8]) -> Vec<&[u8]> {
+    let mut elements = Vec::new();
+    let (mut end, mut quoted) = (line.len(), false);
+    for i in (0..line.len()).rev() {
+        match line[i] {
+            b'"' => {
+                let backslashes = line[..i].iter().rev().take_while(|&&b| b == b'\\').count();
+                if !quoted || backslashes % 2 == 0 {
+                    quoted = !quoted;
+                }
+            }
+            b',' if !quoted => {
+                elements.push(&line[i + 1..end]);
+                end = i;
+            }
+            _ => {}
+        }
+    }
+    elements.push(&line[..end]);
+    elements.reverse();
+    elements
 }
 
 /// Splits on `separator` outside quoted strings (`"..."` with `\` escapes).
