@@ -51,6 +51,22 @@ pub trait Algorithm: Send + Sync + 'static {
     /// capacity.
     fn initial_state(&self) -> Self::State;
 
+    /// Checks decided at instants taken out of order (two threads that read
+    /// the clock in one order and reach the state in the other) never admit
+    /// more than the quota allows over the span of those instants, and the
+    /// state needs no "latest instant" kept beside it.
+    ///
+    /// True where the state is one instant that each admission moves forward
+    /// by its cost (GCRA's TAT, the leaky queue's next slot): an admission
+    /// needs the instant, before it, within the tolerance of the decision's
+    /// `now`, so `n` units admitted at instants in `[a, b]`, in any order,
+    /// moved it at least `n × T` past `a` while it stayed within
+    /// `b + tolerance`: `n <= burst + (b - a) / T`, the in-order bound.
+    /// [`Direct`](crate::Direct) then publishes the latest instant with a
+    /// plain store rather than an atomic maximum (one locked instruction
+    /// less per check). False by default.
+    const ORDER_FREE: bool = false;
+
     /// Decides a request of `cost` at `now`, updating `state`.
     fn decide(&self, state: &mut Self::State, now: u64, cost: u32) -> Result<Decision, Error>;
 
@@ -118,6 +134,13 @@ pub trait StateCell: Send + Sync + fmt::Debug {
     /// `check`). False by default: a lock's state may be large (a log).
     const ONE_WORD: bool = false;
 
+    /// [`StateCell::update`] runs `f` once, excluding every other update (a
+    /// lock): a runner may keep values beside the state that only its `f`
+    /// reads and writes, with plain loads and stores
+    /// ([`Direct`](crate::Direct) keeps its latest instant so). False by
+    /// default.
+    const EXCLUSIVE: bool = false;
+
     /// A cell holding `state`.
     fn new(state: Self::State) -> Self;
 
@@ -133,6 +156,7 @@ pub struct LockedCell<S>(Mutex<S>);
 
 impl<S: Send> StateCell for LockedCell<S> {
     type State = S;
+    const EXCLUSIVE: bool = true;
 
     #[inline]
     fn new(state: S) -> Self {

@@ -84,15 +84,21 @@ impl<A: Algorithm, C: Clock> Direct<A, C> {
     #[inline(always)]
     pub fn check(&self, cost: u32) -> Result<Decision, Error> {
         let reading = clamp_instant(self.clock.now_micros());
-        // Published before the state is touched, and read again inside the
-        // update: a state written at instant t is only ever decided again at
-        // t or later. A thread that read the state before another's write
-        // loses its compare-and-swap (or waits for the lock) and reruns the
-        // closure, whose load then sees the other's instant.
-        if reading > self.hot.latest.load(Ordering::Relaxed) {
-            self.hot.latest.fetch_max(reading, Ordering::AcqRel);
+        if A::ORDER_FREE && <A::Cell as StateCell>::ONE_WORD {
+            // Instants out of order cannot admit more here
+            // (`Algorithm::ORDER_FREE`): the latest instant is kept only so
+            // that a clock that jumps back is time standing still, and a
+            // plain store keeps it (see `advance_plain`).
+            let at = self.advance_plain(reading);
+            let mut before = self.hot.cell.update(|state| {
+                let before = state.clone();
+                let _ = self.algorithm.decide(state, at, cost);
+                before
+            });
+            return self.algorithm.decide(&mut before, at, cost);
         }
         if <A::Cell as StateCell>::ONE_WORD {
+            self.publish(reading);
             // The compare-and-swap loop carries only the state: the decision
             // is made again after it, from the state the last run started
             // from and the same instant, which gives the same decision
@@ -112,20 +118,63 @@ impl<A: Algorithm, C: Clock> Direct<A, C> {
             });
             return self.algorithm.decide(&mut before, at, cost);
         }
+        if <A::Cell as StateCell>::EXCLUSIVE {
+            return self.hot.cell.update(|state| {
+                // The lock orders every writer of the latest instant.
+                let now = self.advance_plain(reading);
+                self.algorithm.decide(state, now, cost)
+            });
+        }
+        self.publish(reading);
         self.hot.cell.update(|state| {
             let now = reading.max(self.hot.latest.load(Ordering::Acquire));
             self.algorithm.decide(state, now, cost)
         })
     }
 
+    /// The instant to decide at, `reading` or later, recorded as the latest
+    /// with a plain load and store: no atomic maximum, which is a locked
+    /// instruction. Exact inside an update of an
+    /// [`EXCLUSIVE`](StateCell::EXCLUSIVE) cell, whose lock orders every
+    /// writer. Outside one (order-free algorithms only), two threads storing
+    /// at once may leave the smaller of their two readings: an instant that
+    /// has passed, never one ahead of the clock.
+    #[inline(always)]
+    fn advance_plain(&self, reading: u64) -> u64 {
+        let latest = self.hot.latest.load(Ordering::Relaxed);
+        if reading > latest {
+            self.hot.latest.store(reading, Ordering::Relaxed);
+            reading
+        } else {
+            latest
+        }
+    }
+
+    /// Publishes `reading` as the latest instant, before the state is
+    /// touched, for cells whose updates may run at once: it is read again
+    /// inside the update, so that a state written at instant t is only ever
+    /// decided again at t or later. A thread that read the state before
+    /// another's write loses its compare-and-swap and reruns the closure,
+    /// whose load then sees the other's instant.
+    #[inline(always)]
+    fn publish(&self, reading: u64) {
+        if reading > self.hot.latest.load(Ordering::Relaxed) {
+            self.hot.latest.fetch_max(reading, Ordering::AcqRel);
+        }
+    }
+
     /// The decision a request of weight `cost` would get now, consuming
     /// nothing and writing nothing (see
     /// [`RateLimiter::peek`](crate::RateLimiter::peek)).
     pub fn peek(&self, cost: u32) -> Result<Decision, Error> {
-        let now =
-            clamp_instant(self.clock.now_micros()).max(self.hot.latest.load(Ordering::Acquire));
-        let mut state = self.hot.cell.update(|state| state.clone());
-        self.algorithm.decide(&mut state, now, cost)
+        let reading = clamp_instant(self.clock.now_micros());
+        // The latest instant is read with the state: a lock's cell records
+        // it inside its updates.
+        let (mut state, latest) = self
+            .hot
+            .cell
+            .update(|state| (state.clone(), self.hot.latest.load(Ordering::Acquire)));
+        self.algorithm.decide(&mut state, reading.max(latest), cost)
     }
 
     /// Gives back up to `cost` units consumed, never taking the bucket above
@@ -133,9 +182,13 @@ impl<A: Algorithm, C: Clock> Direct<A, C> {
     /// cost 0 would after it.
     pub fn refund(&self, cost: u32) -> Result<Decision, Error> {
         let reading = clamp_instant(self.clock.now_micros());
-        if reading > self.hot.latest.load(Ordering::Relaxed) {
-            self.hot.latest.fetch_max(reading, Ordering::AcqRel);
+        if <A::Cell as StateCell>::EXCLUSIVE {
+            return self.hot.cell.update(|state| {
+                let now = self.advance_plain(reading);
+                self.algorithm.refund(state, now, cost)
+            });
         }
+        self.publish(reading);
         self.hot.cell.update(|state| {
             let now = reading.max(self.hot.latest.load(Ordering::Acquire));
             self.algorithm.refund(state, now, cost)

@@ -42,3 +42,96 @@ fn twenty_threads_capacity_ten_admit_exactly_ten() {
         }
     }
 }
+
+/// The algorithms whose `Direct` check keeps its latest instant with a plain
+/// store (`Algorithm::ORDER_FREE`): two threads may decide at instants out of
+/// order. Threads racing on one bucket, on a clock that moves forward and
+/// jumps back under them, never admit more than `burst + span / T` over the
+/// span of instants the clock showed: the in-order bound.
+#[test]
+fn order_free_buckets_keep_their_bound_through_races_and_rewinds() {
+    use ratelab::Clock as _;
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::time::Duration;
+
+    let quota = Quota::per_second(2_000).unwrap().with_burst(5).unwrap();
+    for kind in [AlgorithmKind::Gcra, AlgorithmKind::LeakyQueue] {
+        for round in 0..20u64 {
+            let start = 1u64 << 40;
+            let clock = ManualClock::starting_at(start);
+            let direct = Arc::new(common::direct(kind, quota, clock.clone()));
+            let stop = Arc::new(AtomicBool::new(false));
+            let mover = {
+                let (clock, stop) = (clock.clone(), stop.clone());
+                std::thread::spawn(move || {
+                    let mut state = round.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+                    let mut highest = clock.now_micros();
+                    while !stop.load(Ordering::Relaxed) {
+                        // xorshift: steps of up to 300 µs, a rewind one time in four.
+                        state ^= state << 13;
+                        state ^= state >> 7;
+                        state ^= state << 17;
+                        if state % 4 == 0 {
+                            clock.rewind(Duration::from_micros(state % 20_000));
+                        } else {
+                            clock.advance(Duration::from_micros(state % 300));
+                        }
+                        highest = highest.max(clock.now_micros());
+                        std::thread::yield_now();
+                    }
+                    highest
+                })
+            };
+            let workers: Vec<_> = (0..3)
+                .map(|_| {
+                    let direct = direct.clone();
+                    std::thread::spawn(move || {
+                        (0..20_000).filter(|_| direct(1).unwrap().allowed).count() as u64
+                    })
+                })
+                .collect();
+            let admitted: u64 = workers.into_iter().map(|w| w.join().unwrap()).sum();
+            stop.store(true, Ordering::Relaxed);
+            let span = mover.join().unwrap() - start;
+            let allowed = u64::from(quota.burst()) + span / quota.emission_interval_micros();
+            assert!(
+                admitted <= allowed,
+                "{kind} round {round}: {admitted} admitted, at most {allowed} over {span} µs"
+            );
+            assert!(admitted > 0, "{kind} round {round}: nothing admitted");
+        }
+    }
+}
+
+/// The same on the real clock: two threads hammering one bucket admit no
+/// more than the burst plus what refilled over the wall time they ran.
+#[test]
+fn order_free_buckets_keep_their_bound_on_the_system_clock() {
+    use std::sync::Arc;
+    use std::time::Instant;
+
+    let quota = Quota::per_second(10_000).unwrap().with_burst(20).unwrap();
+    for kind in [AlgorithmKind::Gcra, AlgorithmKind::LeakyQueue] {
+        let direct = Arc::new(common::direct(kind, quota, ratelab::SystemClock));
+        let started = Instant::now();
+        let workers: Vec<_> = (0..2)
+            .map(|_| {
+                let direct = direct.clone();
+                std::thread::spawn(move || {
+                    (0..2_000_000)
+                        .filter(|_| direct(1).unwrap().allowed)
+                        .count() as u64
+                })
+            })
+            .collect();
+        let admitted: u64 = workers.into_iter().map(|w| w.join().unwrap()).sum();
+        let elapsed = u64::try_from(started.elapsed().as_micros()).unwrap();
+        // One unit more: elapsed µs are rounded down.
+        let allowed = u64::from(quota.burst()) + elapsed / quota.emission_interval_micros() + 1;
+        assert!(
+            admitted <= allowed,
+            "{kind}: {admitted} admitted in {elapsed} µs, at most {allowed}"
+        );
+    }
+}
