@@ -12,7 +12,9 @@
 -- (prologue.lua comes first: it checks the protocol version and the deadline, and sets
 -- now, cost, slack, skew, P, args_ok and the helpers read_string, stored, corrupt and show.)
 local W, limit = P[1], P[2]
-if not (args_ok and window_ok(W, limit) and cost <= limit) then
+-- At most 10 000 units: one member per unit (MAX_STORED_LOG_LIMIT in
+-- crates/sliding-window/src/lib.rs).
+if not (args_ok and window_ok(W, limit) and limit <= 10000 and cost <= limit) then
   return redis.error_reply('ratelab sliding-log: invalid arguments')
 end
 

@@ -37,7 +37,9 @@ use ratelab::redis::{Connection, DEFAULT_PREFIX, Op, RedisAlgorithm, ScriptArgs,
 use ratelab::{AlgorithmKind, KnownAlgorithm};
 use ratelab_benches::algorithms::{admitted_share, assert_mostly_admits, quota};
 use ratelab_benches::redis_tools::parse_commandstats;
-use ratelab_benches::{Metric, Mode, Recorder, Row, Setting, Visit, each_algorithm, median};
+use ratelab_benches::{
+    Metric, Mode, Recorder, Row, Setting, Visit, each_algorithm_on_redis, median,
+};
 use ratelab_testkit::redis::{RedisServer, module_path};
 use ratelab_testkit::redis_cell;
 use tokio::runtime::Runtime;
@@ -111,7 +113,7 @@ fn main() {
         (Setting::OneKey, 1, "hot"),
         (Setting::ManyKeys, many, "100k"),
     ] {
-        each_algorithm(
+        each_algorithm_on_redis(
             setting,
             &mut Bench {
                 c: &mut c,

@@ -33,7 +33,9 @@ use ratelab_benches::algorithms::{admitted_share, assert_mostly_admits};
 use ratelab_benches::redis_tools::{
     count_client_commands, parse_commandstats, redis_benchmark, redis_benchmark_pipelined,
 };
-use ratelab_benches::{Metric, Mode, Recorder, Row, Setting, Visit, each_algorithm, median};
+use ratelab_benches::{
+    Metric, Mode, Recorder, Row, Setting, Visit, each_algorithm_on_redis, median,
+};
 use ratelab_testkit::redis::{RedisCluster, RedisServer};
 use tokio::runtime::Runtime;
 
@@ -96,7 +98,7 @@ fn main() {
             .map(|i| format!("bench:{i:012}").into_bytes())
             .collect(),
     );
-    each_algorithm(
+    each_algorithm_on_redis(
         Setting::ManyKeys,
         &mut Bench {
             c: &mut c,

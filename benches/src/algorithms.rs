@@ -21,9 +21,14 @@
 //!   and its log would grow by gigabytes over a keyed run. With many keys it
 //!   runs on 1,000 per second (a 1 s window): still every check admitted
 //!   (no key sees 1,000 checks a second), the log bounded to the last second.
-//!   With one key it runs on the one-key quota; its log grows by one entry
-//!   per microsecond of the run (tens of MB). It is not an O(1) algorithm,
-//!   and no target compares it.
+//!   With one key in memory it runs on the one-key quota; its log grows by
+//!   one entry per microsecond of the run (tens of MB). On Redis, where a
+//!   log keeps a member per unit and takes at most
+//!   [`MAX_STORED_LOG_LIMIT`](ratelab::sliding_window::MAX_STORED_LOG_LIMIT)
+//!   (10,000) units, one key runs on 10,000 per 25 ms
+//!   ([`each_algorithm_on_redis`]): 400,000 a second, above what one
+//!   connection sends, so every check is admitted and the log holds the last
+//!   25 ms. It is not an O(1) algorithm, and no target compares it.
 
 use std::num::NonZeroU32;
 
@@ -83,9 +88,34 @@ pub trait Visit {
     fn visit<A: KnownAlgorithm>(&mut self, algorithm: A);
 }
 
+/// The quota for `algorithm` in `setting` on Redis: [`quota`], but for the
+/// sliding log on one key (see the module docs).
+pub fn redis_quota(setting: Setting, algorithm: AlgorithmKind) -> Quota {
+    match (setting, algorithm) {
+        (Setting::OneKey, AlgorithmKind::SlidingLog) => {
+            Quota::new(10_000, std::time::Duration::from_millis(25))
+                .expect("the bench quotas are valid")
+        }
+        _ => quota(setting, algorithm),
+    }
+}
+
+/// [`each_algorithm`] on the Redis quotas ([`redis_quota`]).
+pub fn each_algorithm_on_redis(setting: Setting, visit: &mut impl Visit) {
+    visit_each(setting, redis_quota, visit);
+}
+
 /// Calls `visit` with each algorithm, in [`AlgorithmKind::ALL`] order, each
 /// on its quota for `setting`.
 pub fn each_algorithm(setting: Setting, visit: &mut impl Visit) {
+    visit_each(setting, quota, visit);
+}
+
+fn visit_each(
+    setting: Setting,
+    quota: fn(Setting, AlgorithmKind) -> Quota,
+    visit: &mut impl Visit,
+) {
     struct Once<'a, V>(&'a mut V);
     impl<V: Visit> AlgorithmVisitor for Once<'_, V> {
         type Output = ();

@@ -29,5 +29,5 @@ pub mod redis_tools;
 pub mod run;
 pub mod summary;
 
-pub use algorithms::{NAMES, Setting, Visit, each_algorithm};
+pub use algorithms::{NAMES, Setting, Visit, each_algorithm, each_algorithm_on_redis};
 pub use run::{Metric, Mode, Recorder, Row, criterion, median};

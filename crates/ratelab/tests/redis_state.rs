@@ -457,3 +457,64 @@ fn quota_changes_with_redis_time_never_lock_out() {
         }
     });
 }
+
+/// A sliding log keeps one sorted-set member per unit on Redis: above
+/// `MAX_STORED_LOG_LIMIT` units one request could make Redis add millions
+/// of them. The limiter refuses such a quota on every call, before any
+/// round trip, and the script itself refuses it when called directly; at
+/// the cap it runs.
+#[test]
+fn a_sliding_log_too_large_for_redis_is_refused_before_any_call() {
+    use ratelab::SlidingLog;
+    use ratelab::redis::RedisAlgorithm;
+    use ratelab::sliding_window::MAX_STORED_LOG_LIMIT;
+
+    let (_, runtime, connection) = common::shared();
+    runtime.block_on(async {
+        let per_hour = |limit| Quota::per_hour(limit).unwrap();
+        let over = SlidingLog::new(per_hour(MAX_STORED_LOG_LIMIT + 1));
+        assert!(over.unsupported().is_some());
+        let limiter = RedisLimiter::new(connection.clone(), over);
+        for call in [
+            limiter.check(b"big", 1).await,
+            limiter.peek(b"big", 1).await,
+            limiter.refund(b"big", 1).await,
+        ] {
+            let error = call.unwrap_err();
+            assert_eq!(error.kind(), ErrorKind::Unsupported, "{error}");
+            assert!(error.to_string().contains("sliding counter"), "{error}");
+        }
+        let stats = limiter.stats();
+        assert_eq!(
+            (stats.answered, stats.module_calls, stats.script_calls),
+            (0, 0, 0),
+            "no call reached Redis"
+        );
+
+        // The script, called as another client would: invalid arguments.
+        let mut cmd = redis::cmd("EVAL");
+        cmd.arg(over.script().source()).arg(1).arg("raw-big");
+        cmd.arg(&["2", "", "1", "0", "", "check"]);
+        cmd.arg(over.script_params());
+        let reply: Result<redis::Value, _> = connection.query(&cmd).await;
+        let error = reply.unwrap_err().to_string();
+        assert!(error.contains("sliding-log: invalid arguments"), "{error}");
+
+        // At the cap: a whole burst at once (some 40 ms of Redis's time
+        // here: more than the default timeout on a slow machine), then
+        // refused.
+        let at_cap = SlidingLog::new(per_hour(MAX_STORED_LOG_LIMIT));
+        assert_eq!(at_cap.unsupported(), None);
+        let limiter = RedisLimiter::builder(connection.clone(), at_cap)
+            .timeout(Duration::from_secs(10))
+            .build();
+        assert!(
+            limiter
+                .check(b"cap", MAX_STORED_LOG_LIMIT)
+                .await
+                .unwrap()
+                .allowed
+        );
+        assert!(!limiter.check(b"cap", 1).await.unwrap().allowed);
+    });
+}

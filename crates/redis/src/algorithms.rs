@@ -18,7 +18,8 @@ use crate::script::{RedisAlgorithm, Script};
 /// `$alias`, with a runnable example.
 macro_rules! on_redis {
     ($krate:literal, $algorithm:ident, $alias:ident, $file:literal, $code:literal,
-     $module:literal, $doc:literal, |$this:ident| $params:expr, max_wait: $max_wait:expr) => {
+     $module:literal, $doc:literal, |$this:ident| $params:expr, max_wait: $max_wait:expr
+     $(, unsupported: $unsupported:expr)?) => {
         #[doc = $doc]
         ///
         /// ```
@@ -69,6 +70,13 @@ macro_rules! on_redis {
                 let $this = self;
                 $params
             }
+
+            $(
+            fn unsupported(&self) -> Option<&'static str> {
+                let $this = self;
+                $unsupported
+            }
+            )?
         }
     };
 }
@@ -91,9 +99,12 @@ on_redis!(
     "sliding_log.lua",
     "sl",
     "RATELAB.SLIDING-LOG",
-    "A sliding log with its state on Redis (a sorted set of admissions).",
+    "A sliding log with its state on Redis (a sorted set of admissions, one member per unit: a limit of at most `MAX_STORED_LOG_LIMIT`).",
     |a| vec![a.window_micros(), a.capacity()],
-    max_wait: a.window_micros()
+    max_wait: a.window_micros(),
+    unsupported: (a.capacity() > u64::from(ratelab_sliding_window::MAX_STORED_LOG_LIMIT)).then_some(
+        "a sliding log above 10,000 units on Redis (one sorted-set member per unit); use the sliding counter"
+    )
 );
 on_redis!(
     "ratelab_sliding_window",

@@ -96,6 +96,7 @@ impl<A: RedisAlgorithm> RedisLimiter<A> {
     pub async fn check(&self, key: &[u8], cost: u32) -> Result<Decision, Error> {
         let inner = &*self.inner;
         ensure_fits(cost, inner.capacity)?;
+        inner.ensure_supported()?;
         let now = inner.now();
         // The refusal cache's clock: read only when there is a cache.
         let local_now = inner
@@ -137,6 +138,7 @@ impl<A: RedisAlgorithm> RedisLimiter<A> {
     pub async fn peek(&self, key: &[u8], cost: u32) -> Result<Decision, Error> {
         let inner = &*self.inner;
         ensure_fits(cost, inner.capacity)?;
+        inner.ensure_supported()?;
         let redis_key = self.redis_key(key);
         match inner
             .guarded(inner.run(&redis_key, inner.now(), cost, Op::Peek))
@@ -159,6 +161,7 @@ impl<A: RedisAlgorithm> RedisLimiter<A> {
     pub async fn refund(&self, key: &[u8], cost: u32) -> Result<Decision, Error> {
         let inner = &*self.inner;
         ensure_fits(cost, inner.capacity)?;
+        inner.ensure_supported()?;
         if let Some(cache) = &inner.refusals {
             cache.forget(key);
         }
@@ -216,6 +219,16 @@ impl<A: RedisAlgorithm> RedisLimiter<A> {
 impl<A: RedisAlgorithm> Inner<A> {
     pub(crate) fn stats(&self) -> Stats {
         self.counters.snapshot(self.breaker.snapshot())
+    }
+
+    /// [`Error::Unsupported`] for parameters Redis cannot hold
+    /// ([`RedisAlgorithm::unsupported`]): refused here, before the script
+    /// would answer `invalid arguments`.
+    fn ensure_supported(&self) -> Result<(), Error> {
+        match self.algorithm.unsupported() {
+            Some(why) => Err(Error::Unsupported(why)),
+            None => Ok(()),
+        }
     }
 
     /// `now` from the client's clock, or `None` for Redis `TIME`.

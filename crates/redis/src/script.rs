@@ -178,6 +178,15 @@ pub trait RedisAlgorithm: Algorithm + Clone {
         None
     }
 
+    /// Why these parameters cannot run on Redis, if they cannot: every
+    /// call then answers [`Error::Unsupported`](ratelab_core::Error) with
+    /// it, before any round trip. `None` (the default) for every quota but a
+    /// sliding log above
+    /// [`MAX_STORED_LOG_LIMIT`](ratelab_sliding_window::MAX_STORED_LOG_LIMIT).
+    fn unsupported(&self) -> Option<&'static str> {
+        None
+    }
+
     /// The parameters the script takes after the protocol version, `now`,
     /// `cost`, the slack and the deadline.
     fn script_params(&self) -> Vec<u64>;

@@ -27,6 +27,8 @@ export const MAX_SPAN_MICROS = 2 ** 50;
 
 /** The sliding counter weighs the previous window in at most this many steps. */
 const MAX_STEPS = 2 ** 16;
+/** The largest sliding log on Redis: one sorted-set member per unit (the script answers "invalid arguments" above it). */
+export const MAX_STORED_LOG_LIMIT = 10_000;
 
 /** Every algorithm's name. */
 export type AlgorithmName =
@@ -162,6 +164,12 @@ export function algorithm(name: AlgorithmName, quota: Quota): Algorithm {
   const tau = quota.burstToleranceMicros;
   const window = quota.windowMicros;
   const burst = quota.burst;
+  if (name === "sliding-log" && burst > MAX_STORED_LOG_LIMIT) {
+    throw new RangeError(
+      `a sliding log of ${burst} units cannot run on Redis: it keeps one sorted-set member per unit, ` +
+        `at most ${MAX_STORED_LOG_LIMIT}; use the sliding counter`,
+    );
+  }
   let params: number[];
   let maxWait: number;
   switch (name) {

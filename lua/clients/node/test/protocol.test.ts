@@ -10,6 +10,7 @@ import { describe, it } from "node:test";
 import {
   ALGORITHMS,
   MAX_KEY_LEN,
+  MAX_STORED_LOG_LIMIT,
   PROTOCOL_VERSION,
   Quota,
   algorithm,
@@ -111,5 +112,16 @@ describe("a quota", () => {
       [() => new Quota(1.5, 1_000_000), /non-negative integer/],
     ];
     for (const [build, message] of cases) assert.throws(build, message);
+  });
+});
+
+describe("a sliding log on Redis", () => {
+  it("takes at most MAX_STORED_LOG_LIMIT units: one sorted-set member each", () => {
+    assert.equal(MAX_STORED_LOG_LIMIT, 10_000);
+    assert.equal(algorithm("sliding-log", Quota.perHour(MAX_STORED_LOG_LIMIT)).capacity, 10_000);
+    assert.throws(() => algorithm("sliding-log", Quota.perHour(MAX_STORED_LOG_LIMIT + 1)), /sliding counter/);
+    assert.throws(() => algorithm("sliding-log", Quota.perSecond(5, 4_000_000_000)), RangeError);
+    // Other algorithms keep one value a key, whatever the burst.
+    assert.equal(algorithm("sliding-counter", Quota.perHour(1_000_000)).capacity, 1_000_000);
   });
 });

@@ -29,6 +29,9 @@ MAX_SPAN_MICROS = 1 << 50
 
 #: The sliding counter weighs the previous window in at most this many steps.
 MAX_STEPS = 1 << 16
+# The largest sliding log on Redis: one sorted-set member per unit (the script
+# answers "invalid arguments" above it).
+MAX_STORED_LOG_LIMIT = 10_000
 
 #: Each algorithm: (key code, script file).
 ALGORITHMS: Dict[str, Tuple[str, str]] = {
@@ -144,6 +147,11 @@ def algorithm(name: str, quota: Quota) -> Algorithm:
         quota.window_us,
         quota.burst,
     )
+    if name == "sliding-log" and burst > MAX_STORED_LOG_LIMIT:
+        raise ValueError(
+            f"a sliding log of {burst} units cannot run on Redis: it keeps one sorted-set "
+            f"member per unit, at most {MAX_STORED_LOG_LIMIT}; use the sliding counter"
+        )
     if name in ("fixed-window", "sliding-log"):
         params: List[int] = [window, burst]
         max_wait = window

@@ -8,7 +8,15 @@ from pathlib import Path
 import pytest
 
 import ratelab_client
-from ratelab_client import ALGORITHMS, MAX_KEY_LEN, PROTOCOL_VERSION, Quota, algorithm, redis_key
+from ratelab_client import (
+    ALGORITHMS,
+    MAX_KEY_LEN,
+    MAX_STORED_LOG_LIMIT,
+    PROTOCOL_VERSION,
+    Quota,
+    algorithm,
+    redis_key,
+)
 from ratelab_client.protocol import lua_dir, script_source
 
 from conftest import LUA
@@ -88,3 +96,15 @@ def test_the_reference_quota():
     q = Quota.per_second(5, burst=10)
     assert (q.emission_interval_us, q.burst_tolerance_us, q.window_us) == (200_000, 2_000_000, 2_000_000)
     assert Quota.per_minute(10).burst == 10
+
+
+def test_a_sliding_log_on_redis_takes_at_most_the_cap():
+    # One sorted-set member per unit: the script refuses a larger log.
+    assert MAX_STORED_LOG_LIMIT == 10_000
+    assert algorithm("sliding-log", Quota.per_hour(MAX_STORED_LOG_LIMIT)).capacity == 10_000
+    with pytest.raises(ValueError, match="sliding counter"):
+        algorithm("sliding-log", Quota.per_hour(MAX_STORED_LOG_LIMIT + 1))
+    with pytest.raises(ValueError, match="sliding counter"):
+        algorithm("sliding-log", Quota.per_second(5, burst=4_000_000_000))
+    # Other algorithms keep one value a key, whatever the burst.
+    assert algorithm("sliding-counter", Quota.per_hour(1_000_000)).capacity == 1_000_000

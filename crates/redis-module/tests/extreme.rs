@@ -1,0 +1,162 @@
+//! Quotas at the edges of what `Quota` accepts (limits and bursts up to
+//! 2^32 - 1, periods up to 2^50 µs, one unit per µs), costs up to the burst,
+//! instants up to the 2^52 µs clamp: the module, the Lua script (whose
+//! numbers are doubles) and the in-memory `decide` give the same decision,
+//! field for field, and the module's and the script's keys hold the same
+//! bytes. The other equivalence tests draw small quotas; the arithmetic
+//! that could lose a bit in a double lives out here. (This test found that a
+//! sliding log of a billion units, one sorted-set member per unit, filled
+//! Redis's memory from one call: the scripts and the module now refuse a log
+//! above `MAX_STORED_LOG_LIMIT`.)
+
+mod support;
+
+use std::cell::{Cell, RefCell};
+use std::time::Duration;
+
+use proptest::prelude::*;
+use proptest::test_runner::{Config, FileFailurePersistence, TestRunner};
+use ratelab_core::{MAX_INSTANT_MICROS, MAX_SPAN_MICROS, Quota};
+use ratelab_sliding_window::MAX_STORED_LOG_LIMIT;
+
+use support::{Kind, Memory, argv, connect, load_script, module_cmd, query, script_cmd};
+
+/// A quota near some edge, or `None` if `Quota` refuses the draw.
+fn extreme_quota() -> impl Strategy<Value = Quota> {
+    let limit = prop_oneof![
+        1 => 1u32..=12,
+        1 => Just(u32::MAX),
+        1 => (u32::MAX - 16)..=u32::MAX,
+        2 => 1u32..=u32::MAX,
+    ];
+    let period = prop_oneof![
+        1 => Just(MAX_SPAN_MICROS),
+        1 => (MAX_SPAN_MICROS - 1_000)..=MAX_SPAN_MICROS,
+        2 => 1u64..=MAX_SPAN_MICROS,
+        // One unit per µs or close to it.
+        1 => 0u64..=4,
+    ];
+    let burst = prop_oneof![
+        1 => Just(None),
+        1 => Just(Some(1u32)),
+        1 => Just(Some(u32::MAX)),
+        2 => (1u32..=u32::MAX).prop_map(Some),
+    ];
+    (limit, period, burst).prop_filter_map("a quota Quota refuses", |(limit, period, burst)| {
+        // Small periods are read as "limit + that many µs".
+        let period = if period <= 4 {
+            u64::from(limit) + period
+        } else {
+            period
+        };
+        let quota = Quota::new(limit, Duration::from_micros(period)).ok()?;
+        match burst {
+            Some(burst) => quota.with_burst(burst).ok(),
+            None => Some(quota),
+        }
+    })
+}
+
+/// Steps: a move of the clock (µs, possibly huge) and a cost (0, 1, the
+/// burst, one past it, or anything between).
+fn steps(burst: u32) -> impl Strategy<Value = Vec<(u64, u32)>> {
+    let delta = prop_oneof![
+        2 => 0u64..1_000,
+        2 => 0u64..(1 << 30),
+        1 => 0u64..(1 << 50),
+        1 => Just(0u64),
+    ];
+    let cost = prop_oneof![
+        2 => Just(1u32),
+        1 => Just(0u32),
+        1 => Just(burst),
+        1 => Just(burst.saturating_add(1)),
+        2 => 0..=burst,
+    ];
+    proptest::collection::vec((delta, cost), 1..24)
+}
+
+#[test]
+fn extreme_quotas_decide_alike_in_memory_in_the_module_and_in_the_scripts() {
+    let server = support::server();
+    let connection = RefCell::new(connect(&server.url()));
+    let case = Cell::new(0u64);
+    for kind in Kind::ALL {
+        let sha = load_script(&mut connection.borrow_mut(), kind);
+        let mut runner = TestRunner::new(Config {
+            cases: 160,
+            failure_persistence: Some(Box::new(FileFailurePersistence::WithSource(
+                "proptest-regressions",
+            ))),
+            ..Config::default()
+        });
+        let strategy = extreme_quota().prop_flat_map(|quota| {
+            let start = prop_oneof![
+                Just(1_700_000_000_000_000u64),
+                0u64..(1 << 40),
+                (MAX_INSTANT_MICROS - (1 << 40))..=MAX_INSTANT_MICROS,
+            ];
+            (Just(quota), start, steps(quota.burst()))
+        });
+        let result = runner.run(&strategy, |(quota, start, steps)| {
+            case.set(case.get() + 1);
+            let case = case.get();
+            let mut connection = connection.borrow_mut();
+            let connection = &mut *connection;
+            let params = kind.params(quota);
+            let (module_key, script_key) = (format!("m:{case}"), format!("s:{case}"));
+            let mut memory = Memory::new(kind, quota);
+            let mut now = start;
+            for &(delta, cost) in &steps {
+                // The runners clamp instants at 2^52 µs; `decide` is given
+                // them clamped.
+                now = now.saturating_add(delta).min(MAX_INSTANT_MICROS);
+                // A TTL slack of an hour: the virtual clock must not meet a
+                // real expiry.
+                let args = argv(&now.to_string(), cost, 3_600_000, "", &params);
+                // A sliding log keeps one member per unit on Redis: above
+                // its cap, both answer `invalid arguments`.
+                let expected = if kind == Kind::SlidingLog && quota.burst() > MAX_STORED_LOG_LIMIT {
+                    Err("ratelab sliding-log: invalid arguments".to_owned())
+                } else {
+                    memory.decide(now, cost)
+                };
+                let module = query(connection, &module_cmd(kind, &module_key, &args));
+                let script = query(connection, &script_cmd(&sha, &script_key, &args));
+                prop_assert_eq!(
+                    &module,
+                    &expected,
+                    "{} module, {:?}, cost {} at {}",
+                    kind.name(),
+                    quota,
+                    cost,
+                    now
+                );
+                prop_assert_eq!(
+                    &script,
+                    &expected,
+                    "{} script, {:?}, cost {} at {}",
+                    kind.name(),
+                    quota,
+                    cost,
+                    now
+                );
+                let dump = |key: &str, c: &mut redis::Connection| -> Option<Vec<u8>> {
+                    redis::cmd("DUMP").arg(key).query(c).expect("DUMP answers")
+                };
+                prop_assert_eq!(
+                    dump(&module_key, connection),
+                    dump(&script_key, connection),
+                    "{} stores differently, {:?}, at {}",
+                    kind.name(),
+                    quota,
+                    now
+                );
+            }
+            Ok(())
+        });
+        if let Err(e) = result {
+            panic!("{}: {e}", kind.name());
+        }
+    }
+}
