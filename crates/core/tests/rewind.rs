@@ -65,17 +65,18 @@ fn concurrent_checks_through_rewinds_stay_within_the_bound() {
         let (clock, stop) = (clock.clone(), stop.clone());
         std::thread::spawn(move || {
             let mut rng = Rng::new(7);
-            let mut highest = clock.now_micros();
+            let (mut lowest, mut highest) = (clock.now_micros(), clock.now_micros());
             while !stop.load(std::sync::atomic::Ordering::Relaxed) {
                 if rng.below(4) == 0 {
                     clock.rewind(Duration::from_micros(rng.below(50_000)));
                 } else {
                     clock.advance(Duration::from_micros(rng.below(300)));
                 }
+                lowest = lowest.min(clock.now_micros());
                 highest = highest.max(clock.now_micros());
                 std::thread::yield_now();
             }
-            highest
+            (lowest, highest)
         })
     };
     let workers: Vec<_> = (0..3)
@@ -90,10 +91,11 @@ fn concurrent_checks_through_rewinds_stay_within_the_bound() {
         .collect();
     let admitted: u64 = workers.into_iter().map(|w| w.join().unwrap()).sum();
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
-    let highest = mover.join().unwrap();
+    let (lowest, highest) = mover.join().unwrap();
     // Over the whole run, time as the limiter saw it spanned at most
-    // [start, highest reading].
-    let span = highest - (1 << 40);
+    // [lowest, highest reading]: a rewind before the first check takes it
+    // below the start.
+    let span = highest - lowest;
     let allowed = bound.burst + span / bound.interval;
     assert!(
         admitted <= allowed,
