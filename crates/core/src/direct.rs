@@ -84,21 +84,18 @@ impl<A: Algorithm, C: Clock> Direct<A, C> {
     #[inline(always)]
     pub fn check(&self, cost: u32) -> Result<Decision, Error> {
         let reading = clamp_instant(self.clock.now_micros());
-        if A::ORDER_FREE && <A::Cell as StateCell>::ONE_WORD {
-            // Instants out of order cannot admit more here
-            // (`Algorithm::ORDER_FREE`): the latest instant is kept only so
-            // that a clock that jumps back is time standing still, and a
-            // plain store keeps it (see `advance_plain`).
-            let at = self.advance_plain(reading);
-            let mut before = self.hot.cell.update(|state| {
-                let before = state.clone();
-                let _ = self.algorithm.decide(state, at, cost);
-                before
-            });
-            return self.algorithm.decide(&mut before, at, cost);
-        }
         if <A::Cell as StateCell>::ONE_WORD {
-            self.publish(reading);
+            // Instants out of order cannot admit more for an order-free
+            // algorithm: the latest instant is kept only so that a clock
+            // that jumps back is time standing still, and a plain store
+            // keeps it (see `advance_plain`). Any other publishes it and
+            // reads it again inside the loop (see `publish`).
+            let mut at = if A::ORDER_FREE {
+                self.advance_plain(reading)
+            } else {
+                self.publish(reading);
+                reading
+            };
             // The compare-and-swap loop carries only the state: the decision
             // is made again after it, from the state the last run started
             // from and the same instant, which gives the same decision
@@ -107,9 +104,10 @@ impl<A: Algorithm, C: Clock> Direct<A, C> {
             // (72 bytes then) was copied out after it, through a
             // store-forwarding stall that cost more than the whole GCRA
             // arithmetic.
-            let mut at = reading;
             let mut before = self.hot.cell.update(|state| {
-                at = reading.max(self.hot.latest.load(Ordering::Acquire));
+                if !A::ORDER_FREE {
+                    at = reading.max(self.hot.latest.load(Ordering::Acquire));
+                }
                 let before = state.clone();
                 // Only the state change is used here (the decision is
                 // dropped, so the compiler drops what builds it).
