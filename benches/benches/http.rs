@@ -2,8 +2,10 @@
 //! tower_governor, on the admitted path (a quota never exhausted) and the
 //! refused path (a quota exhausted before measuring).
 //!
-//! Groups (criterion ids `<group>/<function>`, the function being `axum`,
-//! `ratelab-http` or `tower-governor`): `http-admitted`, `http-refused`.
+//! Groups (criterion ids `<group>/<function>`, the function being a stack:
+//! `axum`, `ratelab-http`, `tower-governor`, and each layer as the other
+//! sends, `ratelab-http-lean` and `tower-governor-headers`):
+//! `http-admitted`, `http-refused`.
 //!
 //! Terms: in process, one thread. Each app is an axum `Router` driven as a
 //! tower `Service` on a current-thread tokio runtime (time enabled, as a
@@ -16,120 +18,32 @@
 //!
 //! Policy, equal on both sides: one per-IP quota, GCRA (governor is GCRA),
 //! each on its default clock (ratelab's `Keyed::new`, tower_governor's
-//! quanta) and with its default headers (ratelab-http: the
-//! IETF `RateLimit-Policy` and `RateLimit` on every response; tower_governor:
-//! none when admitted, `x-ratelimit-after` and `retry-after` on a refusal).
+//! quanta). Output: each layer as it comes (ratelab-http: the IETF
+//! `RateLimit-Policy` and `RateLimit` on every response, and `Client` and
+//! `RateLimitInfo` in an admitted request's extensions; tower_governor:
+//! nothing when admitted, `x-ratelimit-after` and `retry-after` on a
+//! refusal), and each as the other sends: `ratelab-http-lean`, no rate
+//! limit fields and no request extensions (`Retry-After` and the problem
+//! body on a refusal); `tower-governor-headers` (`use_headers`), its
+//! `x-ratelimit-limit` and `x-ratelimit-remaining` on every response.
 //! Admitted: 1,000/s with a burst of `u32::MAX` (never exhausted in a run).
 //! Refused: 1 per hour with a burst of 1, consumed before measuring. Before
 //! measuring, in every mode, one request per app checks the status and the
 //! headers, so that no broken setup is timed.
 
 use std::hint::black_box;
-use std::net::SocketAddr;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use axum::Router;
-use axum::body::Body;
-use axum::extract::ConnectInfo;
-use axum::routing::get;
 use criterion::{BenchmarkGroup, Throughput, measurement::WallTime};
-use http::{Request, Response, StatusCode};
-use http_body_util::BodyExt;
+use http::StatusCode;
 use ratelab_benches::{Metric, Mode, Recorder};
-use ratelab_core::{Keyed, Quota};
-use ratelab_gcra::Gcra;
-use ratelab_http::{Policy, RateLimitLayer};
 use tokio::runtime::Runtime;
-use tower::{Service, ServiceExt};
-use tower_governor::GovernorLayer;
-use tower_governor::governor::GovernorConfigBuilder;
 
-/// The peer every request comes from.
-const PEER: &str = "203.0.113.9:4711";
+#[path = "../src/http_apps.rs"]
+mod http_apps;
 
-/// Which path a group measures.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Path {
-    /// The quota is never exhausted: every request reaches the handler.
-    Admitted,
-    /// The quota is exhausted: every request is refused with 429.
-    Refused,
-}
-
-impl Path {
-    fn group(self) -> &'static str {
-        match self {
-            Path::Admitted => "http-admitted",
-            Path::Refused => "http-refused",
-        }
-    }
-
-    /// ratelab's quota for this path.
-    fn quota(self) -> Quota {
-        let quota = match self {
-            Path::Admitted => Quota::per_second(1_000).and_then(|q| q.with_burst(u32::MAX)),
-            Path::Refused => Quota::per_hour(1),
-        };
-        quota.expect("a valid quota")
-    }
-}
-
-/// The handler every app runs.
-async fn hello() -> &'static str {
-    "hello"
-}
-
-fn bare() -> Router {
-    Router::new().route("/", get(hello))
-}
-
-fn ratelab(path: Path) -> Router {
-    let layer = RateLimitLayer::builder()
-        .policy(Policy::new("per-ip", Keyed::new(Gcra::new(path.quota()))))
-        .build()
-        .expect("a valid layer");
-    bare().layer(layer)
-}
-
-fn governor(path: Path) -> Router {
-    let mut config = GovernorConfigBuilder::default();
-    match path {
-        Path::Admitted => config.per_millisecond(1).burst_size(u32::MAX),
-        Path::Refused => config.period(Duration::from_secs(3600)).burst_size(1),
-    };
-    let config = config.finish().expect("a valid governor config");
-    bare().layer(GovernorLayer::new(config))
-}
-
-/// `GET /` from [`PEER`], as axum's connect info gives it.
-fn request() -> Request<Body> {
-    let mut request = Request::get("/").body(Body::empty()).expect("a request");
-    let peer: SocketAddr = PEER.parse().expect("an address");
-    request.extensions_mut().insert(ConnectInfo(peer));
-    request
-}
-
-/// One exchange: the app called when ready, the body read to its end.
-async fn exchange(app: &mut Router) -> (Response<()>, axum::body::Bytes) {
-    let response = ServiceExt::<Request<Body>>::ready(app)
-        .await
-        .expect("axum is always ready")
-        .call(request())
-        .await
-        .expect("axum never fails");
-    let (parts, body) = response.into_parts();
-    let body = body.collect().await.expect("a body").to_bytes();
-    (Response::from_parts(parts, ()), body)
-}
-
-/// The apps of one path, by function name.
-fn apps(path: Path) -> [(&'static str, &'static str, Router); 3] {
-    [
-        ("axum", "axum", bare()),
-        ("ratelab-http", "ratelab-http", ratelab(path)),
-        ("tower-governor", "tower-governor", governor(path)),
-    ]
-}
+use http_apps::{Path, STACKS, app, exchange};
 
 /// Checks that `app` answers as `path` says it should (consuming the one
 /// request a refused path's quota holds first), and panics otherwise.
@@ -143,19 +57,44 @@ fn check(rt: &Runtime, path: Path, name: &str, app: &mut Router) {
             let (response, body) = exchange(app).await;
             let headers = response.headers();
             let has = |header: &str| headers.contains_key(header);
-            match (path, name) {
-                (Path::Admitted, _) | (Path::Refused, "axum") => {
-                    assert_eq!(response.status(), StatusCode::OK, "{name}");
-                    assert_eq!(&body[..], b"hello", "{name}");
-                }
-                _ => assert_eq!(
+            let refused = path == Path::Refused && name != "axum";
+            if refused {
+                assert_eq!(
                     response.status(),
                     StatusCode::TOO_MANY_REQUESTS,
                     "{name}: {body:?}"
-                ),
+                );
+                assert!(has("retry-after"), "{name}: {headers:?}");
+            } else {
+                assert_eq!(response.status(), StatusCode::OK, "{name}");
+                assert_eq!(&body[..], b"hello", "{name}");
+                assert!(!has("retry-after"), "{name}: {headers:?}");
+            }
+            // Each stack's fields, and none of another's.
+            let fields = match name {
+                "ratelab-http" => ["ratelimit-policy", "ratelimit"].as_slice(),
+                "tower-governor-headers" if refused => [
+                    "x-ratelimit-limit",
+                    "x-ratelimit-remaining",
+                    "x-ratelimit-after",
+                ]
+                .as_slice(),
+                "tower-governor-headers" => {
+                    ["x-ratelimit-limit", "x-ratelimit-remaining"].as_slice()
+                }
+                "tower-governor" if refused => ["x-ratelimit-after"].as_slice(),
+                _ => [].as_slice(),
+            };
+            for field in [
+                "ratelimit-policy",
+                "ratelimit",
+                "x-ratelimit-limit",
+                "x-ratelimit-remaining",
+                "x-ratelimit-after",
+            ] {
+                assert_eq!(has(field), fields.contains(&field), "{name}: {headers:?}");
             }
             match (path, name) {
-                (_, "axum") => assert!(!has("ratelimit") && !has("retry-after"), "{name}"),
                 (Path::Admitted, "ratelab-http") => {
                     assert_eq!(
                         headers["ratelimit-policy"],
@@ -167,27 +106,22 @@ fn check(rt: &Runtime, path: Path, name: &str, app: &mut Router) {
                             .is_ok_and(|v| v.starts_with(r#""per-ip";r=42949"#)),
                         "{headers:?}"
                     );
-                    assert!(!has("retry-after"));
                 }
-                (Path::Refused, "ratelab-http") => {
-                    assert_eq!(headers["ratelimit-policy"], r#""per-ip";q=1;w=3600"#);
+                (Path::Refused, "ratelab-http" | "ratelab-http-lean") => {
                     assert_eq!(headers["content-type"], "application/problem+json");
                     let retry: u64 = headers["retry-after"].to_str().unwrap().parse().unwrap();
                     assert!((3590..=3600).contains(&retry), "{retry}");
-                    assert!(
-                        headers["ratelimit"]
-                            .to_str()
-                            .is_ok_and(|v| v.starts_with(r#""per-ip";r=0;t=3"#)),
-                        "{headers:?}"
-                    );
+                    if name == "ratelab-http" {
+                        assert_eq!(headers["ratelimit-policy"], r#""per-ip";q=1;w=3600"#);
+                        assert!(
+                            headers["ratelimit"]
+                                .to_str()
+                                .is_ok_and(|v| v.starts_with(r#""per-ip";r=0;t=3"#)),
+                            "{headers:?}"
+                        );
+                    }
                 }
-                (Path::Admitted, _) => assert!(!has("retry-after"), "{name}: {headers:?}"),
-                (Path::Refused, _) => {
-                    assert!(
-                        has("retry-after") && has("x-ratelimit-after"),
-                        "{headers:?}"
-                    );
-                }
+                _ => {}
             }
         }
     });
@@ -203,32 +137,23 @@ fn main() {
         .expect("a runtime");
     for path in [Path::Admitted, Path::Refused] {
         let group_name = path.group();
-        let mut apps = apps(path);
-        let functions = apps.iter().map(|(f, _, _)| *f);
-        if !mode.criterion_only() && !mode.wants_any(group_name, functions) {
+        let mut apps: Vec<(&str, Router)> = STACKS
+            .iter()
+            .map(|&stack| (stack, app(path, stack).expect("a known stack")))
+            .collect();
+        if !mode.criterion_only() && !mode.wants_any(group_name, STACKS.iter().copied()) {
             continue;
         }
-        for (function, _, app) in &mut apps {
-            check(&rt, path, function, app);
+        for (stack, app) in &mut apps {
+            check(&rt, path, stack, app);
         }
         let mut group = c.benchmark_group(group_name);
         group.throughput(Throughput::Elements(1));
-        for (function, backend, app) in apps {
-            measure(&mut group, &rt, function, app);
-            rec.criterion(
-                group_name,
-                function,
-                ("gcra", backend),
-                Metric::NsPerCheck,
-                1.0,
-            );
-            rec.criterion(
-                group_name,
-                function,
-                ("gcra", backend),
-                Metric::ChecksPerSec,
-                1.0,
-            );
+        for (stack, app) in apps {
+            measure(&mut group, &rt, stack, app);
+            for metric in [Metric::NsPerCheck, Metric::ChecksPerSec] {
+                rec.criterion(group_name, stack, ("gcra", stack), metric, 1.0);
+            }
         }
         group.finish();
     }

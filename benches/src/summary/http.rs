@@ -12,26 +12,50 @@ const PATHS: [(&str, &str); 2] = [
 ];
 
 /// The stacks, as the rows name them (`backend`) and the README says them.
-const STACKS: [(&str, &str); 3] = [
+const STACKS: [(&str, &str); 5] = [
     ("axum", "bare axum handler"),
     ("ratelab-http", "ratelab-http"),
     ("tower-governor", "tower_governor"),
+    ("ratelab-http-lean", "ratelab-http, lean"),
+    ("tower-governor-headers", "tower_governor, `use_headers`"),
+];
+
+/// The pairs judged: ratelab-http's stack, tower_governor's, and what the
+/// pair's terms are.
+const PAIRS: [(&str, &str, &str); 3] = [
+    (
+        "ratelab-http",
+        "tower-governor",
+        "HTTP throughput: ratelab-http / tower_governor, each as it comes",
+    ),
+    (
+        "ratelab-http",
+        "tower-governor-headers",
+        "HTTP throughput, equal output (rate limit fields on every response): ratelab-http / tower_governor use_headers",
+    ),
+    (
+        "ratelab-http-lean",
+        "tower-governor",
+        "HTTP throughput, equal output (nothing added to an admitted request): ratelab-http lean / tower_governor",
+    ),
 ];
 
 /// This part's targets.
 pub(super) fn targets(rows: &[Row], out: &mut Vec<Target>) {
     for (group, _) in PATHS {
         let per_sec = |backend| get(rows, group, "gcra", backend, "checks_per_sec");
-        push_ratio(
-            out,
-            "HTTP throughput: ratelab-http / tower_governor",
-            group,
-            "gcra",
-            per_sec("ratelab-http"),
-            per_sec("tower-governor"),
-            GE,
-            0.95,
-        );
+        for (ours, theirs, what) in PAIRS {
+            push_ratio(
+                out,
+                what,
+                group,
+                "gcra",
+                per_sec(ours),
+                per_sec(theirs),
+                GE,
+                0.95,
+            );
+        }
     }
 }
 
@@ -48,11 +72,14 @@ pub(super) fn section(summary: &Summary) -> String {
     out.push_str(
         "The same axum handler (`GET /`, answering `hello`) bare, behind \
          ratelab-http and behind tower_governor 0.8, at equal policy: one \
-         per-IP GCRA quota. Requests per second (from the median time per \
-         request) and the ratio to the bare handler; higher is better.\n\n",
+         per-IP GCRA quota. Each layer as it comes, then each as the other \
+         sends (equal output, below). Requests per second (from the median \
+         time per request) and the ratios; higher is better.\n\n",
     );
-    out.push_str("| path | stack | ns per request | requests/s | / bare | / tower_governor |\n");
-    out.push_str("|---|---|---:|---:|---:|---:|\n");
+    out.push_str(
+        "| path | stack | ns per request | requests/s | / bare | / tower_governor | / its equal-output peer |\n",
+    );
+    out.push_str("|---|---|---:|---:|---:|---:|---:|\n");
     for (group, path) in PATHS {
         let g = |backend, metric| summary.get(group, "gcra", backend, metric);
         let bare = g("axum", "checks_per_sec");
@@ -60,13 +87,20 @@ pub(super) fn section(summary: &Summary) -> String {
         for (backend, stack) in STACKS {
             let per_sec = g(backend, "checks_per_sec");
             let ratio = |reference: Option<f64>| per_sec.zip(reference).map(|(a, b)| a / b);
+            let peer = PAIRS
+                .iter()
+                .skip(1)
+                .find(|(ours, theirs, _)| *ours == backend || *theirs == backend)
+                .map(|(ours, theirs, _)| if *ours == backend { *theirs } else { *ours })
+                .and_then(|peer| g(peer, "checks_per_sec"));
             let _ = writeln!(
                 out,
-                "| {path} | {stack} | {} | {} | {} | {} |",
+                "| {path} | {stack} | {} | {} | {} | {} | {} |",
                 cell(g(backend, "ns_per_check"), one),
                 cell(per_sec, si),
                 cell(ratio(bare), two),
                 cell(ratio(governor), two),
+                cell(ratio(peer), two),
             );
         }
     }
@@ -167,6 +201,8 @@ mod tests {
                 ("axum", 1e6),
                 ("ratelab-http", ratelab),
                 ("tower-governor", governor),
+                ("ratelab-http-lean", ratelab),
+                ("tower-governor-headers", governor),
             ] {
                 rows.push(Row::new(
                     group,
@@ -191,7 +227,7 @@ mod tests {
     fn throughput_targets_on_both_paths() {
         let mut out = Vec::new();
         targets(&rows(0.5e6, 0.5e6), &mut out);
-        assert_eq!(out.len(), 2);
+        assert_eq!(out.len(), 2 * PAIRS.len());
         assert!(out.iter().all(|t| t.pass && (t.value - 1.0).abs() < 1e-9));
         let mut out = Vec::new();
         targets(&rows(0.4e6, 0.5e6), &mut out);

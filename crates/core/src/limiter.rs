@@ -89,6 +89,16 @@ pub trait AsyncRateLimiter: Limiter {
     /// Decides a request of weight `cost` for `key`: all or nothing.
     fn check_async<'a>(&'a self, key: &'a [u8], cost: u32) -> CheckFuture<'a>;
 
+    /// The decision of [`check_async`](AsyncRateLimiter::check_async) at
+    /// once, for a limiter that needs no waiting to give it (every
+    /// [`RateLimiter`], in memory): a caller that can use it skips the
+    /// boxed future. `None` (the default, for limiters with I/O) decides
+    /// nothing and consumes nothing: ask `check_async` then.
+    fn check_now(&self, key: &[u8], cost: u32) -> Option<Result<Decision, Error>> {
+        let _ = (key, cost);
+        None
+    }
+
     /// The decision a request of weight `cost` for `key` would get now,
     /// consuming and writing nothing: see [`RateLimiter::peek`]. The default
     /// answers [`Error::Unsupported`].
@@ -117,6 +127,10 @@ pub trait AsyncRateLimiter: Limiter {
 impl<L: RateLimiter + ?Sized> AsyncRateLimiter for L {
     fn check_async<'a>(&'a self, key: &'a [u8], cost: u32) -> CheckFuture<'a> {
         Box::pin(std::future::ready(self.check(key, cost)))
+    }
+
+    fn check_now(&self, key: &[u8], cost: u32) -> Option<Result<Decision, Error>> {
+        Some(self.check(key, cost))
     }
 
     fn peek_async<'a>(&'a self, key: &'a [u8], cost: u32) -> CheckFuture<'a> {

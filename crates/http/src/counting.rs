@@ -25,8 +25,8 @@ use std::pin::Pin;
 use futures::future::join_all;
 use http::StatusCode;
 use ratelab_core::{
-    Algorithm, AsyncRateLimiter, CheckFuture, Clock, Direct, Error, Keyed, Limiter, Quota,
-    ResetFuture,
+    Algorithm, AsyncRateLimiter, CheckFuture, Clock, Decision, Direct, Error, Keyed, Limiter,
+    Quota, ResetFuture,
 };
 
 use crate::engine::{Report, State, Verdict};
@@ -120,6 +120,10 @@ impl<L: AsyncRateLimiter> Limiter for Refundable<L> {
 impl<L: AsyncRateLimiter> AsyncRateLimiter for Refundable<L> {
     fn check_async<'a>(&'a self, key: &'a [u8], cost: u32) -> CheckFuture<'a> {
         self.0.check_async(key, cost)
+    }
+
+    fn check_now(&self, key: &[u8], cost: u32) -> Option<Result<Decision, Error>> {
+        self.0.check_now(key, cost)
     }
 
     fn peek_async<'a>(&'a self, key: &'a [u8], cost: u32) -> CheckFuture<'a> {

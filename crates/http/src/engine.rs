@@ -295,19 +295,18 @@ impl Verdict {
 pub(crate) struct Engine {
     reports: Reports,
     failures: Vec<Failure>,
-    /// When the first calls start (the engine's creation), taken once for
-    /// them and the deadlines; later rounds read the clock again.
-    first_calls: Option<Instant>,
+    /// The policies' deadlines are set (at the first call).
+    deadlines_set: bool,
 }
 
 impl Engine {
-    /// The request under `checks`; each policy's timeout starts now.
+    /// The request under `checks`; each policy's timeout starts with the
+    /// first call to its limiter.
     pub(crate) fn new(checks: impl IntoIterator<Item = Check>) -> Self {
-        let now = Instant::now();
         let reports = checks
             .into_iter()
             .map(|check| Report {
-                deadline: now.checked_add(check.policy.timeout),
+                deadline: None,
                 check,
                 state: State::Pending,
             })
@@ -315,8 +314,31 @@ impl Engine {
         Engine {
             reports,
             failures: Vec::new(),
-            first_calls: Some(now),
+            deadlines_set: false,
         }
+    }
+
+    /// The verdict at once, when it needs no waiting: one policy, whose
+    /// limiter answers without a future ([`AsyncRateLimiter::check_now`]:
+    /// every in-memory one). No future, no box, no timer then. `None`
+    /// otherwise, the engine untouched, for [`Engine::decide`].
+    ///
+    /// [`AsyncRateLimiter::check_now`]: ratelab_core::AsyncRateLimiter::check_now
+    pub(crate) fn decide_now(&mut self) -> Option<Verdict> {
+        let [report] = &*self.reports else {
+            return None;
+        };
+        let policy = &report.check.policy;
+        let started = quanta::Instant::now();
+        let result = policy
+            .limiter
+            .check_now(&report.check.key, real_cost(report))?;
+        crate::telemetry::limiter_call(policy, started.elapsed());
+        self.reports[0].state = self.settle(0, result, State::Decided);
+        Some(match self.after_round(&[0]) {
+            Some(outcome) => self.verdict(outcome),
+            None => self.pass(),
+        })
     }
 
     /// Asks the limiters and says what happens to the request. See the
@@ -390,7 +412,7 @@ impl Engine {
 
     /// Every policy admitted the request: it proceeds after the longest
     /// delay a queueing policy gave it.
-    fn pass(self) -> Verdict {
+    fn pass(&mut self) -> Verdict {
         let delay = self
             .reports
             .iter()
@@ -403,11 +425,12 @@ impl Engine {
         self.verdict(Outcome::Pass { delay })
     }
 
-    fn verdict(self, outcome: Outcome) -> Verdict {
+    /// The verdict, the reports and failures taken out of the engine.
+    fn verdict(&mut self, outcome: Outcome) -> Verdict {
         Verdict {
-            reports: self.reports,
+            reports: std::mem::take(&mut self.reports),
             outcome,
-            failures: self.failures,
+            failures: std::mem::take(&mut self.failures),
         }
     }
 
@@ -422,7 +445,15 @@ impl Engine {
         if which.is_empty() {
             return;
         }
-        let started = self.first_calls.take().unwrap_or_else(Instant::now);
+        let started = Instant::now();
+        if !self.deadlines_set {
+            // Every call of a policy for this request shares one deadline,
+            // from the first.
+            self.deadlines_set = true;
+            for report in self.reports.iter_mut() {
+                report.deadline = started.checked_add(report.check.policy.timeout);
+            }
+        }
         if let [i] = *which {
             // One call: no need for join_all's allocations.
             let report = &self.reports[i];

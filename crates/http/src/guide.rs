@@ -20,7 +20,10 @@
 //!    timeout among them.
 //! 4. **Answer**: the inner service's response, or `429`, or `503`, with the
 //!    headers below on every one of them. Passed requests carry the
-//!    [`Client`](crate::Client) in their extensions. A request admitted by a
+//!    [`Client`](crate::Client) and the [`RateLimitInfo`](crate::RateLimitInfo)
+//!    in their extensions (unless the layer is built with
+//!    [`request_extensions(false)`](crate::RateLimitLayerBuilder::request_extensions)).
+//!    A request admitted by a
 //!    queueing policy (the leaky bucket queue, whose decisions carry a
 //!    `delay`) first waits for its slot, at most the queue's depth: that is
 //!    the shaping such a policy is for.
@@ -264,7 +267,8 @@
 //!   [`wall_clock`](crate::RateLimitLayerBuilder::wall_clock).
 //! - Handlers read the decision from the request's extensions:
 //!   `Extension<RateLimitInfo>` in axum (express-rate-limit's
-//!   `req.rateLimit`).
+//!   `req.rateLimit`). A layer whose handlers never read it can leave it
+//!   out: [`request_extensions(false)`](crate::RateLimitLayerBuilder::request_extensions).
 //! - [`skip`](crate::RateLimitLayerBuilder::skip) lets health checks,
 //!   `OPTIONS` preflights and metrics scrapes through untouched.
 //! - Every `503` carries `Retry-After`: the limiter's hint when it gives one

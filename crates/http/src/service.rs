@@ -66,23 +66,32 @@ where
         }
         let client = shared.identify.client(&parts);
         let checks = matching::checks(&shared.policies, &parts, &client);
-        let mut decision = Box::pin(Engine::new(checks).decide());
-        // Polled once here: an in-memory limiter has decided already, and the
-        // request is answered, or passed on, without a future of the
-        // layer's own. A pending one (Redis) is awaited in the response
-        // future.
-        let Some(verdict) = (&mut decision).now_or_never() else {
-            let shared = shared.clone();
-            let inner = take_ready(&mut self.inner);
-            return ResponseFuture::boxed(async move {
-                let verdict = decision.await;
-                match conclude(&shared, &verdict, client, &mut parts) {
-                    Some(response) => Ok(response),
-                    None => pass(shared, verdict, inner, Request::from_parts(parts, body)).await,
-                }
-            });
+        // One in-memory policy is decided here and now, without a future.
+        // Otherwise the engine's future is polled once here: in-memory
+        // limiters have decided already, and the request is answered, or
+        // passed on, without a future of the layer's own. A pending one
+        // (Redis) is awaited in the response future.
+        let mut engine = Engine::new(checks);
+        let verdict = match engine.decide_now() {
+            Some(verdict) => verdict,
+            None => {
+                let mut decision = Box::pin(engine.decide());
+                let Some(verdict) = (&mut decision).now_or_never() else {
+                    let shared = shared.clone();
+                    let inner = take_ready(&mut self.inner);
+                    return ResponseFuture::boxed(async move {
+                        let verdict = decision.await;
+                        match conclude(&shared, &verdict, client, &mut parts) {
+                            Some(response) => Ok(response),
+                            None => {
+                                pass(shared, verdict, inner, Request::from_parts(parts, body)).await
+                            }
+                        }
+                    });
+                };
+                verdict
+            }
         };
-        drop(decision);
         if let Some(response) = conclude(shared, &verdict, client, &mut parts) {
             return ResponseFuture::ready(response);
         }
@@ -111,7 +120,8 @@ fn take_ready<S: Clone>(inner: &mut S) -> S {
 /// What follows `verdict`, but for calling the service: the alerts, the
 /// metrics and the counters; then for a refusal (or `503`) the response,
 /// with its fields; for a request that passes, `None`, and the client and
-/// its [`RateLimitInfo`] in the request's extensions.
+/// its [`RateLimitInfo`] in the request's extensions (unless the layer was
+/// built without them).
 fn conclude<B>(
     shared: &Shared,
     verdict: &Verdict,
@@ -120,28 +130,32 @@ fn conclude<B>(
 ) -> Option<Response<LimitedBody<B>>> {
     failure::alert(shared, verdict, &client);
     telemetry::verdict(verdict);
-    let info = RateLimitInfo::new(&shared.policies, verdict, client.clone());
-    let response = match verdict.outcome {
+    let refused = match verdict.outcome {
         Outcome::Pass { .. } => {
             shared.stats.count_allowed();
-            parts.extensions.insert(client);
-            parts.extensions.insert(info);
+            if shared.request_extensions {
+                let info = RateLimitInfo::new(&shared.policies, verdict, client.clone());
+                parts.extensions.insert(client);
+                parts.extensions.insert(info);
+            }
             return None;
         }
-        Outcome::Refuse => {
-            shared.stats.count_refused();
-            tracing::debug!(client = %info.client, "rate limited");
-            match &shared.on_refusal {
-                Some(respond) => respond(&info),
-                None => info.problem_response(),
-            }
+        Outcome::Refuse => true,
+        Outcome::Unavailable => false,
+    };
+    let info = RateLimitInfo::new(&shared.policies, verdict, client);
+    let response = if refused {
+        shared.stats.count_refused();
+        tracing::debug!(client = %info.client, "rate limited");
+        match &shared.on_refusal {
+            Some(respond) => respond(&info),
+            None => info.problem_response(),
         }
-        Outcome::Unavailable => {
-            shared.stats.count_unavailable();
-            match &shared.on_unavailable {
-                Some(respond) => respond(&info),
-                None => info.problem_response(),
-            }
+    } else {
+        shared.stats.count_unavailable();
+        match &shared.on_unavailable {
+            Some(respond) => respond(&info),
+            None => info.problem_response(),
         }
     };
     let mut response = with_retry_after(response, &info).map(Either::Right);

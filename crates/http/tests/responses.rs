@@ -157,6 +157,52 @@ async fn handlers_read_the_decision_and_skipped_requests_pass_untouched() {
     );
 }
 
+#[tokio::test]
+async fn without_request_extensions_handlers_find_none_and_limits_hold() {
+    let clock = ManualClock::new();
+    let layer = RateLimitLayer::builder()
+        .policy(Policy::new("default", two_per_minute(&clock)))
+        .request_extensions(false)
+        .refusal_response(|info| {
+            // A custom refusal still gets what was decided.
+            let mut response = Response::new(Full::new(Bytes::from(format!(
+                "{:?} {}",
+                info.outcome,
+                info.retry_after_secs().unwrap()
+            ))));
+            *response.status_mut() = StatusCode::TOO_MANY_REQUESTS;
+            response
+        })
+        .build()
+        .unwrap();
+    let app = Router::new()
+        .route(
+            "/",
+            get(
+                |info: Option<Extension<RateLimitInfo>>,
+                 client: Option<Extension<ratelab_http::Client>>| async move {
+                    format!("info={} client={}", info.is_some(), client.is_some())
+                },
+            ),
+        )
+        .layer(layer);
+    let addr = serve(app).await;
+    for remaining in ["1", "0"] {
+        let ok = fetch(addr, "/").await;
+        assert_eq!(ok.status, 200);
+        assert_eq!(ok.text(), "info=false client=false");
+        // The fields are still sent: only the extensions are off.
+        assert_eq!(
+            ok.header("ratelimit"),
+            format!(r#""default";r={remaining};t=30"#)
+        );
+    }
+    let refused = fetch(addr, "/").await;
+    assert_eq!(refused.status, 429);
+    assert_eq!(refused.text(), "Refused 30");
+    assert_eq!(refused.header("retry-after"), "30");
+}
+
 /// A limiter whose backend answers `error()`.
 struct Down(fn() -> Error);
 

@@ -174,7 +174,24 @@ fn a_refund_gives_back_and_a_reset_forgets() {
             assert_eq!(run(limiter.peek_async(b"k", 3)).remaining, 0, "{kind}");
             assert_eq!(run(limiter.check_async(b"k", 0)).remaining, 3, "{kind}");
         }
+        // At once: memory decides and consumes; Redis, which must wait for
+        // its answer, decides nothing and consumes nothing.
+        let now = limiters[0]
+            .check_now(b"now", 1)
+            .expect("memory answers at once");
+        assert_eq!(now.unwrap().remaining, 2, "{kind}");
+        assert_eq!(run_peek(&runtime, &*limiters[0]), 2, "{kind}");
+        assert!(limiters[1].check_now(b"now", 1).is_none(), "{kind}");
+        assert_eq!(run_peek(&runtime, &*limiters[1]), 3, "{kind}");
     }
+}
+
+/// What a peek of key `now` says remains.
+fn run_peek(runtime: &tokio::runtime::Runtime, limiter: &dyn AsyncRateLimiter) -> u64 {
+    runtime
+        .block_on(limiter.peek_async(b"now", 0))
+        .unwrap()
+        .remaining
 }
 
 /// With Redis down, a peek answers as the failure policy says, and charges
