@@ -66,12 +66,13 @@ pub enum ClientKind {
 /// The caller of one request, as [`Identify`] resolved it. The layer also
 /// inserts it into the request's extensions, for handlers and logs.
 ///
-/// Cloning is cheap: the key and the plan are shared.
+/// Cloning is cheap: a short key (every IP's) is copied, a longer one and
+/// the plan are shared.
 #[derive(Clone, PartialEq, Eq)]
 pub struct Client {
     kind: ClientKind,
     /// `<prefix>:<id>`: the key, whose end is the id.
-    key: Arc<str>,
+    key: ClientKey,
     /// Where the id starts in `key`.
     id_at: usize,
     plan: Option<Arc<str>>,
@@ -135,7 +136,7 @@ impl Client {
     /// network, `2001:db8:1:2::/64`); `unknown` if the peer address was
     /// missing.
     pub fn id(&self) -> &str {
-        &self.key[self.id_at..]
+        &self.key()[self.id_at..]
     }
 
     /// The plan: the identity's, or [`Identify::anonymous_plan`] for an
@@ -153,7 +154,7 @@ impl Client {
     /// The key this client is limited by: `key:<id>`, `user:<id>` or
     /// `ip:<address or network>`. Each policy prefixes it with its name.
     pub fn key(&self) -> &str {
-        &self.key
+        self.key.as_str()
     }
 }
 
@@ -164,7 +165,7 @@ impl fmt::Debug for Client {
             .field("id", &self.id())
             .field("plan", &self.plan)
             .field("ip", &self.ip)
-            .field("key", &self.key)
+            .field("key", &self.key())
             .finish()
     }
 }
@@ -206,10 +207,10 @@ impl fmt::Display for Dotted {
     }
 }
 
-/// A client key being written: on the stack (an address and its prefix fit),
-/// on the heap past that; then copied once into its shared string.
+/// A client key being written: in place (an address and its prefix fit),
+/// on the heap past that.
 struct KeyBuf {
-    stack: [u8; 64],
+    stack: [u8; ClientKey::INLINE],
     len: usize,
     heap: String,
 }
@@ -217,7 +218,7 @@ struct KeyBuf {
 impl Default for KeyBuf {
     fn default() -> Self {
         KeyBuf {
-            stack: [0; 64],
+            stack: [0; ClientKey::INLINE],
             len: 0,
             heap: String::new(),
         }
@@ -251,15 +252,56 @@ impl KeyBuf {
     }
 }
 
-impl From<KeyBuf> for Arc<str> {
-    fn from(key: KeyBuf) -> Self {
-        Arc::from(key.as_str())
+/// A client's key: in place when short, so that identifying an IP client
+/// allocates nothing (`ip:` and the longest IPv6 network,
+/// `ffff:ffff:ffff:ffff:ffff:ffff:ffff:fffe/127`, fit: an IPv4-mapped
+/// address is keyed as IPv4); shared past that.
+#[derive(Clone)]
+enum ClientKey {
+    Inline {
+        len: u8,
+        bytes: [u8; ClientKey::INLINE],
+    },
+    Shared(Arc<str>),
+}
+
+impl ClientKey {
+    const INLINE: usize = 46;
+
+    fn as_str(&self) -> &str {
+        match self {
+            // Only a `KeyBuf`'s whole `str`s are in place: UTF-8.
+            ClientKey::Inline { len, bytes } => {
+                std::str::from_utf8(&bytes[..usize::from(*len)]).unwrap_or_default()
+            }
+            ClientKey::Shared(key) => key,
+        }
     }
 }
 
+impl From<KeyBuf> for ClientKey {
+    fn from(key: KeyBuf) -> Self {
+        match u8::try_from(key.len) {
+            Ok(len) if key.heap.is_empty() => ClientKey::Inline {
+                len,
+                bytes: key.stack,
+            },
+            _ => ClientKey::Shared(Arc::from(key.as_str())),
+        }
+    }
+}
+
+impl PartialEq for ClientKey {
+    fn eq(&self, other: &Self) -> bool {
+        self.as_str() == other.as_str()
+    }
+}
+
+impl Eq for ClientKey {}
+
 impl fmt::Display for Client {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.key)
+        f.write_str(self.key())
     }
 }
 
@@ -569,6 +611,44 @@ mod tests {
         let (mut parts, ()) = Request::get("/").body(()).unwrap().into_parts();
         parts.extensions.insert(PeerAddr(peer.parse().unwrap()));
         parts
+    }
+
+    #[test]
+    fn keys_in_place_and_shared_read_the_same() {
+        // The longest IP keys there are stay in place.
+        let widest = "[ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff]:1";
+        for (prefix, key) in [
+            (128, "ip:ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff"),
+            (127, "ip:ffff:ffff:ffff:ffff:ffff:ffff:ffff:fffe/127"),
+        ] {
+            let client = Identify::new().ipv6_prefix(prefix).client(&parts(widest));
+            assert_eq!(client.key(), key);
+            assert!(matches!(client.key, ClientKey::Inline { .. }));
+        }
+        // Every length across the boundary, in place or shared.
+        for len in [
+            0,
+            1,
+            ClientKey::INLINE - 4,
+            ClientKey::INLINE - 3,
+            ClientKey::INLINE,
+            300,
+        ] {
+            let id = "é".repeat(len / 2) + &"a".repeat(len % 2);
+            let client = Client::identified(ClientKind::User, Identity::new(id.clone()), None);
+            assert_eq!(
+                (client.key(), client.id()),
+                (format!("user:{id}").as_str(), id.as_str())
+            );
+            assert_eq!(client.clone(), client);
+            assert_eq!(client.to_string(), client.key());
+            let shared = matches!(client.key, ClientKey::Shared(_));
+            assert_eq!(
+                shared,
+                "user:".len() + id.len() > ClientKey::INLINE,
+                "{len}"
+            );
+        }
     }
 
     #[test]
