@@ -37,7 +37,7 @@ use std::time::Instant;
 use axum::Router;
 use criterion::{BenchmarkGroup, Throughput, measurement::WallTime};
 use http::StatusCode;
-use ratelab_benches::{Metric, Mode, Recorder};
+use ratelab_benches::{Metric, Mode, Recorder, Row, median};
 use tokio::runtime::Runtime;
 
 #[path = "../src/http_apps.rs"]
@@ -156,9 +156,60 @@ fn main() {
             }
         }
         group.finish();
+        paired(&mut rec, &mode, &rt, path);
     }
     c.final_summary();
     rec.finish();
+}
+
+/// Paired rounds (`<group>-paired`, the targets' figures): the stacks run
+/// in turn, the order rotating each round, the same number of exchanges
+/// each, and each stack's figure is its median over the rounds. Criterion
+/// measures one stack after another, seconds apart, and this machine's
+/// speed moves by a third over that time with no change to the code; in
+/// turn, the drift falls on every stack alike.
+fn paired(rec: &mut Recorder, mode: &Mode, rt: &Runtime, path: Path) {
+    if mode.criterion_only() {
+        return;
+    }
+    let rounds = mode.size(15, 5, 2);
+    let exchanges: u32 = mode.size(40_000, 10_000, 100);
+    let mut apps: Vec<(&str, Router)> = STACKS
+        .iter()
+        .map(|&stack| (stack, app(path, stack).expect("a known stack")))
+        .collect();
+    for (stack, app) in &mut apps {
+        // Consumes the refused path's one admitted request, and checks.
+        check(rt, path, stack, app);
+    }
+    let mut times: Vec<Vec<f64>> = vec![Vec::with_capacity(rounds); apps.len()];
+    for round in 0..rounds {
+        for k in 0..apps.len() {
+            let i = (round + k) % apps.len();
+            let app = &mut apps[i].1;
+            let took = rt.block_on(async {
+                let started = Instant::now();
+                for _ in 0..exchanges {
+                    black_box(exchange(app).await);
+                }
+                started.elapsed()
+            });
+            times[i].push(took.as_secs_f64() * 1e9 / f64::from(exchanges));
+        }
+    }
+    let group = format!("{}-paired", path.group());
+    for ((stack, _), times) in apps.iter().zip(&mut times) {
+        let ns = median(times);
+        eprintln!("{group}/{stack}: median of {rounds} rounds: {ns:.1} ns");
+        rec.push(Row::new(&group, "gcra", stack, Metric::NsPerCheck, ns));
+        rec.push(Row::new(
+            &group,
+            "gcra",
+            stack,
+            Metric::ChecksPerSec,
+            1e9 / ns,
+        ));
+    }
 }
 
 /// Times `app`, one exchange after another on `rt`.
