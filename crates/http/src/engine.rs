@@ -19,6 +19,7 @@ use tokio::time::Instant;
 
 use crate::matching::Refill;
 use crate::policy::{FailureMode, Policy};
+use crate::small::SmallBytes;
 
 /// One policy that applies to a request: the engine's input. It holds its
 /// policy (a shared handle), so that the engine and its verdict borrow
@@ -48,7 +49,7 @@ impl Check {
     pub(crate) fn new(index: usize, policy: &Arc<Policy>, key: &str, cost: u32) -> Self {
         // Prefixed with the policy name so that two policies on one limiter
         // (or one Redis) never share state.
-        let full = LimiterKey::new(&[policy.name.as_bytes(), b":", key.as_bytes()]);
+        let full = LimiterKey::concat(&[policy.name.as_bytes(), b":", key.as_bytes()]);
         Check {
             index,
             policy: policy.clone(),
@@ -67,54 +68,9 @@ impl Check {
     }
 }
 
-/// A limiter key: in place up to [`LimiterKey::INLINE`] bytes (a policy
-/// name and an address fit), on the heap past that.
-#[derive(Clone)]
-pub(crate) enum LimiterKey {
-    Inline {
-        len: u8,
-        bytes: [u8; LimiterKey::INLINE],
-    },
-    Heap(Vec<u8>),
-}
-
-impl LimiterKey {
-    const INLINE: usize = 62;
-
-    /// The concatenation of `parts`.
-    fn new(parts: &[&[u8]]) -> Self {
-        let len: usize = parts.iter().map(|p| p.len()).sum();
-        match u8::try_from(len) {
-            Ok(short) if len <= Self::INLINE => {
-                let mut bytes = [0; Self::INLINE];
-                let mut at = 0;
-                for part in parts {
-                    bytes[at..at + part.len()].copy_from_slice(part);
-                    at += part.len();
-                }
-                LimiterKey::Inline { len: short, bytes }
-            }
-            _ => LimiterKey::Heap(parts.concat()),
-        }
-    }
-}
-
-impl std::ops::Deref for LimiterKey {
-    type Target = [u8];
-
-    fn deref(&self) -> &[u8] {
-        match self {
-            LimiterKey::Inline { len, bytes } => &bytes[..usize::from(*len)],
-            LimiterKey::Heap(bytes) => bytes,
-        }
-    }
-}
-
-impl std::fmt::Debug for LimiterKey {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{:?}", String::from_utf8_lossy(self))
-    }
-}
+/// A limiter key, `<policy name>:<client key>`: in place up to 62 bytes
+/// (a policy name and an address fit).
+pub(crate) type LimiterKey = SmallBytes<62>;
 
 /// Where one applicable policy stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

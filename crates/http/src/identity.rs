@@ -12,6 +12,7 @@ use http::request::Parts;
 use ipnet::IpNet;
 
 use crate::proxy::TrustedProxies;
+use crate::small::SmallBytes;
 
 /// An identity the application vouches for: an account id and its plan.
 ///
@@ -154,7 +155,8 @@ impl Client {
     /// The key this client is limited by: `key:<id>`, `user:<id>` or
     /// `ip:<address or network>`. Each policy prefixes it with its name.
     pub fn key(&self) -> &str {
-        self.key.as_str()
+        // Only whole `str`s go into a key: UTF-8.
+        std::str::from_utf8(&self.key).unwrap_or_default()
     }
 }
 
@@ -255,49 +257,18 @@ impl KeyBuf {
 /// A client's key: in place when short, so that identifying an IP client
 /// allocates nothing (`ip:` and the longest IPv6 network,
 /// `ffff:ffff:ffff:ffff:ffff:ffff:ffff:fffe/127`, fit: an IPv4-mapped
-/// address is keyed as IPv4); shared past that.
-#[derive(Clone)]
-enum ClientKey {
-    Inline {
-        len: u8,
-        bytes: [u8; ClientKey::INLINE],
-    },
-    Shared(Arc<str>),
-}
-
-impl ClientKey {
-    const INLINE: usize = 46;
-
-    fn as_str(&self) -> &str {
-        match self {
-            // Only a `KeyBuf`'s whole `str`s are in place: UTF-8.
-            ClientKey::Inline { len, bytes } => {
-                std::str::from_utf8(&bytes[..usize::from(*len)]).unwrap_or_default()
-            }
-            ClientKey::Shared(key) => key,
-        }
-    }
-}
+/// address is keyed as IPv4); shared past that. Only whole `str`s go in.
+type ClientKey = SmallBytes<46>;
 
 impl From<KeyBuf> for ClientKey {
     fn from(key: KeyBuf) -> Self {
-        match u8::try_from(key.len) {
-            Ok(len) if key.heap.is_empty() => ClientKey::Inline {
-                len,
-                bytes: key.stack,
-            },
-            _ => ClientKey::Shared(Arc::from(key.as_str())),
+        if key.heap.is_empty() {
+            ClientKey::in_place(key.stack, key.len)
+        } else {
+            ClientKey::Shared(key.heap.into_bytes().into())
         }
     }
 }
-
-impl PartialEq for ClientKey {
-    fn eq(&self, other: &Self) -> bool {
-        self.as_str() == other.as_str()
-    }
-}
-
-impl Eq for ClientKey {}
 
 impl fmt::Display for Client {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -623,7 +594,7 @@ mod tests {
         ] {
             let client = Identify::new().ipv6_prefix(prefix).client(&parts(widest));
             assert_eq!(client.key(), key);
-            assert!(matches!(client.key, ClientKey::Inline { .. }));
+            assert!(client.key.is_inline());
         }
         // Every length across the boundary, in place or shared.
         for len in [
@@ -642,7 +613,7 @@ mod tests {
             );
             assert_eq!(client.clone(), client);
             assert_eq!(client.to_string(), client.key());
-            let shared = matches!(client.key, ClientKey::Shared(_));
+            let shared = !client.key.is_inline();
             assert_eq!(
                 shared,
                 "user:".len() + id.len() > ClientKey::INLINE,

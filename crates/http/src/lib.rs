@@ -80,6 +80,7 @@ mod proxy;
 mod response;
 mod route;
 mod service;
+mod small;
 mod stats;
 pub mod telemetry;
 

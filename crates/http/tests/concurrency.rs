@@ -70,41 +70,35 @@ async fn one_policy_decided_at_once_admits_exactly_its_quota() {
     }
 }
 
+/// A layer of two policies: each client `per_client` an hour, all of them
+/// together `everyone`.
+fn two_policies(clock: &ManualClock, per_client: u32, everyone: u32) -> RateLimitLayer {
+    let gcra = |n| Gcra::new(Quota::per_hour(n).unwrap());
+    RateLimitLayer::builder()
+        .policy(Policy::new(
+            "client",
+            Keyed::with_clock(gcra(per_client), clock.clone()),
+        ))
+        .policy(Policy::new(
+            "everyone",
+            Direct::with_clock(gcra(everyone), clock.clone()),
+        ))
+        .build()
+        .unwrap()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn several_policies_each_hold_their_quota() {
     let clock = ManualClock::new();
-    let gcra = |n| Gcra::new(Quota::per_hour(n).unwrap());
     let peers = [localhost(), other_peer()];
     let half = BURST / 2;
     // The global quota binds: 100 between the two clients, whatever the
     // split (each sends 120, under its own 150).
-    let layer = RateLimitLayer::builder()
-        .policy(Policy::new(
-            "client",
-            Keyed::with_clock(gcra(150), clock.clone()),
-        ))
-        .policy(Policy::new(
-            "everyone",
-            Direct::with_clock(gcra(100), clock.clone()),
-        ))
-        .build()
-        .unwrap();
-    let counts = burst(app(layer), &peers).await;
+    let counts = burst(app(two_policies(&clock, 150, 100)), &peers).await;
     assert_eq!(counts[0].0 + counts[1].0, 100, "{counts:?}");
     // Each client's quota binds: 50 each, under the global 1,000.
-    let layer = RateLimitLayer::builder()
-        .policy(Policy::new(
-            "client",
-            Keyed::with_clock(gcra(50), clock.clone()),
-        ))
-        .policy(Policy::new(
-            "everyone",
-            Direct::with_clock(gcra(1_000), clock.clone()),
-        ))
-        .build()
-        .unwrap();
     assert_eq!(
-        burst(app(layer), &peers).await,
+        burst(app(two_policies(&clock, 50, 1_000)), &peers).await,
         [(50, half - 50), (50, half - 50)]
     );
 }
