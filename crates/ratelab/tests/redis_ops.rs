@@ -180,9 +180,9 @@ fn a_refund_gives_back_and_a_reset_forgets() {
             .check_now(b"now", 1)
             .expect("memory answers at once");
         assert_eq!(now.unwrap().remaining, 2, "{kind}");
-        assert_eq!(run_peek(&runtime, &*limiters[0]), 2, "{kind}");
+        assert_eq!(run_peek(runtime, &*limiters[0]), 2, "{kind}");
         assert!(limiters[1].check_now(b"now", 1).is_none(), "{kind}");
-        assert_eq!(run_peek(&runtime, &*limiters[1]), 3, "{kind}");
+        assert_eq!(run_peek(runtime, &*limiters[1]), 3, "{kind}");
     }
 }
 
