@@ -94,8 +94,9 @@ pub(crate) enum State {
 #[derive(Debug)]
 pub(crate) struct Report {
     pub(crate) check: Check,
-    /// Bounds all the policy's calls for this request together; `None`: a
-    /// timeout too long to represent, no bound.
+    /// Bounds all the policy's calls for this request together, from the
+    /// engine's first call; `None` before it, or for a timeout too long to
+    /// represent (no bound).
     deadline: Option<Instant>,
     pub(crate) state: State,
 }
