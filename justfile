@@ -6,7 +6,7 @@ set shell := ["bash", "-euo", "pipefail", "-c"]
 default:
     @just --list
 
-# Everything CI checks: formatting, clippy on all targets, every test and doctest, packaging.
+# Everything CI checks: formatting, clippy on all targets, the docs, every test and doctest, packaging.
 test: lint test-only package
 
 # Every crate packages and builds from its packaged files alone, as from a registry (the Lua scripts included); the two unpublished binaries' crates are left out: nothing depends on them.
@@ -41,10 +41,11 @@ bench *ARGS:
 bench-quick *ARGS:
     RATELAB_BENCH_QUICK=1 just bench {{ARGS}}
 
-# Formatting and clippy with warnings as errors, on every target.
+# Formatting, clippy on every target and the docs (broken links included), warnings as errors.
 lint:
     cargo fmt --all --check
     cargo clippy --workspace --all-targets --locked -- -D warnings
+    RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --locked
 
 # Format the code in place.
 fmt:

@@ -437,7 +437,7 @@ const MEASURED: [&str; 10] = [
     "benches",
 ];
 
-/// `HEAD`, short, with `+dirty` when the measured code ([`MEASURED`]) has
+/// `HEAD`, short, with `+dirty` when the measured code (`MEASURED`) has
 /// uncommitted changes; `unknown` outside a git checkout.
 pub fn commit() -> String {
     let workspace = Path::new(env!("CARGO_MANIFEST_DIR"))

@@ -2,7 +2,7 @@
 //! with the font bundled in this crate (DejaVu Sans), so that they render the
 //! same on a machine without any system font; one colour per algorithm; the
 //! grouped bar chart most scenarios use. Each scenario draws its own charts
-//! with these ([`render!`]).
+//! with these (`render!`).
 
 use std::error::Error;
 use std::path::{Path, PathBuf};

@@ -134,8 +134,8 @@ impl Error {
 }
 
 /// A boxed error, as the cause of an [`Error::Backend`] or [`Error::Data`]:
-/// it reads as the error it holds ([`Source::downcast_ref`] through `Deref`,
-/// `Display`, `source`).
+/// it reads as the error it holds (`downcast_ref` through `Deref` to the
+/// `dyn Error` inside, `Display`, `source`).
 ///
 /// It exists for the hot path. A limiter's answer is a `Result<Decision,
 /// Error>`, dropped on every check; with the boxes held directly, its drop

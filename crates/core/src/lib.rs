@@ -79,7 +79,7 @@ mod decision;
 mod direct;
 mod divisor;
 mod error;
-mod keyed;
+pub mod keyed;
 mod limiter;
 mod log_gate;
 mod quota;

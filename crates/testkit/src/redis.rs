@@ -147,9 +147,11 @@ fn read_reply(reader: &mut impl BufRead) -> Result<String, String> {
     }
 }
 
-/// Sends one command to the server at `port` and returns its reply as text
-/// (see [`read_reply`]). A small, dependency-free client for the guards and
-/// for tests that poke at the server (`SCRIPT FLUSH`, `TTL`, `CLIENT PAUSE`).
+/// Sends one command to the server at `port` and returns its reply as text:
+/// simple and bulk strings as they are, integers in decimal, arrays as their
+/// elements joined by newlines, errors as `Err`. A small, dependency-free
+/// client for the guards and for tests that poke at the server (`SCRIPT
+/// FLUSH`, `TTL`, `CLIENT PAUSE`).
 pub fn command(port: u16, args: &[&str]) -> Result<String, String> {
     let address = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
     let mut stream = TcpStream::connect_timeout(&address, Duration::from_secs(2))
