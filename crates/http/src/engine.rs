@@ -292,10 +292,15 @@ impl Engine {
             .check_now(&report.check.key, real_cost(report))?;
         crate::telemetry::limiter_call(policy, started.elapsed());
         self.reports[0].state = self.settle(0, result, State::Decided);
-        Some(match self.after_round(&[0]) {
+        Some(self.after_only_policy())
+    }
+
+    /// The verdict once the only policy has been asked with its cost.
+    fn after_only_policy(&mut self) -> Verdict {
+        match self.after_round(&[0]) {
             Some(outcome) => self.verdict(outcome),
             None => self.pass(),
-        })
+        }
     }
 
     /// Asks the limiters and says what happens to the request. See the
@@ -305,10 +310,7 @@ impl Engine {
             // One policy: asked once with its cost, no peek (the rounds
             // below, without their bookkeeping).
             self.ask(&[0], real_cost, State::Decided).await;
-            return match self.after_round(&[0]) {
-                Some(outcome) => self.verdict(outcome),
-                None => self.pass(),
-            };
+            return self.after_only_policy();
         }
         if self.reports.len() > 1 {
             // Peek everywhere first, so that a policy that is going to refuse
