@@ -45,12 +45,13 @@ use std::time::{Duration, Instant};
 
 use criterion::measurement::WallTime;
 use criterion::{BenchmarkGroup, Criterion, Throughput};
-use governor::clock::{Clock as _, FakeRelativeClock, QuantaUpkeepClock, Reference as _};
+use governor::clock::{Clock as _, FakeRelativeClock, QuantaUpkeepClock};
 use governor::middleware::NoOpMiddleware;
 use ratelab::{
     Algorithm, AlgorithmKind, Clock, CoarseClock, Direct, Gcra, Keyed, KnownAlgorithm, ManualClock,
     SystemClock, TokenBucket,
 };
+use ratelab_benches::governor_clock::GovernorClock;
 use ratelab_benches::algorithms::{admitted_share, assert_mostly_admits, governor_quota, quota};
 use ratelab_benches::keys::{Cursor, KeySet};
 use ratelab_benches::{Metric, Mode, Recorder, Row, Setting, Visit, each_algorithm, median};
@@ -764,32 +765,6 @@ fn clocks(c: &mut Criterion, rec: &mut Recorder) {
         1.0,
     );
     group.finish();
-}
-
-/// ratelab's [`Clock`] on any governor clock: the same clock source on both
-/// sides. Microseconds since the adapter was made.
-#[derive(Debug, Clone)]
-struct GovernorClock<C: governor::clock::Clock> {
-    clock: C,
-    origin: C::Instant,
-}
-
-impl<C: governor::clock::Clock> GovernorClock<C> {
-    fn new(clock: C) -> Self {
-        let origin = clock.now();
-        GovernorClock { clock, origin }
-    }
-}
-
-impl<C> Clock for GovernorClock<C>
-where
-    C: governor::clock::Clock + Send + Sync,
-    C::Instant: governor::clock::Reference + Send + Sync,
-{
-    #[inline]
-    fn now_micros(&self) -> u64 {
-        self.clock.now().duration_since(self.origin).as_u64() / 1_000
-    }
 }
 
 /// GCRA, token bucket and governor on the same clock (`suffix`: which one):

@@ -10,6 +10,8 @@
 //!   checks:   default 10,000,000; 0 runs the setup alone (to subtract it)
 //!   --manual-clock: ratelab's ManualClock / governor's FakeRelativeClock, which
 //!             never move: everything but the clock read
+//!   --upkeep-clock: governor's QuantaUpkeepClock on both sides (ratelab
+//!             through GovernorClock), as the memory bench's upkeep groups
 //! ```
 //!
 //! Prints the time per check (wall time over all checks, with two threads). Under callgrind, run it twice (N checks and 0)
@@ -20,17 +22,18 @@
 use std::hint::black_box;
 use std::time::Instant;
 
-use governor::clock::{Clock as _, DefaultClock, FakeRelativeClock};
+use governor::clock::{Clock as _, DefaultClock, FakeRelativeClock, QuantaUpkeepClock};
 use ratelab::KnownAlgorithm;
 use ratelab::redis::RedisAlgorithm;
 use ratelab::{Clock, Direct, Keyed, ManualClock, SystemClock};
 use ratelab_benches::algorithms::governor_quota;
+use ratelab_benches::governor_clock::GovernorClock;
 use ratelab_benches::keys::KeySet;
 use ratelab_benches::{Setting, Visit, each_algorithm};
 
 fn usage() -> ! {
     eprintln!(
-        "usage: hot_path <direct|two-threads|keyed-100k|keyed-1m> <algorithm|governor|governor-foldhash|clock-instant|clock-system|clock-quanta> [checks] [--manual-clock]"
+        "usage: hot_path <direct|two-threads|keyed-100k|keyed-1m> <algorithm|governor|governor-foldhash|clock-instant|clock-system|clock-quanta> [checks] [--manual-clock|--upkeep-clock]"
     );
     std::process::exit(2)
 }
@@ -38,7 +41,12 @@ fn usage() -> ! {
 fn main() {
     let mut args: Vec<String> = std::env::args().skip(1).collect();
     let manual = args.iter().any(|a| a == "--manual-clock");
-    args.retain(|a| a != "--manual-clock");
+    let upkeep = args
+        .iter()
+        .any(|a| a == "--upkeep-clock")
+        .then(|| QuantaUpkeepClock::from_interval(std::time::Duration::from_millis(1)))
+        .map(|clock| clock.expect("quanta's upkeep thread starts"));
+    args.retain(|a| a != "--manual-clock" && a != "--upkeep-clock");
     let (Some(setting), Some(limiter)) = (args.first(), args.get(1)) else {
         usage()
     };
@@ -58,6 +66,7 @@ fn main() {
         keys,
         checks,
         manual,
+        upkeep,
         ns: None,
     };
     match limiter.as_str() {
@@ -120,6 +129,8 @@ struct Run {
     keys: Option<KeySet>,
     checks: u64,
     manual: bool,
+    /// Governor's upkeep clock, on both sides.
+    upkeep: Option<QuantaUpkeepClock>,
     ns: Option<f64>,
 }
 
@@ -143,6 +154,20 @@ impl Run {
         };
         let q = governor_quota(setting);
         let foldhash = self.wanted == "governor-foldhash";
+        if let Some(upkeep) = self.upkeep.clone() {
+            if self.keys.is_some() {
+                let state = governor::state::keyed::DashMapStateStore::with_hasher(
+                    foldhash::fast::RandomState::default(),
+                );
+                let l: governor::RateLimiter<u64, _, _, governor::middleware::NoOpMiddleware<_>> =
+                    governor::RateLimiter::new(q, state, upkeep);
+                self.keyed(|k| l.check_key(k).is_ok());
+            } else {
+                let l = governor::RateLimiter::direct_with_clock(q, upkeep);
+                self.ns = Some(time_threads(self.threads, self.checks, || sink(l.check())));
+            }
+            return;
+        }
         match (self.keys.is_some(), self.manual, foldhash) {
             (false, false, _) => {
                 let l = governor::RateLimiter::direct(q);
@@ -202,7 +227,9 @@ impl Visit for Run {
         }
         // The manual clock never moves: every check happens at the same
         // instant, which the bench quotas still admit for 10^7 checks.
-        if self.manual {
+        if let Some(upkeep) = self.upkeep.clone() {
+            self.ours(algorithm, GovernorClock::new(upkeep));
+        } else if self.manual {
             self.ours(algorithm, ManualClock::starting_at(1_000_000));
         } else {
             self.ours(algorithm, SystemClock);

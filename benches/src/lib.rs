@@ -24,6 +24,7 @@
 
 pub mod algorithms;
 pub mod alloc;
+pub mod governor_clock;
 pub mod keys;
 pub mod redis_tools;
 pub mod run;
