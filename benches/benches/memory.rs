@@ -51,8 +51,8 @@ use ratelab::{
     Algorithm, AlgorithmKind, Clock, CoarseClock, Direct, Gcra, Keyed, KnownAlgorithm, ManualClock,
     SystemClock, TokenBucket,
 };
-use ratelab_benches::governor_clock::GovernorClock;
 use ratelab_benches::algorithms::{admitted_share, assert_mostly_admits, governor_quota, quota};
+use ratelab_benches::governor_clock::GovernorClock;
 use ratelab_benches::keys::{Cursor, KeySet};
 use ratelab_benches::{Metric, Mode, Recorder, Row, Setting, Visit, each_algorithm, median};
 
