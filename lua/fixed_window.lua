@@ -2,13 +2,13 @@
 -- KEYS[1]  the counter: struct '<dd' (window index, units admitted in it)
 -- ARGV[1]  protocol version     ARGV[2]  now, µs, or "" to read Redis TIME     ARGV[3]  cost
 -- ARGV[4]  TTL slack, ms (0 with Redis TIME)     ARGV[5]  deadline, Unix µs, or ""
--- ARGV[6]  (version 2) the operation: check, peek or refund; then the parameters P[1], ...
+-- ARGV[6]  (version 2) the operation: check, peek or refund:<owed>; then the parameters P[1], ...
 --          from ARGV[7] (version 1: from ARGV[6], and the operation is check):
 -- P[1]  window length W, µs     P[2]  limit per window
 -- Returns {allowed, limit, remaining, retry_after_us, reset_after_us, delay_us}.
 -- (prologue.lua comes first: it checks the protocol version and the deadline, and sets
 -- now, cost, op, slack, skew, P, args_ok and the helpers read_string, stored, corrupt and
--- show.) op: check, peek (writes nothing) or refund (see prologue.lua).
+-- show.) op: check, peek (writes nothing) or refund (see prologue.lua; `owed` is its µs).
 local W, limit = P[1], P[2]
 if not (args_ok and window_ok(W, limit) and cost <= limit) then
   return redis.error_reply('ratelab fixed-window: invalid arguments')
@@ -34,8 +34,10 @@ local current = math.floor(now / W)
 if current > index then index, count = current, 0 end
 local until_end = (index + 1) * W - now
 if op == 'refund' then
-  -- Only the current window's count: an ended window's units no longer count.
-  count = count - math.min(cost, count)
+  -- Only while the admission's window has not ended (owed > 0): it is then this one.
+  -- Its units counted in an ended window: giving them to this one would let others
+  -- count for less.
+  if owed > 0 then count = count - math.min(cost, count) end
   if count == 0 then
     if raw then redis.call('DEL', KEYS[1]) end
   else

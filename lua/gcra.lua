@@ -2,14 +2,14 @@
 -- KEYS[1]  the theoretical arrival time (TAT), µs, an integer string
 -- ARGV[1]  protocol version     ARGV[2]  now, µs, or "" to read Redis TIME     ARGV[3]  cost
 -- ARGV[4]  TTL slack, ms (0 with Redis TIME)     ARGV[5]  deadline, Unix µs, or ""
--- ARGV[6]  (version 2) the operation: check, peek or refund; then the parameters P[1], ...
+-- ARGV[6]  (version 2) the operation: check, peek or refund:<owed>; then the parameters P[1], ...
 --          from ARGV[7] (version 1: from ARGV[6], and the operation is check):
 -- P[1]  emission interval T, µs   P[2]  tolerance = burst x T, µs   P[3]  burst
 -- Returns {allowed, limit, remaining, retry_after_us, reset_after_us, delay_us}: integers
 -- below 2^53, exact in Lua's doubles (Redis passes numbers to commands exactly too).
 -- (prologue.lua comes first: it checks the protocol version and the deadline, and sets
 -- now, cost, op, slack, skew, P, args_ok and the helpers read_string, stored, corrupt and
--- show.) op: check, peek (writes nothing) or refund (see prologue.lua).
+-- show.) op: check, peek (writes nothing) or refund (see prologue.lua; `owed` is its µs).
 local T, tau, cap = P[1], P[2], P[3]
 if not (args_ok and rate_ok(T, cap) and tau == cap * T and cost <= cap) then
   return redis.error_reply('ratelab gcra: invalid arguments')
@@ -29,8 +29,9 @@ if raw then
 end
 if tat < now then tat = now end
 if op == 'refund' then
-  -- Never before now: a TAT in the past already means full capacity.
-  tat = tat - cost * T
+  -- What the admission still holds of the debt; never before now: a TAT in the past
+  -- already means full capacity.
+  tat = tat - math.min(cost * T, owed)
   if tat <= now then
     tat = now
     if raw then redis.call('DEL', KEYS[1]) end

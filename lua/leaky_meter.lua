@@ -3,13 +3,13 @@
 -- KEYS[1]  the level: struct '<dd' (µs of draining left, instant it was measured in µs)
 -- ARGV[1]  protocol version     ARGV[2]  now, µs, or "" to read Redis TIME     ARGV[3]  cost
 -- ARGV[4]  TTL slack, ms (0 with Redis TIME)     ARGV[5]  deadline, Unix µs, or ""
--- ARGV[6]  (version 2) the operation: check, peek or refund; then the parameters P[1], ...
+-- ARGV[6]  (version 2) the operation: check, peek or refund:<owed>; then the parameters P[1], ...
 --          from ARGV[7] (version 1: from ARGV[6], and the operation is check):
 -- P[1]  µs per unit T     P[2]  depth = burst x T, µs     P[3]  capacity (burst)
 -- Returns {allowed, limit, remaining, retry_after_us, reset_after_us, delay_us}.
 -- (prologue.lua comes first: it checks the protocol version and the deadline, and sets
 -- now, cost, op, slack, skew, P, args_ok and the helpers read_string, stored, corrupt and
--- show.) op: check, peek (writes nothing) or refund (see prologue.lua).
+-- show.) op: check, peek (writes nothing) or refund (see prologue.lua; `owed` is its µs).
 local T, depth, cap = P[1], P[2], P[3]
 if not (args_ok and rate_ok(T, cap) and depth == cap * T and cost <= cap) then
   return redis.error_reply('ratelab leaky-meter: invalid arguments')
@@ -35,8 +35,8 @@ water = water - (measured - at)
 if water < 0 then water = 0 end
 local ahead = measured - now
 if op == 'refund' then
-  -- Drained to now above; pour out what was refunded, never below empty.
-  water = water - cost * T
+  -- Drained to now above; pour out what the admission still holds, never below empty.
+  water = water - math.min(cost * T, owed)
   if water < 0 then water = 0 end
   if ahead + water <= 0 then
     if raw then redis.call('DEL', KEYS[1]) end

@@ -2,13 +2,17 @@
 -- (the script sent to Redis is this file followed by the algorithm's file).
 -- The protocol (every argument, reply and error, the key scheme): lua/README.md.
 --
--- Version 2 adds the operation (ARGV[6]: check, peek or refund) before the
--- parameters; version 1 calls are still answered, as checks, exactly as before.
+-- Version 2 added the operation (ARGV[6]: check, peek or refund) before the
+-- parameters; version 3 has a refund say how long the admission it gives back still
+-- weighs ("refund:<owed>"). Version 1 calls are still answered, as checks, and version 2
+-- checks and peeks exactly as before; a version 2 refund, which cannot say it, is
+-- invalid arguments.
 --
--- ARGV[1]  the protocol version: "2", or "1" for the version 1 layout (a check). In
---          every version of the protocol the first argument, so that a caller built for
---          another version gets the error "ratelab: protocol version 1 or 2 expected,
---          got ..." and never a decision made from arguments it meant otherwise.
+-- ARGV[1]  the protocol version: "3" (or "2", the same layout without refunds), or
+--          "1" for the version 1 layout (a check). In every version of the protocol the
+--          first argument, so that a caller built for another version gets the error
+--          "ratelab: protocol version 1, 2 or 3 expected, got ..." and never a decision
+--          made from arguments it meant otherwise.
 -- ARGV[2]  now, µs, or "" to read Redis TIME     ARGV[3]  cost
 -- ARGV[4]  TTL slack, ms: keys live this much longer than their state needs, and a
 --          stored instant may be this much ahead of now (a client clock that stepped back)
@@ -16,15 +20,19 @@
 --          for none. A call that starts later writes nothing and answers the error
 --          "ratelab expired: ..." (its caller has given up on it: charging it would
 --          consume quota for a request that was never told it passed).
--- Version 2:
+-- Versions 2 and 3:
 -- ARGV[6]  the operation, `op` below:
 --          check   decide a request of `cost`, consuming it if it passes (version 1's only
 --                  operation);
 --          peek    the decision a check of `cost` would get now, writing nothing (not even
 --                  the sliding log's pruning): a check at the same instant decides the same;
---          refund  give back up to `cost` units the key consumed, never above its capacity
---                  (a full key stays full), writing the state with its TTL, or deleting the
---                  key when it is full again; answers what a peek of cost 0 would then.
+--          refund:<owed>  give back up to `cost` units of one admission that still weighs on
+--                  the key for `owed` µs (its reset_after, less the time since it was
+--                  decided, erring low): only what it still holds comes back (see each
+--                  algorithm's file and `Algorithm::refund` in crates/core), never above
+--                  the capacity (a full key stays full); writes the state with its TTL,
+--                  or deletes the key when it is full again; answers what a peek of cost 0
+--                  would then.
 --          Anything else: "ratelab <algorithm>: invalid arguments".
 -- ARGV[7...]  the algorithm's parameters, P[1], P[2], ...
 -- Version 1:
@@ -36,11 +44,11 @@
 -- Stored state is never trusted: `read_string` and `stored` below let each script
 -- answer "ratelab <algorithm>: corrupt state at <key>: <what>" for anything it could
 -- not have written, instead of resetting, admitting everything or refusing forever.
-if ARGV[1] ~= '1' and ARGV[1] ~= '2' then
+if ARGV[1] ~= '1' and ARGV[1] ~= '2' and ARGV[1] ~= '3' then
   local got = 'nothing'
   if ARGV[1] == '' then got = '""'
   elseif ARGV[1] then got = ARGV[1]:sub(1, 32):gsub('[^%w%p ]', '?') end
-  return redis.error_reply('ratelab: protocol version 1 or 2 expected, got ' .. got)
+  return redis.error_reply('ratelab: protocol version 1, 2 or 3 expected, got ' .. got)
 end
 -- Decimal only: Lua's `tonumber` would also read hexadecimal ("0x10") and stop at a
 -- NUL byte ("1\0junk"), which the module and the Rust clients never accept.
@@ -55,8 +63,18 @@ local now, cost, slack, deadline = integer(ARGV[2]), integer(ARGV[3]), integer(A
 local args_ok = cost ~= nil and slack ~= nil and (now ~= nil or ARGV[2] == '')
   and (deadline ~= nil or ARGV[5] == '')
 local op, first = 'check', 6
-if ARGV[1] == '2' then op, first = ARGV[6], 7 end
-if op ~= 'check' and op ~= 'peek' and op ~= 'refund' then args_ok = false end
+if ARGV[1] ~= '1' then op, first = ARGV[6], 7 end
+-- A refund says how long the admission it gives back still weighs on the key:
+-- "refund:<owed>", owed in µs (see `refund` above), from version 3. A bare "refund"
+-- is invalid.
+local owed = nil
+if ARGV[1] == '3' and op and op:sub(1, 7) == 'refund:' then
+  owed = integer(op:sub(8))
+  op = 'refund'
+  if owed == nil then args_ok = false end
+elseif op ~= 'check' and op ~= 'peek' then
+  args_ok = false
+end
 local P = {}
 for i = first, #ARGV do
   P[i - first + 1] = integer(ARGV[i])

@@ -3,14 +3,14 @@
 -- KEYS[1]  the windows: struct '<ddd' (current window index, previous count, current count)
 -- ARGV[1]  protocol version     ARGV[2]  now, µs, or "" to read Redis TIME     ARGV[3]  cost
 -- ARGV[4]  TTL slack, ms (0 with Redis TIME)     ARGV[5]  deadline, Unix µs, or ""
--- ARGV[6]  (version 2) the operation: check, peek or refund; then the parameters P[1], ...
+-- ARGV[6]  (version 2) the operation: check, peek or refund:<owed>; then the parameters P[1], ...
 --          from ARGV[7] (version 1: from ARGV[6], and the operation is check):
 -- P[1]  window length W, µs   P[2]  limit   P[3]  µs per step   P[4]  steps per window
 -- Returns {allowed, limit, remaining, retry_after_us, reset_after_us, delay_us}.
 -- limit x steps < 2^48: every product below is exact.
 -- (prologue.lua comes first: it checks the protocol version and the deadline, and sets
 -- now, cost, op, slack, skew, P, args_ok and the helpers read_string, stored, corrupt and
--- show.) op: check, peek (writes nothing) or refund (see prologue.lua).
+-- show.) op: check, peek (writes nothing) or refund (see prologue.lua; `owed` is its µs).
 local W, limit, step, steps = P[1], P[2], P[3], P[4]
 -- The steps are the quota's own: step = ceil(W / 2^16), steps = ceil(W / step).
 if not (args_ok and window_ok(W, limit) and cost <= limit and step and steps and step >= 1
@@ -46,9 +46,14 @@ local function full_at()
   return 0
 end
 if op == 'refund' then
-  -- Only the current window's count: the previous window's weight is owed for units
-  -- that may have passed long ago.
-  current = current - math.min(cost, current)
+  -- The admission weighs until the end of the window after its own: more than W still
+  -- owed, it is in the current window; less, in the previous one (still weighing);
+  -- nothing owed, it no longer counts, and no other unit is given back instead.
+  if owed > W then
+    current = current - math.min(cost, current)
+  elseif owed > 0 then
+    previous = previous - math.min(cost, previous)
+  end
   local reset = full_at() - now
   if reset <= 0 then
     if raw then redis.call('DEL', KEYS[1]) end

@@ -4,7 +4,7 @@
 --          was admitted at (members "<µs>:<n>", n counting the units of that µs)
 -- ARGV[1]  protocol version     ARGV[2]  now, µs, or "" to read Redis TIME     ARGV[3]  cost
 -- ARGV[4]  TTL slack, ms (0 with Redis TIME)     ARGV[5]  deadline, Unix µs, or ""
--- ARGV[6]  (version 2) the operation: check, peek or refund; then the parameters P[1], ...
+-- ARGV[6]  (version 2) the operation: check, peek or refund:<owed>; then the parameters P[1], ...
 --          from ARGV[7] (version 1: from ARGV[6], and the operation is check):
 -- P[1]  window length W, µs     P[2]  limit per window
 -- Returns {allowed, limit, remaining, retry_after_us, reset_after_us, delay_us}.
@@ -67,23 +67,31 @@ local function add_units(at, first, n)
   end
 end
 if op == 'refund' then
-  -- The newest units leave first. An instant's units are dropped together and the
-  -- ones that stay are added back as "<at>:1"..., keeping the numbering dense.
-  local left = math.min(cost, total)
+  -- The oldest live units leave first: never a unit newer than the refunded ones, which
+  -- are still in the log (the client sends only units still owed). An instant's units
+  -- are dropped together and the ones that stay are added back as "<at>:1"..., keeping
+  -- the numbering dense.
+  -- Nothing owed: the admission's units have left the log, and none goes in their place.
+  local left = 0
+  if owed > 0 then left = math.min(cost, total) end
   total = total - left
   while left > 0 do
-    local here = redis.call('ZCOUNT', key, newest, newest)
-    redis.call('ZREMRANGEBYSCORE', key, newest, newest)
+    local entry = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')
+    local oldest = tonumber(entry[2])
+    if not stored(oldest) or oldest > now + skew then
+      return corrupt('sliding-log', 'entry ' .. show(entry[1]) .. ' at ' .. show(entry[2]))
+    end
+    local here = redis.call('ZCOUNT', key, oldest, oldest)
+    redis.call('ZREMRANGEBYSCORE', key, oldest, oldest)
     if here > left then
-      add_units(newest, 0, here - left)
+      add_units(oldest, 0, here - left)
       left = 0
     else
       left = left - here
-      -- `total` units stay once the loop ends: `total + left` are still there.
-      bad = read_newest(total + left)
-      if bad then return bad end
     end
   end
+  bad = read_newest(total)
+  if bad then return bad end
   if total > 0 then
     redis.call('PEXPIRE', key, math.ceil((newest + W - now) / 1000) + slack)
   else

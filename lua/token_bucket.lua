@@ -3,13 +3,13 @@
 --          were counted in µs as a double: 12 bytes, exact below 2^53)
 -- ARGV[1]  protocol version     ARGV[2]  now, µs, or "" to read Redis TIME     ARGV[3]  cost
 -- ARGV[4]  TTL slack, ms (0 with Redis TIME)     ARGV[5]  deadline, Unix µs, or ""
--- ARGV[6]  (version 2) the operation: check, peek or refund; then the parameters P[1], ...
+-- ARGV[6]  (version 2) the operation: check, peek or refund:<owed>; then the parameters P[1], ...
 --          from ARGV[7] (version 1: from ARGV[6], and the operation is check):
 -- P[1]  µs per token T     P[2]  capacity (burst)
 -- Returns {allowed, limit, remaining, retry_after_us, reset_after_us, delay_us}.
 -- (prologue.lua comes first: it checks the protocol version and the deadline, and sets
 -- now, cost, op, slack, skew, P, args_ok and the helpers read_string, stored, corrupt and
--- show.) op: check, peek (writes nothing) or refund (see prologue.lua).
+-- show.) op: check, peek (writes nothing) or refund (see prologue.lua; `owed` is its µs).
 local T, cap = P[1], P[2]
 if not (args_ok and rate_ok(T, cap) and cost <= cap) then
   return redis.error_reply('ratelab token-bucket: invalid arguments')
@@ -38,8 +38,18 @@ if now > last then
   end
 end
 if op == 'refund' then
-  -- After the refill: tokens that arrived on their own are not given twice.
-  tokens = math.min(cap, tokens + cost)
+  -- After the refill: tokens that arrived on their own are not given twice. Then full
+  -- sooner by what the admission still holds: whole tokens, and the rest as an earlier
+  -- next token.
+  local debt = math.min(cost * T, owed)
+  local whole = math.floor(debt / T)
+  if tokens + whole >= cap then
+    tokens = cap
+  else
+    tokens = tokens + whole
+    last = last - (debt - whole * T)
+    if last < 0 then last = 0 end
+  end
   local reset = last + (cap - tokens) * T - now
   if reset <= 0 then
     if raw then redis.call('DEL', KEYS[1]) end

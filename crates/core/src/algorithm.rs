@@ -70,36 +70,60 @@ pub trait Algorithm: Send + Sync + 'static {
     /// Decides a request of `cost` at `now`, updating `state`.
     fn decide(&self, state: &mut Self::State, now: u64, cost: u32) -> Result<Decision, Error>;
 
-    /// Gives back up to `cost` units the key consumed, at `now`: a request
-    /// that was admitted but should not count (a "count only failures"
-    /// policy, a cancelled job).
+    /// Gives back up to `cost` units the key consumed, at `now`, for one
+    /// admission that should not count (a "count only failures" policy, a
+    /// cancelled job) and still weighs on the key for `owed` µs: its
+    /// decision's `reset_after`, less the time since it was decided.
     ///
-    /// Never takes the key above its capacity: a full key stays full, and a
-    /// refund of more than was consumed only makes the key full. What comes
-    /// back is what the algorithm can give back:
+    /// **Only what the admission still holds comes back.** An admission's
+    /// units do not weigh forever: the debt it added to a bucket is repaid
+    /// as time passes, and a window's count ends with its window. After
+    /// that, other admissions may have taken the room; giving the units back
+    /// then would let those others count for less than they cost, and more
+    /// than the quota would pass. So:
     ///
-    /// - GCRA, leaky queue: the TAT (next slot) moves `cost × T` earlier,
-    ///   never before `now`;
-    /// - leaky meter: the level drains to `now`, then loses `cost × T` (down
-    ///   to empty);
-    /// - token bucket: the bucket refills to `now`, then gains `cost` tokens
-    ///   (up to its capacity);
-    /// - fixed window, sliding counter: the current window's count loses up
-    ///   to `cost` (units counted in an earlier window stay counted);
-    /// - sliding log: the `cost` newest units leave the log.
+    /// - GCRA, leaky queue: the TAT (next slot) moves `min(cost × T, owed)`
+    ///   earlier, never before `now`;
+    /// - leaky meter: the level drains to `now`, then loses
+    ///   `min(cost × T, owed)` (down to empty);
+    /// - token bucket: the bucket refills to `now`, then is full
+    ///   `min(cost × T, owed)` sooner: whole tokens, and the rest as an
+    ///   earlier next token (up to its capacity);
+    /// - fixed window: while `owed > 0` (the admission's window is the
+    ///   current one), the count loses up to `cost`; after, nothing;
+    /// - sliding counter: while `owed > W` (the admission's window is the
+    ///   current one) the current count loses up to `cost`; while `owed > 0`
+    ///   (it is the previous one, still weighing) the previous count does;
+    ///   after, nothing;
+    /// - sliding log: while `owed > 0` (the admission's units are still in
+    ///   the log), its `cost` oldest units leave it, never one newer than
+    ///   the admission's; after, nothing.
     ///
-    /// A key back to full capacity is put back to its initial state
+    /// `owed` may be underestimated, never overestimated: measure the time
+    /// since from before the check was asked. An underestimate only gives
+    /// back less. For a debt, what an admission still holds is at least
+    /// `min(cost × T, owed)` whatever came after it (the debt it added is
+    /// repaid no faster than time passes), which is what comes back.
+    ///
+    /// Never takes the key above its capacity: a full key stays full. A key
+    /// back to full capacity is put back to its initial state
     /// ([`forget_if_full`]). Answers what a peek of cost 0 would after the
-    /// refund (`remaining`,
-    /// `reset_after`). A cost above [`Algorithm::capacity`] is
-    /// [`Error::CostTooHigh`], as for a check. `now` going backwards is time
-    /// standing still, as for [`Algorithm::decide`].
+    /// refund (`remaining`, `reset_after`). A cost above
+    /// [`Algorithm::capacity`] is [`Error::CostTooHigh`], as for a check.
+    /// `now` going backwards is time standing still, as for
+    /// [`Algorithm::decide`].
     ///
     /// [`Algorithm::full_at`] may decrease after a refund (it is the one
     /// change that lowers it). The default answers [`Error::Unsupported`];
     /// every ratelab algorithm implements it.
-    fn refund(&self, state: &mut Self::State, now: u64, cost: u32) -> Result<Decision, Error> {
-        let _ = (state, now, cost);
+    fn refund(
+        &self,
+        state: &mut Self::State,
+        now: u64,
+        cost: u32,
+        owed: u64,
+    ) -> Result<Decision, Error> {
+        let _ = (state, now, cost, owed);
         Err(Error::Unsupported("a refund"))
     }
 
@@ -121,6 +145,20 @@ pub fn forget_if_full<A: Algorithm + ?Sized>(algorithm: &A, state: &mut A::State
     if algorithm.full_at(state) <= now {
         *state = algorithm.initial_state();
     }
+}
+
+/// What a refund of `cost` units takes off a debt repaid at one unit per
+/// `interval` µs (GCRA, the token bucket, the leaky bucket), for an
+/// admission that still weighs `owed` µs: `min(cost × interval, owed)`.
+#[inline]
+pub fn owed_debt(cost: u64, interval: u64, owed: u64) -> u64 {
+    cost.saturating_mul(interval).min(owed)
+}
+
+/// `owed` as the µs [`Algorithm::refund`] takes.
+#[inline]
+pub fn owed_micros(owed: std::time::Duration) -> u64 {
+    u64::try_from(owed.as_micros()).unwrap_or(u64::MAX)
 }
 
 /// Where a single-bucket limiter keeps an algorithm's state.

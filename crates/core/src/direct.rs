@@ -179,21 +179,23 @@ impl<A: Algorithm, C: Clock> Direct<A, C> {
         self.algorithm.decide(&mut state, reading.max(latest), cost)
     }
 
-    /// Gives back up to `cost` units consumed, never taking the bucket above
-    /// its capacity (see [`RateLimiter::refund`]); answers what a peek of
-    /// cost 0 would after it.
-    pub fn refund(&self, cost: u32) -> Result<Decision, Error> {
+    /// Gives back up to `cost` units consumed, for an admission that still
+    /// weighs on the bucket for `owed` (see [`RateLimiter::refund`]: only
+    /// what it still holds comes back), never taking the bucket above its
+    /// capacity; answers what a peek of cost 0 would after it.
+    pub fn refund(&self, cost: u32, owed: std::time::Duration) -> Result<Decision, Error> {
+        let owed = crate::owed_micros(owed);
         let reading = clamp_instant(self.clock.now_micros());
         if <A::Cell as StateCell>::EXCLUSIVE {
             return self.hot.cell.update(|state| {
                 let now = self.advance_plain(reading);
-                self.algorithm.refund(state, now, cost)
+                self.algorithm.refund(state, now, cost, owed)
             });
         }
         self.publish(reading);
         self.hot.cell.update(|state| {
             let now = reading.max(self.hot.latest.load(Ordering::Acquire));
-            self.algorithm.refund(state, now, cost)
+            self.algorithm.refund(state, now, cost, owed)
         })
     }
 
@@ -259,8 +261,8 @@ impl<A: Algorithm, C: Clock> RateLimiter for Direct<A, C> {
     }
 
     /// Refunds the one bucket; `key` is ignored.
-    fn refund(&self, _key: &[u8], cost: u32) -> Result<Decision, Error> {
-        Direct::refund(self, cost)
+    fn refund(&self, _key: &[u8], cost: u32, owed: std::time::Duration) -> Result<Decision, Error> {
+        Direct::refund(self, cost, owed)
     }
 
     /// Resets the one bucket; `key` is ignored.

@@ -87,7 +87,9 @@ mod throttle;
 mod time;
 mod wait;
 
-pub use algorithm::{Algorithm, AtomicCell, LockedCell, StateCell, forget_if_full};
+pub use algorithm::{
+    Algorithm, AtomicCell, LockedCell, StateCell, forget_if_full, owed_debt, owed_micros,
+};
 pub use decision::{Decision, ceil_secs};
 pub use direct::Direct;
 pub use divisor::Divisor;

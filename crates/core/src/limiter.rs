@@ -9,6 +9,7 @@
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
+use std::time::Duration;
 
 use crate::{Decision, Error, Quota};
 
@@ -59,16 +60,62 @@ pub trait RateLimiter: Limiter {
 
     /// Gives back up to `cost` units `key` consumed: for a request that was
     /// admitted but should not count (only failures count, the work was
-    /// cancelled). Never takes the key above its capacity: a full key stays
-    /// full, so a refund of units never consumed is harmless. What each
-    /// algorithm gives back is documented on
+    /// cancelled).
+    ///
+    /// `owed` is how long that admission still weighs on the key: its
+    /// decision's [`reset_after`](Decision::reset_after), less the time
+    /// since the check was asked (measured from before the call, so that it
+    /// errs low). Only what the admission still holds comes back
+    /// ([`Algorithm::refund`](crate::Algorithm::refund)): units whose debt
+    /// was repaid, or counted in a window that has ended, are not given to
+    /// later requests.
+    ///
+    /// ```
+    /// use std::time::{Duration, Instant};
+    /// use ratelab_core::{Keyed, ManualClock, Quota, RateLimiter};
+    /// # use ratelab_core::{AtomicCell, Algorithm, Decision, Error};
+    /// # #[derive(Debug)]
+    /// # struct Once(Quota);
+    /// # impl Algorithm for Once {
+    /// #     type State = u64;
+    /// #     type Cell = AtomicCell;
+    /// #     fn name(&self) -> &'static str { "once" }
+    /// #     fn quota(&self) -> &Quota { &self.0 }
+    /// #     fn capacity(&self) -> u64 { 1 }
+    /// #     fn initial_state(&self) -> u64 { 0 }
+    /// #     fn decide(&self, used: &mut u64, _: u64, cost: u32) -> Result<Decision, Error> {
+    /// #         let cost = u64::from(cost);
+    /// #         if *used + cost > 1 { return Ok(Decision::refused(1).with_remaining(0)); }
+    /// #         *used += cost;
+    /// #         Ok(Decision::admitted(1).with_remaining(1 - *used).with_reset_after_micros(1_000_000))
+    /// #     }
+    /// #     fn refund(&self, used: &mut u64, now: u64, cost: u32, owed: u64) -> Result<Decision, Error> {
+    /// #         if owed > 0 { *used -= u64::from(cost).min(*used); }
+    /// #         self.decide(used, now, 0)
+    /// #     }
+    /// #     fn full_at(&self, used: &u64) -> u64 { if *used > 0 { u64::MAX } else { 0 } }
+    /// # }
+    /// let limiter = Keyed::with_clock(Once(Quota::per_second(1)?), ManualClock::new());
+    /// let asked = Instant::now();
+    /// let decision = limiter.check(b"login:ada", 1)?;
+    /// assert!(decision.allowed);
+    /// // The login succeeded: it does not count.
+    /// let owed = decision.reset_after().saturating_sub(asked.elapsed());
+    /// limiter.refund(b"login:ada", 1, owed)?;
+    /// assert!(limiter.check(b"login:ada", 1)?.allowed);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    ///
+    /// Never takes the key above its capacity: a full key stays full, so a
+    /// refund of units never consumed is harmless. What each algorithm
+    /// gives back is documented on
     /// [`Algorithm::refund`](crate::Algorithm::refund).
     ///
     /// Answers what a check of cost 0 would after the refund. A cost that
     /// can never fit is [`Error::CostTooHigh`]. The default answers
     /// [`Error::Unsupported`]; every ratelab limiter implements it.
-    fn refund(&self, key: &[u8], cost: u32) -> Result<Decision, Error> {
-        let _ = (key, cost);
+    fn refund(&self, key: &[u8], cost: u32, owed: Duration) -> Result<Decision, Error> {
+        let _ = (key, cost, owed);
         Err(Error::Unsupported("a refund"))
     }
 
@@ -109,10 +156,11 @@ pub trait AsyncRateLimiter: Limiter {
         ))))
     }
 
-    /// Gives back up to `cost` units `key` consumed: see
-    /// [`RateLimiter::refund`]. The default answers [`Error::Unsupported`].
-    fn refund_async<'a>(&'a self, key: &'a [u8], cost: u32) -> CheckFuture<'a> {
-        let _ = (key, cost);
+    /// Gives back up to `cost` units `key` consumed, for an admission that
+    /// still weighs on it for `owed`: see [`RateLimiter::refund`]. The
+    /// default answers [`Error::Unsupported`].
+    fn refund_async<'a>(&'a self, key: &'a [u8], cost: u32, owed: Duration) -> CheckFuture<'a> {
+        let _ = (key, cost, owed);
         Box::pin(std::future::ready(Err(Error::Unsupported("a refund"))))
     }
 
@@ -137,8 +185,8 @@ impl<L: RateLimiter + ?Sized> AsyncRateLimiter for L {
         Box::pin(std::future::ready(self.peek(key, cost)))
     }
 
-    fn refund_async<'a>(&'a self, key: &'a [u8], cost: u32) -> CheckFuture<'a> {
-        Box::pin(std::future::ready(self.refund(key, cost)))
+    fn refund_async<'a>(&'a self, key: &'a [u8], cost: u32, owed: Duration) -> CheckFuture<'a> {
+        Box::pin(std::future::ready(self.refund(key, cost, owed)))
     }
 
     fn reset_async<'a>(&'a self, key: &'a [u8]) -> ResetFuture<'a> {
@@ -167,8 +215,8 @@ macro_rules! forward_through_pointer {
             fn peek(&self, key: &[u8], cost: u32) -> Result<Decision, Error> {
                 (**self).peek(key, cost)
             }
-            fn refund(&self, key: &[u8], cost: u32) -> Result<Decision, Error> {
-                (**self).refund(key, cost)
+            fn refund(&self, key: &[u8], cost: u32, owed: Duration) -> Result<Decision, Error> {
+                (**self).refund(key, cost, owed)
             }
             fn reset(&self, key: &[u8]) -> Result<(), Error> {
                 (**self).reset(key)

@@ -151,12 +151,20 @@ impl Algorithm for FixedWindow {
     }
 
     #[inline]
-    fn refund(&self, counter: &mut Counter, now: u64, cost: u32) -> Result<Decision, Error> {
+    fn refund(
+        &self,
+        counter: &mut Counter,
+        now: u64,
+        cost: u32,
+        owed: u64,
+    ) -> Result<Decision, Error> {
         let cost = ensure_fits(cost, self.limit)?;
-        // Only the current window's count: units of a window that has ended
-        // no longer count anyway. A clock that went back stays in the window
-        // it had reached, as for a check.
-        if now / self.window <= counter.index {
+        // Only while the admission's window has not ended (`owed > 0`): it
+        // is then the current one. Its units counted in a window that has
+        // ended: giving them to this one would let others count for less.
+        // A clock that went back stays in the window it had reached, as for
+        // a check.
+        if owed > 0 && now / self.window <= counter.index {
             counter.count -= cost.min(counter.count);
         }
         forget_if_full(self, counter, now);

@@ -39,7 +39,7 @@
 #![forbid(unsafe_code)]
 
 use ratelab_core::{
-    Algorithm, AtomicCell, Decision, Divisor, Error, Quota, ensure_fits, forget_if_full,
+    Algorithm, AtomicCell, Decision, Divisor, Error, Quota, ensure_fits, forget_if_full, owed_debt,
 };
 
 /// GCRA parameters derived from a [`Quota`]. See the crate docs.
@@ -138,10 +138,13 @@ impl Algorithm for Gcra {
     }
 
     #[inline]
-    fn refund(&self, tat: &mut u64, now: u64, cost: u32) -> Result<Decision, Error> {
+    fn refund(&self, tat: &mut u64, now: u64, cost: u32, owed: u64) -> Result<Decision, Error> {
         let cost = ensure_fits(cost, self.capacity())?;
-        // Never before now: a TAT in the past already means full capacity.
-        *tat = tat.saturating_sub(cost * self.interval).max(now);
+        // What the admission still holds of the debt (see the trait); never
+        // before now: a TAT in the past already means full capacity.
+        *tat = tat
+            .saturating_sub(owed_debt(cost, self.interval, owed))
+            .max(now);
         forget_if_full(self, tat, now);
         self.decide(tat, now, 0)
     }

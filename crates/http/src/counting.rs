@@ -6,8 +6,15 @@
 //!
 //! - **With a refund** ([`Policy::refundable`](crate::Policy::refundable)):
 //!   the request consumes its cost like any other, and if its response does
-//!   not count, the cost is given back. Concurrent requests are bounded as
-//!   usual: at most the quota's worth are in flight.
+//!   not count, what its admission still holds is given back. Concurrent
+//!   requests are bounded as usual: at most the quota's worth are in flight.
+//!   A request slower than its admission weighs (a success that ends after
+//!   its window, or after its debt was repaid) gets nothing back: giving it
+//!   then would let later failures count for less (see
+//!   [`RateLimiter::refund`](ratelab_core::RateLimiter::refund)). The layer
+//!   measures the time since the check from before it, on real time: a
+//!   limiter on a clock that runs faster (a `ManualClock` moved by a test
+//!   while a request runs) can get back units that already came back.
 //! - **Without** (any limiter, [`Policy::new`](crate::Policy::new)): the
 //!   request is only peeked, refused if fewer than its cost remain, and the
 //!   cost is consumed after the response, if it counts. Requests that run at
@@ -21,6 +28,7 @@
 
 use std::future::Future;
 use std::pin::Pin;
+use std::time::Duration;
 
 use futures::future::join_all;
 use http::StatusCode;
@@ -53,35 +61,49 @@ pub type RefundFuture<'a> = Pin<Box<dyn Future<Output = Result<(), Error>> + Sen
 
 /// A limiter that can give back units it admitted.
 ///
-/// **Contract.** `refund(key, cost)` returns up to `cost` units to `key`,
-/// never taking it above its capacity (a refund after the units came back on
-/// their own returns nothing more), and never fails for a key it does not
-/// hold (nothing to return). It is called at most once per admitted request,
-/// with that request's key and cost.
+/// **Contract.** `refund(key, cost, owed)` returns up to `cost` units to
+/// `key`, only what the admission still holds `owed` before it stops
+/// weighing on the key (see
+/// [`RateLimiter::refund`](ratelab_core::RateLimiter::refund)), never
+/// taking it above its capacity, and never fails for a key it does not hold
+/// (nothing to return). It is called at most once per admitted request,
+/// with that request's key and cost, and the admission's `reset_after` less
+/// the time since its check was asked and a margin (see [`REFUND_MARGIN`]).
 pub trait Refund: Send + Sync {
-    /// Gives back up to `cost` units to `key`.
-    fn refund<'a>(&'a self, key: &'a [u8], cost: u32) -> RefundFuture<'a>;
+    /// Gives back up to `cost` units to `key`, of an admission that still
+    /// weighs on it for `owed`.
+    fn refund<'a>(&'a self, key: &'a [u8], cost: u32, owed: Duration) -> RefundFuture<'a>;
 }
 
+/// Taken off the time an admission still weighs before the layer asks for a
+/// refund: the time between the layer measuring it and the limiter reading
+/// its clock. A refund asked less than this before the admission stops
+/// weighing (its window ends, its debt is repaid) gives back nothing.
+pub const REFUND_MARGIN: Duration = Duration::from_millis(1);
+
 impl<R: Refund + ?Sized> Refund for std::sync::Arc<R> {
-    fn refund<'a>(&'a self, key: &'a [u8], cost: u32) -> RefundFuture<'a> {
-        (**self).refund(key, cost)
+    fn refund<'a>(&'a self, key: &'a [u8], cost: u32, owed: Duration) -> RefundFuture<'a> {
+        (**self).refund(key, cost, owed)
     }
 }
 
 /// The in-memory keyed limiter gives units back with
 /// [`Keyed::refund`](ratelab_core::Keyed::refund).
 impl<A: Algorithm, C: Clock> Refund for Keyed<A, C> {
-    fn refund<'a>(&'a self, key: &'a [u8], cost: u32) -> RefundFuture<'a> {
-        Box::pin(std::future::ready(Keyed::refund(self, key, cost).map(drop)))
+    fn refund<'a>(&'a self, key: &'a [u8], cost: u32, owed: Duration) -> RefundFuture<'a> {
+        Box::pin(std::future::ready(
+            Keyed::refund(self, key, cost, owed).map(drop),
+        ))
     }
 }
 
 /// The single bucket gives units back with
 /// [`Direct::refund`](ratelab_core::Direct::refund); the key is ignored.
 impl<A: Algorithm, C: Clock> Refund for Direct<A, C> {
-    fn refund<'a>(&'a self, _key: &'a [u8], cost: u32) -> RefundFuture<'a> {
-        Box::pin(std::future::ready(Direct::refund(self, cost).map(drop)))
+    fn refund<'a>(&'a self, _key: &'a [u8], cost: u32, owed: Duration) -> RefundFuture<'a> {
+        Box::pin(std::future::ready(
+            Direct::refund(self, cost, owed).map(drop),
+        ))
     }
 }
 
@@ -130,8 +152,8 @@ impl<L: AsyncRateLimiter> AsyncRateLimiter for Refundable<L> {
         self.0.peek_async(key, cost)
     }
 
-    fn refund_async<'a>(&'a self, key: &'a [u8], cost: u32) -> CheckFuture<'a> {
-        self.0.refund_async(key, cost)
+    fn refund_async<'a>(&'a self, key: &'a [u8], cost: u32, owed: Duration) -> CheckFuture<'a> {
+        self.0.refund_async(key, cost, owed)
     }
 
     fn reset_async<'a>(&'a self, key: &'a [u8]) -> ResetFuture<'a> {
@@ -140,9 +162,21 @@ impl<L: AsyncRateLimiter> AsyncRateLimiter for Refundable<L> {
 }
 
 impl<L: AsyncRateLimiter> Refund for Refundable<L> {
-    fn refund<'a>(&'a self, key: &'a [u8], cost: u32) -> RefundFuture<'a> {
-        let refund = self.0.refund_async(key, cost);
+    fn refund<'a>(&'a self, key: &'a [u8], cost: u32, owed: Duration) -> RefundFuture<'a> {
+        let refund = self.0.refund_async(key, cost, owed);
         Box::pin(async move { refund.await.map(drop) })
+    }
+}
+
+/// How long the admission of `report` still weighs on its key, erring low:
+/// its `reset_after`, less the time since its check was asked and
+/// [`REFUND_MARGIN`]. Nothing if that is unknown.
+fn still_owed(report: &Report) -> Duration {
+    match (report.decision(), report.asked) {
+        (Some(decision), Some(asked)) => decision
+            .reset_after()
+            .saturating_sub(asked.elapsed().saturating_add(REFUND_MARGIN)),
+        _ => Duration::ZERO,
     }
 }
 
@@ -192,10 +226,11 @@ pub(crate) async fn settle(verdict: &Verdict, status: StatusCode) {
                     return;
                 }
                 let Some(refund) = &policy.refund else { return };
-                let result =
-                    tokio::time::timeout(policy.timeout, refund.refund(&check.key, check.cost))
-                        .await
-                        .unwrap_or(Err(Error::Timeout(policy.timeout)));
+                let owed = still_owed(report);
+                let call = refund.refund(&check.key, check.cost, owed);
+                let result = tokio::time::timeout(policy.timeout, call)
+                    .await
+                    .unwrap_or(Err(Error::Timeout(policy.timeout)));
                 ("refund", result)
             };
             crate::telemetry::after_response(&policy.name, what, result.is_ok());

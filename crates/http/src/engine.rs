@@ -98,6 +98,10 @@ pub(crate) struct Report {
     /// engine's first call; `None` before it, or for a timeout too long to
     /// represent (no bound).
     deadline: Option<Instant>,
+    /// When the policy's check was asked, read before the call: how long
+    /// its admission still weighs is measured from here, for a refund
+    /// after the response.
+    pub(crate) asked: Option<quanta::Instant>,
     pub(crate) state: State,
 }
 
@@ -264,6 +268,7 @@ impl Engine {
             .into_iter()
             .map(|check| Report {
                 deadline: None,
+                asked: None,
                 check,
                 state: State::Pending,
             })
@@ -291,6 +296,7 @@ impl Engine {
             .limiter
             .check_now(&report.check.key, real_cost(report))?;
         crate::telemetry::limiter_call(policy, started.elapsed());
+        self.reports[0].asked = Some(started);
         self.reports[0].state = self.settle(0, result, State::Decided);
         Some(self.after_only_policy())
     }
@@ -405,6 +411,12 @@ impl Engine {
             return;
         }
         let started = Instant::now();
+        // Read before the calls, so that the time an admission still
+        // weighs errs low (a refund then gives back less, never more).
+        let asked = quanta::Instant::now();
+        for &i in which {
+            self.reports[i].asked = Some(asked);
+        }
         if !self.deadlines_set {
             // Every call of a policy for this request shares one deadline,
             // from the first.

@@ -281,7 +281,9 @@
 //! response is a failure (a failed login), [`Count::Successes`](crate::Count::Successes)
 //! only the others. With a limiter that can give units back
 //! ([`Refund`](crate::Refund), [`Policy::refundable`](crate::Policy::refundable))
-//! the request consumes first and is refunded after; with any other limiter
+//! the request consumes first and is refunded after (what its admission
+//! still holds: a success slower than its window gets nothing back, so that
+//! the next window's failures all count); with any other limiter
 //! it is peeked first and consumed after (see [`Count`](crate::Count) for
 //! the difference under concurrency).
 //!

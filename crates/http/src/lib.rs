@@ -88,7 +88,7 @@ pub use client::{
     SameKey, Throttle, ThrottleError, ThrottleKey, ThrottleLayer, Throttled, ThrottledFuture,
 };
 pub use config::ConfigError;
-pub use counting::{Count, Refund, RefundFuture, Refundable};
+pub use counting::{Count, REFUND_MARGIN, Refund, RefundFuture, Refundable};
 pub use failure::LimiterFailure;
 pub use future::ResponseFuture;
 pub use headers::{HeaderStyle, LegacyReset};

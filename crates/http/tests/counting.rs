@@ -6,6 +6,7 @@ mod common;
 
 use std::collections::HashMap;
 use std::sync::Mutex;
+use std::time::Duration;
 
 use axum::Router;
 use axum::extract::Path;
@@ -68,7 +69,12 @@ impl RateLimiter for Allowance {
 }
 
 impl Refund for Allowance {
-    fn refund<'a>(&'a self, key: &'a [u8], cost: u32) -> RefundFuture<'a> {
+    fn refund<'a>(&'a self, key: &'a [u8], cost: u32, owed: Duration) -> RefundFuture<'a> {
+        // The admission's hour, less the time since its check and the
+        // layer's margin: never more.
+        let hour = Duration::from_secs(3600);
+        assert!(owed <= hour - ratelab_http::REFUND_MARGIN, "{owed:?}");
+        assert!(owed > hour - Duration::from_secs(10), "{owed:?}");
         let mut used = self.used.lock().unwrap();
         if let Some(used) = used.get_mut(key) {
             *used = used.saturating_sub(u64::from(cost));
@@ -158,6 +164,6 @@ async fn failures_only_without_a_refund_peeks_then_counts() {
     // The wait is until one unit is back: 20 minutes after the first failure.
     assert_eq!(refused.header("retry-after"), "1200");
     assert_eq!(refused.header("ratelimit"), r#""login";r=0;t=1200"#);
-    clock.advance(std::time::Duration::from_secs(1200));
+    clock.advance(Duration::from_secs(1200));
     assert_eq!(fetch(addr, "/ok").await.status, 200);
 }

@@ -1,6 +1,8 @@
 //! The leaky bucket as a meter.
 
-use ratelab_core::{Algorithm, Decision, Error, LockedCell, Quota, ensure_fits, forget_if_full};
+use ratelab_core::{
+    Algorithm, Decision, Error, LockedCell, Quota, ensure_fits, forget_if_full, owed_debt,
+};
 
 /// Leaky bucket (meter) parameters derived from a [`Quota`]: refuses what
 /// would overflow. See the crate docs.
@@ -105,14 +107,15 @@ impl Algorithm for LeakyMeter {
     }
 
     #[inline]
-    fn refund(&self, level: &mut Level, now: u64, cost: u32) -> Result<Decision, Error> {
+    fn refund(&self, level: &mut Level, now: u64, cost: u32, owed: u64) -> Result<Decision, Error> {
         let cost = ensure_fits(cost, self.capacity)?;
         // Drain to now first (a clock that went back drains nothing), then
-        // pour out what was refunded: never below empty.
+        // pour out what the admission still holds (see the trait): never
+        // below empty.
         let at = level.at.max(now);
         let water = level.water.saturating_sub(at - level.at);
         *level = Level {
-            water: water.saturating_sub(cost * self.interval),
+            water: water.saturating_sub(owed_debt(cost, self.interval, owed)),
             at,
         };
         forget_if_full(self, level, now);

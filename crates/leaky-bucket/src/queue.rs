@@ -1,6 +1,8 @@
 //! The leaky bucket as a queue (shaper).
 
-use ratelab_core::{Algorithm, AtomicCell, Decision, Error, Quota, ensure_fits, forget_if_full};
+use ratelab_core::{
+    Algorithm, AtomicCell, Decision, Error, Quota, ensure_fits, forget_if_full, owed_debt,
+};
 
 /// Leaky bucket (queue) parameters derived from a [`Quota`]: admits into a
 /// bounded queue and gives each request its slot. See the crate docs.
@@ -86,10 +88,19 @@ impl Algorithm for LeakyQueue {
     }
 
     #[inline]
-    fn refund(&self, next_free: &mut u64, now: u64, cost: u32) -> Result<Decision, Error> {
+    fn refund(
+        &self,
+        next_free: &mut u64,
+        now: u64,
+        cost: u32,
+        owed: u64,
+    ) -> Result<Decision, Error> {
         let cost = ensure_fits(cost, self.capacity)?;
-        // Never before now: a free slot in the past is an empty queue.
-        *next_free = next_free.saturating_sub(cost * self.interval).max(now);
+        // What the admission still holds (see the trait); never before now:
+        // a free slot in the past is an empty queue.
+        *next_free = next_free
+            .saturating_sub(owed_debt(cost, self.interval, owed))
+            .max(now);
         forget_if_full(self, next_free, now);
         self.decide(next_free, now, 0)
     }

@@ -15,7 +15,8 @@
 //!   caller's clock, or `-` for Redis `TIME`. Answers the decision
 //!   (`allowed`, `limit`, `remaining`, `retry_after_micros`,
 //!   `reset_after_micros`, `delay_micros`) or `{"error":..,"kind":..}`.
-//! - `peek ...` and `refund ...`, the same way.
+//! - `peek ...`, the same way; `refund ... <owed>`, with the µs the refunded
+//!   admission still weighs (its `reset_after`, less the time since).
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -33,14 +34,14 @@ type Answer<'a> = Pin<Box<dyn Future<Output = Result<Decision, Error>> + 'a>>;
 
 /// A Redis limiter of any algorithm, one operation at a time.
 trait Driven {
-    fn call<'a>(&'a self, op: &str, key: &'a [u8], cost: u32) -> Answer<'a>;
+    fn call<'a>(&'a self, op: &str, key: &'a [u8], cost: u32, owed: Duration) -> Answer<'a>;
 }
 
 impl<A: RedisAlgorithm> Driven for RedisLimiter<A> {
-    fn call<'a>(&'a self, op: &str, key: &'a [u8], cost: u32) -> Answer<'a> {
+    fn call<'a>(&'a self, op: &str, key: &'a [u8], cost: u32, owed: Duration) -> Answer<'a> {
         match op {
             "peek" => Box::pin(self.peek(key, cost)),
-            "refund" => Box::pin(self.refund(key, cost)),
+            "refund" => Box::pin(self.refund(key, cost, owed)),
             _ => Box::pin(self.check(key, cost)),
         }
     }
@@ -97,13 +98,17 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 }
                 Err(e) => error_json(&e, "Quota"),
             },
-            [
-                op @ ("check" | "peek" | "refund"),
-                algorithm,
-                key,
-                cost,
-                now,
-            ] => {
+            [op @ ("check" | "peek"), algorithm, key, cost, now]
+            | [op @ "refund", algorithm, key, cost, now, _] => {
+                let owed = match words.get(5).map(|owed| owed.parse::<u64>()) {
+                    None => Duration::ZERO,
+                    Some(Ok(owed)) => Duration::from_micros(owed),
+                    Some(Err(e)) => {
+                        writeln!(out, "{}", error_json(&format!("owed: {e}"), "Usage"))?;
+                        out.flush()?;
+                        continue;
+                    }
+                };
                 let (kind, cost, now) = match parse_check(algorithm, cost, now) {
                     Ok(parsed) => parsed,
                     Err(e) => {
@@ -133,7 +138,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 if let Some(now) = now {
                     clock.set(now);
                 }
-                match runtime.block_on(limiter.call(op, key.as_bytes(), cost)) {
+                match runtime.block_on(limiter.call(op, key.as_bytes(), cost, owed)) {
                     Ok(decision) => decision_json(&decision),
                     Err(e) => error_json(&e.to_string(), &format!("{:?}", e.kind())),
                 }

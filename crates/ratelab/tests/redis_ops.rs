@@ -7,6 +7,8 @@
 
 mod common;
 
+use std::time::Duration;
+
 use proptest::prelude::*;
 use ratelab::{
     AlgorithmKind, AlgorithmVisitor, AsyncRateLimiter, Decision, Direct, KnownAlgorithm,
@@ -51,6 +53,11 @@ fn direct(kind: AlgorithmKind, quota: Quota, clock: &ManualClock) -> Box<dyn Rat
 
 type Answer = Result<Decision, String>;
 
+/// The refunds here give back all they are asked for, on both sides: this
+/// test compares the primitive; how much a refund may give back is
+/// `refund_bound.rs`'s.
+const STILL_OWED: Duration = Duration::MAX;
+
 fn agree(quota: Quota, arrivals: &[Arrival], ops: &[Op]) -> Result<(), TestCaseError> {
     let (_, runtime, connection) = common::shared();
     let capacity = u64::from(quota.burst());
@@ -68,7 +75,7 @@ fn agree(quota: Quota, arrivals: &[Arrival], ops: &[Op]) -> Result<(), TestCaseE
                 let future = match op {
                     Op::Check => redis.check_async(key, cost),
                     Op::PeekThenCheck => redis.peek_async(key, cost),
-                    Op::Refund => redis.refund_async(key, cost),
+                    Op::Refund => redis.refund_async(key, cost, STILL_OWED),
                     Op::Reset => {
                         return runtime
                             .block_on(redis.reset_async(key))
@@ -82,7 +89,7 @@ fn agree(quota: Quota, arrivals: &[Arrival], ops: &[Op]) -> Result<(), TestCaseE
                 match op {
                     Op::Check => memory.check(key, cost),
                     Op::PeekThenCheck => memory.peek(key, cost),
-                    Op::Refund => memory.refund(key, cost),
+                    Op::Refund => memory.refund(key, cost, STILL_OWED),
                     Op::Reset => memory.reset(key).map(|()| Decision::admitted(0)),
                 }
                 .map_err(|e| e.to_string())
@@ -163,11 +170,20 @@ fn a_refund_gives_back_and_a_reset_forgets() {
         ];
         for limiter in &limiters {
             let run = |f: ratelab::CheckFuture<'_>| runtime.block_on(f).unwrap();
+            let mut last = None;
             for _ in 0..3 {
-                assert!(run(limiter.check_async(b"k", 1)).allowed, "{kind}");
+                let decision = run(limiter.check_async(b"k", 1));
+                assert!(decision.allowed, "{kind}");
+                last = Some(decision);
             }
             assert!(!run(limiter.check_async(b"k", 1)).allowed, "{kind}");
-            assert_eq!(run(limiter.refund_async(b"k", 1)).remaining, 1, "{kind}");
+            // Given back at the instant of the check: all of it is owed.
+            let owed = last.unwrap().reset_after();
+            assert_eq!(
+                run(limiter.refund_async(b"k", 1, owed)).remaining,
+                1,
+                "{kind}"
+            );
             assert!(run(limiter.peek_async(b"k", 1)).allowed, "{kind}");
             assert!(!run(limiter.peek_async(b"k", 2)).allowed, "{kind}");
             runtime.block_on(limiter.reset_async(b"k")).unwrap();
@@ -211,7 +227,7 @@ fn a_peek_during_an_outage_charges_no_fallback() {
         let build = |policy| {
             RedisLimiter::builder(connection.clone(), Gcra::new(quota))
                 .prefix(common::unique_prefix())
-                .timeout(std::time::Duration::from_millis(200))
+                .timeout(Duration::from_millis(200))
                 .on_failure(policy)
                 .build()
         };
@@ -232,7 +248,14 @@ fn a_peek_during_an_outage_charges_no_fallback() {
         assert_eq!(peeked.remaining, 1);
         assert!(!peeked.reset_after().is_zero());
 
-        assert!(fallback.refund(b"k", 1).await.unwrap_err().is_unavailable());
+        let owed = Duration::from_secs(60);
+        assert!(
+            fallback
+                .refund(b"k", 1, owed)
+                .await
+                .unwrap_err()
+                .is_unavailable()
+        );
         assert!(fallback.reset(b"k").await.unwrap_err().is_unavailable());
     });
 }

@@ -478,7 +478,7 @@ fn a_sliding_log_too_large_for_redis_is_refused_before_any_call() {
         for call in [
             limiter.check(b"big", 1).await,
             limiter.peek(b"big", 1).await,
-            limiter.refund(b"big", 1).await,
+            limiter.refund(b"big", 1, Duration::from_secs(1)).await,
         ] {
             let error = call.unwrap_err();
             assert_eq!(error.kind(), ErrorKind::Unsupported, "{error}");

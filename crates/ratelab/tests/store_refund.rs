@@ -23,22 +23,24 @@ fn store(max_keys: usize, clock: &ManualClock) -> Keyed<Gcra, ManualClock> {
 fn a_key_given_everything_back_or_reset_is_forgotten() {
     let clock = ManualClock::new();
     let limiter = store(2, &clock);
-    assert!(limiter.check(b"a", 3).unwrap().allowed);
+    let a = limiter.check(b"a", 3).unwrap();
+    assert!(a.allowed);
     assert!(limiter.check(b"b", 1).unwrap().allowed);
     assert_eq!(limiter.len(), 2);
-    let after = limiter.refund(b"a", 3).unwrap();
+    // At the instant of its check: the admission weighs its whole reset.
+    let after = limiter.refund(b"a", 3, a.reset_after()).unwrap();
     assert_eq!((after.remaining, after.reset_after()), (3, Duration::ZERO));
     assert_eq!(limiter.len(), 1);
     limiter.reset(b"b");
     assert!(limiter.is_empty());
     // Nothing to give back: a key never seen answers as a peek of cost 0.
     assert_eq!(
-        limiter.refund(b"c", 1).unwrap(),
+        limiter.refund(b"c", 1, Duration::from_secs(1)).unwrap(),
         limiter.peek(b"c", 0).unwrap()
     );
     assert!(limiter.is_empty());
     assert!(matches!(
-        limiter.refund(b"c", 4),
+        limiter.refund(b"c", 4, Duration::from_secs(4)),
         Err(Error::CostTooHigh { .. })
     ));
 }
@@ -47,7 +49,8 @@ fn a_key_given_everything_back_or_reset_is_forgotten() {
 fn a_refund_makes_the_wait_for_a_slot_shorter() {
     let clock = ManualClock::new();
     let limiter = store(2, &clock);
-    assert!(limiter.check(b"a", 3).unwrap().allowed); // full again at 3 s
+    let a = limiter.check(b"a", 3).unwrap(); // full again at 3 s
+    assert!(a.allowed);
     assert!(limiter.check(b"b", 2).unwrap().allowed); // full again at 2 s
     let wait = |limiter: &Keyed<Gcra, ManualClock>| match limiter.check(b"new", 1) {
         Err(Error::TooManyKeys { retry_after, .. }) => retry_after,
@@ -55,7 +58,7 @@ fn a_refund_makes_the_wait_for_a_slot_shorter() {
     };
     assert_eq!(wait(&limiter), Duration::from_secs(2));
     // `a` is full again at 1 s now: the wait follows.
-    limiter.refund(b"a", 2).unwrap();
+    limiter.refund(b"a", 2, a.reset_after()).unwrap();
     assert_eq!(wait(&limiter), Duration::from_secs(1));
     clock.advance(Duration::from_secs(1));
     assert!(limiter.check(b"new", 1).unwrap().allowed);
@@ -67,8 +70,9 @@ fn refunds_without_end_stay_within_the_memory_bound() {
     let limiter = store(4, &clock);
     for round in 0..10_000u32 {
         let key = (round % 4).to_le_bytes();
-        assert!(limiter.check(&key, 2).unwrap().allowed);
-        limiter.refund(&key, 1).unwrap();
+        let decision = limiter.check(&key, 2).unwrap();
+        assert!(decision.allowed);
+        limiter.refund(&key, 1, decision.reset_after()).unwrap();
         if round % 7 == 0 {
             limiter.reset(&key);
         }

@@ -15,18 +15,21 @@ pub(crate) enum Op {
     Check,
     /// Decide, writing nothing.
     Peek,
-    /// Give back up to `cost` units, never above the capacity.
-    Refund,
+    /// Give back up to `cost` units, never above the capacity, of an
+    /// admission that still weighs on the key for this many µs
+    /// (`refund:<µs>`).
+    Refund(u64),
 }
 
 /// The prologue's first check: `ARGV[1]` is a protocol version it speaks
-/// (1 or 2), else the error `ratelab: protocol version 1 or 2 expected, got
+/// (1, 2 or 3), else the error `ratelab: protocol version 1, 2 or 3 expected, got
 /// ...` (a caller built for another version of the protocol never gets a
 /// decision made from arguments it meant otherwise). Answers the version.
 pub(crate) fn check_protocol(first: Option<&[u8]>) -> Result<u8, String> {
     match first {
         Some(b"1") => return Ok(1),
         Some(b"2") => return Ok(2),
+        Some(b"3") => return Ok(3),
         _ => {}
     }
     let got = match first {
@@ -44,13 +47,14 @@ pub(crate) fn check_protocol(first: Option<&[u8]>) -> Result<u8, String> {
             .collect(),
     };
     Err(format!(
-        "ratelab: protocol version 1 or 2 expected, got {got}"
+        "ratelab: protocol version 1, 2 or 3 expected, got {got}"
     ))
 }
 
 /// Splits the operation out of `ARGV` after the version, as the prologue
-/// does: version 2 has it after the deadline (`None` for anything but
-/// `check`, `peek` and `refund`: invalid arguments), version 1 checks.
+/// does: versions 2 and 3 have it after the deadline (`None` for anything
+/// but `check`, `peek` and, from version 3, `refund:<µs>`: invalid
+/// arguments), version 1 checks.
 /// Answers the operation, the four arguments before the parameters (`now`,
 /// cost, slack, deadline) and the parameters, borrowed: nothing is copied.
 pub(crate) fn split_op<A: AsRef<[u8]>>(version: u8, argv: &[A]) -> Option<(Op, &[A], &[A])> {
@@ -65,7 +69,7 @@ pub(crate) fn split_op<A: AsRef<[u8]>>(version: u8, argv: &[A]) -> Option<(Op, &
     let op = match op.as_ref() {
         b"check" => Op::Check,
         b"peek" => Op::Peek,
-        b"refund" => Op::Refund,
+        op if version >= 3 => Op::Refund(lua::integer(op.strip_prefix(b"refund:")?)?),
         _ => return None,
     };
     Some((op, head, params))
@@ -190,7 +194,7 @@ mod tests {
         assert_eq!(check_protocol(Some(b"2")), Ok(2));
         let error = |got: &str| {
             Err(format!(
-                "ratelab: protocol version 1 or 2 expected, got {got}"
+                "ratelab: protocol version 1, 2 or 3 expected, got {got}"
             ))
         };
         assert_eq!(check_protocol(None), error("nothing"));
@@ -208,6 +212,21 @@ mod tests {
         assert_eq!(split_op(1, &argv).unwrap(), (Op::Check, head, &argv[4..]));
         assert!(split_op(1, &["1", "1", "0"]).is_none());
         assert!(split_op(2, &["1000", "2", "5", "", "drop", "10"]).is_none());
+        // A refund says how long its admission still weighs, in µs.
+        let refund = ["1000", "2", "5", "", "refund:1500", "10"];
+        assert_eq!(split_op(3, &refund).unwrap().0, Op::Refund(1500));
+        // Version 2 had no way to say it: its refunds are invalid.
+        assert!(split_op(2, &refund).is_none());
+        for bad in [
+            "refund",
+            "refund:",
+            "refund:-1",
+            "refund:0x10",
+            "refund:1.5",
+        ] {
+            let argv = ["1000", "2", "5", "", bad, "10"];
+            assert!(split_op(3, &argv).is_none(), "{bad}");
+        }
         assert!(split_op(2, &["1000", "2", "5", ""]).is_none());
     }
 

@@ -173,9 +173,9 @@ pub(crate) fn string_command<A: StringState>(
         }
     };
 
-    if op == Op::Refund {
+    if let Op::Refund(owed) = op {
         let decision = algorithm
-            .refund(&mut state, now, cost)
+            .refund(&mut state, now, cost, owed)
             .map_err(|_| invalid(A::NAME))?;
         // As the scripts: a key full again is deleted, any other written
         // with the TTL until it is.
@@ -359,14 +359,24 @@ pub(crate) fn sliding_log(
     };
     let mut newest = newest_of(total)?;
 
-    if op == Op::Refund {
-        // The newest units leave first. An instant's units are dropped
-        // together and those that stay are added back from `<µs>:1`, as the
-        // script does, so that the numbering stays dense.
-        let mut left = u64::from(cost).min(total);
+    if let Op::Refund(owed) = op {
+        // The oldest live units leave first, as `SlidingLog::refund` takes
+        // them. An instant's units are dropped together and those that stay
+        // are added back from `<µs>:1`, as the script does, so that the
+        // numbering stays dense. Nothing owed: the admission's units have
+        // left the log already, and no other unit goes in their place.
+        let mut left = if owed > 0 {
+            u64::from(cost).min(total)
+        } else {
+            0
+        };
         total -= left;
         while left > 0 {
-            let Some(at) = newest else { break };
+            let first = log::oldest(ctx, key);
+            let (Some(member), Some(score)) = (first.element(0), first.element(1)) else {
+                return Err(corrupt(NAME, k, "no oldest entry"));
+            };
+            let at = instant(member, score)?;
             let at_text = at.to_string();
             let at_bytes = at_text.as_bytes();
             let here = call(ctx, &READ, "ZCOUNT", &[k, at_bytes, at_bytes])
@@ -382,11 +392,9 @@ pub(crate) fn sliding_log(
                 left = 0;
             } else {
                 left -= here;
-                // `total` units are left after this loop; counting the ones
-                // still to remove tells whether any remain.
-                newest = newest_of(total + left)?;
             }
         }
+        newest = newest_of(total)?;
         if total == 0 {
             newest = None;
         } else if let Some(at) = newest {

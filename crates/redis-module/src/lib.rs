@@ -9,16 +9,18 @@
 //! and answers exactly what it answers:
 //!
 //! ```text
-//! RATELAB.GCRA key 2 now cost slack deadline op T tolerance burst
+//! RATELAB.GCRA key 3 now cost slack deadline op T tolerance burst
 //!   -> [allowed, limit, remaining, retry_after_us, reset_after_us, delay_us]
 //! ```
 //!
-//! `2` is the protocol version (version 1, with no `op` and the operation
-//! a check, is still answered; any other version answers
-//! `ratelab: protocol version 1 or 2 expected, got ...`); `op` is `check`,
-//! `peek` (the decision a check would get, nothing written) or `refund`
-//! (up to `cost` units given back, never above the capacity; the answer is
-//! a peek of cost 0 after it); a reset is a `DEL` of the key, no command.
+//! `3` is the protocol version (version 1, with no `op` and the operation
+//! a check, is still answered, and version 2's checks and peeks; any other
+//! version answers `ratelab: protocol version 1, 2 or 3 expected, got ...`);
+//! `op` is `check`, `peek` (the decision a check would get, nothing written)
+//! or `refund:<owed>` (up to `cost` units of one admission that still
+//! weighs `owed` µs given back: only what it still holds, never above the
+//! capacity; the answer is a peek of cost 0 after it); a reset is a `DEL` of
+//! the key, no command.
 //! `now` is the caller's instant in µs, or `""` for the server clock; `slack`
 //! is added to every TTL (ms); `deadline` is the Unix µs (server clock) after
 //! which the call writes nothing and answers `ratelab expired: ...`, or `""`;
@@ -101,11 +103,12 @@ use redis_module::{Context, RedisResult, RedisString, RedisValue, Status, redis_
 /// The newest version of the protocol the commands speak (the arguments,
 /// replies and key encodings of the Lua scripts they mirror), expected as
 /// the first argument after the key, as the scripts expect it as `ARGV[1]`;
-/// version 1 calls (checks only) are still answered. `RATELAB.PROTOCOL`
-/// answers it, so that a client can tell a module that speaks its protocol
-/// from another (one that would not know a peek or a refund) before it
-/// sends a call.
-pub const PROTOCOL: i64 = 2;
+/// version 1 calls (checks only) and version 2's checks and peeks are
+/// still answered. `RATELAB.PROTOCOL` answers it, so that a client can tell
+/// a module that speaks its protocol from another (one that would not know
+/// a peek, or a refund that says what it still owes) before it sends a
+/// call.
+pub const PROTOCOL: i64 = 3;
 
 /// Each algorithm's name (`Algorithm::name`) and its command.
 pub const COMMANDS: [(&str, &str); 7] = [

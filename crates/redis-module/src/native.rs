@@ -433,6 +433,19 @@ pub(crate) mod log {
         )
     }
 
+    /// `ZRANGE key 0 0 WITHSCORES`: the oldest unit and its instant.
+    pub(crate) fn oldest<'a>(ctx: &'a Context, key: KeyArg<'_>) -> Reply<'a> {
+        rm_call!(
+            ctx,
+            c"ZRANGE",
+            c"Esccc",
+            key.object,
+            c"0".as_ptr(),
+            c"0".as_ptr(),
+            c"WITHSCORES".as_ptr()
+        )
+    }
+
     /// `ZRANGEBYSCORE key (cutoff +inf WITHSCORES LIMIT 0 count`: the first
     /// `count` live units and their instants.
     pub(crate) fn first<'a>(

@@ -88,6 +88,13 @@ const EDGES: &[&str] = &[
     "check",
     "peek",
     "refund",
+    "refund:",
+    "refund:-1",
+    "refund:1e3",
+    "refund: 5",
+    "refund:0x10",
+    "refund:9007199254740992",
+    "refund:1000",
     "2",
 ];
 
@@ -204,7 +211,7 @@ fn case() -> impl Strategy<Value = Case> {
     (
         hostile_key(),
         prime(),
-        proptest::sample::select(&["check", "peek", "refund"][..]),
+        proptest::sample::select(&["check", "peek", "refund:0", "refund:3000000"][..]),
         0u32..12,
         proptest::collection::vec(spoil(), 0..4),
     )

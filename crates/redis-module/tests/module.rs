@@ -252,7 +252,7 @@ fn server_time_deadlines_and_invalid_arguments_answer_as_the_scripts() {
         let now = START.to_string();
         // Another protocol version, or none: the prologue's own error.
         let mut other = argv(&now, 1, 0, "", &params);
-        other[0] = "3".into();
+        other[0] = "4".into();
         let mut empty = other.clone();
         empty[0] = String::new();
         for args in [vec![], other, empty] {
@@ -260,7 +260,7 @@ fn server_time_deadlines_and_invalid_arguments_answer_as_the_scripts() {
             let script = query(&mut connection, &script_cmd(&sha, "p:s", &args));
             assert!(
                 module.as_ref().is_err_and(
-                    |e| e.starts_with("ratelab: protocol version 1 or 2 expected, got ")
+                    |e| e.starts_with("ratelab: protocol version 1, 2 or 3 expected, got ")
                 ),
                 "{name} {args:?}: {module:?}"
             );

@@ -50,14 +50,22 @@
 //!     .on_failure(FailurePolicy::Deny)
 //!     .build();
 //!
-//! let mut admitted = 0;
+//! let mut admitted = Vec::new();
 //! for _ in 0..20 {
-//!     admitted += limiter.check(b"client-42", 1).await?.allowed as u32;
+//!     let asked = std::time::Instant::now();
+//!     let decision = limiter.check(b"client-42", 1).await?;
+//!     if decision.allowed {
+//!         admitted.push((asked, decision));
+//!     }
 //! }
-//! assert_eq!(admitted, 10);
+//! assert_eq!(admitted.len(), 10);
 //!
-//! // A failed login given back, a successful one forgiving the rest.
-//! assert!(limiter.refund(b"client-42", 1).await?.remaining >= 1);
+//! // A login that should not count given back (what its admission still
+//! // weighs: its reset, less the time since), a successful one forgiving
+//! // the rest.
+//! let (asked, last) = admitted[9];
+//! let owed = last.reset_after().saturating_sub(asked.elapsed());
+//! assert!(limiter.refund(b"client-42", 1, owed).await?.remaining >= 1);
 //! assert!(limiter.peek(b"client-42", 1).await?.allowed);
 //! limiter.reset(b"client-42").await?;
 //! assert_eq!(limiter.peek(b"client-42", 0).await?.remaining, 10);

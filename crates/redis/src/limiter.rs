@@ -8,8 +8,8 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use ratelab_core::{
-    AsyncRateLimiter, CheckFuture, Clock, Decision, Error, Keyed, Limiter, Quota, ResetFuture,
-    SystemClock, clamp_instant, duration_to_micros, ensure_fits,
+    AsyncRateLimiter, CheckFuture, Clock, Decision, Error, Keyed, Limiter, MAX_INSTANT_MICROS,
+    Quota, ResetFuture, SystemClock, clamp_instant, duration_to_micros, ensure_fits, owed_micros,
 };
 use redis::Value;
 
@@ -149,25 +149,43 @@ impl<A: RedisAlgorithm> RedisLimiter<A> {
         }
     }
 
-    /// Gives back up to `cost` units `key` consumed, never taking it above
-    /// its capacity (what each algorithm gives back:
+    /// Gives back up to `cost` units `key` consumed, for an admission that
+    /// still weighs on it for `owed` ([`RateLimiter::refund`]: only what it
+    /// still holds comes back), never taking it above its capacity (what
+    /// each algorithm gives back:
     /// [`Algorithm::refund`](ratelab_core::Algorithm::refund)); answers what
     /// a peek of cost 0 would after it. One round trip; this instance's
     /// cached refusal for `key` is forgotten.
     ///
+    /// On Redis `TIME` the refund is decided when the script runs, which may
+    /// be as late as the call's deadline allows: `owed` is taken down by the
+    /// timeout and twice the clock skew first. On the client's clock it is
+    /// decided at the instant sent with it.
+    ///
     /// No failure policy applies: when Redis is unavailable the error is
     /// returned (there is nothing to give back on a store that is not there,
     /// and a fallback never saw the units).
-    pub async fn refund(&self, key: &[u8], cost: u32) -> Result<Decision, Error> {
+    ///
+    /// [`RateLimiter::refund`]: ratelab_core::RateLimiter::refund
+    pub async fn refund(&self, key: &[u8], cost: u32, owed: Duration) -> Result<Decision, Error> {
         let inner = &*self.inner;
         ensure_fits(cost, inner.capacity)?;
         inner.ensure_supported()?;
+        let in_flight = match inner.time {
+            TimeSource::Redis => inner
+                .timeout
+                .saturating_add(inner.clock_skew.saturating_mul(2)),
+            TimeSource::Client(_) => Duration::ZERO,
+        };
+        // Sent as an integer the scripts read exactly: any more is as good
+        // as all of it (2^52 µs is over a century).
+        let owed = owed_micros(owed.saturating_sub(in_flight)).min(MAX_INSTANT_MICROS);
         if let Some(cache) = &inner.refusals {
             cache.forget(key);
         }
         let redis_key = self.redis_key(key);
         inner
-            .guarded(inner.run(&redis_key, inner.now(), cost, Op::Refund))
+            .guarded(inner.run(&redis_key, inner.now(), cost, Op::Refund { owed }))
             .await
     }
 
@@ -428,8 +446,8 @@ impl<A: RedisAlgorithm> AsyncRateLimiter for RedisLimiter<A> {
         Box::pin(self.peek(key, cost))
     }
 
-    fn refund_async<'a>(&'a self, key: &'a [u8], cost: u32) -> CheckFuture<'a> {
-        Box::pin(self.refund(key, cost))
+    fn refund_async<'a>(&'a self, key: &'a [u8], cost: u32, owed: Duration) -> CheckFuture<'a> {
+        Box::pin(self.refund(key, cost, owed))
     }
 
     fn reset_async<'a>(&'a self, key: &'a [u8]) -> ResetFuture<'a> {

@@ -12,9 +12,9 @@ use crate::connection::Connection;
 /// of every script call. Version 2 adds the operation ([`Op`]) as `ARGV[6]`,
 /// before the parameters; the scripts still answer version 1 calls (checks,
 /// parameters from `ARGV[6]`). A script answers
-/// `ratelab: protocol version 1 or 2 expected, got <what it got>` to a call
+/// `ratelab: protocol version 1, 2 or 3 expected, got <what it got>` to a call
 /// of another version, never a decision.
-pub const PROTOCOL_VERSION: u32 = 2;
+pub const PROTOCOL_VERSION: u32 = 3;
 
 /// What a script call does with the key (`ARGV[6]` from protocol version 2).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -24,18 +24,24 @@ pub enum Op {
     Check,
     /// The decision a check of `cost` would get now, writing nothing.
     Peek,
-    /// Gives back up to `cost` units, never above the capacity; answers what
-    /// a peek of cost 0 would after it.
-    Refund,
+    /// Gives back up to `cost` units of one admission that still weighs on
+    /// the key for `owed` µs (only what it still holds: see
+    /// [`Algorithm::refund`]), never above the capacity; answers what a peek
+    /// of cost 0 would after it. Sent as `refund:<owed>`.
+    Refund {
+        /// µs the admission still weighs: its `reset_after`, less the time
+        /// since it was decided.
+        owed: u64,
+    },
 }
 
 impl Op {
-    /// The operation as the scripts read it: `check`, `peek`, `refund`.
+    /// The operation's name: `check`, `peek`, `refund`.
     pub fn as_str(self) -> &'static str {
         match self {
             Op::Check => "check",
             Op::Peek => "peek",
-            Op::Refund => "refund",
+            Op::Refund { .. } => "refund",
         }
     }
 }
@@ -135,7 +141,11 @@ impl ScriptArgs {
             Some(deadline) => args.arg(deadline),
             None => args.arg(""),
         };
-        args.arg(op.as_str()).arg(params);
+        match op {
+            Op::Refund { owed } => args.arg(format!("refund:{owed}")),
+            _ => args.arg(op.as_str()),
+        };
+        args.arg(params);
         args
     }
 

@@ -232,12 +232,24 @@ impl Algorithm for SlidingCounter {
     }
 
     #[inline]
-    fn refund(&self, windows: &mut Windows, now: u64, cost: u32) -> Result<Decision, Error> {
+    fn refund(
+        &self,
+        windows: &mut Windows,
+        now: u64,
+        cost: u32,
+        owed: u64,
+    ) -> Result<Decision, Error> {
         let cost = ensure_fits(cost, self.limit)?;
-        // Only the current window's count: the previous one's weight is what
-        // the estimate still owes for units that may have passed long ago.
+        // The admission weighs until the end of the window after its own:
+        // more than `W` still owed, it is in the current window; less, in
+        // the previous one (whose count still weighs); nothing owed, it no
+        // longer counts, and other units must not be given back instead.
         self.roll(windows, now);
-        windows.current -= cost.min(windows.current);
+        if owed > self.window {
+            windows.current -= cost.min(windows.current);
+        } else if owed > 0 {
+            windows.previous -= cost.min(windows.previous);
+        }
         forget_if_full(self, windows, now);
         self.decide(windows, now, 0)
     }

@@ -156,13 +156,18 @@ impl Algorithm for SlidingLog {
     }
 
     #[inline]
-    fn refund(&self, log: &mut Log, now: u64, cost: u32) -> Result<Decision, Error> {
-        let mut left = ensure_fits(cost, self.limit)?;
+    fn refund(&self, log: &mut Log, now: u64, cost: u32, owed: u64) -> Result<Decision, Error> {
+        let cost = ensure_fits(cost, self.limit)?;
         self.prune(log, now);
-        // The newest units leave first: they are the ones a refund is for,
-        // and the ones that would weigh longest.
+        // Nothing owed: the admission's units have left the log already.
+        let mut left = if owed > 0 { cost } else { 0 };
+        // The oldest units leave first. The refunded admission's units are
+        // still in the log (`owed > 0`), so each unit removed is
+        // no newer than one of them: the log then counts at least what it
+        // would without them, at every later instant. Removing the newest
+        // instead would keep an older unit that leaves the window sooner.
         while left > 0 {
-            let Some((_, units)) = log.entries.back_mut() else {
+            let Some((_, units)) = log.entries.front_mut() else {
                 break;
             };
             let taken = left.min(*units);
@@ -170,7 +175,7 @@ impl Algorithm for SlidingLog {
             log.total -= taken;
             left -= taken;
             if *units == 0 {
-                log.entries.pop_back();
+                log.entries.pop_front();
             }
         }
         forget_if_full(self, log, now);

@@ -32,7 +32,9 @@
 #![warn(missing_docs)]
 #![forbid(unsafe_code)]
 
-use ratelab_core::{Algorithm, Decision, Error, LockedCell, Quota, ensure_fits, forget_if_full};
+use ratelab_core::{
+    Algorithm, Decision, Error, LockedCell, Quota, ensure_fits, forget_if_full, owed_debt,
+};
 
 /// Token bucket parameters derived from a [`Quota`]. See the crate docs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -50,7 +52,8 @@ pub struct Bucket {
     /// Whole tokens in the bucket at `last`.
     tokens: u64,
     /// The instant `tokens` was counted, µs; the next token arrives
-    /// `interval` after it. Never moves backwards.
+    /// `interval` after it. Never moves backwards, but for a refund (which
+    /// brings the next token sooner).
     last: u64,
 }
 
@@ -172,12 +175,26 @@ impl Algorithm for TokenBucket {
     }
 
     #[inline]
-    fn refund(&self, bucket: &mut Bucket, now: u64, cost: u32) -> Result<Decision, Error> {
+    fn refund(
+        &self,
+        bucket: &mut Bucket,
+        now: u64,
+        cost: u32,
+        owed: u64,
+    ) -> Result<Decision, Error> {
         let cost = ensure_fits(cost, self.capacity)?;
         // Refill first: tokens that arrived on their own are not given twice.
-        // The fraction of the next token stays as time since `last`.
+        // Then full sooner by what the admission still holds (see the
+        // trait): whole tokens, and the rest as an earlier next token.
         self.refill(bucket, now);
-        bucket.tokens = (bucket.tokens + cost).min(self.capacity);
+        let debt = owed_debt(cost, self.interval, owed);
+        let tokens = bucket.tokens + debt / self.interval;
+        if tokens >= self.capacity {
+            bucket.tokens = self.capacity;
+        } else {
+            bucket.tokens = tokens;
+            bucket.last = bucket.last.saturating_sub(debt % self.interval);
+        }
         forget_if_full(self, bucket, now);
         self.decide(bucket, now, 0)
     }

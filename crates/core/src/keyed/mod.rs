@@ -177,17 +177,18 @@ impl<A: Algorithm, C: Clock> Keyed<A, C, ByteKey> {
         self.decide::<true>(hash, |k| probe.matches(k), || probe.to_key(), cost)
     }
 
-    /// Gives back up to `cost` units `key` consumed, never taking it above
-    /// its capacity (see [`RateLimiter::refund`]); answers what a peek of
-    /// cost 0 would after it.
+    /// Gives back up to `cost` units `key` consumed, for an admission that
+    /// still weighs on it for `owed` (see [`RateLimiter::refund`]: only what
+    /// it still holds comes back), never taking it above its capacity;
+    /// answers what a peek of cost 0 would after it.
     ///
     /// A key decided by the shared flood cells (a table full under
     /// [`FloodPolicy::Sketch`]) gets nothing back: the cells also hold other
     /// keys' admissions, and may only over-count.
-    pub fn refund(&self, key: &[u8], cost: u32) -> Result<Decision, Error> {
+    pub fn refund(&self, key: &[u8], cost: u32, owed: Duration) -> Result<Decision, Error> {
         let probe = self.digester.probe(key);
         let hash = self.hasher.hash_one(probe);
-        self.give_back(hash, |k| probe.matches(k), cost)
+        self.give_back(hash, |k| probe.matches(k), cost, owed)
     }
 
     /// Puts `key` back to full capacity: it is forgotten, as a key never
@@ -308,13 +309,13 @@ impl<A: Algorithm, C: Clock, K: Hash + Eq> Keyed<A, C, K> {
     }
 
     /// Gives back up to `cost` units `key` consumed: see [`Keyed::refund`].
-    pub fn refund_key<Q>(&self, key: &Q, cost: u32) -> Result<Decision, Error>
+    pub fn refund_key<Q>(&self, key: &Q, cost: u32, owed: Duration) -> Result<Decision, Error>
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
     {
         let hash = self.hasher.hash_one(key);
-        self.give_back(hash, |k| k.borrow() == key, cost)
+        self.give_back(hash, |k| k.borrow() == key, cost, owed)
     }
 
     /// Puts `key` back to full capacity: see [`Keyed::reset`].
@@ -333,7 +334,9 @@ impl<A: Algorithm, C: Clock, K: Hash + Eq> Keyed<A, C, K> {
         hash: u64,
         is_key: impl Fn(&K) -> bool,
         cost: u32,
+        owed: Duration,
     ) -> Result<Decision, Error> {
+        let owed = crate::owed_micros(owed);
         let now = clamp_instant(self.clock.now_micros());
         let algorithm = &self.algorithm;
         let shard = &self.shards[((hash >> 32) & self.shard_mask) as usize].0;
@@ -347,7 +350,7 @@ impl<A: Algorithm, C: Clock, K: Hash + Eq> Keyed<A, C, K> {
             return self.decide::<true>(hash, is_key, || unreachable!("a peek stores no key"), 0);
         };
         let before = algorithm.full_at(&entry.state);
-        let decision = algorithm.refund(&mut entry.state, now, cost)?;
+        let decision = algorithm.refund(&mut entry.state, now, cost, owed)?;
         let after = algorithm.full_at(&entry.state);
         if after <= now {
             // Back to full: a key never seen decides the same.
@@ -526,8 +529,8 @@ impl<A: Algorithm, C: Clock> RateLimiter for Keyed<A, C, ByteKey> {
         Keyed::peek(self, key, cost)
     }
 
-    fn refund(&self, key: &[u8], cost: u32) -> Result<Decision, Error> {
-        Keyed::refund(self, key, cost)
+    fn refund(&self, key: &[u8], cost: u32, owed: Duration) -> Result<Decision, Error> {
+        Keyed::refund(self, key, cost, owed)
     }
 
     fn reset(&self, key: &[u8]) -> Result<(), Error> {

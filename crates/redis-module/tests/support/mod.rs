@@ -172,17 +172,18 @@ impl Kind {
 pub enum Op {
     Check,
     Peek,
-    Refund,
+    /// A refund of an admission that still weighs this many µs.
+    Refund(u64),
     Reset,
 }
 
 impl Op {
     /// `ARGV[6]`; `None` for a reset, which is no script call.
-    pub fn arg(self) -> Option<&'static str> {
+    pub fn arg(self) -> Option<String> {
         match self {
-            Op::Check => Some("check"),
-            Op::Peek => Some("peek"),
-            Op::Refund => Some("refund"),
+            Op::Check => Some("check".to_owned()),
+            Op::Peek => Some("peek".to_owned()),
+            Op::Refund(owed) => Some(format!("refund:{owed}")),
             Op::Reset => None,
         }
     }
@@ -203,7 +204,7 @@ impl Memory {
                 let d = match op {
                     Op::Check => algorithm.decide(&mut state, now, cost),
                     Op::Peek => algorithm.decide(&mut state.clone(), now, cost),
-                    Op::Refund => algorithm.refund(&mut state, now, cost),
+                    Op::Refund(owed) => algorithm.refund(&mut state, now, cost, owed),
                     Op::Reset => {
                         state = algorithm.initial_state();
                         return Ok(Vec::new());
@@ -250,7 +251,7 @@ pub fn argv(now: &str, cost: u32, slack_ms: u64, deadline: &str, params: &[u64])
 }
 
 /// `protocol now cost slack deadline op params...` for one call of `op`
-/// (`check`, `peek`, `refund`).
+/// (`check`, `peek`, `refund:<owed>`).
 pub fn argv_op(
     op: &str,
     now: &str,

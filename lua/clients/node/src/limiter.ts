@@ -111,9 +111,15 @@ export class Limiter {
     return redisKey(this.prefix, key, this.algorithm.keySuffix);
   }
 
-  /** `ARGV` of one call: version, now or "", cost, slack, deadline or "", operation, parameters. */
-  arguments(cost: number, now?: number, op: Op = "check"): (string | number)[] {
+  /**
+   * `ARGV` of one call: version, now or "", cost, slack, deadline or "", operation (a refund as
+   * `refund:<owed>`), parameters.
+   */
+  arguments(cost: number, now?: number, op: Op = "check", owed = 0): (string | number)[] {
     if (!OPS.includes(op)) throw new RangeError(`op must be one of ${OPS.join(", ")}, not ${String(op)}`);
+    if (!Number.isSafeInteger(owed) || owed < 0) {
+      throw new RangeError(`owed must be an integer from 0 to 2^53 - 1 µs, not ${owed}`);
+    }
     const timeout = this.options.timeoutMs === undefined ? 100 : this.options.timeoutMs;
     const wall = this.options.wallClock ?? wallClockMicros;
     const deadline =
@@ -124,7 +130,7 @@ export class Limiter {
       cost,
       this.ttlSlackMs,
       deadline,
-      op,
+      op === "refund" ? `refund:${owed}` : op,
       ...this.algorithm.params,
     ];
   }
@@ -150,11 +156,32 @@ export class Limiter {
   }
 
   /**
-   * Gives back up to `cost` units `key` consumed, never above its capacity (a
-   * key full again is deleted); answers what a peek of cost 0 would after it.
+   * Gives back up to `cost` units of one admission of `key` that still weighs
+   * on it for `owedMicros`: its decision's `resetAfterMicros`, less the time
+   * since it was asked (measure from before the call, so that it errs low).
+   * Only what the admission still holds comes back: units whose debt was
+   * repaid, or counted in a window that has ended, would otherwise let later
+   * requests count for less (lua/README.md, "Refunds"). Never above the
+   * capacity (a key full again is deleted); answers what a peek of cost 0
+   * would after it.
+   *
+   * On Redis `TIME` the script decides when it runs, as late as the deadline
+   * allows: `owedMicros` is first taken down by the timeout and twice the
+   * clock skew (with no timeout, nothing is owed).
    */
-  refund(key: Key, cost: number): Promise<Decision> {
-    return this.call(key, cost, "refund");
+  refund(key: Key, cost: number, owedMicros: number): Promise<Decision> {
+    if (!Number.isSafeInteger(owedMicros) || owedMicros < 0) {
+      return Promise.reject(new RangeError(`owedMicros must be a non-negative integer, not ${owedMicros}`));
+    }
+    let owed = owedMicros;
+    if (!this.options.clock) {
+      const timeout = this.options.timeoutMs === undefined ? 100 : this.options.timeoutMs;
+      owed =
+        timeout === null
+          ? 0
+          : Math.max(0, owed - Math.round((timeout + 2 * (this.options.clockSkewMs ?? 500)) * 1000));
+    }
+    return this.call(key, cost, "refund", owed);
   }
 
   /** Puts `key` back to full capacity: `DEL` of its Redis key. */
@@ -162,7 +189,7 @@ export class Limiter {
     await this.client.del(this.redisKey(key));
   }
 
-  private async call(key: Key, cost: number, op: Op): Promise<Decision> {
+  private async call(key: Key, cost: number, op: Op, owed = 0): Promise<Decision> {
     if (!Number.isSafeInteger(cost) || cost < 0 || cost > 0xffffffff) {
       throw new RangeError(`cost must be an integer from 0 to 2^32 - 1, not ${cost}`);
     }
@@ -171,7 +198,7 @@ export class Limiter {
     }
     const now = this.options.clock?.();
     const k = this.redisKey(key);
-    const args = this.arguments(cost, now, op);
+    const args = this.arguments(cost, now, op, owed);
     let reply: unknown;
     try {
       try {

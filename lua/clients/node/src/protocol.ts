@@ -8,7 +8,7 @@ import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 
 /** The protocol version this client speaks: the first argument of every call. */
-export const PROTOCOL_VERSION = 2;
+export const PROTOCOL_VERSION = 3;
 
 /** What a call does with the key (`ARGV[6]`): decide and consume, decide without writing, or give units back. */
 export type Op = "check" | "peek" | "refund";

@@ -144,11 +144,12 @@ describe("the client", () => {
 
   it("sends the protocol's arguments", () => {
     const fixed = new Limiter(client, "gcra", QUOTA, { clock: () => T0, timeoutMs: null });
-    assert.deepEqual(fixed.arguments(1, T0), [2, T0, 1, 60_000, "", "check", 200_000, 2_000_000, 10]);
-    assert.equal(fixed.arguments(3, T0, "refund")[5], "refund");
+    assert.deepEqual(fixed.arguments(1, T0), [3, T0, 1, 60_000, "", "check", 200_000, 2_000_000, 10]);
+    assert.equal(fixed.arguments(3, T0, "refund", 1_500)[5], "refund:1500");
+    assert.throws(() => fixed.arguments(3, T0, "refund", -1), RangeError);
     assert.throws(() => fixed.arguments(1, T0, "take" as never), RangeError);
     const redisTime = new Limiter(client, "gcra", QUOTA, { wallClock: () => 1_000_000 });
-    assert.deepEqual(redisTime.arguments(2), [2, "", 2, 0, 1_600_000, "check", 200_000, 2_000_000, 10]);
+    assert.deepEqual(redisTime.arguments(2), [3, "", 2, 0, 1_600_000, "check", 200_000, 2_000_000, 10]);
   });
 
   it("still gets version 1 calls answered, as checks", async () => {
@@ -177,11 +178,13 @@ describe("peek, refund and reset", () => {
 
     it(`${name}: a refund gives back what was taken, never above the capacity`, async () => {
       const limiter = new Limiter(client, name, QUOTA, { prefix: prefix(), clock: () => T0 });
-      assert.equal((await limiter.check("k", 7)).remaining, 3);
-      const after = await limiter.refund("k", 4);
+      const taken = await limiter.check("k", 7);
+      assert.equal(taken.remaining, 3);
+      // At the instant of the check: the admission weighs its whole reset.
+      const after = await limiter.refund("k", 4, taken.resetAfterMicros);
       assert.deepEqual([after.allowed, after.remaining], [true, 7]);
       assert.deepEqual(await limiter.peek("k", 0), after);
-      assert.equal((await limiter.refund("k", 10)).remaining, 10);
+      assert.equal((await limiter.refund("k", 10, taken.resetAfterMicros)).remaining, 10);
       assert.equal(await client.exists(limiter.redisKey("k")), 0);
       assert.ok((await limiter.check("k", 10)).allowed);
       await limiter.reset("k");

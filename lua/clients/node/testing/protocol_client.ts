@@ -4,8 +4,9 @@
 //   node dist/testing/protocol_client.js <redis-url> [prefix]
 //
 // `quota <limit> <period_us> <burst>` answers {"ok":true};
-// `check|peek|refund <algorithm> <key> <cost> <now>` (`now` in µs, or `-` for
-// Redis TIME) answers the decision, or {"error":..,"kind":..}.
+// `check|peek <algorithm> <key> <cost> <now>` (`now` in µs, or `-` for Redis
+// TIME) and `refund <algorithm> <key> <cost> <now> <owed>` (µs the admission
+// still weighs) answer the decision, or {"error":..,"kind":..}.
 
 import { createInterface } from "node:readline";
 
@@ -47,11 +48,14 @@ async function answer(line: string): Promise<unknown> {
       quota = new Quota(limit, period, burst);
       return { ok: true };
     }
-    if ((command === "check" || command === "peek" || command === "refund") && args.length === 4) {
-      const [name, key, cost, at] = args as [string, string, string, string];
+    const refund = command === "refund" && args.length === 5;
+    if (((command === "check" || command === "peek") && args.length === 4) || refund) {
+      const [name, key, cost, at, owed] = args as [string, string, string, string, string?];
       const l = limiter(name as AlgorithmName, at !== "-");
       if (at !== "-") now = Number(at);
-      const d = await l[command](key, Number(cost));
+      const d = refund
+        ? await l.refund(key, Number(cost), Number(owed))
+        : await l[command as "check" | "peek"](key, Number(cost));
       return {
         allowed: d.allowed,
         limit: d.limit,

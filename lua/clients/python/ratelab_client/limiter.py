@@ -117,11 +117,16 @@ class Limiter:
         """The Redis key holding ``key``'s state."""
         return redis_key(self.prefix, key, self._suffix)
 
-    def arguments(self, cost: int, now: Optional[int] = None, op: str = "check") -> list:
+    def arguments(
+        self, cost: int, now: Optional[int] = None, op: str = "check", owed: int = 0
+    ) -> list:
         """``ARGV`` of one call: version, now or "", cost, slack, deadline or
-        "", the operation, the algorithm's parameters."""
+        "", the operation (a refund as ``refund:<owed>``), the algorithm's
+        parameters."""
         if op not in OPS:
             raise ValueError(f"op must be one of {', '.join(OPS)}, not {op!r}")
+        if not isinstance(owed, int) or isinstance(owed, bool) or not 0 <= owed < 2**53:
+            raise ValueError(f"owed must be an integer from 0 to 2^53 - 1 µs, not {owed!r}")
         if self.timeout is None:
             deadline: Any = ""
         else:
@@ -132,7 +137,7 @@ class Limiter:
             cost,
             self.ttl_slack_ms,
             deadline,
-            op,
+            f"refund:{owed}" if op == "refund" else op,
             *self.algorithm.params,
         ]
 
@@ -152,17 +157,35 @@ class Limiter:
         the same. Raises as :meth:`check`."""
         return self._call(key, cost, "peek")
 
-    def refund(self, key: Key, cost: int) -> Decision:
-        """Gives back up to ``cost`` units ``key`` consumed, never above its
-        capacity (a key full again is deleted); answers what a peek of cost 0
-        would after it. Raises as :meth:`check`."""
-        return self._call(key, cost, "refund")
+    def refund(self, key: Key, cost: int, owed_us: int) -> Decision:
+        """Gives back up to ``cost`` units of one admission of ``key`` that
+        still weighs on it for ``owed_us`` µs: its decision's
+        ``reset_after_micros``, less the time since it was asked (measure from
+        before the call, so that it errs low). Only what the admission still
+        holds comes back: units whose debt was repaid, or counted in a window
+        that has ended, would otherwise let later requests count for less
+        (lua/README.md, "Refunds"). Never above the capacity (a key full
+        again is deleted); answers what a peek of cost 0 would after it.
+
+        On Redis ``TIME`` the script decides when it runs, as late as the
+        deadline allows: ``owed_us`` is first taken down by the timeout and
+        twice the clock skew (with no timeout, nothing is owed). Raises as
+        :meth:`check`."""
+        if not isinstance(owed_us, int) or isinstance(owed_us, bool) or owed_us < 0:
+            raise ValueError(f"owed_us must be a non-negative integer, not {owed_us!r}")
+        if self.clock is None:
+            if self.timeout is None:
+                owed_us = 0
+            else:
+                in_flight = round((self.timeout + 2 * self.clock_skew) * 1_000_000)
+                owed_us = max(0, owed_us - in_flight)
+        return self._call(key, cost, "refund", min(owed_us, 2**53 - 1))
 
     def reset(self, key: Key) -> None:
         """Puts ``key`` back to full capacity: ``DEL`` of its Redis key."""
         self.client.delete(self.redis_key(key))
 
-    def _call(self, key: Key, cost: int, op: str) -> Decision:
+    def _call(self, key: Key, cost: int, op: str, owed: int = 0) -> Decision:
         if not isinstance(cost, int) or isinstance(cost, bool) or cost < 0 or cost > 0xFFFFFFFF:
             raise ValueError(f"cost must be an integer from 0 to 2^32 - 1, not {cost!r}")
         if cost > self.algorithm.capacity:
@@ -171,7 +194,7 @@ class Limiter:
             )
         now = None if self.clock is None else int(self.clock())
         key_b = self.redis_key(key_bytes(key))
-        args = self.arguments(cost, now, op)
+        args = self.arguments(cost, now, op, owed)
         try:
             try:
                 reply = self.client.evalsha(self.sha, 1, key_b, *args)

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Dict, List, Optional, Tuple, Union
 
 #: The protocol version this client speaks: the first argument of every call.
-PROTOCOL_VERSION = 2
+PROTOCOL_VERSION = 3
 
 #: What a call does with the key (``ARGV[6]``): decide and consume, decide
 #: without writing, or give units back.

@@ -103,7 +103,7 @@ class PythonDriver:
         if words[0] == "quota":
             self.quota = Quota(*map(int, words[1:]))
             return {"ok": True}
-        op, name, key, cost, now = words
+        op, name, key, cost, now, *owed = words
         id = (name, self.quota, now != "-")
         if id not in self.limiters:
             clock = (lambda: self.now) if now != "-" else None
@@ -111,7 +111,7 @@ class PythonDriver:
                                         timeout=5.0)
         if now != "-":
             self.now = int(now)
-        d = getattr(self.limiters[id], op)(key, int(cost))
+        d = getattr(self.limiters[id], op)(key, int(cost), *map(int, owed))
         return {
             "allowed": d.allowed,
             "limit": d.limit,
@@ -190,13 +190,16 @@ def test_the_redis_clock_is_shared_too(drivers, prefix):
 @pytest.mark.parametrize("name", sorted(ALGORITHMS))
 def test_peeks_and_refunds_cross_languages(drivers, name):
     # Rust takes 7; Python peeks what Node's check then decides; Node gives 4
-    # back; each language peeks the same 7 remaining; Python refunds the rest.
+    # back; each language peeks the same 7 remaining; Python refunds the rest. The
+    # refunds come at the instant of the check: the whole reset is still owed.
     rust, python, node = drivers["rust"], drivers["python"], drivers["node"]
-    assert rust.send(f"check {name} k 7 {T0}")["remaining"] == 3
+    taken = rust.send(f"check {name} k 7 {T0}")
+    assert taken["remaining"] == 3
+    owed = taken["reset_after_micros"]
     peeked = python.send(f"peek {name} k 2 {T0}")
     assert node.send(f"check {name} k 2 {T0}") == peeked
     assert peeked["remaining"] == 1
-    assert node.send(f"refund {name} k 4 {T0}")["remaining"] == 5
+    assert node.send(f"refund {name} k 4 {T0} {owed}")["remaining"] == 5
     assert [d.send(f"peek {name} k 0 {T0}")["remaining"] for d in (rust, python, node)] == [5, 5, 5]
-    assert python.send(f"refund {name} k 10 {T0}")["remaining"] == 10
+    assert python.send(f"refund {name} k 10 {T0} {owed}")["remaining"] == 10
     assert rust.send(f"check {name} k 10 {T0}")["allowed"]

@@ -129,13 +129,15 @@ def test_replies_are_never_trusted(client, reply):
 
 def test_arguments_are_the_protocol_layout(client):
     limiter = Limiter(client, "gcra", QUOTA, clock=Clock(), timeout=None)
-    assert limiter.arguments(1, T0) == [2, T0, 1, 60_000, "", "check", 200_000, 2_000_000, 10]
-    assert limiter.arguments(3, T0, "refund")[5] == "refund"
+    assert limiter.arguments(1, T0) == [3, T0, 1, 60_000, "", "check", 200_000, 2_000_000, 10]
+    assert limiter.arguments(3, T0, "refund", 1_500)[5] == "refund:1500"
+    with pytest.raises(ValueError):
+        limiter.arguments(3, T0, "refund", -1)
     with pytest.raises(ValueError):
         limiter.arguments(1, T0, "take")
     limiter = Limiter(client, "gcra", QUOTA)
     version, now, cost, slack, deadline, op, *params = limiter.arguments(2)
-    assert (version, now, cost, slack, op, params) == (2, "", 2, 0, "check", [200_000, 2_000_000, 10])
+    assert (version, now, cost, slack, op, params) == (3, "", 2, 0, "check", [200_000, 2_000_000, 10])
     assert abs(deadline - limiter_module.wall_clock_micros() - 600_000) < 1_000_000
 
 
@@ -155,12 +157,14 @@ def test_a_peek_decides_as_a_check_and_writes_nothing(client, prefix, name):
 def test_a_refund_gives_back_what_was_taken(client, prefix, name):
     clock = Clock()
     limiter = Limiter(client, name, QUOTA, prefix=prefix, clock=clock)
-    assert limiter.check("k", 7).remaining == 3
-    after = limiter.refund("k", 4)
+    taken = limiter.check("k", 7)
+    assert taken.remaining == 3
+    # At the instant of the check: the admission weighs its whole reset.
+    after = limiter.refund("k", 4, taken.reset_after_micros)
     assert (after.allowed, after.remaining) == (True, 7)
     assert limiter.peek("k", 0) == after
     # Never above the capacity: a key full again is gone.
-    assert limiter.refund("k", 10).remaining == 10
+    assert limiter.refund("k", 10, taken.reset_after_micros).remaining == 10
     assert client.exists(limiter.redis_key("k")) == 0
     assert limiter.check("k", 10).allowed
     limiter.reset("k")
