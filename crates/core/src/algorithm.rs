@@ -67,6 +67,14 @@ pub trait Algorithm: Send + Sync + 'static {
     /// less per check). False by default.
     const ORDER_FREE: bool = false;
 
+    /// [`Algorithm::refund`] gives units back (every ratelab algorithm);
+    /// false by default, as the default refund answers
+    /// [`Error::Unsupported`]. An HTTP policy on a limiter that refunds
+    /// consumes first and gives back after, where it would otherwise peek
+    /// first and count after (which lets requests in flight together pass
+    /// beyond the quota).
+    const REFUNDS: bool = false;
+
     /// Decides a request of `cost` at `now`, updating `state`.
     fn decide(&self, state: &mut Self::State, now: u64, cost: u32) -> Result<Decision, Error>;
 

@@ -247,6 +247,10 @@ impl<A: Algorithm, C: Clock> Limiter for Direct<A, C> {
     fn backend(&self) -> &'static str {
         "memory"
     }
+
+    fn refunds(&self) -> bool {
+        A::REFUNDS
+    }
 }
 
 impl<A: Algorithm, C: Clock> RateLimiter for Direct<A, C> {

@@ -32,6 +32,13 @@ pub trait Limiter: Send + Sync {
 
     /// Where the state lives: `"memory"`, `"redis"`, ...
     fn backend(&self) -> &'static str;
+
+    /// Its refund gives units back ([`RateLimiter::refund`],
+    /// [`AsyncRateLimiter::refund_async`]): true for every ratelab limiter
+    /// of a ratelab algorithm. False by default.
+    fn refunds(&self) -> bool {
+        false
+    }
 }
 
 /// A keyed limiter that decides synchronously.
@@ -205,6 +212,9 @@ macro_rules! forward_through_pointer {
             }
             fn backend(&self) -> &'static str {
                 (**self).backend()
+            }
+            fn refunds(&self) -> bool {
+                (**self).refunds()
             }
         }
 

@@ -102,6 +102,7 @@ impl FixedWindow {
 impl Algorithm for FixedWindow {
     type State = Counter;
     type Cell = LockedCell<Counter>;
+    const REFUNDS: bool = true;
 
     #[inline]
     fn name(&self) -> &'static str {

@@ -91,6 +91,7 @@ impl Algorithm for Gcra {
     /// The theoretical arrival time, in µs; 0 for a key never seen.
     type State = u64;
     type Cell = AtomicCell;
+    const REFUNDS: bool = true;
     /// One instant, moved forward by each admission: see the trait.
     const ORDER_FREE: bool = true;
 

@@ -4,7 +4,9 @@
 //! A policy that counts only some responses decides before the request runs,
 //! when the response is not known yet, in one of two ways:
 //!
-//! - **With a refund** ([`Policy::refundable`](crate::Policy::refundable)):
+//! - **With a refund** (every ratelab limiter, through
+//!   [`Policy::new`](crate::Policy::new); any other through
+//!   [`Policy::refundable`](crate::Policy::refundable)):
 //!   the request consumes its cost like any other, and if its response does
 //!   not count, what its admission still holds is given back. Concurrent
 //!   requests are bounded as usual: at most the quota's worth are in flight.
@@ -15,7 +17,8 @@
 //!   measures the time since the check from before it, on real time: a
 //!   limiter on a clock that runs faster (a `ManualClock` moved by a test
 //!   while a request runs) can get back units that already came back.
-//! - **Without** (any limiter, [`Policy::new`](crate::Policy::new)): the
+//! - **Without** (a limiter that cannot give units back:
+//!   [`Limiter::refunds`](ratelab_core::Limiter::refunds) false): the
 //!   request is only peeked, refused if fewer than its cost remain, and the
 //!   cost is consumed after the response, if it counts. Requests that run at
 //!   the same time all see the same peek: up to the number in flight can
@@ -56,8 +59,11 @@ pub enum Count {
     Successes,
 }
 
-/// The future of [`Refund::refund`].
-pub type RefundFuture<'a> = Pin<Box<dyn Future<Output = Result<(), Error>> + Send + 'a>>;
+/// The future of [`Refund::refund`]: what a peek of cost 0 answers after the
+/// refund, if the limiter says (the `RateLimit` fields of the response then
+/// show the key as the refund left it).
+pub type RefundFuture<'a> =
+    Pin<Box<dyn Future<Output = Result<Option<Decision>, Error>> + Send + 'a>>;
 
 /// A limiter that can give back units it admitted.
 ///
@@ -92,7 +98,7 @@ impl<R: Refund + ?Sized> Refund for std::sync::Arc<R> {
 impl<A: Algorithm, C: Clock> Refund for Keyed<A, C> {
     fn refund<'a>(&'a self, key: &'a [u8], cost: u32, owed: Duration) -> RefundFuture<'a> {
         Box::pin(std::future::ready(
-            Keyed::refund(self, key, cost, owed).map(drop),
+            Keyed::refund(self, key, cost, owed).map(Some),
         ))
     }
 }
@@ -102,7 +108,7 @@ impl<A: Algorithm, C: Clock> Refund for Keyed<A, C> {
 impl<A: Algorithm, C: Clock> Refund for Direct<A, C> {
     fn refund<'a>(&'a self, _key: &'a [u8], cost: u32, owed: Duration) -> RefundFuture<'a> {
         Box::pin(std::future::ready(
-            Direct::refund(self, cost, owed).map(drop),
+            Direct::refund(self, cost, owed).map(Some),
         ))
     }
 }
@@ -137,6 +143,10 @@ impl<L: AsyncRateLimiter> Limiter for Refundable<L> {
     fn backend(&self) -> &'static str {
         self.0.backend()
     }
+
+    fn refunds(&self) -> bool {
+        self.0.refunds()
+    }
 }
 
 impl<L: AsyncRateLimiter> AsyncRateLimiter for Refundable<L> {
@@ -164,7 +174,7 @@ impl<L: AsyncRateLimiter> AsyncRateLimiter for Refundable<L> {
 impl<L: AsyncRateLimiter> Refund for Refundable<L> {
     fn refund<'a>(&'a self, key: &'a [u8], cost: u32, owed: Duration) -> RefundFuture<'a> {
         let refund = self.0.refund_async(key, cost, owed);
-        Box::pin(async move { refund.await.map(drop) })
+        Box::pin(async move { refund.await.map(Some) })
     }
 }
 
@@ -177,6 +187,20 @@ fn still_owed(report: &Report) -> Duration {
             .reset_after()
             .saturating_sub(asked.elapsed().saturating_add(REFUND_MARGIN)),
         _ => Duration::ZERO,
+    }
+}
+
+/// A limiter that refunds ([`Limiter::refunds`]) as its own [`Refund`],
+/// through [`AsyncRateLimiter::refund_async`]: what [`Policy::new`] gives a
+/// ratelab limiter.
+///
+/// [`Policy::new`]: crate::Policy::new
+pub(crate) struct OwnRefund(pub(crate) std::sync::Arc<dyn AsyncRateLimiter>);
+
+impl Refund for OwnRefund {
+    fn refund<'a>(&'a self, key: &'a [u8], cost: u32, owed: Duration) -> RefundFuture<'a> {
+        let refund = self.0.refund_async(key, cost, owed);
+        Box::pin(async move { refund.await.map(Some) })
     }
 }
 
@@ -197,51 +221,66 @@ fn settles(report: &Report) -> bool {
 
 /// After the response: for each policy that counts only some responses and
 /// admitted the request, consume the deferred cost if the response counts,
-/// or give back the consumed cost if it does not.
-pub(crate) async fn settle(verdict: &Verdict, status: StatusCode) {
-    let calls = verdict.reports.iter().filter_map(|report| {
-        if !settles(report) {
-            return None;
-        }
-        let check = &report.check;
-        let policy = &check.policy;
-        let failed = (policy.failed_when)(status);
-        let counts = match policy.count {
-            Count::Failures => failed,
-            _ => !failed,
-        };
-        Some(async move {
-            let (what, result) = if check.deferred {
-                if !counts {
-                    return;
-                }
-                let call = policy.limiter.check_async(&check.key, check.cost);
-                let result = tokio::time::timeout(policy.timeout, call)
-                    .await
-                    .unwrap_or(Err(Error::Timeout(policy.timeout)))
-                    .map(drop);
-                ("count", result)
-            } else {
-                if counts {
-                    return;
-                }
-                let Some(refund) = &policy.refund else { return };
-                let owed = still_owed(report);
-                let call = refund.refund(&check.key, check.cost, owed);
-                let result = tokio::time::timeout(policy.timeout, call)
-                    .await
-                    .unwrap_or(Err(Error::Timeout(policy.timeout)));
-                ("refund", result)
-            };
-            crate::telemetry::after_response(&policy.name, what, result.is_ok());
-            if let Err(error) = result {
-                tracing::warn!(
-                    policy = %policy.name,
-                    error = %error,
-                    "rate limiter failed after the response: the request's {what} is lost"
-                );
+/// or give back the consumed cost if it does not. A refund's answer replaces
+/// the policy's decision, so that the response's fields show the key as the
+/// refund left it.
+pub(crate) async fn settle(verdict: &mut Verdict, status: StatusCode) {
+    let calls = verdict
+        .reports
+        .iter()
+        .enumerate()
+        .filter_map(|(i, report)| {
+            if !settles(report) {
+                return None;
             }
-        })
-    });
-    join_all(calls).await;
+            let check = &report.check;
+            let policy = &check.policy;
+            let failed = (policy.failed_when)(status);
+            let counts = match policy.count {
+                Count::Failures => failed,
+                _ => !failed,
+            };
+            Some(async move {
+                let mut after = None;
+                let (what, result) = if check.deferred {
+                    if !counts {
+                        return (i, None);
+                    }
+                    let call = policy.limiter.check_async(&check.key, check.cost);
+                    let result = tokio::time::timeout(policy.timeout, call)
+                        .await
+                        .unwrap_or(Err(Error::Timeout(policy.timeout)))
+                        .map(drop);
+                    ("count", result)
+                } else {
+                    if counts {
+                        return (i, None);
+                    }
+                    let Some(refund) = &policy.refund else {
+                        return (i, None);
+                    };
+                    let owed = still_owed(report);
+                    let call = refund.refund(&check.key, check.cost, owed);
+                    let result = tokio::time::timeout(policy.timeout, call)
+                        .await
+                        .unwrap_or(Err(Error::Timeout(policy.timeout)))
+                        .map(|answer| after = answer);
+                    ("refund", result)
+                };
+                crate::telemetry::after_response(&policy.name, what, result.is_ok());
+                if let Err(error) = result {
+                    tracing::warn!(
+                        policy = %policy.name,
+                        error = %error,
+                        "rate limiter failed after the response: the request's {what} is lost"
+                    );
+                }
+                (i, after)
+            })
+        });
+    for (i, after) in join_all(calls).await {
+        if let Some(decision) = after {
+            verdict.reports[i].state = State::Decided(decision);
+        }
+    }
 }

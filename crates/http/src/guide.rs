@@ -280,11 +280,13 @@
 //! [`Count::Failures`](crate::Count::Failures) counts only the requests whose
 //! response is a failure (a failed login), [`Count::Successes`](crate::Count::Successes)
 //! only the others. With a limiter that can give units back
-//! ([`Refund`](crate::Refund), [`Policy::refundable`](crate::Policy::refundable))
+//! (every ratelab limiter, through [`Policy::new`](crate::Policy::new); any
+//! other through [`Refund`](crate::Refund) and
+//! [`Policy::refundable`](crate::Policy::refundable))
 //! the request consumes first and is refunded after (what its admission
 //! still holds: a success slower than its window gets nothing back, so that
-//! the next window's failures all count); with any other limiter
-//! it is peeked first and consumed after (see [`Count`](crate::Count) for
+//! the next window's failures all count); with a limiter that cannot give
+//! units back it is peeked first and consumed after (see [`Count`](crate::Count) for
 //! the difference under concurrency).
 //!
 //! Login protection a stranger cannot turn against the owner (the crate's

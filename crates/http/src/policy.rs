@@ -140,8 +140,17 @@ impl Policy {
     }
 
     /// A policy on a limiter shared with other code (or other policies).
+    ///
+    /// A limiter that gives units back ([`Limiter::refunds`]: every ratelab
+    /// limiter) is its own [`Refund`]: [`Count`] modes then consume before
+    /// the request and give back after (see [`Policy::refundable`]).
+    ///
+    /// [`Limiter::refunds`]: ratelab_core::Limiter::refunds
     pub fn shared(name: impl Into<String>, limiter: Arc<dyn AsyncRateLimiter>) -> Self {
         let name = name.into();
+        let refund = limiter
+            .refunds()
+            .then(|| Arc::new(crate::counting::OwnRefund(limiter.clone())) as Arc<dyn Refund>);
         Policy {
             metrics: Arc::new(PolicyMetrics::new(&name)),
             name,
@@ -154,7 +163,7 @@ impl Policy {
             failure: FailureMode::Open,
             timeout: DEFAULT_TIMEOUT,
             count: Count::All,
-            refund: None,
+            refund,
             failed_when: Arc::new(|status: StatusCode| {
                 status.is_client_error() || status.is_server_error()
             }),
@@ -163,9 +172,11 @@ impl Policy {
         }
     }
 
-    /// A policy on a limiter that can give units back: [`Count`] modes then
-    /// consume before the request and refund after it, instead of peeking
-    /// before and consuming after (see [`Refund`]).
+    /// A policy on a limiter that can give units back through a [`Refund`]
+    /// of its own: [`Count`] modes then consume before the request and
+    /// refund after it, instead of peeking before and consuming after. A
+    /// ratelab limiter needs none of this: [`Policy::new`] refunds through it
+    /// already.
     pub fn refundable<L>(name: impl Into<String>, limiter: L) -> Self
     where
         L: AsyncRateLimiter + Refund + 'static,

@@ -168,7 +168,7 @@ fn conclude<B>(
 /// says so.
 async fn pass<S, ReqBody, ResBody>(
     shared: Arc<Shared>,
-    verdict: Verdict,
+    mut verdict: Verdict,
     mut inner: S,
     request: Request<ReqBody>,
 ) -> Result<Response<LimitedBody<ResBody>>, S::Error>
@@ -184,7 +184,7 @@ where
         Box::pin(tokio::time::sleep(delay)).await;
     }
     let response = inner.call(request).await?;
-    counting::settle(&verdict, response.status()).await;
+    counting::settle(&mut verdict, response.status()).await;
     let mut response = response.map(Either::Left);
     headers::write(&shared, &verdict, response.headers_mut());
     Ok(response)

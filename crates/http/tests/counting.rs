@@ -79,7 +79,8 @@ impl Refund for Allowance {
         if let Some(used) = used.get_mut(key) {
             *used = used.saturating_sub(u64::from(cost));
         }
-        Box::pin(std::future::ready(Ok(())))
+        // No answer: the response keeps the fields of the check.
+        Box::pin(std::future::ready(Ok(None)))
     }
 }
 
@@ -140,6 +141,30 @@ async fn successes_only_with_a_refund() {
     assert_eq!(allowance.used(b"api:ip:127.0.0.1"), 2);
 }
 
+/// A limiter that checks and peeks through `L` but cannot give units back.
+struct NoRefund<L>(L);
+
+impl<L: RateLimiter> Limiter for NoRefund<L> {
+    fn quota(&self) -> Quota {
+        self.0.quota()
+    }
+    fn algorithm_name(&self) -> &'static str {
+        self.0.algorithm_name()
+    }
+    fn backend(&self) -> &'static str {
+        self.0.backend()
+    }
+}
+
+impl<L: RateLimiter> RateLimiter for NoRefund<L> {
+    fn check(&self, key: &[u8], cost: u32) -> Result<Decision, Error> {
+        self.0.check(key, cost)
+    }
+    fn peek(&self, key: &[u8], cost: u32) -> Result<Decision, Error> {
+        self.0.peek(key, cost)
+    }
+}
+
 #[tokio::test]
 async fn failures_only_without_a_refund_peeks_then_counts() {
     let clock = ManualClock::new();
@@ -148,7 +173,7 @@ async fn failures_only_without_a_refund_peeks_then_counts() {
         clock.clone(),
     ));
     let layer = RateLimitLayer::builder()
-        .policy(Policy::shared("login", limiter.clone()).count(Count::Failures))
+        .policy(Policy::new("login", NoRefund(limiter.clone())).count(Count::Failures))
         .build()
         .unwrap();
     let addr = serve(app(layer)).await;
@@ -166,4 +191,42 @@ async fn failures_only_without_a_refund_peeks_then_counts() {
     assert_eq!(refused.header("ratelimit"), r#""login";r=0;t=1200"#);
     clock.advance(Duration::from_secs(1200));
     assert_eq!(fetch(addr, "/ok").await.status, 200);
+}
+
+/// A ratelab limiter refunds on its own: with `Policy::new`, failures are
+/// consumed before the request runs, so twenty failures at once (each
+/// answered 50 ms later) pass no more than the quota's three, and the
+/// successes before them were given back.
+#[tokio::test]
+async fn a_ratelab_limiter_consumes_first_and_failures_at_once_keep_the_quota() {
+    let limiter = std::sync::Arc::new(Keyed::new(Gcra::new(Quota::per_hour(3).unwrap())));
+    assert!(limiter.refunds());
+    let layer = RateLimitLayer::builder()
+        .policy(Policy::shared("login", limiter.clone()).count(Count::Failures))
+        .build()
+        .unwrap();
+    let app = Router::new()
+        .route("/ok", get(|| async { StatusCode::OK }))
+        .route(
+            "/fail",
+            get(|| async {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                StatusCode::UNAUTHORIZED
+            }),
+        )
+        .layer(layer);
+    let addr = serve(app).await;
+    assert_eq!(statuses(addr, "/ok", 5).await, [200; 5]);
+    // Each success leaves what its refund could not be sure of: a margin.
+    tokio::time::sleep(ratelab_http::REFUND_MARGIN * 50).await;
+    let at_once: Vec<_> = (0..20)
+        .map(|_| tokio::spawn(async move { fetch(addr, "/fail").await.status }))
+        .collect();
+    let mut statuses = Vec::new();
+    for request in at_once {
+        statuses.push(request.await.unwrap());
+    }
+    let failed = statuses.iter().filter(|&&s| s == 401).count();
+    assert_eq!(failed, 3, "{statuses:?}");
+    assert_eq!(statuses.iter().filter(|&&s| s == 429).count(), 17);
 }

@@ -62,6 +62,7 @@ impl LeakyMeter {
 impl Algorithm for LeakyMeter {
     type State = Level;
     type Cell = LockedCell<Level>;
+    const REFUNDS: bool = true;
 
     #[inline]
     fn name(&self) -> &'static str {

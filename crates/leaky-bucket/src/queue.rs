@@ -38,6 +38,7 @@ impl Algorithm for LeakyQueue {
     /// The next free slot, in µs; 0 for a key never seen.
     type State = u64;
     type Cell = AtomicCell;
+    const REFUNDS: bool = true;
     /// One instant, moved forward by each admission: see the trait.
     const ORDER_FREE: bool = true;
 

@@ -435,6 +435,10 @@ impl<A: RedisAlgorithm> Limiter for RedisLimiter<A> {
     fn backend(&self) -> &'static str {
         "redis"
     }
+
+    fn refunds(&self) -> bool {
+        A::REFUNDS
+    }
 }
 
 impl<A: RedisAlgorithm> AsyncRateLimiter for RedisLimiter<A> {

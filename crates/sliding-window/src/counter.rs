@@ -179,6 +179,7 @@ impl SlidingCounter {
 impl Algorithm for SlidingCounter {
     type State = Windows;
     type Cell = LockedCell<Windows>;
+    const REFUNDS: bool = true;
 
     #[inline]
     fn name(&self) -> &'static str {

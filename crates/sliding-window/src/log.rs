@@ -108,6 +108,7 @@ impl SlidingLog {
 impl Algorithm for SlidingLog {
     type State = Log;
     type Cell = LockedCell<Log>;
+    const REFUNDS: bool = true;
 
     #[inline]
     fn name(&self) -> &'static str {

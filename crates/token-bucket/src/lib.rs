@@ -123,6 +123,7 @@ impl TokenBucket {
 impl Algorithm for TokenBucket {
     type State = Bucket;
     type Cell = LockedCell<Bucket>;
+    const REFUNDS: bool = true;
 
     #[inline]
     fn name(&self) -> &'static str {

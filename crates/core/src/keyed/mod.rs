@@ -518,6 +518,10 @@ impl<A: Algorithm, C: Clock> Limiter for Keyed<A, C, ByteKey> {
     fn backend(&self) -> &'static str {
         "memory"
     }
+
+    fn refunds(&self) -> bool {
+        A::REFUNDS
+    }
 }
 
 impl<A: Algorithm, C: Clock> RateLimiter for Keyed<A, C, ByteKey> {
