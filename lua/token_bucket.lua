@@ -29,14 +29,17 @@ if raw then
   end
 end
 -- Whole tokens that arrived; the fraction of the next stays as time since `last`.
-if now > last then
-  local arrived = math.floor((now - last) / T)
-  if tokens + arrived >= cap then
-    tokens, last = cap, now
-  else
-    tokens, last = tokens + arrived, last + arrived * T
+local function refill()
+  if now > last then
+    local arrived = math.floor((now - last) / T)
+    if tokens + arrived >= cap then
+      tokens, last = cap, now
+    else
+      tokens, last = tokens + arrived, last + arrived * T
+    end
   end
 end
+refill()
 if op == 'refund' then
   -- After the refill: tokens that arrived on their own are not given twice. Then full
   -- sooner by what the admission still holds: whole tokens, and the rest as an earlier
@@ -57,6 +60,8 @@ if op == 'refund' then
     redis.call('SET', KEYS[1], struct.pack('<Id', tokens, last), 'PX',
       math.ceil(reset / 1000) + slack)
   end
+  -- The answer is a peek after it: a next token brought forward may be due now.
+  refill()
   cost = 0
 end
 if cost <= tokens then
