@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use parking_lot::Mutex;
 
-use crate::{Decision, Error, Quota};
+use crate::{Decision, Error, Quota, Settlement, Stamp};
 
 /// The decision logic of one rate-limiting algorithm.
 ///
@@ -67,106 +67,108 @@ pub trait Algorithm: Send + Sync + 'static {
     /// less per check). False by default.
     const ORDER_FREE: bool = false;
 
-    /// [`Algorithm::refund`] gives units back (every ratelab algorithm);
-    /// false by default, as the default refund answers
-    /// [`Error::Unsupported`]. An HTTP policy on a limiter that refunds
-    /// consumes first and gives back after, where it would otherwise peek
-    /// first and count after (which lets requests in flight together pass
-    /// beyond the quota).
+    /// The algorithm settles admissions ([`Algorithm::settle`], every
+    /// ratelab algorithm); false by default, as the default settlement
+    /// answers [`Error::Unsupported`]. An HTTP policy on a limiter that
+    /// settles consumes first and gives back after, where it would otherwise
+    /// peek first and count after (which lets requests in flight together
+    /// pass beyond the quota).
     const REFUNDS: bool = false;
 
     /// Decides a request of `cost` at `now`, updating `state`.
     fn decide(&self, state: &mut Self::State, now: u64, cost: u32) -> Result<Decision, Error>;
 
-    /// Gives back up to `cost` units the key consumed, at `now`, for one
-    /// admission that should not count (a "count only failures" policy, a
-    /// cancelled job) and still weighs on the key for `owed` µs: its
-    /// decision's `reset_after`, less the time since it was decided.
+    /// What an admission of a positive cost, just decided at `now`, leaves
+    /// for its settlement: read from `state` as the admission left it, and
+    /// the key's `ledger` (see [`Receipt`](crate::Receipt)). The default
+    /// stamps nothing.
+    fn stamp(&self, state: &Self::State, ledger: u64, now: u64) -> Stamp {
+        let _ = (state, ledger, now);
+        Stamp::default()
+    }
+
+    /// Settles one admission at `now`: gives back what it did not use, if
+    /// the state provably still holds it, or charges what it used beyond
+    /// its cost, whatever the room (debt that later requests wait out).
     ///
-    /// **Only what the admission still holds comes back.** An admission's
-    /// units do not weigh forever: the debt it added to a bucket is repaid
-    /// as time passes, and a window's count ends with its window. After
-    /// that, other admissions may have taken the room; giving the units back
-    /// then would let those others count for less than they cost, and more
-    /// than the quota would pass. So:
+    /// `ledger` is kept with the key's state by the runner (0 for a key
+    /// never seen) and only this method and [`Algorithm::reset`] change it.
+    /// `now` is never before the latest instant the key was written at (the
+    /// runners see to it). The rule, and why it never lets the kept
+    /// admissions pass the algorithm's bound, is in the
+    /// [`Receipt`](crate::Receipt) docs. A state that can then be forgotten
+    /// ([`Algorithm::forgettable_at`]) is put back to the initial state with
+    /// a ledger of 0, so that every store decides the same afterwards.
     ///
-    /// - GCRA, leaky queue: the TAT (next slot) moves `min(cost × T, owed)`
-    ///   earlier, never before `now`;
-    /// - leaky meter: the level drains to `now`, then loses
-    ///   `min(cost × T, owed)` (down to empty);
-    /// - token bucket: the bucket refills to `now`, then is full
-    ///   `min(cost × T, owed)` sooner: whole tokens, and the rest as an
-    ///   earlier next token (up to its capacity);
-    /// - fixed window: while `owed > 0` (the admission's window is the
-    ///   current one), the count loses up to `cost`; after, nothing;
-    /// - sliding counter: while `owed > W` (the admission's window is the
-    ///   current one) the current count loses up to `cost`; while `owed > 0`
-    ///   (it is the previous one, still weighing) the previous count does;
-    ///   after, nothing;
-    /// - sliding log: while `owed > 0` (the admission's units are still in
-    ///   the log), its `cost` oldest units leave it, never one newer than
-    ///   the admission's; after, nothing.
-    ///
-    /// `owed` may be underestimated, never overestimated: measure the time
-    /// since from before the check was asked. An underestimate only gives
-    /// back less. For a debt, what an admission still holds is at least
-    /// `min(cost × T, owed)` whatever came after it (the debt it added is
-    /// repaid no faster than time passes), which is what comes back.
-    ///
-    /// Never takes the key above its capacity: a full key stays full. A key
-    /// back to full capacity is put back to its initial state
-    /// ([`forget_if_full`]). Answers what a peek of cost 0 would after the
-    /// refund (`remaining`, `reset_after`). A cost above
-    /// [`Algorithm::capacity`] is [`Error::CostTooHigh`], as for a check.
-    /// `now` going backwards is time standing still, as for
-    /// [`Algorithm::decide`].
-    ///
-    /// [`Algorithm::full_at`] may decrease after a refund (it is the one
-    /// change that lowers it). The default answers [`Error::Unsupported`];
-    /// every ratelab algorithm implements it.
-    fn refund(
+    /// Answers what a peek of cost 0 would after it. A charged or actual
+    /// cost above the capacity is [`Error::CostTooHigh`], and changes
+    /// nothing. The default answers [`Error::Unsupported`]; every ratelab
+    /// algorithm implements it.
+    fn settle(
         &self,
         state: &mut Self::State,
+        ledger: &mut u64,
         now: u64,
-        cost: u32,
-        owed: u64,
+        settlement: Settlement,
     ) -> Result<Decision, Error> {
-        let _ = (state, now, cost, owed);
-        Err(Error::Unsupported("a refund"))
+        let _ = (state, ledger, now, settlement);
+        Err(Error::Unsupported("a settlement"))
+    }
+
+    /// Puts the key back to full capacity at `now`, as if never seen: the
+    /// state decides as [`Algorithm::initial_state`] does, and no receipt
+    /// issued before gives anything back afterwards (the ledger says so,
+    /// until [`Algorithm::forgettable_at`]). The default puts the initial
+    /// state back.
+    fn reset(&self, state: &mut Self::State, ledger: &mut u64, now: u64) {
+        let _ = (ledger, now);
+        *state = self.initial_state();
     }
 
     /// The instant from which `state` decides exactly as
     /// [`Algorithm::initial_state`] would, if nothing else is consumed: the
-    /// key is back to full capacity and may be forgotten. Never decreases as
-    /// requests are decided; only [`Algorithm::refund`] lowers it.
+    /// key is back to full capacity. Never decreases as requests are
+    /// decided; only a settlement or a reset lowers it.
     fn full_at(&self, state: &Self::State) -> u64;
-}
 
-/// Puts `state` back to [`Algorithm::initial_state`] if it is full at `now`:
-/// the last step of every [`Algorithm::refund`].
-///
-/// A full key then holds what a key never seen holds, which is what a store
-/// that forgets full keys holds (the keyed store, Redis deleting the key), so
-/// every store decides the same afterwards, even when the clock goes back.
-#[inline]
-pub fn forget_if_full<A: Algorithm + ?Sized>(algorithm: &A, state: &mut A::State, now: u64) {
-    if algorithm.full_at(state) <= now {
-        *state = algorithm.initial_state();
+    /// The instant from which the key may be forgotten (its state and its
+    /// ledger dropped, as a key never seen): it is full, and no receipt
+    /// issued for it can give anything back any more. The default is
+    /// [`Algorithm::full_at`], right for an algorithm without settlements.
+    fn forgettable_at(&self, state: &Self::State, ledger: u64) -> u64 {
+        let _ = ledger;
+        self.full_at(state)
     }
 }
 
-/// What a refund of `cost` units takes off a debt repaid at one unit per
-/// `interval` µs (GCRA, the token bucket, the leaky bucket), for an
-/// admission that still weighs `owed` µs: `min(cost × interval, owed)`.
+/// Puts `state` and `ledger` back to a key never seen if the key can be
+/// forgotten at `now`: the last step of every [`Algorithm::settle`] and
+/// [`Algorithm::reset`].
+///
+/// A forgettable key then holds what a key never seen holds, which is what
+/// a store that forgets keys holds (the keyed store, Redis deleting the key),
+/// so every store decides the same afterwards, even when the clock goes
+/// back.
 #[inline]
-pub fn owed_debt(cost: u64, interval: u64, owed: u64) -> u64 {
-    cost.saturating_mul(interval).min(owed)
+pub fn forget_if_forgettable<A: Algorithm + ?Sized>(
+    algorithm: &A,
+    state: &mut A::State,
+    ledger: &mut u64,
+    now: u64,
+) {
+    if algorithm.forgettable_at(state, *ledger) <= now {
+        *state = algorithm.initial_state();
+        *ledger = 0;
+    }
 }
 
-/// `owed` as the µs [`Algorithm::refund`] takes.
+/// The checks every [`Algorithm::settle`] starts with: the charged and the
+/// actual cost within the capacity.
 #[inline]
-pub fn owed_micros(owed: std::time::Duration) -> u64 {
-    u64::try_from(owed.as_micros()).unwrap_or(u64::MAX)
+pub fn ensure_settles(settlement: &Settlement, capacity: u64) -> Result<(), Error> {
+    crate::ensure_fits(settlement.charged, capacity)?;
+    crate::ensure_fits(settlement.actual, capacity)?;
+    Ok(())
 }
 
 /// Where a single-bucket limiter keeps an algorithm's state.

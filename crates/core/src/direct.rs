@@ -6,7 +6,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use crate::algorithm::{Algorithm, StateCell};
 use crate::limiter::{Limiter, RateLimiter};
 use crate::time::{Clock, SystemClock, clamp_instant};
-use crate::{Decision, Error, Quota};
+use crate::{Decision, Error, Issuer, Quota, Receipt};
+use parking_lot::Mutex;
 
 /// A single-bucket limiter: one state for every caller, no key.
 ///
@@ -44,6 +45,11 @@ pub struct Direct<A: Algorithm, C = SystemClock> {
     hot: Hot<A::Cell>,
     algorithm: A,
     clock: C,
+    /// The bucket's ledger ([`Algorithm::settle`]), behind a lock that
+    /// checks with a receipt, settlements and resets take: each of them
+    /// reads the ledger and the state as one. Plain checks never touch it.
+    ledger: Mutex<u64>,
+    issuer: Issuer,
 }
 
 /// What checks write, on a cache line of its own: threads checking at once
@@ -77,6 +83,8 @@ impl<A: Algorithm, C: Clock> Direct<A, C> {
             },
             algorithm,
             clock,
+            ledger: Mutex::new(0),
+            issuer: Issuer::new(),
         }
     }
 
@@ -90,7 +98,7 @@ impl<A: Algorithm, C: Clock> Direct<A, C> {
             // that jumps back is time standing still, and a plain store
             // keeps it (see `advance_plain`). Any other publishes it and
             // reads it again inside the loop (see `publish`).
-            let mut at = if A::ORDER_FREE {
+            let mut at = if A::ORDER_FREE && self.clock.is_monotonic() {
                 self.advance_plain(reading)
             } else {
                 self.publish(reading);
@@ -109,7 +117,7 @@ impl<A: Algorithm, C: Clock> Direct<A, C> {
             // two threads on one key 1 to 2 ns a check (33 to 35 ns became
             // 34 to 37, `hot_path two-threads gcra`), more lost races.
             let mut before = self.hot.cell.update(|state| {
-                if !A::ORDER_FREE {
+                if !A::ORDER_FREE || !self.clock.is_monotonic() {
                     at = reading.max(self.hot.latest.load(Ordering::Acquire));
                 }
                 let before = state.clone();
@@ -138,9 +146,11 @@ impl<A: Algorithm, C: Clock> Direct<A, C> {
     /// with a plain load and store: no atomic maximum, which is a locked
     /// instruction. Exact inside an update of an
     /// [`EXCLUSIVE`](StateCell::EXCLUSIVE) cell, whose lock orders every
-    /// writer. Outside one (order-free algorithms only), two threads storing
-    /// at once may leave the smaller of their two readings: an instant that
-    /// has passed, never one ahead of the clock.
+    /// writer. Outside one (order-free algorithms on a monotonic clock
+    /// only), two threads storing at once may leave the smaller of their
+    /// two readings: an instant that has passed, never one ahead of the
+    /// clock, and never one after a later reading of the clock (which is
+    /// what a settlement decides at: see [`Direct::now_inside`]).
     #[inline(always)]
     fn advance_plain(&self, reading: u64) -> u64 {
         let latest = self.hot.latest.load(Ordering::Relaxed);
@@ -179,31 +189,78 @@ impl<A: Algorithm, C: Clock> Direct<A, C> {
         self.algorithm.decide(&mut state, reading.max(latest), cost)
     }
 
-    /// Gives back up to `cost` units consumed, for an admission that still
-    /// weighs on the bucket for `owed` (see [`RateLimiter::refund`]: only
-    /// what it still holds comes back), never taking the bucket above its
-    /// capacity; answers what a peek of cost 0 would after it.
-    pub fn refund(&self, cost: u32, owed: std::time::Duration) -> Result<Decision, Error> {
-        let owed = crate::owed_micros(owed);
-        let reading = clamp_instant(self.clock.now_micros());
-        if <A::Cell as StateCell>::EXCLUSIVE {
-            return self.hot.cell.update(|state| {
-                let now = self.advance_plain(reading);
-                self.algorithm.refund(state, now, cost, owed)
-            });
-        }
-        self.publish(reading);
-        self.hot.cell.update(|state| {
-            let now = reading.max(self.hot.latest.load(Ordering::Acquire));
-            self.algorithm.refund(state, now, cost, owed)
-        })
+    /// Decides a request of weight `cost` as [`Direct::check`] does, with a
+    /// [`Receipt`] for an admission of a positive cost (see
+    /// [`RateLimiter::check_with_receipt`]).
+    pub fn check_with_receipt(&self, cost: u32) -> Result<(Decision, Option<Receipt>), Error> {
+        let ledger = self.ledger.lock();
+        let (decision, stamp) = self.hot.cell.update(|state| {
+            let now = self.now_inside();
+            let decision = self.algorithm.decide(state, now, cost);
+            let stamp = match &decision {
+                Ok(d) if d.allowed && cost > 0 => Some(self.algorithm.stamp(state, *ledger, now)),
+                _ => None,
+            };
+            (decision, stamp)
+        });
+        drop(ledger);
+        let decision = decision?;
+        Ok((decision, stamp.map(|s| self.issuer.issue(&[], cost, s))))
     }
 
-    /// Puts the bucket back to full capacity.
+    /// Settles the admission `receipt` stands for to `actual` units (see
+    /// [`RateLimiter::settle`]): what it did not use comes back, as far as
+    /// the bucket still holds it; what it used beyond its cost is charged as
+    /// debt. Answers what a peek of cost 0 would after it.
+    pub fn settle(&self, receipt: Receipt, actual: u32) -> Result<Decision, Error> {
+        let redeemed = self
+            .issuer
+            .redeem(receipt)
+            .map_err(|_| Error::ForeignReceipt)?;
+        let settlement = redeemed.settlement(actual);
+        let mut ledger = self.ledger.lock();
+        let mut after = *ledger;
+        let decision = self.hot.cell.update(|state| {
+            after = *ledger;
+            let now = self.now_inside();
+            self.algorithm.settle(state, &mut after, now, settlement)
+        });
+        *ledger = after;
+        decision
+    }
+
+    /// Gives back what the admission `receipt` stands for still holds:
+    /// [`Direct::settle`] to 0.
+    pub fn refund(&self, receipt: Receipt) -> Result<Decision, Error> {
+        self.settle(receipt, 0)
+    }
+
+    /// Puts the bucket back to full capacity: it decides as a new one, and
+    /// no receipt issued before gives anything back.
     pub fn reset(&self) {
-        self.hot
-            .cell
-            .update(|state| *state = self.algorithm.initial_state());
+        let mut ledger = self.ledger.lock();
+        let mut after = *ledger;
+        self.hot.cell.update(|state| {
+            after = *ledger;
+            let now = self.now_inside();
+            self.algorithm.reset(state, &mut after, now);
+        });
+        *ledger = after;
+    }
+
+    /// The instant a receipt's check, a settlement or a reset decides at,
+    /// read inside the state's update (again on each of its runs): on a
+    /// monotonic clock, no earlier than any admission the state it is given
+    /// has seen (that admission's reading came before this one), and on any
+    /// clock, no earlier than the latest instant published.
+    #[inline]
+    fn now_inside(&self) -> u64 {
+        let reading = clamp_instant(self.clock.now_micros());
+        if <A::Cell as StateCell>::EXCLUSIVE {
+            return self.advance_plain(reading);
+        }
+        self.publish(reading);
+        reading.max(self.hot.latest.load(Ordering::Acquire))
     }
 
     /// Blocks until a request of weight `cost` is admitted, or `timeout`
@@ -264,9 +321,17 @@ impl<A: Algorithm, C: Clock> RateLimiter for Direct<A, C> {
         Direct::peek(self, cost)
     }
 
-    /// Refunds the one bucket; `key` is ignored.
-    fn refund(&self, _key: &[u8], cost: u32, owed: std::time::Duration) -> Result<Decision, Error> {
-        Direct::refund(self, cost, owed)
+    /// Decides for the one bucket with a receipt; `key` is ignored.
+    fn check_with_receipt(
+        &self,
+        _key: &[u8],
+        cost: u32,
+    ) -> Result<(Decision, Option<Receipt>), Error> {
+        Direct::check_with_receipt(self, cost)
+    }
+
+    fn settle(&self, receipt: Receipt, actual: u32) -> Result<Decision, Error> {
+        Direct::settle(self, receipt, actual)
     }
 
     /// Resets the one bucket; `key` is ignored.

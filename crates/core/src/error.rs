@@ -53,6 +53,10 @@ pub enum Error {
     /// cannot answer a non-consuming query, say).
     #[error("this rate limiter does not support {0}")]
     Unsupported(&'static str),
+    /// A receipt handed to a limiter that did not issue it: nothing was
+    /// given back or charged.
+    #[error("this receipt was issued by another rate limiter")]
+    ForeignReceipt,
 }
 
 /// What kind of [`Error`] a limiter answered: comparable, copyable, for
@@ -74,6 +78,8 @@ pub enum ErrorKind {
     CircuitOpen,
     /// [`Error::Unsupported`].
     Unsupported,
+    /// [`Error::ForeignReceipt`].
+    ForeignReceipt,
 }
 
 impl Error {
@@ -88,6 +94,7 @@ impl Error {
             Error::Data(_) => ErrorKind::Data,
             Error::CircuitOpen(_) => ErrorKind::CircuitOpen,
             Error::Unsupported(_) => ErrorKind::Unsupported,
+            Error::ForeignReceipt => ErrorKind::ForeignReceipt,
         }
     }
 

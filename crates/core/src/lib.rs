@@ -83,12 +83,13 @@ pub mod keyed;
 mod limiter;
 mod log_gate;
 mod quota;
+mod receipt;
 mod throttle;
 mod time;
 mod wait;
 
 pub use algorithm::{
-    Algorithm, AtomicCell, LockedCell, StateCell, forget_if_full, owed_debt, owed_micros,
+    Algorithm, AtomicCell, LockedCell, StateCell, ensure_settles, forget_if_forgettable,
 };
 pub use decision::{Decision, ceil_secs};
 pub use direct::Direct;
@@ -97,9 +98,12 @@ pub use error::{Error, ErrorKind, Source, ensure_fits};
 pub use keyed::{
     ByteKey, DEFAULT_MAX_KEYS, FloodPolicy, Keyed, KeyedBuilder, MAX_EXACT_KEY_LEN, MAX_SHARDS,
 };
-pub use limiter::{AsyncRateLimiter, CheckFuture, Limiter, RateLimiter, ResetFuture};
+pub use limiter::{
+    AsyncRateLimiter, CheckFuture, Limiter, RateLimiter, ReceiptFuture, ResetFuture,
+};
 pub use log_gate::LogGate;
 pub use quota::{Quota, QuotaError};
+pub use receipt::{Issuer, Receipt, Redeemed, Settlement, Stamp, debt_release, debt_reset_ledger};
 pub use throttle::BlockingThrottle;
 pub use time::{
     Clock, CoarseClock, MAX_INSTANT_MICROS, MAX_SPAN_MICROS, ManualClock, SystemClock,

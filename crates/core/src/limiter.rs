@@ -6,15 +6,17 @@
 //! both are object safe, so limiters of different algorithms and backends fit
 //! in one `Vec<Box<dyn AsyncRateLimiter>>`.
 
+use crate::{Decision, Error, Quota, Receipt};
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::time::Duration;
-
-use crate::{Decision, Error, Quota};
 
 /// The future an [`AsyncRateLimiter`] returns.
 pub type CheckFuture<'a> = Pin<Box<dyn Future<Output = Result<Decision, Error>> + Send + 'a>>;
+
+/// The future [`AsyncRateLimiter::check_with_receipt_async`] returns.
+pub type ReceiptFuture<'a> =
+    Pin<Box<dyn Future<Output = Result<(Decision, Option<Receipt>), Error>> + Send + 'a>>;
 
 /// The future [`AsyncRateLimiter::reset_async`] returns.
 pub type ResetFuture<'a> = Pin<Box<dyn Future<Output = Result<(), Error>> + Send + 'a>>;
@@ -33,8 +35,8 @@ pub trait Limiter: Send + Sync {
     /// Where the state lives: `"memory"`, `"redis"`, ...
     fn backend(&self) -> &'static str;
 
-    /// Its refund gives units back ([`RateLimiter::refund`],
-    /// [`AsyncRateLimiter::refund_async`]): true for every ratelab limiter
+    /// It issues receipts and settles them ([`RateLimiter::settle`],
+    /// [`AsyncRateLimiter::settle_async`]): true for every ratelab limiter
     /// of a ratelab algorithm. False by default.
     fn refunds(&self) -> bool {
         false
@@ -65,65 +67,85 @@ pub trait RateLimiter: Limiter {
         Err(Error::Unsupported("a non-consuming query (peek)"))
     }
 
-    /// Gives back up to `cost` units `key` consumed: for a request that was
-    /// admitted but should not count (only failures count, the work was
-    /// cancelled).
-    ///
-    /// `owed` is how long that admission still weighs on the key: its
-    /// decision's [`reset_after`](Decision::reset_after), less the time
-    /// since the check was asked (measured from before the call, so that it
-    /// errs low). Only what the admission still holds comes back
-    /// ([`Algorithm::refund`](crate::Algorithm::refund)): units whose debt
-    /// was repaid, or counted in a window that has ended, are not given to
-    /// later requests.
+    /// Decides a request as [`check`](RateLimiter::check) does, and hands
+    /// back, when it was admitted with a positive cost, a [`Receipt`] for
+    /// it: give it to [`settle`](RateLimiter::settle) or
+    /// [`refund`](RateLimiter::refund) when what the request really counts
+    /// for is known (a success that should not count, tokens an LLM
+    /// produced, bytes served), or drop it to keep the charge.
     ///
     /// ```
-    /// use std::time::{Duration, Instant};
     /// use ratelab_core::{Keyed, ManualClock, Quota, RateLimiter};
-    /// # use ratelab_core::{AtomicCell, Algorithm, Decision, Error};
+    /// # use ratelab_core::{Algorithm, Decision, Error, LockedCell, Settlement, Stamp};
+    /// # /// A toy: `burst` units per key, never refilled.
     /// # #[derive(Debug)]
-    /// # struct Once(Quota);
-    /// # impl Algorithm for Once {
+    /// # struct Allowance(Quota);
+    /// # impl Algorithm for Allowance {
     /// #     type State = u64;
-    /// #     type Cell = AtomicCell;
-    /// #     fn name(&self) -> &'static str { "once" }
+    /// #     type Cell = LockedCell<u64>;
+    /// #     const REFUNDS: bool = true;
+    /// #     fn name(&self) -> &'static str { "allowance" }
     /// #     fn quota(&self) -> &Quota { &self.0 }
-    /// #     fn capacity(&self) -> u64 { 1 }
+    /// #     fn capacity(&self) -> u64 { self.0.burst().into() }
     /// #     fn initial_state(&self) -> u64 { 0 }
     /// #     fn decide(&self, used: &mut u64, _: u64, cost: u32) -> Result<Decision, Error> {
-    /// #         let cost = u64::from(cost);
-    /// #         if *used + cost > 1 { return Ok(Decision::refused(1).with_remaining(0)); }
+    /// #         let (cost, cap) = (u64::from(cost), self.capacity());
+    /// #         if *used + cost > cap { return Ok(Decision::refused(cap).with_remaining(cap - *used)); }
     /// #         *used += cost;
-    /// #         Ok(Decision::admitted(1).with_remaining(1 - *used).with_reset_after_micros(1_000_000))
+    /// #         Ok(Decision::admitted(cap).with_remaining(cap - *used))
     /// #     }
-    /// #     fn refund(&self, used: &mut u64, now: u64, cost: u32, owed: u64) -> Result<Decision, Error> {
-    /// #         if owed > 0 { *used -= u64::from(cost).min(*used); }
+    /// #     fn stamp(&self, _: &u64, _: u64, _: u64) -> Stamp { Stamp { at: 1, mark: 0 } }
+    /// #     fn settle(&self, used: &mut u64, _: &mut u64, now: u64, s: Settlement) -> Result<Decision, Error> {
+    /// #         if s.stamp.at == 1 { *used -= u64::from(s.charged.saturating_sub(s.actual)).min(*used); }
+    /// #         *used += u64::from(s.actual.saturating_sub(s.charged));
     /// #         self.decide(used, now, 0)
     /// #     }
     /// #     fn full_at(&self, used: &u64) -> u64 { if *used > 0 { u64::MAX } else { 0 } }
     /// # }
-    /// let limiter = Keyed::with_clock(Once(Quota::per_second(1)?), ManualClock::new());
-    /// let asked = Instant::now();
-    /// let decision = limiter.check(b"login:ada", 1)?;
+    /// let limiter = Keyed::with_clock(Allowance(Quota::per_hour(3)?), ManualClock::new());
+    /// let (decision, receipt) = limiter.check_with_receipt(b"login:ada", 1)?;
     /// assert!(decision.allowed);
     /// // The login succeeded: it does not count.
-    /// let owed = decision.reset_after().saturating_sub(asked.elapsed());
-    /// limiter.refund(b"login:ada", 1, owed)?;
-    /// assert!(limiter.check(b"login:ada", 1)?.allowed);
+    /// let after = limiter.refund(receipt.expect("admitted"))?;
+    /// assert_eq!(after.remaining, 3);
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     ///
-    /// Never takes the key above its capacity: a full key stays full, so a
-    /// refund of units never consumed is harmless. What each algorithm
-    /// gives back is documented on
-    /// [`Algorithm::refund`](crate::Algorithm::refund).
+    /// The default answers [`Error::Unsupported`]; every ratelab limiter
+    /// implements it.
+    fn check_with_receipt(
+        &self,
+        key: &[u8],
+        cost: u32,
+    ) -> Result<(Decision, Option<Receipt>), Error> {
+        let _ = (key, cost);
+        Err(Error::Unsupported("receipts"))
+    }
+
+    /// Settles the admission `receipt` stands for: it finally counts for
+    /// `actual` units instead of the cost it was charged. Less gives the
+    /// difference back, only what the limiter can prove the admission still
+    /// holds (units whose debt was repaid, or counted in a window that has
+    /// ended, belong to other requests by then); more charges the
+    /// difference as debt that later requests wait out, whatever the room.
+    /// The rule and why it never lets more than the quota count:
+    /// [`Receipt`].
     ///
-    /// Answers what a check of cost 0 would after the refund. A cost that
-    /// can never fit is [`Error::CostTooHigh`]. The default answers
+    /// Answers what a check of cost 0 would after it. `actual` above the
+    /// capacity is [`Error::CostTooHigh`] (the receipt is spent, and the
+    /// admission counts as charged); a receipt of another limiter is
+    /// [`Error::ForeignReceipt`]. The default answers
     /// [`Error::Unsupported`]; every ratelab limiter implements it.
-    fn refund(&self, key: &[u8], cost: u32, owed: Duration) -> Result<Decision, Error> {
-        let _ = (key, cost, owed);
-        Err(Error::Unsupported("a refund"))
+    fn settle(&self, receipt: Receipt, actual: u32) -> Result<Decision, Error> {
+        let _ = (receipt, actual);
+        Err(Error::Unsupported("a settlement"))
+    }
+
+    /// Gives back what the admission `receipt` stands for still holds: a
+    /// request admitted that should not count (only failures count, the
+    /// work was cancelled). [`settle`](RateLimiter::settle) to 0.
+    fn refund(&self, receipt: Receipt) -> Result<Decision, Error> {
+        self.settle(receipt, 0)
     }
 
     /// Puts `key` back to full capacity, as if it had never been seen (a
@@ -163,12 +185,26 @@ pub trait AsyncRateLimiter: Limiter {
         ))))
     }
 
-    /// Gives back up to `cost` units `key` consumed, for an admission that
-    /// still weighs on it for `owed`: see [`RateLimiter::refund`]. The
-    /// default answers [`Error::Unsupported`].
-    fn refund_async<'a>(&'a self, key: &'a [u8], cost: u32, owed: Duration) -> CheckFuture<'a> {
-        let _ = (key, cost, owed);
-        Box::pin(std::future::ready(Err(Error::Unsupported("a refund"))))
+    /// Decides as [`check_async`](AsyncRateLimiter::check_async) does, with
+    /// a [`Receipt`] for an admission of a positive cost: see
+    /// [`RateLimiter::check_with_receipt`]. The default answers
+    /// [`Error::Unsupported`].
+    fn check_with_receipt_async<'a>(&'a self, key: &'a [u8], cost: u32) -> ReceiptFuture<'a> {
+        let _ = (key, cost);
+        Box::pin(std::future::ready(Err(Error::Unsupported("receipts"))))
+    }
+
+    /// Settles the admission `receipt` stands for to `actual` units: see
+    /// [`RateLimiter::settle`]. The default answers [`Error::Unsupported`].
+    fn settle_async(&self, receipt: Receipt, actual: u32) -> CheckFuture<'_> {
+        let _ = (receipt, actual);
+        Box::pin(std::future::ready(Err(Error::Unsupported("a settlement"))))
+    }
+
+    /// Gives back what the admission `receipt` stands for still holds:
+    /// [`settle_async`](AsyncRateLimiter::settle_async) to 0.
+    fn refund_async(&self, receipt: Receipt) -> CheckFuture<'_> {
+        self.settle_async(receipt, 0)
     }
 
     /// Puts `key` back to full capacity: see [`RateLimiter::reset`]. The
@@ -192,8 +228,12 @@ impl<L: RateLimiter + ?Sized> AsyncRateLimiter for L {
         Box::pin(std::future::ready(self.peek(key, cost)))
     }
 
-    fn refund_async<'a>(&'a self, key: &'a [u8], cost: u32, owed: Duration) -> CheckFuture<'a> {
-        Box::pin(std::future::ready(self.refund(key, cost, owed)))
+    fn check_with_receipt_async<'a>(&'a self, key: &'a [u8], cost: u32) -> ReceiptFuture<'a> {
+        Box::pin(std::future::ready(self.check_with_receipt(key, cost)))
+    }
+
+    fn settle_async(&self, receipt: Receipt, actual: u32) -> CheckFuture<'_> {
+        Box::pin(std::future::ready(self.settle(receipt, actual)))
     }
 
     fn reset_async<'a>(&'a self, key: &'a [u8]) -> ResetFuture<'a> {
@@ -225,8 +265,15 @@ macro_rules! forward_through_pointer {
             fn peek(&self, key: &[u8], cost: u32) -> Result<Decision, Error> {
                 (**self).peek(key, cost)
             }
-            fn refund(&self, key: &[u8], cost: u32, owed: Duration) -> Result<Decision, Error> {
-                (**self).refund(key, cost, owed)
+            fn check_with_receipt(
+                &self,
+                key: &[u8],
+                cost: u32,
+            ) -> Result<(Decision, Option<Receipt>), Error> {
+                (**self).check_with_receipt(key, cost)
+            }
+            fn settle(&self, receipt: Receipt, actual: u32) -> Result<Decision, Error> {
+                (**self).settle(receipt, actual)
             }
             fn reset(&self, key: &[u8]) -> Result<(), Error> {
                 (**self).reset(key)

@@ -52,12 +52,25 @@ pub trait Clock: Send + Sync {
     fn sleep(&self, duration: Duration) {
         std::thread::sleep(duration);
     }
+
+    /// Readings never go back, whichever thread reads: a reading taken
+    /// after another is no earlier. The in-memory limiters then skip some
+    /// bookkeeping that only a clock moved by hand needs. False by default;
+    /// [`SystemClock`] and [`CoarseClock`] are.
+    fn is_monotonic(&self) -> bool {
+        false
+    }
 }
 
 impl<C: Clock + ?Sized> Clock for &C {
     #[inline]
     fn now_micros(&self) -> u64 {
         (**self).now_micros()
+    }
+
+    #[inline]
+    fn is_monotonic(&self) -> bool {
+        (**self).is_monotonic()
     }
 
     fn sleep(&self, duration: Duration) {
@@ -71,6 +84,11 @@ impl<C: Clock + ?Sized> Clock for Arc<C> {
         (**self).now_micros()
     }
 
+    #[inline]
+    fn is_monotonic(&self) -> bool {
+        (**self).is_monotonic()
+    }
+
     fn sleep(&self, duration: Duration) {
         (**self).sleep(duration);
     }
@@ -80,6 +98,11 @@ impl<C: Clock + ?Sized> Clock for Box<C> {
     #[inline]
     fn now_micros(&self) -> u64 {
         (**self).now_micros()
+    }
+
+    #[inline]
+    fn is_monotonic(&self) -> bool {
+        (**self).is_monotonic()
     }
 
     fn sleep(&self, duration: Duration) {
@@ -130,6 +153,11 @@ impl Clock for SystemClock {
         // A counter read on a core whose counter lags the origin's by a
         // few cycles saturates to the origin rather than wrapping.
         clock.delta_as_nanos(*origin, clock.raw()) / 1_000
+    }
+
+    #[inline]
+    fn is_monotonic(&self) -> bool {
+        true
     }
 }
 
@@ -225,6 +253,11 @@ impl Clock for CoarseClock {
     #[inline]
     fn now_micros(&self) -> u64 {
         self.micros.load(Ordering::Relaxed)
+    }
+
+    #[inline]
+    fn is_monotonic(&self) -> bool {
+        true
     }
 }
 

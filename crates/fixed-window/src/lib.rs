@@ -33,7 +33,10 @@
 #![warn(missing_docs)]
 #![forbid(unsafe_code)]
 
-use ratelab_core::{Algorithm, Decision, Error, LockedCell, Quota, ensure_fits, forget_if_full};
+use ratelab_core::{
+    Algorithm, Decision, Error, LockedCell, Quota, Settlement, Stamp, ensure_fits, ensure_settles,
+    forget_if_forgettable,
+};
 
 /// Fixed window parameters derived from a [`Quota`]. See the crate docs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -135,41 +138,75 @@ impl Algorithm for FixedWindow {
             counter = Counter { index, count: 0 };
         }
         let until_end = self.end_of(&counter) - now;
-        if counter.count + cost <= self.limit {
+        // Cost 0 always passes, even over a count a settlement took past
+        // the limit.
+        if counter.count + cost <= self.limit || cost == 0 {
             counter.count += cost;
             if cost > 0 {
                 *stored = counter;
             }
             let reset = if counter.count == 0 { 0 } else { until_end };
             return Ok(Decision::admitted(self.limit)
-                .with_remaining(self.limit - counter.count)
+                .with_remaining(self.limit.saturating_sub(counter.count))
                 .with_reset_after_micros(reset));
         }
         Ok(Decision::refused(self.limit)
-            .with_remaining(self.limit - counter.count)
+            .with_remaining(self.limit.saturating_sub(counter.count))
             .with_retry_after_micros(until_end)
             .with_reset_after_micros(until_end))
     }
 
     #[inline]
-    fn refund(
+    fn stamp(&self, counter: &Counter, _ledger: u64, _now: u64) -> Stamp {
+        Stamp {
+            at: counter.index,
+            mark: 0,
+        }
+    }
+
+    /// The ledger is a fence: receipts of windows before it (a reset's)
+    /// give nothing back.
+    #[inline]
+    fn settle(
         &self,
         counter: &mut Counter,
+        fence: &mut u64,
         now: u64,
-        cost: u32,
-        owed: u64,
+        settlement: Settlement,
     ) -> Result<Decision, Error> {
-        let cost = ensure_fits(cost, self.limit)?;
-        // Only while the admission's window has not ended (`owed > 0`): it
-        // is then the current one. Its units counted in a window that has
-        // ended: giving them to this one would let others count for less.
-        // A clock that went back stays in the window it had reached, as for
-        // a check.
-        if owed > 0 && now / self.window <= counter.index {
-            counter.count -= cost.min(counter.count);
+        ensure_settles(&settlement, self.limit)?;
+        let Settlement {
+            stamp,
+            charged,
+            actual,
+        } = settlement;
+        // A clock that went back stays in the window it had reached.
+        let index = counter.index.max(now / self.window);
+        if actual < charged {
+            // Only from the admission's own window, while it is the current
+            // one: units counted in a window that has ended are not given
+            // to this one (others would count for less).
+            if stamp.at == index && counter.index == index && stamp.at >= *fence {
+                counter.count -= u64::from(charged - actual).min(counter.count);
+            }
+        } else if actual > charged {
+            if index > counter.index {
+                *counter = Counter { index, count: 0 };
+            }
+            // Past the limit if need be: the window refuses until it ends.
+            counter.count += u64::from(actual - charged);
         }
-        forget_if_full(self, counter, now);
+        forget_if_forgettable(self, counter, fence, now);
         self.decide(counter, now, 0)
+    }
+
+    #[inline]
+    fn reset(&self, counter: &mut Counter, fence: &mut u64, now: u64) {
+        let index = counter.index.max(now / self.window);
+        *counter = Counter { index, count: 0 };
+        // This window's receipts, and every earlier one's, give nothing back.
+        *fence = index + 1;
+        forget_if_forgettable(self, counter, fence, now);
     }
 
     #[inline]
@@ -179,5 +216,12 @@ impl Algorithm for FixedWindow {
         } else {
             self.end_of(counter)
         }
+    }
+
+    /// A fence is kept until its window has ended: by then no receipt
+    /// before it can name the current window.
+    #[inline]
+    fn forgettable_at(&self, counter: &Counter, fence: u64) -> u64 {
+        self.full_at(counter).max(fence.saturating_mul(self.window))
     }
 }

@@ -39,7 +39,8 @@
 #![forbid(unsafe_code)]
 
 use ratelab_core::{
-    Algorithm, AtomicCell, Decision, Divisor, Error, Quota, ensure_fits, forget_if_full, owed_debt,
+    Algorithm, AtomicCell, Decision, Divisor, Error, Quota, Settlement, Stamp, debt_release,
+    debt_reset_ledger, ensure_fits, ensure_settles, forget_if_forgettable,
 };
 
 /// GCRA parameters derived from a [`Quota`]. See the crate docs.
@@ -123,7 +124,9 @@ impl Algorithm for Gcra {
         // after the clock went back) is debt still owed.
         let current = (*tat).max(now);
         let next = current + cost * self.interval;
-        if next <= now + self.tolerance {
+        // Cost 0 always passes, even over a debt a settlement charged
+        // beyond the tolerance.
+        if next <= now + self.tolerance || cost == 0 {
             // A peek writes nothing: a refusal or peek never costs a store.
             if cost > 0 {
                 *tat = next;
@@ -139,19 +142,63 @@ impl Algorithm for Gcra {
     }
 
     #[inline]
-    fn refund(&self, tat: &mut u64, now: u64, cost: u32, owed: u64) -> Result<Decision, Error> {
-        let cost = ensure_fits(cost, self.capacity())?;
-        // What the admission still holds of the debt (see the trait); never
-        // before now: a TAT in the past already means full capacity.
-        *tat = tat
-            .saturating_sub(owed_debt(cost, self.interval, owed))
-            .max(now);
-        forget_if_full(self, tat, now);
+    fn stamp(&self, tat: &u64, ledger: u64, _now: u64) -> Stamp {
+        Stamp {
+            at: *tat,
+            mark: ledger,
+        }
+    }
+
+    #[inline]
+    fn settle(
+        &self,
+        tat: &mut u64,
+        ledger: &mut u64,
+        now: u64,
+        settlement: Settlement,
+    ) -> Result<Decision, Error> {
+        ensure_settles(&settlement, self.capacity())?;
+        let Settlement {
+            stamp,
+            charged,
+            actual,
+        } = settlement;
+        if actual < charged {
+            // What the admission still holds of its debt (see `Receipt`):
+            // never more than the TAT is ahead of now.
+            let unused = u64::from(charged - actual) * self.interval;
+            *tat -= debt_release(*tat, ledger, now, stamp, unused);
+        } else if actual > charged {
+            // Debt beyond the tolerance is allowed here: later requests
+            // wait it out.
+            *tat = (*tat).max(now) + u64::from(actual - charged) * self.interval;
+        }
+        forget_if_forgettable(self, tat, ledger, now);
         self.decide(tat, now, 0)
+    }
+
+    #[inline]
+    fn reset(&self, tat: &mut u64, ledger: &mut u64, now: u64) {
+        *ledger = debt_reset_ledger(*tat, *ledger, now);
+        // A TAT of now is full capacity, as a key never seen.
+        *tat = now;
+        forget_if_forgettable(self, tat, ledger, now);
     }
 
     #[inline]
     fn full_at(&self, tat: &u64) -> u64 {
         *tat
+    }
+
+    /// Once a settlement moved other admissions (a ledger), the key is kept
+    /// a tolerance longer: no admission ends later than its instant plus
+    /// the tolerance, so no receipt of it can claim anything after that.
+    #[inline]
+    fn forgettable_at(&self, tat: &u64, ledger: u64) -> u64 {
+        if ledger == 0 {
+            *tat
+        } else {
+            tat.saturating_add(self.tolerance)
+        }
     }
 }

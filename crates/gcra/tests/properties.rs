@@ -3,6 +3,8 @@
 
 use proptest::prelude::*;
 use ratelab_gcra::Gcra;
+use ratelab_testkit::interleave::{in_memory, quota_and_ops};
+use ratelab_testkit::kept::Model;
 use ratelab_testkit::oracle::Bound;
 use ratelab_testkit::props::{all_properties, config, wild_clock_properties};
 use ratelab_testkit::strategies::{quota_and_arrivals, quota_and_wild_arrivals};
@@ -27,5 +29,10 @@ proptest! {
     fn a_wild_clock_never_admits_beyond_the_bound((quota, arrivals) in quota_and_wild_arrivals(60)) {
         let gcra = Gcra::new(quota);
         wild_clock_properties(&gcra, &arrivals, bound(&gcra))?;
+    }
+
+    #[test]
+    fn settlements_keep_every_admission_within_what_was_kept((quota, ops) in quota_and_ops(60, 3)) {
+        in_memory(&Gcra::new(quota), Model::debt(quota), &ops)?;
     }
 }

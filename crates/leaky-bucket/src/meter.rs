@@ -1,7 +1,8 @@
 //! The leaky bucket as a meter.
 
 use ratelab_core::{
-    Algorithm, Decision, Error, LockedCell, Quota, ensure_fits, forget_if_full, owed_debt,
+    Algorithm, Decision, Error, LockedCell, Quota, Settlement, Stamp, debt_release,
+    debt_reset_ledger, ensure_fits, ensure_settles, forget_if_forgettable,
 };
 
 /// Leaky bucket (meter) parameters derived from a [`Quota`]: refuses what
@@ -93,38 +94,84 @@ impl Algorithm for LeakyMeter {
         // `at - now` is the time the clock still owes us after going back.
         let ahead = at - now;
         let poured = water + cost * self.interval;
-        if poured <= self.depth {
+        // Cost 0 always passes, even over water a settlement poured beyond
+        // the depth.
+        if poured <= self.depth || cost == 0 {
             if cost > 0 {
                 *level = Level { water: poured, at };
             }
             return Ok(Decision::admitted(self.capacity)
-                .with_remaining((self.depth - poured) / self.interval)
+                .with_remaining(self.depth.saturating_sub(poured) / self.interval)
                 .with_reset_after_micros(ahead + poured));
         }
         Ok(Decision::refused(self.capacity)
-            .with_remaining((self.depth - water) / self.interval)
+            .with_remaining(self.depth.saturating_sub(water) / self.interval)
             .with_retry_after_micros(ahead + poured - self.depth)
             .with_reset_after_micros(ahead + water))
     }
 
     #[inline]
-    fn refund(&self, level: &mut Level, now: u64, cost: u32, owed: u64) -> Result<Decision, Error> {
-        let cost = ensure_fits(cost, self.capacity)?;
-        // Drain to now first (a clock that went back drains nothing), then
-        // pour out what the admission still holds (see the trait): never
-        // below empty.
+    fn stamp(&self, level: &Level, ledger: u64, _now: u64) -> Stamp {
+        Stamp {
+            at: self.full_at(level),
+            mark: ledger,
+        }
+    }
+
+    #[inline]
+    fn settle(
+        &self,
+        level: &mut Level,
+        ledger: &mut u64,
+        now: u64,
+        settlement: Settlement,
+    ) -> Result<Decision, Error> {
+        ensure_settles(&settlement, self.capacity)?;
+        let Settlement {
+            stamp,
+            charged,
+            actual,
+        } = settlement;
+        let full_at = self.full_at(level);
+        // Drain to now first (a clock that went back drains nothing).
         let at = level.at.max(now);
         let water = level.water.saturating_sub(at - level.at);
-        *level = Level {
-            water: water.saturating_sub(owed_debt(cost, self.interval, owed)),
-            at,
+        let water = if actual < charged {
+            // Pour out what the admission still holds (see `Receipt`).
+            let unused = u64::from(charged - actual) * self.interval;
+            water.saturating_sub(debt_release(full_at, ledger, now, stamp, unused))
+        } else {
+            // Beyond the depth if need be: debt that later requests wait out.
+            water + u64::from(actual - charged) * self.interval
         };
-        forget_if_full(self, level, now);
+        *level = Level { water, at };
+        forget_if_forgettable(self, level, ledger, now);
         self.decide(level, now, 0)
+    }
+
+    #[inline]
+    fn reset(&self, level: &mut Level, ledger: &mut u64, now: u64) {
+        *ledger = debt_reset_ledger(self.full_at(level), *ledger, now);
+        *level = Level {
+            water: 0,
+            at: level.at.max(now),
+        };
+        forget_if_forgettable(self, level, ledger, now);
     }
 
     #[inline]
     fn full_at(&self, level: &Level) -> u64 {
         level.at + level.water
+    }
+
+    /// A ledger keeps the key a depth longer (see `Gcra`'s).
+    #[inline]
+    fn forgettable_at(&self, level: &Level, ledger: u64) -> u64 {
+        let full_at = self.full_at(level);
+        if ledger == 0 {
+            full_at
+        } else {
+            full_at.saturating_add(self.depth)
+        }
     }
 }

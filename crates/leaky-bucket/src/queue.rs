@@ -1,7 +1,8 @@
 //! The leaky bucket as a queue (shaper).
 
 use ratelab_core::{
-    Algorithm, AtomicCell, Decision, Error, Quota, ensure_fits, forget_if_full, owed_debt,
+    Algorithm, AtomicCell, Decision, Error, Quota, Settlement, Stamp, debt_release,
+    debt_reset_ledger, ensure_fits, ensure_settles, forget_if_forgettable,
 };
 
 /// Leaky bucket (queue) parameters derived from a [`Quota`]: admits into a
@@ -67,11 +68,13 @@ impl Algorithm for LeakyQueue {
         let cost = ensure_fits(cost, self.capacity)?;
         let slot = (*next_free).max(now);
         let after = slot + cost * self.interval;
-        if after - now <= self.depth {
+        // Cost 0 always passes, even over a debt a settlement charged
+        // beyond the depth.
+        if after - now <= self.depth || cost == 0 {
             if cost > 0 {
                 *next_free = after;
             }
-            let room = (self.depth - (after - now)) / self.interval;
+            let room = self.depth.saturating_sub(after - now) / self.interval;
             let decision = Decision::admitted(self.capacity)
                 .with_remaining(room)
                 .with_reset_after_micros(after - now);
@@ -89,25 +92,58 @@ impl Algorithm for LeakyQueue {
     }
 
     #[inline]
-    fn refund(
+    fn stamp(&self, next_free: &u64, ledger: u64, _now: u64) -> Stamp {
+        Stamp {
+            at: *next_free,
+            mark: ledger,
+        }
+    }
+
+    #[inline]
+    fn settle(
         &self,
         next_free: &mut u64,
+        ledger: &mut u64,
         now: u64,
-        cost: u32,
-        owed: u64,
+        settlement: Settlement,
     ) -> Result<Decision, Error> {
-        let cost = ensure_fits(cost, self.capacity)?;
-        // What the admission still holds (see the trait); never before now:
-        // a free slot in the past is an empty queue.
-        *next_free = next_free
-            .saturating_sub(owed_debt(cost, self.interval, owed))
-            .max(now);
-        forget_if_full(self, next_free, now);
+        ensure_settles(&settlement, self.capacity)?;
+        let Settlement {
+            stamp,
+            charged,
+            actual,
+        } = settlement;
+        if actual < charged {
+            // The slots the admission did not use, as far as they are still
+            // ahead (see `Receipt`): every later slot moves up with them.
+            let unused = u64::from(charged - actual) * self.interval;
+            *next_free -= debt_release(*next_free, ledger, now, stamp, unused);
+        } else if actual > charged {
+            *next_free = (*next_free).max(now) + u64::from(actual - charged) * self.interval;
+        }
+        forget_if_forgettable(self, next_free, ledger, now);
         self.decide(next_free, now, 0)
+    }
+
+    #[inline]
+    fn reset(&self, next_free: &mut u64, ledger: &mut u64, now: u64) {
+        *ledger = debt_reset_ledger(*next_free, *ledger, now);
+        *next_free = now;
+        forget_if_forgettable(self, next_free, ledger, now);
     }
 
     #[inline]
     fn full_at(&self, next_free: &u64) -> u64 {
         *next_free
+    }
+
+    /// A ledger keeps the key a depth longer (see `Gcra`'s).
+    #[inline]
+    fn forgettable_at(&self, next_free: &u64, ledger: u64) -> u64 {
+        if ledger == 0 {
+            *next_free
+        } else {
+            next_free.saturating_add(self.depth)
+        }
     }
 }

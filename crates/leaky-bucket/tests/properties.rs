@@ -5,6 +5,8 @@
 use proptest::prelude::*;
 use ratelab_core::{Algorithm, duration_to_micros};
 use ratelab_leaky_bucket::{LeakyMeter, LeakyQueue};
+use ratelab_testkit::interleave::{in_memory, quota_and_ops};
+use ratelab_testkit::kept::Model;
 use ratelab_testkit::oracle::Bound;
 use ratelab_testkit::props::{all_properties, config, simulate, wild_clock_properties};
 use ratelab_testkit::strategies::{quota_and_arrivals, quota_and_wild_arrivals};
@@ -66,5 +68,15 @@ proptest! {
     fn queue_under_a_wild_clock_never_admits_beyond_the_bound((quota, arrivals) in quota_and_wild_arrivals(60)) {
         let queue = LeakyQueue::new(quota);
         wild_clock_properties(&queue, &arrivals, bound(&queue))?;
+    }
+
+    #[test]
+    fn meter_settlements_keep_every_admission_within_what_was_kept((quota, ops) in quota_and_ops(60, 3)) {
+        in_memory(&LeakyMeter::new(quota), Model::debt(quota), &ops)?;
+    }
+
+    #[test]
+    fn queue_settlements_keep_every_admission_within_what_was_kept((quota, ops) in quota_and_ops(60, 3)) {
+        in_memory(&LeakyQueue::new(quota), Model::debt(quota), &ops)?;
     }
 }

@@ -1,6 +1,9 @@
 //! The approximate sliding window: two counters, the previous one weighted.
 
-use ratelab_core::{Algorithm, Decision, Error, LockedCell, Quota, ensure_fits, forget_if_full};
+use ratelab_core::{
+    Algorithm, Decision, Error, LockedCell, Quota, Settlement, Stamp, ensure_fits, ensure_settles,
+    forget_if_forgettable,
+};
 
 /// The window position is measured in at most this many steps, so that
 /// `limit × steps` stays below 2^48 and the arithmetic is exact in a Redis Lua
@@ -128,7 +131,8 @@ impl SlidingCounter {
     /// window at step `k`.
     #[inline]
     fn room_at(&self, previous: u64, k: u64) -> u64 {
-        (self.limit * self.steps - previous * (self.steps - k)) / self.steps
+        // A previous window a settlement took past the limit leaves no room.
+        (self.limit * self.steps).saturating_sub(previous * (self.steps - k)) / self.steps
     }
 
     /// The first step in a window at which `units` fit on top of `previous`
@@ -217,13 +221,15 @@ impl Algorithm for SlidingCounter {
         let offset = now.saturating_sub(windows.index * self.window);
         let k = offset / self.step;
         let room = self.room_at(windows.previous, k);
-        if windows.current + cost <= room {
+        // Cost 0 always passes, even over counts a settlement took past the
+        // limit.
+        if windows.current + cost <= room || cost == 0 {
             windows.current += cost;
             if cost > 0 {
                 *stored = *windows;
             }
             return Ok(Decision::admitted(self.limit)
-                .with_remaining(room - windows.current)
+                .with_remaining(room.saturating_sub(windows.current))
                 .with_reset_after_micros(self.full_at_of(windows).saturating_sub(now)));
         }
         Ok(Decision::refused(self.limit)
@@ -233,30 +239,83 @@ impl Algorithm for SlidingCounter {
     }
 
     #[inline]
-    fn refund(
+    fn stamp(&self, windows: &Windows, _ledger: u64, _now: u64) -> Stamp {
+        Stamp {
+            at: windows.index,
+            mark: 0,
+        }
+    }
+
+    /// The ledger is a fence: receipts of windows before it (a reset's)
+    /// give nothing back.
+    #[inline]
+    fn settle(
         &self,
         windows: &mut Windows,
+        fence: &mut u64,
         now: u64,
-        cost: u32,
-        owed: u64,
+        settlement: Settlement,
     ) -> Result<Decision, Error> {
-        let cost = ensure_fits(cost, self.limit)?;
-        // The admission weighs until the end of the window after its own:
-        // more than `W` still owed, it is in the current window; less, in
-        // the previous one (whose count still weighs); nothing owed, it no
-        // longer counts, and other units must not be given back instead.
+        ensure_settles(&settlement, self.limit)?;
+        let Settlement {
+            stamp,
+            charged,
+            actual,
+        } = settlement;
         self.roll(windows, now);
-        if owed > self.window {
-            windows.current -= cost.min(windows.current);
-        } else if owed > 0 {
-            windows.previous -= cost.min(windows.previous);
+        if actual < charged {
+            // Only from the admission's own window, while it still weighs:
+            // the current one, or the previous one. After, it no longer
+            // counts, and other units must not be given back instead.
+            let unused = u64::from(charged - actual);
+            let count = if stamp.at < *fence {
+                None
+            } else if stamp.at == windows.index {
+                Some(&mut windows.current)
+            } else if stamp.at + 1 == windows.index {
+                Some(&mut windows.previous)
+            } else {
+                None
+            };
+            if let Some(count) = count {
+                *count -= unused.min(*count);
+            }
+        } else {
+            // Past the limit if need be: the window refuses until it weighs
+            // less.
+            windows.current += u64::from(actual - charged);
         }
-        forget_if_full(self, windows, now);
+        forget_if_forgettable(self, windows, fence, now);
         self.decide(windows, now, 0)
+    }
+
+    #[inline]
+    fn reset(&self, windows: &mut Windows, fence: &mut u64, now: u64) {
+        self.roll(windows, now);
+        *windows = Windows {
+            index: windows.index,
+            previous: 0,
+            current: 0,
+        };
+        // This window's receipts, and every earlier one's, give nothing back.
+        *fence = windows.index + 1;
+        forget_if_forgettable(self, windows, fence, now);
     }
 
     #[inline]
     fn full_at(&self, windows: &Windows) -> u64 {
         self.full_at_of(windows)
+    }
+
+    /// A fence is kept until the window after it has ended: by then no
+    /// receipt before it can name the current or the previous window.
+    #[inline]
+    fn forgettable_at(&self, windows: &Windows, fence: u64) -> u64 {
+        let fenced = if fence == 0 {
+            0
+        } else {
+            fence.saturating_add(1).saturating_mul(self.window)
+        };
+        self.full_at_of(windows).max(fenced)
     }
 }

@@ -2,7 +2,10 @@
 
 use std::collections::VecDeque;
 
-use ratelab_core::{Algorithm, Decision, Error, LockedCell, Quota, ensure_fits, forget_if_full};
+use ratelab_core::{
+    Algorithm, Decision, Error, LockedCell, Quota, Settlement, Stamp, ensure_fits, ensure_settles,
+    forget_if_forgettable,
+};
 
 /// Sliding log parameters derived from a [`Quota`]: exact, O(limit) memory.
 /// See the crate docs.
@@ -134,7 +137,9 @@ impl Algorithm for SlidingLog {
     fn decide(&self, log: &mut Log, now: u64, cost: u32) -> Result<Decision, Error> {
         let cost = ensure_fits(cost, self.limit)?;
         self.prune(log, now);
-        if log.total + cost <= self.limit {
+        // Cost 0 always passes, even over units a settlement logged past
+        // the limit.
+        if log.total + cost <= self.limit || cost == 0 {
             if cost > 0 {
                 // After a clock went back, log at the latest time seen: the
                 // entry then stays longer, never shorter.
@@ -146,45 +151,95 @@ impl Algorithm for SlidingLog {
                 log.total += cost;
             }
             return Ok(Decision::admitted(self.limit)
-                .with_remaining(self.limit - log.total)
+                .with_remaining(self.limit.saturating_sub(log.total))
                 .with_reset_after_micros(self.empty_at(log).saturating_sub(now)));
         }
         let needed = log.total + cost - self.limit;
         Ok(Decision::refused(self.limit)
-            .with_remaining(self.limit - log.total)
+            .with_remaining(self.limit.saturating_sub(log.total))
             .with_retry_after_micros(self.freed_at(log, needed) - now)
             .with_reset_after_micros(self.empty_at(log) - now))
     }
 
     #[inline]
-    fn refund(&self, log: &mut Log, now: u64, cost: u32, owed: u64) -> Result<Decision, Error> {
-        let cost = ensure_fits(cost, self.limit)?;
-        self.prune(log, now);
-        // Nothing owed: the admission's units have left the log already.
-        let mut left = if owed > 0 { cost } else { 0 };
-        // The oldest units leave first. The refunded admission's units are
-        // still in the log (`owed > 0`), so each unit removed is
-        // no newer than one of them: the log then counts at least what it
-        // would without them, at every later instant. Removing the newest
-        // instead would keep an older unit that leaves the window sooner.
-        while left > 0 {
-            let Some((_, units)) = log.entries.front_mut() else {
-                break;
-            };
-            let taken = left.min(*units);
-            *units -= taken;
-            log.total -= taken;
-            left -= taken;
-            if *units == 0 {
-                log.entries.pop_front();
-            }
+    fn stamp(&self, log: &Log, _ledger: u64, now: u64) -> Stamp {
+        Stamp {
+            at: log.entries.back().map_or(now, |&(at, _)| at),
+            mark: 0,
         }
-        forget_if_full(self, log, now);
+    }
+
+    /// The ledger is a fence: receipts of instants before it (a reset's)
+    /// give nothing back.
+    #[inline]
+    fn settle(
+        &self,
+        log: &mut Log,
+        fence: &mut u64,
+        now: u64,
+        settlement: Settlement,
+    ) -> Result<Decision, Error> {
+        ensure_settles(&settlement, self.limit)?;
+        let Settlement {
+            stamp,
+            charged,
+            actual,
+        } = settlement;
+        self.prune(log, now);
+        if actual < charged {
+            // Units leave only from the instant the admission was logged at
+            // (units of one instant are interchangeable), while they are in
+            // the log: the log then counts at least the kept admissions, at
+            // every later instant.
+            let unused = u64::from(charged - actual);
+            if stamp.at >= *fence
+                && let Ok(i) = log.entries.binary_search_by_key(&stamp.at, |&(at, _)| at)
+            {
+                let units = &mut log.entries[i].1;
+                let taken = unused.min(*units);
+                *units -= taken;
+                log.total -= taken;
+                if *units == 0 {
+                    log.entries.remove(i);
+                }
+            }
+        } else if actual > charged {
+            // Past the limit if need be, logged as an admission now.
+            let extra = u64::from(actual - charged);
+            let at = log.entries.back().map_or(now, |&(last, _)| last.max(now));
+            match log.entries.back_mut() {
+                Some((last, units)) if *last == at => *units += extra,
+                _ => log.entries.push_back((at, extra)),
+            }
+            log.total += extra;
+        }
+        forget_if_forgettable(self, log, fence, now);
         self.decide(log, now, 0)
+    }
+
+    #[inline]
+    fn reset(&self, log: &mut Log, fence: &mut u64, now: u64) {
+        let latest = log.entries.back().map_or(now, |&(at, _)| at.max(now));
+        *log = Log::default();
+        // Every receipt so far names an instant up to this one.
+        *fence = latest + 1;
+        forget_if_forgettable(self, log, fence, now);
     }
 
     #[inline]
     fn full_at(&self, log: &Log) -> u64 {
         self.empty_at(log)
+    }
+
+    /// A fence is kept until a window after the instant before it: by then
+    /// the units of every receipt before it have left any log.
+    #[inline]
+    fn forgettable_at(&self, log: &Log, fence: u64) -> u64 {
+        let fenced = if fence == 0 {
+            0
+        } else {
+            fence - 1 + self.window
+        };
+        self.empty_at(log).max(fenced)
     }
 }

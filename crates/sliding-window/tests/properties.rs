@@ -5,6 +5,8 @@
 use proptest::prelude::*;
 use ratelab_core::Algorithm;
 use ratelab_sliding_window::{SlidingCounter, SlidingLog};
+use ratelab_testkit::interleave::{in_memory, quota_and_ops};
+use ratelab_testkit::kept::Model;
 use ratelab_testkit::oracle::Bound;
 use ratelab_testkit::props::{all_properties, config, wild_clock_properties};
 use ratelab_testkit::strategies::{quota_and_arrivals, quota_and_wild_arrivals};
@@ -42,5 +44,24 @@ proptest! {
     fn counter_under_a_wild_clock_never_admits_beyond_the_bound((quota, arrivals) in quota_and_wild_arrivals(60)) {
         let counter = SlidingCounter::new(quota);
         wild_clock_properties(&counter, &arrivals, bound(&counter, 2))?;
+    }
+
+    #[test]
+    fn log_settlements_keep_every_admission_within_what_was_kept((quota, ops) in quota_and_ops(60, 3)) {
+        let log = SlidingLog::new(quota);
+        let model = Model::Log { window: log.window_micros(), limit: log.capacity() };
+        in_memory(&log, model, &ops)?;
+    }
+
+    #[test]
+    fn counter_settlements_keep_every_admission_within_what_was_kept((quota, ops) in quota_and_ops(60, 3)) {
+        let counter = SlidingCounter::new(quota);
+        let model = Model::Counter {
+            window: counter.window_micros(),
+            limit: counter.capacity(),
+            step: counter.step_micros(),
+            steps: counter.steps(),
+        };
+        in_memory(&counter, model, &ops)?;
     }
 }

@@ -17,6 +17,8 @@
 
 pub mod concurrency;
 pub mod conformance;
+pub mod interleave;
+pub mod kept;
 pub mod oracle;
 pub mod props;
 pub mod redis;

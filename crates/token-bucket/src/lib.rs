@@ -33,7 +33,8 @@
 #![forbid(unsafe_code)]
 
 use ratelab_core::{
-    Algorithm, Decision, Error, LockedCell, Quota, ensure_fits, forget_if_full, owed_debt,
+    Algorithm, Decision, Error, LockedCell, Quota, Settlement, Stamp, debt_release,
+    debt_reset_ledger, ensure_fits, ensure_settles, forget_if_forgettable,
 };
 
 /// Token bucket parameters derived from a [`Quota`]. See the crate docs.
@@ -52,8 +53,9 @@ pub struct Bucket {
     /// Whole tokens in the bucket at `last`.
     tokens: u64,
     /// The instant `tokens` was counted, µs; the next token arrives
-    /// `interval` after it. Never moves backwards, but for a refund (which
-    /// brings the next token sooner).
+    /// `interval` after it. Never moves backwards, but for a settlement
+    /// (which brings the next token sooner); ahead of now when a settlement
+    /// charged more than the bucket held (no token arrives before then).
     last: u64,
 }
 
@@ -111,6 +113,33 @@ impl TokenBucket {
             bucket.tokens += arrived;
             bucket.last += arrived * self.interval;
         }
+    }
+
+    /// Makes `bucket` full again at `full_at`, as seen at `now`: the tokens
+    /// it lacks then, and the time since the last whole one (less than one
+    /// interval). Past empty, `last` moves ahead of now: no token arrives
+    /// before then, and the bucket decides as GCRA's TAT of `full_at` would.
+    #[inline]
+    fn set_full_at(&self, bucket: &mut Bucket, full_at: u64, now: u64) {
+        if full_at <= now {
+            *bucket = Bucket {
+                tokens: self.capacity,
+                last: now,
+            };
+            return;
+        }
+        let missing = (full_at - now).div_ceil(self.interval);
+        *bucket = if missing <= self.capacity {
+            Bucket {
+                tokens: self.capacity - missing,
+                last: full_at - missing * self.interval,
+            }
+        } else {
+            Bucket {
+                tokens: 0,
+                last: full_at - self.capacity * self.interval,
+            }
+        };
     }
 
     /// The instant the bucket holds `tokens` tokens, given what it holds now.
@@ -176,32 +205,62 @@ impl Algorithm for TokenBucket {
     }
 
     #[inline]
-    fn refund(
+    fn stamp(&self, bucket: &Bucket, ledger: u64, _now: u64) -> Stamp {
+        Stamp {
+            at: self.full_at(bucket),
+            mark: ledger,
+        }
+    }
+
+    #[inline]
+    fn settle(
         &self,
         bucket: &mut Bucket,
+        ledger: &mut u64,
         now: u64,
-        cost: u32,
-        owed: u64,
+        settlement: Settlement,
     ) -> Result<Decision, Error> {
-        let cost = ensure_fits(cost, self.capacity)?;
-        // Refill first: tokens that arrived on their own are not given twice.
-        // Then full sooner by what the admission still holds (see the
-        // trait): whole tokens, and the rest as an earlier next token.
-        self.refill(bucket, now);
-        let debt = owed_debt(cost, self.interval, owed);
-        let tokens = bucket.tokens + debt / self.interval;
-        if tokens >= self.capacity {
-            bucket.tokens = self.capacity;
-        } else {
-            bucket.tokens = tokens;
-            bucket.last = bucket.last.saturating_sub(debt % self.interval);
+        ensure_settles(&settlement, self.capacity)?;
+        let Settlement {
+            stamp,
+            charged,
+            actual,
+        } = settlement;
+        let full_at = self.full_at(bucket);
+        if actual < charged {
+            // Full sooner by what the admission still holds (see `Receipt`).
+            let unused = u64::from(charged - actual) * self.interval;
+            let back = debt_release(full_at, ledger, now, stamp, unused);
+            self.set_full_at(bucket, full_at - back, now);
+        } else if actual > charged {
+            // Past empty if need be: debt that later requests wait out.
+            let extra = u64::from(actual - charged) * self.interval;
+            self.set_full_at(bucket, full_at.max(now) + extra, now);
         }
-        forget_if_full(self, bucket, now);
+        forget_if_forgettable(self, bucket, ledger, now);
         self.decide(bucket, now, 0)
+    }
+
+    #[inline]
+    fn reset(&self, bucket: &mut Bucket, ledger: &mut u64, now: u64) {
+        *ledger = debt_reset_ledger(self.full_at(bucket), *ledger, now);
+        self.set_full_at(bucket, now, now);
+        forget_if_forgettable(self, bucket, ledger, now);
     }
 
     #[inline]
     fn full_at(&self, bucket: &Bucket) -> u64 {
         self.when_holding(bucket, self.capacity)
+    }
+
+    /// A ledger keeps the key a burst's time longer (see `Gcra`'s).
+    #[inline]
+    fn forgettable_at(&self, bucket: &Bucket, ledger: u64) -> u64 {
+        let full_at = self.full_at(bucket);
+        if ledger == 0 {
+            full_at
+        } else {
+            full_at.saturating_add(self.capacity * self.interval)
+        }
     }
 }

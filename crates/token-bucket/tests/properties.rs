@@ -3,6 +3,8 @@
 
 use proptest::prelude::*;
 use ratelab_core::Algorithm;
+use ratelab_testkit::interleave::{in_memory, quota_and_ops};
+use ratelab_testkit::kept::Model;
 use ratelab_testkit::oracle::Bound;
 use ratelab_testkit::props::{all_properties, config, wild_clock_properties};
 use ratelab_testkit::strategies::{quota_and_arrivals, quota_and_wild_arrivals};
@@ -28,5 +30,10 @@ proptest! {
     fn a_wild_clock_never_admits_beyond_the_bound((quota, arrivals) in quota_and_wild_arrivals(60)) {
         let bucket = TokenBucket::new(quota);
         wild_clock_properties(&bucket, &arrivals, bound(&bucket))?;
+    }
+
+    #[test]
+    fn settlements_keep_every_admission_within_what_was_kept((quota, ops) in quota_and_ops(60, 3)) {
+        in_memory(&TokenBucket::new(quota), Model::debt(quota), &ops)?;
     }
 }

@@ -39,13 +39,18 @@
 //!   [`Error::TooManyKeys`] until a slot frees, with the exact wait.
 //!   A key later given a slot starts from its least indebted cell, so moving
 //!   between the two structures never wipes a debt.
-//! - **Refunds and resets** ([`Keyed::refund`], [`Keyed::reset`]) act on
-//!   the keys the table tracks: a key back to full capacity is forgotten at
-//!   once. They never touch the shared cells, which hold other keys'
-//!   admissions too and may only over-count. A refund lowers a key's
-//!   `full_at`, so it files one more index record; extra records are
-//!   dropped when due, or all at once by a rebuild when they outnumber the
-//!   keys (amortised O(1) per refund), within [`Keyed::memory_bound_bytes`].
+//! - **Settlements, refunds and resets** ([`Keyed::settle`],
+//!   [`Keyed::refund`], [`Keyed::reset`]) give back only to the keys the
+//!   table tracks, by [`Receipt`]: never from the shared cells, which hold
+//!   other keys' admissions too and may only over-count (a charge beyond a
+//!   receipt's cost goes to them when the key has no slot). A key is
+//!   forgotten once it is full and none of its receipts can give anything
+//!   back ([`Algorithm::forgettable_at`]); the few keys whose ledger is not
+//!   0 keep it in a side table of the shard, counted in
+//!   [`Keyed::memory_bound_bytes`]. A settlement can lower the instant a
+//!   key may be forgotten, so it files one more index record; extra records
+//!   are dropped when due, or all at once by a rebuild when they outnumber
+//!   the keys (amortised O(1) per settlement).
 //! - **Time never goes backwards** for a shard's keys and cells: a clock
 //!   that jumps back is time standing still, and so is [`Keyed::sweep`].
 //!
@@ -73,7 +78,7 @@ use sketch::Sketch;
 use crate::algorithm::Algorithm;
 use crate::limiter::{Limiter, RateLimiter};
 use crate::time::{Clock, SystemClock, clamp_instant};
-use crate::{Decision, Error, Quota};
+use crate::{Decision, Error, Issuer, Quota, Receipt, Settlement, Stamp};
 
 /// The default bound on the number of keys a [`Keyed`] limiter tracks.
 pub const DEFAULT_MAX_KEYS: usize = 1_000_000;
@@ -130,6 +135,16 @@ pub struct Keyed<A: Algorithm, C = SystemClock, K = ByteKey> {
     shard_mask: u64,
     max_keys: usize,
     flood: FloodPolicy,
+    issuer: Issuer,
+}
+
+/// What a check leaves for a receipt: nothing (a refusal, a peek, cost 0,
+/// or not asked), a stamp of the key's own state, or a decision by the
+/// shared flood cells.
+enum Mark {
+    None,
+    Own(Stamp),
+    Shared,
 }
 
 /// One shard's lock and what it guards.
@@ -168,6 +183,25 @@ impl<A: Algorithm, C: Clock> Keyed<A, C, ByteKey> {
         self.decide::<false>(hash, |k| probe.matches(k), || probe.to_key(), cost)
     }
 
+    /// Decides as [`Keyed::check`] does, with a [`Receipt`] for an admission
+    /// of a positive cost (see [`RateLimiter::check_with_receipt`]).
+    pub fn check_with_receipt(
+        &self,
+        key: &[u8],
+        cost: u32,
+    ) -> Result<(Decision, Option<Receipt>), Error> {
+        let probe = self.digester.probe(key);
+        let hash = self.hasher.hash_one(probe);
+        let (decision, mark) =
+            self.decide_marked::<false, true>(hash, |k| probe.matches(k), || probe.to_key(), cost)?;
+        let receipt = match mark {
+            Mark::None => None,
+            Mark::Own(stamp) => Some(self.issuer.issue(key, cost, stamp)),
+            Mark::Shared => Some(self.issuer.issue_shared(key, cost)),
+        };
+        Ok((decision, receipt))
+    }
+
     /// The decision a request of weight `cost` for `key` would get now,
     /// consuming nothing and storing nothing (see
     /// [`RateLimiter::peek`]): a check at the same instant decides the same.
@@ -177,23 +211,39 @@ impl<A: Algorithm, C: Clock> Keyed<A, C, ByteKey> {
         self.decide::<true>(hash, |k| probe.matches(k), || probe.to_key(), cost)
     }
 
-    /// Gives back up to `cost` units `key` consumed, for an admission that
-    /// still weighs on it for `owed` (see [`RateLimiter::refund`]: only what
-    /// it still holds comes back), never taking it above its capacity;
-    /// answers what a peek of cost 0 would after it.
+    /// Settles the admission `receipt` stands for to `actual` units (see
+    /// [`RateLimiter::settle`]): what it did not use comes back, as far as
+    /// the key still holds it; what it used beyond its cost is charged as
+    /// debt. Answers what a peek of cost 0 would after it.
     ///
     /// A key decided by the shared flood cells (a table full under
     /// [`FloodPolicy::Sketch`]) gets nothing back: the cells also hold other
-    /// keys' admissions, and may only over-count.
-    pub fn refund(&self, key: &[u8], cost: u32, owed: Duration) -> Result<Decision, Error> {
-        let probe = self.digester.probe(key);
+    /// keys' admissions, and may only over-count. A charge beyond the cost
+    /// goes to the key, or to its cells when the table has no room for it.
+    pub fn settle(&self, receipt: Receipt, actual: u32) -> Result<Decision, Error> {
+        let redeemed = self
+            .issuer
+            .redeem(receipt)
+            .map_err(|_| Error::ForeignReceipt)?;
+        let settlement = redeemed.settlement(actual);
+        crate::ensure_settles(&settlement, self.algorithm.capacity())?;
+        let probe = self.digester.probe(&redeemed.key);
         let hash = self.hasher.hash_one(probe);
-        self.give_back(hash, |k| probe.matches(k), cost, owed)
+        self.settle_hashed(hash, |k| probe.matches(k), || probe.to_key(), settlement)
     }
 
-    /// Puts `key` back to full capacity: it is forgotten, as a key never
-    /// seen (see [`RateLimiter::reset`]). Like [`Keyed::refund`], this leaves
-    /// the shared flood cells alone.
+    /// Gives back what the admission `receipt` stands for still holds:
+    /// [`Keyed::settle`] to 0.
+    pub fn refund(&self, receipt: Receipt) -> Result<Decision, Error> {
+        self.settle(receipt, 0)
+    }
+
+    /// Puts `key` back to full capacity (see [`RateLimiter::reset`]): it
+    /// decides as a key never seen, and no receipt issued for it before
+    /// gives anything back. A key no receipt was issued for is forgotten at
+    /// once; one with receipts stays tracked, deciding as a key never seen,
+    /// until none of them could claim anything ([`Algorithm::reset`]). Like
+    /// [`Keyed::settle`], this leaves the shared flood cells alone.
     pub fn reset(&self, key: &[u8]) {
         let probe = self.digester.probe(key);
         let hash = self.hasher.hash_one(probe);
@@ -216,6 +266,7 @@ impl<A: Algorithm, C: Clock> Keyed<A, C, ByteKey> {
                 let shard = shard.0.lock();
                 let keys = shard.capacity;
                 table_bound_bytes::<Entry<ByteKey, A::State>>(keys)
+                    + table_bound_bytes::<(u64, u64)>(keys)
                     // The index: one record per key, as many again from
                     // refunds and resets before a compaction, doubled by
                     // the heap's growth.
@@ -283,6 +334,7 @@ impl<A: Algorithm, C: Clock, K: Hash + Eq> Keyed<A, C, K> {
             hasher,
             max_keys,
             flood,
+            issuer: Issuer::new(),
         }
     }
 
@@ -308,16 +360,6 @@ impl<A: Algorithm, C: Clock, K: Hash + Eq> Keyed<A, C, K> {
         self.decide::<true>(hash, |k| k.borrow() == key, || key.to_owned(), cost)
     }
 
-    /// Gives back up to `cost` units `key` consumed: see [`Keyed::refund`].
-    pub fn refund_key<Q>(&self, key: &Q, cost: u32, owed: Duration) -> Result<Decision, Error>
-    where
-        K: Borrow<Q>,
-        Q: Hash + Eq + ?Sized,
-    {
-        let hash = self.hasher.hash_one(key);
-        self.give_back(hash, |k| k.borrow() == key, cost, owed)
-    }
-
     /// Puts `key` back to full capacity: see [`Keyed::reset`].
     pub fn reset_key<Q>(&self, key: &Q)
     where
@@ -328,51 +370,99 @@ impl<A: Algorithm, C: Clock, K: Hash + Eq> Keyed<A, C, K> {
         self.forget(hash, |k| k.borrow() == key);
     }
 
-    /// The refund under every key type.
-    fn give_back(
+    /// The settlement under every key type.
+    fn settle_hashed(
         &self,
         hash: u64,
         is_key: impl Fn(&K) -> bool,
-        cost: u32,
-        owed: Duration,
+        to_key: impl FnOnce() -> K,
+        settlement: Settlement,
     ) -> Result<Decision, Error> {
-        let owed = crate::owed_micros(owed);
         let now = clamp_instant(self.clock.now_micros());
         let algorithm = &self.algorithm;
         let shard = &self.shards[((hash >> 32) & self.shard_mask) as usize].0;
         let mut shard = shard.lock();
         let now = shard.advance(now);
-        let Some(entry) = shard.table.find_mut(hash, |e| is_key(&e.key)) else {
-            // Not tracked: full already (nothing to give back), or decided
-            // by the shared cells (which keep what they counted).
-            crate::ensure_fits(cost, algorithm.capacity())?;
-            drop(shard);
-            return self.decide::<true>(hash, is_key, || unreachable!("a peek stores no key"), 0);
-        };
-        let before = algorithm.full_at(&entry.state);
-        let decision = algorithm.refund(&mut entry.state, now, cost, owed)?;
-        let after = algorithm.full_at(&entry.state);
-        if after <= now {
-            // Back to full: a key never seen decides the same.
-            shard.remove(algorithm, hash, |e| is_key(&e.key));
-        } else if after < before {
-            shard.refile(algorithm, after, hash);
+        let mut ledger = shard.ledger_of(hash);
+        if let Some(entry) = shard.table.find_mut(hash, |e| is_key(&e.key)) {
+            let before = algorithm.forgettable_at(&entry.state, ledger);
+            let decision = algorithm.settle(&mut entry.state, &mut ledger, now, settlement)?;
+            let after = algorithm.forgettable_at(&entry.state, ledger);
+            shard.set_ledger(hash, ledger);
+            if after <= now {
+                // Nothing left to hold: a key never seen decides the same.
+                shard.remove(algorithm, hash, |e| is_key(&e.key));
+            } else if after < before {
+                shard.refile(algorithm, after, hash);
+            }
+            return Ok(decision);
         }
-        Ok(decision)
+        // Not tracked: forgotten (so nothing it admitted still weighs), or
+        // decided by the shared cells (which keep what they counted).
+        // Nothing comes back; a charge beyond the cost is still owed, to the
+        // key's own state if there is room for it, else to its cells.
+        let extra = settlement.actual.saturating_sub(settlement.charged);
+        if extra > 0 {
+            let charge = Settlement::charge(extra);
+            if !shard.is_full() || shard.make_room(algorithm, now) {
+                let mut state = shard
+                    .sketch
+                    .as_ref()
+                    .and_then(|sketch| sketch.seed(algorithm, hash, now))
+                    .unwrap_or_else(|| algorithm.initial_state());
+                let mut ledger = 0;
+                let decision = algorithm.settle(&mut state, &mut ledger, now, charge)?;
+                if algorithm.forgettable_at(&state, ledger) > now {
+                    shard.insert(algorithm, hash, to_key(), state);
+                }
+                return Ok(decision);
+            }
+            if let FloodPolicy::Sketch { depth, .. } = self.flood {
+                let width = self.sketch_cells_per_shard() / depth;
+                shard
+                    .sketch
+                    .get_or_insert_with(|| Sketch::new(algorithm, width, depth))
+                    .charge(algorithm, hash, now, charge)?;
+            }
+        }
+        drop(shard);
+        self.decide::<true>(hash, is_key, || unreachable!("a peek stores no key"), 0)
     }
 
-    /// The reset under every key type.
+    /// The reset under every key type: the key's state decides as a key
+    /// never seen, and its ledger outlives whatever its receipts could still
+    /// claim ([`Algorithm::reset`]).
     fn forget(&self, hash: u64, is_key: impl Fn(&K) -> bool) {
+        let now = clamp_instant(self.clock.now_micros());
+        let algorithm = &self.algorithm;
         let shard = &self.shards[((hash >> 32) & self.shard_mask) as usize].0;
-        shard
-            .lock()
-            .remove(&self.algorithm, hash, |e| is_key(&e.key));
+        let mut shard = shard.lock();
+        let now = shard.advance(now);
+        if !shard.has_receipts(hash) {
+            // No receipt was issued for it since it was last forgotten:
+            // nothing can claim anything back, so it is forgotten at once.
+            shard.remove(algorithm, hash, |e| is_key(&e.key));
+            return;
+        }
+        let mut ledger = shard.ledger_of(hash);
+        let Some(entry) = shard.table.find_mut(hash, |e| is_key(&e.key)) else {
+            return;
+        };
+        algorithm.reset(&mut entry.state, &mut ledger, now);
+        let after = algorithm.forgettable_at(&entry.state, ledger);
+        shard.set_ledger(hash, ledger);
+        if after <= now {
+            shard.remove(algorithm, hash, |e| is_key(&e.key));
+        } else {
+            shard.refile(algorithm, after, hash);
+        }
     }
 
     /// The check under every key type: `is_key` recognises the stored key,
     /// `to_key` makes it, only if it is stored. A `DRY` run (a peek) decides
-    /// on copies and stores nothing; the upkeep it may do (forgetting keys
-    /// back to full capacity) changes no decision.
+    /// on copies and stores nothing, and does not move the shard's time;
+    /// the upkeep it may do (forgetting keys no receipt can use) changes no
+    /// decision.
     #[inline]
     fn decide<const DRY: bool>(
         &self,
@@ -381,36 +471,74 @@ impl<A: Algorithm, C: Clock, K: Hash + Eq> Keyed<A, C, K> {
         to_key: impl FnOnce() -> K,
         cost: u32,
     ) -> Result<Decision, Error> {
+        self.decide_marked::<DRY, false>(hash, is_key, to_key, cost)
+            .map(|(decision, _)| decision)
+    }
+
+    /// [`Keyed::decide`], and, when `MARK`, what the admission leaves for a
+    /// receipt.
+    #[inline]
+    fn decide_marked<const DRY: bool, const MARK: bool>(
+        &self,
+        hash: u64,
+        is_key: impl Fn(&K) -> bool,
+        to_key: impl FnOnce() -> K,
+        cost: u32,
+    ) -> Result<(Decision, Mark), Error> {
         // Read before locking: the clock is the slow part of a check.
         let now = clamp_instant(self.clock.now_micros());
         // hashbrown uses the low bits (bucket) and the top 7 (tag): pick the
         // shard from bits in between so both stay fully random within it.
         let shard = &self.shards[((hash >> 32) & self.shard_mask) as usize].0;
         let mut shard = shard.lock();
-        let now = shard.advance(now);
+        // A peek decides at the shard's time without moving it, and forgets
+        // keys only as of the time already recorded: after a clock went
+        // back, a later check must decide as if the peek never happened.
         let algorithm = &self.algorithm;
-        shard.forget_due(algorithm, now, UPKEEP_PER_CHECK);
+        let (now, upkeep) = if DRY {
+            (now.max(shard.latest), shard.latest)
+        } else {
+            let now = shard.advance(now);
+            (now, now)
+        };
+        shard.forget_due(algorithm, upkeep, UPKEEP_PER_CHECK);
+        let admitted = |decision: &Decision| MARK && decision.allowed && cost > 0;
 
+        let ledger = if MARK { shard.ledger_of(hash) } else { 0 };
         if let Some(entry) = shard.table.find_mut(hash, |e| is_key(&e.key)) {
             if DRY {
-                return algorithm.decide(&mut entry.state.clone(), now, cost);
+                let decision = algorithm.decide(&mut entry.state.clone(), now, cost)?;
+                return Ok((decision, Mark::None));
             }
-            return algorithm.decide(&mut entry.state, now, cost);
+            let decision = algorithm.decide(&mut entry.state, now, cost)?;
+            if !admitted(&decision) {
+                return Ok((decision, Mark::None));
+            }
+            let stamp = algorithm.stamp(&entry.state, ledger, now);
+            shard.mark_receipt(hash);
+            return Ok((decision, Mark::Own(stamp)));
         }
 
-        let room = !shard.is_full() || shard.make_room(algorithm, now);
+        let room = !shard.is_full() || shard.make_room(algorithm, upkeep);
         if let (false, FloodPolicy::Sketch { depth, .. }) = (room, self.flood) {
             if DRY {
-                return match &shard.sketch {
+                let decision = match &shard.sketch {
                     Some(sketch) => sketch.peek(algorithm, hash, now, cost),
                     None => algorithm.decide(&mut algorithm.initial_state(), now, cost),
-                };
+                }?;
+                return Ok((decision, Mark::None));
             }
             let width = self.sketch_cells_per_shard() / depth;
-            return shard
+            let decision = shard
                 .sketch
                 .get_or_insert_with(|| Sketch::new(algorithm, width, depth))
-                .decide(algorithm, hash, now, cost);
+                .decide(algorithm, hash, now, cost)?;
+            let mark = if admitted(&decision) {
+                Mark::Shared
+            } else {
+                Mark::None
+            };
+            return Ok((decision, mark));
         }
         // A key that was decided by the sketch starts from its cells' debt.
         let mut state = shard
@@ -421,7 +549,7 @@ impl<A: Algorithm, C: Clock, K: Hash + Eq> Keyed<A, C, K> {
         let decision = algorithm.decide(&mut state, now, cost)?;
         if algorithm.full_at(&state) <= now {
             // Nothing to remember: a peek, or a refusal of a full key.
-            return Ok(decision);
+            return Ok((decision, Mark::None));
         }
         if !room {
             let wait = shard.next_room(algorithm, now);
@@ -431,10 +559,17 @@ impl<A: Algorithm, C: Clock, K: Hash + Eq> Keyed<A, C, K> {
                 retry_after: wait.map_or(Duration::MAX, Duration::from_micros),
             });
         }
-        if !DRY {
-            shard.insert(algorithm, hash, to_key(), state);
+        if DRY {
+            return Ok((decision, Mark::None));
         }
-        Ok(decision)
+        let mark = if admitted(&decision) {
+            shard.mark_receipt(hash);
+            Mark::Own(algorithm.stamp(&state, ledger, now))
+        } else {
+            Mark::None
+        };
+        shard.insert(algorithm, hash, to_key(), state);
+        Ok((decision, mark))
     }
 
     fn sketch_cells_per_shard(&self) -> usize {
@@ -533,8 +668,16 @@ impl<A: Algorithm, C: Clock> RateLimiter for Keyed<A, C, ByteKey> {
         Keyed::peek(self, key, cost)
     }
 
-    fn refund(&self, key: &[u8], cost: u32, owed: Duration) -> Result<Decision, Error> {
-        Keyed::refund(self, key, cost, owed)
+    fn check_with_receipt(
+        &self,
+        key: &[u8],
+        cost: u32,
+    ) -> Result<(Decision, Option<Receipt>), Error> {
+        Keyed::check_with_receipt(self, key, cost)
+    }
+
+    fn settle(&self, receipt: Receipt, actual: u32) -> Result<Decision, Error> {
+        Keyed::settle(self, receipt, actual)
     }
 
     fn reset(&self, key: &[u8]) -> Result<(), Error> {

@@ -32,17 +32,20 @@ const REBUILD_AFTER_SHARE: usize = 8;
 
 pub(super) struct Shard<K, S> {
     pub(super) table: HashTable<Entry<K, S>>,
-    /// A min-heap of `(full_at, hash)`, at least one record per entry, each
-    /// entry's earliest record no later than its `full_at`.
+    /// A min-heap of `(due, hash)`, at least one record per entry, each
+    /// entry's earliest record no later than the instant it may be
+    /// forgotten ([`Algorithm::forgettable_at`], its `full_at` unless a
+    /// settlement or a reset wrote it a ledger).
     ///
-    /// A record may be stale: `full_at` grows as a key is charged, and the
+    /// A record may be stale: that instant grows as a key is charged, and the
     /// record is not updated on every charge (that would cost a heap update
     /// per check). A stale record found due is pushed again with the key's
-    /// current `full_at`, so each charge costs at most one later heap
-    /// operation: amortised O(log n) per check, and never a scan. A refund,
-    /// the one change that lowers `full_at`, files one more record, and a
-    /// reset leaves its key's record behind with no key: extra records that
-    /// [`Shard::compact`] drops once they outnumber the entries.
+    /// current instant, so each charge costs at most one later heap
+    /// operation: amortised O(log n) per check, and never a scan. A
+    /// settlement, the one change that lowers it, files one more record,
+    /// and a forgotten key leaves its record behind with no key: extra
+    /// records that [`Shard::compact`] drops once they outnumber the
+    /// entries.
     ///
     /// Keys filed together come due together, most of them still owing (a
     /// busy key's `full_at` runs ahead of its record): re-filing each is a
@@ -63,6 +66,13 @@ pub(super) struct Shard<K, S> {
     /// Shared cells for keys the table has no room for; allocated the first
     /// time the table is full (under the sketch flood policy).
     pub(super) sketch: Option<Sketch<S>>,
+    /// The keys a receipt was issued for, by hash, with their ledger
+    /// ([`Algorithm::settle`]; 0 until a settlement or a reset writes one):
+    /// `(hash, ledger)`. Most keys never have a receipt, so this is kept here
+    /// rather than in every entry. Two keys of one hash (a 64-bit collision
+    /// within the shard) share the larger ledger, which only gives back
+    /// less. A record lives as long as an entry of its hash.
+    ledgers: HashTable<(u64, u64)>,
     /// The limiter's hasher (the same seed): a key's hash here is the hash
     /// its lookups use.
     hasher: foldhash::fast::RandomState,
@@ -77,6 +87,7 @@ impl<K: Hash, S> Shard<K, S> {
             latest: 0,
             capacity,
             sketch: None,
+            ledgers: HashTable::new(),
             hasher,
         }
     }
@@ -114,14 +125,16 @@ impl<K: Hash, S> Shard<K, S> {
         key: K,
         state: S,
     ) {
-        self.expiry.push(Reverse((algorithm.full_at(&state), hash)));
+        let due = algorithm.forgettable_at(&state, self.ledger_of(hash));
+        self.expiry.push(Reverse((due, hash)));
         let hasher = &self.hasher;
         self.table
             .insert_unique(hash, Entry { key, state }, |e| hasher.hash_one(&e.key));
     }
 
-    /// Files a record for the key with this hash, whose `full_at` went down
-    /// (a refund): its old record would say it is full later than it is.
+    /// Files a record for the key with this hash, whose forgettable instant
+    /// went down (a settlement): its old record would say it is due later
+    /// than it is.
     pub(super) fn refile<A: Algorithm<State = S>>(
         &mut self,
         algorithm: &A,
@@ -142,8 +155,66 @@ impl<K: Hash, S> Shard<K, S> {
     ) {
         if let Ok(entry) = self.table.find_entry(hash, is_key) {
             entry.remove();
+            self.drop_ledger(hash);
             self.compact(algorithm);
         }
+    }
+
+    /// The ledger of the key with this hash: 0 unless a settlement or a
+    /// reset wrote one.
+    #[inline]
+    pub(super) fn ledger_of(&self, hash: u64) -> u64 {
+        if self.ledgers.is_empty() {
+            return 0;
+        }
+        self.ledgers
+            .find(hash, |&(h, _)| h == hash)
+            .map_or(0, |&(_, ledger)| ledger)
+    }
+
+    /// Records the ledger of the key with this hash (see `ledgers` for keys
+    /// that share a hash).
+    pub(super) fn set_ledger(&mut self, hash: u64, ledger: u64) {
+        match self.ledgers.find_mut(hash, |&(h, _)| h == hash) {
+            Some(record) => record.1 = record.1.max(ledger),
+            None => {
+                self.ledgers
+                    .insert_unique(hash, (hash, ledger), |&(h, _)| h);
+            }
+        }
+    }
+
+    /// Notes that a receipt was issued for the key with this hash.
+    #[inline]
+    pub(super) fn mark_receipt(&mut self, hash: u64) {
+        if self.ledgers.find(hash, |&(h, _)| h == hash).is_none() {
+            self.ledgers.insert_unique(hash, (hash, 0), |&(h, _)| h);
+        }
+    }
+
+    /// A receipt was issued for the key with this hash (or one of its hash)
+    /// since it was last forgotten.
+    #[inline]
+    pub(super) fn has_receipts(&self, hash: u64) -> bool {
+        !self.ledgers.is_empty() && self.ledgers.find(hash, |&(h, _)| h == hash).is_some()
+    }
+
+    /// Drops the ledger of a key forgotten with this hash, unless another
+    /// key of the same hash is still tracked.
+    fn drop_ledger(&mut self, hash: u64) {
+        if self.ledgers.is_empty() || self.tracks_hash(hash) {
+            return;
+        }
+        if let Ok(record) = self.ledgers.find_entry(hash, |&(h, _)| h == hash) {
+            record.remove();
+        }
+    }
+
+    /// Some entry with exactly this hash is tracked.
+    fn tracks_hash(&self, hash: u64) -> bool {
+        self.table
+            .iter_hash(hash)
+            .any(|e| self.hash_of(&e.key) == hash)
     }
 
     /// Rebuilds the index from the table, one exact record per entry, when
@@ -164,18 +235,20 @@ impl<K: Hash, S> Shard<K, S> {
     fn rebuild<A: Algorithm<State = S>>(&mut self, algorithm: &A) {
         let mut records = std::mem::take(&mut self.expiry).into_vec();
         records.clear();
-        records.extend(
-            self.table
-                .iter()
-                .map(|e| Reverse((algorithm.full_at(&e.state), self.hash_of(&e.key)))),
-        );
+        records.extend(self.table.iter().map(|e| {
+            let hash = self.hash_of(&e.key);
+            Reverse((
+                algorithm.forgettable_at(&e.state, self.ledger_of(hash)),
+                hash,
+            ))
+        }));
         self.expiry = BinaryHeap::from(records);
         self.refiled = 0;
     }
 
     /// Looks at the earliest record, if it is due at `now`: forgets its key
     /// if that key is back to full capacity (returns true), else files the
-    /// record again under the key's current `full_at`. `None` when no record
+    /// record again under the key's current instant. `None` when no record
     /// is due.
     fn pop_due<A: Algorithm<State = S>>(&mut self, algorithm: &A, now: u64) -> Option<bool> {
         let &Reverse((due, hash)) = self.expiry.peek()?;
@@ -184,10 +257,13 @@ impl<K: Hash, S> Shard<K, S> {
         }
         self.expiry.pop();
         let hasher = &self.hasher;
-        let full =
-            |e: &Entry<K, S>| algorithm.full_at(&e.state) <= now && hasher.hash_one(&e.key) == hash;
-        if let Ok(entry) = self.table.find_entry(hash, full) {
+        let ledger = self.ledger_of(hash);
+        let forgettable = |e: &Entry<K, S>| {
+            algorithm.forgettable_at(&e.state, ledger) <= now && hasher.hash_one(&e.key) == hash
+        };
+        if let Ok(entry) = self.table.find_entry(hash, forgettable) {
             entry.remove();
+            self.drop_ledger(hash);
             return Some(true);
         }
         // Every key with this hash still owes: re-file under the earliest
@@ -204,10 +280,11 @@ impl<K: Hash, S> Shard<K, S> {
     }
 
     fn earliest_with_hash<A: Algorithm<State = S>>(&self, algorithm: &A, hash: u64) -> Option<u64> {
+        let ledger = self.ledger_of(hash);
         self.table
             .iter_hash(hash)
             .filter(|e| self.hash_of(&e.key) == hash)
-            .map(|e| algorithm.full_at(&e.state))
+            .map(|e| algorithm.forgettable_at(&e.state, ledger))
             .min()
     }
 
@@ -238,8 +315,8 @@ impl<K: Hash, S> Shard<K, S> {
         false
     }
 
-    /// The wait from `now` until a slot frees (the earliest `full_at` of the
-    /// keys tracked), exact: stale records at the top are re-filed first.
+    /// The wait from `now` until a slot frees (the earliest instant a key
+    /// tracked may be forgotten), exact: stale records at the top are re-filed first.
     /// `None` if the shard tracks no key (a shard with no room at all).
     pub(super) fn next_room<A: Algorithm<State = S>>(
         &mut self,
@@ -268,6 +345,7 @@ impl<K: Hash, S> Shard<K, S> {
     /// keys or states own).
     pub(super) fn bytes(&self) -> usize {
         self.table.allocation_size()
+            + self.ledgers.allocation_size()
             + self.expiry.capacity() * size_of::<Due>()
             + self.sketch.as_ref().map_or(0, Sketch::bytes)
     }

@@ -18,7 +18,7 @@
 //! depth is 1.
 
 use crate::algorithm::Algorithm;
-use crate::{Decision, Error};
+use crate::{Decision, Error, Settlement};
 
 /// The most rows a sketch may have.
 pub(super) const MAX_DEPTH: usize = 8;
@@ -134,6 +134,27 @@ impl<S: Clone> Sketch<S> {
             }
         }
         Ok(combined)
+    }
+}
+
+impl<S: Clone> Sketch<S> {
+    /// Charges `settlement` (a charge beyond an admission's cost: see
+    /// [`Settlement::charge`]) to every cell of the key hashed to `hash`,
+    /// whatever their room: each cell then still holds every unit charged
+    /// to each of its keys.
+    pub(super) fn charge<A: Algorithm<State = S>>(
+        &mut self,
+        algorithm: &A,
+        hash: u64,
+        now: u64,
+        settlement: Settlement,
+    ) -> Result<(), Error> {
+        for row in 0..self.depth {
+            let cell = self.cell(hash, row);
+            // Cells have no ledger: they are never given anything back.
+            algorithm.settle(&mut self.cells[cell], &mut 0, now, settlement)?;
+        }
+        Ok(())
     }
 }
 

@@ -1,0 +1,336 @@
+//! Interleavings of the features that meet on one key: checks with and
+//! without receipts, peeks, settlements below and above the cost (refunds
+//! among them), receipts dropped, resets, and a clock that moves forward,
+//! stands still or jumps back. [`run`] plays them against any limiter and
+//! checks every admission against the [kept history](crate::kept).
+
+use proptest::prelude::*;
+use proptest::test_runner::TestCaseError;
+use ratelab_core::{Algorithm, Decision, Direct, Error, Keyed, ManualClock, Quota, Receipt};
+
+use crate::kept::{Entry, History, Model};
+use crate::strategies::quotas;
+
+/// One step of an interleaving.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Op {
+    /// The clock moves forward by this many µs.
+    Forward(u64),
+    /// The clock moves back by this many µs (never below 0).
+    Back(u64),
+    /// A check of `cost` on key `key`; with a receipt kept when `receipt`.
+    Check {
+        /// One of a few keys.
+        key: u8,
+        /// The request's weight (may be above the capacity: an error).
+        cost: u32,
+        /// Ask for a receipt.
+        receipt: bool,
+    },
+    /// A peek of `cost` on key `key`.
+    Peek {
+        /// One of a few keys.
+        key: u8,
+        /// The weight asked about.
+        cost: u32,
+    },
+    /// Settles an outstanding receipt (picked by this number among them) to
+    /// `actual` units.
+    Settle {
+        /// Which receipt, modulo how many are outstanding.
+        pick: usize,
+        /// What the admission finally counts for (0 refunds it).
+        actual: u32,
+    },
+    /// Drops an outstanding receipt: its admission keeps its charge.
+    Drop {
+        /// Which receipt, modulo how many are outstanding.
+        pick: usize,
+    },
+    /// Resets key `key`.
+    Reset {
+        /// One of a few keys.
+        key: u8,
+    },
+}
+
+/// A quota and an interleaving of up to `len` steps on up to `keys` keys,
+/// with moves in terms of the quota (bursts, a refill interval, whole
+/// windows), and settlements of every size.
+pub fn quota_and_ops(len: usize, keys: u8) -> impl Strategy<Value = (Quota, Vec<Op>)> {
+    quotas().prop_flat_map(move |quota| {
+        let t = quota.emission_interval_micros();
+        let w = quota.window_micros();
+        let burst = quota.burst();
+        let op = prop_oneof![
+            3 => prop_oneof![Just(0u64), Just(1), Just(t), Just(t - 1), 0..=2 * w].prop_map(Op::Forward),
+            1 => prop_oneof![Just(1u64), Just(t), 0..=w].prop_map(Op::Back),
+            6 => (0..keys, 1..=burst, proptest::bool::weighted(0.8))
+                .prop_map(|(key, cost, receipt)| Op::Check { key, cost, receipt }),
+            1 => (0..keys, 0..=burst + 1).prop_map(|(key, cost)| Op::Peek { key, cost }),
+            4 => (any::<usize>(), prop_oneof![Just(0u32), 0..=burst]).prop_map(|(pick, actual)| Op::Settle { pick, actual }),
+            1 => any::<usize>().prop_map(|pick| Op::Drop { pick }),
+            1 => (0..keys).prop_map(|key| Op::Reset { key }),
+        ];
+        (Just(quota), proptest::collection::vec(op, 1..=len))
+    })
+}
+
+/// What [`run`] needs of a limiter: one key space, on a clock the run
+/// moves, deciding at the latest instant it has seen (time standing still
+/// when the clock goes back).
+pub trait Subject {
+    /// A check, with a receipt when asked for.
+    fn check(
+        &self,
+        key: u8,
+        cost: u32,
+        receipt: bool,
+    ) -> Result<(Decision, Option<Receipt>), Error>;
+    /// A peek.
+    fn peek(&self, key: u8, cost: u32) -> Result<Decision, Error>;
+    /// A settlement.
+    fn settle(&self, receipt: Receipt, actual: u32) -> Result<Decision, Error>;
+    /// A reset.
+    fn reset(&self, key: u8);
+    /// Sets the clock.
+    fn set_clock(&self, micros: u64);
+    /// The capacity (a cost above it is an error).
+    fn capacity(&self) -> u64;
+}
+
+/// Plays `ops` on `subject`, starting the clock at `start`, and fails at the
+/// first admission the kept history of its key had no room for, with the
+/// steps so far.
+pub fn run<S: Subject>(
+    subject: &S,
+    model: Model,
+    ops: &[Op],
+    start: u64,
+) -> Result<(), TestCaseError> {
+    let mut clock = start;
+    // The instant a limiter that stands still when the clock goes back
+    // decides at: the latest reading a check, a settlement or a reset saw
+    // (a peek moves nothing).
+    let mut latest = start;
+    subject.set_clock(clock);
+    let mut histories: Vec<History> = Vec::new();
+    let mut outstanding: Vec<(u8, Entry, Receipt)> = Vec::new();
+    let history = |histories: &mut Vec<History>, key: u8| -> usize {
+        let key = usize::from(key);
+        while histories.len() <= key {
+            histories.push(History::new(model));
+        }
+        key
+    };
+    for (step, op) in ops.iter().enumerate() {
+        match *op {
+            Op::Forward(by) => {
+                clock = clock.saturating_add(by);
+                subject.set_clock(clock);
+            }
+            Op::Back(by) => {
+                clock = clock.saturating_sub(by);
+                subject.set_clock(clock);
+            }
+            Op::Check { key, cost, receipt } => {
+                latest = latest.max(clock);
+                let k = history(&mut histories, key);
+                match subject.check(key, cost, receipt) {
+                    Ok((decision, given)) => {
+                        prop_assert_eq!(
+                            given.is_some(),
+                            receipt && decision.allowed && cost > 0,
+                            "step {}: a receipt exactly for an admission asked with one",
+                            step
+                        );
+                        if decision.allowed && cost > 0 {
+                            prop_assert!(
+                                histories[k].admits(latest, u64::from(cost)),
+                                "step {}: key {} admitted {} at {} µs beyond what was kept: {:?}",
+                                step,
+                                key,
+                                cost,
+                                latest,
+                                &ops[..=step]
+                            );
+                            let entry = histories[k].admit(latest, u64::from(cost));
+                            if let Some(given) = given {
+                                outstanding.push((key, entry, given));
+                            }
+                        }
+                    }
+                    Err(Error::CostTooHigh { .. }) => {
+                        prop_assert!(u64::from(cost) > subject.capacity());
+                    }
+                    Err(e) => return Err(TestCaseError::fail(format!("step {step}: {e}"))),
+                }
+            }
+            Op::Peek { key, cost } => match subject.peek(key, cost) {
+                Ok(_) => {}
+                Err(Error::CostTooHigh { .. }) => {
+                    prop_assert!(u64::from(cost) > subject.capacity());
+                }
+                Err(e) => return Err(TestCaseError::fail(format!("step {step}: {e}"))),
+            },
+            Op::Settle { pick, actual } => {
+                if outstanding.is_empty() {
+                    continue;
+                }
+                latest = latest.max(clock);
+                let (key, entry, receipt) = outstanding.swap_remove(pick % outstanding.len());
+                let k = history(&mut histories, key);
+                match subject.settle(receipt, actual) {
+                    Ok(after) => {
+                        prop_assert!(after.allowed, "step {}: a settlement answers a peek", step);
+                        histories[k].settle(entry, u64::from(actual), latest);
+                    }
+                    Err(Error::CostTooHigh { .. }) => {
+                        prop_assert!(u64::from(actual) > subject.capacity());
+                    }
+                    Err(e) => return Err(TestCaseError::fail(format!("step {step}: {e}"))),
+                }
+            }
+            Op::Drop { pick } => {
+                if !outstanding.is_empty() {
+                    outstanding.swap_remove(pick % outstanding.len());
+                }
+            }
+            Op::Reset { key } => {
+                latest = latest.max(clock);
+                let k = history(&mut histories, key);
+                subject.reset(key);
+                histories[k].reset();
+            }
+        }
+    }
+    Ok(())
+}
+
+/// A keyed in-memory limiter on a [`ManualClock`], as a [`Subject`]: one
+/// shard, so that every key decides at the latest instant any has seen.
+#[derive(Debug)]
+pub struct InKeyed<A: Algorithm> {
+    /// The limiter.
+    pub limiter: Keyed<A, ManualClock>,
+    clock: ManualClock,
+}
+
+impl<A: Algorithm> InKeyed<A> {
+    /// `algorithm` in a keyed limiter of one shard on a new manual clock.
+    pub fn new(algorithm: A) -> Self {
+        let clock = ManualClock::new();
+        InKeyed {
+            limiter: Keyed::builder(algorithm)
+                .clock(clock.clone())
+                .shards(1)
+                .build(),
+            clock,
+        }
+    }
+}
+
+impl<A: Algorithm> Subject for InKeyed<A> {
+    fn check(
+        &self,
+        key: u8,
+        cost: u32,
+        receipt: bool,
+    ) -> Result<(Decision, Option<Receipt>), Error> {
+        if receipt {
+            self.limiter.check_with_receipt(&[key], cost)
+        } else {
+            self.limiter.check(&[key], cost).map(|d| (d, None))
+        }
+    }
+    fn peek(&self, key: u8, cost: u32) -> Result<Decision, Error> {
+        self.limiter.peek(&[key], cost)
+    }
+    fn settle(&self, receipt: Receipt, actual: u32) -> Result<Decision, Error> {
+        self.limiter.settle(receipt, actual)
+    }
+    fn reset(&self, key: u8) {
+        self.limiter.reset(&[key]);
+    }
+    fn set_clock(&self, micros: u64) {
+        self.clock.set(micros);
+    }
+    fn capacity(&self) -> u64 {
+        self.limiter.algorithm().capacity()
+    }
+}
+
+/// A single in-memory bucket on a [`ManualClock`], as a [`Subject`]: every
+/// key is the one bucket (run it with one key).
+#[derive(Debug)]
+pub struct InDirect<A: Algorithm> {
+    /// The limiter.
+    pub limiter: Direct<A, ManualClock>,
+    clock: ManualClock,
+}
+
+impl<A: Algorithm> InDirect<A> {
+    /// `algorithm` in a single bucket on a new manual clock.
+    pub fn new(algorithm: A) -> Self {
+        let clock = ManualClock::new();
+        InDirect {
+            limiter: Direct::with_clock(algorithm, clock.clone()),
+            clock,
+        }
+    }
+}
+
+impl<A: Algorithm> Subject for InDirect<A> {
+    fn check(
+        &self,
+        _key: u8,
+        cost: u32,
+        receipt: bool,
+    ) -> Result<(Decision, Option<Receipt>), Error> {
+        if receipt {
+            self.limiter.check_with_receipt(cost)
+        } else {
+            self.limiter.check(cost).map(|d| (d, None))
+        }
+    }
+    fn peek(&self, _key: u8, cost: u32) -> Result<Decision, Error> {
+        self.limiter.peek(cost)
+    }
+    fn settle(&self, receipt: Receipt, actual: u32) -> Result<Decision, Error> {
+        self.limiter.settle(receipt, actual)
+    }
+    fn reset(&self, _key: u8) {
+        self.limiter.reset();
+    }
+    fn set_clock(&self, micros: u64) {
+        self.clock.set(micros);
+    }
+    fn capacity(&self) -> u64 {
+        self.limiter.algorithm().capacity()
+    }
+}
+
+/// Every interleaving property of one algorithm in memory: `ops` on a keyed
+/// limiter (keys as the ops say) and on a single bucket (every op on one
+/// key), each checked against the kept history under `model`.
+pub fn in_memory<A: Algorithm + Clone>(
+    algorithm: &A,
+    model: Model,
+    ops: &[Op],
+) -> Result<(), TestCaseError> {
+    run(&InKeyed::new(algorithm.clone()), model, ops, 0)?;
+    let one_key: Vec<Op> = ops
+        .iter()
+        .map(|op| match *op {
+            Op::Check { cost, receipt, .. } => Op::Check {
+                key: 0,
+                cost,
+                receipt,
+            },
+            Op::Peek { cost, .. } => Op::Peek { key: 0, cost },
+            Op::Reset { .. } => Op::Reset { key: 0 },
+            other => other,
+        })
+        .collect();
+    run(&InDirect::new(algorithm.clone()), model, &one_key, 0)
+}
