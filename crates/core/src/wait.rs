@@ -82,7 +82,10 @@ fn next_step(
     if wait > left {
         return Err(timed_out(wait));
     }
-    if left.is_zero() {
+    // Less than the clocks' resolution left (a microsecond) is none: a
+    // clock that counts whole microseconds would never see such a sleep
+    // pass, and the wait would retry forever.
+    if left < Duration::from_micros(1) {
         return Err(timed_out(wait.max(MIN_RETRY_PAUSE)));
     }
     Ok(Step::Retry(wait.max(MIN_RETRY_PAUSE).min(left)))

@@ -112,3 +112,38 @@ fn a_refusal_that_never_ends_is_an_error_at_once() {
         WaitError::Limiter(Error::CostTooHigh { .. })
     ));
 }
+
+/// On a clock that counts whole microseconds, a timeout with less than a
+/// microsecond left once the pauses are spent must end the wait: a sleep
+/// that short never moves the clock, and the wait used to retry forever
+/// (50.0005 ms against a limiter refusing with a zero `retry_after`).
+#[test]
+fn less_than_a_microsecond_left_times_out_on_a_manual_clock() {
+    use ratelab_core::{BlockingThrottle, Clock, ManualClock, wait_for_on};
+
+    let (done, finished) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let timeout = Duration::from_nanos(50_000_500);
+        let clock = ManualClock::new();
+        let limiter = RefusesWithZeroWait {
+            checks: AtomicU32::new(0),
+        };
+        let waited = wait_for_on(&clock, || limiter.check(b"k", 1), timeout);
+        let throttle = BlockingThrottle::with_clock(
+            RefusesWithZeroWait {
+                checks: AtomicU32::new(0),
+            },
+            clock.clone(),
+        )
+        .timeout(timeout);
+        let throttled = throttle.call(|| ());
+        let _ = done.send((waited, throttled, clock.now_micros()));
+    });
+    let (waited, throttled, now) = finished
+        .recv_timeout(Duration::from_secs(10))
+        .expect("the waits on a manual clock never ended");
+    assert!(matches!(waited, Err(WaitError::TimedOut { .. })), "{waited:?}");
+    assert!(matches!(throttled, Err(WaitError::TimedOut { .. })), "{throttled:?}");
+    // Neither wait slept past its timeout (50 ms each, on one clock).
+    assert!(now <= 100_000, "{now} µs slept");
+}
