@@ -6,6 +6,7 @@ use std::collections::BTreeSet;
 
 use ratelab_core::{Direct, ManualClock, Quota};
 use ratelab_gcra::Gcra;
+use ratelab_testkit::interleave::racing_at_one_instant;
 
 #[test]
 fn racing_admissions_each_report_their_own_charge() {
@@ -36,4 +37,36 @@ fn racing_admissions_each_report_their_own_charge() {
     assert_eq!(remaining.len(), BURST as usize);
     let distinct: BTreeSet<u64> = remaining.into_iter().collect();
     assert_eq!(distinct, (0..u64::from(BURST)).collect());
+}
+
+#[test]
+fn racing_settlements_keep_exact_accounts() {
+    let quota = Quota::per_second(1).and_then(|q| q.with_burst(50)).unwrap();
+    racing_at_one_instant(&Gcra::new(quota));
+}
+
+/// Settled in the order they were admitted, or in the reverse order, every
+/// receipt gets back all it did not use; settled out of order, an earlier
+/// admission may get less (the ledger cannot tell which later admissions a
+/// refund moved), never more.
+#[test]
+fn settlements_in_order_or_in_reverse_are_exact() {
+    let quota = Quota::per_second(1).and_then(|q| q.with_burst(6)).unwrap();
+    for order in [[0usize, 1, 2], [2, 1, 0], [1, 0, 2]] {
+        let limiter = Direct::with_clock(Gcra::new(quota), ManualClock::starting_at(1_000_000));
+        let mut receipts: Vec<_> = (0..3)
+            .map(|_| Some(limiter.check_with_receipt(2).unwrap().1.unwrap()))
+            .collect();
+        let mut remaining = 0;
+        for &i in &order {
+            remaining = limiter.refund(receipts[i].take().unwrap()).unwrap().remaining;
+        }
+        if order == [1, 0, 2] {
+            // The middle one first: it moved the last, and the ledger then
+            // takes that shift off the first too.
+            assert!(remaining < 6, "{order:?}: {remaining}");
+        } else {
+            assert_eq!(remaining, 6, "{order:?}");
+        }
+    }
 }

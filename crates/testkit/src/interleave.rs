@@ -334,3 +334,89 @@ pub fn in_memory<A: Algorithm + Clone>(
         .collect();
     run(&InDirect::new(algorithm.clone()), model, &one_key, 0)
 }
+
+/// Threads racing checks with receipts, refunds and partial settlements on
+/// one bucket ([`Direct`]) and on one key of a [`Keyed`] limiter, at an
+/// instant that does not move: panics unless what was kept never exceeds
+/// the capacity and the limiter never has more room than the capacity less
+/// what was kept (a settlement may give back less than it did not use, when
+/// the limiter cannot prove it safe: see
+/// [`Receipt`](ratelab_core::Receipt)).
+pub fn racing_at_one_instant<A: Algorithm + Clone>(algorithm: &A) {
+    const THREADS: u64 = 4;
+    const ROUNDS: u64 = 2_000;
+    let capacity = algorithm.capacity();
+    let clock = ManualClock::starting_at(1_000_000);
+    let keyed = Keyed::builder(algorithm.clone())
+        .clock(clock.clone())
+        .build();
+    let direct = Direct::with_clock(algorithm.clone(), clock);
+    let check = |which: bool, cost: u32| {
+        if which {
+            keyed.check_with_receipt(b"k", cost)
+        } else {
+            direct.check_with_receipt(cost)
+        }
+    };
+    let settle = |which: bool, receipt: Receipt, actual: u32| {
+        if which {
+            keyed.settle(receipt, actual)
+        } else {
+            direct.settle(receipt, actual)
+        }
+    };
+    for which in [true, false] {
+        let kept: u64 = std::thread::scope(|s| {
+            let threads: Vec<_> = (0..THREADS)
+                .map(|t| {
+                    s.spawn(move || {
+                        // A small generator per thread: costs and choices
+                        // differ between threads and rounds.
+                        let mut x = 0x9e37_79b9_7f4a_7c15u64.wrapping_mul(t + 1);
+                        let mut next = move || {
+                            x ^= x << 13;
+                            x ^= x >> 7;
+                            x ^= x << 17;
+                            x
+                        };
+                        let mut kept = 0;
+                        let mut held: Vec<(Receipt, u32)> = Vec::new();
+                        for _ in 0..ROUNDS {
+                            let cost = u32::try_from(next() % capacity.min(3)).unwrap_or(0) + 1;
+                            let (decision, receipt) = check(which, cost).unwrap();
+                            if let Some(receipt) = receipt {
+                                assert!(decision.allowed);
+                                held.push((receipt, cost));
+                            }
+                            // Settle one held receipt, most of the time.
+                            if !held.is_empty() && next() % 4 != 0 {
+                                let i = usize::try_from(next()).unwrap_or(0) % held.len();
+                                let (receipt, cost) = held.swap_remove(i);
+                                let actual = u32::try_from(next() % u64::from(cost + 1))
+                                    .unwrap_or(0);
+                                let after = settle(which, receipt, actual).unwrap();
+                                assert!(after.allowed);
+                                kept += u64::from(actual);
+                            }
+                        }
+                        kept + held.iter().map(|(_, cost)| u64::from(*cost)).sum::<u64>()
+                    })
+                })
+                .collect();
+            threads.into_iter().map(|t| t.join().unwrap()).sum()
+        });
+        let remaining = if which {
+            keyed.peek(b"k", 0)
+        } else {
+            direct.peek(0)
+        }
+        .unwrap()
+        .remaining;
+        let store = if which { "keyed" } else { "direct" };
+        assert!(kept <= capacity, "{store}: {kept} kept, capacity {capacity}");
+        assert!(
+            remaining <= capacity - kept,
+            "{store}: {kept} kept of {capacity}, yet {remaining} remaining"
+        );
+    }
+}
