@@ -10,7 +10,6 @@ use http_body_util::Full;
 use ratelab_core::{Decision, ceil_secs};
 
 use crate::engine::{Outcome, State, Verdict};
-use crate::headers::next_after;
 use crate::identity::Client;
 use crate::matching::Compiled;
 use crate::policy::FailureMode;
@@ -98,11 +97,10 @@ impl RateLimitInfo {
                     window_secs: compiled.item.w,
                     cost: report.check.cost,
                     decision,
-                    next_after: decision
-                        .map(|d| next_after(&d, compiled.refill, report.check.cost)),
+                    next_after: report.next_after(),
                     violated: report.violated(),
-                    never: matches!(report.state, State::Never { .. }),
-                    failure: match report.state {
+                    never: matches!(report.state(), State::Never { .. }),
+                    failure: match report.state() {
                         State::FailedOpen => Some(FailureMode::Open),
                         State::FailedClosed(_) => Some(FailureMode::Closed),
                         _ => None,

@@ -74,6 +74,7 @@ mod headers;
 mod identity;
 mod info;
 mod layer;
+mod login;
 mod matching;
 mod policy;
 mod proxy;
@@ -88,13 +89,16 @@ pub use client::{
     SameKey, Throttle, ThrottleError, ThrottleKey, ThrottleLayer, Throttled, ThrottledFuture,
 };
 pub use config::ConfigError;
-pub use counting::{Count, REFUND_MARGIN, Refund, RefundFuture, Refundable};
+pub use counting::Count;
 pub use failure::LimiterFailure;
 pub use future::ResponseFuture;
 pub use headers::{HeaderStyle, LegacyReset};
 pub use identity::{Client, ClientKind, Identify, Identity, PeerAddr, SetPeerAddr};
 pub use info::{LimitOutcome, PolicyStatus, RateLimitInfo};
 pub use layer::{RateLimitLayer, RateLimitLayerBuilder};
+pub use login::{
+    LoginAttempt, LoginGuard, LoginGuardBuilder, LoginGuardError, MIN_SECRET_LEN, SameSite,
+};
 pub use policy::{DEFAULT_TIMEOUT, FailureMode, Policy};
 pub use proxy::{ForwardedHeader, InvalidNetwork, TrustedProxies};
 pub use response::{
