@@ -479,14 +479,23 @@ async fn a_sliding_policy_peeks_for_t_and_the_others_do_not() {
     .decide()
     .await;
     assert_eq!(setup.calls(), [call("sliding:alice", 1, "check")]);
-    assert_eq!(verdict.reports[0].next_after(), Some(Duration::from_secs(15)));
+    assert_eq!(
+        verdict.reports[0].next_after(),
+        Some(Duration::from_secs(15))
+    );
     // Read as sliding, the limiter is asked when r + 1 = 3 units pass: as
     // the steady refill said, 15 s after the first unit was taken.
     let mut engine = Engine::new([check(Refill::Sliding)]);
     let verdict = engine.decide_now().unwrap();
     assert_eq!(
         setup.calls(),
-        [call("sliding:alice", 1, "check"), call("sliding:alice", 3, "peek")]
+        [
+            call("sliding:alice", 1, "check"),
+            call("sliding:alice", 3, "peek")
+        ]
     );
-    assert_eq!(verdict.reports[0].next_after(), Some(Duration::from_secs(15)));
+    assert_eq!(
+        verdict.reports[0].next_after(),
+        Some(Duration::from_secs(15))
+    );
 }

@@ -127,7 +127,7 @@ const MAX_ACCOUNT_KEY: usize = 64;
 /// use ratelab_http::{LoginGuard, Policy, RateLimitLayer};
 /// use std::time::Duration;
 ///
-/// let per = |n, minutes| Quota::new(n, Duration::from_secs(60 * minutes));
+/// let per = |n: u32, minutes: u64| Quota::new(n, Duration::from_secs(60 * minutes));
 /// let guard = LoginGuard::builder(b"a secret of at least 32 bytes, from your vault")
 ///     .route(Method::POST, "/login")
 ///     .account(|request| {
