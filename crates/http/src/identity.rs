@@ -687,6 +687,40 @@ mod tests {
     }
 
     #[test]
+    fn the_network_is_the_ipv4_address_or_the_ipv6_prefix_whatever_identified() {
+        let net = |identify: &Identify, peer: &str| identify.client(&parts(peer)).network();
+        let by_64 = Identify::new();
+        assert_eq!(
+            net(&by_64, "203.0.113.9:1").unwrap().to_string(),
+            "203.0.113.9/32"
+        );
+        assert_eq!(
+            net(&by_64, "[::ffff:1.2.3.4]:1").unwrap().to_string(),
+            "1.2.3.4/32"
+        );
+        let v6 = "[2001:db8:1:2:3:4:5:6]:1";
+        assert_eq!(net(&by_64, v6).unwrap().to_string(), "2001:db8:1:2::/64");
+        assert_eq!(
+            net(&by_64, "[2001:db8:1:2:ffff::1]:1"),
+            net(&by_64, v6),
+            "one /64"
+        );
+        let by_48 = Identify::new().ipv6_prefix(48);
+        assert_eq!(net(&by_48, v6).unwrap().to_string(), "2001:db8:1::/48");
+        // An API key client too: its network, not its account.
+        let keyed = Identify::new().api_key(HeaderName::from_static("x-api-key"), |_| {
+            Some(Identity::new("acct"))
+        });
+        let mut p = parts(v6);
+        p.headers.insert("x-api-key", "k".parse().unwrap());
+        let client = keyed.client(&p);
+        assert_eq!(client.key(), "key:acct");
+        assert_eq!(client.network().unwrap().to_string(), "2001:db8:1:2::/64");
+        let (p, ()) = Request::get("/").body(()).unwrap().into_parts();
+        assert_eq!(Identify::new().client(&p).network(), None);
+    }
+
+    #[test]
     fn unknown_key_falls_through() {
         let id = Identify::new()
             .api_key(HeaderName::from_static("x-api-key"), |k| {

@@ -63,7 +63,7 @@ pub struct PolicyStatus {
     /// What the request costs under this policy.
     pub cost: u32,
     /// The limiter's answer, when it gave one. For a policy that counts
-    /// after the response without a refund, the answer to a peek: `remaining`
+    /// after the response without receipts, the answer to a peek: `remaining`
     /// does not include this request yet.
     pub decision: Option<Decision>,
     /// `t`: the wait until more quota is available than `remaining`.

@@ -63,14 +63,21 @@ async fn what_the_readme_shows() {
         serde_json::json!(["anonymous"])
     );
 
-    // Logins: 5 failures per account and client network (no device
-    // cookie: untrusted); with an API key, the plan's quota applies instead
-    // of the anonymous one.
+    // Logins, with an API key (the plan's quota applies instead of the
+    // anonymous one): alice logs in and gets a device cookie.
     let key: (&str, &[u8]) = ("x-api-key", b"demo-free");
-    let wrong: (&str, &[u8]) = ("authorization", b"Basic YWxpY2U6b29wcw=="); // alice:oops
+    let alice = send(addr, localhost(), "POST", "/login", &[key, RIGHT]).await;
+    assert_eq!(alice.status, 200);
+    assert_eq!(alice.json()["device"], "new");
+    assert_eq!(
+        alice.header("ratelimit"),
+        r#""free";r=59;t=1, "login";r=5;t=0, "login-account";r=50;t=0"#
+    );
+    let cookie = alice.cookie().unwrap();
+    // 5 failures per account and client network without a device cookie.
     let mut logins = Vec::new();
     for _ in 0..6 {
-        logins.push(send(addr, localhost(), "POST", "/login", &[key, wrong]).await);
+        logins.push(send(addr, localhost(), "POST", "/login", &[key, WRONG]).await);
     }
     let statuses: Vec<u16> = logins.iter().map(|r| r.status).collect();
     assert_eq!(statuses, [401, 401, 401, 401, 401, 429]);
@@ -85,13 +92,21 @@ async fn what_the_readme_shows() {
     // The right password from the network that failed 5 times: refused
     // too, and the refused attempts took nothing from "free" or
     // "login-account" (what they took was given back).
-    let right: (&str, &[u8]) = ("authorization", b"Basic YWxpY2U6d29uZGVybGFuZA=="); // alice:wonderland
-    let refused = send(addr, localhost(), "POST", "/login", &[key, right]).await;
+    let refused = send(addr, localhost(), "POST", "/login", &[key, RIGHT]).await;
     assert_eq!(refused.status, 429);
     assert_eq!(refused.header("retry-after"), "180");
     assert_eq!(
         refused.header("ratelimit"),
-        r#""free";r=55;t=1, "login";r=0;t=180, "login-account";r=45;t=72"#
+        r#""free";r=54;t=1, "login";r=0;t=180, "login-account";r=45;t=72"#
+    );
+    // Alice's browser, with its cookie: a known device.
+    let device: (&str, &[u8]) = ("cookie", cookie.as_bytes());
+    let known = send(addr, localhost(), "POST", "/login", &[key, RIGHT, device]).await;
+    assert_eq!(known.status, 200);
+    assert_eq!(known.json()["device"], "known");
+    assert_eq!(
+        known.header("ratelimit"),
+        r#""free";r=53;t=1, "login-device";r=10;t=0"#
     );
 
     // SMS: one unit per recipient.
@@ -109,6 +124,26 @@ async fn what_the_readme_shows() {
         "{sms:?}"
     );
     assert_eq!(sms.json()["sent"], 3);
+
+    // A completion reserves max_tokens and is settled with what it used.
+    let completion = send(
+        addr,
+        other_peer(),
+        "POST",
+        "/complete?max_tokens=100&prompt=tell+me+a+story",
+        &[],
+    )
+    .await;
+    assert_eq!(completion.status, 200);
+    assert_eq!(completion.header("x-tokens-used"), "8");
+    assert_eq!(
+        completion.header("ratelimit"),
+        r#""anonymous";r=9;t=360, "tokens";r=9992;t=1"#
+    );
+    assert_eq!(
+        completion.json()["usage"],
+        serde_json::json!({"completion_tokens": 4, "prompt_tokens": 4, "total_tokens": 8})
+    );
 }
 
 /// The owner's known device against attackers on ten networks (behind the
