@@ -156,7 +156,10 @@ impl RateLimitLayerBuilder {
     /// and the layer saves their construction: two boxes, the policies'
     /// statuses, and the extension map's growth (a sixth of its cost per
     /// admitted request in the `http` bench). Custom refusal and
-    /// unavailability responses get their [`RateLimitInfo`] either way.
+    /// unavailability responses get their [`RateLimitInfo`] either way, and
+    /// requests on a [login guard](RateLimitLayerBuilder::login_guard)'s
+    /// routes carry its [`LoginAttempt`](crate::LoginAttempt) either way
+    /// (its policies read it there).
     pub fn request_extensions(mut self, on: bool) -> Self {
         self.request_extensions = on;
         self
