@@ -409,11 +409,14 @@ impl Engine {
         let first: Vec<(usize, Ask)> = all
             .iter()
             .map(|&i| {
+                let check = &self.reports[i].check;
                 let ask = if self.receipted(i) {
                     Ask::Receipt
-                } else if several && !self.reports[i].check.deferred {
+                } else if several && !check.deferred && check.cost > 0 {
                     Ask::Peek
                 } else {
+                    // Alone, deferred (charged 0 now), or costing nothing:
+                    // nothing it takes needs giving back.
                     Ask::Charge
                 };
                 (i, ask)
