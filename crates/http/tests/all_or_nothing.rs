@@ -244,7 +244,7 @@ fn cases() -> u32 {
 proptest! {
     #![proptest_config(ProptestConfig {
         cases: cases(),
-        failure_persistence: Some(Box::new(FileFailurePersistence::WithSource("regressions"))),
+        failure_persistence: Some(Box::new(FileFailurePersistence::WithSource("proptest-regressions"))),
         ..ProptestConfig::default()
     })]
 
