@@ -526,27 +526,39 @@ impl Engine {
                 report.deadline = started.checked_add(report.check.policy.timeout);
             }
         }
-        let results = if let [(i, ask)] = *asks {
+        if let [(i, ask)] = *asks {
             // One call: no need for join_all's allocations.
-            vec![call::ask(&self.reports[i], ask).await]
-        } else {
-            join_all(
-                asks.iter()
-                    .map(|&(i, ask)| call::ask(&self.reports[i], ask)),
-            )
-            .await
-        };
-        for (&(i, ask), (result, receipt)) in asks.iter().zip(results) {
-            let ok = if ask == Ask::Peek {
-                State::Peeked
-            } else {
-                State::Decided
-            };
-            let state = self.record(i, result, ok);
-            let report = &mut self.reports[i];
-            report.receipt = receipt;
-            report.set(state);
+            let (result, receipt) = call::ask(&self.reports[i], ask).await;
+            self.store(i, ask, result, receipt);
+            return;
         }
+        let results = join_all(
+            asks.iter()
+                .map(|&(i, ask)| call::ask(&self.reports[i], ask)),
+        )
+        .await;
+        for (&(i, ask), (result, receipt)) in asks.iter().zip(results) {
+            self.store(i, ask, result, receipt);
+        }
+    }
+
+    /// Records what asking policy `i` as `ask` answered.
+    fn store(
+        &mut self,
+        i: usize,
+        ask: Ask,
+        result: Result<Decision, Error>,
+        receipt: Option<Receipt>,
+    ) {
+        let ok = if ask == Ask::Peek {
+            State::Peeked
+        } else {
+            State::Decided
+        };
+        let state = self.record(i, result, ok);
+        let report = &mut self.reports[i];
+        report.receipt = receipt;
+        report.set(state);
     }
 
     /// The state a call's result leaves policy `i` in; a failure is recorded.
