@@ -118,7 +118,13 @@ const MAX_ACCOUNT_KEY: usize = 64;
 /// A stolen device cookie is a known device for as long as it lives: the
 /// thief's failures count against that device only (and lock it, not the
 /// account). The layer's other policies (a per-client limit on every route)
-/// still apply to login attempts.
+/// still apply to login attempts. A browser holds one device cookie (one
+/// name): the token of the last account that logged in from it. A keyed
+/// in-memory limiter full of keys decides new keys by shared cells that can
+/// only over-count (see `ratelab_core::Keyed`): size the per-device
+/// limiter's table for your users' devices, or keep it on Redis, so that a
+/// flood of keys (which needs accounts of the attacker's own that log in)
+/// cannot push a known device into a shared cell.
 ///
 /// ```
 /// use http::Method;
