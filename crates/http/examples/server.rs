@@ -1,32 +1,49 @@
-//! A small API behind `ratelab-http`: a cheap route, a login and an SMS send,
-//! limited per client, per plan, per account and by cost; in memory by
-//! default, on Redis (shared by every instance) when `REDIS_URL` is set.
+//! A small API behind `ratelab-http`: a cheap route, a login, an SMS send and
+//! an LLM-style completion, limited per client, per plan, per account, by
+//! cost and by what the response says it cost; in memory by default, on
+//! Redis (shared by every instance) when `REDIS_URL` is set (built with
+//! `--features redis`).
 //!
 //! ```text
 //! cargo run -p ratelab-http --example server -- 127.0.0.1:3000
-//! REDIS_URL=redis://127.0.0.1:6379/ cargo run -p ratelab-http --example server -- 127.0.0.1:3001
+//! REDIS_URL=redis://127.0.0.1:6379/ cargo run -p ratelab-http --features redis --example server -- 127.0.0.1:3001
 //!
-//! curl -i http://127.0.0.1:3000/                                  # anonymous: 10 per minute per IP
+//! curl -i http://127.0.0.1:3000/                                  # anonymous: 10 per minute per network
 //! curl -i -H 'x-api-key: demo-free' http://127.0.0.1:3000/        # plan free: 60 per minute
 //! curl -i -H 'x-api-key: demo-pro' http://127.0.0.1:3000/         # plan pro: 600 per minute
-//! curl -i -u alice:wonderland -X POST http://127.0.0.1:3000/login # 5 failures per account and address per 15 min
+//! curl -i -u alice:wonderland -X POST http://127.0.0.1:3000/login # the login guard: failures only
 //! curl -i -X POST 'http://127.0.0.1:3000/sms?to=5550001,5550002'  # 10 messages per hour, 1 per recipient
+//! curl -i -X POST 'http://127.0.0.1:3000/complete?max_tokens=50&prompt=tell+me+a+story'
+//!                                                                 # 10,000 tokens per minute, settled
 //! curl http://127.0.0.1:3000/metrics                              # Prometheus metrics (not limited)
 //! ```
 //!
-//! **Logins a stranger cannot turn against the owner.** Only failed logins
-//! count, per account *and* address: a stranger who sends 5 wrong passwords
-//! for `alice` is refused for a while, and alice, from her own address, still
-//! logs in. A per-account cap on failures (50 per hour, from any address)
-//! bounds guessing spread over many addresses; a successful login consumes
-//! nothing.
+//! **Logins a stranger cannot turn against the owner** ([`LoginGuard`]).
+//! Only failed logins count. A successful login sets a device cookie;
+//! attempts with it are limited per account and device only (10 failures
+//! per 15 minutes), so failures from elsewhere never refuse them. Attempts
+//! without it are limited per account and client network (5 per 15
+//! minutes: a stranger's failures use up the stranger's allowance) and per
+//! account from all of them together (50 per hour: guessing spread over
+//! many networks). The device tokens are signed with `LOGIN_SECRET` (at
+//! least 32 bytes; the same on every instance), or a random secret when it
+//! is not set (tokens then die with the process).
+//!
+//! **Tokens per minute, settled from the response.** `POST
+//! /complete?max_tokens=N&prompt=...` reserves `N` tokens of the client's
+//! 10,000 per minute before it runs, and is settled with the tokens it
+//! reports in `x-tokens-used` (the prompt's words plus the completion's,
+//! which echoes the prompt up to `N` words): a completion that used less
+//! gives the rest back, one that used more (a long prompt) leaves a debt the
+//! client's next requests wait out.
 //!
 //! Options: `--config FILE` (the quotas, as in `DEFAULT_CONFIG` below),
 //! `--anonymous 10/min` (the anonymous quota: `N/s`, `N/min`, `N/h`, or
 //! `N/15min`...), `--legacy-headers` (also `X-RateLimit-*`),
 //! `--trusted-proxy CIDR` (repeatable: read `X-Forwarded-For` from these
-//! peers). It prints `listening on http://ADDR` once it accepts connections
-//! (`127.0.0.1:0` picks a free port).
+//! peers), `--insecure-cookie` (the device cookie without `Secure`, for a
+//! browser on plain HTTP). It prints `listening on http://ADDR` once it
+//! accepts connections (`127.0.0.1:0` picks a free port).
 
 use std::io::Write;
 use std::net::SocketAddr;
@@ -46,7 +63,11 @@ use http::{HeaderName, Method};
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 use ratelab_core::{AsyncRateLimiter, Keyed, Quota};
 use ratelab_gcra::Gcra;
-use ratelab_http::{Client, Count, Identify, Identity, Policy, RateLimitLayer, TrustedProxies};
+use ratelab_http::{
+    Client, Identify, Identity, LoginAttempt, LoginGuard, MIN_SECRET_LEN, Policy, RateLimitLayer,
+    TrustedProxies,
+};
+#[cfg(feature = "redis")]
 use ratelab_redis::{Connection, RedisLimiter};
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -60,14 +81,21 @@ anonymous = "10/min"
 free = "60/min"
 pro = "600/min"
 
-# Only failed logins count.
+# The login guard: only failed logins count. Attempts from a device that
+# logged in before: per account and device. Others: per account and client
+# network, and per account from all of them together.
 [login]
-per_account_and_address = "5/15min"
+per_device = "10/15min"
+per_account_and_network = "5/15min"
 per_account = "50/h"
 
 # One unit per recipient.
 [sms]
 per_client = "10/h"
+
+# Completions: max_tokens reserved, settled with the tokens used.
+[completions]
+tokens_per_client = "10000/min"
 "#;
 
 /// The quotas of the demo API, from TOML.
@@ -77,6 +105,8 @@ struct Config {
     plans: Plans,
     login: Login,
     sms: Sms,
+    #[serde(default = "Completions::default_quota")]
+    completions: Completions,
 }
 
 #[derive(Debug, Deserialize)]
@@ -93,10 +123,34 @@ struct Plans {
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct Login {
-    #[serde(deserialize_with = "quota")]
-    per_account_and_address: Quota,
+    #[serde(deserialize_with = "quota", default = "Login::default_per_device")]
+    per_device: Quota,
+    // Its name before the client network replaced the address.
+    #[serde(deserialize_with = "quota", alias = "per_account_and_address")]
+    per_account_and_network: Quota,
     #[serde(deserialize_with = "quota")]
     per_account: Quota,
+}
+
+impl Login {
+    fn default_per_device() -> Quota {
+        parse_quota("10/15min").unwrap_or_else(|e| unreachable!("{e}"))
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Completions {
+    #[serde(deserialize_with = "quota")]
+    tokens_per_client: Quota,
+}
+
+impl Completions {
+    fn default_quota() -> Self {
+        Completions {
+            tokens_per_client: parse_quota("10000/min").unwrap_or_else(|e| unreachable!("{e}")),
+        }
+    }
 }
 
 #[derive(Debug, Deserialize)]
@@ -145,6 +199,10 @@ struct Args {
     /// repeatable.
     #[arg(long = "trusted-proxy", value_name = "CIDR", value_parser = parse_proxy)]
     trusted_proxies: Vec<String>,
+    /// The login guard's device cookie without `Secure`: for a browser on
+    /// plain HTTP (development only).
+    #[arg(long)]
+    insecure_cookie: bool,
 }
 
 /// `text` if it is a proxy address or network; else the sentence saying why.
@@ -180,6 +238,7 @@ fn parse_quota(text: &str) -> Result<Quota, String> {
 /// Where the limiters keep their state.
 enum Backend {
     Memory,
+    #[cfg(feature = "redis")]
     Redis(Connection),
 }
 
@@ -196,6 +255,7 @@ impl Backend {
             }
             // Errors are returned to the layer, whose policies decide (fail
             // open or closed); the layer bounds each call by its own timeout.
+            #[cfg(feature = "redis")]
             Backend::Redis(connection) => {
                 let limiter = Arc::new(
                     RedisLimiter::builder(connection.clone(), Gcra::new(quota))
@@ -211,20 +271,86 @@ impl Backend {
 }
 
 /// The account a `POST /login` is for: the user name of HTTP Basic
-/// credentials (`curl -u alice:secret`), case-insensitive.
+/// credentials (`curl -u alice:secret`), case-insensitive, as the handler
+/// reads it.
 fn login_account(request: &Parts) -> Option<String> {
     let (user, _) = basic_credentials(&request.headers)?;
     Some(user.to_lowercase())
 }
 
-/// The account and the client's address: a stranger's failures fill only
-/// the stranger's own allowance for that account.
-fn login_account_and_address(request: &Parts, client: &Client) -> Option<String> {
-    let ip = client
-        .ip()
-        .map_or_else(|| "unknown".to_owned(), |ip| ip.to_string());
-    Some(format!("{}|{ip}", login_account(request)?))
+/// The device tokens' secret: `LOGIN_SECRET`, or a random one (with a
+/// warning: tokens then die with the process and no other instance accepts
+/// them).
+fn login_secret() -> Result<Vec<u8>, String> {
+    if let Ok(secret) = std::env::var("LOGIN_SECRET") {
+        if secret.len() < MIN_SECRET_LEN {
+            return Err(format!(
+                "LOGIN_SECRET is {} bytes: it needs at least {MIN_SECRET_LEN} random bytes",
+                secret.len()
+            ));
+        }
+        return Ok(secret.into_bytes());
+    }
+    tracing::warn!(
+        "LOGIN_SECRET is not set: device tokens are signed with a random secret, valid until \
+         this process ends and on this instance only"
+    );
+    let mut secret = vec![0; MIN_SECRET_LEN];
+    getrandom::fill(&mut secret).map_err(|e| format!("no randomness for a secret: {e}"))?;
+    Ok(secret)
 }
+
+/// The tokens a completion may produce and uses, from `max_tokens` and the
+/// prompt's words: what the client reserves, and what it is charged.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Completion {
+    max_tokens: u32,
+}
+
+/// `max_tokens` when the request does not say.
+const DEFAULT_MAX_TOKENS: u32 = 256;
+
+/// The query parameter `name` of `query`, percent-decoded (`+` is a space).
+fn query_param(query: Option<&str>, name: &str) -> Option<String> {
+    let value = query?
+        .split('&')
+        .find_map(|pair| pair.strip_prefix(name)?.strip_prefix('='))?;
+    let bytes = value.replace('+', " ").into_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let hex = bytes
+            .get(i + 1..i + 3)
+            .and_then(|h| std::str::from_utf8(h).ok())
+            .and_then(|h| u8::from_str_radix(h, 16).ok());
+        match (bytes[i], hex) {
+            (b'%', Some(byte)) => {
+                out.push(byte);
+                i += 3;
+            }
+            (byte, _) => {
+                out.push(byte);
+                i += 1;
+            }
+        }
+    }
+    Some(String::from_utf8_lossy(&out).into_owned())
+}
+
+impl Completion {
+    /// The completion `POST /complete?max_tokens=N` asks for; `None` for a
+    /// `max_tokens` that is not a number (the handler answers 400).
+    fn of(query: Option<&str>) -> Option<Self> {
+        let max_tokens = match query_param(query, "max_tokens") {
+            None => DEFAULT_MAX_TOKENS,
+            Some(n) => n.trim().parse().ok()?,
+        };
+        Some(Completion { max_tokens })
+    }
+}
+
+/// The tokens reported in this header settle the completion's reservation.
+const TOKENS_USED: HeaderName = HeaderName::from_static("x-tokens-used");
 
 fn basic_credentials(headers: &HeaderMap) -> Option<(String, String)> {
     let value = headers.get(header::AUTHORIZATION)?.to_str().ok()?;
@@ -262,25 +388,30 @@ fn layer(
         })
         .anonymous_plan("anonymous")
         .trusted_proxies(TrustedProxies::parse(&args.trusted_proxies)?);
+    let guard = LoginGuard::builder(login_secret()?)
+        .route(Method::POST, "/login")
+        .account(login_account)
+        .per_device(backend.policy("login-device", config.login.per_device))
+        .per_network(backend.policy("login", config.login.per_account_and_network))
+        .per_account(backend.policy("login-account", config.login.per_account))
+        .secure_cookie(!args.insecure_cookie)
+        .build()?;
     let layer = RateLimitLayer::builder()
         .identify(identify)
         .policy(backend.policy("anonymous", anonymous).plan("anonymous"))
         .policy(backend.policy("free", config.plans.free).plan("free"))
         .policy(backend.policy("pro", config.plans.pro).plan("pro"))
+        .login_guard(guard)
         .policy(
             backend
-                .policy("login", config.login.per_account_and_address)
-                .route(Method::POST, "/login")
-                .key(login_account_and_address)
-                .count(Count::Failures)
-                .fail_closed(),
-        )
-        .policy(
-            backend
-                .policy("login-account", config.login.per_account)
-                .route(Method::POST, "/login")
-                .key(|request, _| login_account(request))
-                .count(Count::Failures)
+                .policy("tokens", config.completions.tokens_per_client)
+                .route(Method::POST, "/complete")
+                // A reservation no request can exceed; a max_tokens that is
+                // not a number reserves nothing (the handler refuses it).
+                .cost_with(|request, _| {
+                    Completion::of(request.uri.query()).map_or(0, |c| c.max_tokens)
+                })
+                .settle_from_header(TOKENS_USED)
                 .fail_closed(),
         )
         .policy(
@@ -307,18 +438,61 @@ async fn home(Extension(client): Extension<Client>) -> Json<Value> {
     }))
 }
 
-async fn login(headers: HeaderMap) -> (StatusCode, Json<Value>) {
+async fn login(
+    Extension(attempt): Extension<LoginAttempt>,
+    headers: HeaderMap,
+) -> (StatusCode, Json<Value>) {
     match basic_credentials(&headers) {
         Some((user, password))
             if user.eq_ignore_ascii_case("alice") && password == "wonderland" =>
         {
-            (StatusCode::OK, Json(json!({ "welcome": user })))
+            let device = if attempt.known_device() {
+                "known"
+            } else {
+                "new"
+            };
+            (
+                StatusCode::OK,
+                Json(json!({ "welcome": user, "device": device })),
+            )
         }
         _ => (
             StatusCode::UNAUTHORIZED,
             Json(json!({ "error": "wrong user name or password" })),
         ),
     }
+}
+
+/// A demo "model": it answers with the prompt's words, up to `max_tokens`
+/// of them, and reports the tokens used (prompt and completion, a word
+/// each) in `x-tokens-used`, which settles the client's reservation.
+async fn complete(RawQuery(query): RawQuery) -> (StatusCode, HeaderMap, Json<Value>) {
+    let mut headers = HeaderMap::new();
+    let Some(completion) = Completion::of(query.as_deref()) else {
+        // Nothing was produced: nothing is charged.
+        headers.insert(TOKENS_USED, 0.into());
+        let error =
+            json!({ "error": "max_tokens is a number of tokens: /complete?max_tokens=100" });
+        return (StatusCode::BAD_REQUEST, headers, Json(error));
+    };
+    let prompt = query_param(query.as_deref(), "prompt").unwrap_or_default();
+    let words: Vec<&str> = prompt.split_whitespace().collect();
+    let produced: Vec<&str> = words
+        .iter()
+        .copied()
+        .take(usize::try_from(completion.max_tokens).unwrap_or(usize::MAX))
+        .collect();
+    let used = words.len() + produced.len();
+    headers.insert(TOKENS_USED, used.into());
+    let body = json!({
+        "completion": produced.join(" "),
+        "usage": {
+            "prompt_tokens": words.len(),
+            "completion_tokens": produced.len(),
+            "total_tokens": used,
+        },
+    });
+    (StatusCode::OK, headers, Json(body))
 }
 
 /// The Prometheus text exposition of every metric recorded.
@@ -375,11 +549,20 @@ async fn serve(args: Args, config: Config) -> Result<(), Box<dyn std::error::Err
         .install_recorder()
         .map_err(|e| format!("cannot install the metrics recorder: {e}"))?;
     let (backend, where_) = match std::env::var("REDIS_URL") {
+        #[cfg(feature = "redis")]
         Ok(url) if !url.is_empty() => {
             let connection = Connection::single(&url)
                 .await
                 .map_err(|e| format!("cannot connect to Redis at {url}: {e}"))?;
             (Backend::Redis(connection), format!("on Redis at {url}"))
+        }
+        #[cfg(not(feature = "redis"))]
+        Ok(url) if !url.is_empty() => {
+            return Err(format!(
+                "REDIS_URL is set ({url}), but this build has no Redis: \
+                 cargo run -p ratelab-http --features redis --example server"
+            )
+            .into());
         }
         _ => (Backend::Memory, "in memory".to_owned()),
     };
@@ -387,6 +570,7 @@ async fn serve(args: Args, config: Config) -> Result<(), Box<dyn std::error::Err
         .route("/", get(home))
         .route("/login", post(login))
         .route("/sms", post(sms))
+        .route("/complete", post(complete))
         .route("/metrics", get(move || render(metrics.clone())))
         .layer(layer(&args, &config, &backend)?);
 

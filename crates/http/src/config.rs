@@ -16,6 +16,15 @@ pub enum ConfigError {
     /// Two policies share a name: their headers and keys would mix.
     #[error("two policies are named {0:?}")]
     DuplicateName(String),
+    /// A policy settles from the response
+    /// ([`Policy::settle_with`](crate::Policy::settle_with)) on a limiter
+    /// that issues no receipts, so nothing could be given back or charged
+    /// after the response.
+    #[error(
+        "policy {0:?} settles from the response, but its limiter issues no receipts \
+         (Limiter::refunds is false)"
+    )]
+    CannotSettle(String),
     /// A route pattern of a policy is not valid.
     #[error("policy {policy:?}: {source}")]
     Route {

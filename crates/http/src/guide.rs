@@ -17,9 +17,15 @@
 //!    request are bounded together by the policy's
 //!    [timeout](crate::Policy::timeout) (100 ms by default); the policies are
 //!    asked concurrently, so a request is held at most as long as the longest
-//!    timeout among them.
+//!    timeout among them while it is decided. A call made after that (a
+//!    refund for a refused request, a peek for `t`, a settlement after the
+//!    response) is bounded by its policy's timeout on its own.
 //! 4. **Answer**: the inner service's response, or `429`, or `503`, with the
-//!    headers below on every one of them. Passed requests carry the
+//!    headers below on every one of them. A policy that decides something
+//!    from the response ([counting](#counting-only-failures-or-only-successes),
+//!    [settling](#settling-from-the-response)) makes its call first, and a
+//!    successful login on a [guarded route](#login-protection) gets its
+//!    device cookie. Passed requests carry the
 //!    [`Client`](crate::Client) and the [`RateLimitInfo`](crate::RateLimitInfo)
 //!    in their extensions (unless the layer is built with
 //!    [`request_extensions(false)`](crate::RateLimitLayerBuilder::request_extensions)).
@@ -31,48 +37,56 @@
 //! # Several policies on one request
 //!
 //! A request may fall under several policies (a global limit and a login
-//! limit). It passes only if every one of them admits it, and **a refusal by
-//! one must not consume from the others**: a client hammering the login
-//! route should not also burn its global quota with requests that were never
-//! served. Limiters only have one operation, "check and consume if it fits"
-//! (cost 0 checks without consuming; a refusal consumes nothing), so the
-//! layer proceeds in rounds:
+//! limit). It passes only if every one of them admits it, and it is **all
+//! or nothing**: units one policy took for a request that another refused
+//! (or failed closed on) are given back, so that a refused request leaves
+//! every policy as if it never came. A client hammering the login route does
+//! not burn its global quota with requests that were never served; an
+//! attacker's burst refused by a narrow policy does not fill a wide one.
 //!
-//! 1. **Peek** every policy (cost 0), concurrently. Nothing is consumed.
-//! 2. If some policy has less room than the request costs (`remaining <
-//!    cost`), ask **only those** with the real cost. If one refuses (the usual
-//!    case), the request is refused, and since a refusal consumes nothing,
-//!    nothing was consumed anywhere.
-//! 3. Otherwise ask **all the others** with the real cost, concurrently. If
-//!    all admit, the request passes.
+//! Every ratelab limiter, in memory or on Redis, issues **receipts**
+//! ([`RateLimiter::check_with_receipt`](ratelab_core::RateLimiter::check_with_receipt)):
+//! an admission hands back a receipt, and a refund of it gives back what the
+//! limiter can prove the admission still holds, decided from the limiter's
+//! own state. So the layer proceeds in one round:
 //!
-//! With one policy, there is no peek: one call. With several, two rounds of
-//! calls (each round concurrent across the policies): on Redis, two round
-//! trips instead of one, the price of not consuming on refusal.
+//! 1. Ask **every policy at once**, each with the request's cost and a
+//!    receipt (a policy on a limiter without receipts only peeks, cost 0).
+//! 2. If one refused, can never fit the cost, or failed closed: **refund
+//!    every receipt** (concurrently), then answer `429` (or `503`). The
+//!    response's `RateLimit` fields show each refunded policy as the refund
+//!    left it.
+//! 3. Else, the policies that only peeked are asked with the cost, those the
+//!    peek predicted to refuse first (a refusal consumes nothing); if one
+//!    refuses, every receipt is refunded as in step 2.
 //!
-//! **What can still consume without serving** (the races): between the peek
-//! and the real call, other requests of the same key run too. If the room a
-//! peek saw is taken meanwhile, a policy of step 3 refuses while the others
-//! of step 3 admitted and keep what they consumed; likewise if room freed in
-//! step 2 lets one of several predicted refusals admit while another refuses.
-//! Either way the request is refused, the policies that admitted it keep its
-//! cost (it is not given back: limiters have no refund), and nothing is ever
-//! admitted beyond any quota, since every admission went through the
-//! limiter's own atomic check. The window is one round trip of the limiter,
-//! and only a client racing itself on the same keys can hit it. The same
-//! holds for any algorithm, in memory or on Redis, because all of them
-//! implement cost-0 peeks and all-or-nothing refusals; the leaky bucket
-//! queue's `remaining` counts free slots in its queue, which is what the
-//! prediction needs.
+//! With one policy, there is one call and no receipt, unless the policy
+//! decides something from the response (next sections). On Redis a request
+//! under several policies costs one round trip when it passes, two when it
+//! is refused (the check, then the refunds).
 //!
-//! A limiter that fails during these rounds follows its policy's
-//! [`FailureMode`](crate::FailureMode) (below): a fail-open policy drops out
-//! of the later rounds; a fail-closed one makes the answer `503`. A refusal
-//! wins over a failure (`429` rather than `503`: the client is over a quota
-//! whatever the broken limiter would have said), and a fail-closed failure at
-//! the peek stops before step 3, so nothing is consumed for a request that
-//! is not served. A failure in step 3 itself comes after the other policies
-//! of step 3 consumed: like a lost race, they keep it.
+//! **Under concurrency.** Requests of the same keys run at once. A unit
+//! taken for a request that is then refused is held until its refund, a
+//! moment later: a request checked in that moment may be refused for want
+//! of it (never admitted beyond a quota: every admission went through the
+//! limiter's own atomic check). After the refunds, every policy holds
+//! exactly the cost of the requests that passed (the crate's
+//! `tests/all_or_nothing.rs` checks it against such an oracle, with
+//! requests sent all at once). What cannot be given back:
+//!
+//! - a limiter without receipts: it is charged last, only once every policy
+//!   with receipts admitted; with two or more such limiters on one request,
+//!   one may admit while another refuses, and keeps what it took;
+//! - a keyed in-memory limiter full of keys decides new keys by shared
+//!   cells, whose admissions give nothing back (they may only over-count);
+//! - a refund that fails (Redis gone at that moment): its units stay taken,
+//!   with a warning.
+//!
+//! A limiter that fails follows its policy's
+//! [`FailureMode`](crate::FailureMode) (below): a fail-open policy drops
+//! out; a fail-closed one makes the answer `503`, after the others gave
+//! back. A refusal wins over a failure (`429` rather than `503`: the client
+//! is over a quota whatever the broken limiter would have said).
 //!
 //! # The headers
 //!
@@ -98,17 +112,24 @@
 //!   the real one (5 per second, burst 10: `q=10;w=2`).
 //! - `r` is `Decision::remaining`: unit requests that would pass right now.
 //! - `t` is the seconds until **more quota is available** than `r`
-//!   (draft-ietf-httpapi-ratelimit-headers-11; draft-10 read
-//!   "until the quota resets", which clients took for "until full"). After
-//!   `r=0;t=6`, a unit request passes 6 s later, not before; after
-//!   `r=5;t=6`, the sixth unit is back 6 s later. `t=0` when the policy is
-//!   full. It is exact when the limiter says so (a refused unit request: its
-//!   `Decision::retry_after`) or when the algorithm refills steadily (GCRA,
-//!   token bucket, leaky meter: the next unit is back `(q - r - 1)` emission
-//!   intervals before the key is full, `Decision::reset_after`). For the
-//!   other algorithms (windows, logs, the queue) it is the wait until the key
-//!   is full again, when more is surely available: never early, sometimes
-//!   late. Whole seconds, rounded up: a client that waits `t` is never early.
+//!   (draft-ietf-httpapi-ratelimit-headers: "the number of seconds until
+//!   additional quota ... is made available"; earlier drafts read "until the
+//!   quota resets", which clients took for "until full"). After `r=0;t=6`, a
+//!   unit request passes 6 s later, not before; after `r=5;t=6`, the sixth
+//!   unit is back 6 s later. `t=0` when the policy is full. Exact for every
+//!   algorithm, rounded up to whole seconds (a client that waits `t` is never
+//!   early): a refused unit request's `Decision::retry_after`; for the steady
+//!   refills (GCRA, token bucket, leaky meter and queue) the next unit is
+//!   back `(q - r - 1)` emission intervals before the key is full
+//!   (`Decision::reset_after`); the fixed window gives everything back at
+//!   its end (`reset_after`). The sliding log and counter give units back
+//!   one by one on a schedule only their state knows (a 4 per 20 s counter
+//!   is full 40 s after a burst, yet a unit is back after 25 s), so the
+//!   layer asks the limiter: a peek of `r + 1` units, whose `retry_after` is
+//!   when more than `r` is available (one more limiter call per response; on
+//!   Redis, a round trip, bounded by the policy's timeout; if it fails, `t`
+//!   is the wait until full: late, never early). An algorithm this crate
+//!   does not know gets the wait until full too.
 //! - `qu` is not sent (the default unit, requests): with a cost, `q` and `r`
 //!   count cost units (an SMS to 3 numbers uses 3). `pk` (partition key) is
 //!   not sent: it would disclose the client's key.
@@ -193,7 +214,9 @@
 //!
 //! Login attempts per account, whoever makes them (an attacker rotating IP
 //! addresses still gets 5 guesses per account per 15 minutes), on top of a
-//! per-client limit; and SMS sends costing one unit per recipient:
+//! per-client limit; and SMS sends costing one unit per recipient. (A login
+//! limit per account alone lets a stranger lock the owner out: see
+//! [`LoginGuard`](crate::LoginGuard) for one that cannot.)
 //!
 //! ```
 //! use http::Method;
@@ -279,22 +302,51 @@
 //! [`Policy::count`](crate::Policy::count) with
 //! [`Count::Failures`](crate::Count::Failures) counts only the requests whose
 //! response is a failure (a failed login), [`Count::Successes`](crate::Count::Successes)
-//! only the others. With a limiter that can give units back
-//! (every ratelab limiter, through [`Policy::new`](crate::Policy::new); any
-//! other through [`Refund`](crate::Refund) and
-//! [`Policy::refundable`](crate::Policy::refundable))
-//! the request consumes first and is refunded after (what its admission
-//! still holds: a success slower than its window gets nothing back, so that
-//! the next window's failures all count); with a limiter that cannot give
-//! units back it is peeked first and consumed after (see [`Count`](crate::Count) for
-//! the difference under concurrency).
+//! only the others. On a limiter with receipts (every ratelab limiter,
+//! through [`Policy::new`](crate::Policy::new); a limiter of your own that
+//! implements the receipt API of `ratelab-core` and says so with
+//! [`Limiter::refunds`](ratelab_core::Limiter::refunds)) the request takes
+//! its cost with a receipt before it runs, and the receipt is refunded when
+//! its response does not count: requests in flight together never pass
+//! beyond the quota, and the refund gives back only what the admission
+//! still holds (a success slower than its window gets nothing back, so that
+//! the next window's failures all count). On a limiter without receipts the
+//! request is peeked first and charged after, if it counts: requests in
+//! flight together all see the same peek (see [`Count`](crate::Count)).
 //!
-//! Login protection a stranger cannot turn against the owner (the crate's
-//! `examples/server.rs`): count failures only, keyed by account *and*
-//! address, so a stranger's failures use up the stranger's allowance for the
-//! account, not the owner's; and a second policy caps failures per account
-//! from any address, much higher, against guessing spread over many
-//! addresses.
+//! # Settling from the response
+//!
+//! Some costs are known only once the response is: the tokens an LLM
+//! produced, the bytes served. [`Policy::settle_with`](crate::Policy::settle_with)
+//! reads what the request finally cost from the response head
+//! ([`Policy::settle_from_header`](crate::Policy::settle_from_header): from
+//! a header). The request is charged its [cost](crate::Policy::cost_with)
+//! up front (a reservation: `max_tokens`), with a receipt, and settled once
+//! the response head is known: less than charged gives back what the
+//! limiter can prove the admission still holds; more charges the difference
+//! as debt, whatever the room, which the client's next requests wait out.
+//! The layer waits for the settlement (bounded by the policy's timeout)
+//! before it returns the response, whose `RateLimit` fields show the key as
+//! it left it. A response that does not say keeps the charge; a request
+//! whose response never comes (the client went away) keeps the charge too.
+//! The crate's example server limits `POST /complete` in tokens per minute
+//! this way.
+//!
+//! # Login protection
+//!
+//! [`LoginGuard`](crate::LoginGuard), added with
+//! [`login_guard`](crate::RateLimitLayerBuilder::login_guard), protects a
+//! login route on the device-cookie scheme OWASP recommends: a successful
+//! login sets a signed device cookie; attempts that carry a valid one for
+//! their account are limited per account and device only, so failures from
+//! elsewhere never refuse the owner on a device she logged in from; other
+//! attempts are limited per account and client network, and per account
+//! across all of them. Only failures count (receipts), and an attempt one of
+//! these policies refuses gives back what the other took. A stranger cannot
+//! lock the owner out of her known devices, and attackers on any number of
+//! networks get the per-account quota of evaluated guesses; the owner's new
+//! device waits with them (see the type's docs for why that is the
+//! trade-off).
 //!
 //! # Metrics
 //!
@@ -302,7 +354,7 @@
 //! installs (with `metrics-exporter-prometheus`, the example server's
 //! `/metrics`); the names are in [`telemetry`](crate::telemetry):
 //! requests by outcome, decisions by policy and outcome, limiter call
-//! latency by policy, limiter failures by policy, mode and kind, calls after
-//! the response, and keys tracked where the policy says
+//! latency by policy, limiter failures by policy, mode and kind, the calls
+//! that give back or settle after the decision, and keys tracked where the policy says
 //! ([`Policy::keys_tracked`](crate::Policy::keys_tracked)). The [`Stats`](crate::Stats)
 //! counters remain, for code that reads them directly.

@@ -7,12 +7,11 @@ use std::time::{Duration, UNIX_EPOCH};
 
 use http::{HeaderMap, HeaderValue};
 
-use ratelab_core::{Decision, ceil_secs};
+use ratelab_core::ceil_secs;
 
 use crate::engine::Verdict;
-use crate::engine::wait_for;
 use crate::layer::{Shared, WallClock};
-use crate::matching::{Compiled, Refill};
+use crate::matching::Compiled;
 use crate::response::{self, LimitItem};
 
 /// `RateLimit-Policy` (every applicable policy) and `RateLimit` (every one
@@ -26,11 +25,10 @@ fn fields(policies: &[Compiled], verdict: &Verdict) -> (Option<HeaderValue>, Opt
     );
     let limit = response::limit_field(verdict.reports.iter().filter_map(|r| {
         let decision = r.decision()?;
-        let compiled = &policies[r.check.index];
         Some(LimitItem {
-            name: compiled.item.quoted(),
+            name: policies[r.check.index].item.quoted(),
             r: decision.remaining,
-            t: ceil_secs(next_after(decision, compiled.refill, r.check.cost)),
+            t: ceil_secs(r.next_after()?),
         })
     }));
     (policy, limit)
@@ -167,22 +165,4 @@ impl std::fmt::Debug for Fields {
 /// `headers`.
 pub(crate) fn write(shared: &Shared, verdict: &Verdict, headers: &mut HeaderMap) {
     Fields::new(shared, verdict).write(headers);
-}
-
-/// `t` (draft-ietf-httpapi-ratelimit-headers-11): the wait until more quota
-/// is available than `remaining` says, never shorter than the real one; zero
-/// when the policy is full (nothing more will come).
-///
-/// Exact when the limiter said it (a unit request refused: its
-/// `retry_after`) or the refill is steady (the next unit comes back a whole
-/// number of intervals before the key is full); otherwise the wait until the
-/// key is full, when more is surely available.
-pub(crate) fn next_after(decision: &Decision, refill: Refill, cost: u32) -> Duration {
-    if decision.remaining >= decision.limit {
-        return Duration::ZERO;
-    }
-    if !decision.allowed && cost == 1 && !decision.retry_after().is_zero() {
-        return decision.retry_after();
-    }
-    wait_for(decision, refill, decision.remaining + 1)
 }

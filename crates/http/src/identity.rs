@@ -78,6 +78,8 @@ pub struct Client {
     id_at: usize,
     plan: Option<Arc<str>>,
     ip: Option<IpAddr>,
+    /// The prefix IPv6 addresses are grouped by ([`Client::network`]).
+    ipv6_prefix: u8,
 }
 
 impl Client {
@@ -97,7 +99,14 @@ impl Client {
             id_at: prefix.len() + 1,
             plan: identity.plan.map(Arc::from),
             ip,
+            ipv6_prefix: DEFAULT_IPV6_PREFIX,
         }
+    }
+
+    /// The same client, its IPv6 network grouped by the first `len` bits.
+    fn with_ipv6_prefix(mut self, len: u8) -> Self {
+        self.ipv6_prefix = len;
+        self
     }
 
     /// An anonymous client, `ip:<id>`, where `id` writes the address (or
@@ -125,6 +134,7 @@ impl Client {
             id_at: "ip:".len(),
             plan,
             ip,
+            ipv6_prefix: DEFAULT_IPV6_PREFIX,
         }
     }
 
@@ -148,8 +158,28 @@ impl Client {
 
     /// The client's IP address (after the trusted proxies), whatever
     /// identified it; `None` if the peer address was missing.
+    ///
+    /// To count something per client address, use [`Client::network`]: one
+    /// IPv6 host commonly holds a whole /64 and picks a new address in it at
+    /// will.
     pub fn ip(&self) -> Option<IpAddr> {
         self.ip
+    }
+
+    /// The client's network, whatever identified it: its IPv4 address (a
+    /// /32), or its IPv6 address's network, the /64 (or the prefix
+    /// [`Identify::ipv6_prefix`] sets) that anonymous clients are limited
+    /// by; `None` if the peer address was missing. Key anything counted per
+    /// address by this (`2001:db8:1:2::/64`, `203.0.113.9/32`), never by
+    /// [`Client::ip`]: a host rotating through the addresses of its /64 is
+    /// one network.
+    pub fn network(&self) -> Option<IpNet> {
+        let net = match self.ip? {
+            IpAddr::V4(v4) => IpNet::from(IpAddr::V4(v4)),
+            IpAddr::V6(v6) => IpNet::new(IpAddr::V6(v6), self.ipv6_prefix)
+                .map_or_else(|_| IpNet::from(IpAddr::V6(v6)), |n| n.trunc()),
+        };
+        Some(net)
     }
 
     /// The key this client is limited by: `key:<id>`, `user:<id>` or
@@ -339,6 +369,10 @@ where
     }
 }
 
+/// The prefix anonymous IPv6 clients are grouped by, unless
+/// [`Identify::ipv6_prefix`] says otherwise.
+const DEFAULT_IPV6_PREFIX: u8 = 64;
+
 type ApiKeyResolver = Arc<dyn Fn(&str) -> Option<Identity> + Send + Sync>;
 type UserResolver = Arc<dyn Fn(&http::Extensions) -> Option<Identity> + Send + Sync>;
 type PeerResolver = Arc<dyn Fn(&Parts) -> Option<IpAddr> + Send + Sync>;
@@ -418,7 +452,7 @@ impl Default for Identify {
             proxies: TrustedProxies::none(),
             peer: None,
             anonymous_plan: None,
-            ipv6_prefix: 64,
+            ipv6_prefix: DEFAULT_IPV6_PREFIX,
         }
     }
 }
@@ -478,8 +512,9 @@ impl Identify {
         self
     }
 
-    /// Group anonymous IPv6 clients by their first `len` bits (64 by
-    /// default; 128 limits every address on its own). Capped at 128.
+    /// Group IPv6 clients by their first `len` bits (64 by default; 128
+    /// limits every address on its own), both as anonymous clients and in
+    /// [`Client::network`]. Capped at 128.
     pub fn ipv6_prefix(mut self, len: u8) -> Self {
         self.ipv6_prefix = len.min(128);
         self
@@ -492,6 +527,10 @@ impl Identify {
 
     /// The caller of the request whose head is `parts`.
     pub fn client(&self, parts: &Parts) -> Client {
+        self.resolve(parts).with_ipv6_prefix(self.ipv6_prefix)
+    }
+
+    fn resolve(&self, parts: &Parts) -> Client {
         let ip = self
             .peer_ip(parts)
             .map(|peer| self.proxies.client_ip(peer, &parts.headers));
@@ -645,6 +684,40 @@ mod tests {
         );
         let c = Identify::new().client(&p);
         assert_eq!(c.ip(), Some("2001:db8:1:2:3:4:5:6".parse().unwrap()));
+    }
+
+    #[test]
+    fn the_network_is_the_ipv4_address_or_the_ipv6_prefix_whatever_identified() {
+        let net = |identify: &Identify, peer: &str| identify.client(&parts(peer)).network();
+        let by_64 = Identify::new();
+        assert_eq!(
+            net(&by_64, "203.0.113.9:1").unwrap().to_string(),
+            "203.0.113.9/32"
+        );
+        assert_eq!(
+            net(&by_64, "[::ffff:1.2.3.4]:1").unwrap().to_string(),
+            "1.2.3.4/32"
+        );
+        let v6 = "[2001:db8:1:2:3:4:5:6]:1";
+        assert_eq!(net(&by_64, v6).unwrap().to_string(), "2001:db8:1:2::/64");
+        assert_eq!(
+            net(&by_64, "[2001:db8:1:2:ffff::1]:1"),
+            net(&by_64, v6),
+            "one /64"
+        );
+        let by_48 = Identify::new().ipv6_prefix(48);
+        assert_eq!(net(&by_48, v6).unwrap().to_string(), "2001:db8:1::/48");
+        // An API key client too: its network, not its account.
+        let keyed = Identify::new().api_key(HeaderName::from_static("x-api-key"), |_| {
+            Some(Identity::new("acct"))
+        });
+        let mut p = parts(v6);
+        p.headers.insert("x-api-key", "k".parse().unwrap());
+        let client = keyed.client(&p);
+        assert_eq!(client.key(), "key:acct");
+        assert_eq!(client.network().unwrap().to_string(), "2001:db8:1:2::/64");
+        let (p, ()) = Request::get("/").body(()).unwrap().into_parts();
+        assert_eq!(Identify::new().client(&p).network(), None);
     }
 
     #[test]

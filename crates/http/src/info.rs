@@ -10,7 +10,6 @@ use http_body_util::Full;
 use ratelab_core::{Decision, ceil_secs};
 
 use crate::engine::{Outcome, State, Verdict};
-use crate::headers::next_after;
 use crate::identity::Client;
 use crate::matching::Compiled;
 use crate::policy::FailureMode;
@@ -64,7 +63,7 @@ pub struct PolicyStatus {
     /// What the request costs under this policy.
     pub cost: u32,
     /// The limiter's answer, when it gave one. For a policy that counts
-    /// after the response without a refund, the answer to a peek: `remaining`
+    /// after the response without receipts, the answer to a peek: `remaining`
     /// does not include this request yet.
     pub decision: Option<Decision>,
     /// `t`: the wait until more quota is available than `remaining`.
@@ -98,11 +97,10 @@ impl RateLimitInfo {
                     window_secs: compiled.item.w,
                     cost: report.check.cost,
                     decision,
-                    next_after: decision
-                        .map(|d| next_after(&d, compiled.refill, report.check.cost)),
+                    next_after: report.next_after(),
                     violated: report.violated(),
-                    never: matches!(report.state, State::Never { .. }),
-                    failure: match report.state {
+                    never: matches!(report.state(), State::Never { .. }),
+                    failure: match report.state() {
                         State::FailedOpen => Some(FailureMode::Open),
                         State::FailedClosed(_) => Some(FailureMode::Closed),
                         _ => None,

@@ -16,6 +16,7 @@ use crate::failure::{FailureCallback, LimiterFailure};
 use crate::headers::{HeaderStyle, LegacyReset};
 use crate::identity::Identify;
 use crate::info::RateLimitInfo;
+use crate::login::{GuardCore, LoginGuard};
 use crate::matching::Compiled;
 use crate::policy::Policy;
 use crate::service::RateLimit;
@@ -41,6 +42,7 @@ pub(crate) type WallClock = Arc<dyn Fn() -> SystemTime + Send + Sync>;
 pub struct RateLimitLayerBuilder {
     identify: Identify,
     policies: Vec<Policy>,
+    guards: Vec<Arc<GuardCore>>,
     header_style: HeaderStyle,
     legacy_reset: LegacyReset,
     wall_clock: WallClock,
@@ -56,6 +58,7 @@ impl Default for RateLimitLayerBuilder {
         RateLimitLayerBuilder {
             identify: Identify::default(),
             policies: Vec::new(),
+            guards: Vec::new(),
             header_style: HeaderStyle::default(),
             legacy_reset: LegacyReset::default(),
             wall_clock: Arc::new(SystemTime::now),
@@ -72,6 +75,8 @@ impl Default for RateLimitLayerBuilder {
 pub(crate) struct Shared {
     pub(crate) identify: Identify,
     pub(crate) policies: Vec<Compiled>,
+    /// The login guards, whose attempts the policies read.
+    pub(crate) guards: Vec<Arc<GuardCore>>,
     pub(crate) header_style: HeaderStyle,
     pub(crate) legacy_reset: LegacyReset,
     pub(crate) wall_clock: WallClock,
@@ -116,6 +121,15 @@ impl RateLimitLayerBuilder {
         self
     }
 
+    /// Guards a login route with `guard` (see [`LoginGuard`]): its three
+    /// policies are added after the ones added so far, and its successful
+    /// logins get a device cookie.
+    pub fn login_guard(mut self, guard: LoginGuard) -> Self {
+        self.policies.extend(guard.policies);
+        self.guards.push(guard.core);
+        self
+    }
+
     /// Also send `X-RateLimit-Limit`, `X-RateLimit-Remaining` and
     /// `X-RateLimit-Reset` for the policy closest to refusing (see
     /// [the guide](crate::guide#legacy-headers)): `true` adds them to the
@@ -142,7 +156,10 @@ impl RateLimitLayerBuilder {
     /// and the layer saves their construction: two boxes, the policies'
     /// statuses, and the extension map's growth (a sixth of its cost per
     /// admitted request in the `http` bench). Custom refusal and
-    /// unavailability responses get their [`RateLimitInfo`] either way.
+    /// unavailability responses get their [`RateLimitInfo`] either way, and
+    /// requests on a [login guard](RateLimitLayerBuilder::login_guard)'s
+    /// routes carry its [`LoginAttempt`](crate::LoginAttempt) either way
+    /// (its policies read it there).
     pub fn request_extensions(mut self, on: bool) -> Self {
         self.request_extensions = on;
         self
@@ -226,6 +243,7 @@ impl RateLimitLayerBuilder {
             shared: Arc::new(Shared {
                 identify: self.identify,
                 policies,
+                guards: self.guards,
                 header_style: self.header_style,
                 legacy_reset: self.legacy_reset,
                 wall_clock: self.wall_clock,

@@ -5,7 +5,11 @@
 //! algorithm, in memory or on Redis), refuses with `429 Too Many Requests`,
 //! `Retry-After` and an RFC 9457 problem body, and puts the IETF
 //! `RateLimit-Policy` and `RateLimit` fields (draft-ietf-httpapi-ratelimit-headers-11)
-//! on every response.
+//! on every response. Several policies on one request are all or nothing
+//! (what one took for a request another refused is given back); a policy
+//! can count only failures, or charge what the response says the request
+//! cost (tokens, bytes); a [`LoginGuard`] protects a login route so that a
+//! stranger cannot lock the owner out.
 //!
 //! ```
 //! use http::{Method, Request, Response, StatusCode};
@@ -54,10 +58,11 @@
 //! ```
 //!
 //! Next: [`guide`] for exactly what the layer does (identity, several
-//! policies on one request, how the headers are computed, failures),
-//! [`Identify`] and [`TrustedProxies`] for client identity, [`Policy`] for
-//! routes, plans, keys and costs, [`Throttle`] and [`ThrottleLayer`] for the
-//! client side. The crate's `examples/server.rs` is a runnable API (in
+//! policies on one request, how the headers are computed, failures,
+//! counting and settling after the response), [`Identify`] and
+//! [`TrustedProxies`] for client identity, [`Policy`] for routes, plans,
+//! keys, costs and [settlements](Policy::settle_with), [`LoginGuard`] for
+//! logins, [`Throttle`] and [`ThrottleLayer`] for the client side. The crate's `examples/server.rs` is a runnable API (in
 //! memory, or on Redis with `REDIS_URL`).
 
 #![warn(missing_docs)]
@@ -74,6 +79,7 @@ mod headers;
 mod identity;
 mod info;
 mod layer;
+mod login;
 mod matching;
 mod policy;
 mod proxy;
@@ -88,13 +94,16 @@ pub use client::{
     SameKey, Throttle, ThrottleError, ThrottleKey, ThrottleLayer, Throttled, ThrottledFuture,
 };
 pub use config::ConfigError;
-pub use counting::{Count, REFUND_MARGIN, Refund, RefundFuture, Refundable};
+pub use counting::Count;
 pub use failure::LimiterFailure;
 pub use future::ResponseFuture;
 pub use headers::{HeaderStyle, LegacyReset};
 pub use identity::{Client, ClientKind, Identify, Identity, PeerAddr, SetPeerAddr};
 pub use info::{LimitOutcome, PolicyStatus, RateLimitInfo};
 pub use layer::{RateLimitLayer, RateLimitLayerBuilder};
+pub use login::{
+    LoginAttempt, LoginGuard, LoginGuardBuilder, LoginGuardError, MIN_SECRET_LEN, SameSite,
+};
 pub use policy::{DEFAULT_TIMEOUT, FailureMode, Policy};
 pub use proxy::{ForwardedHeader, InvalidNetwork, TrustedProxies};
 pub use response::{

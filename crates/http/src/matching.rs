@@ -16,24 +16,33 @@ use crate::response::PolicyItem;
 use crate::route::Route;
 
 /// How a policy's quota comes back after it was consumed: what `t` (the wait
-/// until more quota is available) can be computed from.
+/// until more quota is available) can be computed from (see the engine's
+/// `next`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Refill {
     /// One unit every `interval` µs, continuously: GCRA, token bucket, leaky
-    /// meter. The next unit is back `(limit - remaining - 1) × interval`
-    /// before the key is full.
+    /// meter and queue. The next unit is back `(limit - remaining - 1) ×
+    /// interval` before the key is full.
     Steady { interval: u64 },
-    /// Any other way (windows, logs, the queue, an algorithm this crate does
-    /// not know): only the moment the key is full again is known for sure.
+    /// Everything at once when the window ends (the fixed window): the key
+    /// is full then.
+    Window,
+    /// Unit by unit before the key is full, on a schedule only the state
+    /// knows (the sliding log and counter): a peek says when.
+    Sliding,
+    /// Any other way (an algorithm this crate does not know): only the
+    /// moment the key is full again is known for sure.
     Other,
 }
 
 impl Refill {
     pub(crate) fn of(algorithm: &str, quota: &ratelab_core::Quota) -> Self {
         match algorithm {
-            "gcra" | "token-bucket" | "leaky-meter" => Refill::Steady {
+            "gcra" | "token-bucket" | "leaky-meter" | "leaky-queue" => Refill::Steady {
                 interval: quota.emission_interval_micros(),
             },
+            "fixed-window" => Refill::Window,
+            "sliding-log" | "sliding-counter" => Refill::Sliding,
             _ => Refill::Other,
         }
     }
@@ -75,6 +84,9 @@ impl Compiled {
             ceil_secs(quota.window()).max(1),
         );
         let refill = Refill::of(policy.limiter.algorithm_name(), &quota);
+        if policy.settle.is_some() && !policy.refunds {
+            return Err(ConfigError::CannotSettle(policy.name.clone()));
+        }
         Ok(Compiled {
             policy: Arc::new(policy),
             routes,
@@ -117,11 +129,11 @@ impl Compiled {
             Cost::Fixed(n) => *n,
             Cost::With(f) => f(parts, client),
         };
-        let check = Check::new(index, &self.policy, &key, cost);
-        // Without a refund, a policy that counts only some responses can
+        let check = Check::new(index, &self.policy, &key, cost, self.refill);
+        // Without receipts, a policy that counts only some responses can
         // only peek now and count once the response says.
-        if policy.count != Count::All && policy.refund.is_none() {
-            return Some(check.deferred(self.refill));
+        if policy.count != Count::All && !policy.refunds {
+            return Some(check.deferred());
         }
         Some(check)
     }

@@ -6,10 +6,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use http::request::Parts;
-use http::{Method, StatusCode};
+use http::{HeaderName, Method, StatusCode, response};
 use ratelab_core::AsyncRateLimiter;
 
-use crate::counting::{Count, Refund};
+use crate::counting::Count;
 use crate::identity::Client;
 use crate::telemetry::PolicyMetrics;
 
@@ -41,6 +41,7 @@ pub(crate) type Predicate = Arc<dyn Fn(&Parts, &Client) -> bool + Send + Sync>;
 pub(crate) type KeyFn = Arc<dyn Fn(&Parts, &Client) -> Option<String> + Send + Sync>;
 pub(crate) type CostFn = Arc<dyn Fn(&Parts, &Client) -> u32 + Send + Sync>;
 pub(crate) type StatusFn = Arc<dyn Fn(StatusCode) -> bool + Send + Sync>;
+pub(crate) type SettleFn = Arc<dyn Fn(&response::Parts) -> Option<u32> + Send + Sync>;
 pub(crate) type KeyCountFn = Arc<dyn Fn() -> usize + Send + Sync>;
 pub(crate) type BreakerFn = Arc<dyn Fn() -> bool + Send + Sync>;
 
@@ -113,7 +114,11 @@ pub struct Policy {
     pub(crate) failure: FailureMode,
     pub(crate) timeout: Duration,
     pub(crate) count: Count,
-    pub(crate) refund: Option<Arc<dyn Refund>>,
+    /// What a request finally costs, read from its response.
+    pub(crate) settle: Option<SettleFn>,
+    /// The limiter issues receipts and settles them
+    /// ([`Limiter::refunds`](ratelab_core::Limiter::refunds)), read once.
+    pub(crate) refunds: bool,
     pub(crate) failed_when: StatusFn,
     pub(crate) keys_tracked: Option<KeyCountFn>,
     pub(crate) breaker_open: Option<BreakerFn>,
@@ -141,16 +146,22 @@ impl Policy {
 
     /// A policy on a limiter shared with other code (or other policies).
     ///
-    /// A limiter that gives units back ([`Limiter::refunds`]: every ratelab
-    /// limiter) is its own [`Refund`]: [`Count`] modes then consume before
-    /// the request and give back after (see [`Policy::refundable`]).
+    /// A limiter that issues receipts ([`Limiter::refunds`]: every ratelab
+    /// limiter, in memory or on Redis) lets the policy take back what a
+    /// request did not use: [`Count`] modes consume before the request and
+    /// refund after, [`Policy::settle_with`] charges what the response says,
+    /// and a request another policy refuses gives back what this one took
+    /// (see [the guide](crate::guide#several-policies-on-one-request)). A
+    /// limiter of your own gets the same by implementing
+    /// [`AsyncRateLimiter::check_with_receipt_async`] and
+    /// [`AsyncRateLimiter::settle_async`] (issue its receipts with
+    /// [`ratelab_core::Issuer`]) and answering `true` to
+    /// [`Limiter::refunds`].
     ///
     /// [`Limiter::refunds`]: ratelab_core::Limiter::refunds
     pub fn shared(name: impl Into<String>, limiter: Arc<dyn AsyncRateLimiter>) -> Self {
         let name = name.into();
-        let refund = limiter
-            .refunds()
-            .then(|| Arc::new(crate::counting::OwnRefund(limiter.clone())) as Arc<dyn Refund>);
+        let refunds = limiter.refunds();
         Policy {
             metrics: Arc::new(PolicyMetrics::new(&name)),
             name,
@@ -163,7 +174,8 @@ impl Policy {
             failure: FailureMode::Open,
             timeout: DEFAULT_TIMEOUT,
             count: Count::All,
-            refund,
+            settle: None,
+            refunds,
             failed_when: Arc::new(|status: StatusCode| {
                 status.is_client_error() || status.is_server_error()
             }),
@@ -172,27 +184,74 @@ impl Policy {
         }
     }
 
-    /// A policy on a limiter that can give units back through a [`Refund`]
-    /// of its own: [`Count`] modes then consume before the request and
-    /// refund after it, instead of peeking before and consuming after. A
-    /// ratelab limiter needs none of this: [`Policy::new`] refunds through it
-    /// already.
-    pub fn refundable<L>(name: impl Into<String>, limiter: L) -> Self
-    where
-        L: AsyncRateLimiter + Refund + 'static,
-    {
-        let limiter = Arc::new(limiter);
-        let mut policy = Self::shared(name, limiter.clone());
-        policy.refund = Some(limiter);
-        policy
-    }
-
     /// Count only some responses (failed logins, say): see [`Count`] and
     /// [the module on counting](crate::Count) for how the request is decided
     /// before its response is known.
     pub fn count(mut self, count: Count) -> Self {
         self.count = count;
         self
+    }
+
+    /// What a request finally costs, read from its response: `settle`
+    /// answers the units it used (tokens an LLM produced, bytes served), or
+    /// `None` to keep what it was charged. The request is charged its
+    /// [cost](Policy::cost_with) before it runs, with a receipt, and settled
+    /// once the response head is known: less than charged gives back what
+    /// the limiter can prove the admission still holds; more charges the
+    /// difference as debt, whatever the room, which the client's next
+    /// requests wait out ([`RateLimiter::settle`]). The response's
+    /// `RateLimit` fields show the key as the settlement left it.
+    ///
+    /// Only the response head is seen (status, headers, extensions): a cost
+    /// known once the body is written must be put there by the handler (a
+    /// header, or an extension the closure reads). An answer above the
+    /// policy's burst charges the burst (the most a limiter takes at once).
+    /// With [`Policy::count`], a response that does not count is refunded
+    /// whatever `settle` says.
+    ///
+    /// Needs a limiter that issues receipts ([`Limiter::refunds`]): a layer
+    /// with such a policy on another limiter is refused by
+    /// [`build`](crate::RateLimitLayerBuilder::build).
+    ///
+    /// ```
+    /// use http::Method;
+    /// use ratelab_core::{Keyed, Quota};
+    /// use ratelab_gcra::Gcra;
+    /// use ratelab_http::Policy;
+    ///
+    /// // 10,000 tokens per minute per client: a completion reserves its
+    /// // `max_tokens` and is settled with the tokens it really used.
+    /// let tokens = Policy::new("tokens", Keyed::new(Gcra::new(Quota::per_minute(10_000)?)))
+    ///     .route(Method::POST, "/complete")
+    ///     .cost_with(|request, _| {
+    ///         let query = request.uri.query().unwrap_or("");
+    ///         let max = query.split('&').find_map(|p| p.strip_prefix("max_tokens="));
+    ///         max.and_then(|n| n.parse().ok()).unwrap_or(256)
+    ///     })
+    ///     .settle_with(|response| {
+    ///         response.headers.get("x-tokens-used")?.to_str().ok()?.parse().ok()
+    ///     });
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    ///
+    /// [`RateLimiter::settle`]: ratelab_core::RateLimiter::settle
+    /// [`Limiter::refunds`]: ratelab_core::Limiter::refunds
+    pub fn settle_with<F>(mut self, settle: F) -> Self
+    where
+        F: Fn(&response::Parts) -> Option<u32> + Send + Sync + 'static,
+    {
+        self.settle = Some(Arc::new(settle));
+        self
+    }
+
+    /// [`Policy::settle_with`] the cost in the response header `header`: a
+    /// decimal number of units. A response without it, or with anything
+    /// else in it, keeps what the request was charged.
+    pub fn settle_from_header(self, header: HeaderName) -> Self {
+        self.settle_with(move |response| {
+            let value = response.headers.get(&header)?.to_str().ok()?;
+            value.trim().parse().ok()
+        })
     }
 
     /// Which responses are failures for [`Count`]: by default a status of
@@ -313,6 +372,12 @@ impl Policy {
         self
     }
 
+    /// Something about the request is decided once its response is known:
+    /// whether it counts, or what it costs.
+    pub(crate) fn after_response(&self) -> bool {
+        self.count != Count::All || self.settle.is_some()
+    }
+
     /// The name.
     pub fn name(&self) -> &str {
         &self.name
@@ -345,7 +410,8 @@ impl fmt::Debug for Policy {
             .field("failure", &self.failure)
             .field("timeout", &self.timeout)
             .field("count", &self.count)
-            .field("refundable", &self.refund.is_some())
+            .field("settles", &self.settle.is_some())
+            .field("refunds", &self.refunds)
             .finish()
     }
 }

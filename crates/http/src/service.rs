@@ -10,7 +10,7 @@ use std::task::{Context, Poll};
 
 use bytes::Bytes;
 use futures::FutureExt;
-use http::header::RETRY_AFTER;
+use http::header::{RETRY_AFTER, SET_COOKIE};
 use http::request::Parts;
 use http::{HeaderValue, Request, Response};
 use http_body_util::{Either, Full};
@@ -22,6 +22,7 @@ use crate::headers::Fields;
 use crate::identity::Client;
 use crate::info::RateLimitInfo;
 use crate::layer::Shared;
+use crate::login::LoginAttempt;
 use crate::{counting, failure, headers, matching, telemetry};
 
 /// The body of a response that went through the layer: the inner service's
@@ -65,6 +66,7 @@ where
             return ResponseFuture::passed(self.inner.call(Request::from_parts(parts, body)), None);
         }
         let client = shared.identify.client(&parts);
+        let attempt = login_attempt(shared, &mut parts, &client);
         let checks = matching::checks(&shared.policies, &parts, &client);
         // One in-memory policy is decided here and now, without a future.
         // Otherwise the engine's future is polled once here: in-memory
@@ -84,7 +86,8 @@ where
                         match conclude(&shared, &verdict, client, &mut parts) {
                             Some(response) => Ok(response),
                             None => {
-                                pass(shared, verdict, inner, Request::from_parts(parts, body)).await
+                                let request = Request::from_parts(parts, body);
+                                pass(shared, verdict, attempt, inner, request).await
                             }
                         }
                     });
@@ -97,14 +100,16 @@ where
         }
         let request = Request::from_parts(parts, body);
         match verdict.outcome {
-            Outcome::Pass { delay } if delay.is_zero() && !counting::pending(&verdict) => {
+            Outcome::Pass { delay }
+                if delay.is_zero() && !counting::pending(&verdict) && attempt.is_none() =>
+            {
                 let fields = Fields::new(shared, &verdict);
                 ResponseFuture::passed(self.inner.call(request), Some(fields))
             }
             _ => {
                 let shared = shared.clone();
                 let inner = take_ready(&mut self.inner);
-                ResponseFuture::boxed(pass(shared, verdict, inner, request))
+                ResponseFuture::boxed(pass(shared, verdict, attempt, inner, request))
             }
         }
     }
@@ -163,12 +168,34 @@ fn conclude<B>(
     Some(response)
 }
 
+/// A login attempt, and the position of the guard that read it.
+type Attempt = (usize, LoginAttempt);
+
+/// The login attempt the request is, if it is on a login guard's route:
+/// put into the request's extensions, where the guard's policies read it.
+/// One an outer layer put there is replaced: only the guard says what an
+/// attempt is.
+fn login_attempt(shared: &Shared, parts: &mut Parts, client: &Client) -> Option<Attempt> {
+    if shared.guards.is_empty() {
+        return None;
+    }
+    parts.extensions.remove::<LoginAttempt>();
+    let (guard, attempt) = shared
+        .guards
+        .iter()
+        .enumerate()
+        .find_map(|(i, guard)| Some((i, guard.attempt(parts, client)?)))?;
+    parts.extensions.insert(attempt.clone());
+    Some((guard, attempt))
+}
+
 /// A request that passed, the slow way: after its queueing delay, if a
-/// policy gave it one, and then counting after the response where a policy
-/// says so.
+/// policy gave it one, then counting and settling after the response where
+/// a policy says so, and the device cookie of a successful login.
 async fn pass<S, ReqBody, ResBody>(
     shared: Arc<Shared>,
     mut verdict: Verdict,
+    attempt: Option<Attempt>,
     mut inner: S,
     request: Request<ReqBody>,
 ) -> Result<Response<LimitedBody<ResBody>>, S::Error>
@@ -183,9 +210,14 @@ where
         // enlarge the future.)
         Box::pin(tokio::time::sleep(delay)).await;
     }
-    let response = inner.call(request).await?;
-    counting::settle(&mut verdict, response.status()).await;
-    let mut response = response.map(Either::Left);
+    let (mut parts, body) = inner.call(request).await?.into_parts();
+    counting::settle(&mut verdict, &parts).await;
+    if let Some((guard, attempt)) = &attempt
+        && let Some(cookie) = shared.guards[*guard].cookie(attempt, parts.status)
+    {
+        parts.headers.append(SET_COOKIE, cookie);
+    }
+    let mut response = Response::from_parts(parts, Either::Left(body));
     headers::write(&shared, &verdict, response.headers_mut());
     Ok(response)
 }

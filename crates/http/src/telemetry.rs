@@ -16,15 +16,19 @@ use crate::policy::{FailureMode, Policy};
 pub const REQUESTS: &str = "ratelab_http_requests_total";
 /// Policy decisions by `policy` and `outcome`: `allowed`, `refused`,
 /// `never` (a cost above the burst), `peeked` (only peeked: another policy
-/// refused first), `failed_open`, `failed_closed`.
+/// refused first), `given_back` (admitted, and given back since: another
+/// policy refused the request), `failed_open`, `failed_closed`.
 pub const DECISIONS: &str = "ratelab_http_decisions_total";
 /// Seconds per limiter call, by `policy` (a histogram).
 pub const LIMITER_SECONDS: &str = "ratelab_http_limiter_call_seconds";
 /// Limiter failures by `policy`, `mode` (`open`, `closed`) and `kind`
 /// (`timeout`, `backend`, `data`, `circuit_open`, `too_many_keys`, `other`).
 pub const FAILURES: &str = "ratelab_http_limiter_failures_total";
-/// Calls made after the response ([`Count`](crate::Count)) by `policy`,
-/// `call` (`count`, `refund`) and `result` (`ok`, `error`).
+/// Calls made after the decision by `policy`, `call` and `result` (`ok`,
+/// `error`): `give-back` (the units of a request another policy refused or
+/// failed closed on), and after the response `count` (a deferred
+/// [`Count`](crate::Count)), `refund` (a response that does not count) and
+/// `settle` ([`Policy::settle_with`](crate::Policy::settle_with)).
 pub const AFTER_RESPONSE: &str = "ratelab_http_after_response_total";
 /// Keys a policy's limiter tracks, by `policy`, where the policy says
 /// ([`Policy::keys_tracked`](crate::Policy::keys_tracked)).
@@ -57,18 +61,19 @@ fn counter(key: &Key) -> metrics::Counter {
 pub(crate) struct PolicyMetrics {
     limiter_seconds: Key,
     /// By the decision's outcome, in the order of [`decision_outcome`].
-    decisions: [Key; 6],
+    decisions: [Key; 7],
     keys_tracked: Key,
     breaker_open: Key,
 }
 
-const DECISION_OUTCOMES: [&str; 6] = [
+const DECISION_OUTCOMES: [&str; 7] = [
     "allowed",
     "refused",
     "never",
     "peeked",
     "failed_open",
     "failed_closed",
+    "given_back",
 ];
 
 impl PolicyMetrics {
@@ -128,6 +133,7 @@ fn decision_outcome(state: &State) -> usize {
         State::Peeked(_) | State::Pending => 3,
         State::FailedOpen => 4,
         State::FailedClosed(_) => 5,
+        State::GivenBack(_) => 6,
     }
 }
 
@@ -142,7 +148,7 @@ pub(crate) fn verdict(verdict: &Verdict) {
     for report in verdict.reports.iter() {
         let policy = &report.check.policy;
         let keys = &policy.metrics;
-        counter(&keys.decisions[decision_outcome(&report.state)]).increment(1);
+        counter(&keys.decisions[decision_outcome(&report.state())]).increment(1);
         if let Some(count) = &policy.keys_tracked {
             #[allow(clippy::cast_precision_loss)] // a gauge: exact enough
             let tracked = count() as f64;

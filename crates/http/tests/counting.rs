@@ -1,11 +1,12 @@
-//! Counting after the response: only failures or only successes, with a
-//! limiter that refunds (consume, then give back) and with one that does not
-//! (peek, then consume).
+//! Counting only failures or only successes, through real HTTP: by receipt
+//! (consume, then refund what did not count) on ratelab limiters and on a
+//! limiter of one's own that issues receipts, and by peeking then counting
+//! on a limiter without receipts.
 
 mod common;
 
 use std::collections::HashMap;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use axum::Router;
@@ -13,16 +14,21 @@ use axum::extract::Path;
 use axum::routing::get;
 use common::{get as fetch, serve};
 use http::StatusCode;
-use ratelab_core::{Decision, Error, Keyed, Limiter, ManualClock, Quota, RateLimiter};
+use ratelab_core::{
+    Decision, Direct, Error, Issuer, Keyed, Limiter, ManualClock, Quota, RateLimiter, Receipt,
+    Stamp,
+};
 use ratelab_gcra::Gcra;
-use ratelab_http::{Count, Policy, RateLimitLayer, Refund, RefundFuture};
+use ratelab_http::{Count, Policy, RateLimitLayer};
 
 /// `limit` units per key that never come back on their own, but can be
-/// refunded (never above the limit): the smallest limiter with a refund.
+/// given back by receipt (never above the limit): the smallest limiter of
+/// one's own with receipts, issued with `ratelab_core::Issuer`.
 #[derive(Debug)]
 struct Allowance {
     limit: u64,
     used: Mutex<HashMap<Vec<u8>, u64>>,
+    issuer: Issuer,
 }
 
 impl Allowance {
@@ -30,11 +36,24 @@ impl Allowance {
         Allowance {
             limit,
             used: Mutex::default(),
+            issuer: Issuer::new(),
         }
     }
 
     fn used(&self, key: &[u8]) -> u64 {
         self.used.lock().unwrap().get(key).copied().unwrap_or(0)
+    }
+
+    fn decision(&self, used: u64, allowed: bool) -> Decision {
+        let hour = if used == 0 { 0 } else { 3_600_000_000 };
+        let decision = if allowed {
+            Decision::admitted(self.limit)
+        } else {
+            Decision::refused(self.limit).with_retry_after_micros(3_600_000_000)
+        };
+        decision
+            .with_remaining(self.limit - used)
+            .with_reset_after_micros(hour)
     }
 }
 
@@ -48,39 +67,47 @@ impl Limiter for Allowance {
     fn backend(&self) -> &'static str {
         "memory"
     }
+    fn refunds(&self) -> bool {
+        true
+    }
 }
 
 impl RateLimiter for Allowance {
     fn check(&self, key: &[u8], cost: u32) -> Result<Decision, Error> {
+        self.check_with_receipt(key, cost)
+            .map(|(decision, _)| decision)
+    }
+
+    fn check_with_receipt(
+        &self,
+        key: &[u8],
+        cost: u32,
+    ) -> Result<(Decision, Option<Receipt>), Error> {
         let cost = ratelab_core::ensure_fits(cost, self.limit)?;
         let mut used = self.used.lock().unwrap();
         let used = used.entry(key.to_vec()).or_default();
         if *used + cost > self.limit {
-            return Ok(Decision::refused(self.limit)
-                .with_remaining(self.limit - *used)
-                .with_retry_after_micros(3_600_000_000)
-                .with_reset_after_micros(3_600_000_000));
+            return Ok((self.decision(*used, false), None));
         }
         *used += cost;
-        Ok(Decision::admitted(self.limit)
-            .with_remaining(self.limit - *used)
-            .with_reset_after_micros(if *used == 0 { 0 } else { 3_600_000_000 }))
+        let receipt = (cost > 0).then(|| {
+            self.issuer
+                .issue(key, u32::try_from(cost).unwrap(), Stamp::default())
+        });
+        Ok((self.decision(*used, true), receipt))
     }
-}
 
-impl Refund for Allowance {
-    fn refund<'a>(&'a self, key: &'a [u8], cost: u32, owed: Duration) -> RefundFuture<'a> {
-        // The admission's hour, less the time since its check and the
-        // layer's margin: never more.
-        let hour = Duration::from_secs(3600);
-        assert!(owed <= hour - ratelab_http::REFUND_MARGIN, "{owed:?}");
-        assert!(owed > hour - Duration::from_secs(10), "{owed:?}");
+    fn settle(&self, receipt: Receipt, actual: u32) -> Result<Decision, Error> {
+        let redeemed = self
+            .issuer
+            .redeem(receipt)
+            .map_err(|_| Error::ForeignReceipt)?;
         let mut used = self.used.lock().unwrap();
-        if let Some(used) = used.get_mut(key) {
-            *used = used.saturating_sub(u64::from(cost));
-        }
-        // No answer: the response keeps the fields of the check.
-        Box::pin(std::future::ready(Ok(None)))
+        let used = used.entry(redeemed.key.to_vec()).or_default();
+        // Nothing comes back on its own: what the admission took is still
+        // held, all of it.
+        *used = (*used + u64::from(actual)).saturating_sub(u64::from(redeemed.cost));
+        Ok(self.decision(*used, true))
     }
 }
 
@@ -109,17 +136,22 @@ async fn statuses(addr: std::net::SocketAddr, path: &str, n: usize) -> Vec<u16> 
 }
 
 #[tokio::test]
-async fn failures_only_with_a_refund() {
-    let allowance = std::sync::Arc::new(Allowance::new(3));
+async fn failures_only_by_receipt_on_a_limiter_of_ones_own() {
+    let allowance = Arc::new(Allowance::new(3));
     let layer = RateLimitLayer::builder()
-        .policy(Policy::refundable("login", allowance.clone()).count(Count::Failures))
+        .policy(Policy::shared("login", allowance.clone()).count(Count::Failures))
         .build()
         .unwrap();
     let addr = serve(app(layer)).await;
     let key = b"login:ip:127.0.0.1";
 
-    // Successes are given back: any number pass.
-    assert_eq!(statuses(addr, "/ok", 10).await, [200; 10]);
+    // Successes are given back: any number pass, and each response shows
+    // the key as the refund left it.
+    for _ in 0..10 {
+        let ok = fetch(addr, "/ok").await;
+        assert_eq!(ok.status, 200);
+        assert_eq!(ok.header("ratelimit"), r#""login";r=3;t=0"#);
+    }
     assert_eq!(allowance.used(key), 0);
     // Failures count: 3, then refused.
     assert_eq!(statuses(addr, "/fail", 4).await, [401, 401, 401, 429]);
@@ -129,10 +161,10 @@ async fn failures_only_with_a_refund() {
 }
 
 #[tokio::test]
-async fn successes_only_with_a_refund() {
-    let allowance = std::sync::Arc::new(Allowance::new(2));
+async fn successes_only_by_receipt() {
+    let allowance = Arc::new(Allowance::new(2));
     let layer = RateLimitLayer::builder()
-        .policy(Policy::refundable("api", allowance.clone()).count(Count::Successes))
+        .policy(Policy::shared("api", allowance.clone()).count(Count::Successes))
         .build()
         .unwrap();
     let addr = serve(app(layer)).await;
@@ -141,10 +173,10 @@ async fn successes_only_with_a_refund() {
     assert_eq!(allowance.used(b"api:ip:127.0.0.1"), 2);
 }
 
-/// A limiter that checks and peeks through `L` but cannot give units back.
-struct NoRefund<L>(L);
+/// A limiter that checks and peeks through `L` but issues no receipts.
+struct NoReceipts<L>(L);
 
-impl<L: RateLimiter> Limiter for NoRefund<L> {
+impl<L: RateLimiter> Limiter for NoReceipts<L> {
     fn quota(&self) -> Quota {
         self.0.quota()
     }
@@ -156,7 +188,7 @@ impl<L: RateLimiter> Limiter for NoRefund<L> {
     }
 }
 
-impl<L: RateLimiter> RateLimiter for NoRefund<L> {
+impl<L: RateLimiter> RateLimiter for NoReceipts<L> {
     fn check(&self, key: &[u8], cost: u32) -> Result<Decision, Error> {
         self.0.check(key, cost)
     }
@@ -166,14 +198,14 @@ impl<L: RateLimiter> RateLimiter for NoRefund<L> {
 }
 
 #[tokio::test]
-async fn failures_only_without_a_refund_peeks_then_counts() {
+async fn failures_only_without_receipts_peeks_then_counts() {
     let clock = ManualClock::new();
-    let limiter = std::sync::Arc::new(Keyed::with_clock(
+    let limiter = Arc::new(Keyed::with_clock(
         Gcra::new(Quota::per_hour(3).unwrap()),
         clock.clone(),
     ));
     let layer = RateLimitLayer::builder()
-        .policy(Policy::new("login", NoRefund(limiter.clone())).count(Count::Failures))
+        .policy(Policy::new("login", NoReceipts(limiter.clone())).count(Count::Failures))
         .build()
         .unwrap();
     let addr = serve(app(layer)).await;
@@ -193,13 +225,13 @@ async fn failures_only_without_a_refund_peeks_then_counts() {
     assert_eq!(fetch(addr, "/ok").await.status, 200);
 }
 
-/// A ratelab limiter refunds on its own: with `Policy::new`, failures are
-/// consumed before the request runs, so twenty failures at once (each
-/// answered 50 ms later) pass no more than the quota's three, and the
-/// successes before them were given back.
+/// With receipts, failures are consumed before the request runs, so twenty
+/// failures at once (each answered 50 ms later) pass no more than the
+/// quota's three, and the successes before them were given back in full.
+/// (Without receipts, all twenty would have passed the same peek.)
 #[tokio::test]
-async fn a_ratelab_limiter_consumes_first_and_failures_at_once_keep_the_quota() {
-    let limiter = std::sync::Arc::new(Keyed::new(Gcra::new(Quota::per_hour(3).unwrap())));
+async fn failures_at_once_keep_the_quota() {
+    let limiter = Arc::new(Keyed::new(Gcra::new(Quota::per_hour(3).unwrap())));
     assert!(limiter.refunds());
     let layer = RateLimitLayer::builder()
         .policy(Policy::shared("login", limiter.clone()).count(Count::Failures))
@@ -217,8 +249,6 @@ async fn a_ratelab_limiter_consumes_first_and_failures_at_once_keep_the_quota() 
         .layer(layer);
     let addr = serve(app).await;
     assert_eq!(statuses(addr, "/ok", 5).await, [200; 5]);
-    // Each success leaves what its refund could not be sure of: a margin.
-    tokio::time::sleep(ratelab_http::REFUND_MARGIN * 50).await;
     let at_once: Vec<_> = (0..20)
         .map(|_| tokio::spawn(async move { fetch(addr, "/fail").await.status }))
         .collect();
@@ -229,4 +259,81 @@ async fn a_ratelab_limiter_consumes_first_and_failures_at_once_keep_the_quota() 
     let failed = statuses.iter().filter(|&&s| s == 401).count();
     assert_eq!(failed, 3, "{statuses:?}");
     assert_eq!(statuses.iter().filter(|&&s| s == 429).count(), 17);
+}
+
+/// Three failures an hour on the in-memory keyed limiter and the single
+/// bucket, as they are: successes are given back in full (a receipt leaves
+/// no margin), failures count.
+#[tokio::test]
+async fn memory_limiters_count_failures_by_receipt() {
+    let quota = Quota::per_hour(3).unwrap();
+    for policy in [
+        Policy::new("login", Keyed::new(Gcra::new(quota))),
+        Policy::new("login", Direct::new(Gcra::new(quota))),
+    ] {
+        let layer = RateLimitLayer::builder()
+            .policy(policy.count(Count::Failures))
+            .build()
+            .unwrap();
+        let addr = serve(app(layer)).await;
+        let mut all = statuses(addr, "/ok", 4).await;
+        all.extend(statuses(addr, "/fail", 4).await);
+        assert_eq!(all, [200, 200, 200, 200, 401, 401, 401, 429]);
+    }
+}
+
+/// A success that straddles a window's end gets nothing back: its unit was
+/// the old window's, and giving it to the new one would let a fourth failure
+/// count there. The limiter sees from the receipt which window the unit was
+/// taken in.
+#[tokio::test]
+async fn a_slow_success_across_a_window_end_gives_the_new_window_nothing() {
+    use ratelab_core::{Clock, SystemClock};
+    use ratelab_fixed_window::FixedWindow;
+    use std::sync::atomic::{AtomicU64, Ordering};
+
+    const WINDOW: u64 = 2_000_000;
+    let now = || SystemClock.now_micros();
+    let sleep_until = |at: u64| tokio::time::sleep(Duration::from_micros(at.saturating_sub(now())));
+    let quota = Quota::new(3, Duration::from_micros(WINDOW)).unwrap();
+    let layer = RateLimitLayer::builder()
+        .policy(Policy::new("login", Keyed::new(FixedWindow::new(quota))).count(Count::Failures))
+        .build()
+        .unwrap();
+    // `/slow` succeeds when the next window is 400 ms old.
+    let boundary = Arc::new(AtomicU64::new(0));
+    let until = boundary.clone();
+    let app = Router::new()
+        .route(
+            "/slow",
+            get(move || {
+                let until = until.load(Ordering::Relaxed) + 400_000;
+                async move {
+                    tokio::time::sleep(Duration::from_micros(until.saturating_sub(now()))).await;
+                    StatusCode::OK
+                }
+            }),
+        )
+        .route("/fail", get(|| async { StatusCode::UNAUTHORIZED }))
+        .layer(layer);
+    let addr = serve(app).await;
+
+    // In the second half of a window.
+    if now() % WINDOW < WINDOW / 2 {
+        sleep_until(now() - now() % WINDOW + WINDOW / 2).await;
+    }
+    let next = (now() / WINDOW + 1) * WINDOW;
+    boundary.store(next, Ordering::Relaxed);
+    let slow = tokio::spawn(async move { fetch(addr, "/slow").await.status });
+    sleep_until(next + 100_000).await;
+    let mut statuses = Vec::new();
+    for _ in 0..4 {
+        statuses.push(fetch(addr, "/fail").await.status);
+    }
+    assert_eq!(statuses, [401, 401, 401, 429]);
+    assert_eq!(slow.await.unwrap(), 200);
+    // Still in the window that began at `next`: the success's refund went
+    // nowhere.
+    assert_eq!(fetch(addr, "/fail").await.status, 429);
+    assert!(now() < next + WINDOW, "the test ran past its window");
 }

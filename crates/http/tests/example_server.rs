@@ -1,136 +1,29 @@
-//! The reference article's load-balancer table, with the example server:
-//! two instances (separate processes), 30 requests sent round-robin, a limit
-//! of 10. In memory each instance counts on its own and 20 pass; sharing one
-//! Redis, 10 pass. Plus what the README shows with `curl -i`.
+//! The example server as a real process, through real HTTP: what the README
+//! shows with `curl -i`, the login guard, the client network, completions
+//! settled from the response, and the in-memory half of the reference
+//! article's load-balancer table (the Redis half, and the same scenarios on
+//! Redis, are in `example_server_redis.rs`).
 //!
 //! The binary is the `server` example, which `cargo test` builds before it
 //! runs the tests (next to this test's binary, in `<target>/<profile>/examples/`).
 
 mod common;
 
-use std::io::{BufRead, BufReader};
-use std::net::SocketAddr;
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
-use std::time::SystemTime;
+use std::process::{Command, Stdio};
 
-use common::{get, localhost, other_peer, send};
-use ratelab_testkit::redis::RedisServer;
-
-/// The example binary, checked to be newer than the sources it is built from.
-fn example_binary() -> PathBuf {
-    let test_binary = std::env::current_exe().unwrap();
-    let profile_dir = test_binary.parent().unwrap().parent().unwrap();
-    let binary = profile_dir
-        .join("examples")
-        .join(format!("server{}", std::env::consts::EXE_SUFFIX));
-    let built = std::fs::metadata(&binary)
-        .and_then(|m| m.modified())
-        .unwrap_or_else(|_| {
-            panic!(
-                "the example server is not built at {}: `cargo test -p ratelab-http` builds it \
-                 before running the tests; with a target filter (`--test ...`), run \
-                 `cargo build -p ratelab-http --example server` first",
-                binary.display()
-            )
-        });
-    let crate_dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
-    let newest_source = ["src", "examples"]
-        .iter()
-        .flat_map(|dir| std::fs::read_dir(crate_dir.join(dir)).unwrap())
-        .filter_map(|entry| entry.ok()?.metadata().ok()?.modified().ok())
-        .max()
-        .unwrap_or(SystemTime::UNIX_EPOCH);
-    assert!(
-        built >= newest_source,
-        "{} is older than the sources: run `cargo build -p ratelab-http --example server`",
-        binary.display()
-    );
-    binary
-}
-
-/// One running instance of the example server, killed on drop.
-struct Instance {
-    child: Child,
-    addr: SocketAddr,
-}
-
-impl Instance {
-    /// Starts the example on a free port and waits for its "listening on"
-    /// line (printed once the socket is bound).
-    fn start(redis_url: Option<&str>, extra: &[&str]) -> Instance {
-        let mut command = Command::new(example_binary());
-        command
-            .arg("127.0.0.1:0")
-            .args(extra)
-            .env_remove("REDIS_URL")
-            .env("RUST_LOG", "warn")
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit());
-        if let Some(url) = redis_url {
-            command.env("REDIS_URL", url);
-        }
-        let mut child = command.spawn().expect("cannot start the example server");
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut line)
-            .unwrap();
-        let addr = line
-            .strip_prefix("listening on http://")
-            .and_then(|rest| rest.split_whitespace().next())
-            .and_then(|addr| addr.parse().ok())
-            .unwrap_or_else(|| {
-                let _ = child.kill();
-                panic!("the example server did not start: {line:?}")
-            });
-        Instance { child, addr }
-    }
-}
-
-impl Drop for Instance {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// 30 requests, alternating between the two instances (the balancer), from
-/// one anonymous client: how many pass.
-async fn round_robin(instances: &[Instance; 2]) -> usize {
-    let mut admitted = 0;
-    for i in 0..30 {
-        let reply = get(instances[i % 2].addr, "/").await;
-        match reply.status {
-            200 => admitted += 1,
-            429 => assert!(reply.has("retry-after")),
-            other => panic!("instance answered {other}: {reply:?}"),
-        }
-    }
-    admitted
-}
-
+use common::example::{
+    ConfigFile, Instance, RIGHT, WRONG, burst_of_wrong_passwords, example_binary, one_ipv6_network,
+    round_robin,
+};
+use common::{get, localhost, localhost_v6, other_peer, send};
+/// In memory each instance counts on its own: 20 of 30 pass a limit of 10
+/// (on Redis, 10: `example_server_redis.rs`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn load_balancer_table_memory_admits_20_redis_admits_10() {
+async fn load_balancer_table_in_memory_admits_20() {
     // 10 per hour, so that nothing refills while the test runs.
     let quota = ["--anonymous", "10/h"];
-
     let in_memory = [Instance::start(None, &quota), Instance::start(None, &quota)];
-    let memory = round_robin(&in_memory).await;
-    drop(in_memory);
-
-    let redis = RedisServer::start();
-    let url = redis.url();
-    let on_redis = [
-        Instance::start(Some(&url), &quota),
-        Instance::start(Some(&url), &quota),
-    ];
-    let shared = round_robin(&on_redis).await;
-
-    println!(
-        "| 30 requests through 2 instances, limit 10 | memory: {memory} admitted | Redis: {shared} admitted |"
-    );
-    assert_eq!((memory, shared), (20, 10));
+    assert_eq!(round_robin(&in_memory).await, 20);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -170,13 +63,21 @@ async fn what_the_readme_shows() {
         serde_json::json!(["anonymous"])
     );
 
-    // Logins: 5 failures per account and address; with an API key, the
-    // plan's quota applies instead of the anonymous one.
+    // Logins, with an API key (the plan's quota applies instead of the
+    // anonymous one): alice logs in and gets a device cookie.
     let key: (&str, &[u8]) = ("x-api-key", b"demo-free");
-    let wrong: (&str, &[u8]) = ("authorization", b"Basic YWxpY2U6b29wcw=="); // alice:oops
+    let alice = send(addr, localhost(), "POST", "/login", &[key, RIGHT]).await;
+    assert_eq!(alice.status, 200);
+    assert_eq!(alice.json()["device"], "new");
+    assert_eq!(
+        alice.header("ratelimit"),
+        r#""free";r=59;t=1, "login";r=5;t=0, "login-account";r=50;t=0"#
+    );
+    let cookie = alice.cookie().unwrap();
+    // 5 failures per account and client network without a device cookie.
     let mut logins = Vec::new();
     for _ in 0..6 {
-        logins.push(send(addr, localhost(), "POST", "/login", &[key, wrong]).await);
+        logins.push(send(addr, localhost(), "POST", "/login", &[key, WRONG]).await);
     }
     let statuses: Vec<u16> = logins.iter().map(|r| r.status).collect();
     assert_eq!(statuses, [401, 401, 401, 401, 401, 429]);
@@ -188,15 +89,24 @@ async fn what_the_readme_shows() {
         logins[0].header("ratelimit-policy"),
         r#""free";q=60;w=60, "login";q=5;w=900, "login-account";q=50;w=3600"#
     );
-    // The right password from the address that failed 5 times: refused too,
-    // and nothing consumed from "free".
-    let right: (&str, &[u8]) = ("authorization", b"Basic YWxpY2U6d29uZGVybGFuZA=="); // alice:wonderland
-    let refused = send(addr, localhost(), "POST", "/login", &[key, right]).await;
+    // The right password from the network that failed 5 times: refused
+    // too, and the refused attempts took nothing from "free" or
+    // "login-account" (what they took was given back).
+    let refused = send(addr, localhost(), "POST", "/login", &[key, RIGHT]).await;
     assert_eq!(refused.status, 429);
     assert_eq!(refused.header("retry-after"), "180");
     assert_eq!(
         refused.header("ratelimit"),
-        r#""free";r=55;t=1, "login";r=0;t=180, "login-account";r=45;t=72"#
+        r#""free";r=54;t=1, "login";r=0;t=180, "login-account";r=45;t=72"#
+    );
+    // Alice's browser, with its cookie: a known device.
+    let device: (&str, &[u8]) = ("cookie", cookie.as_bytes());
+    let known = send(addr, localhost(), "POST", "/login", &[key, RIGHT, device]).await;
+    assert_eq!(known.status, 200);
+    assert_eq!(known.json()["device"], "known");
+    assert_eq!(
+        known.header("ratelimit"),
+        r#""free";r=53;t=1, "login-device";r=10;t=0"#
     );
 
     // SMS: one unit per recipient.
@@ -214,60 +124,199 @@ async fn what_the_readme_shows() {
         "{sms:?}"
     );
     assert_eq!(sms.json()["sent"], 3);
+
+    // A completion reserves max_tokens and is settled with what it used.
+    let completion = send(
+        addr,
+        other_peer(),
+        "POST",
+        "/complete?max_tokens=100&prompt=tell+me+a+story",
+        &[],
+    )
+    .await;
+    assert_eq!(completion.status, 200);
+    assert_eq!(completion.header("x-tokens-used"), "8");
+    assert_eq!(
+        completion.header("ratelimit"),
+        r#""anonymous";r=9;t=360, "tokens";r=9992;t=1"#
+    );
+    assert_eq!(
+        completion.json()["usage"],
+        serde_json::json!({"completion_tokens": 4, "prompt_tokens": 4, "total_tokens": 8})
+    );
 }
 
-/// The attack of the issue this protection answers: a stranger at 6.6.6.6
-/// (behind the trusted proxy 127.0.0.1) sends 5 wrong passwords for alice.
-/// Alice, from her own address with the right password, still logs in; the
-/// stranger is refused, even with the right password.
+/// The owner's known device against attackers on ten networks (behind the
+/// trusted proxy 127.0.0.1), each sending ten wrong passwords: at most 5 per
+/// network and 50 in all are evaluated, and alice, on the device she logged
+/// in from before, still logs in. A new device of hers is untrusted: it
+/// waits with the attackers.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stranger_cannot_lock_the_owner_out() {
     let server = Instance::start(
         None,
-        &["--anonymous", "100/h", "--trusted-proxy", "127.0.0.1"],
+        &["--anonymous", "1000/h", "--trusted-proxy", "127.0.0.1"],
     );
     let addr = server.addr;
-    let stranger: (&str, &[u8]) = ("x-forwarded-for", b"6.6.6.6");
-    let wrong: (&str, &[u8]) = ("authorization", b"Basic YWxpY2U6b29wcw=="); // alice:oops
-    let right: (&str, &[u8]) = ("authorization", b"Basic YWxpY2U6d29uZGVybGFuZA=="); // alice:wonderland
 
-    let mut attack = Vec::new();
-    for _ in 0..5 {
-        attack.push(
-            send(addr, localhost(), "POST", "/login", &[stranger, wrong])
-                .await
-                .status,
-        );
+    // Alice logs in from her own address (127.0.0.2): a device cookie.
+    let first = send(addr, other_peer(), "POST", "/login", &[RIGHT]).await;
+    assert_eq!(first.status, 200, "{first:?}");
+    assert_eq!(first.json()["device"], "new");
+    let set = first.header("set-cookie");
+    for attribute in [
+        "HttpOnly",
+        "Secure",
+        "SameSite=Strict",
+        "Path=/",
+        "Max-Age=2592000",
+    ] {
+        assert!(set.contains(attribute), "{set}");
     }
-    assert_eq!(attack, [401; 5]);
+    let cookie = first.cookie().unwrap();
+    let device: (&str, &[u8]) = ("cookie", cookie.as_bytes());
 
-    // Alice, from 127.0.0.2 (not a proxy: her own address), logs in, twice;
-    // a success is given back. Its fields show the key after the refund:
-    // all but what the refund could not be sure of (the layer's 1 ms
-    // margin), which holds one unit back for that millisecond.
-    for _ in 0..2 {
-        let alice = send(addr, other_peer(), "POST", "/login", &[right]).await;
-        assert_eq!(alice.status, 200, "{alice:?}");
-        assert!(
-            alice.header("ratelimit").contains(r#""login";r=4;"#),
-            "{alice:?}"
-        );
+    let attacks: Vec<_> = (1..=10)
+        .map(|n| {
+            tokio::spawn(async move {
+                let forwarded = format!("6.6.6.{n}");
+                let mut evaluated = 0;
+                for _ in 0..10 {
+                    let header: (&str, &[u8]) = ("x-forwarded-for", forwarded.as_bytes());
+                    let reply = send(addr, localhost(), "POST", "/login", &[header, WRONG]).await;
+                    match reply.status {
+                        401 => evaluated += 1,
+                        429 => {}
+                        other => panic!("{other}: {reply:?}"),
+                    }
+                }
+                evaluated
+            })
+        })
+        .collect();
+    let mut evaluated = Vec::new();
+    for attack in attacks {
+        evaluated.push(attack.await.unwrap());
     }
+    assert!(evaluated.iter().all(|&n| n <= 5), "{evaluated:?}");
+    assert!(evaluated.iter().sum::<u32>() <= 50, "{evaluated:?}");
 
-    // The stranger is slowed down: refused for 3 minutes, password or not.
-    for auth in [wrong, right] {
-        let refused = send(addr, localhost(), "POST", "/login", &[stranger, auth]).await;
-        assert_eq!(refused.status, 429);
-        assert_eq!(refused.header("retry-after"), "180");
+    // Her known device: only her own failures could refuse it.
+    let known = send(addr, other_peer(), "POST", "/login", &[RIGHT, device]).await;
+    assert_eq!(known.status, 200, "{known:?}");
+    assert_eq!(known.json()["device"], "known");
+    assert!(known.has("set-cookie"), "the token's expiry is renewed");
+    assert_eq!(
+        known.header("ratelimit-policy"),
+        r#""anonymous";q=1000;w=3600, "login-device";q=10;w=900"#
+    );
+    // The attackers used up the account's untrusted quota (5 on each of 10
+    // networks): her new device waits with them.
+    if evaluated.iter().sum::<u32>() == 50 {
+        let new_device = send(
+            addr,
+            "127.0.0.3".parse().unwrap(),
+            "POST",
+            "/login",
+            &[RIGHT],
+        )
+        .await;
+        assert_eq!(new_device.status, 429, "{new_device:?}");
         assert_eq!(
-            refused.json()["violated-policies"],
-            serde_json::json!(["login"])
+            new_device.json()["violated-policies"],
+            serde_json::json!(["login-account"])
         );
     }
-    // Another account from the stranger's address is its own allowance.
-    let bob: (&str, &[u8]) = ("authorization", b"Basic Ym9iOm9vcHM="); // bob:oops
-    let other = send(addr, localhost(), "POST", "/login", &[stranger, bob]).await;
-    assert_eq!(other.status, 401);
+}
+
+/// The issue's burst: 60 wrong passwords at once from one address leave
+/// the per-account policy holding only the guesses evaluated.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_burst_of_wrong_passwords_leaves_the_wider_policy_untouched() {
+    let server = Instance::start(
+        None,
+        &["--anonymous", "1000/h", "--trusted-proxy", "127.0.0.1"],
+    );
+    burst_of_wrong_passwords(server.addr).await;
+}
+
+/// One IPv6 /64 is one client network for the login policies, over IPv4
+/// loopback and over IPv6 loopback (the proxy `::1`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_ipv6_network_gets_one_networks_guesses() {
+    let v4 = Instance::start(
+        None,
+        &["--anonymous", "1000/h", "--trusted-proxy", "127.0.0.1"],
+    );
+    one_ipv6_network(v4.addr, localhost()).await;
+    let v6 = Instance::start_on(
+        "[::1]:0",
+        None,
+        &["--anonymous", "1000/h", "--trusted-proxy", "::1"],
+    );
+    assert!(v6.addr.is_ipv6());
+    one_ipv6_network(v6.addr, localhost_v6()).await;
+}
+
+/// `POST /complete?max_tokens=N` reserves N of the client's tokens and is
+/// settled with what it reports in `x-tokens-used`. A client whose
+/// completions use 10 of the 50 it reserves passes 6 times on 100 tokens,
+/// where reservations alone would pass 2, and the tokens it used stay
+/// within the 100. One whose completions use more than it reserved (long
+/// prompts) runs into debt and waits it out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn completions_are_settled_with_the_tokens_used() {
+    // 100 tokens an hour: nothing comes back while the test runs.
+    let config = ConfigFile::new("tokens", ["10/15min", "5/15min", "50/h"], "100/h");
+    let server = Instance::start(None, &["--config", config.arg()]);
+    let (mut passed, mut used) = (0, 0);
+    loop {
+        let reply = send(
+            server.addr,
+            localhost(),
+            "POST",
+            "/complete?max_tokens=50&prompt=one+two+three+four+five",
+            &[],
+        )
+        .await;
+        if reply.status == 429 {
+            // 60 held, 40 left: 10 more must come back, 36 s each.
+            assert_eq!(reply.header("retry-after"), "360", "{reply:?}");
+            break;
+        }
+        assert_eq!(reply.status, 200, "{reply:?}");
+        let tokens: u64 = reply.header("x-tokens-used").parse().unwrap();
+        assert_eq!(tokens, 10);
+        passed += 1;
+        used += tokens;
+        // The fields show the key as the settlement left it.
+        assert_eq!(reply.remaining("tokens"), Some(100 - used), "{reply:?}");
+    }
+    // Reservations alone would have passed 2; the tokens used stay within
+    // the 100.
+    assert_eq!((passed, used), (6, 60));
+
+    // 100 tokens per 10 s: a unit every 100 ms. 60-word prompts use 70
+    // tokens on a reservation of 10.
+    let config = ConfigFile::new("debt", ["10/15min", "5/15min", "50/h"], "100/10s");
+    let server = Instance::start(None, &["--config", config.arg()]);
+    let prompt = vec!["word"; 60].join("+");
+    let path = format!("/complete?max_tokens=10&prompt={prompt}");
+    let long = || send(server.addr, localhost(), "POST", &path, &[]);
+    let first = long().await;
+    assert_eq!(first.status, 200);
+    assert_eq!(first.header("x-tokens-used"), "70");
+    assert!(
+        long().await.status == 200,
+        "80 of 100 held before the second settles"
+    );
+    // 140 held: the debt is waited out, until 10 fit again (5 s).
+    let refused = long().await;
+    assert_eq!(refused.status, 429, "{refused:?}");
+    let wait: u64 = refused.header("retry-after").parse().unwrap();
+    assert!((4..=5).contains(&wait), "{refused:?}");
+    tokio::time::sleep(std::time::Duration::from_secs(wait)).await;
+    assert_eq!(long().await.status, 200);
 }
 
 /// `/metrics` is Prometheus text, not limited, with the layer's counters by
@@ -333,6 +382,20 @@ fn readable_errors() {
         "{stderr}"
     );
     assert!(!stderr.contains("InvalidNetwork"), "{stderr}");
+
+    let output = Command::new(example_binary())
+        .arg("127.0.0.1:0")
+        .env_remove("REDIS_URL")
+        .env("LOGIN_SECRET", "short")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("LOGIN_SECRET is 5 bytes: it needs at least 32"),
+        "{stderr}"
+    );
 
     let path = std::env::temp_dir().join(format!("ratelab-http-{}.toml", std::process::id()));
     std::fs::write(

@@ -229,3 +229,33 @@ async fn the_route_failure_mode_wins_over_the_limiter_policy() {
     let corrupt = fetch(addr, "/").await;
     assert_eq!(corrupt.status, 503, "corrupt state is not let through");
 }
+
+/// A Redis limiter issues receipts: counting only failures consumes first
+/// and refunds the successes, in full.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redis_limiter_counts_failures_by_receipt() {
+    use ratelab_http::Count;
+
+    let server = RedisServer::start();
+    let connection = Connection::single(&server.url()).await.unwrap();
+    let limiter = RedisLimiter::builder(connection, Gcra::new(Quota::per_hour(3).unwrap()))
+        .timeout(Duration::from_millis(500))
+        .build();
+    assert!(ratelab_core::Limiter::refunds(&limiter));
+    let layer = RateLimitLayer::builder()
+        .policy(Policy::new("login", limiter).count(Count::Failures))
+        .build()
+        .unwrap();
+    let app = Router::new()
+        .route("/ok", get(|| async { "ok" }))
+        .route("/fail", get(|| async { http::StatusCode::UNAUTHORIZED }))
+        .layer(layer);
+    let addr = serve(app).await;
+    let mut statuses = Vec::new();
+    for path in [
+        "/ok", "/ok", "/ok", "/ok", "/fail", "/fail", "/fail", "/fail",
+    ] {
+        statuses.push(fetch(addr, path).await.status);
+    }
+    assert_eq!(statuses, [200, 200, 200, 200, 401, 401, 401, 429]);
+}

@@ -4,7 +4,10 @@
 
 #![allow(dead_code, unreachable_pub)]
 
-use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+pub mod example;
+pub mod login;
+
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::time::Duration;
 
 use axum::Router;
@@ -19,7 +22,12 @@ pub const EXCHANGE_BOUND: Duration = Duration::from_secs(20);
 /// the layer. The listener is bound before this returns, so the server is
 /// ready: connections wait in the backlog until it accepts them.
 pub async fn serve(app: Router) -> SocketAddr {
-    let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).await.unwrap();
+    serve_on(app, IpAddr::V4(Ipv4Addr::LOCALHOST)).await
+}
+
+/// [`serve`] on `ip` (`::1` for IPv6 loopback).
+pub async fn serve_on(app: Router, ip: IpAddr) -> SocketAddr {
+    let listener = TcpListener::bind((ip, 0)).await.unwrap();
     let addr = listener.local_addr().unwrap();
     tokio::spawn(async move {
         axum::serve(
@@ -112,6 +120,45 @@ pub fn localhost() -> IpAddr {
 /// Another loopback address: a second peer on the same machine.
 pub fn other_peer() -> IpAddr {
     IpAddr::V4(Ipv4Addr::new(127, 0, 0, 2))
+}
+
+/// The IPv6 loopback address.
+pub fn localhost_v6() -> IpAddr {
+    IpAddr::V6(Ipv6Addr::LOCALHOST)
+}
+
+impl Reply {
+    /// The `name=value` of the cookie this response sets, as a browser
+    /// would send it back.
+    pub fn cookie(&self) -> Option<String> {
+        let set = self.all("set-cookie").into_iter().next()?;
+        Some(set.split(';').next()?.trim().to_owned())
+    }
+
+    /// The `r` of `policy` in the `RateLimit` field.
+    pub fn remaining(&self, policy: &str) -> Option<u64> {
+        self.limit_param(policy, "r")
+    }
+
+    /// The `t` of `policy` in the `RateLimit` field.
+    pub fn next_after(&self, policy: &str) -> Option<u64> {
+        self.limit_param(policy, "t")
+    }
+
+    fn limit_param(&self, policy: &str, param: &str) -> Option<u64> {
+        let quoted = format!("\"{policy}\"");
+        self.all("ratelimit")
+            .into_iter()
+            .flat_map(|line| line.split(','))
+            .map(str::trim)
+            .find_map(|item| {
+                let mut parts = item.split(';');
+                if parts.next()? != quoted {
+                    return None;
+                }
+                parts.find_map(|p| p.strip_prefix(param)?.strip_prefix('=')?.parse().ok())
+            })
+    }
 }
 
 async fn exchange(addr: SocketAddr, from: IpAddr, raw: &[u8], head_only: bool) -> Reply {
