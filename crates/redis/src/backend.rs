@@ -27,7 +27,8 @@ pub enum ScriptBackend {
     ///
     /// On one node, the limiter's first call asks `RATELAB.PROTOCOL` once
     /// and remembers the answer (the module when it speaks this protocol
-    /// version, else the scripts). On a Redis Cluster, where a keyless probe
+    /// version, exactly: a module of another version refuses this one's
+    /// calls, so the scripts run instead). On a Redis Cluster, where a keyless probe
     /// would reach one random node, the limiter sends the module's command
     /// (routed by its key, as `EVALSHA` is) and, on `ERR unknown command`,
     /// sends the same call as `EVALSHA` and remembers that the module is
@@ -114,13 +115,14 @@ pub(crate) fn is_unknown_command(error: &RedisError) -> bool {
 
 /// `RATELAB.PROTOCOL` on a single node: `Ok(true)` when the module is loaded
 /// and speaks this protocol version, `Ok(false)` when the command is unknown
-/// (or answers another version); other errors are the call's.
+/// or answers another version (each version refuses the others' calls);
+/// other errors are the call's.
 pub(crate) async fn probe(connection: &Connection) -> Result<bool, RedisError> {
     match connection
         .query::<Value>(&redis::cmd("RATELAB.PROTOCOL"))
         .await
     {
-        Ok(Value::Int(version)) => Ok(version >= i64::from(PROTOCOL_VERSION)),
+        Ok(Value::Int(version)) => Ok(version == i64::from(PROTOCOL_VERSION)),
         Ok(_) => Ok(false),
         Err(e) if is_unknown_command(&e) => Ok(false),
         Err(e) => Err(e),
