@@ -104,30 +104,47 @@ fn corrupt_values(code: &str) -> Vec<Vec<u8>> {
     .map(|s| s.as_bytes().to_vec())
     .collect();
     let le = |x: f64| x.to_le_bytes().to_vec();
+    // Written at an instant after now (beyond the slack and a second).
+    let later = le(far);
+    // A debt ending past the protocol's ceiling (2^52 + 2^51 µs), a window
+    // counting past 2^36 units: no settlement gets there.
+    let beyond_end = le(6.8e15);
+    let beyond_count = le(2f64.powi(37));
     match code {
-        "gcra" | "lq" => values.push(format!("{far}").into_bytes()),
+        "gcra" | "lq" => {
+            // Version 3's decimal state.
+            values.push(format!("{far}").into_bytes());
+            values.push([beyond_end.clone(), le(0.0), le(0.0)].concat());
+            values.push([le(1.0), le(0.0), later.clone()].concat());
+            values.push([le(f64::NAN), le(0.0), le(0.0)].concat());
+            values.push([le(1.0), le(-1.0), le(0.0)].concat());
+        }
         "tb" => {
             // 4294967295 tokens: the reviewed admit-all.
-            values.push([vec![0xff; 4], le(0.0)].concat());
-            values.push([vec![1, 0, 0, 0], le(f64::NAN)].concat());
-            values.push([vec![1, 0, 0, 0], le(far)].concat());
-            values.push([vec![1, 0, 0, 0], le(1.5)].concat());
+            values.push([vec![0xff; 4], le(0.0), le(0.0), le(0.0)].concat());
+            values.push([vec![1, 0, 0, 0], le(f64::NAN), le(0.0), le(0.0)].concat());
+            values.push([vec![1, 0, 0, 0], beyond_end.clone(), le(0.0), le(0.0)].concat());
+            values.push([vec![1, 0, 0, 0], le(1.5), le(0.0), le(0.0)].concat());
+            values.push([vec![1, 0, 0, 0], le(0.0), le(0.0), later.clone()].concat());
         }
         "fw" => {
-            values.push([le(far / 1e6), le(0.0)].concat());
-            values.push([le(0.0), le(11.0)].concat());
-            values.push([le(f64::NAN), le(0.0)].concat());
-            values.push([le(1.0), le(-1.0)].concat());
+            values.push([le(far / 1e6), le(0.0), le(0.0)].concat());
+            values.push([le(0.0), beyond_count.clone(), le(0.0)].concat());
+            values.push([le(f64::NAN), le(0.0), le(0.0)].concat());
+            values.push([le(1.0), le(-1.0), le(0.0)].concat());
+            // A fence past the window after the counter's.
+            values.push([le(1.0), le(1.0), le(3.0)].concat());
         }
         "sc" => {
-            values.push([le(far / 1e6), le(0.0), le(0.0)].concat());
-            values.push([le(0.0), le(11.0), le(0.0)].concat());
-            values.push([le(0.0), le(0.0), le(f64::INFINITY)].concat());
+            values.push([le(far / 1e6), le(0.0), le(0.0), le(0.0)].concat());
+            values.push([le(0.0), beyond_count.clone(), le(0.0), le(0.0)].concat());
+            values.push([le(0.0), le(0.0), le(f64::INFINITY), le(0.0)].concat());
+            values.push([le(1.0), le(1.0), le(1.0), le(3.0)].concat());
         }
         "lm" => {
-            values.push([le(2e6), le(0.0)].concat());
-            values.push([le(0.0), le(far)].concat());
-            values.push([le(f64::NAN), le(0.0)].concat());
+            values.push([beyond_end, le(0.0), le(0.0)].concat());
+            values.push([le(0.0), later, le(0.0)].concat());
+            values.push([le(f64::NAN), le(0.0), le(0.0)].concat());
         }
         _ => {}
     }
@@ -214,15 +231,19 @@ fn a_sliding_log_with_impossible_entries_is_corrupt() {
         let now = format!("{}", unix_micros());
         // Not a whole microsecond: no script logs that.
         let half = format!("{}.5", unix_micros());
-        let too_many: Vec<String> = (0..11).map(|i| format!("{now}:{i}")).collect();
+        // Members no script writes, at an instant that counts: before v4,
+        // counted as units.
+        let numbered = |n: &str| format!("{now}:{n}");
+        let (zero, other) = (numbered("0"), format!("{}:1", unix_micros() - 5.0));
         let cases: Vec<Vec<(&str, &str)>> = vec![
             vec![("inf", "x")],
             vec![(far.as_str(), "x")],
             vec![(half.as_str(), "x")],
-            too_many
-                .iter()
-                .map(|m| (now.as_str(), m.as_str()))
-                .collect(),
+            vec![(now.as_str(), "x")],
+            vec![(now.as_str(), zero.as_str())],
+            vec![(now.as_str(), other.as_str())],
+            // A fence no reset writes.
+            vec![(half.as_str(), "fence")],
         ];
         for entries in cases {
             let _: () = connection
@@ -478,7 +499,11 @@ fn a_sliding_log_too_large_for_redis_is_refused_before_any_call() {
         for call in [
             limiter.check(b"big", 1).await,
             limiter.peek(b"big", 1).await,
-            limiter.refund(b"big", 1, Duration::from_secs(1)).await,
+            limiter.check_with_receipt(b"big", 1).await.map(|(d, _)| d),
+            limiter
+                .reset(b"big")
+                .await
+                .map(|()| ratelab::Decision::admitted(0)),
         ] {
             let error = call.unwrap_err();
             assert_eq!(error.kind(), ErrorKind::Unsupported, "{error}");
@@ -494,7 +519,7 @@ fn a_sliding_log_too_large_for_redis_is_refused_before_any_call() {
         // The script, called as another client would: invalid arguments.
         let mut cmd = redis::cmd("EVAL");
         cmd.arg(over.script().source()).arg(1).arg("raw-big");
-        cmd.arg(&["2", "", "1", "0", "", "check"]);
+        cmd.arg(&["4", "", "1", "0", "", "check"]);
         cmd.arg(over.script_params());
         let reply: Result<redis::Value, _> = connection.query(&cmd).await;
         let error = reply.unwrap_err().to_string();

@@ -1,7 +1,7 @@
-//! Refunds and resets in the keyed store: a key given everything back is
-//! forgotten at once, a refund that makes a key full sooner makes the wait
-//! for a slot shorter (exactly), and refunds without end keep the store
-//! within its memory bound.
+//! Refunds (of receipts) and resets in the keyed store: a key given
+//! everything back is forgotten at once, a refund that makes a key full
+//! sooner makes the wait for a slot shorter (exactly), and refunds without
+//! end keep the store within its memory bound.
 
 use std::time::Duration;
 
@@ -23,24 +23,28 @@ fn store(max_keys: usize, clock: &ManualClock) -> Keyed<Gcra, ManualClock> {
 fn a_key_given_everything_back_or_reset_is_forgotten() {
     let clock = ManualClock::new();
     let limiter = store(2, &clock);
-    let a = limiter.check(b"a", 3).unwrap();
+    let (a, receipt) = limiter.check_with_receipt(b"a", 3).unwrap();
     assert!(a.allowed);
     assert!(limiter.check(b"b", 1).unwrap().allowed);
     assert_eq!(limiter.len(), 2);
-    // At the instant of its check: the admission weighs its whole reset.
-    let after = limiter.refund(b"a", 3, a.reset_after()).unwrap();
+    // At the instant of its check: the admission holds its whole debt.
+    let after = limiter.refund(receipt.unwrap()).unwrap();
     assert_eq!((after.remaining, after.reset_after()), (3, Duration::ZERO));
     assert_eq!(limiter.len(), 1);
     limiter.reset(b"b");
     assert!(limiter.is_empty());
-    // Nothing to give back: a key never seen answers as a peek of cost 0.
+    // Nothing to give back once the debt is repaid: the answer is a peek of
+    // cost 0, and the key is forgotten.
+    let (_, c) = limiter.check_with_receipt(b"c", 1).unwrap();
+    clock.advance(Duration::from_secs(2));
     assert_eq!(
-        limiter.refund(b"c", 1, Duration::from_secs(1)).unwrap(),
+        limiter.refund(c.unwrap()).unwrap(),
         limiter.peek(b"c", 0).unwrap()
     );
     assert!(limiter.is_empty());
+    let (_, more) = limiter.check_with_receipt(b"d", 1).unwrap();
     assert!(matches!(
-        limiter.refund(b"c", 4, Duration::from_secs(4)),
+        limiter.settle(more.unwrap(), 4),
         Err(Error::CostTooHigh { .. })
     ));
 }
@@ -49,7 +53,7 @@ fn a_key_given_everything_back_or_reset_is_forgotten() {
 fn a_refund_makes_the_wait_for_a_slot_shorter() {
     let clock = ManualClock::new();
     let limiter = store(2, &clock);
-    let a = limiter.check(b"a", 3).unwrap(); // full again at 3 s
+    let (a, receipt) = limiter.check_with_receipt(b"a", 3).unwrap(); // full again at 3 s
     assert!(a.allowed);
     assert!(limiter.check(b"b", 2).unwrap().allowed); // full again at 2 s
     let wait = |limiter: &Keyed<Gcra, ManualClock>| match limiter.check(b"new", 1) {
@@ -58,7 +62,7 @@ fn a_refund_makes_the_wait_for_a_slot_shorter() {
     };
     assert_eq!(wait(&limiter), Duration::from_secs(2));
     // `a` is full again at 1 s now: the wait follows.
-    limiter.refund(b"a", 2, a.reset_after()).unwrap();
+    limiter.settle(receipt.unwrap(), 1).unwrap();
     assert_eq!(wait(&limiter), Duration::from_secs(1));
     clock.advance(Duration::from_secs(1));
     assert!(limiter.check(b"new", 1).unwrap().allowed);
@@ -70,9 +74,9 @@ fn refunds_without_end_stay_within_the_memory_bound() {
     let limiter = store(4, &clock);
     for round in 0..10_000u32 {
         let key = (round % 4).to_le_bytes();
-        let decision = limiter.check(&key, 2).unwrap();
+        let (decision, receipt) = limiter.check_with_receipt(&key, 2).unwrap();
         assert!(decision.allowed);
-        limiter.refund(&key, 1, decision.reset_after()).unwrap();
+        limiter.settle(receipt.unwrap(), 1).unwrap();
         if round % 7 == 0 {
             limiter.reset(&key);
         }
