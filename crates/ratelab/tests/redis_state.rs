@@ -543,3 +543,53 @@ fn a_sliding_log_too_large_for_redis_is_refused_before_any_call() {
         assert!(!limiter.check(b"cap", 1).await.unwrap().allowed);
     });
 }
+
+/// The TTL slack is at most 2^52 µs (the range of instants: no clock steps
+/// back further): the scripts refuse more as invalid arguments, and the
+/// limiter refuses it on every call before any round trip. At the bound,
+/// it runs.
+#[test]
+fn a_ttl_slack_past_the_range_of_instants_is_refused_before_any_call() {
+    use ratelab::redis::MAX_TTL_SLACK_MS;
+    use ratelab::{Gcra, MAX_INSTANT_MICROS};
+
+    let (_, runtime, connection) = common::shared();
+    let quota = Quota::per_second(5).unwrap();
+    runtime.block_on(async {
+        let with_slack = |slack| {
+            RedisLimiter::builder(connection.clone(), Gcra::new(quota))
+                .prefix(common::unique_prefix())
+                .time_source(common::client_time(&ManualClock::new()))
+                .ttl_slack(slack)
+                .build()
+        };
+        let over = with_slack(Duration::from_micros(MAX_INSTANT_MICROS + 1_000));
+        for call in [
+            over.check(b"k", 1).await,
+            over.peek(b"k", 1).await,
+            over.check_with_receipt(b"k", 1).await.map(|(d, _)| d),
+            over.reset(b"k")
+                .await
+                .map(|()| ratelab::Decision::admitted(0)),
+        ] {
+            let error = call.unwrap_err();
+            assert_eq!(error.kind(), ErrorKind::Unsupported, "{error}");
+            assert!(error.to_string().contains("TTL slack"), "{error}");
+        }
+        let stats = over.stats();
+        assert_eq!(
+            (stats.answered, stats.script_calls),
+            (0, 0),
+            "a call went out"
+        );
+
+        let at_bound = with_slack(Duration::from_micros(MAX_INSTANT_MICROS));
+        assert!(at_bound.check(b"k", 1).await.unwrap().allowed);
+        let pttl: i64 = connection
+            .query(redis::cmd("PTTL").arg(at_bound.redis_key(b"k")))
+            .await
+            .unwrap();
+        let most = i64::try_from(MAX_TTL_SLACK_MS).unwrap() + 1_000;
+        assert!(pttl > 0 && pttl <= most, "PTTL {pttl}");
+    });
+}
