@@ -210,6 +210,7 @@ impl Memory {
             algorithm: A,
             debt: bool,
             prunes: bool,
+            past_a_ceiling: fn(&A, &A::State, u64) -> bool,
         ) -> Box<dyn FnMut(Op, u64, u32) -> Reply> {
             let mut state = algorithm.initial_state();
             let mut ledger = 0u64;
@@ -264,12 +265,19 @@ impl Memory {
                         let d = algorithm
                             .settle(&mut st, &mut led, at, settlement)
                             .map_err(invalid)?;
+                        // Past a ceiling: refused, nothing written.
+                        if past_a_ceiling(&algorithm, &st, led) {
+                            return Err(format!("ratelab {name}: out of range"));
+                        }
                         store(st, led, lat, at);
                         (d, Stamp::default())
                     }
                     Op::Reset => {
                         if held {
                             algorithm.reset(&mut st, &mut led, now);
+                            if past_a_ceiling(&algorithm, &st, led) {
+                                return Err(format!("ratelab {name}: out of range"));
+                            }
                         }
                         let d = algorithm.decide(&mut st.clone(), now, 0).map_err(invalid)?;
                         store(st, led, lat, now);
@@ -289,14 +297,26 @@ impl Memory {
                 ])
             })
         }
+        // The protocol's ceilings (lua/README.md, "State").
+        const MAX_END: u64 = (1 << 52) + (1 << 51);
+        const MAX_COUNT: u64 = 1 << 36;
+        fn debt<A: Algorithm>(algorithm: &A, state: &A::State, ledger: u64) -> bool {
+            ledger >= 1 << 53 || algorithm.full_at(state) > MAX_END
+        }
         let run = match kind {
-            Kind::FixedWindow => boxed(FixedWindow::new(quota), false, false),
-            Kind::SlidingLog => boxed(SlidingLog::new(quota), false, true),
-            Kind::SlidingCounter => boxed(SlidingCounter::new(quota), false, false),
-            Kind::LeakyMeter => boxed(LeakyMeter::new(quota), true, false),
-            Kind::LeakyQueue => boxed(LeakyQueue::new(quota), true, false),
-            Kind::TokenBucket => boxed(TokenBucket::new(quota), true, false),
-            Kind::Gcra => boxed(Gcra::new(quota), true, false),
+            Kind::FixedWindow => boxed(FixedWindow::new(quota), false, false, |_, c, _| {
+                c.count() > MAX_COUNT
+            }),
+            Kind::SlidingLog => boxed(SlidingLog::new(quota), false, true, |_, l, _| {
+                l.total() > 100_000
+            }),
+            Kind::SlidingCounter => boxed(SlidingCounter::new(quota), false, false, |_, w, _| {
+                w.current() > MAX_COUNT
+            }),
+            Kind::LeakyMeter => boxed(LeakyMeter::new(quota), true, false, debt),
+            Kind::LeakyQueue => boxed(LeakyQueue::new(quota), true, false, debt),
+            Kind::TokenBucket => boxed(TokenBucket::new(quota), true, false, debt),
+            Kind::Gcra => boxed(Gcra::new(quota), true, false, debt),
         };
         Memory { run }
     }
@@ -309,6 +329,15 @@ impl Memory {
     pub fn run(&mut self, op: Op, now: u64, cost: u32) -> Reply {
         (self.run)(op, now, cost)
     }
+}
+
+/// `reply` with an `out of range` error's key and detail cut off: the
+/// in-memory runner knows neither.
+pub fn without_detail(reply: Reply) -> Reply {
+    reply.map_err(|e| match e.find(": out of range") {
+        Some(at) => e[..at + ": out of range".len()].to_owned(),
+        None => e,
+    })
 }
 
 /// `protocol now cost slack deadline check params...` for one check, as
