@@ -14,7 +14,9 @@ use ratelab_core::{
 use redis::Value;
 
 use crate::alert::Alerts;
-use crate::backend::{Detection, Route, ScriptBackend, is_unknown_command, probe};
+use crate::backend::{
+    Detection, Route, ScriptBackend, is_other_version, is_unknown_command, probe,
+};
 use crate::breaker::{Breaker, Permit};
 use crate::builder::RedisLimiterBuilder;
 use crate::connection::Connection;
@@ -419,19 +421,26 @@ impl<A: RedisAlgorithm> Inner<A> {
             cmd.arg(key).arg(args.as_slice());
             Counters::count(&self.counters.module_calls);
             match self.connection.query::<Value>(&cmd).await {
-                Err(e) if is_unknown_command(&e) => {
+                Err(e) if is_unknown_command(&e) || is_other_version(&e) => {
                     if self.backend != ScriptBackend::Auto {
+                        let what = if is_other_version(&e) {
+                            "speaks another protocol version"
+                        } else {
+                            "is not loaded"
+                        };
                         return Err(Error::data(format!(
-                            "the ratelab module is not loaded on this Redis ({command} answered \
-                             \"{} {}\"): load it (redis-server --loadmodule \
-                             libratelab_redis_module.so) or use ScriptBackend::Auto or \
-                             ScriptBackend::Lua",
+                            "the ratelab module {what} on this Redis ({command} answered \
+                             \"{} {}\"): load this version's \
+                             (redis-server --loadmodule libratelab_redis_module.so) or use \
+                             ScriptBackend::Auto or ScriptBackend::Lua",
                             e.code().unwrap_or_default(),
                             e.detail().unwrap_or_default()
                         )));
                     }
                     // Gone (a restart or failover onto a node without it),
-                    // or never there on this cluster node: the script.
+                    // never there on this cluster node, or of another
+                    // version (a cluster's nodes are probed by the command
+                    // itself): the script, which this client ships.
                     self.detection.missing();
                 }
                 Ok(reply) => {
