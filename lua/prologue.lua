@@ -2,53 +2,53 @@
 -- (the script sent to Redis is this file followed by the algorithm's file).
 -- The protocol (every argument, reply and error, the key scheme): lua/README.md.
 --
--- Version 2 added the operation (ARGV[6]: check, peek or refund) before the
--- parameters; version 3 has a refund say how long the admission it gives back still
--- weighs ("refund:<owed>"). Version 1 calls are still answered, as checks, and version 2
--- checks and peeks exactly as before; a version 2 refund, which cannot say it, is
--- invalid arguments.
+-- Version 4: a check answers the stamp of its admission, a settlement gives back from
+-- one admission only what the key provably still holds of it (the rule of
+-- crates/core/src/receipt.rs), a reset is a script call. Versions 1 to 3 are no longer
+-- answered: their keys hold state in formats these scripts do not read, and version 3's
+-- refund trusted a duration the caller computed.
 --
--- ARGV[1]  the protocol version: "3" (or "2", the same layout without refunds), or
---          "1" for the version 1 layout (a check). In every version of the protocol the
---          first argument, so that a caller built for another version gets the error
---          "ratelab: protocol version 1, 2 or 3 expected, got ..." and never a decision
---          made from arguments it meant otherwise.
--- ARGV[2]  now, µs, or "" to read Redis TIME     ARGV[3]  cost
--- ARGV[4]  TTL slack, ms: keys live this much longer than their state needs, and a
---          stored instant may be this much ahead of now (a client clock that stepped back)
+-- ARGV[1]  the protocol version: "4". In every version of the protocol the first
+--          argument, so that a caller built for another version gets the error
+--          "ratelab: protocol version 4 expected, got ..." and never a decision made from
+--          arguments it meant otherwise.
+-- ARGV[2]  now, µs, or "" to read Redis TIME
+-- ARGV[3]  cost: of the request (check, peek), or the cost the settled admission was
+--          charged (settle); 0 for a reset
+-- ARGV[4]  TTL slack, ms, at most 4503599627371 (2^52 µs, the range of instants): keys
+--          live this much longer than their state needs, and a stored instant may be this
+--          much ahead of now (a client clock that stepped back)
 -- ARGV[5]  deadline: Unix µs on the Redis clock after which the call must not run, or ""
 --          for none. A call that starts later writes nothing and answers the error
 --          "ratelab expired: ..." (its caller has given up on it: charging it would
 --          consume quota for a request that was never told it passed).
--- Versions 2 and 3:
 -- ARGV[6]  the operation, `op` below:
---          check   decide a request of `cost`, consuming it if it passes (version 1's only
---                  operation);
+--          check   decide a request of `cost`, consuming it if it passes; an admission of a
+--                  positive cost answers its stamp;
 --          peek    the decision a check of `cost` would get now, writing nothing (not even
 --                  the sliding log's pruning): a check at the same instant decides the same;
---          refund:<owed>  give back up to `cost` units of one admission that still weighs on
---                  the key for `owed` µs (its reset_after, less the time since it was
---                  decided, erring low): only what it still holds comes back (see each
---                  algorithm's file and `Algorithm::refund` in crates/core), never above
---                  the capacity (a full key stays full); writes the state with its TTL,
---                  or deletes the key when it is full again; answers what a peek of cost 0
---                  would then.
+--          settle:<actual>:<stamp_at>:<stamp_mark>  the admission a check stamped so, of
+--                  `cost`, finally counts for `actual` units: less gives back what the key
+--                  provably still holds of it, more charges the difference as debt
+--                  (`Algorithm::settle` in crates/core); answers what a peek of cost 0
+--                  would then;
+--          reset   the key back to full capacity, as if never seen, and no receipt issued
+--                  before gives anything back afterwards (`Algorithm::reset`).
 --          Anything else: "ratelab <algorithm>: invalid arguments".
--- ARGV[7...]  the algorithm's parameters, P[1], P[2], ...
--- Version 1:
--- ARGV[6...]  the algorithm's parameters, P[1], P[2], ...; the operation is check.
--- A reset is no script: DEL of the key.
+-- ARGV[7...]  the algorithm's parameters, P[1], P[2], ...: exactly as many as it takes.
 -- Every argument but the operation must be a non-negative integer below 2^53 (exact in
 -- Lua's doubles); `args_ok` says whether they all were. `now` is clamped at 2^52 µs, as
 -- the in-memory runners clamp it.
+-- Replies: {allowed, limit, remaining, retry_after_us, reset_after_us, delay_us,
+-- stamp_at, stamp_mark}, integers below 2^53.
 -- Stored state is never trusted: `read_string` and `stored` below let each script
 -- answer "ratelab <algorithm>: corrupt state at <key>: <what>" for anything it could
 -- not have written, instead of resetting, admitting everything or refusing forever.
-if ARGV[1] ~= '1' and ARGV[1] ~= '2' and ARGV[1] ~= '3' then
+if ARGV[1] ~= '4' then
   local got = 'nothing'
   if ARGV[1] == '' then got = '""'
   elseif ARGV[1] then got = ARGV[1]:sub(1, 32):gsub('[^%w%p ]', '?') end
-  return redis.error_reply('ratelab: protocol version 1, 2 or 3 expected, got ' .. got)
+  return redis.error_reply('ratelab: protocol version 4 expected, got ' .. got)
 end
 -- Decimal only: Lua's `tonumber` would also read hexadecimal ("0x10") and stop at a
 -- NUL byte ("1\0junk"), which the module and the Rust clients never accept.
@@ -58,27 +58,33 @@ local function integer(s)
   if n and n >= 0 and n % 1 == 0 and n < 9007199254740992 then return n end
   return nil
 end
+-- The most TTL slack, ms: 2^52 µs, the whole range of instants (no clock steps back
+-- further), which also keeps slack x 1000 + 1 s below 2^53.
+local MAX_SLACK = 4503599627371
 local now, cost, slack, deadline = integer(ARGV[2]), integer(ARGV[3]), integer(ARGV[4]),
   integer(ARGV[5])
-local args_ok = cost ~= nil and slack ~= nil and (now ~= nil or ARGV[2] == '')
-  and (deadline ~= nil or ARGV[5] == '')
-local op, first = 'check', 6
-if ARGV[1] ~= '1' then op, first = ARGV[6], 7 end
--- A refund says how long the admission it gives back still weighs on the key:
--- "refund:<owed>", owed in µs (see `refund` above), from version 3. A bare "refund"
--- is invalid.
-local owed = nil
-if ARGV[1] == '3' and op and op:sub(1, 7) == 'refund:' then
-  owed = integer(op:sub(8))
-  op = 'refund'
-  if owed == nil then args_ok = false end
+local args_ok = cost ~= nil and slack ~= nil and slack <= MAX_SLACK
+  and (now ~= nil or ARGV[2] == '') and (deadline ~= nil or ARGV[5] == '')
+-- The operation; a settlement's three numbers.
+local op = ARGV[6]
+local actual, stamp_at, stamp_mark
+if op == nil then
+  args_ok = false
+elseif op:sub(1, 7) == 'settle:' then
+  local a, at, mark = op:match('^settle:([^:]*):([^:]*):([^:]*)$')
+  actual, stamp_at, stamp_mark = integer(a), integer(at), integer(mark)
+  if actual == nil or stamp_at == nil or stamp_mark == nil then args_ok = false end
+  op = 'settle'
+elseif op == 'reset' then
+  -- A reset takes no cost.
+  if cost ~= 0 then args_ok = false end
 elseif op ~= 'check' and op ~= 'peek' then
   args_ok = false
 end
 local P = {}
-for i = first, #ARGV do
-  P[i - first + 1] = integer(ARGV[i])
-  if P[i - first + 1] == nil then args_ok = false end
+for i = 7, #ARGV do
+  P[i - 6] = integer(ARGV[i])
+  if P[i - 6] == nil then args_ok = false end
 end
 local clock
 if args_ok and (now == nil or deadline ~= nil) then
@@ -91,10 +97,26 @@ if args_ok and deadline ~= nil and clock > deadline then
 end
 if args_ok and now == nil then now = clock end
 if args_ok and now > 4503599627370496 then now = 4503599627370496 end
--- How far ahead of now a stored instant may be: the slack (a client clock may step
+-- How far ahead of now a written instant may be: the slack (a client clock may step
 -- back that far), and one second for Redis clocks that differ after a failover.
 local skew = 1000000
 if args_ok then skew = skew + slack * 1000 end
+-- Whether `cost` (and a settlement's `actual`) fit in `cap` units.
+local function fits(cap)
+  return cost <= cap and (actual == nil or actual <= cap)
+end
+
+-- The ceilings of stored state (see "State" in lua/README.md). Settlements charge debt
+-- whatever the room, once per receipt, so a key may owe far more than its capacity: a
+-- debt may end up to 2^52 + 2^51 µs (with `now` at most 2^52 and a tolerance below
+-- 2^50 + 2^32, every sum the algorithms make stays below 2^53); a window may count up
+-- to 2^36 units (x 65536 steps, below 2^53); a sliding log may hold 100000 units (one
+-- member each); a ledger stays below 2^53. A settlement or reset that would go past
+-- one answers "ratelab <algorithm>: out of range at <key>: <what>" and writes nothing.
+local MAX_END = 6755399441055744
+local MAX_COUNT = 68719476736
+local MAX_LOG_UNITS = 100000
+local MAX_LEDGER = 9007199254740991
 
 -- The parameters some valid quota gives (`Quota` in crates/core/src/quota.rs), so
 -- that the scripts refuse exactly what the module and the Rust runners refuse: no
@@ -124,19 +146,52 @@ local function corrupt(algorithm, what)
   return redis.error_reply(string.format('ratelab %s: corrupt state at %s: %s',
     algorithm, show(KEYS[1]):sub(2, -2), what))
 end
+local function out_of_range(algorithm, what)
+  return redis.error_reply(string.format('ratelab %s: out of range at %s: %s',
+    algorithm, show(KEYS[1]):sub(2, -2), what))
+end
 -- A number as the scripts write them: finite, a non-negative integer below 2^53.
 local function stored(x)
   return x ~= nil and x == x and x >= 0 and x % 1 == 0 and x < 9007199254740992
 end
 -- The key's string value (false when there is none), or an error reply when the
--- key holds another type or a string not `size` bytes long (when `size` is given).
+-- key holds another type or a string not `size` bytes long.
 local function read_string(algorithm, size)
   local raw = redis.pcall('GET', KEYS[1])
   if type(raw) == 'table' and raw.err then
     return nil, corrupt(algorithm, 'a ' .. redis.call('TYPE', KEYS[1]).ok .. ', not a string')
   end
-  if raw and size and #raw ~= size then
+  if raw and #raw ~= size then
     return nil, corrupt(algorithm, string.format('%d bytes, not %d: %s', #raw, size, show(raw)))
   end
   return raw
+end
+-- The PX of a key that may be forgotten at `at` (µs, after now): the time until then,
+-- rounded up to the millisecond, plus the slack.
+local function ttl(at)
+  return math.ceil((at - now) / 1000) + slack
+end
+
+-- The debts' rule (`debt_release` and `debt_reset_ledger` in crates/core/src/receipt.rs):
+-- what a settlement deciding at `at_now` gives back, in µs of debt, of an admission
+-- stamped (stamp_at, stamp_mark) that would give back `unused` µs, on a state full
+-- again at `full_at`; and the ledger after. Nothing for a stamp of another incarnation
+-- of the key (the ledger behind its mark), an end that has passed, or an end later than
+-- the state's (a replay of the last admission). Giving back from any admission but the
+-- last moves those after it: the ledger grows by what was given.
+local function debt_release(full_at, ledger, at_now, unused)
+  if ledger < stamp_mark then return 0, ledger end
+  local e = stamp_at - (ledger - stamp_mark)
+  if e <= at_now or e > full_at then return 0, ledger end
+  local back = math.min(unused, e - at_now)
+  if e ~= full_at then ledger = ledger + back end
+  return back, ledger
+end
+-- The ledger after a reset at `at_now` of a state full again at `full_at`: past the end
+-- of every admission still outstanding; unchanged when none can be.
+local function debt_reset_ledger(full_at, ledger, at_now)
+  if ledger == 0 and full_at <= at_now then return 0 end
+  local grow = full_at - at_now
+  if grow < 0 then grow = 0 end
+  return ledger + grow + 1
 end

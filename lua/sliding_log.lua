@@ -1,56 +1,94 @@
--- ratelab sliding window log: mirrors `SlidingLog::decide` in
--- crates/sliding-window/src/log.rs.
--- KEYS[1]  the log: a sorted set, one member per admitted unit, scored by the µs it
---          was admitted at (members "<µs>:<n>", n counting the units of that µs)
+-- ratelab sliding window log: mirrors `SlidingLog` (decide, stamp, settle, reset,
+-- forgettable_at) in crates/sliding-window/src/log.rs.
+-- KEYS[1]  the log: a sorted set, one member per admitted unit, scored by the µs it was
+--          admitted at (members "<µs>:<n>", n numbering the units of that µs from 1), and,
+--          after a reset, the member "fence" scored by the latest instant the reset saw
+--          (receipts of units logged at or before it give nothing back)
 -- ARGV[1]  protocol version     ARGV[2]  now, µs, or "" to read Redis TIME     ARGV[3]  cost
 -- ARGV[4]  TTL slack, ms (0 with Redis TIME)     ARGV[5]  deadline, Unix µs, or ""
--- ARGV[6]  (version 2) the operation: check, peek or refund:<owed>; then the parameters P[1], ...
---          from ARGV[7] (version 1: from ARGV[6], and the operation is check):
+-- ARGV[6]  the operation: check, peek, settle:<actual>:<stamp_at>:<stamp_mark> or reset
 -- P[1]  window length W, µs     P[2]  limit per window
--- Returns {allowed, limit, remaining, retry_after_us, reset_after_us, delay_us}.
--- O(log n + units added or expired) per call.
+-- Returns {allowed, limit, remaining, retry_after_us, reset_after_us, delay_us, stamp_at,
+-- stamp_mark}.
+-- O(log n + units added, removed or expired) per call.
 -- (prologue.lua comes first: it checks the protocol version and the deadline, and sets
--- now, cost, slack, skew, P, args_ok and the helpers read_string, stored, corrupt and show.)
+-- now, cost, op, actual, stamp_at, stamp_mark, slack, skew, P, args_ok, the ceilings and
+-- the helpers.)
 local W, limit = P[1], P[2]
 -- At most 10 000 units: one member per unit (MAX_STORED_LOG_LIMIT in
 -- crates/sliding-window/src/lib.rs).
-if not (args_ok and window_ok(W, limit) and limit <= 10000 and cost <= limit) then
+if not (args_ok and #P == 2 and window_ok(W, limit) and limit <= 10000 and fits(limit)) then
   return redis.error_reply('ratelab sliding-log: invalid arguments')
 end
 
 local key = KEYS[1]
--- A unit admitted at `at` counts while at + W > now: scores above `live`.
-local live = string.format('(%d', now - W)
-local function wrong_type()
-  return corrupt('sliding-log', 'a ' .. redis.call('TYPE', key).ok .. ', not a zset')
+-- A unit admitted at `at` counts while at > cutoff = now - W: scores above `live`.
+local cutoff = now - W
+local live = string.format('(%d', cutoff)
+-- A command Redis refused: another type is corrupt state; anything else (a read-only
+-- replica, memory full) passes as Redis said it, so that a client sees an outage.
+local function refused(reply)
+  if reply.err:sub(1, 9) == 'WRONGTYPE' then
+    return corrupt('sliding-log', 'a ' .. redis.call('TYPE', key).ok .. ', not a zset')
+  end
+  return reply
 end
-local total
+-- Live units, and the fence's score (fence - 1) while it fences. A peek writes nothing,
+-- not even the pruning: it counts the live units only.
+local total, fence_score
 if op == 'peek' then
-  -- A peek writes nothing, not even the pruning: it counts the live units only.
-  total = redis.pcall('ZCOUNT', key, live, '+inf')
-  if type(total) == 'table' and total.err then return wrong_type() end
+  local counted = redis.pcall('ZCOUNT', key, live, '+inf')
+  if type(counted) == 'table' and counted.err then return refused(counted) end
+  total = counted
 else
-  local removed = redis.pcall('ZREMRANGEBYSCORE', key, '-inf', now - W)
-  if type(removed) == 'table' and removed.err then return wrong_type() end
+  local removed = redis.pcall('ZREMRANGEBYSCORE', key, '-inf', cutoff)
+  if type(removed) == 'table' and removed.err then return refused(removed) end
   total = redis.call('ZCARD', key)
 end
-if total > limit then
-  return corrupt('sliding-log', string.format('%d entries, limit %d', total, limit))
-end
-local newest = nil
--- The newest instant of a set holding `count` units, checked.
-local function read_newest(count)
-  newest = nil
-  if count > 0 then
-    local entry = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
-    newest = tonumber(entry[2])
-    if not stored(newest) or newest > now + skew then
-      return corrupt('sliding-log', 'entry ' .. show(entry[1]) .. ' at ' .. show(entry[2]))
+local fence_text = redis.call('ZSCORE', key, 'fence')
+if fence_text then
+  local score = tonumber(fence_text)
+  if score == nil or score > cutoff then
+    if not stored(score) or score > now + skew then
+      return corrupt('sliding-log', 'fence at ' .. show(fence_text))
     end
+    fence_score, total = score, total - 1
   end
 end
-local bad = read_newest(total)
+if total > MAX_LOG_UNITS then
+  return corrupt('sliding-log', string.format('%d units, more than %d', total, MAX_LOG_UNITS))
+end
+-- The instant of a member as the scripts write them ("<at>:<n>" scored `at`, n from 1),
+-- or nil.
+local function unit(member, score)
+  local at = tonumber(score)
+  if not stored(at) or at > now + skew then return nil end
+  local n = member:match('^' .. string.format('%d', at) .. ':([1-9]%d*)$')
+  if n == nil then return nil end
+  return at
+end
+local function bad_entry(member, score)
+  return corrupt('sliding-log', 'entry ' .. show(member) .. ' at ' .. show(score))
+end
+-- The newest unit's instant (the fence may sort after it), checked.
+local newest = nil
+local function read_newest()
+  newest = nil
+  if total == 0 then return nil end
+  local e = redis.call('ZRANGE', key, -2, -1, 'WITHSCORES')
+  local member, score = e[#e - 1], e[#e]
+  if member == 'fence' then member, score = e[1], e[2] end
+  newest = unit(member, score)
+  if newest == nil then return bad_entry(member, score) end
+end
+local bad = read_newest()
 if bad then return bad end
+-- Units logged at `at` (the fence is no unit).
+local function count_at(at)
+  local n = redis.call('ZCOUNT', key, at, at)
+  if fence_score == at then n = n - 1 end
+  return n
+end
 -- Adds `n` units at `at`, numbered from `first + 1`: the members of one instant are
 -- always "<at>:1" to "<at>:<count>", so that the next unit's name is new.
 -- In chunks: unpack() of a long list would overflow Lua's C stack.
@@ -66,60 +104,113 @@ local function add_units(at, first, n)
     added = added + k
   end
 end
-if op == 'refund' then
-  -- The oldest live units leave first: never a unit newer than the refunded ones, which
-  -- are still in the log (the client sends only units still owed). An instant's units
-  -- are dropped together and the ones that stay are added back as "<at>:1"..., keeping
-  -- the numbering dense.
-  -- Nothing owed: the admission's units have left the log, and none goes in their place.
-  local left = 0
-  if owed > 0 then left = math.min(cost, total) end
-  total = total - left
-  while left > 0 do
-    local entry = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')
-    local oldest = tonumber(entry[2])
-    if not stored(oldest) or oldest > now + skew then
-      return corrupt('sliding-log', 'entry ' .. show(entry[1]) .. ' at ' .. show(entry[2]))
-    end
-    local here = redis.call('ZCOUNT', key, oldest, oldest)
-    redis.call('ZREMRANGEBYSCORE', key, oldest, oldest)
-    if here > left then
-      add_units(oldest, 0, here - left)
-      left = 0
-    else
-      left = left - here
-    end
-  end
-  bad = read_newest(total)
-  if bad then return bad end
-  if total > 0 then
-    redis.call('PEXPIRE', key, math.ceil((newest + W - now) / 1000) + slack)
-  else
-    newest = nil
-  end
-  cost = 0
+-- The key's TTL: until its last unit, and its fence, have left the window.
+local function expire()
+  local last = newest or fence_score
+  if fence_score and fence_score > last then last = fence_score end
+  if last then redis.call('PEXPIRE', key, ttl(last + W)) end
 end
-if total + cost <= limit then
-  if cost > 0 then
-    -- After a clock went back, log at the latest instant seen: the entry then
-    -- stays longer, never shorter.
+-- What a peek of cost 0 answers.
+local function full_reply()
+  local reset = 0
+  if newest then reset = math.max(0, newest + W - now) end
+  return {1, limit, math.max(0, limit - total), 0, reset, 0, 0, 0}
+end
+
+if op == 'check' or op == 'peek' then
+  if total + cost <= limit or cost == 0 then
+    local stamp = 0
+    if cost > 0 then
+      -- After a clock went back, log at the latest instant seen: the entry then stays
+      -- longer, never shorter.
+      local at = now
+      if newest and newest > at then at = newest end
+      if op == 'check' then
+        local first = 0
+        if newest == at then first = count_at(at) end
+        add_units(at, first, cost)
+        stamp = at
+      end
+      total, newest = total + cost, at
+      if op == 'check' then expire() end
+    end
+    local reply = full_reply()
+    reply[7] = stamp
+    return reply
+  end
+  -- The live unit whose leaving frees enough room for `cost`, oldest first; the fence
+  -- sorts after the units of its own instant.
+  local offset = total + cost - limit - 1
+  if fence_score then
+    local before = redis.call('ZCOUNT', key, live, fence_score) - 1
+    if before <= offset then offset = offset + 1 end
+  end
+  local e = redis.call('ZRANGEBYSCORE', key, live, '+inf', 'WITHSCORES', 'LIMIT', offset, 1)
+  local freeing = unit(e[1], e[2])
+  if freeing == nil then return bad_entry(e[1], e[2]) end
+  return {0, limit, math.max(0, limit - total), freeing + W - now, newest + W - now, 0, 0, 0}
+end
+if op == 'settle' then
+  if actual < cost then
+    -- Units leave only from the instant the admission was logged at (units of one
+    -- instant are interchangeable), while they are in the log and after the fence.
+    if fence_score == nil or stamp_at > fence_score then
+      local here = count_at(stamp_at)
+      local taken = math.min(cost - actual, here)
+      -- The last `taken` numbers of that instant go, checked first: they must be units the
+      -- scripts wrote there.
+      local from = here - taken + 1
+      while from <= here do
+        local names = {}
+        for i = from, math.min(here, from + 999) do
+          names[#names + 1] = string.format('%d:%d', stamp_at, i)
+        end
+        local scores = redis.call('ZMSCORE', key, unpack(names))
+        for i = 1, #names do
+          if tonumber(scores[i]) ~= stamp_at then
+            return corrupt('sliding-log', string.format('no unit %s', show(names[i])))
+          end
+        end
+        from = from + #names
+      end
+      from = here - taken + 1
+      while from <= here do
+        local names = {}
+        for i = from, math.min(here, from + 999) do
+          names[#names + 1] = string.format('%d:%d', stamp_at, i)
+        end
+        redis.call('ZREM', key, unpack(names))
+        from = from + #names
+      end
+      total = total - taken
+    end
+  elseif actual > cost then
+    -- Past the limit if need be, logged as an admission now.
+    local extra = actual - cost
+    if total + extra > MAX_LOG_UNITS then
+      return out_of_range('sliding-log', string.format('%d units, past %d', total + extra,
+        MAX_LOG_UNITS))
+    end
     local at = now
     if newest and newest > at then at = newest end
-    if op == 'check' then
-      local first = 0
-      if newest == at then first = redis.call('ZCOUNT', key, at, at) end
-      add_units(at, first, cost)
-      redis.call('PEXPIRE', key, math.ceil((at + W - now) / 1000) + slack)
-    end
-    total, newest = total + cost, at
+    local first = 0
+    if newest == at then first = count_at(at) end
+    add_units(at, first, extra)
+    total = total + extra
   end
-  local reset = 0
-  if newest then reset = newest + W - now end
-  if reset < 0 then reset = 0 end
-  return {1, limit, limit - total, 0, reset, 0}
+  bad = read_newest()
+  if bad then return bad end
+  expire()
+  return full_reply()
 end
--- The live unit whose leaving frees enough room for `cost`.
-local needed = total + cost - limit
-local freeing = tonumber(redis.call('ZRANGEBYSCORE', key, live, '+inf', 'WITHSCORES', 'LIMIT',
-  needed - 1, 1)[2])
-return {0, limit, limit - total, freeing + W - now, newest + W - now, 0}
+-- reset: only a key that holds something a receipt could still claim keeps a tombstone,
+-- the fence: every receipt so far names an instant up to the latest one seen.
+if total > 0 or fence_score then
+  local latest = now
+  if newest and newest > latest then latest = newest end
+  redis.call('DEL', key)
+  redis.call('ZADD', key, latest, 'fence')
+  redis.call('PEXPIRE', key, ttl(latest + W))
+end
+total, newest = 0, nil
+return full_reply()

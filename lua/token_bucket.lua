@@ -1,79 +1,137 @@
--- ratelab token bucket: mirrors `TokenBucket::decide` in crates/token-bucket/src/lib.rs.
--- KEYS[1]  the bucket: struct '<Id' (whole tokens as a 4-byte integer, the instant they
---          were counted in µs as a double: 12 bytes, exact below 2^53)
+-- ratelab token bucket: mirrors `TokenBucket` (decide, stamp, settle, reset,
+-- forgettable_at) in crates/token-bucket/src/lib.rs.
+-- KEYS[1]  struct '<Iddd': whole tokens (a 4-byte integer), the instant they were counted,
+--          the ledger, and the latest instant the key was written at, µs (28 bytes)
 -- ARGV[1]  protocol version     ARGV[2]  now, µs, or "" to read Redis TIME     ARGV[3]  cost
 -- ARGV[4]  TTL slack, ms (0 with Redis TIME)     ARGV[5]  deadline, Unix µs, or ""
--- ARGV[6]  (version 2) the operation: check, peek or refund:<owed>; then the parameters P[1], ...
---          from ARGV[7] (version 1: from ARGV[6], and the operation is check):
+-- ARGV[6]  the operation: check, peek, settle:<actual>:<stamp_at>:<stamp_mark> or reset
 -- P[1]  µs per token T     P[2]  capacity (burst)
--- Returns {allowed, limit, remaining, retry_after_us, reset_after_us, delay_us}.
+-- Returns {allowed, limit, remaining, retry_after_us, reset_after_us, delay_us, stamp_at,
+-- stamp_mark}.
 -- (prologue.lua comes first: it checks the protocol version and the deadline, and sets
--- now, cost, op, slack, skew, P, args_ok and the helpers read_string, stored, corrupt and
--- show.) op: check, peek (writes nothing) or refund (see prologue.lua; `owed` is its µs).
+-- now, cost, op, actual, stamp_at, stamp_mark, slack, skew, P, args_ok, the ceilings and
+-- the helpers.)
 local T, cap = P[1], P[2]
-if not (args_ok and rate_ok(T, cap) and cost <= cap) then
+if not (args_ok and #P == 2 and rate_ok(T, cap) and fits(cap)) then
   return redis.error_reply('ratelab token-bucket: invalid arguments')
 end
 
-local tokens, last = cap, 0
-local raw, err = read_string('token-bucket', 12)
+local tokens, last, ledger, latest = cap, 0, 0, 0
+-- The key holds something a receipt could still claim.
+local held = false
+-- The instant the bucket holds `n` tokens, given what it holds.
+local function when_holding(n)
+  return last + math.max(0, n - tokens) * T
+end
+-- A ledger keeps the key a burst's time longer (as GCRA's).
+local function forgettable_at()
+  if ledger == 0 then return when_holding(cap) end
+  return when_holding(cap) + cap * T
+end
+local raw, err = read_string('token-bucket', 28)
 if err then return err end
 if raw then
-  tokens, last = struct.unpack('<Id', raw)
-  if not (stored(last) and tokens <= cap) then
-    return corrupt('token-bucket', string.format('%s tokens of %d, at %s', tostring(tokens), cap,
-      tostring(last)))
+  tokens, last, ledger, latest = struct.unpack('<Iddd', raw)
+  if not (stored(last) and stored(ledger) and stored(latest) and tokens <= cap
+      and when_holding(cap) <= MAX_END) then
+    return corrupt('token-bucket', string.format('%s tokens of %d, at %s, ledger %s, written at %s',
+      tostring(tokens), cap, tostring(last), tostring(ledger), tostring(latest)))
   end
-  if last > now + skew then
-    return corrupt('token-bucket', string.format('counted at %d, after now', last))
+  if latest > now + skew then
+    return corrupt('token-bucket', string.format('written at %d, after now', latest))
   end
+  held = forgettable_at() > now
+  if not held then tokens, last, ledger, latest = cap, 0, 0, 0 end
 end
--- Whole tokens that arrived; the fraction of the next stays as time since `last`.
-local function refill()
-  if now > last then
-    local arrived = math.floor((now - last) / T)
+-- Adds the whole tokens that arrived by `t`, keeping the fraction of the next one as time
+-- since `last`; a clock that went back (or a `last` a settlement put ahead) adds none.
+local function refill(t)
+  if t > last then
+    local arrived = math.floor((t - last) / T)
     if tokens + arrived >= cap then
-      tokens, last = cap, now
+      tokens, last = cap, t
     else
       tokens, last = tokens + arrived, last + arrived * T
     end
   end
 end
-refill()
-if op == 'refund' then
-  -- After the refill: tokens that arrived on their own are not given twice. Then full
-  -- sooner by what the admission still holds: whole tokens, and the rest as an earlier
-  -- next token.
-  local debt = math.min(cost * T, owed)
-  local whole = math.floor(debt / T)
-  if tokens + whole >= cap then
-    tokens = cap
-  else
-    tokens = tokens + whole
-    last = last - (debt - whole * T)
-    if last < 0 then last = 0 end
+-- Makes the bucket full again at `full_at`, as seen at `t`: the tokens it lacks then,
+-- and the time since the last whole one; past empty, `last` moves ahead of `t`.
+local function set_full_at(full_at, t)
+  if full_at <= t then
+    tokens, last = cap, t
+    return
   end
-  local reset = last + (cap - tokens) * T - now
-  if reset <= 0 then
+  local missing = math.ceil((full_at - t) / T)
+  if missing <= cap then
+    tokens, last = cap - missing, full_at - missing * T
+  else
+    tokens, last = 0, full_at - cap * T
+  end
+end
+-- What a request of `c` at `t` gets, from a refilled copy (only an admission with a cost
+-- is written back); the bucket after it.
+local function decide(t, c)
+  local kept_tokens, kept_last = tokens, last
+  refill(t)
+  local reply
+  if c <= tokens then
+    tokens = tokens - c
+    reply = {1, cap, tokens, 0, math.max(0, when_holding(cap) - t), 0, 0, 0}
+  else
+    reply = {0, cap, tokens, when_holding(c) - t, math.max(0, when_holding(cap) - t), 0, 0, 0}
+  end
+  local after_tokens, after_last = tokens, last
+  tokens, last = kept_tokens, kept_last
+  return reply, after_tokens, after_last
+end
+local function store(t)
+  if forgettable_at() <= t then
     if raw then redis.call('DEL', KEYS[1]) end
-  else
-    redis.call('SET', KEYS[1], struct.pack('<Id', tokens, last), 'PX',
-      math.ceil(reset / 1000) + slack)
+    return
   end
-  -- The answer is a peek after it: a next token brought forward may be due now.
-  refill()
-  cost = 0
+  latest = math.max(latest, t)
+  redis.call('SET', KEYS[1], struct.pack('<Iddd', tokens, last, ledger, latest), 'PX',
+    ttl(forgettable_at()))
 end
-if cost <= tokens then
-  tokens = tokens - cost
-  local reset = last + (cap - tokens) * T - now
-  if reset < 0 then reset = 0 end
-  if cost > 0 and op == 'check' then
-    redis.call('SET', KEYS[1], struct.pack('<Id', tokens, last), 'PX',
-      math.ceil(reset / 1000) + slack)
+
+if op == 'check' or op == 'peek' then
+  local reply, after_tokens, after_last = decide(now, cost)
+  if op == 'check' and reply[1] == 1 and cost > 0 then
+    tokens, last = after_tokens, after_last
+    store(now)
+    reply[7], reply[8] = when_holding(cap), ledger
   end
-  return {1, cap, tokens, 0, reset, 0}
+  return reply
 end
-local reset = last + (cap - tokens) * T - now
-if reset < 0 then reset = 0 end
-return {0, cap, tokens, last + (cost - tokens) * T - now, reset, 0}
+if op == 'settle' then
+  -- Never before the latest instant the key was written at.
+  local t = math.max(now, latest)
+  local full_at = when_holding(cap)
+  if actual < cost then
+    -- Full sooner by what the admission still holds.
+    local back
+    back, ledger = debt_release(full_at, ledger, t, (cost - actual) * T)
+    set_full_at(full_at - back, t)
+  elseif actual > cost then
+    -- Past empty if need be: debt that later requests wait out.
+    set_full_at(math.max(full_at, t) + (actual - cost) * T, t)
+  end
+  -- Nothing left that a receipt could claim: a key never seen.
+  if forgettable_at() <= t then tokens, last, ledger = cap, 0, 0 end
+  if ledger > MAX_LEDGER then return out_of_range('token-bucket', 'ledger past 2^53') end
+  if when_holding(cap) > MAX_END then
+    return out_of_range('token-bucket', string.format('debt until %d, past 2^52 + 2^51',
+      when_holding(cap)))
+  end
+  store(t)
+  return (decide(t, 0))
+end
+-- reset: only a key that holds something a receipt could still claim keeps a tombstone.
+if held then
+  ledger = debt_reset_ledger(when_holding(cap), ledger, now)
+  if ledger > MAX_LEDGER then return out_of_range('token-bucket', 'ledger past 2^53') end
+  set_full_at(now, now)
+end
+store(now)
+return (decide(now, 0))

@@ -14,9 +14,16 @@
 //! - `check <algorithm> <key> <cost> <now>`: one check; `now` in µs on the
 //!   caller's clock, or `-` for Redis `TIME`. Answers the decision
 //!   (`allowed`, `limit`, `remaining`, `retry_after_micros`,
-//!   `reset_after_micros`, `delay_micros`) or `{"error":..,"kind":..}`.
-//! - `peek ...`, the same way; `refund ... <owed>`, with the µs the refunded
-//!   admission still weighs (its `reset_after`, less the time since).
+//!   `reset_after_micros`, `delay_micros`, and for an admission of a
+//!   positive cost `receipt`, a number naming its receipt, with its stamp
+//!   `stamp_at` and `stamp_mark`) or `{"error":..,"kind":..}`.
+//! - `peek ...`, the same way (no receipt).
+//! - `settle <algorithm> <receipt> <actual> <now>`: the admission of that
+//!   receipt (of this process, for this algorithm and quota) finally counts
+//!   for `actual` units; `refund <algorithm> <receipt> <now>` settles it to
+//!   0. A receipt is used once. Answers the decision after it.
+//! - `reset <algorithm> <key> <now>`: the key back to full capacity; answers
+//!   `{"ok":true}`.
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -28,22 +35,31 @@ use std::time::Duration;
 use ratelab::redis::{Connection, DEFAULT_PREFIX, RedisAlgorithm, RedisLimiter, TimeSource};
 use ratelab::{
     AlgorithmKind, AlgorithmVisitor, Clock, Decision, Error, KnownAlgorithm, ManualClock, Quota,
+    Receipt,
 };
 
-type Answer<'a> = Pin<Box<dyn Future<Output = Result<Decision, Error>> + 'a>>;
+type Answer<'a, T> = Pin<Box<dyn Future<Output = Result<T, Error>> + 'a>>;
 
 /// A Redis limiter of any algorithm, one operation at a time.
 trait Driven {
-    fn call<'a>(&'a self, op: &str, key: &'a [u8], cost: u32, owed: Duration) -> Answer<'a>;
+    fn check<'a>(&'a self, key: &'a [u8], cost: u32) -> Answer<'a, (Decision, Option<Receipt>)>;
+    fn peek<'a>(&'a self, key: &'a [u8], cost: u32) -> Answer<'a, Decision>;
+    fn settle(&self, receipt: Receipt, actual: u32) -> Answer<'_, Decision>;
+    fn reset<'a>(&'a self, key: &'a [u8]) -> Answer<'a, ()>;
 }
 
 impl<A: RedisAlgorithm> Driven for RedisLimiter<A> {
-    fn call<'a>(&'a self, op: &str, key: &'a [u8], cost: u32, owed: Duration) -> Answer<'a> {
-        match op {
-            "peek" => Box::pin(self.peek(key, cost)),
-            "refund" => Box::pin(self.refund(key, cost, owed)),
-            _ => Box::pin(self.check(key, cost)),
-        }
+    fn check<'a>(&'a self, key: &'a [u8], cost: u32) -> Answer<'a, (Decision, Option<Receipt>)> {
+        Box::pin(self.check_with_receipt(key, cost))
+    }
+    fn peek<'a>(&'a self, key: &'a [u8], cost: u32) -> Answer<'a, Decision> {
+        Box::pin(RedisLimiter::peek(self, key, cost))
+    }
+    fn settle(&self, receipt: Receipt, actual: u32) -> Answer<'_, Decision> {
+        Box::pin(RedisLimiter::settle(self, receipt, actual))
+    }
+    fn reset<'a>(&'a self, key: &'a [u8]) -> Answer<'a, ()> {
+        Box::pin(RedisLimiter::reset(self, key))
     }
 }
 
@@ -83,67 +99,113 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut quota = Quota::per_second(5)?.with_burst(10)?;
     // One limiter per algorithm, quota and time source, built on first use.
     let mut limiters: HashMap<(AlgorithmKind, Quota, bool), Box<dyn Driven>> = HashMap::new();
+    // Receipts not yet settled, by number, with the limiter that issued them.
+    let mut receipts: HashMap<u64, ((AlgorithmKind, Quota, bool), Receipt)> = HashMap::new();
+    let mut next_receipt = 1u64;
 
     let stdout = std::io::stdout();
     let mut out = stdout.lock();
     for line in std::io::stdin().lock().lines() {
         let line = line?;
         let words: Vec<&str> = line.split_whitespace().collect();
-        let answer = match words[..] {
+        // The command, its algorithm, what it names (a key or a receipt),
+        // its number (a cost or an actual) and its instant.
+        let (op, algorithm, name, number, now) = match words[..] {
             [] => continue,
-            ["quota", limit, period, burst] => match parse_quota(limit, period, burst) {
-                Ok(q) => {
-                    quota = q;
-                    r#"{"ok":true}"#.to_owned()
+            ["quota", limit, period, burst] => {
+                let answer = match parse_quota(limit, period, burst) {
+                    Ok(q) => {
+                        quota = q;
+                        r#"{"ok":true}"#.to_owned()
+                    }
+                    Err(e) => error_json(&e, "Usage"),
+                };
+                writeln!(out, "{answer}")?;
+                out.flush()?;
+                continue;
+            }
+            [
+                op @ ("check" | "peek" | "settle"),
+                algorithm,
+                name,
+                number,
+                now,
+            ] => (op, algorithm, name, number, now),
+            [op @ "refund", algorithm, name, now] => (op, algorithm, name, "0", now),
+            [op @ "reset", algorithm, name, now] => (op, algorithm, name, "0", now),
+            _ => {
+                writeln!(
+                    out,
+                    "{}",
+                    error_json(&format!("unknown command: {line}"), "Usage")
+                )?;
+                out.flush()?;
+                continue;
+            }
+        };
+        let (kind, number, now) = match parse_call(algorithm, number, now) {
+            Ok(parsed) => parsed,
+            Err(e) => {
+                writeln!(out, "{}", error_json(&e, "Usage"))?;
+                out.flush()?;
+                continue;
+            }
+        };
+        let which = (kind, quota, now.is_some());
+        let limiter = limiters.entry(which).or_insert_with(|| {
+            let time = match now {
+                Some(_) => TimeSource::Client(Arc::new(clock.clone()) as Arc<dyn Clock>),
+                None => TimeSource::Redis,
+            };
+            kind.visit(
+                quota,
+                Build {
+                    connection: &connection,
+                    prefix: &prefix,
+                    time,
+                },
+            )
+        });
+        if let Some(now) = now {
+            clock.set(now);
+        }
+        let key = name.as_bytes();
+        let answer = match op {
+            "check" => match runtime.block_on(limiter.check(key, number)) {
+                Ok((decision, receipt)) => {
+                    let mut json = decision_json(&decision);
+                    if let Some(receipt) = receipt {
+                        let stamp = receipt.stamp();
+                        json.pop();
+                        json.push_str(&format!(
+                            r#","receipt":{next_receipt},"stamp_at":{},"stamp_mark":{}}}"#,
+                            stamp.at, stamp.mark
+                        ));
+                        receipts.insert(next_receipt, (which, receipt));
+                        next_receipt += 1;
+                    }
+                    json
                 }
-                Err(e) => error_json(&e, "Quota"),
+                Err(e) => error_json(&e.to_string(), &format!("{:?}", e.kind())),
             },
-            [op @ ("check" | "peek"), algorithm, key, cost, now]
-            | [op @ "refund", algorithm, key, cost, now, _] => {
-                let owed = match words.get(5).map(|owed| owed.parse::<u64>()) {
-                    None => Duration::ZERO,
-                    Some(Ok(owed)) => Duration::from_micros(owed),
-                    Some(Err(e)) => {
-                        writeln!(out, "{}", error_json(&format!("owed: {e}"), "Usage"))?;
-                        out.flush()?;
-                        continue;
+            "peek" => answer_json(runtime.block_on(limiter.peek(key, number))),
+            "settle" | "refund" => {
+                let receipt = name
+                    .parse::<u64>()
+                    .ok()
+                    .and_then(|id| receipts.remove(&id))
+                    .filter(|(issuer, _)| *issuer == which);
+                match receipt {
+                    Some((_, receipt)) => {
+                        answer_json(runtime.block_on(limiter.settle(receipt, number)))
                     }
-                };
-                let (kind, cost, now) = match parse_check(algorithm, cost, now) {
-                    Ok(parsed) => parsed,
-                    Err(e) => {
-                        writeln!(out, "{}", error_json(&e, "Usage"))?;
-                        out.flush()?;
-                        continue;
-                    }
-                };
-                let limiter = limiters
-                    .entry((kind, quota, now.is_some()))
-                    .or_insert_with(|| {
-                        let time = match now {
-                            Some(_) => {
-                                TimeSource::Client(Arc::new(clock.clone()) as Arc<dyn Clock>)
-                            }
-                            None => TimeSource::Redis,
-                        };
-                        kind.visit(
-                            quota,
-                            Build {
-                                connection: &connection,
-                                prefix: &prefix,
-                                time,
-                            },
-                        )
-                    });
-                if let Some(now) = now {
-                    clock.set(now);
-                }
-                match runtime.block_on(limiter.call(op, key.as_bytes(), cost, owed)) {
-                    Ok(decision) => decision_json(&decision),
-                    Err(e) => error_json(&e.to_string(), &format!("{:?}", e.kind())),
+                    None => error_json(&format!("no receipt {name} of this limiter"), "Usage"),
                 }
             }
-            _ => error_json(&format!("unknown command: {line}"), "Usage"),
+            _ => match runtime.block_on(limiter.reset(key)) {
+                Ok(()) => r#"{"ok":true}"#.to_owned(),
+                Err(e) => error_json(&e.to_string(), &format!("{:?}", e.kind())),
+            },
         };
         writeln!(out, "{answer}")?;
         out.flush()?;
@@ -161,18 +223,26 @@ fn parse_quota(limit: &str, period: &str, burst: &str) -> Result<Quota, String> 
         .map_err(|e| e.to_string())
 }
 
-fn parse_check(
+fn parse_call(
     algorithm: &str,
-    cost: &str,
+    number: &str,
     now: &str,
 ) -> Result<(AlgorithmKind, u32, Option<u64>), String> {
     let kind = algorithm.parse().map_err(|e| format!("{e}"))?;
-    let cost = cost.parse().map_err(|e| format!("cost {cost}: {e}"))?;
+    let number = number.parse().map_err(|e| format!("{number}: {e}"))?;
     let now = match now {
         "-" => None,
         now => Some(now.parse().map_err(|e| format!("now {now}: {e}"))?),
     };
-    Ok((kind, cost, now))
+    Ok((kind, number, now))
+}
+
+/// A decision's JSON, or the error's.
+fn answer_json(answer: Result<Decision, Error>) -> String {
+    match answer {
+        Ok(decision) => decision_json(&decision),
+        Err(e) => error_json(&e.to_string(), &format!("{:?}", e.kind())),
+    }
 }
 
 fn decision_json(d: &Decision) -> String {

@@ -12,7 +12,7 @@
 use std::fmt::Write as _;
 use std::path::PathBuf;
 
-use ratelab::redis::{MAX_KEY_LEN, PROTOCOL_VERSION, redis_key};
+use ratelab::redis::{MAX_KEY_LEN, MAX_TTL_SLACK_MS, PROTOCOL_VERSION, redis_key};
 use ratelab::{AlgorithmKind, AlgorithmVisitor, KnownAlgorithm, Quota};
 use ratelab_testkit::redis::RedisServer;
 
@@ -49,6 +49,7 @@ struct Entry {
     params: Vec<u64>,
     capacity: u64,
     max_wait: u64,
+    debt: bool,
     key_suffix: String,
     source: &'static str,
 }
@@ -64,6 +65,7 @@ impl AlgorithmVisitor for Describe {
             params: a.script_params(),
             capacity: a.capacity(),
             max_wait: a.max_wait_micros(),
+            debt: a.is_debt(),
             key_suffix: a.key_suffix(),
             source: a.script().source(),
         }
@@ -135,6 +137,7 @@ fn vectors() -> String {
     writeln!(out, "{{").unwrap();
     writeln!(out, "  \"protocol_version\": {PROTOCOL_VERSION},").unwrap();
     writeln!(out, "  \"max_key_len\": {MAX_KEY_LEN},").unwrap();
+    writeln!(out, "  \"max_ttl_slack_ms\": {MAX_TTL_SLACK_MS},").unwrap();
     writeln!(out, "  \"algorithms\": [").unwrap();
     let mut rows = Vec::new();
     let mut reference_suffix = String::new();
@@ -150,14 +153,15 @@ fn vectors() -> String {
             rows.push(format!(
                 "    {{\"algorithm\": \"{}\", \"code\": \"{}\", \"script\": \"{}\", \
                  \"quota\": {{\"limit\": {limit}, \"period_us\": {period}, \"burst\": {burst}}}, \
-                 \"params\": [{}], \"capacity\": {}, \"max_wait_us\": {}, \
-                 \"fingerprint_input\": \"v1:{}:{}\", \"key_suffix\": \"{}\"}}",
+                 \"params\": [{}], \"capacity\": {}, \"max_wait_us\": {}, \"debt\": {}, \
+                 \"fingerprint_input\": \"v2:{}:{}\", \"key_suffix\": \"{}\"}}",
                 kind.name(),
                 e.code,
                 script_file(kind),
                 join(&e.params),
                 e.capacity,
                 e.max_wait,
+                e.debt,
                 e.code,
                 join(&e.params),
                 e.key_suffix,
@@ -251,14 +255,26 @@ fn another_protocol_version_is_a_clear_error() {
         if let Some(version) = version {
             cmd.arg(version);
         }
-        // Then now, cost, slack, deadline and the parameters.
-        cmd.arg(1_000_000).arg(1).arg(0).arg("").arg(&e.params[..]);
+        // Then now, cost, slack, deadline, the operation and the parameters.
+        cmd.arg(1_000_000).arg(1).arg(0).arg("").arg("check");
+        cmd.arg(&e.params[..]);
         cmd.query(&mut connection)
     };
-    assert_eq!(call(Some("1")).unwrap(), [1, 10, 9, 0, 200_000, 0]);
-    // A version no script knows, an empty one, and the layout before the
-    // version argument (now first).
-    for (version, got) in [(Some("999"), "999"), (Some(""), "\"\""), (None, "1000000")] {
+    // Admitted, with its stamp: the TAT after it, and the ledger.
+    assert_eq!(
+        call(Some("4")).unwrap(),
+        [1, 10, 9, 0, 200_000, 0, 1_200_000, 0]
+    );
+    // A version no script knows, the older ones (their keys hold state in
+    // formats these scripts do not read), an empty one, and the layout
+    // before the version argument (now first).
+    for (version, got) in [
+        (Some("999"), "999"),
+        (Some("3"), "3"),
+        (Some("1"), "1"),
+        (Some(""), "\"\""),
+        (None, "1000000"),
+    ] {
         let error = call(version).unwrap_err();
         // Redis splits an error reply at its first space: code and detail.
         assert_eq!(error.code(), Some("ratelab:"), "{error}");
@@ -270,10 +286,16 @@ fn another_protocol_version_is_a_clear_error() {
             "{error}"
         );
     }
-    // Nothing was written by the refused calls: the one admitted unit only.
-    let tat: u64 = redis::cmd("GET")
+    // Nothing was written by the refused calls: the one admitted unit only
+    // (the TAT, the ledger and the instant written, as little-endian
+    // doubles).
+    let state: Vec<u8> = redis::cmd("GET")
         .arg("ratelab:{v}:gcra")
         .query(&mut connection)
         .unwrap();
-    assert_eq!(tat, 1_200_000);
+    let doubles: Vec<f64> = state
+        .chunks(8)
+        .map(|d| f64::from_le_bytes(d.try_into().unwrap()))
+        .collect();
+    assert_eq!(doubles, [1_200_000.0, 0.0, 1_000_000.0]);
 }

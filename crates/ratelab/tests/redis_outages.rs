@@ -297,3 +297,110 @@ fn fail_open_decisions_keep_the_decision_contract() {
         }
     });
 }
+
+/// A limiter pointed at a read-only replica: a check that must write (every
+/// admission, and the sliding log's pruning on every check) is refused
+/// there with `READONLY`, an outage like any other (the failure policy
+/// answers, with an alert), never corrupt state; a peek writes nothing, so
+/// the replica answers it, as the master would. (The sliding log's script
+/// used to report `READONLY` as "a zset, not a zset": a data error that
+/// bypassed the failure policy.)
+#[test]
+fn on_a_replica_a_check_is_an_outage_and_a_peek_answers() {
+    use ratelab::redis::{ScriptBackend, TimeSource};
+    use ratelab::{Clock, ManualClock};
+    use std::sync::atomic::{AtomicU64, Ordering};
+
+    let (_, runtime, _) = common::shared();
+    let master = RedisServer::start();
+    let port = master.port().to_string();
+    let replica = RedisServer::start_with(&["--replicaof", "127.0.0.1", &port]);
+    let quota = Quota::per_second(5).unwrap().with_burst(10).unwrap();
+    runtime.block_on(async {
+        let primary = Connection::single(&master.url()).await.unwrap();
+        let copy = Connection::single(&replica.url()).await.unwrap();
+        let linked = async {
+            for _ in 0..200 {
+                let info: String = copy
+                    .query(redis::cmd("INFO").arg("replication"))
+                    .await
+                    .unwrap();
+                if info.contains("master_link_status:up") {
+                    return true;
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            false
+        };
+        assert!(linked.await, "the replica never linked to its master");
+        let clock = ManualClock::new();
+        clock.set(1_700_000_000_000_000);
+        struct On<'a>(
+            &'a Connection,
+            &'a str,
+            &'a ManualClock,
+            FailurePolicy,
+            Arc<AtomicU64>,
+        );
+        impl AlgorithmVisitor for On<'_> {
+            type Output = Box<dyn AsyncRateLimiter>;
+            fn visit<A: KnownAlgorithm>(self, algorithm: A) -> Self::Output {
+                let alerts = self.4;
+                Box::new(
+                    RedisLimiter::builder(self.0.clone(), algorithm)
+                        .prefix(self.1)
+                        .backend(ScriptBackend::Lua)
+                        .time_source(TimeSource::Client(
+                            Arc::new(self.2.clone()) as Arc<dyn Clock>
+                        ))
+                        .timeout(Duration::from_secs(2))
+                        .breaker(0, Duration::ZERO)
+                        .on_failure(self.3)
+                        .on_alert(move |_| {
+                            alerts.fetch_add(1, Ordering::Relaxed);
+                        })
+                        .build(),
+                )
+            }
+        }
+        for kind in AlgorithmKind::ALL {
+            let prefix = common::unique_prefix();
+            let alerts = Arc::new(AtomicU64::new(0));
+            let on = |connection, policy| {
+                kind.visit(
+                    quota,
+                    On(connection, &prefix, &clock, policy, alerts.clone()),
+                )
+            };
+            let writer = on(&primary, FailurePolicy::Error);
+            for _ in 0..3 {
+                assert!(writer.check_async(b"k", 1).await.unwrap().allowed, "{kind}");
+            }
+            let acknowledged: i64 = primary
+                .query(redis::cmd("WAIT").arg(1).arg(5_000))
+                .await
+                .unwrap();
+            assert_eq!(acknowledged, 1, "{kind}");
+            let on_master = writer.peek_async(b"k", 1).await.unwrap();
+
+            let reader = on(&copy, FailurePolicy::Error);
+            let peeked = reader.peek_async(b"k", 1).await.unwrap();
+            assert_eq!(peeked, on_master, "{kind}: a peek on the replica");
+            let error = reader.check_async(b"k", 1).await.unwrap_err();
+            assert_eq!(error.kind(), ErrorKind::Backend, "{kind}: {error}");
+            assert!(
+                error.to_string().contains("read only replica"),
+                "{kind}: {error}"
+            );
+
+            let open = on(&copy, FailurePolicy::Allow);
+            let before = alerts.load(Ordering::Relaxed);
+            let answered = open.check_async(b"k", 1).await.unwrap();
+            assert!(
+                answered.allowed && answered.degraded,
+                "{kind}: {answered:?}"
+            );
+            assert_eq!(alerts.load(Ordering::Relaxed), before + 1, "{kind}");
+        }
+    });
+}

@@ -104,30 +104,47 @@ fn corrupt_values(code: &str) -> Vec<Vec<u8>> {
     .map(|s| s.as_bytes().to_vec())
     .collect();
     let le = |x: f64| x.to_le_bytes().to_vec();
+    // Written at an instant after now (beyond the slack and a second).
+    let later = le(far);
+    // A debt ending past the protocol's ceiling (2^52 + 2^51 µs), a window
+    // counting past 2^36 units: no settlement gets there.
+    let beyond_end = le(6.8e15);
+    let beyond_count = le(2f64.powi(37));
     match code {
-        "gcra" | "lq" => values.push(format!("{far}").into_bytes()),
+        "gcra" | "lq" => {
+            // Version 3's decimal state.
+            values.push(format!("{far}").into_bytes());
+            values.push([beyond_end.clone(), le(0.0), le(0.0)].concat());
+            values.push([le(1.0), le(0.0), later.clone()].concat());
+            values.push([le(f64::NAN), le(0.0), le(0.0)].concat());
+            values.push([le(1.0), le(-1.0), le(0.0)].concat());
+        }
         "tb" => {
             // 4294967295 tokens: the reviewed admit-all.
-            values.push([vec![0xff; 4], le(0.0)].concat());
-            values.push([vec![1, 0, 0, 0], le(f64::NAN)].concat());
-            values.push([vec![1, 0, 0, 0], le(far)].concat());
-            values.push([vec![1, 0, 0, 0], le(1.5)].concat());
+            values.push([vec![0xff; 4], le(0.0), le(0.0), le(0.0)].concat());
+            values.push([vec![1, 0, 0, 0], le(f64::NAN), le(0.0), le(0.0)].concat());
+            values.push([vec![1, 0, 0, 0], beyond_end.clone(), le(0.0), le(0.0)].concat());
+            values.push([vec![1, 0, 0, 0], le(1.5), le(0.0), le(0.0)].concat());
+            values.push([vec![1, 0, 0, 0], le(0.0), le(0.0), later.clone()].concat());
         }
         "fw" => {
-            values.push([le(far / 1e6), le(0.0)].concat());
-            values.push([le(0.0), le(11.0)].concat());
-            values.push([le(f64::NAN), le(0.0)].concat());
-            values.push([le(1.0), le(-1.0)].concat());
+            values.push([le(far / 1e6), le(0.0), le(0.0)].concat());
+            values.push([le(0.0), beyond_count.clone(), le(0.0)].concat());
+            values.push([le(f64::NAN), le(0.0), le(0.0)].concat());
+            values.push([le(1.0), le(-1.0), le(0.0)].concat());
+            // A fence past the window after the counter's.
+            values.push([le(1.0), le(1.0), le(3.0)].concat());
         }
         "sc" => {
-            values.push([le(far / 1e6), le(0.0), le(0.0)].concat());
-            values.push([le(0.0), le(11.0), le(0.0)].concat());
-            values.push([le(0.0), le(0.0), le(f64::INFINITY)].concat());
+            values.push([le(far / 1e6), le(0.0), le(0.0), le(0.0)].concat());
+            values.push([le(0.0), beyond_count.clone(), le(0.0), le(0.0)].concat());
+            values.push([le(0.0), le(0.0), le(f64::INFINITY), le(0.0)].concat());
+            values.push([le(1.0), le(1.0), le(1.0), le(3.0)].concat());
         }
         "lm" => {
-            values.push([le(2e6), le(0.0)].concat());
-            values.push([le(0.0), le(far)].concat());
-            values.push([le(f64::NAN), le(0.0)].concat());
+            values.push([beyond_end, le(0.0), le(0.0)].concat());
+            values.push([le(0.0), later, le(0.0)].concat());
+            values.push([le(f64::NAN), le(0.0), le(0.0)].concat());
         }
         _ => {}
     }
@@ -214,15 +231,19 @@ fn a_sliding_log_with_impossible_entries_is_corrupt() {
         let now = format!("{}", unix_micros());
         // Not a whole microsecond: no script logs that.
         let half = format!("{}.5", unix_micros());
-        let too_many: Vec<String> = (0..11).map(|i| format!("{now}:{i}")).collect();
+        // Members no script writes, at an instant that counts: before v4,
+        // counted as units.
+        let numbered = |n: &str| format!("{now}:{n}");
+        let (zero, other) = (numbered("0"), format!("{}:1", unix_micros() - 5.0));
         let cases: Vec<Vec<(&str, &str)>> = vec![
             vec![("inf", "x")],
             vec![(far.as_str(), "x")],
             vec![(half.as_str(), "x")],
-            too_many
-                .iter()
-                .map(|m| (now.as_str(), m.as_str()))
-                .collect(),
+            vec![(now.as_str(), "x")],
+            vec![(now.as_str(), zero.as_str())],
+            vec![(now.as_str(), other.as_str())],
+            // A fence no reset writes.
+            vec![(half.as_str(), "fence")],
         ];
         for entries in cases {
             let _: () = connection
@@ -478,7 +499,11 @@ fn a_sliding_log_too_large_for_redis_is_refused_before_any_call() {
         for call in [
             limiter.check(b"big", 1).await,
             limiter.peek(b"big", 1).await,
-            limiter.refund(b"big", 1, Duration::from_secs(1)).await,
+            limiter.check_with_receipt(b"big", 1).await.map(|(d, _)| d),
+            limiter
+                .reset(b"big")
+                .await
+                .map(|()| ratelab::Decision::admitted(0)),
         ] {
             let error = call.unwrap_err();
             assert_eq!(error.kind(), ErrorKind::Unsupported, "{error}");
@@ -494,7 +519,7 @@ fn a_sliding_log_too_large_for_redis_is_refused_before_any_call() {
         // The script, called as another client would: invalid arguments.
         let mut cmd = redis::cmd("EVAL");
         cmd.arg(over.script().source()).arg(1).arg("raw-big");
-        cmd.arg(&["2", "", "1", "0", "", "check"]);
+        cmd.arg(&["4", "", "1", "0", "", "check"]);
         cmd.arg(over.script_params());
         let reply: Result<redis::Value, _> = connection.query(&cmd).await;
         let error = reply.unwrap_err().to_string();
@@ -516,5 +541,55 @@ fn a_sliding_log_too_large_for_redis_is_refused_before_any_call() {
                 .allowed
         );
         assert!(!limiter.check(b"cap", 1).await.unwrap().allowed);
+    });
+}
+
+/// The TTL slack is at most 2^52 µs (the range of instants: no clock steps
+/// back further): the scripts refuse more as invalid arguments, and the
+/// limiter refuses it on every call before any round trip. At the bound,
+/// it runs.
+#[test]
+fn a_ttl_slack_past_the_range_of_instants_is_refused_before_any_call() {
+    use ratelab::redis::MAX_TTL_SLACK_MS;
+    use ratelab::{Gcra, MAX_INSTANT_MICROS};
+
+    let (_, runtime, connection) = common::shared();
+    let quota = Quota::per_second(5).unwrap();
+    runtime.block_on(async {
+        let with_slack = |slack| {
+            RedisLimiter::builder(connection.clone(), Gcra::new(quota))
+                .prefix(common::unique_prefix())
+                .time_source(common::client_time(&ManualClock::new()))
+                .ttl_slack(slack)
+                .build()
+        };
+        let over = with_slack(Duration::from_micros(MAX_INSTANT_MICROS + 1_000));
+        for call in [
+            over.check(b"k", 1).await,
+            over.peek(b"k", 1).await,
+            over.check_with_receipt(b"k", 1).await.map(|(d, _)| d),
+            over.reset(b"k")
+                .await
+                .map(|()| ratelab::Decision::admitted(0)),
+        ] {
+            let error = call.unwrap_err();
+            assert_eq!(error.kind(), ErrorKind::Unsupported, "{error}");
+            assert!(error.to_string().contains("TTL slack"), "{error}");
+        }
+        let stats = over.stats();
+        assert_eq!(
+            (stats.answered, stats.script_calls),
+            (0, 0),
+            "a call went out"
+        );
+
+        let at_bound = with_slack(Duration::from_micros(MAX_INSTANT_MICROS));
+        assert!(at_bound.check(b"k", 1).await.unwrap().allowed);
+        let pttl: i64 = connection
+            .query(redis::cmd("PTTL").arg(at_bound.redis_key(b"k")))
+            .await
+            .unwrap();
+        let most = i64::try_from(MAX_TTL_SLACK_MS).unwrap() + 1_000;
+        assert!(pttl > 0 && pttl <= most, "PTTL {pttl}");
     });
 }

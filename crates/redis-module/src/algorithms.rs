@@ -12,7 +12,7 @@ use ratelab_sliding_window::{SlidingCounter, SlidingLog, Windows};
 use ratelab_token_bucket::{Bucket, TokenBucket};
 
 use crate::args::{Args, MAX_PARAMS};
-use crate::lua::{self, show, tostring};
+use crate::lua::{self, tostring};
 
 /// An algorithm with the parameters its script takes.
 pub(crate) trait Params: Algorithm + Sized {
@@ -28,14 +28,18 @@ pub(crate) trait Params: Algorithm + Sized {
     /// yields them.
     fn from_params(params: &[u64]) -> Option<Self>;
 
-    /// The algorithm for these arguments, or `None` when the script would
-    /// answer "invalid arguments" (its own checks: a cost above the
+    /// The algorithm for these arguments (and a settlement's `actual`), or
+    /// `None` when the script would answer "invalid arguments" (its own
+    /// checks: exactly its parameters, a cost or an actual above the
     /// capacity, a zero interval) or when no quota has these parameters.
-    fn from_args(args: &Args) -> Option<Self> {
-        let given = args.params().get(..Self::PARAMS)?;
+    fn from_args(args: &Args, actual: Option<u64>) -> Option<Self> {
+        let given = args.params().filter(|p| p.len() == Self::PARAMS)?;
         let algorithm = Self::from_params(given)?;
-        (algorithm.params()[..Self::PARAMS] == *given && args.cost <= algorithm.capacity())
-            .then_some(algorithm)
+        let capacity = algorithm.capacity();
+        (algorithm.params()[..Self::PARAMS] == *given
+            && args.cost <= capacity
+            && actual.is_none_or(|actual| actual <= capacity))
+        .then_some(algorithm)
     }
 
     /// How many parameters the script takes.
@@ -180,18 +184,56 @@ impl Params for SlidingCounter {
     }
 }
 
+/// The ceilings of stored state (`lua/README.md`, "State"): settlements
+/// charge debt whatever the room, once per receipt, so a key may owe far
+/// more than its capacity, up to these. A debt may end up to 2^52 + 2^51 µs
+/// (with `now` at most 2^52 and a tolerance below 2^50 + 2^32, every sum the
+/// algorithms make stays below 2^53, exact in the scripts' doubles).
+pub(crate) const MAX_END: u64 = (1 << 52) + (1 << 51);
+/// A window may count up to 2^36 units (times 65,536 steps, below 2^53).
+pub(crate) const MAX_COUNT: u64 = 1 << 36;
+/// A sliding log may hold this many units (one sorted-set member each).
+pub(crate) const MAX_LOG_UNITS: u64 = 100_000;
+/// A ledger stays below 2^53.
+pub(crate) const MAX_LEDGER: u64 = (1 << 53) - 1;
+
+/// A key's state as stored: the algorithm's, its ledger (a debt's shifts,
+/// or a window's fence), and the latest instant it was written at (the
+/// debts that keep one beside their state; 0 for the others).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Stored<S> {
+    pub(crate) state: S,
+    pub(crate) ledger: u64,
+    pub(crate) latest: u64,
+}
+
 /// An algorithm whose state is one Redis string, in the encoding its script
 /// writes.
 pub(crate) trait StringState: Params {
-    /// The exact length of the stored string, when the script checks it.
-    const SIZE: Option<usize>;
+    /// The exact length of the stored string.
+    const SIZE: usize;
 
-    /// The state in `raw`, or what is wrong with it, worded as the script
-    /// words it (`now` and `skew` bound the instants it may hold).
-    fn decode(&self, raw: &[u8], now: u64, skew: u64) -> Result<Self::State, String>;
+    /// A debt (GCRA, token bucket, leaky meter and queue): a settlement
+    /// decides at the latest instant the key was written at, if now is
+    /// earlier. The windows keep their window index instead.
+    const DEBT: bool;
 
-    /// `state` as the script writes it.
-    fn encode(&self, state: &Self::State) -> Encoded;
+    /// The state in `raw` (of [`StringState::SIZE`] bytes), or what is
+    /// wrong with it, worded as the script words it (`now` and `skew` bound
+    /// the instants it may hold).
+    fn decode(&self, raw: &[u8], now: u64, skew: u64) -> Result<Stored<Self::State>, String>;
+
+    /// `stored` as the script writes it.
+    fn encode(&self, stored: &Stored<Self::State>) -> Encoded;
+
+    /// The latest instant the key was written at.
+    fn latest(&self, stored: &Stored<Self::State>) -> u64 {
+        stored.latest
+    }
+
+    /// What is past a ceiling after a settlement or a reset, worded as the
+    /// script words it.
+    fn out_of_range(&self, stored: &Stored<Self::State>) -> Option<String>;
 
     /// Whether a check of `cost` at `now` is admitted whatever the key
     /// holds, knowing only that no instant in it is later than `latest`
@@ -217,18 +259,18 @@ fn admits_at_latest<A: Algorithm<State = u64>>(
         .is_ok_and(|decision| decision.allowed)
 }
 
-/// A state as a script writes it, on the stack: at most 24 bytes (three
-/// doubles, or a decimal integer of at most 20 digits).
+/// A state as a script writes it, on the stack: at most 32 bytes (four
+/// doubles).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Encoded {
-    bytes: [u8; 24],
+    bytes: [u8; 32],
     len: usize,
 }
 
 impl Encoded {
     fn from_parts(parts: &[&[u8]]) -> Encoded {
         let mut out = Encoded {
-            bytes: [0; 24],
+            bytes: [0; 32],
             len: 0,
         };
         for part in parts {
@@ -245,40 +287,6 @@ impl std::ops::Deref for Encoded {
     fn deref(&self) -> &[u8] {
         &self.bytes[..self.len]
     }
-}
-
-/// An integer string, as the scripts write a Lua number below 2^53.
-fn decimal(mut value: u64) -> Encoded {
-    let mut digits = [0u8; 20];
-    let mut start = digits.len();
-    loop {
-        start -= 1;
-        // A digit: below 10.
-        #[allow(clippy::cast_possible_truncation)]
-        let digit = (value % 10) as u8;
-        digits[start] = b'0' + digit;
-        value /= 10;
-        if value == 0 {
-            break;
-        }
-    }
-    Encoded::from_parts(&[&digits[start..]])
-}
-
-/// A timestamp written as a decimal string, no later than `now + ahead +
-/// skew`; `what` names it in the error messages.
-fn read_timestamp(
-    raw: &[u8],
-    limit: u64,
-    beyond: impl FnOnce(&str) -> String,
-) -> Result<u64, String> {
-    let Some(at) = lua::integer(raw) else {
-        return Err(format!("not a timestamp: {}", show(raw)));
-    };
-    if at > limit {
-        return Err(beyond(&String::from_utf8_lossy(raw)));
-    }
-    Ok(at)
 }
 
 /// Little-endian doubles, as Lua's `struct.unpack('<d...')` reads them.
@@ -311,22 +319,53 @@ fn integers<const N: usize>(values: [f64; N]) -> Option<[u64; N]> {
     Some(out)
 }
 
-impl StringState for Gcra {
-    const SIZE: Option<usize> = None;
+/// The three doubles of GCRA's and the leaky queue's state: the instant it
+/// is full again, the ledger, the latest instant written; `what` names the
+/// instant in the error message.
+fn decode_instant(raw: &[u8], now: u64, skew: u64, what: &str) -> Result<Stored<u64>, String> {
+    let values: [f64; 3] = doubles(raw);
+    let Some([end, ledger, latest]) = integers(values).filter(|[end, ..]| *end <= MAX_END) else {
+        let [end, ledger, latest] = values;
+        return Err(format!(
+            "{what} {}, ledger {}, written at {}",
+            tostring(end),
+            tostring(ledger),
+            tostring(latest)
+        ));
+    };
+    if latest > now.saturating_add(skew) {
+        return Err(format!("written at {latest}, after now"));
+    }
+    Ok(Stored {
+        state: end,
+        ledger,
+        latest,
+    })
+}
 
-    fn decode(&self, raw: &[u8], now: u64, skew: u64) -> Result<u64, String> {
-        // Written as at most now + tolerance: anything later would refuse
-        // for longer than this quota can.
-        let limit = now
-            .saturating_add(self.tolerance_micros())
-            .saturating_add(skew);
-        read_timestamp(raw, limit, |raw| {
-            format!("timestamp {raw} beyond now + tolerance")
-        })
+/// What is past a ceiling in a debt's state that ends at `end`.
+fn debt_out_of_range(ledger: u64, end: u64) -> Option<String> {
+    if ledger > MAX_LEDGER {
+        return Some("ledger past 2^53".to_owned());
+    }
+    (end > MAX_END).then(|| format!("debt until {end}, past 2^52 + 2^51"))
+}
+
+impl StringState for Gcra {
+    /// `struct '<ddd'`: the TAT, the ledger, the latest instant written.
+    const SIZE: usize = 24;
+    const DEBT: bool = true;
+
+    fn decode(&self, raw: &[u8], now: u64, skew: u64) -> Result<Stored<u64>, String> {
+        decode_instant(raw, now, skew, "TAT")
     }
 
-    fn encode(&self, tat: &u64) -> Encoded {
-        decimal(*tat)
+    fn encode(&self, stored: &Stored<u64>) -> Encoded {
+        pack_doubles(&[stored.state, stored.ledger, stored.latest])
+    }
+
+    fn out_of_range(&self, stored: &Stored<u64>) -> Option<String> {
+        debt_out_of_range(stored.ledger, stored.state)
     }
 
     fn admits_all_up_to(&self, latest: u64, now: u64, cost: u32) -> bool {
@@ -335,19 +374,21 @@ impl StringState for Gcra {
 }
 
 impl StringState for LeakyQueue {
-    const SIZE: Option<usize> = None;
+    /// `struct '<ddd'`: the next free slot, the ledger, the latest instant
+    /// written.
+    const SIZE: usize = 24;
+    const DEBT: bool = true;
 
-    fn decode(&self, raw: &[u8], now: u64, skew: u64) -> Result<u64, String> {
-        let limit = now
-            .saturating_add(self.quota().burst_tolerance_micros())
-            .saturating_add(skew);
-        read_timestamp(raw, limit, |raw| {
-            format!("next slot {raw} beyond now + depth")
-        })
+    fn decode(&self, raw: &[u8], now: u64, skew: u64) -> Result<Stored<u64>, String> {
+        decode_instant(raw, now, skew, "next slot")
     }
 
-    fn encode(&self, slot: &u64) -> Encoded {
-        decimal(*slot)
+    fn encode(&self, stored: &Stored<u64>) -> Encoded {
+        pack_doubles(&[stored.state, stored.ledger, stored.latest])
+    }
+
+    fn out_of_range(&self, stored: &Stored<u64>) -> Option<String> {
+        debt_out_of_range(stored.ledger, stored.state)
     }
 
     fn admits_all_up_to(&self, latest: u64, now: u64, cost: u32) -> bool {
@@ -356,30 +397,98 @@ impl StringState for LeakyQueue {
 }
 
 impl StringState for TokenBucket {
-    /// `struct '<Id'`: whole tokens as a 4-byte integer, the instant they
-    /// were counted as a double.
-    const SIZE: Option<usize> = Some(12);
+    /// `struct '<Iddd'`: whole tokens as a 4-byte integer, the instant they
+    /// were counted, the ledger and the latest instant written, as doubles.
+    const SIZE: usize = 28;
+    const DEBT: bool = true;
 
-    fn decode(&self, raw: &[u8], now: u64, skew: u64) -> Result<Bucket, String> {
+    fn decode(&self, raw: &[u8], now: u64, skew: u64) -> Result<Stored<Bucket>, String> {
         let tokens = u64::from(u32::from_le_bytes(raw[..4].try_into().expect("four bytes")));
-        let last = f64::from_le_bytes(raw[4..12].try_into().expect("eight bytes"));
+        let values: [f64; 3] = doubles(&raw[4..]);
         let capacity = self.capacity();
-        let Some(last) = lua::stored_integer(last).filter(|_| tokens <= capacity) else {
+        let full_at = |last: u64| {
+            u128::from(last)
+                + u128::from(capacity.saturating_sub(tokens)) * u128::from(self.interval_micros())
+        };
+        let Some([last, ledger, latest]) = integers(values)
+            .filter(|[last, ..]| tokens <= capacity && full_at(*last) <= u128::from(MAX_END))
+        else {
+            let [last, ledger, latest] = values;
             return Err(format!(
-                "{} tokens of {capacity}, at {}",
+                "{} tokens of {capacity}, at {}, ledger {}, written at {}",
                 tostring(double(tokens)),
-                tostring(last)
+                tostring(last),
+                tostring(ledger),
+                tostring(latest)
             ));
         };
-        if last > now.saturating_add(skew) {
-            return Err(format!("counted at {last}, after now"));
+        if latest > now.saturating_add(skew) {
+            return Err(format!("written at {latest}, after now"));
         }
-        Ok(Bucket::from_parts(tokens, last))
+        Ok(Stored {
+            state: Bucket::from_parts(tokens, last),
+            ledger,
+            latest,
+        })
     }
 
-    fn encode(&self, bucket: &Bucket) -> Encoded {
+    fn encode(&self, stored: &Stored<Bucket>) -> Encoded {
+        let bucket = &stored.state;
         let tokens = u32::try_from(bucket.tokens()).expect("at most the capacity, a u32");
-        Encoded::from_parts(&[&tokens.to_le_bytes(), &double(bucket.last()).to_le_bytes()])
+        Encoded::from_parts(&[
+            &tokens.to_le_bytes(),
+            &double(bucket.last()).to_le_bytes(),
+            &double(stored.ledger).to_le_bytes(),
+            &double(stored.latest).to_le_bytes(),
+        ])
+    }
+
+    fn out_of_range(&self, stored: &Stored<Bucket>) -> Option<String> {
+        debt_out_of_range(stored.ledger, self.full_at(&stored.state))
+    }
+}
+
+impl StringState for LeakyMeter {
+    /// `struct '<ddd'`: µs of draining left, the instant it was measured
+    /// (the latest instant written), the ledger.
+    const SIZE: usize = 24;
+    const DEBT: bool = true;
+
+    fn decode(&self, raw: &[u8], now: u64, skew: u64) -> Result<Stored<Level>, String> {
+        let values = doubles(raw);
+        let Some([water, at, ledger]) = integers(values)
+            .filter(|[water, at, _]| u128::from(*at) + u128::from(*water) <= u128::from(MAX_END))
+        else {
+            let [water, at, ledger] = values;
+            return Err(format!(
+                "level {}, at {}, ledger {}",
+                tostring(water),
+                tostring(at),
+                tostring(ledger)
+            ));
+        };
+        if at > now.saturating_add(skew) {
+            return Err(format!("measured at {at}, after now"));
+        }
+        Ok(Stored {
+            state: Level::from_parts(water, at),
+            ledger,
+            latest: at,
+        })
+    }
+
+    fn encode(&self, stored: &Stored<Level>) -> Encoded {
+        let level = &stored.state;
+        pack_doubles(&[level.water(), level.at(), stored.ledger])
+    }
+
+    /// The level's own instant.
+    fn latest(&self, stored: &Stored<Level>) -> u64 {
+        stored.state.at()
+    }
+
+    fn out_of_range(&self, stored: &Stored<Level>) -> Option<String> {
+        debt_out_of_range(stored.ledger, self.full_at(&stored.state))
     }
 }
 
@@ -390,80 +499,89 @@ fn window_after_now(index: u64, window: u64, now: u64, skew: u64) -> bool {
 }
 
 impl StringState for FixedWindow {
-    /// `struct '<dd'`: window index, units admitted in it.
-    const SIZE: Option<usize> = Some(16);
+    /// `struct '<ddd'`: window index, units counted in it, fence.
+    const SIZE: usize = 24;
+    const DEBT: bool = false;
 
-    fn decode(&self, raw: &[u8], now: u64, skew: u64) -> Result<Counter, String> {
-        let [index, count] = doubles(raw);
-        let limit = self.capacity();
-        let Some([index, count]) = integers([index, count]).filter(|[_, c]| *c <= limit) else {
+    fn decode(&self, raw: &[u8], now: u64, skew: u64) -> Result<Stored<Counter>, String> {
+        let values = doubles(raw);
+        let Some([index, count, fence]) = integers(values)
+            .filter(|[index, count, fence]| *count <= MAX_COUNT && *fence <= index + 1)
+        else {
+            let [index, count, fence] = values;
             return Err(format!(
-                "window {}, count {} of {limit}",
+                "window {}, count {}, fence {}",
                 tostring(index),
-                tostring(count)
+                tostring(count),
+                tostring(fence)
             ));
         };
         if window_after_now(index, self.window_micros(), now, skew) {
             return Err(format!("window {index} starts after now"));
         }
-        Ok(Counter::from_parts(index, count))
+        Ok(Stored {
+            state: Counter::from_parts(index, count),
+            ledger: fence,
+            latest: 0,
+        })
     }
 
-    fn encode(&self, counter: &Counter) -> Encoded {
-        pack_doubles(&[counter.index(), counter.count()])
-    }
-}
-
-impl StringState for LeakyMeter {
-    /// `struct '<dd'`: µs of draining left, the instant it was measured.
-    const SIZE: Option<usize> = Some(16);
-
-    fn decode(&self, raw: &[u8], now: u64, skew: u64) -> Result<Level, String> {
-        let [water, at] = doubles(raw);
-        let depth = self.quota().burst_tolerance_micros();
-        let Some([water, at]) = integers([water, at]).filter(|[w, _]| *w <= depth) else {
-            return Err(format!(
-                "level {} of {depth}, at {}",
-                tostring(water),
-                tostring(at)
-            ));
-        };
-        if at > now.saturating_add(skew) {
-            return Err(format!("measured at {at}, after now"));
-        }
-        Ok(Level::from_parts(water, at))
+    fn encode(&self, stored: &Stored<Counter>) -> Encoded {
+        let counter = &stored.state;
+        pack_doubles(&[counter.index(), counter.count(), stored.ledger])
     }
 
-    fn encode(&self, level: &Level) -> Encoded {
-        pack_doubles(&[level.water(), level.at()])
+    fn out_of_range(&self, stored: &Stored<Counter>) -> Option<String> {
+        let count = stored.state.count();
+        (count > MAX_COUNT).then(|| format!("{count} units in a window, past 2^36"))
     }
 }
 
 impl StringState for SlidingCounter {
-    /// `struct '<ddd'`: current window index, previous count, current count.
-    const SIZE: Option<usize> = Some(24);
+    /// `struct '<dddd'`: current window index, previous count, current
+    /// count, fence.
+    const SIZE: usize = 32;
+    const DEBT: bool = false;
 
-    fn decode(&self, raw: &[u8], now: u64, skew: u64) -> Result<Windows, String> {
-        let [index, previous, current] = doubles(raw);
-        let limit = self.capacity();
-        let Some([index, previous, current]) =
-            integers([index, previous, current]).filter(|[_, p, c]| *p <= limit && *c <= limit)
+    fn decode(&self, raw: &[u8], now: u64, skew: u64) -> Result<Stored<Windows>, String> {
+        let values = doubles(raw);
+        let Some([index, previous, current, fence]) =
+            integers(values).filter(|[index, previous, current, fence]| {
+                *previous <= MAX_COUNT && *current <= MAX_COUNT && *fence <= index + 1
+            })
         else {
+            let [index, previous, current, fence] = values;
             return Err(format!(
-                "window {}, counts {} and {} of {limit}",
+                "window {}, counts {} and {}, fence {}",
                 tostring(index),
                 tostring(previous),
-                tostring(current)
+                tostring(current),
+                tostring(fence)
             ));
         };
         if window_after_now(index, self.window_micros(), now, skew) {
             return Err(format!("window {index} starts after now"));
         }
-        Ok(Windows::from_parts(index, previous, current))
+        Ok(Stored {
+            state: Windows::from_parts(index, previous, current),
+            ledger: fence,
+            latest: 0,
+        })
     }
 
-    fn encode(&self, windows: &Windows) -> Encoded {
-        pack_doubles(&[windows.index(), windows.previous(), windows.current()])
+    fn encode(&self, stored: &Stored<Windows>) -> Encoded {
+        let windows = &stored.state;
+        pack_doubles(&[
+            windows.index(),
+            windows.previous(),
+            windows.current(),
+            stored.ledger,
+        ])
+    }
+
+    fn out_of_range(&self, stored: &Stored<Windows>) -> Option<String> {
+        let current = stored.state.current();
+        (current > MAX_COUNT).then(|| format!("{current} units in a window, past 2^36"))
     }
 }
 
@@ -518,14 +636,21 @@ mod tests {
 
     #[test]
     fn parameters_no_quota_yields_are_refused() {
-        assert!(Gcra::from_args(&args(&["5", "100", "999", "10"])).is_none());
-        assert!(Gcra::from_args(&args(&["5", "100", "1000", "10"])).is_some());
-        // A cost above the capacity, a zero interval, a missing parameter.
-        assert!(Gcra::from_args(&args(&["11", "100", "1000", "10"])).is_none());
-        assert!(Gcra::from_args(&args(&["1", "0", "0", "10"])).is_none());
-        assert!(Gcra::from_args(&args(&["1", "100", "1000"])).is_none());
-        assert!(SlidingCounter::from_args(&args(&["1", "1000", "10", "1", "1000"])).is_some());
-        assert!(SlidingCounter::from_args(&args(&["1", "1000", "10", "2", "500"])).is_none());
+        assert!(Gcra::from_args(&args(&["5", "100", "999", "10"]), None).is_none());
+        assert!(Gcra::from_args(&args(&["5", "100", "1000", "10"]), None).is_some());
+        // A cost above the capacity, a zero interval, a missing parameter,
+        // one too many.
+        assert!(Gcra::from_args(&args(&["11", "100", "1000", "10"]), None).is_none());
+        assert!(Gcra::from_args(&args(&["1", "0", "0", "10"]), None).is_none());
+        assert!(Gcra::from_args(&args(&["1", "100", "1000"]), None).is_none());
+        assert!(Gcra::from_args(&args(&["1", "100", "1000", "10", "0"]), None).is_none());
+        // A settlement's actual within the capacity too.
+        assert!(Gcra::from_args(&args(&["1", "100", "1000", "10"]), Some(10)).is_some());
+        assert!(Gcra::from_args(&args(&["1", "100", "1000", "10"]), Some(11)).is_none());
+        let counter = ["1", "1000", "10", "1", "1000"];
+        assert!(SlidingCounter::from_args(&args(&counter), None).is_some());
+        let counter = ["1", "1000", "10", "2", "500"];
+        assert!(SlidingCounter::from_args(&args(&counter), None).is_none());
     }
 
     fn args(tail: &[&str]) -> Args {
@@ -539,28 +664,51 @@ mod tests {
         let quota = Quota::per_second(5).unwrap().with_burst(10).unwrap();
         let now = 1_700_000_000_000_000;
         let tb = TokenBucket::new(quota);
-        let bucket = Bucket::from_parts(7, now - 5);
+        let bucket = Stored {
+            state: Bucket::from_parts(7, now - 5),
+            ledger: 9,
+            latest: now,
+        };
         let raw = tb.encode(&bucket);
-        assert_eq!(raw.len(), 12);
+        assert_eq!(raw.len(), TokenBucket::SIZE);
         assert_eq!(tb.decode(&raw, now, 0), Ok(bucket));
 
         let gcra = Gcra::new(quota);
-        assert_eq!(&*gcra.encode(&(now + 3)), b"1700000000000003");
-        assert_eq!(&*gcra.encode(&0), b"0");
-        assert_eq!(&*gcra.encode(&u64::MAX), u64::MAX.to_string().as_bytes());
-        assert_eq!(gcra.decode(b"1700000000000003", now, 0), Ok(now + 3));
+        let tat = Stored {
+            state: now + 3,
+            ledger: 0,
+            latest: now - 1,
+        };
+        let raw = gcra.encode(&tat);
+        assert_eq!(raw.len(), Gcra::SIZE);
+        assert_eq!(gcra.decode(&raw, now, 0), Ok(tat.clone()));
+        // Written after now (beyond the skew): no clock of this key's got there.
+        let ahead = Stored {
+            latest: now + 2,
+            ..tat
+        };
         assert_eq!(
-            gcra.decode(b"x1", now, 0),
-            Err("not a timestamp: \"x1\"".to_owned())
+            gcra.decode(&gcra.encode(&ahead), now, 1),
+            Err(format!("written at {}, after now", now + 2))
         );
 
         let sc = SlidingCounter::new(quota);
-        let windows = Windows::from_parts(now / sc.window_micros(), 3, 4);
+        let windows = Stored {
+            state: Windows::from_parts(now / sc.window_micros(), 3, 4),
+            ledger: 0,
+            latest: 0,
+        };
         assert_eq!(sc.decode(&sc.encode(&windows), now, 0), Ok(windows));
-        let too_many = Windows::from_parts(1, 3, 11);
+        // Past the limit is a settlement's debt; past the fence's own window
+        // is no state a script writes.
+        let fenced = Stored {
+            state: Windows::from_parts(1, 3, 11),
+            ledger: 3,
+            latest: 0,
+        };
         assert_eq!(
-            sc.decode(&sc.encode(&too_many), now, 0),
-            Err("window 1, counts 3 and 11 of 10".to_owned())
+            sc.decode(&sc.encode(&fenced), now, 0),
+            Err("window 1, counts 3 and 11, fence 3".to_owned())
         );
     }
 }

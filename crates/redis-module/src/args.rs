@@ -3,34 +3,31 @@
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use ratelab_core::clamp_instant;
+use ratelab_core::{Stamp, clamp_instant};
 
 use crate::lua;
 
-/// What a call does with the key: `ARGV[6]` from version 2, a check in
-/// version 1.
+/// What a call does with the key: `ARGV[6]`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Op {
     /// Decide, consuming what passes.
     Check,
     /// Decide, writing nothing.
     Peek,
-    /// Give back up to `cost` units, never above the capacity, of an
-    /// admission that still weighs on the key for this many µs
-    /// (`refund:<µs>`).
-    Refund(u64),
+    /// Settle an admission of `cost` (`settle:<actual>:<stamp_at>:<stamp_mark>`): it
+    /// finally counts for `actual` units.
+    Settle { actual: u64, stamp: Stamp },
+    /// Back to full capacity (`reset`), as if never seen.
+    Reset,
 }
 
-/// The prologue's first check: `ARGV[1]` is a protocol version it speaks
-/// (1, 2 or 3), else the error `ratelab: protocol version 1, 2 or 3 expected, got
-/// ...` (a caller built for another version of the protocol never gets a
-/// decision made from arguments it meant otherwise). Answers the version.
-pub(crate) fn check_protocol(first: Option<&[u8]>) -> Result<u8, String> {
-    match first {
-        Some(b"1") => return Ok(1),
-        Some(b"2") => return Ok(2),
-        Some(b"3") => return Ok(3),
-        _ => {}
+/// The prologue's first check: `ARGV[1]` is the protocol version it speaks
+/// (4), else the error `ratelab: protocol version 4 expected, got ...` (a
+/// caller built for another version of the protocol never gets a decision
+/// made from arguments it meant otherwise).
+pub(crate) fn check_protocol(first: Option<&[u8]>) -> Result<(), String> {
+    if first == Some(b"4") {
+        return Ok(());
     }
     let got = match first {
         None => "nothing".to_owned(),
@@ -46,34 +43,44 @@ pub(crate) fn check_protocol(first: Option<&[u8]>) -> Result<u8, String> {
             })
             .collect(),
     };
-    Err(format!(
-        "ratelab: protocol version 1, 2 or 3 expected, got {got}"
-    ))
+    Err(format!("ratelab: protocol version 4 expected, got {got}"))
 }
 
 /// Splits the operation out of `ARGV` after the version, as the prologue
-/// does: versions 2 and 3 have it after the deadline (`None` for anything
-/// but `check`, `peek` and, from version 3, `refund:<µs>`: invalid
-/// arguments), version 1 checks.
-/// Answers the operation, the four arguments before the parameters (`now`,
-/// cost, slack, deadline) and the parameters, borrowed: nothing is copied.
-pub(crate) fn split_op<A: AsRef<[u8]>>(version: u8, argv: &[A]) -> Option<(Op, &[A], &[A])> {
-    if argv.len() < 4 {
+/// does: `None` for anything but `check`, `peek`, `reset` and
+/// `settle:<actual>:<stamp_at>:<stamp_mark>` (three integers as the
+/// prologue's `integer` reads them): invalid arguments. Answers the
+/// operation, the four arguments before it (`now`, cost, slack, deadline)
+/// and the parameters, borrowed: nothing is copied.
+pub(crate) fn split_op<A: AsRef<[u8]>>(argv: &[A]) -> Option<(Op, &[A], &[A])> {
+    if argv.len() < 5 {
         return None;
     }
     let (head, rest) = argv.split_at(4);
-    if version == 1 {
-        return Some((Op::Check, head, rest));
-    }
     let (op, params) = rest.split_first()?;
     let op = match op.as_ref() {
         b"check" => Op::Check,
         b"peek" => Op::Peek,
-        op if version >= 3 => Op::Refund(lua::integer(op.strip_prefix(b"refund:")?)?),
-        _ => return None,
+        b"reset" => Op::Reset,
+        op => {
+            let mut fields = op.strip_prefix(b"settle:")?.split(|&b| b == b':');
+            let mut next = || fields.next().and_then(lua::integer);
+            let (actual, at, mark) = (next()?, next()?, next()?);
+            if fields.next().is_some() {
+                return None;
+            }
+            Op::Settle {
+                actual,
+                stamp: Stamp { at, mark },
+            }
+        }
     };
     Some((op, head, params))
 }
+
+/// The most TTL slack, ms: 2^52 µs, the whole range of instants (no clock
+/// steps back further), which keeps `slack × 1000 + 1 s` below 2^53.
+pub(crate) const MAX_SLACK_MS: u64 = (1u64 << 52).div_ceil(1000);
 
 /// The most parameters an algorithm takes (the sliding counter's four).
 pub(crate) const MAX_PARAMS: usize = 4;
@@ -90,6 +97,8 @@ pub(crate) struct Args {
     /// Unix µs on the server's clock after which the call must not run.
     pub(crate) deadline: Option<u64>,
     params: [u64; MAX_PARAMS],
+    /// How many parameters came (each an integer), the first
+    /// [`MAX_PARAMS`] of them kept.
     len: usize,
 }
 
@@ -119,13 +128,14 @@ impl Args {
         let mut args = Args {
             now: optional(now)?,
             cost: lua::integer(cost.as_ref())?,
-            slack: lua::integer(slack.as_ref())?,
+            slack: lua::integer(slack.as_ref()).filter(|&ms| ms <= MAX_SLACK_MS)?,
             deadline: optional(deadline)?,
             params: [0; MAX_PARAMS],
-            len: params.len().min(MAX_PARAMS),
+            len: params.len(),
         };
-        // The scripts ignore parameters beyond their own, but each must be
-        // an integer all the same.
+        // Each must be an integer, however many came: the algorithm then
+        // refuses a count other than its own (after the deadline's check,
+        // as the scripts do).
         for (i, raw) in params.iter().enumerate() {
             let value = lua::integer(raw.as_ref())?;
             if i < MAX_PARAMS {
@@ -135,9 +145,10 @@ impl Args {
         Some(args)
     }
 
-    /// The parameters (the first [`MAX_PARAMS`]).
-    pub(crate) fn params(&self) -> &[u64] {
-        &self.params[..self.len]
+    /// The parameters, or `None` when more than [`MAX_PARAMS`] came (no
+    /// algorithm takes them).
+    pub(crate) fn params(&self) -> Option<&[u64]> {
+        self.params.get(..self.len)
     }
 
     /// The instant to decide at, µs: the caller's, else the server clock,
@@ -168,10 +179,10 @@ impl Args {
         1_000_000u64.saturating_add(self.slack.saturating_mul(1000))
     }
 
-    /// The PEXPIRE of a key that is full again in `reset_micros`: rounded up
+    /// The PEXPIRE of a key that may be forgotten in `micros`: rounded up
     /// to the millisecond, plus the slack.
-    pub(crate) fn ttl_millis(&self, reset_micros: u64) -> u64 {
-        lua::ceil_millis(reset_micros).saturating_add(self.slack)
+    pub(crate) fn ttl_millis(&self, micros: u64) -> u64 {
+        lua::ceil_millis(micros).saturating_add(self.slack)
     }
 }
 
@@ -190,44 +201,70 @@ mod tests {
 
     #[test]
     fn the_protocol_version_comes_first() {
-        assert_eq!(check_protocol(Some(b"1")), Ok(1));
-        assert_eq!(check_protocol(Some(b"2")), Ok(2));
-        let error = |got: &str| {
-            Err(format!(
-                "ratelab: protocol version 1, 2 or 3 expected, got {got}"
-            ))
-        };
+        assert_eq!(check_protocol(Some(b"4")), Ok(()));
+        let error = |got: &str| Err(format!("ratelab: protocol version 4 expected, got {got}"));
+        // Versions 1 to 3 are no longer answered: their keys hold state in
+        // formats this module does not read, and version 3's refund trusted
+        // a duration the caller computed.
+        for old in ["1", "2", "3"] {
+            assert_eq!(check_protocol(Some(old.as_bytes())), error(old));
+        }
+        assert_eq!(check_protocol(Some(b"5")), error("5"));
         assert_eq!(check_protocol(None), error("nothing"));
         assert_eq!(check_protocol(Some(b"")), error("\"\""));
-        assert_eq!(check_protocol(Some(b"3\x01")), error("3?"));
+        assert_eq!(check_protocol(Some(b"4\x01")), error("4?"));
     }
 
     #[test]
-    fn version_2_names_the_operation_after_the_deadline() {
+    fn the_operation_comes_after_the_deadline() {
         let argv = ["1000", "2", "5", "", "peek", "10"];
-        let (op, head, params) = split_op(2, &argv).unwrap();
+        let (op, head, params) = split_op(&argv).unwrap();
         assert_eq!(op, Op::Peek);
         assert_eq!(head, ["1000", "2", "5", ""]);
         assert_eq!(params, ["10"]);
-        assert_eq!(split_op(1, &argv).unwrap(), (Op::Check, head, &argv[4..]));
-        assert!(split_op(1, &["1", "1", "0"]).is_none());
-        assert!(split_op(2, &["1000", "2", "5", "", "drop", "10"]).is_none());
-        // A refund says how long its admission still weighs, in µs.
-        let refund = ["1000", "2", "5", "", "refund:1500", "10"];
-        assert_eq!(split_op(3, &refund).unwrap().0, Op::Refund(1500));
-        // Version 2 had no way to say it: its refunds are invalid.
-        assert!(split_op(2, &refund).is_none());
+        assert_eq!(
+            split_op(&["1", "1", "0", "", "reset"]).unwrap().0,
+            Op::Reset
+        );
+        assert!(split_op(&["1", "1", "0"]).is_none());
+        assert!(split_op(&["1000", "2", "5", ""]).is_none());
+        assert!(split_op(&["1000", "2", "5", "", "drop", "10"]).is_none());
+        let settle = ["1000", "2", "5", "", "settle:1:1500:7", "10"];
+        assert_eq!(
+            split_op(&settle).unwrap().0,
+            Op::Settle {
+                actual: 1,
+                stamp: Stamp { at: 1500, mark: 7 }
+            }
+        );
+        // Read as the prologue's `integer` reads each field.
+        let lenient = ["1000", "2", "5", "", "settle: 1:1e3:0", "10"];
+        assert_eq!(
+            split_op(&lenient).unwrap().0,
+            Op::Settle {
+                actual: 1,
+                stamp: Stamp { at: 1000, mark: 0 }
+            }
+        );
         for bad in [
+            "settle",
+            "settle:",
+            "settle:1",
+            "settle:1:2",
+            "settle:1:2:",
+            "settle:1:2:3:",
+            "settle:1:2:3:4",
+            "settle:-1:2:3",
+            "settle:1:0x10:3",
+            "settle:1:2:1.5",
+            "settle:1:2:9007199254740992",
+            "settle:1\0:2:3",
+            "refund:5",
             "refund",
-            "refund:",
-            "refund:-1",
-            "refund:0x10",
-            "refund:1.5",
         ] {
             let argv = ["1000", "2", "5", "", bad, "10"];
-            assert!(split_op(3, &argv).is_none(), "{bad}");
+            assert!(split_op(&argv).is_none(), "{bad:?}");
         }
-        assert!(split_op(2, &["1000", "2", "5", ""]).is_none());
     }
 
     #[test]
@@ -237,7 +274,7 @@ mod tests {
         assert_eq!(args.cost, 2);
         assert_eq!(args.slack, 5);
         assert_eq!(args.deadline, None);
-        assert_eq!(args.params(), [10, 20, 3]);
+        assert_eq!(args.params(), Some(&[10, 20, 3][..]));
         assert_eq!(args.now(), Ok(1000));
         assert_eq!(args.skew(), 1_005_000);
         assert_eq!(args.ttl_millis(1_001), 7);
@@ -253,7 +290,12 @@ mod tests {
             Args::parse(&["1", "1", "0", "", "5", "6", "7", "8", "x"]),
             None
         );
-        assert!(Args::parse(&["1", "1", "0", "", "5", "6", "7", "8", "9"]).is_some());
+        // Five integers are read, and refused by every algorithm.
+        let five = Args::parse(&["1", "1", "0", "", "5", "6", "7", "8", "9"]).unwrap();
+        assert_eq!(five.params(), None);
+        // The slack: at most 2^52 µs.
+        assert!(Args::parse(&["1", "1", "4503599627371", ""]).is_some());
+        assert_eq!(Args::parse(&["1", "1", "4503599627372", ""]), None);
     }
 
     #[test]

@@ -1,17 +1,18 @@
-//! The commands: read the key, run the algorithm crate's own `decide`, write
-//! back what the script would write, answer what the script would answer.
+//! The commands: read the key, run the algorithm crate's own `decide`,
+//! `stamp`, `settle` and `reset`, write back what the script would write,
+//! answer what the script would answer.
 
 use std::io::Write as _;
 use std::sync::LazyLock;
 
-use ratelab_core::{Algorithm, Decision};
+use ratelab_core::{Algorithm, Decision, Settlement, Stamp};
 use ratelab_sliding_window::{Log, SlidingLog};
 
 use redis_module::{
     CallOptions, CallOptionsBuilder, CallReply, CallResult, Context, RedisError, RedisValue,
 };
 
-use crate::algorithms::{Params, StringState};
+use crate::algorithms::{MAX_LOG_UNITS, Params, Stored, StringState};
 use crate::args::{Args, Op, split_op};
 use crate::lua::{self, show, show_bare};
 use crate::native;
@@ -27,14 +28,18 @@ static WRITE: LazyLock<CallOptions> = LazyLock::new(|| {
         .build()
 });
 
-/// Reads, and the pruning of the log (a deletion, replicated when it
-/// removes anything).
+/// Reads, and deletions (replicated when they remove anything; no memory
+/// check, as they free).
 static READ: LazyLock<CallOptions> = LazyLock::new(|| {
     CallOptionsBuilder::new()
         .replicate()
         .errors_as_replies()
         .build()
 });
+
+/// The reply of every call: `[allowed, limit, remaining, retry_after_us,
+/// reset_after_us, delay_us, stamp_at, stamp_mark]`.
+pub(crate) type Reply = [i64; 8];
 
 /// `ratelab <name>: invalid arguments`.
 fn invalid(name: &str) -> RedisError {
@@ -49,10 +54,20 @@ fn corrupt(name: &str, key: &[u8], what: &str) -> RedisError {
     ))
 }
 
-/// The reply of every script:
-/// `[allowed, limit, remaining, retry_after_us, reset_after_us, delay_us]`.
-pub(crate) fn fields(decision: &Decision) -> [i64; 6] {
-    let int = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
+/// `ratelab <name>: out of range at <key>: <what>`.
+fn out_of_range(name: &str, key: &[u8], what: &str) -> RedisError {
+    RedisError::String(format!(
+        "ratelab {name}: out of range at {}: {what}",
+        show_bare(key)
+    ))
+}
+
+fn int(n: u64) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
+}
+
+/// The reply of a decision, with no stamp.
+pub(crate) fn fields(decision: &Decision) -> Reply {
     [
         i64::from(decision.allowed),
         int(decision.limit),
@@ -60,7 +75,17 @@ pub(crate) fn fields(decision: &Decision) -> [i64; 6] {
         int(decision.retry_after_micros()),
         int(decision.reset_after_micros()),
         int(decision.delay_micros()),
+        0,
+        0,
     ]
+}
+
+/// The reply of an admission, with its stamp.
+fn stamped(decision: &Decision, stamp: Stamp) -> Reply {
+    let mut reply = fields(decision);
+    reply[6] = int(stamp.at);
+    reply[7] = int(stamp.mark);
+    reply
 }
 
 /// What `TYPE key` answers (`list`, `zset`, a module type's name...).
@@ -87,13 +112,23 @@ struct Call<A> {
     op: Op,
 }
 
-/// Reads the arguments after the key as the prologue does, borrowing them.
+/// Reads the arguments after the key as the prologue does, borrowing them,
+/// in its order: the version, the arguments it reads as integers (and the
+/// operation), the deadline, then the algorithm's own checks.
 fn prologue<A: Params>(argv: &[&[u8]]) -> Result<Call<A>, RedisError> {
-    let version = crate::args::check_protocol(argv.first().copied()).map_err(RedisError::String)?;
-    let (op, head, params) = split_op(version, &argv[1..]).ok_or_else(|| invalid(A::NAME))?;
+    crate::args::check_protocol(argv.first().copied()).map_err(RedisError::String)?;
+    let (op, head, params) = split_op(&argv[1..]).ok_or_else(|| invalid(A::NAME))?;
     let parsed = Args::parse_parts(head, params).ok_or_else(|| invalid(A::NAME))?;
+    // A reset takes no cost.
+    if op == Op::Reset && parsed.cost != 0 {
+        return Err(invalid(A::NAME));
+    }
     let now = parsed.now().map_err(RedisError::String)?;
-    let algorithm = A::from_args(&parsed).ok_or_else(|| invalid(A::NAME))?;
+    let actual = match op {
+        Op::Settle { actual, .. } => Some(actual),
+        _ => None,
+    };
+    let algorithm = A::from_args(&parsed, actual).ok_or_else(|| invalid(A::NAME))?;
     let cost = u32::try_from(parsed.cost).map_err(|_| invalid(A::NAME))?;
     Ok(Call {
         algorithm,
@@ -104,28 +139,32 @@ fn prologue<A: Params>(argv: &[&[u8]]) -> Result<Call<A>, RedisError> {
     })
 }
 
-/// `RATELAB.<ALGORITHM> key version now cost slack deadline [op] params...`
+/// `RATELAB.<ALGORITHM> key version now cost slack deadline op params...`
 /// for an algorithm whose state is one string: `argv` is what follows the
 /// key. Allocates nothing on its way to a decision (errors aside).
 ///
 /// A key that holds nothing is not read. A check on the server's clock
 /// that admits whatever the key holds (GCRA's and the leaky queue's state
-/// is one instant, and the key's expiry bounds it: see [`latest_instant`])
-/// reads the string in place, since its write stores it again. Any other
-/// call reads it with `GET` through `RM_Call` ([`native`]), as the script
-/// reads it: opening a string for direct access (`RM_StringDMA`, even to
-/// read) turns an integer or embedded string into a raw one, so a key
-/// would change encoding under a mere refusal. A binary state is
+/// starts with one instant, and the key's expiry bounds it: see
+/// [`latest_instant`]) reads the string in place, since its write stores it
+/// again. Any other call reads it with `GET` through `RM_Call` ([`native`]),
+/// as the script reads it: opening a string for direct access
+/// (`RM_StringDMA`, even to read) turns an embedded string into a raw one,
+/// so a key would change encoding under a mere refusal. The state is
 /// written straight into the key (`RM_StringSet`, stored as `SET` stores
-/// it, and replicated as `SET ... PXAT`); a decimal one (GCRA, the leaky
-/// queue) through `SET`, which stores it as an integer (48 bytes a key,
-/// where a module's string would take 80). What surrounds the calls copies
+/// it, and replicated as `SET ... PXAT`). What surrounds the calls copies
 /// no argument, allocates nothing and writes the reply directly.
+///
+/// Every operation is the algorithm crate's own: `decide` for checks and
+/// peeks (at `now`), `stamp` for an admission, `settle` (at the latest of
+/// `now` and the instant the key was last written at, for the debts) and
+/// `reset`; a key whose state can be forgotten (`forgettable_at`) reads as
+/// a key never seen, and is deleted rather than written.
 pub(crate) fn string_command<A: StringState>(
     ctx: &Context,
     key: native::KeyArg<'_>,
     argv: &[&[u8]],
-) -> Result<[i64; 6], RedisError> {
+) -> Result<Reply, RedisError> {
     let Call {
         algorithm,
         parsed,
@@ -137,9 +176,9 @@ pub(crate) fn string_command<A: StringState>(
     // A check that will admit, whatever the key holds, reads it in place:
     // its write is sure to store the state as `SET` does (unless memory is
     // full, when the write is refused: then nothing may change the key).
-    // Any other call reads it with `GET`, which leaves an integer an integer.
-    let (mut state, exists) = match native::open_to_read(ctx, key) {
-        None => (algorithm.initial_state(), false),
+    // Any other call reads it with `GET`, which leaves the key as it is.
+    let read = match native::open_to_read(ctx, key) {
+        None => None,
         Some(mut reading)
             if op == Op::Check
                 && cost > 0
@@ -151,20 +190,14 @@ pub(crate) fn string_command<A: StringState>(
                 }) =>
         {
             let raw = reading.read_in_place();
-            (
-                decode_stored(&algorithm, key, raw, now, parsed.skew())?,
-                true,
-            )
+            Some(decode_stored(&algorithm, key, raw, now, parsed.skew())?)
         }
         Some(reading) => {
             drop(reading);
             let stored = native::get(ctx, key);
             match stored.string() {
-                Ok(Some(raw)) => (
-                    decode_stored(&algorithm, key, raw, now, parsed.skew())?,
-                    true,
-                ),
-                Ok(None) => (algorithm.initial_state(), false),
+                Ok(Some(raw)) => Some(decode_stored(&algorithm, key, raw, now, parsed.skew())?),
+                Ok(None) => None,
                 Err(()) => {
                     let what = format!("a {}, not a string", type_name(ctx, key.bytes()));
                     return Err(corrupt(A::NAME, key.bytes(), &what));
@@ -172,33 +205,109 @@ pub(crate) fn string_command<A: StringState>(
             }
         }
     };
+    let exists = read.is_some();
+    // Nothing it holds can still be claimed: a key never seen.
+    let held = read.filter(|s| algorithm.forgettable_at(&s.state, s.ledger) > now);
+    let was_held = held.is_some();
+    let mut stored = held.unwrap_or_else(|| Stored {
+        state: algorithm.initial_state(),
+        ledger: 0,
+        latest: 0,
+    });
+    let write = Write {
+        ctx,
+        key,
+        algorithm: &algorithm,
+        parsed: &parsed,
+        exists,
+        now,
+    };
 
-    if let Op::Refund(owed) = op {
-        let decision = algorithm
-            .refund(&mut state, now, cost, owed)
-            .map_err(|_| invalid(A::NAME))?;
-        // As the scripts: a key full again is deleted, any other written
-        // with the TTL until it is.
-        let full_at = algorithm.full_at(&state);
-        if full_at <= now {
-            if exists {
-                call(ctx, &WRITE, "DEL", &[key.bytes()]).map_err(|e| passed_on(&e))?;
+    match op {
+        Op::Check | Op::Peek => {
+            let mut state = stored.state.clone();
+            let decision = algorithm
+                .decide(&mut state, now, cost)
+                .map_err(|_| invalid(A::NAME))?;
+            // As the scripts: only a check's admission with a cost writes.
+            if op == Op::Check && decision.allowed && cost > 0 {
+                stored.state = state;
+                let stamp = algorithm.stamp(&stored.state, stored.ledger, now);
+                write.store(&mut stored, now)?;
+                return Ok(stamped(&decision, stamp));
             }
-        } else {
-            let ttl = parsed.ttl_millis(full_at - now);
-            write_state::<A>(ctx, key, &algorithm.encode(&state), ttl)?;
+            Ok(fields(&decision))
         }
-        return Ok(fields(&decision));
+        Op::Settle { actual, stamp } => {
+            // Never before the latest instant the key was written at: a
+            // client clock that went back must not find an admission's end
+            // still ahead.
+            let at = if A::DEBT {
+                now.max(algorithm.latest(&stored))
+            } else {
+                now
+            };
+            let settlement = Settlement {
+                stamp,
+                charged: cost,
+                actual: u32::try_from(actual).map_err(|_| invalid(A::NAME))?,
+            };
+            let decision = algorithm
+                .settle(&mut stored.state, &mut stored.ledger, at, settlement)
+                .map_err(|_| invalid(A::NAME))?;
+            if let Some(what) = algorithm.out_of_range(&stored) {
+                return Err(out_of_range(A::NAME, key.bytes(), &what));
+            }
+            write.store(&mut stored, at)?;
+            Ok(fields(&decision))
+        }
+        Op::Reset => {
+            // Only a key that holds something a receipt could still claim
+            // keeps a tombstone; any other is deleted.
+            if was_held {
+                algorithm.reset(&mut stored.state, &mut stored.ledger, now);
+                if let Some(what) = algorithm.out_of_range(&stored) {
+                    return Err(out_of_range(A::NAME, key.bytes(), &what));
+                }
+            }
+            write.store(&mut stored, now)?;
+            let decision = algorithm
+                .decide(&mut stored.state.clone(), now, 0)
+                .map_err(|_| invalid(A::NAME))?;
+            Ok(fields(&decision))
+        }
     }
-    let decision = algorithm
-        .decide(&mut state, now, cost)
-        .map_err(|_| invalid(A::NAME))?;
-    // As the scripts: only a check's admission with a cost writes.
-    if op == Op::Check && decision.allowed && cost > 0 {
-        let ttl = parsed.ttl_millis(decision.reset_after_micros());
-        write_state::<A>(ctx, key, &algorithm.encode(&state), ttl)?;
+}
+
+/// Where a string command writes, and what it needs to.
+struct Write<'a, A> {
+    ctx: &'a Context,
+    key: native::KeyArg<'a>,
+    algorithm: &'a A,
+    parsed: &'a Args,
+    /// The key held a string when it was read.
+    exists: bool,
+    now: u64,
+}
+
+impl<A: StringState> Write<'_, A> {
+    /// Writes `stored`, decided at `at` (the latest instant written moves
+    /// there), with the TTL until it can be forgotten; or deletes the key
+    /// when it can be forgotten at `at`, as the scripts do.
+    fn store(&self, stored: &mut Stored<A::State>, at: u64) -> Result<(), RedisError> {
+        let forgettable = self.algorithm.forgettable_at(&stored.state, stored.ledger);
+        if forgettable <= at {
+            if self.exists {
+                call(self.ctx, &READ, "DEL", &[self.key.bytes()]).map_err(|e| passed_on(&e))?;
+            }
+            return Ok(());
+        }
+        stored.latest = stored.latest.max(at);
+        let ttl = self.parsed.ttl_millis(forgettable - self.now);
+        native::open(self.ctx, self.key)
+            .store(&self.algorithm.encode(stored), ttl)
+            .map_err(RedisError::String)
     }
-    Ok(fields(&decision))
 }
 
 /// The state in a stored string, or the error that says what is wrong
@@ -209,11 +318,9 @@ fn decode_stored<A: StringState>(
     raw: &[u8],
     now: u64,
     skew: u64,
-) -> Result<A::State, RedisError> {
-    if let Some(size) = A::SIZE
-        && raw.len() != size
-    {
-        let what = format!("{} bytes, not {size}: {}", raw.len(), show(raw));
+) -> Result<Stored<A::State>, RedisError> {
+    if raw.len() != A::SIZE {
+        let what = format!("{} bytes, not {}: {}", raw.len(), A::SIZE, show(raw));
         return Err(corrupt(A::NAME, key.bytes(), &what));
     }
     algorithm
@@ -221,33 +328,16 @@ fn decode_stored<A: StringState>(
         .map_err(|what| corrupt(A::NAME, key.bytes(), &what))
 }
 
-/// The latest instant (µs) a key expiring at Unix ms `expires_at` can hold,
-/// when the scripts or this module wrote it on the server's clock: each
-/// sets the TTL to the time until that instant, rounded up to the ms, plus
-/// a slack, from a clock read no earlier than the instant's `now`, so the
+/// The latest instant (µs) a key expiring at Unix ms `expires_at` can start
+/// with, when the scripts or this module wrote it on the server's clock:
+/// each sets the TTL to the time until the key may be forgotten (at or
+/// after the instant its state is full again), rounded up to the ms, plus a
+/// slack, from a clock read no earlier than the instant's `now`, so the
 /// instant is at most 999 µs after the expiry. A key whose TTL a stranger
 /// shortened may hold a later one: it is then read in place on a check
 /// that refuses, which changes how Redis stores it, never the decision.
 fn latest_instant(expires_at: u64) -> u64 {
     expires_at.saturating_mul(1000).saturating_add(999)
-}
-
-/// Writes a state as the script's `SET ... PX` leaves it: a binary one
-/// (an algorithm whose encoding has a fixed size) straight into the key,
-/// which stores it as `SET` would, a decimal through `SET`, which stores it
-/// as an integer where a module's string would stay a string.
-fn write_state<A: StringState>(
-    ctx: &Context,
-    key: native::KeyArg<'_>,
-    value: &[u8],
-    ttl_ms: u64,
-) -> Result<(), RedisError> {
-    if A::SIZE.is_some() {
-        native::open(ctx, key).store(value, ttl_ms)
-    } else {
-        native::set(ctx, key, value, ttl_ms)
-    }
-    .map_err(RedisError::String)
 }
 
 /// A call's reply, or the error it answered.
@@ -267,24 +357,61 @@ fn integer_reply(reply: &CallReply<'_>) -> Option<i64> {
     }
 }
 
-/// `RATELAB.SLIDING-LOG key version now cost slack deadline [op] window
+/// The bytes of a string reply.
+fn bytes_reply(reply: &CallReply<'_>) -> Option<Vec<u8>> {
+    match reply {
+        CallReply::String(s) => Some(s.as_bytes().to_vec()),
+        _ => None,
+    }
+}
+
+/// The elements of an array reply of strings (`None` for a null one).
+fn strings_reply(reply: &CallReply<'_>) -> Vec<Option<Vec<u8>>> {
+    match reply {
+        CallReply::Array(items) => items
+            .iter()
+            .map(|item| item.ok().as_ref().and_then(bytes_reply))
+            .collect(),
+        _ => Vec::new(),
+    }
+}
+
+/// `unit(member, score)` of the sliding log's script: the instant of a
+/// member as the scripts write them (`<at>:<n>` scored `at`, `n` from 1,
+/// no leading zero), no later than `latest`; `None` for any other.
+fn unit(member: &[u8], score: &[u8], latest: u64) -> Option<u64> {
+    let at = lua::number(score)
+        .and_then(lua::stored_integer)
+        .filter(|&at| at <= latest)?;
+    let number = member
+        .strip_prefix(at.to_string().as_bytes())?
+        .strip_prefix(b":")?;
+    let well_formed = number.first().is_some_and(|d| (b'1'..=b'9').contains(d))
+        && number.iter().all(u8::is_ascii_digit);
+    well_formed.then_some(at)
+}
+
+/// `RATELAB.SLIDING-LOG key version now cost slack deadline op window
 /// limit`: the log is the scripts' sorted set, one member `<µs>:<n>` per
-/// admitted unit, scored by the µs it was admitted at; the members of one
-/// instant are always `<µs>:1` to `<µs>:<count>`.
+/// admitted unit, scored by the µs it was admitted at (the members of one
+/// instant are always `<µs>:1` to `<µs>:<count>`), and after a reset the
+/// member `fence`, scored by the latest instant the reset saw.
 ///
-/// `decide` runs on a [`Log`] that holds what it reads of the set, exactly:
-/// the count of live units (a check or a refund prunes the expired ones
-/// first, as `decide` prunes them; a peek writes nothing and only counts),
-/// the newest instant, and, when the request cannot fit, the instants of the
-/// first units whose leaving frees room for it. Every other unit is folded
-/// into the newest entry. So a check costs O(log n + cost), as the script
-/// does, not O(limit).
+/// A check or a peek runs `SlidingLog::decide` on a [`Log`] that holds
+/// what it reads of the set, exactly: the count of live units (a check
+/// prunes the expired ones first, as `decide` prunes them; a peek writes
+/// nothing and only counts), the newest instant, and, when the request
+/// cannot fit, the instant of the unit whose leaving frees room for it.
+/// Every other unit is folded into the newest entry. So a check costs
+/// O(log n + cost), as the script does, not O(limit). A settlement and a
+/// reset do on the set what `SlidingLog::settle` and `SlidingLog::reset` do
+/// on a log, with the script's commands (the whole log is never loaded);
+/// the property tests compare them with the crate's own, call for call.
 pub(crate) fn sliding_log(
     ctx: &Context,
     key: native::KeyArg<'_>,
     argv: &[&[u8]],
-) -> Result<[i64; 6], RedisError> {
-    use native::log;
+) -> Result<Reply, RedisError> {
     const NAME: &str = SlidingLog::NAME;
     let Call {
         algorithm,
@@ -294,23 +421,25 @@ pub(crate) fn sliding_log(
         op,
     } = prologue::<SlidingLog>(argv)?;
     if op == Op::Check
-        && let Some(fields) = check_log_directly(ctx, key, &algorithm, &parsed, now, cost)?
+        && let Some(reply) = check_log_directly(ctx, key, &algorithm, &parsed, now, cost)?
     {
-        return Ok(fields);
+        return Ok(reply);
     }
     let window = algorithm.window_micros();
     let limit = algorithm.capacity();
     let k = key.bytes();
+    let latest = now.saturating_add(parsed.skew());
 
-    // A unit admitted at `at` counts while at + W > now: scores above `now - W`.
+    // A unit admitted at `at` counts while at > cutoff = now - W.
     let cutoff = i128::from(now) - i128::from(window);
-    let live = || format!("({cutoff}");
+    let live = format!("({cutoff}");
     let not_a_zset = || corrupt(NAME, k, &format!("a {}, not a zset", type_name(ctx, k)));
+    use native::log;
     let counted = if op == Op::Peek {
-        log::count_live(ctx, key, live().as_bytes()).integer()
+        log::count_live(ctx, key, live.as_bytes()).integer()
     } else {
         // Counted, then pruned only if anything is there (most keys of a
-        // quiet client have expired): the units left are those counted
+        // quiet client have expired): the members left are those counted
         // less those pruned, as the script's prune-then-count finds them.
         match log::card(ctx, key).integer() {
             Some(0) => Some(0),
@@ -330,164 +459,248 @@ pub(crate) fn sliding_log(
         return Err(not_a_zset());
     };
     let mut total = u64::try_from(counted).unwrap_or(0);
-    if total > limit {
-        return Err(corrupt(NAME, k, &format!("{total} entries, limit {limit}")));
+    // The fence's score (fence - 1) while it fences: a live one, checked.
+    let mut fence_score = None;
+    if let Some(text) = call(ctx, &READ, "ZSCORE", &[k, b"fence"])
+        .ok()
+        .as_ref()
+        .and_then(bytes_reply)
+    {
+        let score = lua::number(&text);
+        #[allow(clippy::cast_precision_loss)]
+        let is_live = score.is_none_or(|s| s > cutoff as f64);
+        if is_live {
+            let Some(score) = score.and_then(lua::stored_integer).filter(|&s| s <= latest) else {
+                return Err(corrupt(NAME, k, &format!("fence at {}", show(&text))));
+            };
+            fence_score = Some(score);
+            total = total.saturating_sub(1);
+        }
     }
-    // The instant of one entry, checked as the script checks the newest.
-    let skew = parsed.skew();
-    let instant = |member: &[u8], score: &[u8]| {
-        lua::number(score)
-            .and_then(lua::stored_integer)
-            .filter(|&at| at <= now.saturating_add(skew))
-            .ok_or_else(|| {
-                corrupt(
-                    NAME,
-                    k,
-                    &format!("entry {} at {}", show(member), show(score)),
-                )
-            })
+    if total > MAX_LOG_UNITS {
+        return Err(corrupt(
+            NAME,
+            k,
+            &format!("{total} units, more than {MAX_LOG_UNITS}"),
+        ));
+    }
+    let bad_entry = |member: &[u8], score: &[u8]| {
+        corrupt(
+            NAME,
+            k,
+            &format!("entry {} at {}", show(member), show(score)),
+        )
     };
+    // The newest unit's instant (the fence may sort after it), checked.
     let newest_of = |total: u64| -> Result<Option<u64>, RedisError> {
         if total == 0 {
             return Ok(None);
         }
-        let last = log::newest(ctx, key);
-        match (last.element(0), last.element(1)) {
-            (Some(member), Some(score)) => instant(member, score).map(Some),
-            _ => Err(corrupt(NAME, k, "no newest entry")),
+        let last = call(ctx, &READ, "ZRANGE", &[k, b"-2", b"-1", b"WITHSCORES"]);
+        let items = last.ok().as_ref().map(strings_reply).unwrap_or_default();
+        let n = items.len();
+        let at = |i: usize| items.get(i).cloned().flatten().unwrap_or_default();
+        let (mut member, mut score) = (at(n.wrapping_sub(2)), at(n.wrapping_sub(1)));
+        if member == b"fence" {
+            (member, score) = (at(0), at(1));
         }
+        unit(&member, &score, latest)
+            .map(Some)
+            .ok_or_else(|| bad_entry(&member, &score))
     };
     let mut newest = newest_of(total)?;
-
-    if let Op::Refund(owed) = op {
-        // The oldest live units leave first, as `SlidingLog::refund` takes
-        // them. An instant's units are dropped together and those that stay
-        // are added back from `<µs>:1`, as the script does, so that the
-        // numbering stays dense. Nothing owed: the admission's units have
-        // left the log already, and no other unit goes in their place.
-        let mut left = if owed > 0 {
-            u64::from(cost).min(total)
-        } else {
-            0
+    // Units logged at `at` (the fence is no unit).
+    let count_at = |at: u64| -> u64 {
+        let text = at.to_string();
+        let n = call(ctx, &READ, "ZCOUNT", &[k, text.as_bytes(), text.as_bytes()])
+            .ok()
+            .as_ref()
+            .and_then(integer_reply)
+            .and_then(|n| u64::try_from(n).ok())
+            .unwrap_or(0);
+        n - u64::from(fence_score == Some(at))
+    };
+    // The key's TTL: until its last unit, and its fence, have left the
+    // window.
+    let expire = |newest: Option<u64>| -> Result<(), RedisError> {
+        let Some(last) = newest.max(fence_score) else {
+            return Ok(());
         };
-        total -= left;
-        while left > 0 {
-            let first = log::oldest(ctx, key);
-            let (Some(member), Some(score)) = (first.element(0), first.element(1)) else {
-                return Err(corrupt(NAME, k, "no oldest entry"));
-            };
-            let at = instant(member, score)?;
-            let at_text = at.to_string();
-            let at_bytes = at_text.as_bytes();
-            let here = call(ctx, &READ, "ZCOUNT", &[k, at_bytes, at_bytes])
-                .ok()
-                .as_ref()
-                .and_then(integer_reply)
-                .and_then(|n| u64::try_from(n).ok())
-                .unwrap_or(0);
-            call(ctx, &WRITE, "ZREMRANGEBYSCORE", &[k, at_bytes, at_bytes])
-                .map_err(|e| passed_on(&e))?;
-            if here > left {
-                add_units(ctx, k, at, 0, here - left)?;
-                left = 0;
-            } else {
-                left -= here;
-            }
-        }
-        newest = newest_of(total)?;
-        if total == 0 {
-            newest = None;
-        } else if let Some(at) = newest {
-            let ttl = parsed
-                .ttl_millis((at + window).saturating_sub(now))
-                .to_string();
-            call(ctx, &WRITE, "PEXPIRE", &[k, ttl.as_bytes()]).map_err(|e| passed_on(&e))?;
-        }
-        let mut log = Log::from_entries(newest.map(|at| (at, total)))
+        let ttl = parsed
+            .ttl_millis((last + window).saturating_sub(now))
+            .to_string();
+        call(ctx, &WRITE, "PEXPIRE", &[k, ttl.as_bytes()]).map_err(|e| passed_on(&e))?;
+        Ok(())
+    };
+    // What a peek of cost 0 answers.
+    let full = |total: u64, newest: Option<u64>| -> Result<Reply, RedisError> {
+        let mut log = Log::from_entries(newest.map(|at| (at, total)).filter(|&(_, n)| n > 0))
             .ok_or_else(|| corrupt(NAME, k, "entries out of order"))?;
         let decision = algorithm
             .decide(&mut log, now, 0)
             .map_err(|_| invalid(NAME))?;
-        return Ok(fields(&decision));
-    }
+        Ok(fields(&decision))
+    };
 
-    let mut entries: Vec<(u64, u64)> = Vec::new();
-    if let Some(at) = newest {
-        // A refusal reads when the first `needed` live units leave.
-        let needed = (total + u64::from(cost)).saturating_sub(limit);
-        let exact = needed.min(total);
-        if exact > 0 {
-            let first = log::first(
-                ctx,
-                key,
-                live().as_bytes(),
-                i64::try_from(exact).unwrap_or(i64::MAX),
-            );
-            for i in 0..first.len() / 2 {
-                let (Some(member), Some(score)) = (first.element(2 * i), first.element(2 * i + 1))
-                else {
-                    break;
-                };
-                let at = instant(member, score)?;
-                match entries.last_mut() {
-                    Some((last, units)) if *last == at => *units += 1,
-                    _ => entries.push((at, 1)),
+    match op {
+        Op::Check | Op::Peek => {
+            let mut entries: Vec<(u64, u64)> = Vec::new();
+            if let Some(at) = newest {
+                let needed = (total + u64::from(cost)).saturating_sub(limit);
+                if needed > 0 && cost > 0 {
+                    // Refused: when the unit whose leaving frees room for
+                    // `cost` leaves (the fence sorts after the units of its
+                    // own instant).
+                    let mut offset = needed - 1;
+                    if let Some(score) = fence_score {
+                        let score = score.to_string();
+                        let before = call(
+                            ctx,
+                            &READ,
+                            "ZCOUNT",
+                            &[k, live.as_bytes(), score.as_bytes()],
+                        )
+                        .ok()
+                        .as_ref()
+                        .and_then(integer_reply)
+                        .and_then(|n| u64::try_from(n).ok())
+                        .unwrap_or(0)
+                        .saturating_sub(1);
+                        if before <= offset {
+                            offset += 1;
+                        }
+                    }
+                    let offset = offset.to_string();
+                    let reply = call(
+                        ctx,
+                        &READ,
+                        "ZRANGEBYSCORE",
+                        &[
+                            k,
+                            live.as_bytes(),
+                            b"+inf",
+                            b"WITHSCORES",
+                            b"LIMIT",
+                            offset.as_bytes(),
+                            b"1",
+                        ],
+                    );
+                    let items = reply.ok().as_ref().map(strings_reply).unwrap_or_default();
+                    let item = |i: usize| items.get(i).cloned().flatten().unwrap_or_default();
+                    let (member, score) = (item(0), item(1));
+                    let freeing =
+                        unit(&member, &score, latest).ok_or_else(|| bad_entry(&member, &score))?;
+                    entries.push((freeing, needed));
+                    if total > needed {
+                        entries.push((at, total - needed));
+                    }
+                } else if total > 0 {
+                    entries.push((at, total));
                 }
             }
-        }
-        let folded: u64 = entries.iter().map(|&(_, units)| units).sum();
-        if total > folded {
-            entries.push((at, total - folded));
-        }
-    }
-    let mut log =
-        Log::from_entries(entries).ok_or_else(|| corrupt(NAME, k, "entries out of order"))?;
-
-    let decision = algorithm
-        .decide(&mut log, now, cost)
-        .map_err(|_| invalid(NAME))?;
-    if op == Op::Check && decision.allowed && cost > 0 {
-        let at = log.entries().last().map_or(now, |(at, _)| at);
-        // Instants are below 2^53 (`stored`), so they fit an i64.
-        let at_signed = i64::try_from(at).unwrap_or(i64::MAX);
-        // Members go on numbering the units already logged at that instant.
-        let first = if newest == Some(at) {
-            log::count_at(ctx, key, at_signed)
-                .integer()
-                .and_then(|n| u64::try_from(n).ok())
-                .unwrap_or(0)
-        } else {
-            0
-        };
-        if cost == 1 {
-            let mut member = [0u8; 48];
-            let len = {
-                let mut cursor = std::io::Cursor::new(&mut member[..]);
-                write!(cursor, "{at}:{}", first + 1).expect("two u64 fit 48 bytes");
-                usize::try_from(cursor.position()).expect("at most 48")
-            };
-            let added = log::add_one(ctx, key, at_signed, &member[..len]);
-            if let Some(error) = added.error() {
-                return Err(RedisError::String(error));
+            let mut log = Log::from_entries(entries)
+                .ok_or_else(|| corrupt(NAME, k, "entries out of order"))?;
+            let decision = algorithm
+                .decide(&mut log, now, cost)
+                .map_err(|_| invalid(NAME))?;
+            if op == Op::Check && decision.allowed && cost > 0 {
+                let at = log.entries().last().map_or(now, |(at, _)| at);
+                // Members go on numbering the units already logged at that
+                // instant.
+                let first = if newest == Some(at) { count_at(at) } else { 0 };
+                add_units(ctx, k, at, first, u64::from(cost))?;
+                expire(Some(at))?;
+                return Ok(stamped(&decision, Stamp { at, mark: 0 }));
             }
-        } else {
-            add_units(ctx, k, at, first, u64::from(cost))?;
+            Ok(fields(&decision))
         }
-        let ttl = parsed.ttl_millis(decision.reset_after_micros());
-        let expired = log::expire(ctx, key, i64::try_from(ttl).unwrap_or(i64::MAX));
-        if let Some(error) = expired.error() {
-            return Err(RedisError::String(error));
+        Op::Settle { actual, stamp } => {
+            let actual = u64::from(u32::try_from(actual).map_err(|_| invalid(NAME))?);
+            let charged = u64::from(cost);
+            if actual < charged {
+                // Units leave only from the instant the admission was logged
+                // at, while they are in the log and after the fence.
+                if fence_score.is_none_or(|score| stamp.at > score) {
+                    let here = count_at(stamp.at);
+                    let taken = (charged - actual).min(here);
+                    // The last `taken` numbers of that instant go, checked
+                    // first: they must be units the scripts wrote there.
+                    let names: Vec<String> = (here - taken + 1..=here)
+                        .map(|i| format!("{}:{i}", stamp.at))
+                        .collect();
+                    for chunk in names.chunks(1000) {
+                        let mut args: Vec<&[u8]> = vec![k];
+                        args.extend(chunk.iter().map(String::as_bytes));
+                        let scores = call(ctx, &READ, "ZMSCORE", &args)
+                            .ok()
+                            .as_ref()
+                            .map(strings_reply)
+                            .unwrap_or_default();
+                        for (name, score) in chunk.iter().zip(
+                            scores
+                                .into_iter()
+                                .chain(std::iter::repeat(None))
+                                .take(chunk.len()),
+                        ) {
+                            #[allow(clippy::cast_precision_loss)]
+                            let there = score
+                                .as_deref()
+                                .and_then(lua::number)
+                                .is_some_and(|s| s == stamp.at as f64);
+                            if !there {
+                                let what = format!("no unit {}", show(name.as_bytes()));
+                                return Err(corrupt(NAME, k, &what));
+                            }
+                        }
+                    }
+                    for chunk in names.chunks(1000) {
+                        let mut args: Vec<&[u8]> = vec![k];
+                        args.extend(chunk.iter().map(String::as_bytes));
+                        call(ctx, &READ, "ZREM", &args).map_err(|e| passed_on(&e))?;
+                    }
+                    total -= taken;
+                }
+            } else if actual > charged {
+                // Past the limit if need be, logged as an admission now.
+                let extra = actual - charged;
+                if total + extra > MAX_LOG_UNITS {
+                    let what = format!("{} units, past {MAX_LOG_UNITS}", total + extra);
+                    return Err(out_of_range(NAME, k, &what));
+                }
+                let at = newest.map_or(now, |newest| newest.max(now));
+                let first = if newest == Some(at) { count_at(at) } else { 0 };
+                add_units(ctx, k, at, first, extra)?;
+                total += extra;
+            }
+            newest = newest_of(total)?;
+            expire(newest)?;
+            full(total, newest)
+        }
+        Op::Reset => {
+            // Only a key that holds something a receipt could still claim
+            // keeps a tombstone, the fence: every receipt so far names an
+            // instant up to the latest one seen.
+            if total > 0 || fence_score.is_some() {
+                let latest = newest.map_or(now, |newest| newest.max(now));
+                call(ctx, &READ, "DEL", &[k]).map_err(|e| passed_on(&e))?;
+                let at = latest.to_string();
+                call(ctx, &WRITE, "ZADD", &[k, at.as_bytes(), b"fence"])
+                    .map_err(|e| passed_on(&e))?;
+                let ttl = parsed.ttl_millis(latest + window - now).to_string();
+                call(ctx, &WRITE, "PEXPIRE", &[k, ttl.as_bytes()]).map_err(|e| passed_on(&e))?;
+            }
+            full(0, None)
         }
     }
-    Ok(fields(&decision))
 }
 
 /// A check of the sliding log on its sorted set opened for direct access
 /// ([`native::zset`]): the same reads, decision and writes as the command
-/// path below, a few calls into Redis's data structures rather than a
+/// path above, a few calls into Redis's data structures rather than a
 /// command each. `None` when the key holds what the scripts' error
-/// wording must describe (another type, too many units, an instant that
-/// is not one): the command path reads it again and answers that error.
+/// wording must describe (another type, too many units, a member that is
+/// not one the scripts write) or a fence: the command path reads it again
+/// and answers that error, or decides.
 fn check_log_directly(
     ctx: &Context,
     key: native::KeyArg<'_>,
@@ -495,10 +708,10 @@ fn check_log_directly(
     parsed: &Args,
     now: u64,
     cost: u32,
-) -> Result<Option<[i64; 6]>, RedisError> {
+) -> Result<Option<Reply>, RedisError> {
     use native::Holds;
     let mut set = native::open(ctx, key);
-    if !matches!(set.holds(), Holds::Nothing | Holds::Zset) {
+    if !matches!(set.holds(), Holds::Nothing | Holds::Zset) || set.has_member(b"fence") {
         return Ok(None);
     }
     let limit = algorithm.capacity();
@@ -508,14 +721,13 @@ fn check_log_directly(
     let card = set.len();
     let pruned = if card > 0 { set.prune(cutoff) } else { 0 };
     let total = card.saturating_sub(pruned);
-    if total > limit {
+    if total > MAX_LOG_UNITS {
         return Ok(None);
     }
     let latest = now.saturating_add(parsed.skew());
-    let instant = |score: f64| lua::stored_integer(score).filter(|&at| at <= latest);
     let newest = match set.newest() {
         None if total == 0 => None,
-        Some(score) if total > 0 => match instant(score) {
+        Some((member, score)) if total > 0 => match unit_of(&member, score, latest) {
             Some(at) => Some(at),
             None => return Ok(None),
         },
@@ -524,22 +736,21 @@ fn check_log_directly(
 
     let mut entries: Vec<(u64, u64)> = Vec::new();
     if let Some(at) = newest {
-        // A refusal reads when the first `needed` live units leave.
-        let exact = (total + u64::from(cost)).saturating_sub(limit).min(total);
-        let mut bad = false;
-        set.first_after(cutoff, exact, |score| match instant(score) {
-            Some(at) => match entries.last_mut() {
-                Some((last, units)) if *last == at => *units += 1,
-                _ => entries.push((at, 1)),
-            },
-            None => bad = true,
-        });
-        if bad {
-            return Ok(None);
-        }
-        let folded: u64 = entries.iter().map(|&(_, units)| units).sum();
-        if total > folded {
-            entries.push((at, total - folded));
+        let needed = (total + u64::from(cost)).saturating_sub(limit);
+        if needed > 0 && cost > 0 {
+            // Refused: when the unit whose leaving frees room leaves.
+            let Some((member, score)) = set.nth_after(cutoff, needed - 1) else {
+                return Ok(None);
+            };
+            let Some(freeing) = unit_of(&member, score, latest) else {
+                return Ok(None);
+            };
+            entries.push((freeing, needed));
+            if total > needed {
+                entries.push((at, total - needed));
+            }
+        } else if total > 0 {
+            entries.push((at, total));
         }
     }
     let Some(mut log) = Log::from_entries(entries) else {
@@ -567,10 +778,17 @@ fn check_log_directly(
             set.add(at_signed, &member[..len])
                 .map_err(RedisError::String)?;
         }
-        let ttl = parsed.ttl_millis(decision.reset_after_micros());
+        let ttl = parsed.ttl_millis((at + algorithm.window_micros()).saturating_sub(now));
         set.expire(ttl).map_err(RedisError::String)?;
+        return Ok(Some(stamped(&decision, Stamp { at, mark: 0 })));
     }
     Ok(Some(fields(&decision)))
+}
+
+/// [`unit`] of a member read from the set, with its score as a number.
+fn unit_of(member: &[u8], score: f64, latest: u64) -> Option<u64> {
+    let at = lua::stored_integer(score).filter(|&at| at <= latest)?;
+    unit(member, at.to_string().as_bytes(), latest)
 }
 
 /// Adds `n` units at `at`, members `<at>:<first + 1>` onwards, in chunks of

@@ -9,26 +9,31 @@
 //! and answers exactly what it answers:
 //!
 //! ```text
-//! RATELAB.GCRA key 3 now cost slack deadline op T tolerance burst
-//!   -> [allowed, limit, remaining, retry_after_us, reset_after_us, delay_us]
+//! RATELAB.GCRA key 4 now cost slack deadline op T tolerance burst
+//!   -> [allowed, limit, remaining, retry_after_us, reset_after_us, delay_us,
+//!       stamp_at, stamp_mark]
 //! ```
 //!
-//! `3` is the protocol version (version 1, with no `op` and the operation
-//! a check, is still answered, and version 2's checks and peeks; any other
-//! version answers `ratelab: protocol version 1, 2 or 3 expected, got ...`);
-//! `op` is `check`, `peek` (the decision a check would get, nothing written)
-//! or `refund:<owed>` (up to `cost` units of one admission that still
-//! weighs `owed` µs given back: only what it still holds, never above the
-//! capacity; the answer is a peek of cost 0 after it); a reset is a `DEL` of
-//! the key, no command.
+//! `4` is the protocol version (any other answers `ratelab: protocol
+//! version 4 expected, got ...`); `op` is `check`, `peek` (the decision a
+//! check would get, nothing written), `settle:<actual>:<stamp_at>:<stamp_mark>`
+//! (the admission a check stamped so, of `cost`, finally counts for `actual`
+//! units: what it did not use comes back as far as the key provably still
+//! holds it, what it used beyond is charged as debt; the answer is a peek of
+//! cost 0 after it) or `reset` (back to full capacity, no receipt issued
+//! before gives anything back afterwards). An admission of a positive cost
+//! answers its stamp: what `Algorithm::stamp` gives, to send back with its
+//! settlement.
 //! `now` is the caller's instant in µs, or `""` for the server clock; `slack`
-//! is added to every TTL (ms); `deadline` is the Unix µs (server clock) after
-//! which the call writes nothing and answers `ratelab expired: ...`, or `""`;
-//! the parameters are the script's (`ratelab_redis::RedisAlgorithm::script_params`).
+//! is added to every TTL (ms, at most 2^52 µs); `deadline` is the Unix µs
+//! (server clock) after which the call writes nothing and answers
+//! `ratelab expired: ...`, or `""`; the parameters are the script's
+//! (`ratelab_redis::RedisAlgorithm::script_params`), exactly as many.
 //! Keys hold the scripts' own encodings, so the module and the scripts are
 //! interchangeable on the same keys, even mid-stream; the error replies
 //! (`ratelab <algorithm>: invalid arguments`,
-//! `ratelab <algorithm>: corrupt state at <key>: <what>`) are the scripts',
+//! `ratelab <algorithm>: corrupt state at <key>: <what>`,
+//! `ratelab <algorithm>: out of range at <key>: <what>`) are the scripts',
 //! word for word. The protocol is the scripts' (`lua/README.md` of the
 //! repository).
 //!
@@ -58,24 +63,20 @@
 //!
 //! The strings (six algorithms) are read through `RM_Call` (`GET`):
 //! Redis turns a string opened for direct access (`RM_StringDMA`) into a
-//! raw one, even to read it, so a key would take more memory than the
-//! script's and change encoding on a mere refusal. Two cases skip `GET`: a
-//! key that holds nothing is not read, and a check on the server's clock
-//! that is sure to admit reads its key in place, since its write stores
-//! the state again. GCRA's and the leaky queue's state is one instant, and
-//! the key's expiry bounds it (every writer sets the TTL to the time until
-//! that instant, rounded up): when the latest instant that expiry allows
-//! is admitted, every state is. The decision is always made on the bytes
-//! read, so a stranger's `PEXPIRE` can only make a refusal decode the
-//! integer, never admit more. A decimal state (GCRA's
-//! timestamp, the leaky queue's slot) is written through `SET ... PXAT`,
-//! which stores it as an integer as the script's `SET` does (a module's
-//! string stays a string); a binary state (the other four) is written
-//! straight into the key (`RM_StringSet`), which stores it exactly as
-//! `SET` would, and replicated as that `SET`. Either way replicas and the
-//! AOF receive the effects a script would send, the same keyspace events
-//! are raised, and a server out of memory refuses the write as it refuses
-//! a script's.
+//! raw one, even to read it, so a key would change encoding on a mere
+//! refusal. Two cases skip `GET`: a key that holds nothing is not read, and
+//! a check on the server's clock that is sure to admit reads its key in
+//! place, since its write stores the state again. GCRA's and the leaky
+//! queue's state starts with one instant, and the key's expiry bounds it
+//! (every writer sets the TTL to the time until the key may be forgotten,
+//! never before that instant, rounded up): when the latest instant that
+//! expiry allows is admitted, every state is. The decision is always made
+//! on the bytes read, so a stranger's `PEXPIRE` can only make a refusal
+//! read the key in place, never admit more. A state is written straight
+//! into the key (`RM_StringSet`), which stores it exactly as `SET` would,
+//! and replicated as that `SET`: replicas and the AOF receive the effects a
+//! script would send, the same keyspace events are raised, and a server out
+//! of memory refuses the write as it refuses a script's.
 //!
 //! The sliding log's sorted set is stored alike either way too
 //! (`RM_ZsetAdd` and `ZADD` both go through Redis's own `zsetAdd`), so its
@@ -84,8 +85,9 @@
 //! time). Its effects still reach replicas and the AOF as the commands a
 //! script sends (`ZREMRANGEBYSCORE`, `ZADD`, `PEXPIREAT`, by
 //! `RM_Replicate`), raise the same keyspace events, and a server out of
-//! memory refuses the `ZADD`. Peeks and refunds, and any key whose content
-//! the error replies must quote, go through `RM_Call`.
+//! memory refuses the `ZADD`. Peeks, settlements, resets, a key with a
+//! fence, and any key whose content the error replies must quote, go
+//! through `RM_Call`.
 
 #![warn(missing_docs)]
 // `unsafe` is confined to `native`: the hot path on the module API (see
@@ -100,15 +102,13 @@ mod native;
 
 use redis_module::{Context, RedisResult, RedisString, RedisValue, Status, redis_module};
 
-/// The newest version of the protocol the commands speak (the arguments,
-/// replies and key encodings of the Lua scripts they mirror), expected as
-/// the first argument after the key, as the scripts expect it as `ARGV[1]`;
-/// version 1 calls (checks only) and version 2's checks and peeks are
-/// still answered. `RATELAB.PROTOCOL` answers it, so that a client can tell
-/// a module that speaks its protocol from another (one that would not know
-/// a peek, or a refund that says what it still owes) before it sends a
+/// The version of the protocol the commands speak (the arguments, replies
+/// and key encodings of the Lua scripts they mirror), expected as the first
+/// argument after the key, as the scripts expect it as `ARGV[1]`; no other
+/// version is answered. `RATELAB.PROTOCOL` answers it, so that a client can
+/// tell a module that speaks its protocol from another before it sends a
 /// call.
-pub const PROTOCOL: i64 = 3;
+pub const PROTOCOL: i64 = 4;
 
 /// Each algorithm's name (`Algorithm::name`) and its command.
 pub const COMMANDS: [(&str, &str); 7] = [

@@ -72,44 +72,6 @@ fn expiry_at(ttl_ms: u64) -> i64 {
     i64::try_from(at).unwrap_or(i64::MAX)
 }
 
-/// `SET key value PX ttl_ms` as a script sends it: replicated (`!`),
-/// refused when memory is full (`M`), errors as replies (`E`). The value
-/// goes as a C buffer (`b`), so that Redis makes a fresh object of it and
-/// `SET` stores a decimal as an integer (48 bytes a key, as with the
-/// script; a string shared with the module would stay a string, 80 bytes).
-///
-/// The TTL goes as `PXAT` (now on the server clock + `ttl_ms`), the form
-/// `SET` itself rewrites `PX` to before it replicates: the same expiry,
-/// without the rewrite of the command's arguments.
-pub(crate) fn set(ctx: &Context, key: KeyArg<'_>, value: &[u8], ttl_ms: u64) -> Result<(), String> {
-    let at = expiry_at(ttl_ms);
-    // SAFETY: the format has `s`, `b`, `c` and `l` conversions, followed by
-    // a live Redis string, a (pointer, length) pair of a live slice, a
-    // NUL-terminated C string and a long long; RM_Call copies what it
-    // needs before it returns. The reply is freed below, once read.
-    let reply = unsafe {
-        raw::RedisModule_Call.expect("the module API")(
-            ctx.get_raw(),
-            c"SET".as_ptr(),
-            c"!MEsbcl".as_ptr(),
-            key.object,
-            value.as_ptr().cast::<c_char>(),
-            value.len(),
-            c"PXAT".as_ptr(),
-            at,
-        )
-    };
-    if reply.is_null() {
-        return Err("ratelab: SET failed".to_owned());
-    }
-    let result = match raw::call_reply_type(reply) {
-        raw::ReplyType::Error => Err(raw::call_reply_string(reply).unwrap_or_default()),
-        _ => Ok(()),
-    };
-    raw::free_call_reply(reply);
-    result
-}
-
 /// Arguments after the key read in place up to this many; beyond, copied
 /// to the heap (no call of the protocol has more than 11).
 const ON_STACK: usize = 16;
@@ -144,7 +106,7 @@ unsafe extern "C" fn sliding_log_command(
 }
 
 /// Runs a command on its key and the arguments after it, read in place,
-/// and writes its reply: the six fields, or the error.
+/// and writes its reply: the eight fields, or the error.
 ///
 /// # Safety
 ///
@@ -153,7 +115,7 @@ unsafe fn run(
     ctx: *mut raw::RedisModuleCtx,
     argv: *mut *mut raw::RedisModuleString,
     argc: c_int,
-    command: impl FnOnce(&Context, KeyArg<'_>, &[&[u8]]) -> Result<[i64; 6], RedisError>,
+    command: impl FnOnce(&Context, KeyArg<'_>, &[&[u8]]) -> Result<command::Reply, RedisError>,
 ) -> c_int {
     let context = Context::new(ctx);
     let argc = usize::try_from(argc).unwrap_or(0);
@@ -186,7 +148,7 @@ unsafe fn run(
         Ok(fields) => {
             // SAFETY: replies on the context of the running command.
             unsafe {
-                raw::RedisModule_ReplyWithArray.expect("the module API")(ctx, 6);
+                raw::RedisModule_ReplyWithArray.expect("the module API")(ctx, 8);
                 let reply_integer = raw::RedisModule_ReplyWithLongLong.expect("the module API");
                 for field in fields {
                     reply_integer(ctx, field);
@@ -308,35 +270,6 @@ impl Reply<'_> {
             _ => Err(()),
         }
     }
-
-    /// The `i`-th element of an array of strings, if there is one.
-    pub(crate) fn element(&self, i: usize) -> Option<&[u8]> {
-        if self.reply.is_null() || raw::call_reply_type(self.reply) != raw::ReplyType::Array {
-            return None;
-        }
-        if i >= raw::call_reply_length(self.reply) {
-            return None;
-        }
-        let element = raw::call_reply_array_element(self.reply, i);
-        if element.is_null() || raw::call_reply_type(element) != raw::ReplyType::String {
-            return None;
-        }
-        let mut len = 0;
-        let ptr = raw::call_reply_string_ptr(element, &mut len);
-        if ptr.is_null() || len == 0 {
-            return Some(&[]);
-        }
-        // SAFETY: an element lives as long as its array, freed only on drop.
-        Some(unsafe { std::slice::from_raw_parts(ptr.cast::<u8>(), len) })
-    }
-
-    /// How many elements an array holds (0 for any other reply).
-    pub(crate) fn len(&self) -> usize {
-        if self.reply.is_null() || raw::call_reply_type(self.reply) != raw::ReplyType::Array {
-            return 0;
-        }
-        raw::call_reply_length(self.reply)
-    }
 }
 
 impl Drop for Reply<'_> {
@@ -413,83 +346,6 @@ pub(crate) mod log {
             live.len(),
             c"+inf".as_ptr()
         )
-    }
-
-    /// `ZCOUNT key at at`: the units logged at one instant.
-    pub(crate) fn count_at<'a>(ctx: &'a Context, key: KeyArg<'_>, at: i64) -> Reply<'a> {
-        rm_call!(ctx, c"ZCOUNT", c"Esll", key.object, at, at)
-    }
-
-    /// `ZRANGE key -1 -1 WITHSCORES`: the newest unit and its instant.
-    pub(crate) fn newest<'a>(ctx: &'a Context, key: KeyArg<'_>) -> Reply<'a> {
-        rm_call!(
-            ctx,
-            c"ZRANGE",
-            c"Esccc",
-            key.object,
-            c"-1".as_ptr(),
-            c"-1".as_ptr(),
-            c"WITHSCORES".as_ptr()
-        )
-    }
-
-    /// `ZRANGE key 0 0 WITHSCORES`: the oldest unit and its instant.
-    pub(crate) fn oldest<'a>(ctx: &'a Context, key: KeyArg<'_>) -> Reply<'a> {
-        rm_call!(
-            ctx,
-            c"ZRANGE",
-            c"Esccc",
-            key.object,
-            c"0".as_ptr(),
-            c"0".as_ptr(),
-            c"WITHSCORES".as_ptr()
-        )
-    }
-
-    /// `ZRANGEBYSCORE key (cutoff +inf WITHSCORES LIMIT 0 count`: the first
-    /// `count` live units and their instants.
-    pub(crate) fn first<'a>(
-        ctx: &'a Context,
-        key: KeyArg<'_>,
-        live: &[u8],
-        count: i64,
-    ) -> Reply<'a> {
-        rm_call!(
-            ctx,
-            c"ZRANGEBYSCORE",
-            c"Esbccccl",
-            key.object,
-            live.as_ptr().cast::<c_char>(),
-            live.len(),
-            c"+inf".as_ptr(),
-            c"WITHSCORES".as_ptr(),
-            c"LIMIT".as_ptr(),
-            c"0".as_ptr(),
-            count
-        )
-    }
-
-    /// `ZADD key at member`: one unit.
-    pub(crate) fn add_one<'a>(
-        ctx: &'a Context,
-        key: KeyArg<'_>,
-        at: i64,
-        member: &[u8],
-    ) -> Reply<'a> {
-        rm_call!(
-            ctx,
-            c"ZADD",
-            c"!MEslb",
-            key.object,
-            at,
-            member.as_ptr().cast::<c_char>(),
-            member.len()
-        )
-    }
-
-    /// `PEXPIRE key ttl_ms`.
-    pub(crate) fn expire<'a>(ctx: &'a Context, key: KeyArg<'_>, ttl_ms: i64) -> Reply<'a> {
-        rm_call!(ctx, c"PEXPIRE", c"!MEsl", key.object, ttl_ms)
     }
 }
 
@@ -787,14 +643,14 @@ pub(crate) mod zset {
             u64::try_from(gone.len()).unwrap_or(u64::MAX)
         }
 
-        /// The newest unit's instant (`ZRANGE key -1 -1 WITHSCORES`).
-        pub(crate) fn newest(&self) -> Option<f64> {
+        /// The newest member and its score (`ZRANGE key -1 -1 WITHSCORES`).
+        pub(crate) fn newest(&self) -> Option<(Vec<u8>, f64)> {
             if self.holds() != Holds::Zset {
                 return None;
             }
             let mut newest = None;
             // SAFETY: an open sorted set; the iterator is stopped and the
-            // element freed before this returns.
+            // element freed before this returns; its bytes are copied first.
             unsafe {
                 let started = api(raw::RedisModule_ZsetLastInScoreRange)(
                     self.key,
@@ -808,8 +664,8 @@ pub(crate) mod zset {
                     let element =
                         api(raw::RedisModule_ZsetRangeCurrentElement)(self.key, &mut score);
                     if !element.is_null() {
+                        newest = Some((bytes(element).to_vec(), score));
                         api(raw::RedisModule_FreeString)(self.ctx.get_raw(), element);
-                        newest = Some(score);
                     }
                 }
                 api(raw::RedisModule_ZsetRangeStop)(self.key);
@@ -817,19 +673,41 @@ pub(crate) mod zset {
             newest
         }
 
-        /// The instants of the first `n` units after `cutoff`, oldest first.
-        pub(crate) fn first_after(&self, cutoff: i64, n: u64, mut each: impl FnMut(f64)) {
-            if n == 0 {
-                return;
-            }
+        /// The member at rank `n` (from 0) among those scored after
+        /// `cutoff`, and its score (`ZRANGEBYSCORE key (cutoff +inf
+        /// WITHSCORES LIMIT n 1`).
+        pub(crate) fn nth_after(&self, cutoff: i64, n: u64) -> Option<(Vec<u8>, f64)> {
             let mut left = n;
+            let mut found = None;
             #[allow(clippy::cast_precision_loss)]
             let min = cutoff as f64;
-            self.walk(min, true, f64::INFINITY, |score, _| {
-                each(score);
-                left -= 1;
-                (false, left > 0)
+            self.walk(min, true, f64::INFINITY, |score, element| {
+                if left > 0 {
+                    left -= 1;
+                    return (false, true);
+                }
+                // SAFETY: an element the walk hands over, live until freed.
+                found = Some((unsafe { bytes(element) }.to_vec(), score));
+                (false, false)
             });
+            found
+        }
+
+        /// Whether `member` is in the set (`ZSCORE key member`).
+        pub(crate) fn has_member(&self, member: &[u8]) -> bool {
+            if self.holds() != Holds::Zset {
+                return false;
+            }
+            let ctx = self.ctx.get_raw();
+            // SAFETY: an open sorted set; a string made here and freed once.
+            unsafe {
+                let element =
+                    api(raw::RedisModule_CreateString)(ctx, member.as_ptr().cast(), member.len());
+                let mut score = 0.0;
+                let found = api(raw::RedisModule_ZsetScore)(self.key, element, &mut score) == OK;
+                api(raw::RedisModule_FreeString)(ctx, element);
+                found
+            }
         }
 
         /// How many units were admitted at `at` (`ZCOUNT key at at`).

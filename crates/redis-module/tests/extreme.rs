@@ -1,9 +1,11 @@
 //! Quotas at the edges of what `Quota` accepts (limits and bursts up to
 //! 2^32 - 1, periods up to 2^50 µs, one unit per µs), costs up to the burst,
-//! instants up to the 2^52 µs clamp: the module, the Lua script (whose
-//! numbers are doubles) and the in-memory `decide` give the same decision,
-//! field for field, and the module's and the script's keys hold the same
-//! bytes. The other equivalence tests draw small quotas; the arithmetic
+//! instants up to the 2^52 µs clamp, settlements (of the stamps checks
+//! answered, to anything up to the burst: debts that pile up to the
+//! protocol's ceilings) and resets: the module, the Lua script (whose
+//! numbers are doubles) and the in-memory algorithm give the same answer,
+//! field for field (an `out of range` refusal alike), and the module's and
+//! the script's keys hold the same bytes. The other equivalence tests draw small quotas; the arithmetic
 //! that could lose a bit in a double lives out here. (This test found that a
 //! sliding log of a billion units, one sorted-set member per unit, filled
 //! Redis's memory from one call: the scripts and the module now refuse a log
@@ -19,7 +21,10 @@ use proptest::test_runner::{Config, FileFailurePersistence, TestRunner};
 use ratelab_core::{MAX_INSTANT_MICROS, MAX_SPAN_MICROS, Quota};
 use ratelab_sliding_window::MAX_STORED_LOG_LIMIT;
 
-use support::{Kind, Memory, argv, connect, load_script, module_cmd, query, script_cmd};
+use ratelab_core::Stamp;
+use support::{
+    Kind, Memory, Op, argv_op, connect, load_script, module_cmd, query, script_cmd, without_detail,
+};
 
 /// A quota near some edge, or `None` if `Quota` refuses the draw.
 fn extreme_quota() -> impl Strategy<Value = Quota> {
@@ -57,9 +62,21 @@ fn extreme_quota() -> impl Strategy<Value = Quota> {
     })
 }
 
-/// Steps: a move of the clock (µs, possibly huge) and a cost (0, 1, the
-/// burst, one past it, or anything between).
-fn steps(burst: u32) -> impl Strategy<Value = Vec<(u64, u32)>> {
+/// What a step does.
+#[derive(Debug, Clone, Copy)]
+enum Act {
+    Check(u32),
+    /// Settles an admission answered so far (picked by this number) to
+    /// this many units.
+    Settle(usize, u32),
+    Reset,
+}
+
+/// Steps: a move of the clock (µs, possibly huge) and what is done: a
+/// check of a cost (0, 1, the burst, one past it, or anything between), a
+/// settlement to anything up to the burst (often all of it: debt piles up),
+/// or a reset.
+fn steps(burst: u32) -> impl Strategy<Value = Vec<(u64, Act)>> {
     let delta = prop_oneof![
         2 => 0u64..1_000,
         2 => 0u64..(1 << 30),
@@ -73,7 +90,13 @@ fn steps(burst: u32) -> impl Strategy<Value = Vec<(u64, u32)>> {
         1 => Just(burst.saturating_add(1)),
         2 => 0..=burst,
     ];
-    proptest::collection::vec((delta, cost), 1..24)
+    let actual = prop_oneof![1 => Just(0u32), 2 => Just(burst), 1 => 0..=burst];
+    let act = prop_oneof![
+        6 => cost.prop_map(Act::Check),
+        3 => (any::<usize>(), actual).prop_map(|(pick, actual)| Act::Settle(pick, actual)),
+        1 => Just(Act::Reset),
+    ];
+    proptest::collection::vec((delta, act), 1..24)
 }
 
 #[test]
@@ -107,37 +130,63 @@ fn extreme_quotas_decide_alike_in_memory_in_the_module_and_in_the_scripts() {
             let (module_key, script_key) = (format!("m:{case}"), format!("s:{case}"));
             let mut memory = Memory::new(kind, quota);
             let mut now = start;
-            for &(delta, cost) in &steps {
+            let mut admitted: Vec<(u32, Stamp)> = Vec::new();
+            for &(delta, act) in &steps {
+                let (op, cost) = match act {
+                    Act::Check(cost) => (Op::Check, cost),
+                    Act::Reset => (Op::Reset, 0),
+                    Act::Settle(pick, actual) => match admitted.get(pick % admitted.len().max(1)) {
+                        Some(&(cost, stamp)) => (Op::Settle { actual, stamp }, cost),
+                        None => continue,
+                    },
+                };
                 // The runners clamp instants at 2^52 µs; `decide` is given
                 // them clamped.
                 now = now.saturating_add(delta).min(MAX_INSTANT_MICROS);
                 // A TTL slack of an hour: the virtual clock must not meet a
                 // real expiry.
-                let args = argv(&now.to_string(), cost, 3_600_000, "", &params);
+                let args = argv_op(&op.arg(), &now.to_string(), cost, 3_600_000, "", &params);
                 // A sliding log keeps one member per unit on Redis: above
                 // its cap, both answer `invalid arguments`.
                 let expected = if kind == Kind::SlidingLog && quota.burst() > MAX_STORED_LOG_LIMIT {
                     Err("ratelab sliding-log: invalid arguments".to_owned())
                 } else {
-                    memory.decide(now, cost)
+                    memory.run(op, now, cost)
                 };
-                let module = query(connection, &module_cmd(kind, &module_key, &args));
-                let script = query(connection, &script_cmd(&sha, &script_key, &args));
+                if let (Op::Check, Ok(reply)) = (op, &expected)
+                    && reply[0] == 1
+                    && cost > 0
+                {
+                    let stamp = |i: usize| u64::try_from(reply[i]).unwrap();
+                    admitted.push((
+                        cost,
+                        Stamp {
+                            at: stamp(6),
+                            mark: stamp(7),
+                        },
+                    ));
+                }
+                let module =
+                    without_detail(query(connection, &module_cmd(kind, &module_key, &args)));
+                let script =
+                    without_detail(query(connection, &script_cmd(&sha, &script_key, &args)));
                 prop_assert_eq!(
                     &module,
                     &expected,
-                    "{} module, {:?}, cost {} at {}",
+                    "{} module, {:?}, {:?} of {} at {}",
                     kind.name(),
                     quota,
+                    op,
                     cost,
                     now
                 );
                 prop_assert_eq!(
                     &script,
                     &expected,
-                    "{} script, {:?}, cost {} at {}",
+                    "{} script, {:?}, {:?} of {} at {}",
                     kind.name(),
                     quota,
+                    op,
                     cost,
                     now
                 );

@@ -1,8 +1,10 @@
 //! Hostile calls: every command with arguments an attacker or a broken
 //! client would send (numbers at and past every bound, signs, blanks,
-//! exponents, binary bytes, huge strings, arguments missing or extra) and
-//! keys of every shape (empty, binary, braces, 64 KiB), against a key that
-//! is empty or already holds a state. The module must answer exactly what
+//! exponents, binary bytes, huge strings, arguments missing or extra,
+//! settlements with fields missing, extra, not integers or past 2^53, stamps
+//! replayed or forged) and keys of every shape (empty, binary, braces,
+//! 64 KiB), against a key that is empty or already holds a state (checked,
+//! then sometimes reset: a tombstone with its ledger or fence). The module must answer exactly what
 //! its Lua script answers (the same integers or the same error line), leave
 //! the key holding the same bytes with a TTL, and never take the server
 //! down: a panic in a module aborts `redis-server`.
@@ -87,15 +89,34 @@ const EDGES: &[&str] = &[
     "",
     "check",
     "peek",
+    "reset",
+    "reset:0",
     "refund",
-    "refund:",
-    "refund:-1",
-    "refund:1e3",
-    "refund: 5",
-    "refund:0x10",
-    "refund:9007199254740992",
     "refund:1000",
-    "2",
+    "settle",
+    "settle:",
+    "settle:1",
+    "settle:1:2",
+    "settle:1:2:",
+    "settle:1:2:3:",
+    "settle:1:2:3:4",
+    "settle::2:3",
+    "settle:x:1:2",
+    "settle:-1:2:3",
+    "settle:1:-2:3",
+    "settle:1.5:2:3",
+    "settle:1e3:0:0",
+    "settle: 1:2:3",
+    "settle:1:0x10:3",
+    "settle:1:2:9007199254740992",
+    "settle:1:9007199254740991:9007199254740991",
+    "settle:1:18446744073709551616:0",
+    "settle:1\0:2:3",
+    "settle:0:1700000000000000:0",
+    "settle:11:1:0",
+    "SETTLE:0:1:0",
+    "4",
+    "3",
 ];
 
 /// One argument an attacker might send instead of a valid one.
@@ -157,6 +178,7 @@ enum Prime {
         cost: u32,
         times: u32,
         offset: i64,
+        reset: bool,
     },
     /// A string of foreign bytes (`SET`): a stranger's, or a corrupted one.
     Foreign(Vec<u8>),
@@ -182,17 +204,62 @@ fn prime() -> impl Strategy<Value = Prime> {
             0u32..12,
             1u32..4,
             prop_oneof![3 => -5_000_000i64..0, 1 => 0i64..90_000_000],
+            proptest::bool::weighted(0.25),
         )
-            .prop_map(|(quota, cost, times, offset)| Prime::Checked {
+            .prop_map(|(quota, cost, times, offset, reset)| Prime::Checked {
                 quota,
                 cost,
                 times,
                 offset,
+                reset,
             }),
         2 => proptest::collection::vec(any::<u8>(), 0..40).prop_map(Prime::Foreign),
         2 => hostile_arg().prop_map(Prime::Foreign),
         1 => Just(Prime::List),
         1 => proptest::collection::vec(score, 1..5).prop_map(Prime::Zset),
+    ]
+}
+
+/// The operation of a hostile call, before it is spoiled.
+#[derive(Debug, Clone, Copy)]
+enum CaseOp {
+    Check,
+    Peek,
+    Reset,
+    /// A settlement to `actual` of a stamp `at` µs from the call's instant
+    /// (or a small window index), with `mark`.
+    Settle {
+        actual: u32,
+        at: i64,
+        mark: u64,
+    },
+}
+
+impl CaseOp {
+    fn arg(self, clock: u64) -> String {
+        match self {
+            CaseOp::Check => "check".to_owned(),
+            CaseOp::Peek => "peek".to_owned(),
+            CaseOp::Reset => "reset".to_owned(),
+            CaseOp::Settle { actual, at, mark } => {
+                let at = if at.unsigned_abs() < 1_000 {
+                    at.unsigned_abs()
+                } else {
+                    clock.saturating_add_signed(at)
+                };
+                format!("settle:{actual}:{at}:{mark}")
+            }
+        }
+    }
+}
+
+fn case_op() -> impl Strategy<Value = CaseOp> {
+    prop_oneof![
+        3 => Just(CaseOp::Check),
+        1 => Just(CaseOp::Peek),
+        1 => Just(CaseOp::Reset),
+        3 => (0u32..12, -5_000_000i64..5_000_000, prop_oneof![Just(0u64), 0u64..10_000_000])
+            .prop_map(|(actual, at, mark)| CaseOp::Settle { actual, at, mark }),
     ]
 }
 
@@ -202,7 +269,7 @@ fn prime() -> impl Strategy<Value = Prime> {
 struct Case {
     key: Vec<u8>,
     prime: Prime,
-    op: &'static str,
+    op: CaseOp,
     cost: u32,
     spoils: Vec<Spoil>,
 }
@@ -211,8 +278,8 @@ fn case() -> impl Strategy<Value = Case> {
     (
         hostile_key(),
         prime(),
-        proptest::sample::select(&["check", "peek", "refund:0", "refund:3000000"][..]),
-        0u32..12,
+        case_op(),
+        prop_oneof![3 => 0u32..12, 1 => Just(0u32)],
         proptest::collection::vec(spoil(), 0..4),
     )
         .prop_map(|(key, prime, op, cost, spoils)| Case {
@@ -365,6 +432,7 @@ fn hostile_calls_answer_as_the_scripts_and_never_take_the_server_down() {
                     cost,
                     times,
                     offset,
+                    reset,
                 } => {
                     let at = clock.saturating_add_signed(offset).to_string();
                     let params = kind.params(primed_quota(primed_under));
@@ -376,6 +444,15 @@ fn hostile_calls_answer_as_the_scripts_and_never_take_the_server_down() {
                         let m = module.run(&case.key, &prime)?;
                         let s = script.run(&case.key, &prime)?;
                         prop_assert_eq!(&m, &s, "priming {}", kind.name());
+                    }
+                    if reset {
+                        let reset: Vec<Vec<u8>> = argv_op("reset", &at, 0, 0, "", &params)
+                            .into_iter()
+                            .map(String::into_bytes)
+                            .collect();
+                        let m = module.run(&case.key, &reset)?;
+                        let s = script.run(&case.key, &reset)?;
+                        prop_assert_eq!(&m, &s, "resetting {}", kind.name());
                     }
                 }
                 planted => {
@@ -406,7 +483,14 @@ fn hostile_calls_answer_as_the_scripts_and_never_take_the_server_down() {
                     }
                 }
             }
-            let valid = argv_op(case.op, &clock.to_string(), case.cost, 0, "", &params);
+            let op = case.op.arg(clock);
+            // A reset takes no cost (one spoil in four gives it one).
+            let cost = if matches!(case.op, CaseOp::Reset) {
+                0
+            } else {
+                case.cost
+            };
+            let valid = argv_op(&op, &clock.to_string(), cost, 0, "", &params);
             let args = spoiled(valid, &case.spoils);
             let m = module.run(&case.key, &args)?;
             let s = script.run(&case.key, &args)?;

@@ -250,28 +250,39 @@ fn server_time_deadlines_and_invalid_arguments_answer_as_the_scripts() {
 
         // Invalid arguments, as the scripts word them.
         let now = START.to_string();
-        // Another protocol version, or none: the prologue's own error.
-        let mut other = argv(&now, 1, 0, "", &params);
-        other[0] = "4".into();
-        let mut empty = other.clone();
-        empty[0] = String::new();
-        for args in [vec![], other, empty] {
+        // Another protocol version (an older one too), or none: the
+        // prologue's own error.
+        let version = |v: &str| {
+            let mut args = argv(&now, 1, 0, "", &params);
+            args[0] = v.into();
+            args
+        };
+        for args in [vec![], version("5"), version("3"), version("")] {
             let module = query(&mut connection, &module_cmd(kind, "p:m", &args));
             let script = query(&mut connection, &script_cmd(&sha, "p:s", &args));
             assert!(
-                module.as_ref().is_err_and(
-                    |e| e.starts_with("ratelab: protocol version 1, 2 or 3 expected, got ")
-                ),
+                module
+                    .as_ref()
+                    .is_err_and(|e| e.starts_with("ratelab: protocol version 4 expected, got ")),
                 "{name} {args:?}: {module:?}"
             );
             assert_eq!(module, script, "{name} {args:?}");
         }
+        let mut extra = params.clone();
+        extra.push(0);
         let mut bad: Vec<Vec<String>> = vec![
-            vec!["1".into(), now.clone(), "1".into(), "0".into()],
+            vec!["4".into(), now.clone(), "1".into(), "0".into()],
             argv("x", 1, 0, "", &params),
             argv(&now, 1, 0, "soon", &params),
             argv(&now, 1, 0, "", &params[..params.len() - 1]),
+            // A parameter more than the algorithm takes.
+            argv(&now, 1, 0, "", &extra),
             argv(&now, 11, 0, "", &params),
+            // A slack past 2^52 µs.
+            argv(&now, 1, 4_503_599_627_372, "", &params),
+            // A reset takes no cost; a settlement's actual fits too.
+            support::argv_op("reset", &now, 1, 0, "", &params),
+            support::argv_op("settle:11:0:0", &now, 1, 0, "", &params),
         ];
         let mut negative = argv(&now, 1, 0, "", &params);
         negative[2] = "-1".into();
@@ -336,12 +347,15 @@ fn corrupt_state_is_the_same_error_as_the_scripts() {
     let quota = Quota::per_second(5).unwrap().with_burst(10).unwrap();
     let now = START;
     let far: f64 = 9.0e15;
-    let mut bucket_nan = 0xffff_ffffu32.to_le_bytes().to_vec();
-    bucket_nan.extend_from_slice(&[0xff; 8]);
-    let mut bucket_late = 3u32.to_le_bytes().to_vec();
-    bucket_late.extend_from_slice(&far.to_le_bytes());
-    let mut bucket_fraction = 3u32.to_le_bytes().to_vec();
-    bucket_fraction.extend_from_slice(&1_500_000_000_000_000.5f64.to_le_bytes());
+    // Past the ceilings: a debt ending after 2^52 + 2^51 µs, a window
+    // counting more than 2^36 units.
+    let beyond_end: f64 = 6.8e15;
+    let beyond_count = 2f64.powi(37);
+    let bucket = |tokens: u32, rest: [f64; 3]| {
+        let mut bytes = tokens.to_le_bytes().to_vec();
+        bytes.extend(doubles(&rest));
+        Planted::String(bytes)
+    };
     let common = [
         Planted::List,
         Planted::String(b"abc".to_vec()),
@@ -352,44 +366,61 @@ fn corrupt_state_is_the_same_error_as_the_scripts() {
         let s = |bytes: &[u8]| Planted::String(bytes.to_vec());
         match kind {
             Kind::Gcra | Kind::LeakyQueue => vec![
+                // Version 3's decimal state.
                 s(b"9000000000000000"),
-                s(b"1.5"),
-                s(b"-4"),
-                s(b"nan"),
-                s(b"1e300"),
                 s(b" 17 "),
+                s(&doubles(&[f64::NAN, 0.0, 0.0])),
+                s(&doubles(&[beyond_end, 0.0, 0.0])),
+                s(&doubles(&[1.5, 0.0, 0.0])),
+                s(&doubles(&[1.0, -4.0, 0.0])),
+                s(&doubles(&[1.0, 0.0, far])),
             ],
             Kind::TokenBucket => vec![
-                Planted::String(bucket_nan.clone()),
-                Planted::String(bucket_late.clone()),
-                Planted::String(bucket_fraction.clone()),
+                bucket(0xffff_ffff, [1.0, 0.0, 0.0]),
+                bucket(3, [f64::NAN, 0.0, 0.0]),
+                bucket(3, [beyond_end, 0.0, 0.0]),
+                bucket(3, [1_500_000_000_000_000.5, 0.0, 0.0]),
+                bucket(3, [1.0, 0.0, far]),
+                // Version 3's 12 bytes.
+                s(&[3, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]),
             ],
-            Kind::FixedWindow | Kind::LeakyMeter => vec![
-                s(&doubles(&[f64::NAN, 1.0])),
-                s(&doubles(&[far, 1.0])),
-                s(&doubles(if kind == Kind::FixedWindow {
-                    &[1.0, 11.0]
-                } else {
-                    &[3e6, 1.0]
-                })),
-                s(&doubles(&[-1.0, 0.5])),
-                s(&doubles(&[1.0, far])),
+            Kind::FixedWindow => vec![
+                s(&doubles(&[f64::NAN, 1.0, 0.0])),
+                s(&doubles(&[far, 1.0, 0.0])),
+                s(&doubles(&[1.0, beyond_count, 0.0])),
+                s(&doubles(&[1.0, 1.0, 3.0])),
+                s(&doubles(&[-1.0, 0.5, 0.0])),
+                s(&doubles(&[1.0, 1.0])),
+            ],
+            Kind::LeakyMeter => vec![
+                s(&doubles(&[f64::NAN, 1.0, 0.0])),
+                s(&doubles(&[1.0, far, 0.0])),
+                s(&doubles(&[beyond_end, 1.0, 0.0])),
+                s(&doubles(&[-1.0, 0.5, 0.0])),
+                s(&doubles(&[1.0, 1.0, 0.5])),
             ],
             Kind::SlidingCounter => vec![
-                s(&doubles(&[far, 1.0, 1.0])),
-                s(&doubles(&[1.0, 11.0, 1.0])),
-                s(&doubles(&[1.0, 1.0, f64::INFINITY])),
+                s(&doubles(&[far, 1.0, 1.0, 0.0])),
+                s(&doubles(&[1.0, beyond_count, 1.0, 0.0])),
+                s(&doubles(&[1.0, 1.0, f64::INFINITY, 0.0])),
+                s(&doubles(&[1.0, 1.0, 1.0, 9.0])),
+                s(&doubles(&[1.0, 1.0, 1.0])),
             ],
             Kind::SlidingLog => {
-                let entries = |n: u64, at: &str| {
-                    (0..n)
-                        .map(|i| (at.to_owned(), format!("{at}:{i}")))
-                        .collect()
-                };
+                let at = now.to_string();
                 vec![
-                    Planted::Zset(entries(11, &now.to_string())),
-                    Planted::Zset(entries(2, "9000000000000000")),
+                    Planted::Zset(vec![
+                        ("9000000000000000".into(), "9000000000000000:1".into()),
+                        ("9000000000000000".into(), "9000000000000000:2".into()),
+                    ]),
                     Planted::Zset(vec![(format!("{}.5", now - 1), "half".into())]),
+                    // Members no script writes, at instants that count.
+                    Planted::Zset(vec![(at.clone(), "m0".into())]),
+                    Planted::Zset(vec![(at.clone(), format!("{at}:0"))]),
+                    Planted::Zset(vec![(at.clone(), format!("{}:1", now - 1))]),
+                    // A fence no reset writes: between instants, or ahead.
+                    Planted::Zset(vec![(format!("{}.5", now - 1), "fence".into())]),
+                    Planted::Zset(vec![("9000000000000000".into(), "fence".into())]),
                     Planted::String(b"1".to_vec()),
                 ]
             }
@@ -419,10 +450,6 @@ fn corrupt_state_is_the_same_error_as_the_scripts() {
                 let script = query(&mut connection, &script_cmd(&sha, key, &args));
                 let name = kind.name();
                 assert_eq!(module, script, "{name}: {value:?} at {key}");
-                // Lua's tonumber reads " 17 " as 17: so does the module.
-                if value_is_a_number(&value) {
-                    continue;
-                }
                 let Err(message) = &module else {
                     panic!("{name}: {value:?} at {key} was read as valid: {module:?}");
                 };
@@ -437,10 +464,6 @@ fn corrupt_state_is_the_same_error_as_the_scripts() {
             }
         }
     }
-}
-
-fn value_is_a_number(value: &Planted) -> bool {
-    matches!(value, Planted::String(b) if b.as_slice() == b" 17 ")
 }
 
 /// Module and scripts store no more per key: the same encoding, the same
@@ -498,10 +521,10 @@ fn stored_as(connection: &mut redis::Connection, key: &str) -> Stored {
 }
 
 /// On the server's clock, a check that is sure to admit reads its key in
-/// place, which makes Redis decode an integer: it must happen only before
-/// a write that stores the state again. A burst then refusals, module and
-/// script side by side: after each check the two keys are stored alike
-/// (GCRA's and the leaky queue's integers stay integers on a refusal).
+/// place, which makes Redis turn an embedded string into a raw one: it must
+/// happen only before a write that stores the state again. A burst then
+/// refusals, module and script side by side: after each check the two keys
+/// are stored alike (a refusal leaves an embedded string embedded).
 #[test]
 fn on_the_server_clock_a_refusal_leaves_the_key_as_the_script_does() {
     let server = support::server();
@@ -595,7 +618,8 @@ fn a_shortened_ttl_buys_no_admission() {
             kind.name()
         );
         // The check did read in place (what this test is about): Redis
-        // decoded the integer, the one trace a shortened TTL leaves.
+        // made the embedded string raw, the one trace a shortened TTL
+        // leaves.
         let (_, encoding) = stored_as(&mut connection, &key);
         assert_eq!(encoding, "raw", "{}: not read in place", kind.name());
     }

@@ -1,8 +1,10 @@
-//! Peek, refund and reset on the module, decision for decision the
-//! in-memory algorithm and the Lua scripts, on random sequences that
-//! interleave them with checks: the keys hold the same bytes after every
-//! step, a peek writes nothing, and a refund never takes a key above its
-//! capacity.
+//! Checks, peeks, settlements (of real stamps, replayed, and forged) and
+//! resets on the module, decision for decision and stamp for stamp the
+//! in-memory algorithm (run as the scripts run it) and the Lua scripts, on
+//! random sequences with a clock that also steps back: the keys hold the
+//! same bytes with the same TTL after every step, a peek writes nothing, and
+//! a settlement never takes a key above its capacity. 16 cases per
+//! algorithm and quota; `OPS_CASES=n` runs `n`.
 
 mod support;
 
@@ -11,7 +13,7 @@ use std::time::Duration;
 
 use proptest::prelude::*;
 use proptest::test_runner::{Config, FileFailurePersistence, TestRunner};
-use ratelab_core::Quota;
+use ratelab_core::{Quota, Stamp};
 
 use support::{Kind, Memory, Op, argv_op, connect, load_script, module_cmd, query, script_cmd};
 
@@ -32,11 +34,32 @@ fn quotas() -> Vec<Quota> {
     ]
 }
 
+/// What one step does.
+#[derive(Debug, Clone, Copy)]
+enum Act {
+    Check(u32),
+    Peek(u32),
+    /// Settles an admission seen so far (picked by this number; it may have
+    /// been settled already: a replay) to `actual`.
+    Settle {
+        pick: usize,
+        actual: u32,
+    },
+    /// Settles a stamp no check gave: `at` and `mark` near those seen, or
+    /// anywhere.
+    Forged {
+        cost: u32,
+        actual: u32,
+        at: i64,
+        mark: u64,
+    },
+    Reset,
+}
+
 #[derive(Debug, Clone)]
 struct Step {
     delta: i64,
-    op: Op,
-    cost: u32,
+    act: Act,
 }
 
 fn steps(capacity: u32) -> impl Strategy<Value = Vec<Step>> {
@@ -46,21 +69,18 @@ fn steps(capacity: u32) -> impl Strategy<Value = Vec<Step>> {
         2 => 0i64..3_000_000,
         1 => -1_000_000i64..0,
     ];
-    let op = prop_oneof![
-        5 => Just(Op::Check),
-        2 => Just(Op::Peek),
-        // What the admission still weighs: none, some, or all of it.
-        3 => prop_oneof![
-            Just(0u64),
-            0u64..4_000_000,
-            Just(1u64 << 52),
-        ]
-        .prop_map(Op::Refund),
-        1 => Just(Op::Reset),
-    ];
     let cost = prop_oneof![6 => Just(1u32), 3 => 0..=capacity, 1 => 0..=capacity + 1];
+    let actual = prop_oneof![3 => Just(0u32), 2 => 0..=capacity, 1 => Just(capacity + 1)];
+    let act = prop_oneof![
+        6 => cost.clone().prop_map(Act::Check),
+        2 => cost.clone().prop_map(Act::Peek),
+        5 => (any::<usize>(), actual.clone()).prop_map(|(pick, actual)| Act::Settle { pick, actual }),
+        1 => (cost, actual, -3_000_000i64..3_000_000, prop_oneof![Just(0u64), 0u64..5_000_000])
+            .prop_map(|(cost, actual, at, mark)| Act::Forged { cost, actual, at, mark }),
+        1 => Just(Act::Reset),
+    ];
     proptest::collection::vec(
-        (delta, op, cost).prop_map(|(delta, op, cost)| Step { delta, op, cost }),
+        (delta, act).prop_map(|(delta, act)| Step { delta, act }),
         1..50,
     )
 }
@@ -69,12 +89,12 @@ fn dump(connection: &mut redis::Connection, key: &str) -> Option<Vec<u8>> {
     redis::cmd("DUMP").arg(key).query(connection).unwrap()
 }
 
-fn del(connection: &mut redis::Connection, key: &str) {
-    redis::cmd("DEL").arg(key).query::<()>(connection).unwrap();
+fn pttl(connection: &mut redis::Connection, key: &str) -> i64 {
+    redis::cmd("PTTL").arg(key).query(connection).unwrap()
 }
 
 #[test]
-fn peek_refund_and_reset_answer_as_memory_and_as_the_scripts() {
+fn checks_settlements_and_resets_answer_as_memory_and_as_the_scripts() {
     let server = support::server();
     let connection = RefCell::new(connect(&server.url()));
     let case = Cell::new(0u64);
@@ -84,7 +104,10 @@ fn peek_refund_and_reset_answer_as_memory_and_as_the_scripts() {
             let params = kind.params(quota);
             let capacity = i64::from(quota.burst());
             let mut runner = TestRunner::new(Config {
-                cases: 16,
+                cases: std::env::var("OPS_CASES")
+                    .ok()
+                    .and_then(|n| n.parse().ok())
+                    .unwrap_or(16),
                 failure_persistence: Some(Box::new(FileFailurePersistence::WithSource(
                     "proptest-regressions",
                 ))),
@@ -98,42 +121,74 @@ fn peek_refund_and_reset_answer_as_memory_and_as_the_scripts() {
                 let module_key = format!("m:{case}");
                 let script_key = format!("s:{case}");
                 let mut memory = Memory::new(kind, quota);
+                // Every admission answered so far: its cost and its stamp.
+                let mut admitted: Vec<(u32, Stamp)> = Vec::new();
                 let mut now = START;
+                let mut history: Vec<String> = Vec::new();
                 for step in &steps {
                     now = now.saturating_add_signed(step.delta);
-                    let Some(op) = step.op.arg() else {
-                        memory.run(Op::Reset, now, 0).unwrap();
-                        del(connection, &module_key);
-                        del(connection, &script_key);
-                        continue;
+                    let (op, cost) = match step.act {
+                        Act::Check(cost) => (Op::Check, cost),
+                        Act::Peek(cost) => (Op::Peek, cost),
+                        Act::Reset => (Op::Reset, 0),
+                        Act::Settle { pick, actual } => {
+                            let Some(&(cost, stamp)) = admitted.get(pick % admitted.len().max(1))
+                            else {
+                                continue;
+                            };
+                            (Op::Settle { actual, stamp }, cost)
+                        }
+                        Act::Forged {
+                            cost,
+                            actual,
+                            at,
+                            mark,
+                        } => {
+                            // Near the instants (or window indexes) seen.
+                            let near = admitted.last().map_or(0, |(_, s)| s.at);
+                            let stamp = Stamp {
+                                at: near.saturating_add_signed(at),
+                                mark,
+                            };
+                            (Op::Settle { actual, stamp }, cost)
+                        }
                     };
                     let before = dump(connection, &module_key);
-                    let full = memory.run(Op::Peek, now, 0);
-                    let args = argv_op(&op, &now.to_string(), step.cost, SLACK_MS, "", &params);
-                    let expected = memory.run(step.op, now, step.cost);
+                    let args = argv_op(&op.arg(), &now.to_string(), cost, SLACK_MS, "", &params);
+                    let expected = memory.run(op, now, cost);
                     let module = query(connection, &module_cmd(kind, &module_key, &args));
                     let script = query(connection, &script_cmd(&sha, &script_key, &args));
-                    let at = format!("{} {:?} {} at {now}", kind.name(), step.op, step.cost);
+                    history.push(format!(
+                        "{op:?} of {cost} at {now}: {expected:?} / {module:?}"
+                    ));
+                    let at = format!(
+                        "{} {:?} of {} at {now}\n{}",
+                        kind.name(),
+                        op,
+                        cost,
+                        history.join("\n")
+                    );
                     prop_assert_eq!(&module, &expected, "module: {}", at);
                     prop_assert_eq!(&script, &expected, "script: {}", at);
                     let after = dump(connection, &module_key);
                     prop_assert_eq!(&after, &dump(connection, &script_key), "stores: {}", at);
+                    let (m, s) = (pttl(connection, &module_key), pttl(connection, &script_key));
+                    prop_assert!((m - s).abs() <= 50, "PTTL {} and {}: {}", m, s, at);
+                    prop_assert!(after.is_none() || m > 0, "a key without a TTL: {}", at);
                     if let Ok(reply) = &expected {
                         prop_assert!(reply[2] <= capacity, "above capacity: {}", at);
-                    }
-                    match step.op {
-                        Op::Peek => prop_assert_eq!(&before, &after, "a peek wrote: {}", at),
-                        Op::Refund(_) => {
-                            // A full key stays full: the refund answers the
-                            // peek it would have answered anyway.
-                            if let (Ok(full), Ok(_)) = (&full, &expected)
-                                && full[2] == capacity
-                                && full[4] == 0
-                            {
-                                prop_assert_eq!(&expected, &Ok(full.clone()), "{}", at);
-                            }
+                        if op == Op::Check && reply[0] == 1 && cost > 0 {
+                            let stamp = Stamp {
+                                at: u64::try_from(reply[6]).unwrap(),
+                                mark: u64::try_from(reply[7]).unwrap(),
+                            };
+                            admitted.push((cost, stamp));
+                        } else {
+                            prop_assert_eq!(&reply[6..], &[0, 0][..], "a stamp: {}", at);
                         }
-                        _ => {}
+                    }
+                    if op == Op::Peek {
+                        prop_assert_eq!(&before, &after, "a peek wrote: {}", at);
                     }
                 }
                 Ok(())
@@ -145,10 +200,10 @@ fn peek_refund_and_reset_answer_as_memory_and_as_the_scripts() {
     }
 }
 
-/// A version 1 call (no operation) is still a check, and a version 2 call
-/// with an unknown operation is invalid arguments, in both runners.
+/// Versions 1 to 3 are no longer answered, and an unknown operation (a
+/// version 3 refund among them) is invalid arguments, in both runners.
 #[test]
-fn version_1_still_checks_and_unknown_operations_are_invalid() {
+fn older_versions_and_unknown_operations_are_refused_alike() {
     let server = support::server();
     let mut connection = connect(&server.url());
     let quota = Quota::per_second(5).unwrap().with_burst(10).unwrap();
@@ -156,32 +211,35 @@ fn version_1_still_checks_and_unknown_operations_are_invalid() {
         let sha = load_script(&mut connection, kind);
         let params = kind.params(quota);
         let now = START.to_string();
-        let mut v1 = vec![
-            "1".to_owned(),
-            now.clone(),
-            "1".into(),
-            "0".into(),
-            String::new(),
-        ];
-        v1.extend(params.iter().map(u64::to_string));
-        let v2 = argv_op("check", &now, 1, 0, "", &params);
         let (m, s) = (
             format!("v:m:{}", kind.name()),
             format!("v:s:{}", kind.name()),
         );
-        let mut memory = Memory::new(kind, quota);
-        for (i, args) in [v1, v2].iter().enumerate() {
-            let module = query(&mut connection, &module_cmd(kind, &m, args));
-            let script = query(&mut connection, &script_cmd(&sha, &s, args));
-            let expected = memory.decide(START, 1);
-            assert_eq!(module, expected, "{} call {i}", kind.name());
-            assert_eq!(script, expected, "{} call {i}", kind.name());
+        for version in ["1", "2", "3"] {
+            let mut args = argv_op("check", &now, 1, 0, "", &params);
+            args[0] = version.to_owned();
+            let module = query(&mut connection, &module_cmd(kind, &m, &args));
+            let script = query(&mut connection, &script_cmd(&sha, &s, &args));
+            let refused = Err(format!(
+                "ratelab: protocol version 4 expected, got {version}"
+            ));
+            assert_eq!(module, refused, "{} version {version}", kind.name());
+            assert_eq!(script, refused, "{} version {version}", kind.name());
         }
-        let bad = argv_op("drop", &now, 1, 0, "", &params);
-        let module = query(&mut connection, &module_cmd(kind, &m, &bad));
-        let script = query(&mut connection, &script_cmd(&sha, &s, &bad));
         let invalid = Err(format!("ratelab {}: invalid arguments", kind.name()));
-        assert_eq!(module, invalid);
-        assert_eq!(script, invalid);
+        for op in ["drop", "refund:1000", "refund", "settle"] {
+            let bad = argv_op(op, &now, 1, 0, "", &params);
+            let module = query(&mut connection, &module_cmd(kind, &m, &bad));
+            let script = query(&mut connection, &script_cmd(&sha, &s, &bad));
+            assert_eq!(module, invalid, "{} {op}", kind.name());
+            assert_eq!(script, invalid, "{} {op}", kind.name());
+        }
+        let nothing = |c: &mut redis::Connection, key: &str| -> i64 {
+            redis::cmd("EXISTS").arg(key).query(c).unwrap()
+        };
+        assert_eq!(
+            nothing(&mut connection, &m) + nothing(&mut connection, &s),
+            0
+        );
     }
 }

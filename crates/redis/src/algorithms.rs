@@ -18,8 +18,8 @@ use crate::script::{RedisAlgorithm, Script};
 /// `$alias`, with a runnable example.
 macro_rules! on_redis {
     ($krate:literal, $algorithm:ident, $alias:ident, $file:literal, $code:literal,
-     $module:literal, $doc:literal, |$this:ident| $params:expr, max_wait: $max_wait:expr
-     $(, unsupported: $unsupported:expr)?) => {
+     $module:literal, $doc:literal, |$this:ident| $params:expr, max_wait: $max_wait:expr,
+     debt: $debt:literal $(, unsupported: $unsupported:expr)?) => {
         #[doc = $doc]
         ///
         /// ```
@@ -56,6 +56,10 @@ macro_rules! on_redis {
                 Some($module)
             }
 
+            fn is_debt(&self) -> bool {
+                $debt
+            }
+
             fn script(&self) -> &'static Script {
                 static SCRIPT: std::sync::LazyLock<Script> = std::sync::LazyLock::new(|| {
                     Script::new(concat!(
@@ -90,7 +94,8 @@ on_redis!(
     "RATELAB.FIXED-WINDOW",
     "A fixed window with its state on Redis, windows aligned on the Unix epoch.",
     |a| vec![a.window_micros(), a.capacity()],
-    max_wait: a.window_micros()
+    max_wait: a.window_micros(),
+    debt: false
 );
 on_redis!(
     "ratelab_sliding_window",
@@ -102,6 +107,7 @@ on_redis!(
     "A sliding log with its state on Redis (a sorted set of admissions, one member per unit: a limit of at most `MAX_STORED_LOG_LIMIT`).",
     |a| vec![a.window_micros(), a.capacity()],
     max_wait: a.window_micros(),
+    debt: false,
     unsupported: (a.capacity() > u64::from(ratelab_sliding_window::MAX_STORED_LOG_LIMIT)).then_some(
         "a sliding log above 10,000 units on Redis (one sorted-set member per unit); use the sliding counter"
     )
@@ -115,7 +121,8 @@ on_redis!(
     "RATELAB.SLIDING-COUNTER",
     "A sliding window counter with its state on Redis.",
     |a| vec![a.window_micros(), a.capacity(), a.step_micros(), a.steps()],
-    max_wait: 2 * a.window_micros()
+    max_wait: 2 * a.window_micros(),
+    debt: false
 );
 on_redis!(
     "ratelab_leaky_bucket",
@@ -130,7 +137,8 @@ on_redis!(
         a.quota().burst_tolerance_micros(),
         a.capacity(),
     ],
-    max_wait: a.quota().burst_tolerance_micros()
+    max_wait: a.quota().burst_tolerance_micros(),
+    debt: true
 );
 on_redis!(
     "ratelab_leaky_bucket",
@@ -145,7 +153,8 @@ on_redis!(
         a.quota().burst_tolerance_micros(),
         a.capacity(),
     ],
-    max_wait: a.quota().burst_tolerance_micros()
+    max_wait: a.quota().burst_tolerance_micros(),
+    debt: true
 );
 on_redis!(
     "ratelab_token_bucket",
@@ -156,7 +165,8 @@ on_redis!(
     "RATELAB.TOKEN-BUCKET",
     "A token bucket with its state on Redis.",
     |a| vec![a.interval_micros(), a.capacity()],
-    max_wait: a.capacity() * a.interval_micros()
+    max_wait: a.capacity() * a.interval_micros(),
+    debt: true
 );
 on_redis!(
     "ratelab_gcra",
@@ -167,5 +177,6 @@ on_redis!(
     "RATELAB.GCRA",
     "GCRA with its state on Redis: one timestamp per key.",
     |a| vec![a.interval_micros(), a.tolerance_micros(), a.capacity()],
-    max_wait: a.tolerance_micros()
+    max_wait: a.tolerance_micros(),
+    debt: true
 );

@@ -27,7 +27,8 @@ pub enum ScriptBackend {
     ///
     /// On one node, the limiter's first call asks `RATELAB.PROTOCOL` once
     /// and remembers the answer (the module when it speaks this protocol
-    /// version, else the scripts). On a Redis Cluster, where a keyless probe
+    /// version, exactly: a module of another version refuses this one's
+    /// calls, so the scripts run instead). On a Redis Cluster, where a keyless probe
     /// would reach one random node, the limiter sends the module's command
     /// (routed by its key, as `EVALSHA` is) and, on `ERR unknown command`,
     /// sends the same call as `EVALSHA` and remembers that the module is
@@ -36,7 +37,11 @@ pub enum ScriptBackend {
     /// has it), and a module that vanishes (a restart or failover onto a node
     /// without it) costs one `ERR unknown command` reply, then the call goes
     /// to the script. A cluster whose nodes disagree thus mostly runs the
-    /// scripts, which every node can run. The memory is per limiter.
+    /// scripts, which every node can run. A module of another protocol
+    /// version counts as missing: on one node its `RATELAB.PROTOCOL` says
+    /// so, on a cluster its refusal of the call does (`ratelab: protocol
+    /// version ...`, nothing decided), and the call goes to the script.
+    /// The memory is per limiter.
     #[default]
     Auto,
     /// Always the module: a server without it answers every call with a
@@ -112,15 +117,26 @@ pub(crate) fn is_unknown_command(error: &RedisError) -> bool {
             .is_some_and(|d| d.starts_with("unknown command"))
 }
 
+/// `ratelab: protocol version ... expected, got ...`: a module of another
+/// protocol version refused this one's call (nothing was decided or
+/// written).
+pub(crate) fn is_other_version(error: &RedisError) -> bool {
+    error.code() == Some("ratelab:")
+        && error
+            .detail()
+            .is_some_and(|d| d.starts_with("protocol version "))
+}
+
 /// `RATELAB.PROTOCOL` on a single node: `Ok(true)` when the module is loaded
 /// and speaks this protocol version, `Ok(false)` when the command is unknown
-/// (or answers another version); other errors are the call's.
+/// or answers another version (each version refuses the others' calls);
+/// other errors are the call's.
 pub(crate) async fn probe(connection: &Connection) -> Result<bool, RedisError> {
     match connection
         .query::<Value>(&redis::cmd("RATELAB.PROTOCOL"))
         .await
     {
-        Ok(Value::Int(version)) => Ok(version >= i64::from(PROTOCOL_VERSION)),
+        Ok(Value::Int(version)) => Ok(version == i64::from(PROTOCOL_VERSION)),
         Ok(_) => Ok(false),
         Err(e) if is_unknown_command(&e) => Ok(false),
         Err(e) => Err(e),
@@ -157,6 +173,16 @@ mod tests {
             "wrong number of arguments"
         )));
         assert!(!is_unknown_command(&server(
+            "ratelab",
+            "gcra: invalid arguments"
+        )));
+        // A module of another version refuses the call the same way the
+        // scripts would.
+        assert!(is_other_version(&server(
+            "ratelab:",
+            "protocol version 1, 2 or 3 expected, got 4"
+        )));
+        assert!(!is_other_version(&server(
             "ratelab",
             "gcra: invalid arguments"
         )));

@@ -4,7 +4,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use ratelab_core::{Clock, Keyed, SystemClock, duration_to_micros};
+use ratelab_core::{Clock, Issuer, Keyed, SystemClock, duration_to_micros};
 
 use crate::alert::{Alert, AlertCallback, Alerts};
 use crate::backend::{Detection, ScriptBackend};
@@ -94,12 +94,18 @@ impl<A: RedisAlgorithm> RedisLimiterBuilder<A> {
     /// (default: none with Redis time, [`DEFAULT_CLIENT_TTL_SLACK`] with a
     /// client clock, which Redis's own clock may not follow).
     ///
-    /// It is also how far back a clock may step: the scripts take a stored
-    /// instant up to the slack plus one second ahead of now (Redis clocks
-    /// differ a little after a failover), and report state further ahead as
-    /// corrupt (no quota could have written it). A simulation whose client
-    /// clock steps back anywhere sets it to
-    /// [`MAX_INSTANT_MICROS`](ratelab_core::MAX_INSTANT_MICROS).
+    /// It is also how far back a clock may step: the scripts take an instant
+    /// the key was written at up to the slack plus one second ahead of now
+    /// (Redis clocks differ a little after a failover), and report state
+    /// further ahead as corrupt (no clock of this key's could have written
+    /// it). A simulation whose client clock steps back anywhere sets it to
+    /// [`MAX_INSTANT_MICROS`](ratelab_core::MAX_INSTANT_MICROS), the most the
+    /// scripts take ([`MAX_TTL_SLACK_MS`](crate::MAX_TTL_SLACK_MS): no clock
+    /// steps back further than its whole range). A larger slack is refused:
+    /// every call of the limiter answers [`Error::Unsupported`] at once,
+    /// before any round trip.
+    ///
+    /// [`Error::Unsupported`]: ratelab_core::Error::Unsupported
     pub fn ttl_slack(mut self, slack: Duration) -> Self {
         self.ttl_slack = Some(slack);
         self
@@ -195,7 +201,7 @@ impl<A: RedisAlgorithm> RedisLimiterBuilder<A> {
         let params = self.algorithm.script_params();
         let key_suffix = self.algorithm.key_suffix();
         let ttl_slack_ms = duration_to_micros(slack).div_ceil(1000);
-        // The scripts accept stored instants up to 1 s plus the slack ahead
+        // The scripts accept written instants up to 1 s plus the slack ahead
         // of now: replies may wait that much longer than from a fresh state.
         let bounds = Bounds {
             capacity: self.algorithm.capacity(),
@@ -204,6 +210,7 @@ impl<A: RedisAlgorithm> RedisLimiterBuilder<A> {
                 .max_wait_micros()
                 .saturating_add(1_000_000)
                 .saturating_add(ttl_slack_ms.saturating_mul(1000)),
+            debt: self.algorithm.is_debt(),
         };
         RedisLimiter {
             inner: Arc::new(Inner {
@@ -227,6 +234,7 @@ impl<A: RedisAlgorithm> RedisLimiterBuilder<A> {
                 counters: Counters::default(),
                 backend: self.backend,
                 detection: Detection::new(),
+                issuer: Issuer::new(),
             }),
         }
     }

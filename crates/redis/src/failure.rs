@@ -1,7 +1,7 @@
 //! What a check answers when Redis failed or was too slow: outages and data
 //! errors told apart, then the [`FailurePolicy`], after an alert.
 
-use ratelab_core::{Decision, Error, duration_to_micros};
+use ratelab_core::{Decision, Error, Receipt, duration_to_micros};
 use redis::{ErrorKind, RedisError, ServerErrorKind};
 
 use crate::alert::Alert;
@@ -53,12 +53,15 @@ pub(crate) fn classify(error: RedisError) -> Error {
 impl<A: RedisAlgorithm> Inner<A> {
     /// Raises an alert for `error`, then answers as the policy says: the
     /// policy applies to outages, and to data errors only when asked to.
+    /// With `receipt`, an admission the fallback decided has the fallback's
+    /// receipt; fail open charges nothing anywhere, so it has none.
     pub(crate) fn on_failure(
         &self,
         key: &[u8],
         cost: u32,
         error: Error,
-    ) -> Result<Decision, Error> {
+        receipt: bool,
+    ) -> Result<(Decision, Option<Receipt>), Error> {
         let policy = if error.is_unavailable() || self.policy_on_data_errors {
             self.failure
         } else {
@@ -72,6 +75,7 @@ impl<A: RedisAlgorithm> Inner<A> {
             },
             self.stats(),
         );
+        let mut issued = None;
         let decision = match policy {
             FailurePolicy::Error => return Err(error),
             // As a fresh key would answer: what is left after `cost`, and
@@ -97,13 +101,18 @@ impl<A: RedisAlgorithm> Inner<A> {
                     .with_reset_after_micros(retry)
             }
             FailurePolicy::Fallback => match &self.fallback {
+                Some(fallback) if receipt => {
+                    let (decision, given) = fallback.check_with_receipt(key, cost)?;
+                    issued = given;
+                    decision
+                }
                 Some(fallback) => fallback.check(key, cost)?,
                 None => return Err(error),
             },
         };
         // Told apart from Redis's own answers, so that a caller with its own
         // failure mode (an HTTP policy) can let that mode win.
-        Ok(decision.degraded())
+        Ok((decision.degraded(), issued))
     }
 }
 

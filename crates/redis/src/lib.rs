@@ -31,10 +31,13 @@
 //! builder's [`backend`](RedisLimiterBuilder::backend) forces either.
 //!
 //! Beside the check, one round trip each: [`RedisLimiter::peek`] (the
-//! decision a check would get, nothing written), [`RedisLimiter::refund`]
-//! (units given back, never above the capacity) and [`RedisLimiter::reset`]
-//! (the key deleted): the script protocol's operations ([`Op`]), the same
-//! arithmetic as in memory.
+//! decision a check would get, nothing written),
+//! [`RedisLimiter::check_with_receipt`] and [`RedisLimiter::settle`] (an
+//! admission's [`Receipt`](ratelab_core::Receipt) holds the stamp the script
+//! answered; its settlement gives back only what the key provably still
+//! holds of it, or charges what it used beyond) and [`RedisLimiter::reset`]:
+//! the script protocol's operations ([`Op`]), the same arithmetic as in
+//! memory.
 //!
 //! ```
 //! use ratelab_core::Quota;
@@ -50,25 +53,25 @@
 //!     .on_failure(FailurePolicy::Deny)
 //!     .build();
 //!
-//! let mut admitted = Vec::new();
+//! let mut receipts = Vec::new();
 //! for _ in 0..20 {
-//!     let asked = std::time::Instant::now();
-//!     let decision = limiter.check(b"client-42", 1).await?;
-//!     if decision.allowed {
-//!         admitted.push((asked, decision));
-//!     }
+//!     let (decision, receipt) = limiter.check_with_receipt(b"client-42", 1).await?;
+//!     assert_eq!(decision.allowed, receipt.is_some());
+//!     receipts.extend(receipt);
 //! }
-//! assert_eq!(admitted.len(), 10);
+//! assert_eq!(receipts.len(), 10);
 //!
-//! // A login that should not count given back (what its admission still
-//! // weighs: its reset, less the time since), a successful one forgiving
-//! // the rest.
-//! let (asked, last) = admitted[9];
-//! let owed = last.reset_after().saturating_sub(asked.elapsed());
-//! assert!(limiter.refund(b"client-42", 1, owed).await?.remaining >= 1);
+//! // A login that should not count given back (the limiter decides what
+//! // its admission still holds), a successful one forgiving the rest.
+//! let last = receipts.pop().expect("ten admissions");
+//! assert!(limiter.refund(last).await?.remaining >= 1);
 //! assert!(limiter.peek(b"client-42", 1).await?.allowed);
 //! limiter.reset(b"client-42").await?;
 //! assert_eq!(limiter.peek(b"client-42", 0).await?.remaining, 10);
+//! // Receipts from before the reset give nothing back any more.
+//! assert!(limiter.check(b"client-42", 1).await?.allowed);
+//! let before = receipts.pop().expect("nine left");
+//! assert_eq!(limiter.refund(before).await?.remaining, 9);
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! # })?;
 //! # Ok::<(), Box<dyn std::error::Error>>(())
@@ -104,7 +107,7 @@ pub use key::{MAX_KEY_LEN, hash_tag, redis_key};
 pub use limiter::RedisLimiter;
 pub use redis::RedisError;
 pub use reply::InvalidReply;
-pub use script::{Op, PROTOCOL_VERSION, RedisAlgorithm, Script, ScriptArgs};
+pub use script::{MAX_TTL_SLACK_MS, Op, PROTOCOL_VERSION, RedisAlgorithm, Script, ScriptArgs};
 pub use settings::{
     DEFAULT_BREAKER_COOL_DOWN, DEFAULT_BREAKER_THRESHOLD, DEFAULT_CLIENT_TTL_SLACK,
     DEFAULT_CLOCK_SKEW, DEFAULT_PREFIX, DEFAULT_TIMEOUT, FailurePolicy, TimeSource,

@@ -8,21 +8,23 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use ratelab_core::{
-    AsyncRateLimiter, CheckFuture, Clock, Decision, Error, Keyed, Limiter, MAX_INSTANT_MICROS,
-    Quota, ResetFuture, SystemClock, clamp_instant, duration_to_micros, ensure_fits, owed_micros,
+    AsyncRateLimiter, CheckFuture, Clock, Decision, Error, Issuer, Keyed, Limiter, Quota, Receipt,
+    ReceiptFuture, ResetFuture, Stamp, SystemClock, clamp_instant, duration_to_micros, ensure_fits,
 };
 use redis::Value;
 
 use crate::alert::Alerts;
-use crate::backend::{Detection, Route, ScriptBackend, is_unknown_command, probe};
+use crate::backend::{
+    Detection, Route, ScriptBackend, is_other_version, is_unknown_command, probe,
+};
 use crate::breaker::{Breaker, Permit};
 use crate::builder::RedisLimiterBuilder;
 use crate::connection::Connection;
 use crate::failure::classify;
 use crate::key::redis_key;
 use crate::refusal_cache::RefusalCache;
-use crate::reply::{Bounds, decision_from_reply};
-use crate::script::{Op, RedisAlgorithm, ScriptArgs};
+use crate::reply::{Asked, Bounds, decision_from_reply};
+use crate::script::{MAX_TTL_SLACK_MS, Op, RedisAlgorithm, ScriptArgs};
 use crate::settings::{FailurePolicy, TimeSource};
 use crate::stats::{Counters, Stats};
 
@@ -62,6 +64,8 @@ pub(crate) struct Inner<A: RedisAlgorithm> {
     pub(crate) counters: Counters,
     pub(crate) backend: ScriptBackend,
     pub(crate) detection: Detection,
+    /// Issues this limiter's receipts, and takes them back.
+    pub(crate) issuer: Issuer,
 }
 
 impl<A: RedisAlgorithm> Clone for RedisLimiter<A> {
@@ -94,6 +98,41 @@ impl<A: RedisAlgorithm> RedisLimiter<A> {
     /// [`FailurePolicy::Error`], [`Error::Timeout`], [`Error::Backend`] or
     /// [`Error::CircuitOpen`] when Redis is unavailable.
     pub async fn check(&self, key: &[u8], cost: u32) -> Result<Decision, Error> {
+        self.decide(key, cost, false)
+            .await
+            .map(|(decision, _)| decision)
+    }
+
+    /// Decides as [`RedisLimiter::check`] does, and hands back, for an
+    /// admission of a positive cost, a [`Receipt`] for it: give it to
+    /// [`settle`](RedisLimiter::settle) or [`refund`](RedisLimiter::refund)
+    /// of this limiter when what the request really counts for is known, or
+    /// drop it to keep the charge. The receipt holds the stamp the script
+    /// answered (what the key held right after the admission): a settlement
+    /// gives back only what the key provably still holds of it (the rule:
+    /// [`Receipt`]).
+    ///
+    /// A decision the failure policy made has no receipt under
+    /// [`FailurePolicy::Allow`] and [`FailurePolicy::Deny`] (nothing was
+    /// charged anywhere); under [`FailurePolicy::Fallback`] the in-memory
+    /// fallback issues it, and [`RedisLimiter::settle`] takes it there.
+    /// A cached refusal has none either. Errors as for
+    /// [`RedisLimiter::check`].
+    pub async fn check_with_receipt(
+        &self,
+        key: &[u8],
+        cost: u32,
+    ) -> Result<(Decision, Option<Receipt>), Error> {
+        self.decide(key, cost, true).await
+    }
+
+    /// A check, with a receipt for an admission when `receipt`.
+    async fn decide(
+        &self,
+        key: &[u8],
+        cost: u32,
+        receipt: bool,
+    ) -> Result<(Decision, Option<Receipt>), Error> {
         let inner = &*self.inner;
         ensure_fits(cost, inner.capacity)?;
         inner.ensure_supported()?;
@@ -107,22 +146,24 @@ impl<A: RedisAlgorithm> RedisLimiter<A> {
             && let Some(refusal) = cache.refusal(key, cost, local_now)
         {
             Counters::count(&inner.counters.cached_refusals);
-            return Ok(refusal);
+            return Ok((refusal, None));
         }
         let redis_key = self.redis_key(key);
         match inner
             .guarded(inner.run(&redis_key, now, cost, Op::Check))
             .await
         {
-            Ok(decision) => {
+            Ok((decision, stamp)) => {
                 if let (Some(cache), Some(local_now)) = (&inner.refusals, local_now)
                     && !decision.allowed
                 {
                     cache.remember(key, cost, local_now, &decision);
                 }
-                Ok(decision)
+                let receipt = (receipt && decision.allowed && cost > 0)
+                    .then(|| inner.issuer.issue(key, cost, stamp));
+                Ok((decision, receipt))
             }
-            Err(error) => inner.on_failure(key, cost, error),
+            Err(error) => inner.on_failure(key, cost, error, receipt),
         }
     }
 
@@ -144,73 +185,97 @@ impl<A: RedisAlgorithm> RedisLimiter<A> {
             .guarded(inner.run(&redis_key, inner.now(), cost, Op::Peek))
             .await
         {
-            Ok(decision) => Ok(decision),
+            Ok((decision, _)) => Ok(decision),
             Err(error) => inner.peek_on_failure(key, cost, error),
         }
     }
 
-    /// Gives back up to `cost` units `key` consumed, for an admission that
-    /// still weighs on it for `owed` ([`RateLimiter::refund`]: only what it
-    /// still holds comes back), never taking it above its capacity (what
-    /// each algorithm gives back:
-    /// [`Algorithm::refund`](ratelab_core::Algorithm::refund)); answers what
-    /// a peek of cost 0 would after it. One round trip; this instance's
-    /// cached refusal for `key` is forgotten.
+    /// Settles the admission `receipt` stands for: it finally counts for
+    /// `actual` units instead of the cost it was charged. Less gives the
+    /// difference back, only what the key provably still holds of it (units
+    /// whose debt was repaid, or counted in a window that has ended, belong
+    /// to other requests by then; a reset since gives nothing back); more
+    /// charges the difference as debt that later requests wait out,
+    /// whatever the room. Never takes the key above its capacity. The rule,
+    /// and why it never lets more than the quota count: [`Receipt`].
+    /// Answers what a peek of cost 0 would after it. One round trip; this
+    /// instance's cached refusal for the key is forgotten.
     ///
-    /// On Redis `TIME` the refund is decided when the script runs, which may
-    /// be as late as the call's deadline allows: `owed` is taken down by the
-    /// timeout and twice the clock skew first. On the client's clock it is
-    /// decided at the instant sent with it.
+    /// The script decides from the stamp the receipt holds and the key's own
+    /// state, at the instant it runs (never before the latest instant the
+    /// key was written at, when a client clock went back). A receipt the
+    /// in-memory fallback issued (during an outage, under
+    /// [`FailurePolicy::Fallback`]) is settled there, in memory.
     ///
-    /// No failure policy applies: when Redis is unavailable the error is
-    /// returned (there is nothing to give back on a store that is not there,
-    /// and a fallback never saw the units).
-    ///
-    /// [`RateLimiter::refund`]: ratelab_core::RateLimiter::refund
-    pub async fn refund(&self, key: &[u8], cost: u32, owed: Duration) -> Result<Decision, Error> {
+    /// Errors: [`Error::ForeignReceipt`] for a receipt neither this limiter
+    /// nor its fallback issued (nothing changes); [`Error::CostTooHigh`] for
+    /// an `actual` above the capacity (the receipt is spent, the admission
+    /// counts as charged). No failure policy applies: when Redis is
+    /// unavailable the error is returned, and the admission counts as
+    /// charged.
+    pub async fn settle(&self, receipt: Receipt, actual: u32) -> Result<Decision, Error> {
         let inner = &*self.inner;
-        ensure_fits(cost, inner.capacity)?;
-        inner.ensure_supported()?;
-        let in_flight = match inner.time {
-            TimeSource::Redis => inner
-                .timeout
-                .saturating_add(inner.clock_skew.saturating_mul(2)),
-            TimeSource::Client(_) => Duration::ZERO,
+        let redeemed = match inner.issuer.redeem(receipt) {
+            Ok(redeemed) => redeemed,
+            // The fallback's own, or another limiter's (the fallback says
+            // so).
+            Err(receipt) => {
+                return match &inner.fallback {
+                    Some(fallback) => fallback.settle(receipt, actual).map(Decision::degraded),
+                    None => Err(Error::ForeignReceipt),
+                };
+            }
         };
-        // Sent as an integer the scripts read exactly: any more is as good
-        // as all of it (2^52 µs is over a century).
-        let owed = owed_micros(owed.saturating_sub(in_flight)).min(MAX_INSTANT_MICROS);
+        ensure_fits(actual, inner.capacity)?;
+        inner.ensure_supported()?;
+        if let Some(cache) = &inner.refusals {
+            cache.forget(&redeemed.key);
+        }
+        let settlement = redeemed.settlement(actual);
+        let op = Op::Settle {
+            actual: settlement.actual,
+            stamp: settlement.stamp,
+        };
+        let redis_key = self.redis_key(&redeemed.key);
+        inner
+            .guarded(inner.run(&redis_key, inner.now(), settlement.charged, op))
+            .await
+            .map(|(decision, _)| decision)
+    }
+
+    /// Gives back what the admission `receipt` stands for still holds: a
+    /// request admitted that should not count (only failures count, the
+    /// work was cancelled). [`RedisLimiter::settle`] to 0.
+    pub async fn refund(&self, receipt: Receipt) -> Result<Decision, Error> {
+        self.settle(receipt, 0).await
+    }
+
+    /// Puts `key` back to full capacity, as if it had never been seen, and
+    /// no receipt issued for it before gives anything back afterwards (the
+    /// script's reset: [`Algorithm::reset`](ratelab_core::Algorithm::reset)).
+    /// One round trip; this instance's cached refusal for `key` is
+    /// forgotten.
+    ///
+    /// Cost: a key that holds something a receipt could still claim keeps a
+    /// tombstone (the state of a key never seen, with its ledger or fence)
+    /// until none could: at most the burst's time for the debts, until the
+    /// window (the sliding counter: the window after it) ends for the
+    /// windows, a window for the sliding log, plus the TTL slack; and in a
+    /// window algorithm, admissions later in the same window cannot be
+    /// given back. Redis cannot know whether receipts are outstanding, so a
+    /// reset pays this even when none is. A key that holds nothing is left
+    /// alone. As for [`RedisLimiter::settle`], no failure policy applies.
+    pub async fn reset(&self, key: &[u8]) -> Result<(), Error> {
+        let inner = &*self.inner;
+        inner.ensure_supported()?;
         if let Some(cache) = &inner.refusals {
             cache.forget(key);
         }
         let redis_key = self.redis_key(key);
         inner
-            .guarded(inner.run(&redis_key, inner.now(), cost, Op::Refund { owed }))
+            .guarded(inner.run(&redis_key, inner.now(), 0, Op::Reset))
             .await
-    }
-
-    /// Puts `key` back to full capacity: `DEL` of its Redis key (the key of
-    /// this quota: state kept under other parameters is another key, and
-    /// expires by itself). One round trip; this instance's cached refusal for
-    /// `key` is forgotten. As for [`RedisLimiter::refund`], no failure policy
-    /// applies.
-    pub async fn reset(&self, key: &[u8]) -> Result<(), Error> {
-        let inner = &*self.inner;
-        if let Some(cache) = &inner.refusals {
-            cache.forget(key);
-        }
-        let mut cmd = redis::cmd("DEL");
-        cmd.arg(self.redis_key(key));
-        inner
-            .guarded(async {
-                inner
-                    .connection
-                    .query::<Value>(&cmd)
-                    .await
-                    .map(drop)
-                    .map_err(classify)
-            })
-            .await
+            .map(drop)
     }
 
     /// What this limiter has done so far.
@@ -240,9 +305,14 @@ impl<A: RedisAlgorithm> Inner<A> {
     }
 
     /// [`Error::Unsupported`] for parameters Redis cannot hold
-    /// ([`RedisAlgorithm::unsupported`]): refused here, before the script
-    /// would answer `invalid arguments`.
+    /// ([`RedisAlgorithm::unsupported`]) or a TTL slack the scripts refuse:
+    /// refused here, before the script would answer `invalid arguments`.
     fn ensure_supported(&self) -> Result<(), Error> {
+        if self.ttl_slack_ms > MAX_TTL_SLACK_MS {
+            return Err(Error::Unsupported(
+                "a TTL slack above 2^52 µs (MAX_TTL_SLACK_MS), which the scripts refuse",
+            ));
+        }
         match self.algorithm.unsupported() {
             Some(why) => Err(Error::Unsupported(why)),
             None => Ok(()),
@@ -297,7 +367,7 @@ impl<A: RedisAlgorithm> Inner<A> {
     fn peek_on_failure(&self, key: &[u8], cost: u32, error: Error) -> Result<Decision, Error> {
         // Cost 0 charges no fallback; this raises the alert and applies the
         // policy (or returns the error) exactly as for a check.
-        let answer = self.on_failure(key, 0, error)?;
+        let (answer, _) = self.on_failure(key, 0, error, false)?;
         Ok(match (self.failure, &self.fallback) {
             (FailurePolicy::Fallback, Some(fallback)) => fallback.peek(key, cost)?.degraded(),
             (FailurePolicy::Allow, _) if cost > 0 => Decision::admitted(self.capacity)
@@ -310,14 +380,14 @@ impl<A: RedisAlgorithm> Inner<A> {
 
     /// One call (the module's command or `EVALSHA`, as the backend says;
     /// after `NOSCRIPT`, the script is loaded and the same call sent again),
-    /// its reply validated.
+    /// its reply validated: the decision, and the stamp of an admission.
     async fn run(
         &self,
         key: &[u8],
         now: Option<u64>,
         cost: u32,
         op: Op,
-    ) -> Result<Decision, Error> {
+    ) -> Result<(Decision, Stamp), Error> {
         // Past this instant on Redis's clock the caller has given up: the
         // script must not charge it.
         let deadline = unix_micros()
@@ -332,7 +402,11 @@ impl<A: RedisAlgorithm> Inner<A> {
             &self.params,
         );
         let reply = self.call(key, &args).await?;
-        decision_from_reply(self.algorithm.name(), &reply, self.bounds).map_err(Error::data)
+        let asked = Asked {
+            stamps: op == Op::Check && cost > 0,
+            now,
+        };
+        decision_from_reply(self.algorithm.name(), &reply, self.bounds, asked).map_err(Error::data)
     }
 
     /// Sends `args` for `key` to the module's command when the backend says
@@ -347,19 +421,26 @@ impl<A: RedisAlgorithm> Inner<A> {
             cmd.arg(key).arg(args.as_slice());
             Counters::count(&self.counters.module_calls);
             match self.connection.query::<Value>(&cmd).await {
-                Err(e) if is_unknown_command(&e) => {
+                Err(e) if is_unknown_command(&e) || is_other_version(&e) => {
                     if self.backend != ScriptBackend::Auto {
+                        let what = if is_other_version(&e) {
+                            "speaks another protocol version"
+                        } else {
+                            "is not loaded"
+                        };
                         return Err(Error::data(format!(
-                            "the ratelab module is not loaded on this Redis ({command} answered \
-                             \"{} {}\"): load it (redis-server --loadmodule \
-                             libratelab_redis_module.so) or use ScriptBackend::Auto or \
-                             ScriptBackend::Lua",
+                            "the ratelab module {what} on this Redis ({command} answered \
+                             \"{} {}\"): load this version's \
+                             (redis-server --loadmodule libratelab_redis_module.so) or use \
+                             ScriptBackend::Auto or ScriptBackend::Lua",
                             e.code().unwrap_or_default(),
                             e.detail().unwrap_or_default()
                         )));
                     }
                     // Gone (a restart or failover onto a node without it),
-                    // or never there on this cluster node: the script.
+                    // never there on this cluster node, or of another
+                    // version (a cluster's nodes are probed by the command
+                    // itself): the script, which this client ships.
                     self.detection.missing();
                 }
                 Ok(reply) => {
@@ -450,8 +531,12 @@ impl<A: RedisAlgorithm> AsyncRateLimiter for RedisLimiter<A> {
         Box::pin(self.peek(key, cost))
     }
 
-    fn refund_async<'a>(&'a self, key: &'a [u8], cost: u32, owed: Duration) -> CheckFuture<'a> {
-        Box::pin(self.refund(key, cost, owed))
+    fn check_with_receipt_async<'a>(&'a self, key: &'a [u8], cost: u32) -> ReceiptFuture<'a> {
+        Box::pin(self.check_with_receipt(key, cost))
+    }
+
+    fn settle_async(&self, receipt: Receipt, actual: u32) -> CheckFuture<'_> {
+        Box::pin(self.settle(receipt, actual))
     }
 
     fn reset_async<'a>(&'a self, key: &'a [u8]) -> ResetFuture<'a> {

@@ -2,7 +2,7 @@
 
 use std::fmt;
 
-use ratelab_core::Decision;
+use ratelab_core::{Decision, Stamp};
 use redis::Value;
 
 /// What a reply must satisfy, from the limiter's own parameters.
@@ -10,8 +10,28 @@ use redis::Value;
 pub(crate) struct Bounds {
     /// The algorithm's capacity: the `limit` every reply must carry.
     pub(crate) capacity: u64,
-    /// The longest wait the script can answer, clock skew allowance included.
+    /// The longest wait the script can answer from state checks wrote,
+    /// clock skew allowance included.
     pub(crate) max_wait: u64,
+    /// A debt, whose waits after a settlement charged more may run up to
+    /// [`MAX_END`].
+    pub(crate) debt: bool,
+}
+
+/// The latest instant a debt may end at in the protocol (`lua/README.md`,
+/// "State"): 2^52 + 2^51 µs.
+pub(crate) const MAX_END: u64 = (1 << 52) + (1 << 51);
+
+/// The largest integer the scripts send exactly: 2^53 − 1.
+const MAX_EXACT: u64 = (1 << 53) - 1;
+
+/// What the call was, for what its reply may hold.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Asked {
+    /// A check of a positive cost: an admission answers its stamp.
+    pub(crate) stamps: bool,
+    /// The instant sent (a client clock), when there was one.
+    pub(crate) now: Option<u64>,
 }
 
 /// A reply no script of this limiter could have sent.
@@ -34,16 +54,22 @@ impl fmt::Display for InvalidReply {
 
 impl std::error::Error for InvalidReply {}
 
-/// `{allowed, limit, remaining, retry_after_us, reset_after_us, delay_us}`:
-/// six integers, `allowed` 0 or 1, `limit` the capacity, `remaining` at most
-/// the limit, waits within `bounds.max_wait`, no wait to retry an admitted
-/// request and no delay for a refused one. Read as [`Value`] so that a
+/// `{allowed, limit, remaining, retry_after_us, reset_after_us, delay_us,
+/// stamp_at, stamp_mark}`: eight integers, `allowed` 0 or 1, `limit` the
+/// capacity, `remaining` at most the limit, no wait to retry an admitted
+/// request and no delay for a refused one; waits within `bounds.max_wait`,
+/// but for a debt's refusals, peeks and settlements (up to [`MAX_END`]:
+/// settlements charge whatever the room); a stamp exactly for an admission
+/// of a check of a positive cost, within bounds (a debt's end after the
+/// instant sent and no further than the longest wait; a window's with no
+/// mark), and `0, 0` for anything else. Read as [`Value`] so that a
 /// negative integer is seen as one, not wrapped into a huge unsigned one.
 pub(crate) fn decision_from_reply(
     script: &'static str,
     reply: &Value,
     bounds: Bounds,
-) -> Result<Decision, InvalidReply> {
+    asked: Asked,
+) -> Result<(Decision, Stamp), InvalidReply> {
     let invalid = |why| InvalidReply {
         script,
         reply: shown(reply),
@@ -52,40 +78,66 @@ pub(crate) fn decision_from_reply(
     let Value::Array(items) = reply else {
         return Err(invalid("not an array"));
     };
-    let mut n = [0u64; 6];
+    let mut n = [0u64; 8];
     if items.len() != n.len() {
-        return Err(invalid("not six integers"));
+        return Err(invalid("not eight integers"));
     }
     for (slot, item) in n.iter_mut().zip(items) {
         let Value::Int(i) = item else {
-            return Err(invalid("not six integers"));
+            return Err(invalid("not eight integers"));
         };
         *slot = u64::try_from(*i).map_err(|_| invalid("a negative integer"))?;
     }
-    let [allowed, limit, remaining, retry, reset, delay] = n;
+    let [allowed, limit, remaining, retry, reset, delay, at, mark] = n;
+    let stamp = Stamp { at, mark };
     if limit != bounds.capacity {
         return Err(invalid("limit is not this limiter's capacity"));
     }
     if remaining > limit {
         return Err(invalid("remaining above the limit"));
     }
-    if retry > bounds.max_wait || reset > bounds.max_wait || delay > bounds.max_wait {
+    let admission = asked.stamps && allowed == 1;
+    // A settlement's debt lengthens a debt's waits, but never an
+    // admission's: it needed the room.
+    let max_wait = if bounds.debt && !admission {
+        bounds.max_wait.max(MAX_END)
+    } else {
+        bounds.max_wait
+    };
+    if retry > max_wait || reset > max_wait || delay > max_wait {
         return Err(invalid("a wait longer than this quota can produce"));
     }
-    match allowed {
-        1 if retry == 0 => Ok(Decision::admitted(limit)
+    if admission {
+        let ends_ahead = match (bounds.debt, asked.now) {
+            // The key is full again after the admission, and at most the
+            // longest wait after the instant sent.
+            (true, Some(now)) => at > now && at - now <= bounds.max_wait,
+            (true, None) => (1..=MAX_END).contains(&at),
+            (false, _) => mark == 0 && at <= MAX_END,
+        };
+        if !ends_ahead || mark > MAX_EXACT {
+            return Err(invalid("a stamp out of bounds"));
+        }
+    } else if stamp != Stamp::default() {
+        return Err(invalid("a stamp for no admission"));
+    }
+    let decision = match allowed {
+        1 if retry == 0 => Decision::admitted(limit)
             .with_remaining(remaining)
             .with_reset_after_micros(reset)
-            .with_delay_micros(delay)),
-        0 if delay == 0 => Ok(Decision::refused(limit)
+            .with_delay_micros(delay),
+        0 if delay == 0 => Decision::refused(limit)
             .with_remaining(remaining)
             .with_retry_after_micros(retry)
-            .with_reset_after_micros(reset)),
-        0 | 1 => Err(invalid(
-            "a retry wait when admitted, or a delay when refused",
-        )),
-        _ => Err(invalid("allowed is neither 0 nor 1")),
-    }
+            .with_reset_after_micros(reset),
+        0 | 1 => {
+            return Err(invalid(
+                "a retry wait when admitted, or a delay when refused",
+            ));
+        }
+        _ => return Err(invalid("allowed is neither 0 nor 1")),
+    };
+    Ok((decision, stamp))
 }
 
 /// The reply, at most about 200 characters of it.
@@ -109,6 +161,19 @@ mod tests {
     const BOUNDS: Bounds = Bounds {
         capacity: 10,
         max_wait: 1_000_000,
+        debt: true,
+    };
+    const WINDOW: Bounds = Bounds {
+        debt: false,
+        ..BOUNDS
+    };
+    const CHECK: Asked = Asked {
+        stamps: true,
+        now: Some(5_000_000),
+    };
+    const PEEK: Asked = Asked {
+        stamps: false,
+        now: Some(5_000_000),
     };
 
     fn reply(items: &[i64]) -> Value {
@@ -116,32 +181,78 @@ mod tests {
     }
 
     #[test]
-    fn a_valid_reply_is_a_decision() {
-        let d = decision_from_reply("gcra", &reply(&[1, 10, 9, 0, 100_000, 0]), BOUNDS).unwrap();
+    fn a_valid_reply_is_a_decision_and_a_stamp() {
+        let ok = |items: &[i64], bounds, asked| {
+            decision_from_reply("gcra", &reply(items), bounds, asked).unwrap()
+        };
+        let (d, stamp) = ok(&[1, 10, 9, 0, 100_000, 0, 5_100_000, 7], BOUNDS, CHECK);
         assert!(d.allowed);
         assert_eq!(d.remaining, 9);
-        let d = decision_from_reply("gcra", &reply(&[0, 10, 0, 5, 1_000_000, 0]), BOUNDS).unwrap();
+        assert_eq!(
+            stamp,
+            Stamp {
+                at: 5_100_000,
+                mark: 7
+            }
+        );
+        let (d, stamp) = ok(&[0, 10, 0, 5, 1_000_000, 0, 0, 0], BOUNDS, CHECK);
         assert!(!d.allowed);
+        assert_eq!(stamp, Stamp::default());
+        // A window's stamp is its index (0 too), with no mark.
+        ok(&[1, 10, 9, 0, 100_000, 0, 0, 0], WINDOW, CHECK);
+        // A debt a settlement charged: waits far beyond the quota's own.
+        ok(
+            &[0, 10, 0, 3_000_000_000, 3_000_000_000, 0, 0, 0],
+            BOUNDS,
+            PEEK,
+        );
     }
 
     #[test]
     fn anything_else_is_an_error_naming_script_and_reply() {
-        let bad: [Value; 12] = [
-            reply(&[1, 10, -1, 0, 0, 0]),
-            reply(&[1, 10, 11, 0, 0, 0]),
-            reply(&[1, 11, 1, 0, 0, 0]),
-            reply(&[2, 10, 1, 0, 0, 0]),
-            reply(&[0, 10, 1, 1_000_001, 0, 0]),
-            reply(&[0, 10, 1, 0, i64::MAX, 0]),
-            reply(&[1, 10, 1, 5, 0, 0]),
-            reply(&[0, 10, 1, 5, 0, 5]),
-            reply(&[1, 10, 1, 0, 0]),
-            Value::Int(1),
-            Value::Nil,
-            Value::Array(vec![Value::BulkString(b"1".to_vec()); 6]),
+        let bad: [(Value, Bounds, Asked); 18] = [
+            (reply(&[1, 10, -1, 0, 0, 0, 0, 0]), BOUNDS, PEEK),
+            (reply(&[1, 10, 11, 0, 0, 0, 0, 0]), BOUNDS, PEEK),
+            (reply(&[1, 11, 1, 0, 0, 0, 0, 0]), BOUNDS, PEEK),
+            (reply(&[2, 10, 1, 0, 0, 0, 0, 0]), BOUNDS, PEEK),
+            (reply(&[0, 10, 1, 1_000_001, 0, 0, 0, 0]), WINDOW, PEEK),
+            (reply(&[0, 10, 1, 0, i64::MAX, 0, 0, 0]), BOUNDS, PEEK),
+            (reply(&[1, 10, 1, 5, 0, 0, 0, 0]), BOUNDS, PEEK),
+            (reply(&[0, 10, 1, 5, 0, 5, 0, 0]), BOUNDS, PEEK),
+            // Six integers: version 3's reply.
+            (reply(&[1, 10, 1, 0, 0, 0]), BOUNDS, PEEK),
+            // An admission's waits stay within the quota's.
+            (
+                reply(&[1, 10, 1, 0, 1_000_001, 0, 6_000_001, 0]),
+                BOUNDS,
+                CHECK,
+            ),
+            // A stamp for no admission, or none for one.
+            (reply(&[1, 10, 1, 0, 0, 0, 5_100_000, 0]), BOUNDS, PEEK),
+            (reply(&[0, 10, 1, 5, 5, 0, 5_100_000, 0]), BOUNDS, CHECK),
+            (reply(&[1, 10, 9, 0, 100_000, 0, 0, 0]), BOUNDS, CHECK),
+            // A debt's end before the instant sent, or past the longest wait.
+            (
+                reply(&[1, 10, 9, 0, 100_000, 0, 5_000_000, 0]),
+                BOUNDS,
+                CHECK,
+            ),
+            (
+                reply(&[1, 10, 9, 0, 100_000, 0, 6_000_001, 0]),
+                BOUNDS,
+                CHECK,
+            ),
+            // A window's stamp with a mark.
+            (reply(&[1, 10, 9, 0, 100_000, 0, 3, 1]), WINDOW, CHECK),
+            (Value::Int(1), BOUNDS, PEEK),
+            (
+                Value::Array(vec![Value::BulkString(b"1".to_vec()); 8]),
+                BOUNDS,
+                PEEK,
+            ),
         ];
-        for value in bad {
-            let error = decision_from_reply("gcra", &value, BOUNDS)
+        for (value, bounds, asked) in bad {
+            let error = decision_from_reply("gcra", &value, bounds, asked)
                 .unwrap_err()
                 .to_string();
             assert!(error.starts_with("ratelab gcra: invalid reply "), "{error}");

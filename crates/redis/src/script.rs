@@ -3,45 +3,56 @@
 
 use std::fmt;
 
-use ratelab_core::Algorithm;
+use ratelab_core::{Algorithm, Stamp};
 use redis::{ErrorKind, FromRedisValue, RedisResult, ServerErrorKind, ToRedisArgs};
 
 use crate::connection::Connection;
 
 /// The version of the script protocol (`lua/README.md`): the first argument
-/// of every script call. Version 2 adds the operation ([`Op`]) as `ARGV[6]`,
-/// before the parameters; the scripts still answer version 1 calls (checks,
-/// parameters from `ARGV[6]`). A script answers
-/// `ratelab: protocol version 1, 2 or 3 expected, got <what it got>` to a call
-/// of another version, never a decision.
-pub const PROTOCOL_VERSION: u32 = 3;
+/// of every script call. Version 4 settles admissions by their stamps
+/// ([`Op::Settle`]) and resets by script ([`Op::Reset`]); the scripts and
+/// the module answer `ratelab: protocol version 4 expected, got <what it
+/// got>` to a call of any other version, never a decision.
+pub const PROTOCOL_VERSION: u32 = 4;
 
-/// What a script call does with the key (`ARGV[6]` from protocol version 2).
+/// The most TTL slack a script takes, in ms (`ARGV[4]`): 2^52 µs, the
+/// whole range of instants (no clock steps back further). See
+/// [`RedisLimiterBuilder::ttl_slack`](crate::RedisLimiterBuilder::ttl_slack).
+pub const MAX_TTL_SLACK_MS: u64 = (1u64 << 52).div_ceil(1000);
+
+/// What a script call does with the key (`ARGV[6]`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum Op {
-    /// Decides a request of `cost`, consuming it if it passes.
+    /// Decides a request of `cost`, consuming it if it passes; an admission
+    /// of a positive cost answers its [`Stamp`].
     Check,
     /// The decision a check of `cost` would get now, writing nothing.
     Peek,
-    /// Gives back up to `cost` units of one admission that still weighs on
-    /// the key for `owed` µs (only what it still holds: see
-    /// [`Algorithm::refund`]), never above the capacity; answers what a peek
-    /// of cost 0 would after it. Sent as `refund:<owed>`.
-    Refund {
-        /// µs the admission still weighs: its `reset_after`, less the time
-        /// since it was decided.
-        owed: u64,
+    /// Settles the admission stamped `stamp`, of the call's `cost`: it
+    /// finally counts for `actual` units ([`Algorithm::settle`]: less gives
+    /// back what the key provably still holds of it, more charges the
+    /// difference as debt); answers what a peek of cost 0 would after it.
+    /// Sent as `settle:<actual>:<stamp.at>:<stamp.mark>`.
+    Settle {
+        /// What the admission finally counts for.
+        actual: u32,
+        /// What its check answered.
+        stamp: Stamp,
     },
+    /// Puts the key back to full capacity ([`Algorithm::reset`]), with a
+    /// cost of 0; answers what a peek of cost 0 would after it.
+    Reset,
 }
 
 impl Op {
-    /// The operation's name: `check`, `peek`, `refund`.
+    /// The operation's name: `check`, `peek`, `settle`, `reset`.
     pub fn as_str(self) -> &'static str {
         match self {
             Op::Check => "check",
             Op::Peek => "peek",
-            Op::Refund { .. } => "refund",
+            Op::Settle { .. } => "settle",
+            Op::Reset => "reset",
         }
     }
 }
@@ -142,7 +153,9 @@ impl ScriptArgs {
             None => args.arg(""),
         };
         match op {
-            Op::Refund { owed } => args.arg(format!("refund:{owed}")),
+            Op::Settle { actual, stamp } => {
+                args.arg(format!("settle:{actual}:{}:{}", stamp.at, stamp.mark))
+            }
             _ => args.arg(op.as_str()),
         };
         args.arg(params);
@@ -162,18 +175,19 @@ impl ScriptArgs {
 
 /// An [`Algorithm`] that also runs as a Redis script.
 ///
-/// The script mirrors [`Algorithm::decide`] exactly, in integer
+/// The script mirrors [`Algorithm::decide`], [`Algorithm::stamp`],
+/// [`Algorithm::settle`] and [`Algorithm::reset`] exactly, in integer
 /// microseconds, on one key (`KEYS[1]`), and is called with
 /// `ARGV = [PROTOCOL_VERSION, now or "", cost, TTL slack in ms, deadline or "", op, params...]`,
 /// `op` an [`Op`], `params` being [`RedisAlgorithm::script_params`] and the deadline the Unix
 /// time in µs (on the Redis clock) after which the call must write nothing
 /// and answer `ratelab expired: ...`. It answers
-/// `{allowed, limit, remaining, retry_after_us, reset_after_us, delay_us}`,
+/// `{allowed, limit, remaining, retry_after_us, reset_after_us, delay_us, stamp_at, stamp_mark}`,
 /// reads Redis `TIME` when `now` is empty, gives every key it writes a
-/// `PEXPIRE` of the time until the key is back to full capacity (rounded up
-/// to the millisecond) plus the slack, and answers
-/// `ratelab <algorithm>: corrupt state at <key>: <what>` for stored state it
-/// could not have written.
+/// `PEXPIRE` of the time until the key may be forgotten
+/// ([`Algorithm::forgettable_at`], rounded up to the millisecond) plus the
+/// slack, and answers `ratelab <algorithm>: corrupt state at <key>: <what>`
+/// for stored state it could not have written.
 ///
 /// This crate implements it for every algorithm of ratelab.
 pub trait RedisAlgorithm: Algorithm + Clone {
@@ -206,16 +220,27 @@ pub trait RedisAlgorithm: Algorithm + Clone {
     fn code(&self) -> &'static str;
 
     /// The longest `retry_after`, `reset_after` or `delay` the script can
-    /// answer from state it wrote itself, in µs, before any clock skew
-    /// allowance: replies beyond it are rejected as invalid.
+    /// answer from state checks wrote, in µs, before any clock skew
+    /// allowance: replies beyond it are rejected as invalid (but for the
+    /// debt a settlement charged: see [`RedisAlgorithm::is_debt`]).
     fn max_wait_micros(&self) -> u64;
+
+    /// The state is a debt (GCRA, token bucket, leaky meter and queue),
+    /// whose settlements charge whatever the room: its waits may then run
+    /// past [`RedisAlgorithm::max_wait_micros`], up to the protocol's
+    /// ceiling (a debt ending at 2^52 + 2^51 µs). A window's waits never
+    /// do. False by default.
+    fn is_debt(&self) -> bool {
+        false
+    }
 
     /// The last part of the Redis key, after the user key:
     /// `<code>:<fingerprint>`, where the fingerprint is the first 8 lowercase
-    /// hex digits of the SHA-1 of `v1:<code>:<params>`, `params` being
-    /// [`RedisAlgorithm::script_params`] in decimal joined by commas. A
-    /// changed quota (or algorithm parameter) thus names new keys and starts
-    /// clean, instead of meeting state written under other parameters.
+    /// hex digits of the SHA-1 of `v2:<code>:<params>`, `params` being
+    /// [`RedisAlgorithm::script_params`] in decimal joined by commas, and
+    /// `v2` the version of the stored state's format. A changed quota (or
+    /// algorithm parameter, or state format) thus names new keys and starts
+    /// clean, instead of meeting state written otherwise.
     ///
     /// ```
     /// use ratelab_core::Quota;
@@ -224,13 +249,13 @@ pub trait RedisAlgorithm: Algorithm + Clone {
     ///
     /// let gcra = Gcra::new(Quota::per_second(10)?);
     /// assert_eq!(gcra.script_params(), [100_000, 1_000_000, 10]);
-    /// // sha1("v1:gcra:100000,1000000,10") = "b543bf9dea06..."
-    /// assert_eq!(gcra.key_suffix(), "gcra:b543bf9d");
+    /// // sha1("v2:gcra:100000,1000000,10") = "370e4f5674ad..."
+    /// assert_eq!(gcra.key_suffix(), "gcra:370e4f56");
     /// # Ok::<(), ratelab_core::QuotaError>(())
     /// ```
     fn key_suffix(&self) -> String {
         let params: Vec<String> = self.script_params().iter().map(u64::to_string).collect();
-        let input = format!("v1:{}:{}", self.code(), params.join(","));
+        let input = format!("v2:{}:{}", self.code(), params.join(","));
         let digest = sha1_smol::Sha1::from(input.as_bytes()).digest().to_string();
         format!("{}:{}", self.code(), &digest[..8])
     }

@@ -6,7 +6,7 @@
 use std::path::Path;
 use std::time::Duration;
 
-use ratelab_core::{Algorithm, Quota};
+use ratelab_core::{Algorithm, Quota, Settlement, Stamp};
 use ratelab_fixed_window::FixedWindow;
 use ratelab_gcra::Gcra;
 use ratelab_leaky_bucket::{LeakyMeter, LeakyQueue};
@@ -166,70 +166,157 @@ impl Kind {
     }
 }
 
-/// What a call does, as the scripts and the module take it (a reset is a
-/// `DEL`).
+/// What a call does, as the scripts and the module take it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Op {
     Check,
     Peek,
-    /// A refund of an admission that still weighs this many µs.
-    Refund(u64),
+    /// The admission stamped `stamp`, of the call's cost, finally counts
+    /// for `actual` units.
+    Settle {
+        actual: u32,
+        stamp: Stamp,
+    },
     Reset,
 }
 
 impl Op {
-    /// `ARGV[6]`; `None` for a reset, which is no script call.
-    pub fn arg(self) -> Option<String> {
+    /// `ARGV[6]`.
+    pub fn arg(self) -> String {
         match self {
-            Op::Check => Some("check".to_owned()),
-            Op::Peek => Some("peek".to_owned()),
-            Op::Refund(owed) => Some(format!("refund:{owed}")),
-            Op::Reset => None,
+            Op::Check => "check".to_owned(),
+            Op::Peek => "peek".to_owned(),
+            Op::Settle { actual, stamp } => {
+                format!("settle:{actual}:{}:{}", stamp.at, stamp.mark)
+            }
+            Op::Reset => "reset".to_owned(),
         }
     }
 }
 
-/// A limiter in memory: the algorithm crate's `decide` (and `refund`) on a
-/// local state, answering in the scripts' reply shape.
+/// A limiter in memory: the algorithm crate's `decide`, `stamp`, `settle`
+/// and `reset` on a local state and ledger, run as the scripts run them on
+/// Redis (a check or a peek at `now`; a debt's settlement at the latest of
+/// `now` and the latest instant written; a key that can be forgotten reads
+/// as a key never seen; a reset of such a key is no tombstone), answering
+/// in the scripts' reply shape.
 pub struct Memory {
     run: Box<dyn FnMut(Op, u64, u32) -> Reply>,
 }
 
 impl Memory {
     pub fn new(kind: Kind, quota: Quota) -> Self {
-        fn boxed<A: Algorithm>(algorithm: A) -> Box<dyn FnMut(Op, u64, u32) -> Reply> {
+        fn boxed<A: Algorithm>(
+            algorithm: A,
+            debt: bool,
+            prunes: bool,
+            past_a_ceiling: fn(&A, &A::State, u64) -> bool,
+        ) -> Box<dyn FnMut(Op, u64, u32) -> Reply> {
             let mut state = algorithm.initial_state();
+            let mut ledger = 0u64;
+            // The latest instant the key was written at.
+            let mut latest = 0u64;
             let name = algorithm.name();
             Box::new(move |op, now, cost| {
-                let d = match op {
-                    Op::Check => algorithm.decide(&mut state, now, cost),
-                    Op::Peek => algorithm.decide(&mut state.clone(), now, cost),
-                    Op::Refund(owed) => algorithm.refund(&mut state, now, cost, owed),
-                    Op::Reset => {
+                let invalid = |_| format!("ratelab {name}: invalid arguments");
+                // What the call reads: a key whose state can be forgotten
+                // reads as a key never seen (it stays in Redis until a
+                // write deletes it, or it expires).
+                let held = algorithm.forgettable_at(&state, ledger) > now;
+                let (mut st, mut led, lat) = if held {
+                    (state.clone(), ledger, latest)
+                } else {
+                    (algorithm.initial_state(), 0, 0)
+                };
+                // Writes what the call leaves, decided at `at`, or deletes
+                // the key when it can be forgotten then.
+                let mut store = |st: A::State, led: u64, lat: u64, at: u64| {
+                    if algorithm.forgettable_at(&st, led) <= at {
                         state = algorithm.initial_state();
-                        return Ok(Vec::new());
+                        (ledger, latest) = (0, 0);
+                    } else {
+                        state = st;
+                        (ledger, latest) = (led, lat.max(at));
                     }
-                }
-                .map_err(|_| format!("ratelab {name}: invalid arguments"))?;
+                };
+                let (decision, stamp) = match op {
+                    Op::Check | Op::Peek => {
+                        let d = algorithm.decide(&mut st, now, cost).map_err(invalid)?;
+                        if op == Op::Check && d.allowed && cost > 0 {
+                            let stamp = algorithm.stamp(&st, led, now);
+                            store(st, led, lat, now);
+                            (d, stamp)
+                        } else {
+                            // The sliding log's check prunes what left the
+                            // window, whatever it decides.
+                            if op == Op::Check && prunes {
+                                store(st, led, lat, now);
+                            }
+                            (d, Stamp::default())
+                        }
+                    }
+                    Op::Settle { actual, stamp } => {
+                        let at = if debt { now.max(lat) } else { now };
+                        let settlement = Settlement {
+                            stamp,
+                            charged: cost,
+                            actual,
+                        };
+                        let d = algorithm
+                            .settle(&mut st, &mut led, at, settlement)
+                            .map_err(invalid)?;
+                        // Past a ceiling: refused, nothing written.
+                        if past_a_ceiling(&algorithm, &st, led) {
+                            return Err(format!("ratelab {name}: out of range"));
+                        }
+                        store(st, led, lat, at);
+                        (d, Stamp::default())
+                    }
+                    Op::Reset => {
+                        if held {
+                            algorithm.reset(&mut st, &mut led, now);
+                            if past_a_ceiling(&algorithm, &st, led) {
+                                return Err(format!("ratelab {name}: out of range"));
+                            }
+                        }
+                        let d = algorithm.decide(&mut st.clone(), now, 0).map_err(invalid)?;
+                        store(st, led, lat, now);
+                        (d, Stamp::default())
+                    }
+                };
                 let micros = |d: Duration| i64::try_from(d.as_micros()).unwrap();
                 Ok(vec![
-                    i64::from(d.allowed),
-                    i64::try_from(d.limit).unwrap(),
-                    i64::try_from(d.remaining).unwrap(),
-                    micros(d.retry_after()),
-                    micros(d.reset_after()),
-                    micros(d.delay()),
+                    i64::from(decision.allowed),
+                    i64::try_from(decision.limit).unwrap(),
+                    i64::try_from(decision.remaining).unwrap(),
+                    micros(decision.retry_after()),
+                    micros(decision.reset_after()),
+                    micros(decision.delay()),
+                    i64::try_from(stamp.at).unwrap(),
+                    i64::try_from(stamp.mark).unwrap(),
                 ])
             })
         }
+        // The protocol's ceilings (lua/README.md, "State").
+        const MAX_END: u64 = (1 << 52) + (1 << 51);
+        const MAX_COUNT: u64 = 1 << 36;
+        fn debt<A: Algorithm>(algorithm: &A, state: &A::State, ledger: u64) -> bool {
+            ledger >= 1 << 53 || algorithm.full_at(state) > MAX_END
+        }
         let run = match kind {
-            Kind::FixedWindow => boxed(FixedWindow::new(quota)),
-            Kind::SlidingLog => boxed(SlidingLog::new(quota)),
-            Kind::SlidingCounter => boxed(SlidingCounter::new(quota)),
-            Kind::LeakyMeter => boxed(LeakyMeter::new(quota)),
-            Kind::LeakyQueue => boxed(LeakyQueue::new(quota)),
-            Kind::TokenBucket => boxed(TokenBucket::new(quota)),
-            Kind::Gcra => boxed(Gcra::new(quota)),
+            Kind::FixedWindow => boxed(FixedWindow::new(quota), false, false, |_, c, _| {
+                c.count() > MAX_COUNT
+            }),
+            Kind::SlidingLog => boxed(SlidingLog::new(quota), false, true, |_, l, _| {
+                l.total() > 100_000
+            }),
+            Kind::SlidingCounter => boxed(SlidingCounter::new(quota), false, false, |_, w, _| {
+                w.current() > MAX_COUNT
+            }),
+            Kind::LeakyMeter => boxed(LeakyMeter::new(quota), true, false, debt),
+            Kind::LeakyQueue => boxed(LeakyQueue::new(quota), true, false, debt),
+            Kind::TokenBucket => boxed(TokenBucket::new(quota), true, false, debt),
+            Kind::Gcra => boxed(Gcra::new(quota), true, false, debt),
         };
         Memory { run }
     }
@@ -238,10 +325,19 @@ impl Memory {
         (self.run)(Op::Check, now, cost)
     }
 
-    /// `op` at `now`: a reset answers an empty reply.
+    /// `op` at `now`, of `cost`.
     pub fn run(&mut self, op: Op, now: u64, cost: u32) -> Reply {
         (self.run)(op, now, cost)
     }
+}
+
+/// `reply` with an `out of range` error's key and detail cut off: the
+/// in-memory runner knows neither.
+pub fn without_detail(reply: Reply) -> Reply {
+    reply.map_err(|e| match e.find(": out of range") {
+        Some(at) => e[..at + ": out of range".len()].to_owned(),
+        None => e,
+    })
 }
 
 /// `protocol now cost slack deadline check params...` for one check, as
@@ -251,7 +347,7 @@ pub fn argv(now: &str, cost: u32, slack_ms: u64, deadline: &str, params: &[u64])
 }
 
 /// `protocol now cost slack deadline op params...` for one call of `op`
-/// (`check`, `peek`, `refund:<owed>`).
+/// (`check`, `peek`, `settle:<actual>:<at>:<mark>`, `reset`).
 pub fn argv_op(
     op: &str,
     now: &str,
