@@ -18,10 +18,9 @@ package:
     cargo package --workspace --locked --allow-dirty --target-dir target/package-check --exclude ratelab-compare --exclude ratelab-benches
     rm -rf target/package-check
 
-# Every test and doctest of the workspace (ratelab-http's on Redis behind its redis feature), every benchmark once in test mode, and the Python and Node clients' tests (needs redis-server, redis-cli and redis-benchmark on PATH).
+# Every test and doctest of the workspace, every benchmark once in test mode, and the Python and Node clients' tests (needs redis-server, redis-cli and redis-benchmark on PATH).
 test-only: test-clients
     cargo test --workspace --locked
-    cargo test -p ratelab-http --features redis --locked
     cargo test -p ratelab-benches --benches --locked
 
 # The Python and Node clients of the script protocol (lua/clients), each against a redis-server it starts; the cross-language test also builds the Rust example and the Node client (needs `npm ci` in lua/clients/node and `pip install -e 'lua/clients/python[test]'`, as .ci/run does).
@@ -46,7 +45,6 @@ bench-quick *ARGS:
 lint:
     cargo fmt --all --check
     cargo clippy --workspace --all-targets --locked -- -D warnings
-    cargo clippy -p ratelab-http --features redis --all-targets --locked -- -D warnings
     RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --locked
 
 # Format the code in place.

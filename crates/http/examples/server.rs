@@ -1,12 +1,11 @@
 //! A small API behind `ratelab-http`: a cheap route, a login, an SMS send and
 //! an LLM-style completion, limited per client, per plan, per account, by
 //! cost and by what the response says it cost; in memory by default, on
-//! Redis (shared by every instance) when `REDIS_URL` is set (built with
-//! `--features redis`).
+//! Redis (shared by every instance) when `REDIS_URL` is set.
 //!
 //! ```text
 //! cargo run -p ratelab-http --example server -- 127.0.0.1:3000
-//! REDIS_URL=redis://127.0.0.1:6379/ cargo run -p ratelab-http --features redis --example server -- 127.0.0.1:3001
+//! REDIS_URL=redis://127.0.0.1:6379/ cargo run -p ratelab-http --example server -- 127.0.0.1:3001
 //!
 //! curl -i http://127.0.0.1:3000/                                  # anonymous: 10 per minute per network
 //! curl -i -H 'x-api-key: demo-free' http://127.0.0.1:3000/        # plan free: 60 per minute
@@ -67,7 +66,6 @@ use ratelab_http::{
     Client, Identify, Identity, LoginAttempt, LoginGuard, MIN_SECRET_LEN, Policy, RateLimitLayer,
     TrustedProxies,
 };
-#[cfg(feature = "redis")]
 use ratelab_redis::{Connection, RedisLimiter};
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -238,7 +236,6 @@ fn parse_quota(text: &str) -> Result<Quota, String> {
 /// Where the limiters keep their state.
 enum Backend {
     Memory,
-    #[cfg(feature = "redis")]
     Redis(Connection),
 }
 
@@ -255,7 +252,6 @@ impl Backend {
             }
             // Errors are returned to the layer, whose policies decide (fail
             // open or closed); the layer bounds each call by its own timeout.
-            #[cfg(feature = "redis")]
             Backend::Redis(connection) => {
                 let limiter = Arc::new(
                     RedisLimiter::builder(connection.clone(), Gcra::new(quota))
@@ -549,20 +545,11 @@ async fn serve(args: Args, config: Config) -> Result<(), Box<dyn std::error::Err
         .install_recorder()
         .map_err(|e| format!("cannot install the metrics recorder: {e}"))?;
     let (backend, where_) = match std::env::var("REDIS_URL") {
-        #[cfg(feature = "redis")]
         Ok(url) if !url.is_empty() => {
             let connection = Connection::single(&url)
                 .await
                 .map_err(|e| format!("cannot connect to Redis at {url}: {e}"))?;
             (Backend::Redis(connection), format!("on Redis at {url}"))
-        }
-        #[cfg(not(feature = "redis"))]
-        Ok(url) if !url.is_empty() => {
-            return Err(format!(
-                "REDIS_URL is set ({url}), but this build has no Redis: \
-                 cargo run -p ratelab-http --features redis --example server"
-            )
-            .into());
         }
         _ => (Backend::Memory, "in memory".to_owned()),
     };

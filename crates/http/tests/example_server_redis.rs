@@ -1,4 +1,4 @@
-//! The example server on Redis (`--features redis`): two instances share
+//! The example server on Redis: two instances share
 //! one quota (the reference article's load-balancer table: 30 requests
 //! round-robin, a limit of 10, 10 pass), and the login scenarios,
 //! with the limits on one Redis.

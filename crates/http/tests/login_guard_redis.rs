@@ -1,5 +1,5 @@
 //! The login guard through real HTTP with its limits on Redis
-//! (`--features redis`): the owner on her known device always logs in
+//! the owner on her known device always logs in
 //! while attackers guess from 10 and from 100 networks, IPv4 and IPv6; their
 //! evaluated guesses stay within the quotas, and the per-account key on
 //! Redis holds exactly them; a forged or foreign token gives nothing.

@@ -501,7 +501,7 @@ impl<A: Algorithm, C: Clock, K: Hash + Eq> Keyed<A, C, K> {
             let now = shard.advance(now);
             (now, now)
         };
-        shard.forget_due(algorithm, upkeep, UPKEEP_PER_CHECK);
+        shard.forget_due(algorithm, upkeep, UPKEEP_PER_CHECK, Some(hash));
         let admitted = |decision: &Decision| MARK && decision.allowed && cost > 0;
 
         let ledger = if MARK { shard.ledger_of(hash) } else { 0 };
@@ -519,7 +519,14 @@ impl<A: Algorithm, C: Clock, K: Hash + Eq> Keyed<A, C, K> {
             return Ok((decision, Mark::Own(stamp)));
         }
 
-        let room = !shard.is_full() || shard.make_room(algorithm, upkeep);
+        // A peek makes no room; it asks whether a check at its instant
+        // would (some key forgettable by then), and decides as that check.
+        let room = !shard.is_full()
+            || if DRY {
+                shard.next_room(algorithm, now) == Some(0)
+            } else {
+                shard.make_room(algorithm, upkeep)
+            };
         if let (false, FloodPolicy::Sketch { depth, .. }) = (room, self.flood) {
             if DRY {
                 let decision = match &shard.sketch {
@@ -626,7 +633,7 @@ impl<A: Algorithm, C: Clock, K: Hash + Eq> Keyed<A, C, K> {
         for shard in self.shards.iter() {
             let mut shard = shard.0.lock();
             let now = shard.advance(now);
-            shard.forget_due(&self.algorithm, now, usize::MAX);
+            shard.forget_due(&self.algorithm, now, usize::MAX, None);
         }
     }
 

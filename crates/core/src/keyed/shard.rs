@@ -288,15 +288,24 @@ impl<K: Hash, S> Shard<K, S> {
             .min()
     }
 
-    /// Forgets keys back to full capacity at `now`, looking at no more than
-    /// `budget` due records: the upkeep every check pays, a bounded cost.
+    /// Forgets keys no receipt can use any more at `now`, looking at no
+    /// more than `budget` due records: the upkeep every check pays, a
+    /// bounded cost. It stops at a record of `spare`'s hash (the key the
+    /// check is about): that key is decided from its own state, which a peek
+    /// at the same instant, forgetting nothing, sees too.
     pub(super) fn forget_due<A: Algorithm<State = S>>(
         &mut self,
         algorithm: &A,
         now: u64,
         budget: usize,
+        spare: Option<u64>,
     ) {
         for _ in 0..budget {
+            if let (Some(spare), Some(Reverse((_, hash)))) = (spare, self.expiry.peek())
+                && spare == *hash
+            {
+                return;
+            }
             if self.pop_due(algorithm, now).is_none() {
                 return;
             }
