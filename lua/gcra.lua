@@ -29,7 +29,7 @@ local function forgettable_at()
 end
 if raw then
   tat, ledger, latest = struct.unpack('<ddd', raw)
-  if not (stored(tat) and stored(ledger) and stored(latest) and tat <= MAX_END) then
+  if not (stored(tat) and stored(ledger) and ledger <= LEDGER_CEILING and stored(latest) and tat <= MAX_END) then
     return corrupt('gcra', string.format('TAT %s, ledger %s, written at %s', tostring(tat),
       tostring(ledger), tostring(latest)))
   end
@@ -85,7 +85,6 @@ if op == 'settle' then
   end
   -- Nothing left that a receipt could claim: a key never seen.
   if forgettable_at() <= at then tat, ledger = 0, 0 end
-  if ledger > MAX_LEDGER then return out_of_range('gcra', 'ledger past 2^53') end
   if tat > MAX_END then
     return out_of_range('gcra', string.format('debt until %d, past 2^52 + 2^51', tat))
   end
@@ -95,7 +94,6 @@ end
 -- reset: only a key that holds something a receipt could still claim keeps a tombstone.
 if held then
   ledger = debt_reset_ledger(tat, ledger, now)
-  if ledger > MAX_LEDGER then return out_of_range('gcra', 'ledger past 2^53') end
   tat = now
 end
 store(now)

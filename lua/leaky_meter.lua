@@ -28,7 +28,7 @@ local raw, err = read_string('leaky-meter', 24)
 if err then return err end
 if raw then
   water, at, ledger = struct.unpack('<ddd', raw)
-  if not (stored(water) and stored(at) and stored(ledger) and at + water <= MAX_END) then
+  if not (stored(water) and stored(at) and stored(ledger) and ledger <= LEDGER_CEILING and at + water <= MAX_END) then
     return corrupt('leaky-meter', string.format('level %s, at %s, ledger %s', tostring(water),
       tostring(at), tostring(ledger)))
   end
@@ -91,7 +91,6 @@ if op == 'settle' then
   end
   -- Nothing left that a receipt could claim: a key never seen.
   if forgettable_at() <= t then water, at, ledger = 0, 0, 0 end
-  if ledger > MAX_LEDGER then return out_of_range('leaky-meter', 'ledger past 2^53') end
   if at + water > MAX_END then
     return out_of_range('leaky-meter', string.format('debt until %d, past 2^52 + 2^51',
       at + water))
@@ -102,7 +101,6 @@ end
 -- reset: only a key that holds something a receipt could still claim keeps a tombstone.
 if held then
   ledger = debt_reset_ledger(at + water, ledger, now)
-  if ledger > MAX_LEDGER then return out_of_range('leaky-meter', 'ledger past 2^53') end
   water, at = 0, math.max(at, now)
 end
 store(now)

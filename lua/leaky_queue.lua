@@ -28,7 +28,7 @@ local function forgettable_at()
 end
 if raw then
   slot, ledger, latest = struct.unpack('<ddd', raw)
-  if not (stored(slot) and stored(ledger) and stored(latest) and slot <= MAX_END) then
+  if not (stored(slot) and stored(ledger) and ledger <= LEDGER_CEILING and stored(latest) and slot <= MAX_END) then
     return corrupt('leaky-queue', string.format('next slot %s, ledger %s, written at %s',
       tostring(slot), tostring(ledger), tostring(latest)))
   end
@@ -85,7 +85,6 @@ if op == 'settle' then
   end
   -- Nothing left that a receipt could claim: a key never seen.
   if forgettable_at() <= at then slot, ledger = 0, 0 end
-  if ledger > MAX_LEDGER then return out_of_range('leaky-queue', 'ledger past 2^53') end
   if slot > MAX_END then
     return out_of_range('leaky-queue', string.format('debt until %d, past 2^52 + 2^51', slot))
   end
@@ -95,7 +94,6 @@ end
 -- reset: only a key that holds something a receipt could still claim keeps a tombstone.
 if held then
   ledger = debt_reset_ledger(slot, ledger, now)
-  if ledger > MAX_LEDGER then return out_of_range('leaky-queue', 'ledger past 2^53') end
   slot = now
 end
 store(now)

@@ -111,12 +111,15 @@ end
 -- debt may end up to 2^52 + 2^51 µs (with `now` at most 2^52 and a tolerance below
 -- 2^50 + 2^32, every sum the algorithms make stays below 2^53); a window may count up
 -- to 2^36 units (x 65536 steps, below 2^53); a sliding log may hold 100000 units (one
--- member each); a ledger stays below 2^53. A settlement or reset that would go past
--- one answers "ratelab <algorithm>: out of range at <key>: <what>" and writes nothing.
+-- member each). A settlement or reset that would go past one answers "ratelab
+-- <algorithm>: out of range at <key>: <what>" and writes nothing. A debt's ledger
+-- stops at 2^52 (LEDGER_CEILING in crates/core/src/receipt.rs): a key reset again and
+-- again while in debt reaches it, and then gives nothing back to any receipt until it
+-- is forgotten.
 local MAX_END = 6755399441055744
 local MAX_COUNT = 68719476736
 local MAX_LOG_UNITS = 100000
-local MAX_LEDGER = 9007199254740991
+local LEDGER_CEILING = 4503599627370496
 
 -- The parameters some valid quota gives (`Quota` in crates/core/src/quota.rs), so
 -- that the scripts refuse exactly what the module and the Rust runners refuse: no
@@ -180,11 +183,15 @@ end
 -- the state's (a replay of the last admission). Giving back from any admission but the
 -- last moves those after it: the ledger grows by what was given.
 local function debt_release(full_at, ledger, at_now, unused)
-  if ledger < stamp_mark then return 0, ledger end
+  if ledger >= LEDGER_CEILING or ledger < stamp_mark then return 0, ledger end
   local e = stamp_at - (ledger - stamp_mark)
   if e <= at_now or e > full_at then return 0, ledger end
   local back = math.min(unused, e - at_now)
-  if e ~= full_at then ledger = ledger + back end
+  if e ~= full_at then
+    -- A shift the ledger cannot record: nothing given.
+    if ledger + back >= LEDGER_CEILING then return 0, ledger end
+    ledger = ledger + back
+  end
   return back, ledger
 end
 -- The ledger after a reset at `at_now` of a state full again at `full_at`: past the end
@@ -193,5 +200,5 @@ local function debt_reset_ledger(full_at, ledger, at_now)
   if ledger == 0 and full_at <= at_now then return 0 end
   local grow = full_at - at_now
   if grow < 0 then grow = 0 end
-  return ledger + grow + 1
+  return math.min(ledger + grow + 1, LEDGER_CEILING)
 end

@@ -32,7 +32,7 @@ local raw, err = read_string('token-bucket', 28)
 if err then return err end
 if raw then
   tokens, last, ledger, latest = struct.unpack('<Iddd', raw)
-  if not (stored(last) and stored(ledger) and stored(latest) and tokens <= cap
+  if not (stored(last) and stored(ledger) and ledger <= LEDGER_CEILING and stored(latest) and tokens <= cap
       and when_holding(cap) <= MAX_END) then
     return corrupt('token-bucket', string.format('%s tokens of %d, at %s, ledger %s, written at %s',
       tostring(tokens), cap, tostring(last), tostring(ledger), tostring(latest)))
@@ -119,7 +119,6 @@ if op == 'settle' then
   end
   -- Nothing left that a receipt could claim: a key never seen.
   if forgettable_at() <= t then tokens, last, ledger = cap, 0, 0 end
-  if ledger > MAX_LEDGER then return out_of_range('token-bucket', 'ledger past 2^53') end
   if when_holding(cap) > MAX_END then
     return out_of_range('token-bucket', string.format('debt until %d, past 2^52 + 2^51',
       when_holding(cap)))
@@ -130,7 +129,6 @@ end
 -- reset: only a key that holds something a receipt could still claim keeps a tombstone.
 if held then
   ledger = debt_reset_ledger(when_holding(cap), ledger, now)
-  if ledger > MAX_LEDGER then return out_of_range('token-bucket', 'ledger past 2^53') end
   set_full_at(now, now)
 end
 store(now)

@@ -103,7 +103,9 @@ pub use limiter::{
 };
 pub use log_gate::LogGate;
 pub use quota::{Quota, QuotaError};
-pub use receipt::{Issuer, Receipt, Redeemed, Settlement, Stamp, debt_release, debt_reset_ledger};
+pub use receipt::{
+    Issuer, LEDGER_CEILING, Receipt, Redeemed, Settlement, Stamp, debt_release, debt_reset_ledger,
+};
 pub use throttle::BlockingThrottle;
 pub use time::{
     Clock, CoarseClock, MAX_INSTANT_MICROS, MAX_SPAN_MICROS, ManualClock, SystemClock,

@@ -271,6 +271,9 @@ impl Redeemed {
 /// state's (not an admission of this state: a replay).
 #[inline]
 pub fn debt_release(full_at: u64, ledger: &mut u64, now: u64, stamp: Stamp, unused: u64) -> u64 {
+    if *ledger >= LEDGER_CEILING {
+        return 0;
+    }
     let Some(shifted) = ledger.checked_sub(stamp.mark) else {
         return 0;
     };
@@ -281,11 +284,23 @@ pub fn debt_release(full_at: u64, ledger: &mut u64, now: u64, stamp: Stamp, unus
     }
     let back = unused.min(end - now);
     if end != full_at {
-        // Not the last admission: those after it move back with it.
-        *ledger = ledger.saturating_add(back);
+        // Not the last admission: those after it move back with it, which
+        // the ledger must be able to record.
+        if *ledger + back >= LEDGER_CEILING {
+            return 0;
+        }
+        *ledger += back;
     }
     back
 }
+
+/// The most a debt's ledger grows to. A ledger that reaches it (a key reset
+/// again and again while in debt, never idle long enough to be forgotten:
+/// each reset grows the ledger by the debt it forgives) gives nothing back
+/// to any receipt until the key is forgotten, rather than grow past what a
+/// Redis script's numbers hold exactly (below 2^53). Giving nothing is
+/// always safe.
+pub const LEDGER_CEILING: u64 = 1 << 52;
 
 /// The ledger of a debt after a reset at `now` of a state full again at
 /// `full_at`: grown past the end of every admission still outstanding, so
@@ -299,6 +314,7 @@ pub fn debt_reset_ledger(full_at: u64, ledger: u64, now: u64) -> u64 {
     ledger
         .saturating_add(full_at.saturating_sub(now))
         .saturating_add(1)
+        .min(LEDGER_CEILING)
 }
 
 #[cfg(test)]
@@ -344,6 +360,56 @@ mod tests {
             0
         );
         assert_eq!(ledger, 7);
+    }
+
+    #[test]
+    fn a_ledger_at_its_ceiling_gives_nothing_back() {
+        let mut ledger = LEDGER_CEILING - 5;
+        // A shift it cannot record: nothing given.
+        assert_eq!(
+            debt_release(
+                100,
+                &mut ledger,
+                10,
+                Stamp {
+                    at: 50,
+                    mark: LEDGER_CEILING - 5
+                },
+                10
+            ),
+            0
+        );
+        assert_eq!(ledger, LEDGER_CEILING - 5);
+        // The last admission moves nothing: still given.
+        assert_eq!(
+            debt_release(
+                100,
+                &mut ledger,
+                10,
+                Stamp {
+                    at: 100,
+                    mark: LEDGER_CEILING - 5
+                },
+                10
+            ),
+            10
+        );
+        // A reset past it stops at it, and then nothing is given at all.
+        let mut ledger = debt_reset_ledger(90, ledger, 10);
+        assert_eq!(ledger, LEDGER_CEILING);
+        assert_eq!(
+            debt_release(
+                10,
+                &mut ledger,
+                5,
+                Stamp {
+                    at: 10,
+                    mark: LEDGER_CEILING
+                },
+                10
+            ),
+            0
+        );
     }
 
     #[test]

@@ -142,8 +142,14 @@ fn less_than_a_microsecond_left_times_out_on_a_manual_clock() {
     let (waited, throttled, now) = finished
         .recv_timeout(Duration::from_secs(10))
         .expect("the waits on a manual clock never ended");
-    assert!(matches!(waited, Err(WaitError::TimedOut { .. })), "{waited:?}");
-    assert!(matches!(throttled, Err(WaitError::TimedOut { .. })), "{throttled:?}");
+    assert!(
+        matches!(waited, Err(WaitError::TimedOut { .. })),
+        "{waited:?}"
+    );
+    assert!(
+        matches!(throttled, Err(WaitError::TimedOut { .. })),
+        "{throttled:?}"
+    );
     // Neither wait slept past its timeout (50 ms each, on one clock).
     assert!(now <= 100_000, "{now} µs slept");
 }

@@ -59,7 +59,10 @@ fn settlements_in_order_or_in_reverse_are_exact() {
             .collect();
         let mut remaining = 0;
         for &i in &order {
-            remaining = limiter.refund(receipts[i].take().unwrap()).unwrap().remaining;
+            remaining = limiter
+                .refund(receipts[i].take().unwrap())
+                .unwrap()
+                .remaining;
         }
         if order == [1, 0, 2] {
             // The middle one first: it moved the last, and the ledger then

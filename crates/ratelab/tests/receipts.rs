@@ -5,16 +5,11 @@
 //! Redis are in `settle_bound.rs`; the random interleavings in each
 //! algorithm crate's `tests/properties.rs`.)
 
-use ratelab::{
-    AlgorithmKind, Decision, Direct, Error, ManualClock, Quota, RateLimiter, Receipt,
-};
+use ratelab::{AlgorithmKind, Decision, Direct, Error, ManualClock, Quota, RateLimiter, Receipt};
 
 /// A keyed limiter and a single bucket of `kind` for `quota`, each on its
 /// own clock, both moved by `set`.
-fn both_stores(
-    kind: AlgorithmKind,
-    quota: Quota,
-) -> (Vec<Box<dyn RateLimiter>>, Vec<ManualClock>) {
+fn both_stores(kind: AlgorithmKind, quota: Quota) -> (Vec<Box<dyn RateLimiter>>, Vec<ManualClock>) {
     let keyed_clock = ManualClock::new();
     let direct_clock = ManualClock::new();
     let keyed = kind.keyed(quota, keyed_clock.clone());
@@ -83,7 +78,10 @@ fn a_refund_after_a_refund_gives_back_only_what_is_still_held() {
                 assert_eq!(second, burst as usize, "{kind} burst {burst}: full again");
                 limiter.refund(last).unwrap();
                 let after = admitted_now(limiter);
-                assert_eq!(after, 0, "{kind} burst {burst}: the refund of a repaid unit");
+                assert_eq!(
+                    after, 0,
+                    "{kind} burst {burst}: the refund of a repaid unit"
+                );
             }
         }
     }
@@ -110,7 +108,11 @@ fn refunds_give_nothing_for_repaid_refused_or_foreign_admissions() {
             for receipt in old {
                 limiter.refund(receipt).unwrap();
             }
-            assert_eq!(admitted_now(limiter), 0, "{kind}: long-repaid refunds gave room");
+            assert_eq!(
+                admitted_now(limiter),
+                0,
+                "{kind}: long-repaid refunds gave room"
+            );
             assert_eq!(fresh, 5, "{kind}");
             // A refusal hands back no receipt.
             let (refused, receipt) = limiter.check_with_receipt(b"k", 1).unwrap();
@@ -152,7 +154,10 @@ fn settlements_charge_debt_and_give_back_what_was_not_used() {
             // a bucket, the same window for the others) still nothing passes.
             clock.set(1_000_000 + 3_500_000);
             let later = limiter.check(b"k", 1).unwrap();
-            assert!(!later.allowed, "{kind}: 3.5 s after 13 units of 10: {later:?}");
+            assert!(
+                !later.allowed,
+                "{kind}: 3.5 s after 13 units of 10: {later:?}"
+            );
         }
     }
 }

@@ -16,9 +16,8 @@ use ratelab_testkit::redis::{RedisCluster, RedisServer};
 
 const TIMEOUT: Duration = Duration::from_millis(200);
 
-/// Every algorithm with `policy`, the breaker off so that every check goes
-/// to Redis, and a small clock skew allowance (client and server share a
-/// host).
+/// Every algorithm with `policy`, and the breaker off so that every check
+/// goes to Redis.
 struct Build<'a>(&'a Connection, FailurePolicy);
 
 impl AlgorithmVisitor for Build<'_> {
@@ -28,7 +27,6 @@ impl AlgorithmVisitor for Build<'_> {
             RedisLimiter::builder(self.0.clone(), algorithm)
                 .prefix(common::unique_prefix())
                 .timeout(TIMEOUT)
-                .clock_skew(Duration::from_millis(50))
                 .breaker(0, Duration::ZERO)
                 .on_failure(self.1)
                 .build(),
@@ -71,7 +69,7 @@ fn checks_that_timed_out_during_a_pause_are_never_charged() {
                     }
                 }
             }
-            // Every deadline (timeout + 50 ms skew) is long past.
+            // Every deadline (the timeout, on Redis's clock) is long past.
             std::thread::sleep(Duration::from_millis(500));
             server.resume();
             for (kind, limiter) in &limiters {
@@ -84,6 +82,69 @@ fn checks_that_timed_out_during_a_pause_are_never_charged() {
                 };
                 assert_eq!(peek.remaining, 7, "{kind:?} {policy:?}: {peek:?}");
             }
+        }
+    });
+}
+
+/// Stalls just longer than the timeout charge none of the checks that timed
+/// out: each script's deadline is its caller's own give-up instant on
+/// Redis's clock, from a measured offset, with no fixed allowance (with the
+/// old allowance of 500 ms, a stall under about 600 ms charged them).
+#[test]
+fn stalls_of_150_300_and_450_ms_charge_no_check_that_timed_out() {
+    let (_, runtime, _) = common::shared();
+    let server = RedisServer::start();
+    let quota = Quota::per_hour(10).unwrap();
+    runtime.block_on(async {
+        let connection = Connection::single(&server.url()).await.unwrap();
+        let limiter = Arc::new(
+            RedisLimiter::builder(connection, Gcra::new(quota))
+                .prefix(common::unique_prefix())
+                .timeout(Duration::from_millis(100))
+                .breaker(0, Duration::ZERO)
+                .build(),
+        );
+        // A first call measures Redis's clock.
+        assert!(limiter.check(b"warm", 1).await.unwrap().allowed);
+        for (round, stall) in [150u64, 300, 450].into_iter().enumerate() {
+            let keys: Vec<String> = (0..10).map(|i| format!("stall-{round}-{i}")).collect();
+            // The checks reach a Redis that stalls for `stall` ms, spread
+            // over its first 50 ms.
+            server.pause();
+            let tasks: Vec<_> = keys
+                .iter()
+                .enumerate()
+                .map(|(i, key)| {
+                    let (limiter, key) = (limiter.clone(), key.clone());
+                    tokio::spawn(async move {
+                        tokio::time::sleep(Duration::from_millis(5 * i as u64)).await;
+                        limiter.check(key.as_bytes(), 1).await
+                    })
+                })
+                .collect();
+            tokio::time::sleep(Duration::from_millis(stall)).await;
+            server.resume();
+            let mut timed_out = 0;
+            for (key, task) in keys.iter().zip(tasks) {
+                let answer = task.await.unwrap();
+                let peek = limiter.peek(key.as_bytes(), 0).await.unwrap();
+                match answer {
+                    Ok(decision) => {
+                        assert!(decision.allowed, "{key}");
+                        assert_eq!(peek.remaining, 9, "{key}: answered, so charged");
+                    }
+                    Err(error) => {
+                        assert_eq!(error.kind(), ErrorKind::Timeout, "{key}: {error}");
+                        timed_out += 1;
+                        assert_eq!(
+                            peek.remaining, 10,
+                            "{key}: timed out after a {stall} ms stall, yet charged"
+                        );
+                    }
+                }
+            }
+            // The stall outlasted every check's timeout.
+            assert_eq!(timed_out, keys.len(), "{stall} ms");
         }
     });
 }

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use ratelab_core::{Algorithm, Quota};
+use ratelab_core::{Algorithm, LEDGER_CEILING, Quota};
 use ratelab_fixed_window::{Counter, FixedWindow};
 use ratelab_gcra::Gcra;
 use ratelab_leaky_bucket::{LeakyMeter, LeakyQueue, Level};
@@ -194,8 +194,8 @@ pub(crate) const MAX_END: u64 = (1 << 52) + (1 << 51);
 pub(crate) const MAX_COUNT: u64 = 1 << 36;
 /// A sliding log may hold this many units (one sorted-set member each).
 pub(crate) const MAX_LOG_UNITS: u64 = 100_000;
-/// A ledger stays below 2^53.
-pub(crate) const MAX_LEDGER: u64 = (1 << 53) - 1;
+/// A debt's ledger stops at [`LEDGER_CEILING`]: past it, a stored ledger is
+/// corrupt.
 
 /// A key's state as stored: the algorithm's, its ledger (a debt's shifts,
 /// or a window's fence), and the latest instant it was written at (the
@@ -324,7 +324,9 @@ fn integers<const N: usize>(values: [f64; N]) -> Option<[u64; N]> {
 /// instant in the error message.
 fn decode_instant(raw: &[u8], now: u64, skew: u64, what: &str) -> Result<Stored<u64>, String> {
     let values: [f64; 3] = doubles(raw);
-    let Some([end, ledger, latest]) = integers(values).filter(|[end, ..]| *end <= MAX_END) else {
+    let Some([end, ledger, latest]) =
+        integers(values).filter(|[end, ledger, _]| *end <= MAX_END && *ledger <= LEDGER_CEILING)
+    else {
         let [end, ledger, latest] = values;
         return Err(format!(
             "{what} {}, ledger {}, written at {}",
@@ -344,10 +346,7 @@ fn decode_instant(raw: &[u8], now: u64, skew: u64, what: &str) -> Result<Stored<
 }
 
 /// What is past a ceiling in a debt's state that ends at `end`.
-fn debt_out_of_range(ledger: u64, end: u64) -> Option<String> {
-    if ledger > MAX_LEDGER {
-        return Some("ledger past 2^53".to_owned());
-    }
+fn debt_out_of_range(end: u64) -> Option<String> {
     (end > MAX_END).then(|| format!("debt until {end}, past 2^52 + 2^51"))
 }
 
@@ -365,7 +364,7 @@ impl StringState for Gcra {
     }
 
     fn out_of_range(&self, stored: &Stored<u64>) -> Option<String> {
-        debt_out_of_range(stored.ledger, stored.state)
+        debt_out_of_range(stored.state)
     }
 
     fn admits_all_up_to(&self, latest: u64, now: u64, cost: u32) -> bool {
@@ -388,7 +387,7 @@ impl StringState for LeakyQueue {
     }
 
     fn out_of_range(&self, stored: &Stored<u64>) -> Option<String> {
-        debt_out_of_range(stored.ledger, stored.state)
+        debt_out_of_range(stored.state)
     }
 
     fn admits_all_up_to(&self, latest: u64, now: u64, cost: u32) -> bool {
@@ -410,9 +409,9 @@ impl StringState for TokenBucket {
             u128::from(last)
                 + u128::from(capacity.saturating_sub(tokens)) * u128::from(self.interval_micros())
         };
-        let Some([last, ledger, latest]) = integers(values)
-            .filter(|[last, ..]| tokens <= capacity && full_at(*last) <= u128::from(MAX_END))
-        else {
+        let Some([last, ledger, latest]) = integers(values).filter(|[last, ledger, _]| {
+            tokens <= capacity && full_at(*last) <= u128::from(MAX_END) && *ledger <= LEDGER_CEILING
+        }) else {
             let [last, ledger, latest] = values;
             return Err(format!(
                 "{} tokens of {capacity}, at {}, ledger {}, written at {}",
@@ -444,7 +443,7 @@ impl StringState for TokenBucket {
     }
 
     fn out_of_range(&self, stored: &Stored<Bucket>) -> Option<String> {
-        debt_out_of_range(stored.ledger, self.full_at(&stored.state))
+        debt_out_of_range(self.full_at(&stored.state))
     }
 }
 
@@ -456,9 +455,9 @@ impl StringState for LeakyMeter {
 
     fn decode(&self, raw: &[u8], now: u64, skew: u64) -> Result<Stored<Level>, String> {
         let values = doubles(raw);
-        let Some([water, at, ledger]) = integers(values)
-            .filter(|[water, at, _]| u128::from(*at) + u128::from(*water) <= u128::from(MAX_END))
-        else {
+        let Some([water, at, ledger]) = integers(values).filter(|[water, at, ledger]| {
+            u128::from(*at) + u128::from(*water) <= u128::from(MAX_END) && *ledger <= LEDGER_CEILING
+        }) else {
             let [water, at, ledger] = values;
             return Err(format!(
                 "level {}, at {}, ledger {}",
@@ -488,7 +487,7 @@ impl StringState for LeakyMeter {
     }
 
     fn out_of_range(&self, stored: &Stored<Level>) -> Option<String> {
-        debt_out_of_range(stored.ledger, self.full_at(&stored.state))
+        debt_out_of_range(self.full_at(&stored.state))
     }
 }
 

@@ -11,12 +11,13 @@ use crate::backend::{Detection, ScriptBackend};
 use crate::breaker::Breaker;
 use crate::connection::Connection;
 use crate::limiter::{Inner, RedisLimiter};
+use crate::redis_clock::RedisClock;
 use crate::refusal_cache::RefusalCache;
 use crate::reply::Bounds;
 use crate::script::RedisAlgorithm;
 use crate::settings::{
-    DEFAULT_BREAKER_COOL_DOWN, DEFAULT_BREAKER_THRESHOLD, DEFAULT_CLIENT_TTL_SLACK,
-    DEFAULT_CLOCK_SKEW, DEFAULT_PREFIX, DEFAULT_TIMEOUT, FailurePolicy, TimeSource,
+    DEFAULT_BREAKER_COOL_DOWN, DEFAULT_BREAKER_THRESHOLD, DEFAULT_CLIENT_TTL_SLACK, DEFAULT_PREFIX,
+    DEFAULT_TIMEOUT, FailurePolicy, TimeSource,
 };
 use crate::stats::Counters;
 
@@ -30,7 +31,6 @@ pub struct RedisLimiterBuilder<A: RedisAlgorithm> {
     ttl_slack: Option<Duration>,
     failure: FailurePolicy,
     policy_on_data_errors: bool,
-    clock_skew: Duration,
     breaker_threshold: u32,
     breaker_cool_down: Duration,
     on_alert: Option<AlertCallback>,
@@ -62,7 +62,6 @@ impl<A: RedisAlgorithm> RedisLimiterBuilder<A> {
             ttl_slack: None,
             failure: FailurePolicy::Error,
             policy_on_data_errors: false,
-            clock_skew: DEFAULT_CLOCK_SKEW,
             breaker_threshold: DEFAULT_BREAKER_THRESHOLD,
             breaker_cool_down: DEFAULT_BREAKER_COOL_DOWN,
             on_alert: None,
@@ -125,22 +124,6 @@ impl<A: RedisAlgorithm> RedisLimiterBuilder<A> {
     /// it, and failing open on it admits everything meanwhile.
     pub fn policy_on_data_errors(mut self, apply: bool) -> Self {
         self.policy_on_data_errors = apply;
-        self
-    }
-
-    /// How far this host's wall clock may be behind Redis's (default
-    /// [`DEFAULT_CLOCK_SKEW`]).
-    ///
-    /// Every call carries a deadline, `now + timeout + skew` on this host's
-    /// wall clock; a script that starts later on Redis's clock (Redis was
-    /// paused, or the call sat in a buffer) writes nothing and answers
-    /// "expired", so a check the caller gave up on is never charged. A call
-    /// that runs between the timeout and the deadline may still be charged:
-    /// the smaller the skew, the smaller that window; but a host whose clock
-    /// is behind Redis's by more than the skew has every check expire (and
-    /// alerted as such).
-    pub fn clock_skew(mut self, skew: Duration) -> Self {
-        self.clock_skew = skew;
         self
     }
 
@@ -224,7 +207,7 @@ impl<A: RedisAlgorithm> RedisLimiterBuilder<A> {
                 time: self.time,
                 ttl_slack_ms,
                 bounds,
-                clock_skew: self.clock_skew,
+                redis_clock: RedisClock::default(),
                 failure: self.failure,
                 policy_on_data_errors: self.policy_on_data_errors,
                 breaker: Breaker::new(self.breaker_threshold, self.breaker_cool_down, self.timeout),

@@ -89,6 +89,7 @@ mod connection;
 mod failure;
 mod key;
 mod limiter;
+mod redis_clock;
 mod refusal_cache;
 mod reply;
 mod script;
@@ -109,7 +110,7 @@ pub use redis::RedisError;
 pub use reply::InvalidReply;
 pub use script::{MAX_TTL_SLACK_MS, Op, PROTOCOL_VERSION, RedisAlgorithm, Script, ScriptArgs};
 pub use settings::{
-    DEFAULT_BREAKER_COOL_DOWN, DEFAULT_BREAKER_THRESHOLD, DEFAULT_CLIENT_TTL_SLACK,
-    DEFAULT_CLOCK_SKEW, DEFAULT_PREFIX, DEFAULT_TIMEOUT, FailurePolicy, TimeSource,
+    DEFAULT_BREAKER_COOL_DOWN, DEFAULT_BREAKER_THRESHOLD, DEFAULT_CLIENT_TTL_SLACK, DEFAULT_PREFIX,
+    DEFAULT_TIMEOUT, FailurePolicy, TimeSource,
 };
 pub use stats::Stats;

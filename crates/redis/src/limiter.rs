@@ -5,11 +5,11 @@
 use std::fmt;
 use std::future::Future;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use ratelab_core::{
     AsyncRateLimiter, CheckFuture, Clock, Decision, Error, Issuer, Keyed, Limiter, Quota, Receipt,
-    ReceiptFuture, ResetFuture, Stamp, SystemClock, clamp_instant, duration_to_micros, ensure_fits,
+    ReceiptFuture, ResetFuture, Stamp, SystemClock, clamp_instant, ensure_fits,
 };
 use redis::Value;
 
@@ -22,6 +22,7 @@ use crate::builder::RedisLimiterBuilder;
 use crate::connection::Connection;
 use crate::failure::classify;
 use crate::key::redis_key;
+use crate::redis_clock::RedisClock;
 use crate::refusal_cache::RefusalCache;
 use crate::reply::{Asked, Bounds, decision_from_reply};
 use crate::script::{MAX_TTL_SLACK_MS, Op, RedisAlgorithm, ScriptArgs};
@@ -54,7 +55,8 @@ pub(crate) struct Inner<A: RedisAlgorithm> {
     pub(crate) key_suffix: String,
     pub(crate) ttl_slack_ms: u64,
     pub(crate) bounds: Bounds,
-    pub(crate) clock_skew: Duration,
+    /// Where Redis's clock stands against ours: each call's deadline.
+    pub(crate) redis_clock: RedisClock,
     pub(crate) failure: FailurePolicy,
     pub(crate) policy_on_data_errors: bool,
     pub(crate) breaker: Breaker,
@@ -150,7 +152,7 @@ impl<A: RedisAlgorithm> RedisLimiter<A> {
         }
         let redis_key = self.redis_key(key);
         match inner
-            .guarded(inner.run(&redis_key, now, cost, Op::Check))
+            .guarded(|give_up| inner.run(&redis_key, now, cost, Op::Check, give_up))
             .await
         {
             Ok((decision, stamp)) => {
@@ -182,7 +184,7 @@ impl<A: RedisAlgorithm> RedisLimiter<A> {
         inner.ensure_supported()?;
         let redis_key = self.redis_key(key);
         match inner
-            .guarded(inner.run(&redis_key, inner.now(), cost, Op::Peek))
+            .guarded(|give_up| inner.run(&redis_key, inner.now(), cost, Op::Peek, give_up))
             .await
         {
             Ok((decision, _)) => Ok(decision),
@@ -238,7 +240,7 @@ impl<A: RedisAlgorithm> RedisLimiter<A> {
         };
         let redis_key = self.redis_key(&redeemed.key);
         inner
-            .guarded(inner.run(&redis_key, inner.now(), settlement.charged, op))
+            .guarded(|give_up| inner.run(&redis_key, inner.now(), settlement.charged, op, give_up))
             .await
             .map(|(decision, _)| decision)
     }
@@ -273,7 +275,7 @@ impl<A: RedisAlgorithm> RedisLimiter<A> {
         }
         let redis_key = self.redis_key(key);
         inner
-            .guarded(inner.run(&redis_key, inner.now(), 0, Op::Reset))
+            .guarded(|give_up| inner.run(&redis_key, inner.now(), 0, Op::Reset, give_up))
             .await
             .map(drop)
     }
@@ -330,13 +332,20 @@ impl<A: RedisAlgorithm> Inner<A> {
     /// Runs one call to Redis within the timeout and under the circuit
     /// breaker, and counts it: the path every operation takes. The failure
     /// policy is the caller's to apply.
-    async fn guarded<T>(&self, call: impl Future<Output = Result<T, Error>>) -> Result<T, Error> {
+    ///
+    /// `call` is given the instant the caller gives up (`None` for a timeout
+    /// too long to represent): the deadline its script gets.
+    async fn guarded<T, F>(&self, call: impl FnOnce(Option<Instant>) -> F) -> Result<T, Error>
+    where
+        F: Future<Output = Result<T, Error>>,
+    {
         let probe = match self.breaker.permit() {
             Permit::Call => false,
             Permit::Probe => true,
             Permit::Refused(wait) => return Err(Error::CircuitOpen(wait)),
         };
-        let result = match tokio::time::timeout(self.timeout, call).await {
+        let give_up = Instant::now().checked_add(self.timeout);
+        let result = match tokio::time::timeout(self.timeout, call(give_up)).await {
             Ok(result) => result,
             Err(_) => Err(Error::Timeout(self.timeout)),
         };
@@ -352,6 +361,9 @@ impl<A: RedisAlgorithm> Inner<A> {
                     _ => Counters::count(&self.counters.errors),
                 }
                 if error.is_unavailable() {
+                    // A reconnection may reach another server: measure its
+                    // clock again.
+                    self.redis_clock.forget();
                     self.breaker.failure(probe);
                 } else {
                     // Redis answered: it is up, whatever it said.
@@ -387,20 +399,15 @@ impl<A: RedisAlgorithm> Inner<A> {
         now: Option<u64>,
         cost: u32,
         op: Op,
+        give_up: Option<Instant>,
     ) -> Result<(Decision, Stamp), Error> {
         // Past this instant on Redis's clock the caller has given up: the
-        // script must not charge it.
-        let deadline = unix_micros()
-            .saturating_add(duration_to_micros(self.timeout))
-            .saturating_add(duration_to_micros(self.clock_skew));
-        let args = ScriptArgs::call(
-            now,
-            cost,
-            self.ttl_slack_ms,
-            Some(deadline),
-            op,
-            &self.params,
-        );
+        // script must not charge it. Measured, not guessed (`RedisClock`).
+        let deadline = match give_up {
+            Some(give_up) => Some(self.redis_clock.deadline(&self.connection, give_up).await?),
+            None => None,
+        };
+        let args = ScriptArgs::call(now, cost, self.ttl_slack_ms, deadline, op, &self.params);
         let reply = self.call(key, &args).await?;
         let asked = Asked {
             stamps: op == Op::Check && cost > 0,
@@ -495,13 +502,6 @@ impl<A: RedisAlgorithm> Inner<A> {
             },
         }
     }
-}
-
-/// The wall clock, in µs since the Unix epoch (0 before it).
-fn unix_micros() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, duration_to_micros)
 }
 
 impl<A: RedisAlgorithm> Limiter for RedisLimiter<A> {

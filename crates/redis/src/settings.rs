@@ -19,12 +19,6 @@ pub const DEFAULT_PREFIX: &str = "ratelab";
 /// The default TTL slack for a [`TimeSource::Client`]: one minute.
 pub const DEFAULT_CLIENT_TTL_SLACK: Duration = Duration::from_secs(60);
 
-/// The default allowance for the difference between this host's wall clock
-/// and Redis's (see [`RedisLimiterBuilder::clock_skew`]).
-///
-/// [`RedisLimiterBuilder::clock_skew`]: crate::RedisLimiterBuilder::clock_skew
-pub const DEFAULT_CLOCK_SKEW: Duration = Duration::from_millis(500);
-
 /// The default number of consecutive outage failures that open the circuit
 /// breaker.
 pub const DEFAULT_BREAKER_THRESHOLD: u32 = 5;

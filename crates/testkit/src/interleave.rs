@@ -392,8 +392,8 @@ pub fn racing_at_one_instant<A: Algorithm + Clone>(algorithm: &A) {
                             if !held.is_empty() && next() % 4 != 0 {
                                 let i = usize::try_from(next()).unwrap_or(0) % held.len();
                                 let (receipt, cost) = held.swap_remove(i);
-                                let actual = u32::try_from(next() % u64::from(cost + 1))
-                                    .unwrap_or(0);
+                                let actual =
+                                    u32::try_from(next() % u64::from(cost + 1)).unwrap_or(0);
                                 let after = settle(which, receipt, actual).unwrap();
                                 assert!(after.allowed);
                                 kept += u64::from(actual);
@@ -413,7 +413,10 @@ pub fn racing_at_one_instant<A: Algorithm + Clone>(algorithm: &A) {
         .unwrap()
         .remaining;
         let store = if which { "keyed" } else { "direct" };
-        assert!(kept <= capacity, "{store}: {kept} kept, capacity {capacity}");
+        assert!(
+            kept <= capacity,
+            "{store}: {kept} kept, capacity {capacity}"
+        );
         assert!(
             remaining <= capacity - kept,
             "{store}: {kept} kept of {capacity}, yet {remaining} remaining"
