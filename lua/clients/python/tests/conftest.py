@@ -4,7 +4,9 @@ this process dies first)."""
 
 from __future__ import annotations
 
+import asyncio
 import ctypes
+import inspect
 import os
 import shutil
 import signal
@@ -80,8 +82,22 @@ class RedisServer:
     def client(self) -> redis.Redis:
         return redis.Redis(port=self.port, socket_timeout=5)
 
+    def aclient(self):
+        import redis.asyncio
+
+        return redis.asyncio.Redis(port=self.port, socket_timeout=5)
+
+    def pause(self) -> None:
+        """SIGSTOP: the server holds every connection and answers nothing
+        (the kernel still accepts connections into its backlog)."""
+        os.kill(self.process.pid, signal.SIGSTOP)
+
+    def resume(self) -> None:
+        os.kill(self.process.pid, signal.SIGCONT)
+
     def stop(self) -> None:
         if self.process.poll() is None:
+            self.resume()
             self.process.kill()
         self.process.wait()
 
@@ -102,6 +118,72 @@ def client(server):
 
 
 _prefixes = iter(range(1_000_000))
+
+
+@pytest.fixture
+def own_server():
+    """A server of this test's own, to pause or kill."""
+    s = RedisServer()
+    yield s
+    s.stop()
+    shutil.rmtree(s.dir, ignore_errors=True)
+
+
+class SyncView:
+    """An :class:`~ratelab_client.AsyncLimiter` seen through the synchronous
+    interface: each coroutine run to completion on the test's loop. The
+    table of cases runs unchanged against both limiters."""
+
+    def __init__(self, limiter, loop) -> None:
+        self._limiter = limiter
+        self._loop = loop
+
+    def __getattr__(self, name):
+        attribute = getattr(self._limiter, name)
+        if inspect.iscoroutinefunction(attribute):
+            return lambda *a, **k: self._loop.run_until_complete(attribute(*a, **k))
+        return attribute
+
+
+class Flavors:
+    """Makes limiters of one flavor ("sync": redis-py, "async":
+    redis.asyncio) on a server, each call answered synchronously."""
+
+    def __init__(self, flavor: str) -> None:
+        self.flavor = flavor
+        self.loop = asyncio.new_event_loop() if flavor == "async" else None
+        self._clients = []
+
+    def client_for(self, server):
+        client = server.aclient() if self.loop else server.client()
+        self._clients.append(client)
+        return client
+
+    def limiter(self, server, *args, **kwargs):
+        from ratelab_client import AsyncLimiter, Limiter
+
+        client = kwargs.pop("client", None) or self.client_for(server)
+        if self.loop is None:
+            return Limiter(client, *args, **kwargs)
+        return SyncView(AsyncLimiter(client, *args, **kwargs), self.loop)
+
+    def close(self) -> None:
+        for client in self._clients:
+            if self.loop is not None:
+                self.loop.run_until_complete(client.aclose())
+            else:
+                client.close()
+        if self.loop is not None:
+            self.loop.close()
+
+
+@pytest.fixture(params=["sync", "async"])
+def flavor(request):
+    """Both limiters, one after the other: every test taking this fixture
+    is a case of the table both run."""
+    f = Flavors(request.param)
+    yield f
+    f.close()
 
 
 @pytest.fixture
