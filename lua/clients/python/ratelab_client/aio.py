@@ -6,10 +6,11 @@ shares (``ratelab_client.core``)."""
 from __future__ import annotations
 
 import asyncio
-import weakref
-from typing import Any, Callable, Optional, Tuple, Union
+from typing import Any, Callable, List, Optional, Tuple, Union
 
 import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 
 from .clock import RedisClock, monotonic_us
 from .core import DEFAULT_QUOTA_CHECK_EVERY, Call, Command, Core, Decision, is_cluster
@@ -26,17 +27,41 @@ from .resilience import (
 __all__ = ["AsyncLimiter"]
 
 
+#: Idle connections a limiter keeps open for its next calls.
+MAX_IDLE_CONNECTIONS = 32
+
+
 class _AsyncIO:
-    """Runs a limiter's commands on a ``redis.asyncio`` client, each bounded
-    by the time left before the caller gives up (connecting included)."""
+    """Runs a limiter's commands on connections of its own, made with the
+    client's settings, each command (and connecting) bounded by the time
+    left before the caller gives up, with none of redis-py's own retries. A
+    call that fails or is cancelled closes its connection. A cluster client
+    routes each command itself."""
 
     def __init__(self, client: Any, core: Core) -> None:
         self.client = client
         self.core = core
         self.cluster = is_cluster(client)
-        # Connections this limiter has seen: a new one (maybe to another
-        # server) has its clock measured again, and so has a reconnected one.
-        self._seen: "weakref.WeakSet[Any]" = weakref.WeakSet()
+        self._idle: List[Any] = []
+
+    def _take(self) -> Any:
+        if self._idle:
+            return self._idle.pop()
+        pool = self.client.connection_pool
+        connection = pool.connection_class(**pool.connection_kwargs)
+        connection.retry = Retry(NoBackoff(), 0)
+        return connection
+
+    async def _give(self, connection: Any) -> None:
+        if len(self._idle) < MAX_IDLE_CONNECTIONS:
+            self._idle.append(connection)
+        else:
+            await connection.disconnect()
+
+    async def aclose(self) -> None:
+        idle, self._idle = self._idle, []
+        for connection in idle:
+            await connection.disconnect()
 
     async def _bounded(self, awaitable: Any, call: Call) -> Any:
         left = self.core.remaining_s(call)
@@ -54,21 +79,21 @@ class _AsyncIO:
     async def run(self, flow: Any, call: Call) -> Any:
         if self.cluster:
             return await self._drive(flow, lambda command: self._cluster(command, call))
-        pool = self.client.connection_pool
-        connection = await self._bounded(_get_connection(pool), call)
+        connection = self._take()
         try:
-            if connection not in self._seen:
-                self._seen.add(connection)
+            if not connection.is_connected:
+                # A new connection, maybe to another server (a failover):
+                # its clock is measured again.
                 self.core.redis_clock.invalidate()
-                connection.register_connect_callback(self.core.redis_clock.on_connect)
-            return await self._drive(flow, lambda command: self._execute(connection, command, call))
+                await self._bounded(connection.connect(), call)
+            result = await self._drive(flow, lambda command: self._execute(connection, command, call))
         except BaseException:
             # Cancelled or timed out mid-reply: the connection holds a
             # half-read answer. Never reuse it.
             await connection.disconnect(nowait=True)
             raise
-        finally:
-            await pool.release(connection)
+        await self._give(connection)
+        return result
 
     @staticmethod
     async def _drive(flow: Any, execute: Callable[[Command], Any]) -> Any:
@@ -108,14 +133,6 @@ class _AsyncIO:
         if command[:2] == ("SCRIPT", "LOAD"):
             return await self._bounded(client.script_load(command[2]), call)
         return await self._bounded(client.execute_command(*command), call)
-
-
-async def _get_connection(pool: Any) -> Any:
-    # redis-py 5 wants a command name, later versions none.
-    try:
-        return await pool.get_connection()
-    except TypeError:
-        return await pool.get_connection("EVALSHA")
 
 
 class AsyncLimiter:
@@ -208,6 +225,16 @@ class AsyncLimiter:
             except Exception as e:
                 error = core.failed(call, e)
         raise error
+
+    async def aclose(self) -> None:
+        """Closes the limiter's own connections (not the client's)."""
+        await self._io.aclose()
+
+    async def __aenter__(self) -> "AsyncLimiter":
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
 
     async def _decide(self, call: Call) -> Decision:
         core = self._core

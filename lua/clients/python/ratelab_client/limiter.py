@@ -6,7 +6,8 @@ limit and fail alike."""
 
 from __future__ import annotations
 
-from typing import Any, Callable, Optional, Tuple, Union
+import threading
+from typing import Any, Callable, List, Optional, Tuple, Union
 
 import redis
 from redis.backoff import NoBackoff
@@ -55,39 +56,63 @@ def _no_retry() -> Retry:
     return Retry(NoBackoff(), 0)
 
 
-def get_connection(pool: Any) -> Any:
-    # redis-py 5 wants a command name, later versions none.
-    try:
-        return pool.get_connection()
-    except TypeError:
-        return pool.get_connection("EVALSHA")
+#: Idle connections a limiter keeps open for its next calls.
+MAX_IDLE_CONNECTIONS = 32
 
 
 def _set_socket_timeout(connection: Any, seconds: Optional[float]) -> None:
+    # redis-py applies `socket_timeout` when it connects; an open socket
+    # takes a new one directly.
     sock = getattr(connection, "_sock", None)
     if sock is not None:
         sock.settimeout(seconds)
 
 
 class _SyncIO:
-    """Runs a limiter's commands on a redis-py client, each bounded by the
-    time left before the caller gives up (connecting included, and with no
-    retry of redis-py's own: the limiter's breaker and policy decide)."""
+    """Runs a limiter's commands on connections of its own, made with the
+    client's settings (address, credentials, TLS, database; its pool's
+    connection class), each command bounded by the time left before the
+    caller gives up, connecting and the handshake included, with none of
+    redis-py's own retries: the limiter's breaker and policy decide. A call
+    that fails closes its connection (a half-read reply must never be read
+    by the next call). A cluster client routes each command itself."""
 
     def __init__(self, client: Any, core: Core) -> None:
         self.client = client
         self.core = core
         self.cluster = is_cluster(client)
+        self._idle: List[Any] = []
+        self._lock = threading.Lock()
+        kwargs = getattr(getattr(client, "connection_pool", None), "connection_kwargs", {})
+        self._socket_timeout = kwargs.get("socket_timeout")
+
+    def _take(self) -> Any:
+        with self._lock:
+            if self._idle:
+                return self._idle.pop()
+        pool = self.client.connection_pool
+        connection = pool.connection_class(**pool.connection_kwargs)
+        connection.retry = _no_retry()
+        return connection
+
+    def _give(self, connection: Any) -> None:
+        with self._lock:
+            if len(self._idle) < MAX_IDLE_CONNECTIONS:
+                self._idle.append(connection)
+                return
+        connection.disconnect()
+
+    def close(self) -> None:
+        with self._lock:
+            idle, self._idle = self._idle, []
+        for connection in idle:
+            connection.disconnect()
 
     def run(self, flow: Any, call: Call) -> Any:
         if self.cluster:
             return drive(flow, lambda command: self._cluster(command, call))
-        pool = self.client.connection_pool
-        connection = get_connection(pool)
-        saved = (connection.socket_timeout, connection.socket_connect_timeout, connection.retry)
+        connection = self._take()
         try:
-            if call.give_up is not None:
-                connection.retry = _no_retry()
             if getattr(connection, "_sock", None) is None:
                 # A new connection, maybe to another server (a failover):
                 # its clock is measured again.
@@ -97,14 +122,12 @@ class _SyncIO:
                     connection.socket_connect_timeout = left
                     connection.socket_timeout = left
                 connection.connect()
-            return drive(flow, lambda command: self._execute(connection, command, call))
+            result = drive(flow, lambda command: self._execute(connection, command, call))
         except BaseException:
             connection.disconnect()
             raise
-        finally:
-            connection.socket_timeout, connection.socket_connect_timeout, connection.retry = saved
-            _set_socket_timeout(connection, saved[0])
-            pool.release(connection)
+        self._give(connection)
+        return result
 
     def _left(self, call: Call) -> Optional[float]:
         left = self.core.remaining_s(call)
@@ -114,8 +137,8 @@ class _SyncIO:
 
     def _execute(self, connection: Any, command: Command, call: Call) -> Any:
         left = self._left(call)
-        if left is not None:
-            _set_socket_timeout(connection, left)
+        # No timeout: the client's own socket timeout.
+        _set_socket_timeout(connection, left if left is not None else self._socket_timeout)
         if command[0] == "TIME":
             before = monotonic_us()
             connection.send_command("TIME")
@@ -274,6 +297,16 @@ class Limiter:
             except Exception as e:
                 error = core.failed(call, e)
         raise error
+
+    def close(self) -> None:
+        """Closes the limiter's own connections (not the client's)."""
+        self._io.close()
+
+    def __enter__(self) -> "Limiter":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     def _decide(self, call: Call) -> Decision:
         core = self._core

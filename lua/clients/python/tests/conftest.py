@@ -153,6 +153,7 @@ class Flavors:
         self.flavor = flavor
         self.loop = asyncio.new_event_loop() if flavor == "async" else None
         self._clients = []
+        self._limiters = []
 
     def client_for(self, server):
         client = server.aclient() if self.loop else server.client()
@@ -164,10 +165,18 @@ class Flavors:
 
         client = kwargs.pop("client", None) or self.client_for(server)
         if self.loop is None:
-            return Limiter(client, *args, **kwargs)
-        return SyncView(AsyncLimiter(client, *args, **kwargs), self.loop)
+            limiter = Limiter(client, *args, **kwargs)
+        else:
+            limiter = SyncView(AsyncLimiter(client, *args, **kwargs), self.loop)
+        self._limiters.append(limiter)
+        return limiter
 
     def close(self) -> None:
+        for limiter in self._limiters:
+            if self.loop is not None:
+                limiter.aclose()
+            else:
+                limiter.close()
         for client in self._clients:
             if self.loop is not None:
                 self.loop.run_until_complete(client.aclose())
