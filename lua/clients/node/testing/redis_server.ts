@@ -95,7 +95,17 @@ export class RedisServer {
     return new Redis({ host: "127.0.0.1", port: this.port, ...options });
   }
 
+  /** SIGSTOP: the server answers nothing (the kernel still accepts connections into its backlog). */
+  pause(): void {
+    this.process.kill("SIGSTOP");
+  }
+
+  resume(): void {
+    this.process.kill("SIGCONT");
+  }
+
   stop(): void {
+    this.process.kill("SIGCONT");
     this.process.kill("SIGKILL");
     rmSync(this.dir, { recursive: true, force: true });
   }
