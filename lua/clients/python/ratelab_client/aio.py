@@ -125,7 +125,12 @@ class _AsyncIO:
         client = self.client
         if command[0] == "TIME":
             times = []
-            for node in client.get_primaries():
+            primaries = client.get_primaries()
+            if not primaries:
+                # The asyncio cluster client learns its nodes on first use.
+                await self._bounded(client.initialize(), call)
+                primaries = client.get_primaries()
+            for node in primaries:
                 before = monotonic_us()
                 reply = await self._bounded(client.execute_command("TIME", target_nodes=node), call)
                 times.append((before, reply, monotonic_us()))

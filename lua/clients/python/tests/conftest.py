@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 import redis
+import redis.cluster
 
 #: lua/clients/python/tests -> the repository root.
 REPO = Path(__file__).resolve().parents[4]
@@ -40,7 +41,7 @@ def _free_port() -> int:
 class RedisServer:
     """A throwaway redis-server (``RATELAB_REDIS_SERVER`` or PATH)."""
 
-    def __init__(self) -> None:
+    def __init__(self, extra=()) -> None:
         binary = os.environ.get("RATELAB_REDIS_SERVER") or shutil.which("redis-server")
         if not binary:
             pytest.fail(
@@ -54,7 +55,7 @@ class RedisServer:
             self.port = _free_port()
             self.process = subprocess.Popen(
                 [binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
-                 "--appendonly", "no", "--dir", self.dir, "--logfile", str(self.log)],
+                 "--appendonly", "no", "--dir", self.dir, "--logfile", str(self.log), *extra],
                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                 preexec_fn=_die_with_parent,
             )
@@ -127,6 +128,51 @@ def own_server():
     yield s
     s.stop()
     shutil.rmtree(s.dir, ignore_errors=True)
+
+
+class RedisCluster:
+    """Three masters with cluster mode on, joined by ``redis-cli --cluster
+    create``, killed at the end."""
+
+    def __init__(self) -> None:
+        self.nodes = [RedisServer(["--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf"])
+                      for _ in range(3)]
+        cli = shutil.which("redis-cli")
+        if not cli:
+            pytest.fail("redis-cli not found: install redis-tools", pytrace=False)
+        subprocess.run([cli, "--cluster", "create", *(f"127.0.0.1:{n.port}" for n in self.nodes),
+                        "--cluster-replicas", "0", "--cluster-yes"],
+                       check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            info = redis.Redis(port=self.nodes[0].port).cluster("info")
+            if info.get("cluster_state") == "ok":
+                return
+            time.sleep(0.1)
+        pytest.fail("the cluster did not come up", pytrace=False)
+
+    def client(self):
+        # A synchronous cluster client routes each command itself: its own
+        # socket timeouts bound the limiter's calls.
+        return redis.cluster.RedisCluster(host="127.0.0.1", port=self.nodes[0].port, socket_timeout=0.1,
+                                          socket_connect_timeout=0.1)
+
+    def aclient(self):
+        import redis.asyncio.cluster
+
+        return redis.asyncio.cluster.RedisCluster(host="127.0.0.1", port=self.nodes[0].port, socket_timeout=5)
+
+    def stop(self) -> None:
+        for node in self.nodes:
+            node.stop()
+            shutil.rmtree(node.dir, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def cluster():
+    c = RedisCluster()
+    yield c
+    c.stop()
 
 
 class SyncView:
