@@ -104,7 +104,8 @@ describe("the shared HTTP cases through Express", () => {
           spec.redis === "down" ? down : up,
           spec.algorithm,
           new Quota(spec.quota.limit, spec.quota.period_us, spec.quota.burst),
-          { prefix, clock: () => now, quotaCheckEvery: null, logger: null },
+          // A loaded machine (test files run in parallel): a slow answer is not what is tested.
+          { prefix, clock: () => now, quotaCheckEvery: null, logger: null, timeoutMs: 2000 },
         );
         const keyHeader = spec.key?.header;
         return new Policy(spec.name, limiter, {
@@ -112,6 +113,7 @@ describe("the shared HTTP cases through Express", () => {
           key: keyHeader ? (request) => header(request, keyHeader) : undefined,
           cost: spec.cost ?? 1,
           failure: spec.failure ?? "open",
+          timeoutMs: 2000,
         });
       });
       const identify = new Identify({
