@@ -7,6 +7,7 @@ answers. Each limiter only runs the commands, with its own I/O."""
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 from typing import Any, Callable, Generator, Optional, Sequence, Tuple, Union
 
@@ -167,7 +168,8 @@ class Core:
         ):
             raise ValueError(f"quota_check_every must be a positive integer or None, not {quota_check_every!r}")
         self.quota_check_every = quota_check_every
-        self._checks = 0
+        # next() on a count is atomic: threads share one limiter.
+        self._checks = itertools.count()
         self.monotonic = monotonic
         self.source = script_source(algorithm)
         self.sha = script_sha(self.source)
@@ -230,8 +232,7 @@ class Core:
         give_up = None if self.timeout is None else started + round(self.timeout * 1_000_000)
         registry = False
         if op == "check" and self.quota_check_every is not None:
-            registry = self._checks % self.quota_check_every == 0
-            self._checks += 1
+            registry = next(self._checks) % self.quota_check_every == 0
         return Call(op, key_b, self.redis_key(key_b), cost, owed, now, give_up,
                     now if now is not None else started, registry=registry)
 

@@ -13,6 +13,7 @@ byte as ``ratelab-http`` writes them."""
 from __future__ import annotations
 
 import asyncio
+import inspect
 import ipaddress
 import json
 import re
@@ -388,6 +389,11 @@ class Policy:
             raise ValueError(f"cost must be a non-negative integer or a function, not {cost!r}")
         if not (isinstance(timeout, (int, float)) and timeout > 0):
             raise ValueError(f"timeout must be a positive number of seconds, not {timeout!r}")
+        if not inspect.iscoroutinefunction(getattr(limiter, "check", None)):
+            raise TypeError(
+                f"policy {name!r}: the limiter must be an AsyncLimiter (its check a coroutine), "
+                f"not {type(limiter).__name__}"
+            )
         self.name = name
         self.limiter = limiter
         self.routes = [Route(method, pattern) for method, pattern in routes]

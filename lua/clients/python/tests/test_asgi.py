@@ -20,6 +20,7 @@ from starlette.requests import Request as StarletteRequest
 from starlette.responses import PlainTextResponse
 from starlette.routing import Route as StarletteRoute
 
+import redis
 import redis.asyncio
 from ratelab_client import AsyncLimiter, Quota
 from ratelab_client.asgi import RateLimitMiddleware
@@ -164,6 +165,10 @@ def test_bad_configuration_is_a_clear_error(server):
         Policy("p", limiter, routes=[("POST", "login")])
     with pytest.raises(ValueError, match="catch-all"):
         Policy("p", limiter, routes=[(None, "/{*rest}/x")])
+    from ratelab_client import Limiter
+
+    with pytest.raises(TypeError, match="must be an AsyncLimiter"):
+        Policy("p", Limiter(redis.Redis(port=server.port), "gcra", Quota.per_minute(5)))
     with pytest.raises(ValueError, match="two policies are named 'p'"):
         RateLimitMiddleware(None, policies=[Policy("p", limiter), Policy("p", limiter)])
     with pytest.raises(ValueError, match="host names are not resolved"):
