@@ -1,12 +1,16 @@
 // ratelab's Redis script protocol from Node: the same scripts, keys and
 // decisions as the Rust `ratelab-redis` crate and the Python client, so a
-// polyglot fleet shares one rate limit. The protocol: lua/README.md.
+// polyglot fleet shares one rate limit; and the same timeout, failure
+// policies, circuit breaker, alerts and stats, so that it fails alike. The
+// protocol: lua/README.md.
 //
 //   import { Redis } from "ioredis";
 //   import { Limiter, Quota } from "ratelab-client";
 //
 //   const limiter = new Limiter(new Redis(), "token-bucket", Quota.perSecond(5, 10));
 //   const decision = await limiter.check("client-42");
+//
+// `ratelab-client/express` is a rate limiting middleware for Express.
 
 export {
   ALGORITHMS,
@@ -15,8 +19,10 @@ export {
   MAX_STORED_LOG_LIMIT,
   OPS,
   PROTOCOL_VERSION,
+  REPLY_LEN,
   Quota,
   algorithm,
+  encodeOp,
   keyBytes,
   luaDir,
   redisKey,
@@ -28,13 +34,25 @@ export {
   type Op,
 } from "./protocol.js";
 export {
+  BackendError,
+  CircuitOpen,
   CostTooHigh,
   DataError,
   Expired,
-  Limiter,
+  QuotaMismatch,
   RatelabError,
-  ceilSecs,
-  wallClockMicros,
-  type Decision,
-  type LimiterOptions,
-} from "./limiter.js";
+  Timeout,
+  Unavailable,
+} from "./errors.js";
+export {
+  DEFAULT_BREAKER_COOL_DOWN_MS,
+  DEFAULT_BREAKER_THRESHOLD,
+  DEFAULT_TIMEOUT_MS,
+  FAILURE_POLICIES,
+  type Alert,
+  type FailurePolicy,
+  type Logger,
+  type Stats,
+} from "./resilience.js";
+export { RedisClock, monotonicMicros, type RedisClockOptions, type Sample } from "./clock.js";
+export { DEFAULT_QUOTA_CHECK_EVERY, Limiter, ceilSecs, type Decision, type LimiterOptions } from "./limiter.js";

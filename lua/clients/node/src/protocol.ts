@@ -7,6 +7,10 @@ import { existsSync, readFileSync } from "node:fs";
 import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 
+// Everything that changes with the protocol's version is in this block: the
+// version sent, the operations and how they are written into `ARGV[6]`, and
+// the length of a reply.
+
 /** The protocol version this client speaks: the first argument of every call. */
 export const PROTOCOL_VERSION = 3;
 
@@ -15,6 +19,21 @@ export type Op = "check" | "peek" | "refund";
 
 /** Every operation. */
 export const OPS: readonly Op[] = ["check", "peek", "refund"];
+
+/** The integers of a script's reply: allowed, limit, remaining, retry_after_us, reset_after_us, delay_us. */
+export const REPLY_LEN = 6;
+
+/** `ARGV[6]` for `op`: `check`, `peek`, or `refund:<owed>` (µs the refunded admission still weighs). */
+export function encodeOp(op: Op, owed = 0): string {
+  if (!OPS.includes(op)) throw new RangeError(`op must be one of ${OPS.join(", ")}, not ${String(op)}`);
+  if (op === "refund") {
+    if (!Number.isSafeInteger(owed) || owed < 0) {
+      throw new RangeError(`owed must be an integer from 0 to 2^53 - 1 µs, not ${owed}`);
+    }
+    return `refund:${owed}`;
+  }
+  return op;
+}
 
 /** The default key prefix. */
 export const DEFAULT_PREFIX = "ratelab";

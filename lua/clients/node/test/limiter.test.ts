@@ -7,7 +7,18 @@ import { after, before, describe, it } from "node:test";
 
 import type { Redis } from "ioredis";
 
-import { ALGORITHMS, CostTooHigh, DataError, Expired, Limiter, Quota, ceilSecs, type AlgorithmName } from "../src/index.js";
+import {
+  ALGORITHMS,
+  CostTooHigh,
+  DataError,
+  Expired,
+  Limiter,
+  Quota,
+  RedisClock,
+  ceilSecs,
+  monotonicMicros,
+  type AlgorithmName,
+} from "../src/index.js";
 import { RedisServer } from "../testing/redis_server.js";
 
 const QUOTA = Quota.perSecond(5, 10);
@@ -115,12 +126,17 @@ describe("the client", () => {
   });
 
   it("charges nothing for a call past its deadline", async () => {
-    const p = prefix();
-    const late = new Limiter(client, "token-bucket", QUOTA, { prefix: p, wallClock: () => 0 });
+    // A clock sample that puts Redis's clock an hour behind: the deadline
+    // sent is an hour early, and the script starts after it.
+    const skewed = new RedisClock({ maxAgeMicros: 3_600_000_000 });
+    const late = new Limiter(client, "token-bucket", QUOTA, { prefix: prefix(), redisClock: skewed, logger: null });
+    await late.check("warm", 0); // samples the clock
+    const m = monotonicMicros();
+    skewed.record([{ before: m, redis: m + (skewed.offsetMicros ?? 0) - 3_600_000_000, after: m }]);
     await assert.rejects(late.check("k", 5), (e: Error) => e instanceof Expired && /nothing was charged/.test(e.message));
     assert.equal(await client.exists(late.redisKey("k")), 0);
-    const onTime = new Limiter(client, "token-bucket", QUOTA, { prefix: p });
-    assert.equal((await onTime.check("k", 5)).remaining, 5);
+    skewed.invalidate();
+    assert.equal((await late.check("k", 5)).remaining, 5);
   });
 
   it("never trusts a reply", () => {
@@ -148,8 +164,8 @@ describe("the client", () => {
     assert.equal(fixed.arguments(3, T0, "refund", 1_500)[5], "refund:1500");
     assert.throws(() => fixed.arguments(3, T0, "refund", -1), RangeError);
     assert.throws(() => fixed.arguments(1, T0, "take" as never), RangeError);
-    const redisTime = new Limiter(client, "gcra", QUOTA, { wallClock: () => 1_000_000 });
-    assert.deepEqual(redisTime.arguments(2), [3, "", 2, 0, 1_600_000, "check", 200_000, 2_000_000, 10]);
+    const redisTime = new Limiter(client, "gcra", QUOTA);
+    assert.deepEqual(redisTime.arguments(2, undefined, "check", 0, 1_234), [3, "", 2, 0, 1_234, "check", 200_000, 2_000_000, 10]);
   });
 
   it("still gets version 1 calls answered, as checks", async () => {

@@ -44,7 +44,7 @@ export class RedisServer {
     private readonly dir: string,
   ) {}
 
-  static async start(): Promise<RedisServer> {
+  static async start(extra: readonly string[] = []): Promise<RedisServer> {
     const binary = process.env.RATELAB_REDIS_SERVER || which("redis-server");
     if (!binary) {
       throw new Error(
@@ -57,7 +57,7 @@ export class RedisServer {
       const child = spawn(
         binary,
         ["--port", String(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-          "--dir", dir, "--logfile", join(dir, "redis.log")],
+          "--dir", dir, "--logfile", join(dir, "redis.log"), ...extra],
         { stdio: "ignore" },
       );
       const server = new RedisServer(port, child, dir);
@@ -95,7 +95,17 @@ export class RedisServer {
     return new Redis({ host: "127.0.0.1", port: this.port, ...options });
   }
 
+  /** SIGSTOP: the server answers nothing (the kernel still accepts connections into its backlog). */
+  pause(): void {
+    this.process.kill("SIGSTOP");
+  }
+
+  resume(): void {
+    this.process.kill("SIGCONT");
+  }
+
   stop(): void {
+    this.process.kill("SIGCONT");
     this.process.kill("SIGKILL");
     rmSync(this.dir, { recursive: true, force: true });
   }

@@ -1,6 +1,7 @@
 """ratelab's Redis script protocol from Python: the same scripts, keys and
 decisions as the Rust ``ratelab-redis`` crate and the Node client, so a
-polyglot fleet shares one rate limit.
+polyglot fleet shares one rate limit; and the same timeout, failure
+policies, circuit breaker, alerts and stats, so that it fails alike.
 
     import redis
     from ratelab_client import Limiter, Quota
@@ -10,10 +11,27 @@ polyglot fleet shares one rate limit.
     if not decision.allowed:
         print(f"retry in {decision.retry_after_secs} s")
 
-The protocol: lua/README.md in the ratelab repository.
+:class:`AsyncLimiter` is the same on ``redis.asyncio``;
+:mod:`ratelab_client.asgi` is a rate limiting middleware for ASGI
+applications (Starlette, FastAPI). The protocol: lua/README.md in the
+ratelab repository.
 """
 
-from .limiter import CostTooHigh, DataError, Decision, Expired, Limiter, RatelabError
+from .aio import AsyncLimiter
+from .clock import RedisClock
+from .core import DEFAULT_QUOTA_CHECK_EVERY, Decision
+from .errors import (
+    BackendError,
+    CircuitOpen,
+    CostTooHigh,
+    DataError,
+    Expired,
+    QuotaMismatch,
+    RatelabError,
+    Timeout,
+    Unavailable,
+)
+from .limiter import Limiter
 from .protocol import (
     ALGORITHMS,
     DEFAULT_PREFIX,
@@ -21,6 +39,7 @@ from .protocol import (
     MAX_STORED_LOG_LIMIT,
     OPS,
     PROTOCOL_VERSION,
+    REPLY_LEN,
     Algorithm,
     Quota,
     algorithm,
@@ -28,22 +47,45 @@ from .protocol import (
     redis_key,
     script_source,
 )
+from .resilience import (
+    DEFAULT_BREAKER_COOL_DOWN,
+    DEFAULT_BREAKER_THRESHOLD,
+    DEFAULT_TIMEOUT,
+    Alert,
+    FailurePolicy,
+    Stats,
+)
 
 __all__ = [
     "ALGORITHMS",
+    "Alert",
     "Algorithm",
+    "AsyncLimiter",
+    "BackendError",
+    "CircuitOpen",
     "CostTooHigh",
     "DataError",
     "Decision",
+    "DEFAULT_BREAKER_COOL_DOWN",
+    "DEFAULT_BREAKER_THRESHOLD",
     "DEFAULT_PREFIX",
+    "DEFAULT_QUOTA_CHECK_EVERY",
+    "DEFAULT_TIMEOUT",
     "Expired",
+    "FailurePolicy",
     "Limiter",
     "MAX_KEY_LEN",
     "MAX_STORED_LOG_LIMIT",
     "OPS",
     "PROTOCOL_VERSION",
+    "QuotaMismatch",
     "Quota",
     "RatelabError",
+    "RedisClock",
+    "REPLY_LEN",
+    "Stats",
+    "Timeout",
+    "Unavailable",
     "algorithm",
     "lua_dir",
     "redis_key",

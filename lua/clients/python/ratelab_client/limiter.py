@@ -1,86 +1,200 @@
-"""A rate limiter on Redis that calls ratelab's scripts (lua/README.md):
-the same keys, arguments and decisions as the Rust ``RedisLimiter``, so
-Python, Rust and Node services share one limit."""
+"""A rate limiter on Redis (redis-py, synchronous) that calls ratelab's
+scripts (lua/README.md): the same keys, arguments and decisions as the Rust
+``RedisLimiter``, and the same timeout, failure policy, circuit breaker,
+alerts, stats and refusal cache, so Python, Rust and Node services share one
+limit and fail alike."""
 
 from __future__ import annotations
 
-import time
-from dataclasses import dataclass
-from typing import Any, Callable, Optional, Sequence
+import threading
+from typing import Any, Callable, List, Optional, Tuple, Union
 
 import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 
-from .protocol import (
-    DEFAULT_PREFIX,
-    OPS,
-    PROTOCOL_VERSION,
-    Key,
-    Quota,
-    algorithm as make_algorithm,
-    key_bytes,
-    redis_key,
-    script_sha,
-    script_source,
+from .clock import RedisClock, monotonic_us
+from .core import Call, Command, Core, Decision, drive, is_cluster
+from .errors import (
+    BackendError,
+    CircuitOpen,
+    CostTooHigh,
+    DataError,
+    Expired,
+    QuotaMismatch,
+    RatelabError,
+    Timeout,
+    Unavailable,
 )
+from .protocol import DEFAULT_PREFIX, Key, Quota
+from .resilience import (
+    DEFAULT_BREAKER_COOL_DOWN,
+    DEFAULT_BREAKER_THRESHOLD,
+    DEFAULT_TIMEOUT,
+    AlertHook,
+    FailurePolicy,
+    Stats,
+)
+from .core import DEFAULT_QUOTA_CHECK_EVERY
+
+__all__ = [
+    "BackendError",
+    "CircuitOpen",
+    "CostTooHigh",
+    "DataError",
+    "Decision",
+    "Expired",
+    "Limiter",
+    "QuotaMismatch",
+    "RatelabError",
+    "Timeout",
+    "Unavailable",
+]
 
 
-class RatelabError(Exception):
-    """Every error of this client."""
+def _no_retry() -> Retry:
+    return Retry(NoBackoff(), 0)
 
 
-class CostTooHigh(RatelabError, ValueError):
-    """A cost above the capacity: it could never pass, even on a fresh key."""
+#: Idle connections a limiter keeps open for its next calls.
+MAX_IDLE_CONNECTIONS = 32
 
 
-class DataError(RatelabError):
-    """Redis answered, and the answer is about the key or the call, not
-    Redis's reachability: corrupt state, a key of another type, invalid
-    arguments, another protocol version, a reply no script could send, out of
-    memory. Retrying does not help; someone has to look."""
+def _set_socket_timeout(connection: Any, seconds: Optional[float]) -> None:
+    # redis-py applies `socket_timeout` when it connects; an open socket
+    # takes a new one directly.
+    sock = getattr(connection, "_sock", None)
+    if sock is not None:
+        sock.settimeout(seconds)
 
 
-class Expired(RatelabError):
-    """The call reached Redis after its deadline: nothing was charged (the
-    caller had given up on it). An outage, like a timeout."""
+class _SyncIO:
+    """Runs a limiter's commands on connections of its own, made with the
+    client's settings (address, credentials, TLS, database; its pool's
+    connection class), each command bounded by the time left before the
+    caller gives up, connecting and the handshake included, with none of
+    redis-py's own retries: the limiter's breaker and policy decide. A call
+    that fails closes its connection (a half-read reply must never be read
+    by the next call). A cluster client routes each command itself."""
 
+    def __init__(self, client: Any, core: Core) -> None:
+        self.client = client
+        self.core = core
+        self.cluster = is_cluster(client)
+        self._idle: List[Any] = []
+        self._lock = threading.Lock()
+        kwargs = getattr(getattr(client, "connection_pool", None), "connection_kwargs", {})
+        self._socket_timeout = kwargs.get("socket_timeout")
 
-@dataclass(frozen=True)
-class Decision:
-    """One check's answer: the fields of the Rust ``Decision``, in µs."""
+    def _take(self) -> Any:
+        with self._lock:
+            if self._idle:
+                return self._idle.pop()
+        pool = self.client.connection_pool
+        connection = pool.connection_class(**pool.connection_kwargs)
+        connection.retry = _no_retry()
+        return connection
 
-    allowed: bool
-    limit: int
-    remaining: int
-    retry_after_micros: int
-    reset_after_micros: int
-    delay_micros: int
+    def _give(self, connection: Any) -> None:
+        with self._lock:
+            if len(self._idle) < MAX_IDLE_CONNECTIONS:
+                self._idle.append(connection)
+                return
+        connection.disconnect()
 
-    @property
-    def retry_after_secs(self) -> int:
-        """``retry_after`` in whole seconds, rounded up (``Retry-After``)."""
-        return -(-self.retry_after_micros // 1_000_000)
+    def close(self) -> None:
+        with self._lock:
+            idle, self._idle = self._idle, []
+        for connection in idle:
+            connection.disconnect()
 
-    @property
-    def reset_after_secs(self) -> int:
-        """``reset_after`` in whole seconds, rounded up."""
-        return -(-self.reset_after_micros // 1_000_000)
+    def run(self, flow: Any, call: Call) -> Any:
+        if self.cluster:
+            return drive(flow, lambda command: self._cluster(command, call))
+        connection = self._take()
+        try:
+            if getattr(connection, "_sock", None) is None:
+                # A new connection, maybe to another server (a failover):
+                # its clock is measured again.
+                self.core.redis_clock.invalidate()
+                left = self._left(call)
+                if left is not None:
+                    connection.socket_connect_timeout = left
+                    connection.socket_timeout = left
+                connection.connect()
+            result = drive(flow, lambda command: self._execute(connection, command, call))
+        except BaseException:
+            connection.disconnect()
+            raise
+        self._give(connection)
+        return result
 
+    def _left(self, call: Call) -> Optional[float]:
+        left = self.core.remaining_s(call)
+        if left is not None and left <= 0:
+            raise redis.exceptions.TimeoutError("the timeout passed before the command was sent")
+        return left
 
-def wall_clock_micros() -> int:
-    """µs since the Unix epoch, on this host's clock."""
-    return time.time_ns() // 1000
+    def _execute(self, connection: Any, command: Command, call: Call) -> Any:
+        left = self._left(call)
+        # No timeout: the client's own socket timeout.
+        _set_socket_timeout(connection, left if left is not None else self._socket_timeout)
+        if command[0] == "TIME":
+            before = monotonic_us()
+            connection.send_command("TIME")
+            reply = connection.read_response()
+            return [(before, reply, monotonic_us())]
+        connection.send_command(*command)
+        return connection.read_response()
+
+    def _cluster(self, command: Command, call: Call) -> Any:
+        # A cluster routes each command itself: its own socket timeouts
+        # bound each (set them to the limiter's timeout), and the limiter
+        # checks the time left before each command.
+        self._left(call)
+        client = self.client
+        if command[0] == "TIME":
+            times = []
+            for node in client.get_primaries():
+                before = monotonic_us()
+                reply = client.execute_command("TIME", target_nodes=node)
+                times.append((before, reply, monotonic_us()))
+            return times
+        if command[:2] == ("SCRIPT", "LOAD"):
+            return client.script_load(command[2])
+        return client.execute_command(*command)
 
 
 class Limiter:
     """One algorithm on one quota, any number of keys, state on Redis.
 
     ``client`` is a ``redis.Redis`` (or ``redis.cluster.RedisCluster``).
-    ``clock``, when given, is the caller's clock (µs, an ``int``), passed to
-    the script as ``now``; by default the script reads Redis ``TIME``.
-    ``timeout`` (seconds, or None) and ``clock_skew`` make the deadline: a call
-    that reaches Redis more than ``timeout + clock_skew`` after it was made is
-    refused with :class:`Expired` and charges nothing. Set the connection's
-    own ``socket_timeout`` to ``timeout`` so that the call gives up then too.
+    ``algorithm`` is one of :data:`~ratelab_client.ALGORITHMS`.
+
+    Options (the Rust ``RedisLimiterBuilder``'s, with its defaults):
+
+    - ``timeout`` (seconds, default 0.1; ``None`` for none): the most a call
+      waits for Redis, connecting included (redis-py's own retries are not
+      used). The call's deadline on Redis's clock is the instant the caller
+      gives up, from a measured offset (see :mod:`ratelab_client.clock`): a
+      call that times out is never charged.
+    - ``on_failure``: a :class:`FailurePolicy` (``"error"``, ``"allow"``,
+      ``"deny"``) for outages; data errors raise whatever it is, unless
+      ``policy_on_data_errors``.
+    - ``breaker``: ``(threshold, cool_down_seconds)``, default ``(5, 0.5)``;
+      a threshold of 0 never opens.
+    - ``on_alert``: called with an :class:`Alert` on every failure and quota
+      mismatch (besides a ``logging`` warning at most once a second).
+    - ``cache_refusals``: remember refusals locally for at most this many
+      keys (off by default).
+    - ``quota_check_every``: every N-th check (and the first) also records
+      this limiter's quota for its key in Redis, and alerts when another
+      quota was recorded there (default 100; ``None``: never).
+    - ``prefix``, ``clock`` (the caller's µs, sent as ``now``; default Redis
+      ``TIME``), ``ttl_slack_ms``, ``redis_clock`` (a :class:`RedisClock`
+      shared by limiters on one connection).
+
+    Thread-safe: one limiter may serve every thread of a process.
     """
 
     def __init__(
@@ -92,145 +206,125 @@ class Limiter:
         prefix: str = DEFAULT_PREFIX,
         clock: Optional[Callable[[], int]] = None,
         ttl_slack_ms: Optional[int] = None,
-        timeout: Optional[float] = 0.1,
-        clock_skew: float = 0.5,
+        timeout: Optional[float] = DEFAULT_TIMEOUT,
+        on_failure: Union[FailurePolicy, str] = FailurePolicy.ERROR,
+        policy_on_data_errors: bool = False,
+        breaker: Tuple[int, float] = (DEFAULT_BREAKER_THRESHOLD, DEFAULT_BREAKER_COOL_DOWN),
+        on_alert: Optional[AlertHook] = None,
+        cache_refusals: Optional[int] = None,
+        quota_check_every: Optional[int] = DEFAULT_QUOTA_CHECK_EVERY,
+        redis_clock: Optional[RedisClock] = None,
     ) -> None:
+        self._core = Core(
+            algorithm, quota, prefix=prefix, clock=clock, ttl_slack_ms=ttl_slack_ms,
+            timeout=timeout, on_failure=on_failure, policy_on_data_errors=policy_on_data_errors,
+            breaker=breaker, on_alert=on_alert, cache_refusals=cache_refusals,
+            redis_clock=redis_clock, quota_check_every=quota_check_every,
+        )
         self.client = client
-        self.algorithm = make_algorithm(algorithm, quota)
-        self.quota = quota
-        self.prefix = prefix
-        self.clock = clock
-        if ttl_slack_ms is None:
-            # Redis expires keys on its own clock: a caller's clock may differ.
-            ttl_slack_ms = 0 if clock is None else 60_000
-        self.ttl_slack_ms = ttl_slack_ms
-        self.timeout = timeout
-        self.clock_skew = clock_skew
-        self.source = script_source(algorithm)
-        self.sha = script_sha(self.source)
-        self._suffix = self.algorithm.key_suffix
-        # Replies may wait up to 1 s plus the slack longer than from fresh
-        # state: the scripts accept stored instants that far ahead of now.
-        self._max_wait = self.algorithm.max_wait_us + 1_000_000 + ttl_slack_ms * 1000
+        self._io = _SyncIO(client, self._core)
+
+    # The limiter's configuration, read-only.
+    algorithm = property(lambda self: self._core.algorithm, doc="The algorithm and its parameters.")
+    quota = property(lambda self: self._core.quota, doc="The quota.")
+    prefix = property(lambda self: self._core.prefix, doc="The key prefix.")
+    timeout = property(lambda self: self._core.timeout, doc="The per-call timeout, seconds.")
+    ttl_slack_ms = property(lambda self: self._core.ttl_slack_ms, doc="The TTL slack, ms.")
+    source = property(lambda self: self._core.source, doc="The script sent to Redis.")
+    sha = property(lambda self: self._core.sha, doc="The script's SHA-1.")
+    redis_clock = property(lambda self: self._core.redis_clock, doc="The offset to Redis's clock.")
 
     def redis_key(self, key: Key) -> bytes:
         """The Redis key holding ``key``'s state."""
-        return redis_key(self.prefix, key, self._suffix)
+        return self._core.redis_key(key)
 
-    def arguments(
-        self, cost: int, now: Optional[int] = None, op: str = "check", owed: int = 0
-    ) -> list:
-        """``ARGV`` of one call: version, now or "", cost, slack, deadline or
-        "", the operation (a refund as ``refund:<owed>``), the algorithm's
-        parameters."""
-        if op not in OPS:
-            raise ValueError(f"op must be one of {', '.join(OPS)}, not {op!r}")
-        if not isinstance(owed, int) or isinstance(owed, bool) or not 0 <= owed < 2**53:
-            raise ValueError(f"owed must be an integer from 0 to 2^53 - 1 µs, not {owed!r}")
-        if self.timeout is None:
-            deadline: Any = ""
-        else:
-            deadline = wall_clock_micros() + round((self.timeout + self.clock_skew) * 1_000_000)
-        return [
-            PROTOCOL_VERSION,
-            "" if now is None else now,
-            cost,
-            self.ttl_slack_ms,
-            deadline,
-            f"refund:{owed}" if op == "refund" else op,
-            *self.algorithm.params,
-        ]
+    def arguments(self, cost: int, now: Optional[int] = None, op: str = "check", owed: int = 0,
+                  deadline: Union[int, str] = "") -> list:
+        """``ARGV`` of one call (see :meth:`Core.arguments`)."""
+        return self._core.arguments(cost, now, op, owed, deadline)
+
+    def decision(self, reply: Any) -> Decision:
+        """A script's reply as a :class:`Decision`, trusting nothing in it."""
+        return self._core.decision(reply)
+
+    def stats(self) -> Stats:
+        """What this limiter has done so far."""
+        return self._core.stats()
 
     def check(self, key: Key, cost: int = 1) -> Decision:
         """Decides a request of weight ``cost`` for ``key``: all or nothing;
-        cost 0 reports without consuming. One ``EVALSHA`` (after
-        ``NOSCRIPT``, the script is loaded and the call sent again).
+        cost 0 reports without consuming. At most one round trip for the
+        script (none for a cached refusal or an open breaker), plus a
+        ``TIME`` when the clock sample is stale.
 
-        Raises :class:`CostTooHigh`, :class:`DataError`, :class:`Expired`, and
-        redis-py's ``ConnectionError`` / ``TimeoutError`` when Redis is away.
-        """
-        return self._call(key, cost, "check")
+        Raises :class:`CostTooHigh`; :class:`DataError`; under
+        ``on_failure="error"``, :class:`Unavailable` (:class:`Timeout`,
+        :class:`BackendError`, :class:`Expired`, :class:`CircuitOpen`)."""
+        return self._decide(self._core.start("check", key, cost))
 
     def peek(self, key: Key, cost: int = 1) -> Decision:
         """The decision a check of ``cost`` would get now, writing nothing: a
         check at the same instant, with nothing consumed in between, decides
-        the same. Raises as :meth:`check`."""
-        return self._call(key, cost, "peek")
+        the same. The refusal cache is neither read nor filled. Raises as
+        :meth:`check`; the failure policy answers as for a check."""
+        return self._decide(self._core.start("peek", key, cost))
 
     def refund(self, key: Key, cost: int, owed_us: int) -> Decision:
         """Gives back up to ``cost`` units of one admission of ``key`` that
         still weighs on it for ``owed_us`` µs: its decision's
         ``reset_after_micros``, less the time since it was asked (measure from
         before the call, so that it errs low). Only what the admission still
-        holds comes back: units whose debt was repaid, or counted in a window
-        that has ended, would otherwise let later requests count for less
-        (lua/README.md, "Refunds"). Never above the capacity (a key full
-        again is deleted); answers what a peek of cost 0 would after it.
+        holds comes back (lua/README.md, "Refunds"); never above the
+        capacity; answers what a peek of cost 0 would after it.
 
         On Redis ``TIME`` the script decides when it runs, as late as the
-        deadline allows: ``owed_us`` is first taken down by the timeout and
-        twice the clock skew (with no timeout, nothing is owed). Raises as
-        :meth:`check`."""
-        if not isinstance(owed_us, int) or isinstance(owed_us, bool) or owed_us < 0:
-            raise ValueError(f"owed_us must be a non-negative integer, not {owed_us!r}")
-        if self.clock is None:
-            if self.timeout is None:
-                owed_us = 0
-            else:
-                in_flight = round((self.timeout + 2 * self.clock_skew) * 1_000_000)
-                owed_us = max(0, owed_us - in_flight)
-        return self._call(key, cost, "refund", min(owed_us, 2**53 - 1))
+        caller's give-up instant: ``owed_us`` is first taken down by the
+        timeout (with no timeout, nothing is owed). No failure policy
+        applies: an outage raises."""
+        return self._decide(self._core.start("refund", key, cost, owed_us))
 
     def reset(self, key: Key) -> None:
-        """Puts ``key`` back to full capacity: ``DEL`` of its Redis key."""
-        self.client.delete(self.redis_key(key))
-
-    def _call(self, key: Key, cost: int, op: str, owed: int = 0) -> Decision:
-        if not isinstance(cost, int) or isinstance(cost, bool) or cost < 0 or cost > 0xFFFFFFFF:
-            raise ValueError(f"cost must be an integer from 0 to 2^32 - 1, not {cost!r}")
-        if cost > self.algorithm.capacity:
-            raise CostTooHigh(
-                f"a cost of {cost} can never fit: the capacity is {self.algorithm.capacity}"
-            )
-        now = None if self.clock is None else int(self.clock())
-        key_b = self.redis_key(key_bytes(key))
-        args = self.arguments(cost, now, op, owed)
-        try:
+        """Puts ``key`` back to full capacity: ``DEL`` of its Redis key.
+        Raises on an outage (no failure policy)."""
+        core = self._core
+        call = core.reset_call(key)
+        error = core.permit(call)
+        if error is None:
             try:
-                reply = self.client.evalsha(self.sha, 1, key_b, *args)
-            except redis.exceptions.NoScriptError:
-                self.client.script_load(self.source)
-                reply = self.client.evalsha(self.sha, 1, key_b, *args)
-        except redis.exceptions.ResponseError as e:
-            message = str(e)
-            if message.startswith("ratelab expired"):
-                raise Expired(message) from e
-            raise DataError(message) from e
-        return self.decision(reply)
+                self._io.run(core.reset_flow(call), call)
+                core.reset_done()
+                return
+            except Exception as e:
+                error = core.failed(call, e)
+        raise error
 
-    def decision(self, reply: Any) -> Decision:
-        """A script's reply as a :class:`Decision`, trusting nothing in it."""
+    def close(self) -> None:
+        """Closes the limiter's own connections (not the client's)."""
+        self._io.close()
 
-        def invalid(why: str) -> DataError:
-            return DataError(f"ratelab {self.algorithm.name}: invalid reply {reply!r}: {why}")
+    def __enter__(self) -> "Limiter":
+        return self
 
-        if not isinstance(reply, (list, tuple)) or len(reply) != 6:
-            raise invalid("not six integers")
-        if not all(isinstance(n, int) and not isinstance(n, bool) for n in reply):
-            raise invalid("not six integers")
-        n: Sequence[int] = reply
-        if any(x < 0 for x in n):
-            raise invalid("a negative integer")
-        allowed, limit, remaining, retry, reset, delay = n
-        if limit != self.algorithm.capacity:
-            raise invalid("limit is not this limiter's capacity")
-        if remaining > limit:
-            raise invalid("remaining above the limit")
-        if max(retry, reset, delay) > self._max_wait:
-            raise invalid("a wait longer than this quota can produce")
-        if allowed not in (0, 1):
-            raise invalid("allowed is neither 0 nor 1")
-        if (allowed == 1 and retry != 0) or (allowed == 0 and delay != 0):
-            raise invalid("a retry wait when admitted, or a delay when refused")
-        return Decision(allowed == 1, limit, remaining, retry, reset, delay)
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _decide(self, call: Call) -> Decision:
+        core = self._core
+        cached = core.cached(call)
+        if cached is not None:
+            return cached
+        error = core.permit(call)
+        if error is None:
+            try:
+                return core.answered(call, self._io.run(core.flow(call), call))
+            except Exception as e:
+                error = core.failed(call, e)
+        return core.on_failure(call, error)
+
+    def __repr__(self) -> str:
+        core = self._core
+        return (f"Limiter({core.algorithm.name!r}, {core.quota!r}, prefix={core.prefix!r}, "
+                f"timeout={core.timeout!r}, on_failure={core.failure.value!r})")
+
+
 

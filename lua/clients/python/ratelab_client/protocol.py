@@ -10,12 +10,32 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, List, Optional, Tuple, Union
 
+# Everything that changes with the protocol's version is in this block: the
+# version sent, the operations and how they are written into ``ARGV[6]``, and
+# the length of a reply.
+
 #: The protocol version this client speaks: the first argument of every call.
 PROTOCOL_VERSION = 3
 
 #: What a call does with the key (``ARGV[6]``): decide and consume, decide
 #: without writing, or give units back.
 OPS = ("check", "peek", "refund")
+
+#: The integers of a script's reply: allowed, limit, remaining,
+#: retry_after_us, reset_after_us, delay_us.
+REPLY_LEN = 6
+
+
+def encode_op(op: str, owed: int = 0) -> str:
+    """``ARGV[6]`` for ``op``: ``check``, ``peek``, or ``refund:<owed>`` (µs
+    the refunded admission still weighs)."""
+    if op not in OPS:
+        raise ValueError(f"op must be one of {', '.join(OPS)}, not {op!r}")
+    if op == "refund":
+        if not isinstance(owed, int) or isinstance(owed, bool) or not 0 <= owed < 2**53:
+            raise ValueError(f"owed must be an integer from 0 to 2^53 - 1 µs, not {owed!r}")
+        return f"refund:{owed}"
+    return op
 
 #: The default key prefix.
 DEFAULT_PREFIX = "ratelab"

@@ -4,7 +4,9 @@ this process dies first)."""
 
 from __future__ import annotations
 
+import asyncio
 import ctypes
+import inspect
 import os
 import shutil
 import signal
@@ -17,6 +19,7 @@ from pathlib import Path
 
 import pytest
 import redis
+import redis.cluster
 
 #: lua/clients/python/tests -> the repository root.
 REPO = Path(__file__).resolve().parents[4]
@@ -38,7 +41,7 @@ def _free_port() -> int:
 class RedisServer:
     """A throwaway redis-server (``RATELAB_REDIS_SERVER`` or PATH)."""
 
-    def __init__(self) -> None:
+    def __init__(self, extra=()) -> None:
         binary = os.environ.get("RATELAB_REDIS_SERVER") or shutil.which("redis-server")
         if not binary:
             pytest.fail(
@@ -52,7 +55,7 @@ class RedisServer:
             self.port = _free_port()
             self.process = subprocess.Popen(
                 [binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
-                 "--appendonly", "no", "--dir", self.dir, "--logfile", str(self.log)],
+                 "--appendonly", "no", "--dir", self.dir, "--logfile", str(self.log), *extra],
                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                 preexec_fn=_die_with_parent,
             )
@@ -80,8 +83,22 @@ class RedisServer:
     def client(self) -> redis.Redis:
         return redis.Redis(port=self.port, socket_timeout=5)
 
+    def aclient(self):
+        import redis.asyncio
+
+        return redis.asyncio.Redis(port=self.port, socket_timeout=5)
+
+    def pause(self) -> None:
+        """SIGSTOP: the server holds every connection and answers nothing
+        (the kernel still accepts connections into its backlog)."""
+        os.kill(self.process.pid, signal.SIGSTOP)
+
+    def resume(self) -> None:
+        os.kill(self.process.pid, signal.SIGCONT)
+
     def stop(self) -> None:
         if self.process.poll() is None:
+            self.resume()
             self.process.kill()
         self.process.wait()
 
@@ -102,6 +119,126 @@ def client(server):
 
 
 _prefixes = iter(range(1_000_000))
+
+
+@pytest.fixture
+def own_server():
+    """A server of this test's own, to pause or kill."""
+    s = RedisServer()
+    yield s
+    s.stop()
+    shutil.rmtree(s.dir, ignore_errors=True)
+
+
+class RedisCluster:
+    """Three masters with cluster mode on, joined by ``redis-cli --cluster
+    create``, killed at the end."""
+
+    def __init__(self) -> None:
+        self.nodes = [RedisServer(["--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf"])
+                      for _ in range(3)]
+        cli = shutil.which("redis-cli")
+        if not cli:
+            pytest.fail("redis-cli not found: install redis-tools", pytrace=False)
+        subprocess.run([cli, "--cluster", "create", *(f"127.0.0.1:{n.port}" for n in self.nodes),
+                        "--cluster-replicas", "0", "--cluster-yes"],
+                       check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            info = redis.Redis(port=self.nodes[0].port).cluster("info")
+            if info.get("cluster_state") == "ok":
+                return
+            time.sleep(0.1)
+        pytest.fail("the cluster did not come up", pytrace=False)
+
+    def client(self):
+        # A synchronous cluster client routes each command itself: its own
+        # socket timeouts bound the limiter's calls.
+        return redis.cluster.RedisCluster(host="127.0.0.1", port=self.nodes[0].port, socket_timeout=0.1,
+                                          socket_connect_timeout=0.1)
+
+    def aclient(self):
+        import redis.asyncio.cluster
+
+        return redis.asyncio.cluster.RedisCluster(host="127.0.0.1", port=self.nodes[0].port, socket_timeout=5)
+
+    def stop(self) -> None:
+        for node in self.nodes:
+            node.stop()
+            shutil.rmtree(node.dir, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def cluster():
+    c = RedisCluster()
+    yield c
+    c.stop()
+
+
+class SyncView:
+    """An :class:`~ratelab_client.AsyncLimiter` seen through the synchronous
+    interface: each coroutine run to completion on the test's loop. The
+    table of cases runs unchanged against both limiters."""
+
+    def __init__(self, limiter, loop) -> None:
+        self._limiter = limiter
+        self._loop = loop
+
+    def __getattr__(self, name):
+        attribute = getattr(self._limiter, name)
+        if inspect.iscoroutinefunction(attribute):
+            return lambda *a, **k: self._loop.run_until_complete(attribute(*a, **k))
+        return attribute
+
+
+class Flavors:
+    """Makes limiters of one flavor ("sync": redis-py, "async":
+    redis.asyncio) on a server, each call answered synchronously."""
+
+    def __init__(self, flavor: str) -> None:
+        self.flavor = flavor
+        self.loop = asyncio.new_event_loop() if flavor == "async" else None
+        self._clients = []
+        self._limiters = []
+
+    def client_for(self, server):
+        client = server.aclient() if self.loop else server.client()
+        self._clients.append(client)
+        return client
+
+    def limiter(self, server, *args, **kwargs):
+        from ratelab_client import AsyncLimiter, Limiter
+
+        client = kwargs.pop("client", None) or self.client_for(server)
+        if self.loop is None:
+            limiter = Limiter(client, *args, **kwargs)
+        else:
+            limiter = SyncView(AsyncLimiter(client, *args, **kwargs), self.loop)
+        self._limiters.append(limiter)
+        return limiter
+
+    def close(self) -> None:
+        for limiter in self._limiters:
+            if self.loop is not None:
+                limiter.aclose()
+            else:
+                limiter.close()
+        for client in self._clients:
+            if self.loop is not None:
+                self.loop.run_until_complete(client.aclose())
+            else:
+                client.close()
+        if self.loop is not None:
+            self.loop.close()
+
+
+@pytest.fixture(params=["sync", "async"])
+def flavor(request):
+    """Both limiters, one after the other: every test taking this fixture
+    is a case of the table both run."""
+    f = Flavors(request.param)
+    yield f
+    f.close()
 
 
 @pytest.fixture

@@ -1,0 +1,135 @@
+// Rate limiting middleware for Express (and Connect, or a plain `node:http`
+// handler chain), behaving as the Rust `ratelab-http` layer: the same client
+// identity, policies, rounds, `429`/`503` responses and
+// `RateLimit-Policy`/`RateLimit` fields (see `./http.ts`).
+//
+//   import express from "express";
+//   import { Redis } from "ioredis";
+//   import { Limiter, Quota } from "ratelab-client";
+//   import { Identify, Policy, rateLimit } from "ratelab-client/express";
+//
+//   const redis = new Redis();
+//   const app = express();
+//   app.use(rateLimit({
+//     policies: [
+//       new Policy("default", new Limiter(redis, "gcra", Quota.perMinute(100))),
+//       new Policy("login", new Limiter(redis, "gcra", new Quota(5, 900_000_000)), {
+//         routes: [["POST", "/login"]], failure: "closed",
+//         key: (request) => header(request, "x-account"),
+//       }),
+//     ],
+//     identify: new Identify({ trustedProxies: ["10.0.0.0/8"] }),
+//   }));
+//
+// Express's own `trust proxy` setting is not read: the middleware reads the
+// socket's peer address and believes forwarding headers only from its own
+// trusted proxies.
+
+import type { IncomingMessage, ServerResponse } from "node:http";
+
+import { Identify, decide, match, type Client, type Failure, type Headers, type Policy, type Verdict } from "./http.js";
+import type { Logger } from "./resilience.js";
+
+export {
+  DEFAULT_POLICY_TIMEOUT_MS,
+  Identify,
+  Policy,
+  QUOTA_EXCEEDED,
+  Report,
+  Route,
+  TrustedProxies,
+  Verdict,
+  canonical,
+  decide,
+  header,
+  match,
+  waitFor,
+  type Client,
+  type Failure,
+  type Headers,
+  type Identity,
+  type IdentifyOptions,
+  type PolicyOptions,
+  type Request,
+} from "./http.js";
+
+export interface RateLimitOptions {
+  /** The policies, names unique, in the order their fields are listed. */
+  policies: readonly Policy[];
+  /** Who the client is (default: by IP, no trusted proxy). */
+  identify?: Identify;
+  /** Called with every limiter failure. */
+  onFailure?: (failure: Failure) => void;
+  /** Where a warning goes, at most once a second per policy (default `console`; `null`: nowhere). */
+  logger?: Logger | null;
+}
+
+/** What a request that passed carries: `req.rateLimit`. */
+export interface RateLimitInfo {
+  readonly verdict: Verdict;
+  readonly client: Client;
+}
+
+type Next = (error?: unknown) => void;
+
+/** The middleware: `(req, res, next)`; a request that passes gets `req.rateLimit`. */
+export function rateLimit(options: RateLimitOptions): (req: IncomingMessage, res: ServerResponse, next: Next) => void {
+  const policies = [...options.policies];
+  const names = policies.map((p) => p.name);
+  const duplicate = names.find((n, i) => names.indexOf(n) !== i);
+  if (duplicate !== undefined) throw new RangeError(`two policies are named ${JSON.stringify(duplicate)}`);
+  const identify = options.identify ?? new Identify();
+  const logger = options.logger === undefined ? console : options.logger;
+  const logged = new Map<string, number>();
+
+  const alert = (verdict: Verdict) => {
+    for (const failure of verdict.failures) {
+      options.onFailure?.(failure);
+      const now = performance.now();
+      if (now - (logged.get(failure.policy) ?? -Infinity) >= 1000) {
+        logged.set(failure.policy, now);
+        logger?.warn(
+          `rate limiter of policy ${failure.policy} failed for ${failure.client.key}: ${failure.error.message}; ` +
+            `the policy fails ${failure.mode}`,
+        );
+      }
+    }
+  };
+
+  return (req, res, next) => {
+    const raw = req.rawHeaders;
+    const headers: [string, string][] = [];
+    for (let i = 0; i + 1 < raw.length; i += 2) headers.push([(raw[i] as string).toLowerCase(), raw[i + 1] as string]);
+    const url = (req as IncomingMessage & { originalUrl?: string }).originalUrl ?? req.url ?? "/";
+    const request = {
+      method: (req.method ?? "GET").toUpperCase(),
+      path: url.split("?", 1)[0] || "/",
+      headers: headers as Headers,
+      peer: req.socket.remoteAddress,
+    };
+    const client = identify.client(request.peer, request.headers);
+    decide(match(policies, request, client), client).then(
+      (verdict) => {
+        alert(verdict);
+        const fields = verdict.fields();
+        if (verdict.outcome !== "pass") {
+          const [status, body] = verdict.problem();
+          res.statusCode = status;
+          res.setHeader("Content-Type", "application/problem+json");
+          const retry = verdict.retryAfterSecs;
+          if (retry !== undefined) res.setHeader("Retry-After", String(retry));
+          for (const [name, value] of fields) res.appendHeader(name, value);
+          res.setHeader("Content-Length", Buffer.byteLength(body));
+          res.end(body);
+          return;
+        }
+        for (const [name, value] of fields) res.appendHeader(name, value);
+        (req as IncomingMessage & { rateLimit?: RateLimitInfo }).rateLimit = { verdict, client };
+        // A queueing policy (leaky queue) gave the request a later slot.
+        if (verdict.delayMicros > 0) setTimeout(() => next(), Math.ceil(verdict.delayMicros / 1000));
+        else next();
+      },
+      (error: unknown) => next(error),
+    );
+  };
+}

@@ -1,0 +1,296 @@
+// When Redis fails or is slow, the Node limiter does what the Rust client
+// does: a timeout that bounds ioredis's queue and reconnections, failure
+// policies on outages only, the circuit breaker, alerts, stats, the refusal
+// cache; and a quota mismatch on a shared key is loud. On real
+// redis-servers, paused with SIGSTOP or killed.
+
+import assert from "node:assert/strict";
+import { after, before, describe, it } from "node:test";
+
+import type { Redis } from "ioredis";
+
+import {
+  BackendError,
+  CircuitOpen,
+  DataError,
+  Expired,
+  Limiter,
+  Quota,
+  QuotaMismatch,
+  RedisClock,
+  Timeout,
+  Unavailable,
+  monotonicMicros,
+  type Alert,
+} from "../src/index.js";
+import { Breaker } from "../src/resilience.js";
+import { RedisServer } from "../testing/redis_server.js";
+
+const QUOTA = Quota.perSecond(5, 10);
+const T0 = 1_700_000_000_000_000;
+const sleep = (ms: number) => new Promise((ok) => setTimeout(ok, ms));
+
+let server: RedisServer;
+let client: Redis;
+let next = 0;
+const prefix = () => `noderes${process.pid}-${next++}`;
+
+before(async () => {
+  server = await RedisServer.start();
+  client = server.client();
+});
+
+after(() => {
+  client.disconnect();
+  server.stop();
+});
+
+describe("an unavailable Redis", () => {
+  it("paused: a check times out at the timeout and is not charged", async () => {
+    const own = await RedisServer.start();
+    const c = own.client();
+    try {
+      const limiter = new Limiter(c, "gcra", QUOTA, { logger: null });
+      assert.equal((await limiter.check("k")).remaining, 9);
+      own.pause();
+      const started = performance.now();
+      await assert.rejects(limiter.check("k"), (e: Error) => e instanceof Timeout && /within 100 ms/.test(e.message));
+      const took = performance.now() - started;
+      own.resume();
+      assert.ok(took >= 95 && took < 300, `took ${took} ms`);
+      const stats = limiter.stats();
+      assert.deepEqual([stats.answered, stats.timeouts, stats.errors], [1, 1, 0]);
+      assert.equal((await limiter.peek("k", 0)).remaining, 9);
+    } finally {
+      c.disconnect();
+      own.stop();
+    }
+  });
+
+  it("down: a check fails within the timeout, not after ioredis's retries", async () => {
+    const own = await RedisServer.start();
+    const c = own.client();
+    c.on("error", () => {}); // ioredis reports each reconnection that fails
+    const seen: Alert[] = [];
+    try {
+      const limiter = new Limiter(c, "gcra", QUOTA, { logger: null, onAlert: (a) => seen.push(a) });
+      assert.ok((await limiter.check("k")).allowed);
+      own.stop();
+      for (let i = 0; i < 3; i++) {
+        const started = performance.now();
+        await assert.rejects(limiter.check("k"), Unavailable);
+        assert.ok(performance.now() - started < 300);
+      }
+      const allow = new Limiter(c, "gcra", QUOTA, { logger: null, onFailure: "allow", onAlert: (a) => seen.push(a) });
+      const d = await allow.check("k", 3);
+      assert.deepEqual([d.allowed, d.limit, d.remaining, d.retryAfterMicros, d.degraded], [true, 10, 7, 0, true]);
+      assert.equal(d.resetAfterMicros, allow.algorithm.maxWaitMicros);
+      assert.equal((await allow.peek("k", 0)).resetAfterMicros, 0);
+      assert.equal((await allow.peek("k", 4)).remaining, 6);
+      const deny = new Limiter(c, "gcra", QUOTA, { logger: null, onFailure: "deny", onAlert: (a) => seen.push(a) });
+      const refused = await deny.check("k");
+      assert.deepEqual(
+        [refused.allowed, refused.remaining, refused.retryAfterMicros, refused.resetAfterMicros, refused.degraded],
+        [false, 0, 100_000, 100_000, true],
+      );
+      assert.deepEqual(
+        seen.map((a) => a.policy),
+        ["error", "error", "error", "allow", "allow", "allow", "deny"],
+      );
+      assert.ok(seen.every((a) => a.error instanceof Unavailable && a.key.toString() === "k"));
+      // Refunds and resets have no policy.
+      await assert.rejects(allow.refund("k", 1, 100_000), Unavailable);
+      await assert.rejects(allow.reset("k"), Unavailable);
+    } finally {
+      c.disconnect();
+    }
+  });
+
+  it("the breaker opens after five outages, then one probe closes it", async () => {
+    const own = await RedisServer.start();
+    const c = own.client();
+    const seen: Alert[] = [];
+    try {
+      const limiter = new Limiter(c, "token-bucket", QUOTA, {
+        logger: null,
+        onFailure: "deny",
+        breaker: { threshold: 5, coolDownMs: 300 },
+        onAlert: (a) => seen.push(a),
+      });
+      assert.ok((await limiter.check("k")).allowed);
+      own.pause();
+      for (let i = 0; i < 5; i++) assert.ok((await limiter.check("k")).degraded);
+      let stats = limiter.stats();
+      assert.deepEqual([stats.timeouts, stats.breakerOpen, stats.breakerOpened], [5, true, 1]);
+      const started = performance.now();
+      const d = await limiter.check("k");
+      assert.ok(performance.now() - started < 20);
+      assert.ok(d.degraded && !d.allowed && d.retryAfterMicros > 0 && d.retryAfterMicros <= 300_000);
+      assert.ok(seen.at(-1)?.error instanceof CircuitOpen);
+      assert.equal(limiter.stats().shortCircuited, 1);
+      own.resume();
+      await sleep(350);
+      const probe = await limiter.check("k");
+      assert.ok(!probe.degraded && probe.allowed);
+      stats = limiter.stats();
+      assert.deepEqual([stats.breakerOpen, stats.coolDownLeftMs, stats.answered], [false, 0, 2]);
+    } finally {
+      own.resume();
+      c.disconnect();
+      own.stop();
+    }
+  });
+
+  it("a failed probe opens it again; a lost probe lets another go", () => {
+    let now = 0;
+    const breaker = new Breaker(3, 500, 100, () => now);
+    for (let i = 0; i < 3; i++) {
+      assert.equal(breaker.permit(), "call");
+      breaker.failure(false);
+    }
+    assert.equal(breaker.permit(), 500);
+    now = 600;
+    assert.equal(breaker.permit(), "probe");
+    assert.equal(breaker.permit(), 100);
+    breaker.failure(true);
+    assert.deepEqual(breaker.state(), [true, 500]);
+    now = 1200;
+    assert.equal(breaker.permit(), "probe");
+    now = 1350;
+    assert.equal(breaker.permit(), "probe");
+    breaker.success();
+    assert.equal(breaker.permit(), "call");
+    assert.equal(breaker.opened, 2);
+    const never = new Breaker(0, 1000, 1000);
+    for (let i = 0; i < 10; i++) never.failure(false);
+    assert.equal(never.permit(), "call");
+  });
+});
+
+describe("data errors", () => {
+  it("are thrown whatever the policy, and keep the breaker closed", async () => {
+    const seen: Alert[] = [];
+    const limiter = new Limiter(client, "gcra", QUOTA, {
+      prefix: prefix(),
+      logger: null,
+      onFailure: "allow",
+      breaker: { threshold: 1, coolDownMs: 10_000 },
+      onAlert: (a) => seen.push(a),
+    });
+    await client.lpush(limiter.redisKey("list"), "x");
+    for (let i = 0; i < 3; i++) await assert.rejects(limiter.check("list"), DataError);
+    const stats = limiter.stats();
+    assert.deepEqual([stats.dataErrors, stats.breakerOpen, stats.errors], [3, false, 0]);
+    assert.deepEqual(seen.map((a) => a.policy), ["error", "error", "error"]);
+    assert.ok((await limiter.check("fine")).allowed);
+    const lenient = new Limiter(client, "gcra", QUOTA, { prefix: limiter.prefix, logger: null, onFailure: "allow", policyOnDataErrors: true });
+    assert.ok((await lenient.check("list")).degraded);
+  });
+
+  it("an expired call is an outage", async () => {
+    const skewed = new RedisClock({ maxAgeMicros: 3_600_000_000 });
+    const limiter = new Limiter(client, "gcra", QUOTA, { prefix: prefix(), logger: null, redisClock: skewed, onFailure: "allow" });
+    await limiter.check("warm", 0);
+    const m = monotonicMicros();
+    skewed.record([{ before: m, redis: m + (skewed.offsetMicros ?? 0) - 3_600_000_000, after: m }]);
+    const d = await limiter.check("k");
+    assert.ok(d.degraded && d.allowed);
+    assert.equal(limiter.stats().errors, 1);
+    assert.ok(new Expired("x") instanceof Unavailable);
+  });
+});
+
+describe("stats, the refusal cache and the quota registry", () => {
+  it("count calls, reloads and clock samples", async () => {
+    const limiter = new Limiter(client, "token-bucket", QUOTA, { prefix: prefix() });
+    await client.script("FLUSH");
+    for (let i = 0; i < 3; i++) await limiter.check("k");
+    await client.script("FLUSH");
+    await limiter.peek("k");
+    const stats = limiter.stats();
+    assert.deepEqual([stats.answered, stats.scriptCalls, stats.reloads, stats.clockSamples], [4, 4, 2, 1]);
+    assert.deepEqual([stats.timeouts, stats.errors, stats.dataErrors], [0, 0, 0]);
+  });
+
+  it("refusals are cached until their retry-after", async () => {
+    let now = T0;
+    const limiter = new Limiter(client, "gcra", QUOTA, { prefix: prefix(), clock: () => now, cacheRefusals: 100 });
+    for (let i = 0; i < 10; i++) assert.ok((await limiter.check("k")).allowed);
+    const refused = await limiter.check("k");
+    assert.deepEqual([refused.allowed, refused.retryAfterMicros], [false, 200_000]);
+    now += 50_000;
+    const cached = await limiter.check("k");
+    assert.deepEqual([cached.allowed, cached.retryAfterMicros, cached.remaining], [false, 150_000, 0]);
+    assert.deepEqual([limiter.stats().cachedRefusals, limiter.stats().scriptCalls], [1, 11]);
+    assert.ok(!(await limiter.check("k", 2)).allowed);
+    assert.equal((await limiter.refund("k", 1, 1_000_000)).remaining, 1);
+    assert.ok((await limiter.check("k")).allowed);
+    now += 150_000;
+    assert.ok((await limiter.check("k")).allowed);
+  });
+
+  it("a quota mismatch on a shared key is loud", async () => {
+    const p = prefix();
+    const seen: Alert[] = [];
+    const options = { prefix: p, quotaCheckEvery: 1, logger: null, onAlert: (a: Alert) => seen.push(a) };
+    const ours = new Limiter(client, "gcra", QUOTA, options);
+    const same = new Limiter(client, "gcra", QUOTA, options);
+    const other = new Limiter(client, "gcra", Quota.perSecond(50), options);
+    await ours.check("alice");
+    await same.check("alice");
+    assert.equal(seen.length, 0);
+    await other.check("alice");
+    assert.equal(seen.length, 1);
+    const alert = seen[0] as Alert;
+    assert.ok(alert.error instanceof QuotaMismatch);
+    assert.equal(alert.policy, null);
+    assert.deepEqual([alert.error.ours, alert.error.theirs], ["v1:gcra:20000,1000000,50", "v1:gcra:200000,2000000,10"]);
+    assert.match(alert.error.message, /different Redis keys/);
+    await ours.check("alice");
+    assert.equal(seen.length, 2);
+    assert.deepEqual([ours.stats().quotaMismatches, other.stats().quotaMismatches], [1, 1]);
+    assert.equal(ours.registryKey("alice").toString(), `${p}:{alice}:gcra:quota`);
+    const ttl = await client.pttl(ours.registryKey("alice"));
+    assert.ok(ttl > 0 && ttl <= 60_000);
+  });
+
+  it("the quota is recorded on a sample of checks, never on peeks", async () => {
+    const limiter = new Limiter(client, "gcra", QUOTA, { prefix: prefix(), quotaCheckEvery: 3 });
+    const recorded = [];
+    for (let i = 0; i < 7; i++) {
+      await client.del(limiter.registryKey("k"));
+      await limiter.check("k");
+      recorded.push(await client.exists(limiter.registryKey("k")));
+    }
+    assert.deepEqual(recorded, [1, 0, 0, 1, 0, 0, 1]);
+    await limiter.peek("z");
+    assert.equal(await client.exists(limiter.registryKey("z")), 0);
+    const never = new Limiter(client, "gcra", QUOTA, { prefix: prefix(), quotaCheckEvery: null });
+    await never.check("k");
+    assert.equal(await client.exists(never.registryKey("k")), 0);
+  });
+});
+
+describe("bad input", () => {
+  it("is a clear error", async () => {
+    const cases: [object, RegExp][] = [
+      [{ timeoutMs: 0 }, /timeoutMs must be a positive number/],
+      [{ timeoutMs: -1 }, /timeoutMs must be a positive number/],
+      [{ timeoutMs: "1" }, /timeoutMs must be a positive number/],
+      [{ onFailure: "maybe" }, /onFailure must be one of error, allow, deny/],
+      [{ breaker: { threshold: -1 } }, /breaker threshold/],
+      [{ cacheRefusals: 0 }, /cacheRefusals/],
+      [{ quotaCheckEvery: 0 }, /quotaCheckEvery/],
+      [{ ttlSlackMs: -5 }, /ttlSlackMs/],
+    ];
+    for (const [options, message] of cases) {
+      assert.throws(() => new Limiter(client, "gcra", QUOTA, options), message, JSON.stringify(options));
+    }
+    const limiter = new Limiter(client, "gcra", QUOTA);
+    await assert.rejects(limiter.check(42 as never), /a key is a string or bytes/);
+    await assert.rejects(limiter.check("k", -1), /cost must be an integer/);
+    await assert.rejects(limiter.check("k", 1.5), /cost must be an integer/);
+    await assert.rejects(limiter.refund("k", 1, -3), /owedMicros/);
+    assert.throws(() => new Limiter(client, "leaky" as never, QUOTA), /unknown algorithm/);
+  });
+});

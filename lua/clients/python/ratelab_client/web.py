@@ -1,0 +1,680 @@
+"""The framework-neutral half of the HTTP middleware
+(:mod:`ratelab_client.asgi`), behaving as the Rust ``ratelab-http`` layer:
+who the client is (API key, else IP address, believing forwarding headers
+only from trusted proxies, IPv6 grouped by /64), which policies apply (per
+route), the decision across several policies (peek every one, then ask with
+the cost only those predicted to refuse, then the rest: a refusal by one
+consumes nothing from the others), and what the response carries: ``429``
+with ``Retry-After`` and an RFC 9457 problem body, ``503`` when a policy
+that fails closed cannot decide, and the ``RateLimit-Policy`` and
+``RateLimit`` fields of draft-ietf-httpapi-ratelimit-headers-11, byte for
+byte as ``ratelab-http`` writes them."""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import ipaddress
+import json
+import re
+from dataclasses import dataclass, field
+from typing import Any, Awaitable, Callable, Dict, Iterable, List, Optional, Sequence, Tuple, Union
+
+from .core import Decision
+from .errors import CostTooHigh, DataError, RatelabError, Timeout, Unavailable
+from .protocol import Quota
+
+IPAddress = Union[ipaddress.IPv4Address, ipaddress.IPv6Address]
+Network = Union[ipaddress.IPv4Network, ipaddress.IPv6Network]
+#: Request headers: (lower-case name, value) pairs, in order, repeats kept.
+Headers = Sequence[Tuple[str, str]]
+
+#: The problem type of a refusal (draft-ietf-httpapi-ratelimit-headers-11).
+QUOTA_EXCEEDED = "https://iana.org/assignments/http-problem-types#quota-exceeded"
+#: The largest structured-field Integer: values past it are clamped.
+INTEGER_MAX = 999_999_999_999_999
+#: The default bound on one policy's limiter calls for a request, seconds.
+DEFAULT_POLICY_TIMEOUT = 0.1
+
+_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
+
+
+# -- who the client is ---------------------------------------------------------
+
+
+def canonical(ip: IPAddress) -> IPAddress:
+    """An IPv4 address written as IPv6 (mapped ``::ffff:1.2.3.4``, or
+    compatible ``::1.2.3.4``) is the IPv4 address; ``::`` and ``::1`` stay."""
+    if isinstance(ip, ipaddress.IPv6Address):
+        if ip.ipv4_mapped is not None:
+            return ip.ipv4_mapped
+        packed = ip.packed
+        if packed[:12] == bytes(12) and not ip.is_loopback and not ip.is_unspecified:
+            return ipaddress.IPv4Address(packed[12:])
+    return ip
+
+
+def _parse_node(text: str) -> Optional[IPAddress]:
+    """One hop: ``1.2.3.4``, ``2001:db8::1``, ``[2001:db8::1]``, with or
+    without a port; anything else (``unknown``, ``_hidden``, junk) is None."""
+    text = text.strip(" \t")
+    for candidate in (text,):
+        try:
+            return ipaddress.ip_address(candidate)
+        except ValueError:
+            pass
+    if text.startswith("["):
+        inner, _, rest = text[1:].partition("]")
+        if rest and not re.fullmatch(r":\d{1,5}", rest):
+            return None
+        try:
+            return ipaddress.IPv6Address(inner)
+        except ValueError:
+            return None
+    host, sep, port = text.rpartition(":")
+    if sep and re.fullmatch(r"\d{1,5}", port) and ":" not in host:
+        try:
+            return ipaddress.IPv4Address(host)
+        except ValueError:
+            return None
+    return None
+
+
+def _elements_from_the_right(line: str) -> List[str]:
+    """A ``Forwarded`` line's elements, split on commas outside quoted
+    strings, found from its end: a quote a client leaves open on the left
+    cannot run over the elements proxies appended after it."""
+    elements = []
+    end, quoted = len(line), False
+    for i in range(len(line) - 1, -1, -1):
+        c = line[i]
+        if c == '"':
+            backslashes = len(line[:i]) - len(line[:i].rstrip("\\"))
+            if not quoted or backslashes % 2 == 0:
+                quoted = not quoted
+        elif c == "," and not quoted:
+            elements.append(line[i + 1:end])
+            end = i
+    elements.append(line[:end])
+    elements.reverse()
+    return elements
+
+
+def _split_outside_quotes(text: str, separator: str) -> List[str]:
+    parts, start, quoted, escaped = [], 0, False, False
+    for i, c in enumerate(text):
+        if escaped:
+            escaped = False
+        elif quoted and c == "\\":
+            escaped = True
+        elif c == '"':
+            quoted = not quoted
+        elif c == separator and not quoted:
+            parts.append(text[start:i])
+            start = i + 1
+    parts.append(text[start:])
+    return parts
+
+
+def _unquote(value: str) -> Optional[str]:
+    if not value.startswith('"'):
+        return value
+    out, i = [], 1
+    while i < len(value):
+        c = value[i]
+        if c == "\\":
+            if i + 1 >= len(value):
+                return None
+            out.append(value[i + 1])
+            i += 2
+        elif c == '"':
+            return "".join(out) if i == len(value) - 1 else None
+        else:
+            out.append(c)
+            i += 1
+    return None
+
+
+def _forwarded_for(element: str) -> Optional[IPAddress]:
+    node = None
+    for pair in _split_outside_quotes(element, ";"):
+        name, sep, value = pair.partition("=")
+        if not sep:
+            return None
+        if name.strip().lower() == "for":
+            if node is not None:
+                return None  # Two `for`s: which one would a proxy mean?
+            node = _unquote(value.strip())
+            if node is None:
+                return None
+    return None if node is None else _parse_node(node)
+
+
+class TrustedProxies:
+    """The networks of the proxies in front of the application, whose
+    forwarding header (``x-forwarded-for`` by default, or ``forwarded``) is
+    believed, as ``ratelab_http::TrustedProxies`` does: a peer outside them
+    is the client whatever the headers say; through them, the header is read
+    from the right, skipping trusted proxies; an element that is not an
+    address stops the walk at the last address that was vouched for."""
+
+    def __init__(self, networks: Iterable[str] = (), header: str = "x-forwarded-for") -> None:
+        header = header.lower()
+        if header not in ("x-forwarded-for", "forwarded"):
+            raise ValueError(f"the forwarding header is x-forwarded-for or forwarded, not {header!r}")
+        self.header = header
+        self.networks: List[Network] = []
+        for text in networks:
+            try:
+                net = ipaddress.ip_network(str(text).strip(), strict=False)
+            except ValueError:
+                raise ValueError(
+                    f"{text!r} is neither an IP address nor a network in CIDR notation "
+                    "(10.0.0.0/8, fd00::/8); host names are not resolved: give the proxy's address"
+                ) from None
+            if isinstance(net, ipaddress.IPv6Network) and net.prefixlen >= 96 and net.network_address.ipv4_mapped:
+                net = ipaddress.IPv4Network((net.network_address.ipv4_mapped, net.prefixlen - 96), strict=False)
+            self.networks.append(net)
+
+    def contains(self, ip: IPAddress) -> bool:
+        ip = canonical(ip)
+        return any(ip.version == net.version and ip in net for net in self.networks)
+
+    def _hops(self, headers: Headers) -> List[Optional[IPAddress]]:
+        hops: List[Optional[IPAddress]] = []
+        for name, value in headers:
+            if name != self.header:
+                continue
+            if self.header == "x-forwarded-for":
+                hops.extend(_parse_node(element) for element in value.split(","))
+            else:
+                hops.extend(_forwarded_for(element) for element in _elements_from_the_right(value))
+        return hops
+
+    def client_ip(self, peer: IPAddress, headers: Headers) -> IPAddress:
+        peer = canonical(peer)
+        if not self.contains(peer):
+            return peer
+        client = peer
+        for hop in reversed(self._hops(headers)):
+            if hop is None:
+                return client  # Nothing left of this was vouched for.
+            client = canonical(hop)
+            if not self.contains(client):
+                return client
+        return client
+
+
+@dataclass(frozen=True)
+class Identity:
+    """An identity the application vouches for: an account id and its plan."""
+
+    id: str
+    plan: Optional[str] = None
+
+
+@dataclass(frozen=True)
+class Client:
+    """The caller of one request: ``key`` is ``key:<id>``, ``user:<id>`` or
+    ``ip:<address or IPv6 network>``."""
+
+    kind: str
+    key: str
+    plan: Optional[str]
+    ip: Optional[IPAddress]
+
+    @property
+    def id(self) -> str:
+        return self.key.split(":", 1)[1]
+
+    def __str__(self) -> str:
+        return self.key
+
+
+class Identify:
+    """Who is calling: a known API key (``api_key=(header, resolve)``:
+    ``resolve`` returns the :class:`Identity` of a key it knows, else None),
+    else the IP address: the peer's, or behind ``trusted_proxies`` the one
+    they recorded; IPv6 clients grouped by their first ``ipv6_prefix`` bits
+    (64 by default). A missing peer address is the one client ``ip:unknown``."""
+
+    def __init__(
+        self,
+        trusted_proxies: Union[TrustedProxies, Iterable[str], None] = None,
+        *,
+        ipv6_prefix: int = 64,
+        api_key: Optional[Tuple[str, Callable[[str], Optional[Identity]]]] = None,
+        anonymous_plan: Optional[str] = None,
+    ) -> None:
+        if trusted_proxies is None:
+            trusted_proxies = TrustedProxies()
+        elif not isinstance(trusted_proxies, TrustedProxies):
+            trusted_proxies = TrustedProxies(trusted_proxies)
+        self.proxies = trusted_proxies
+        if isinstance(ipv6_prefix, bool) or not isinstance(ipv6_prefix, int) or ipv6_prefix < 0:
+            raise ValueError(f"ipv6_prefix must be 0 to 128, not {ipv6_prefix!r}")
+        self.ipv6_prefix = min(ipv6_prefix, 128)
+        self.api_key = (api_key[0].lower(), api_key[1]) if api_key else None
+        self.anonymous_plan = anonymous_plan
+
+    def client(self, peer: Optional[str], headers: Headers) -> Client:
+        ip: Optional[IPAddress] = None
+        if peer is not None:
+            try:
+                ip = self.proxies.client_ip(ipaddress.ip_address(peer.split("%", 1)[0]), headers)
+            except ValueError:
+                ip = None
+        if self.api_key is not None:
+            header, resolve = self.api_key
+            for name, value in headers:
+                if name == header and value.strip():
+                    identity = resolve(value.strip())
+                    if identity is not None:
+                        return Client("api_key", f"key:{identity.id}", identity.plan, ip)
+                    break
+        if ip is None:
+            return Client("ip", "ip:unknown", self.anonymous_plan, None)
+        if isinstance(ip, ipaddress.IPv6Address) and self.ipv6_prefix < 128:
+            net = ipaddress.IPv6Network((ip, self.ipv6_prefix), strict=False)
+            return Client("ip", f"ip:{net}", self.anonymous_plan, ip)
+        return Client("ip", f"ip:{ip}", self.anonymous_plan, ip)
+
+
+# -- which policies apply -----------------------------------------------------
+
+
+class Route:
+    """A method (None: any) and a path pattern in axum's syntax: literal
+    segments, ``{name}`` for one non-empty segment, ``{*name}`` last for the
+    rest (even nothing). Matched against the raw path; a ``GET`` route also
+    matches ``HEAD``."""
+
+    def __init__(self, method: Optional[str], pattern: str) -> None:
+        def error(reason: str) -> ValueError:
+            return ValueError(f"invalid route pattern {pattern!r}: {reason}")
+
+        if not isinstance(pattern, str) or not pattern.startswith("/"):
+            raise error("a pattern starts with '/'")
+        pieces = pattern[1:].split("/")
+        self.segments: List[Tuple[str, str]] = []
+        for i, piece in enumerate(pieces):
+            if piece.startswith("{"):
+                if not piece.endswith("}"):
+                    raise error("a '{' must close with '}' at the end of its segment")
+                name = piece[1:-1]
+                kind = "param"
+                if name.startswith("*"):
+                    if i + 1 != len(pieces):
+                        raise error("a catch-all {*name} must be the last segment")
+                    name, kind = name[1:], "rest"
+                if not name or any(c in name for c in "{}*"):
+                    raise error("a parameter needs a name: {id}, {*rest}")
+                self.segments.append((kind, name))
+            elif "{" in piece or "}" in piece:
+                raise error("braces are only allowed around a whole segment: {name} or {*name}")
+            else:
+                self.segments.append(("literal", piece))
+        self.method = method.upper() if method else None
+        self.pattern = pattern
+
+    def matches(self, method: str, path: str) -> bool:
+        if self.method is not None and not (self.method == method or (self.method == "GET" and method == "HEAD")):
+            return False
+        if not path.startswith("/"):
+            return False
+        pieces = path[1:].split("/")
+        i = 0
+        for kind, value in self.segments:
+            if kind == "rest":
+                return True
+            if i >= len(pieces):
+                return False
+            if kind == "literal" and pieces[i] != value:
+                return False
+            if kind == "param" and not pieces[i]:
+                return False
+            i += 1
+        return i == len(pieces)
+
+
+@dataclass(frozen=True)
+class Request:
+    """What the policies see of a request: its head."""
+
+    method: str
+    path: str
+    headers: Headers
+    peer: Optional[str]
+
+    def header(self, name: str) -> Optional[str]:
+        name = name.lower()
+        for n, v in self.headers:
+            if n == name:
+                return v
+        return None
+
+
+class Policy:
+    """One quota policy: a name (1 to 64 of ``A-Z a-z 0-9 _ . -``, what
+    clients see in the fields), a limiter (an
+    :class:`~ratelab_client.AsyncLimiter`, built with the default
+    ``on_failure="error"``: the policy's own ``failure`` decides), the routes
+    it applies to (none: every route; ``(method or None, pattern)``), the
+    plans (none: every client), the key (by default the client's; a function
+    of the request and client, None for "does not apply"), the cost (an int
+    or a function), ``failure`` (``"open"``: pass unchecked, with an alert;
+    ``"closed"``: ``503``), and ``timeout`` (seconds for all its limiter
+    calls for one request). The limiter sees ``<name>:<key>``."""
+
+    def __init__(
+        self,
+        name: str,
+        limiter: Any,
+        *,
+        routes: Iterable[Tuple[Optional[str], str]] = (),
+        plans: Iterable[str] = (),
+        key: Optional[Callable[[Request, Client], Optional[str]]] = None,
+        cost: Union[int, Callable[[Request, Client], int]] = 1,
+        failure: str = "open",
+        timeout: float = DEFAULT_POLICY_TIMEOUT,
+    ) -> None:
+        if not isinstance(name, str) or not _NAME.match(name):
+            raise ValueError(
+                f"policy name {name!r} is not 1 to 64 characters among A-Z a-z 0-9 _ . - "
+                "(it appears in the RateLimit headers and the limiter keys)"
+            )
+        if failure not in ("open", "closed"):
+            raise ValueError(f"failure is 'open' or 'closed', not {failure!r}")
+        if not callable(cost) and (isinstance(cost, bool) or not isinstance(cost, int) or cost < 0):
+            raise ValueError(f"cost must be a non-negative integer or a function, not {cost!r}")
+        if not (isinstance(timeout, (int, float)) and timeout > 0):
+            raise ValueError(f"timeout must be a positive number of seconds, not {timeout!r}")
+        if not inspect.iscoroutinefunction(getattr(limiter, "check", None)):
+            raise TypeError(
+                f"policy {name!r}: the limiter must be an AsyncLimiter (its check a coroutine), "
+                f"not {type(limiter).__name__}"
+            )
+        self.name = name
+        self.limiter = limiter
+        self.routes = [Route(method, pattern) for method, pattern in routes]
+        self.plans = list(plans)
+        self.key = key
+        self.cost = cost
+        self.failure = failure
+        self.timeout = float(timeout)
+        quota: Quota = limiter.quota
+        # Rounded up, at least 1 s: the advertised rate is never faster.
+        self.q = quota.burst
+        self.w = max(1, -(-quota.window_us // 1_000_000))
+        algorithm = limiter.algorithm
+        self.interval = quota.emission_interval_us if algorithm.name in ("gcra", "token-bucket", "leaky-meter") else None
+        self.item = f'"{name}";q={min(self.q, INTEGER_MAX)};w={min(self.w, INTEGER_MAX)}'
+
+    def applies(self, request: Request, client: Client) -> Optional[Tuple[str, int]]:
+        """(limiter key, cost) if the policy applies to the request."""
+        if self.routes and not any(r.matches(request.method, request.path) for r in self.routes):
+            return None
+        if self.plans and client.plan not in self.plans:
+            return None
+        key = client.key if self.key is None else self.key(request, client)
+        if key is None:
+            return None
+        cost = self.cost(request, client) if callable(self.cost) else self.cost
+        return f"{self.name}:{key}", cost
+
+
+# -- deciding ---------------------------------------------------------------------
+
+
+@dataclass
+class Report:
+    """One applicable policy's part of a verdict."""
+
+    policy: Policy
+    key: str
+    cost: int
+    #: "pending", "peeked", "decided", "never", "failed_open", "failed_closed"
+    state: str = "pending"
+    decision: Optional[Decision] = None
+    error: Optional[RatelabError] = None
+    retry_after: Optional[float] = None
+    deadline: Optional[float] = None
+
+    @property
+    def violated(self) -> bool:
+        return (self.state == "decided" and self.decision is not None and not self.decision.allowed) or (
+            self.state == "never")
+
+    def next_after_us(self) -> Optional[int]:
+        """``t``: the wait until more quota is available than ``remaining``."""
+        d = self.decision
+        if d is None:
+            return None
+        if d.remaining >= d.limit:
+            return 0
+        if not d.allowed and self.cost == 1 and d.retry_after_micros > 0:
+            return d.retry_after_micros
+        return wait_for(d, self.policy.interval, d.remaining + 1)
+
+
+def wait_for(d: Decision, interval: Optional[int], units: int) -> int:
+    """µs until ``units`` are available: exact for a steady refill, else the
+    wait until the key is full. Never shorter than the real wait."""
+    if d.remaining >= units:
+        return 0
+    if interval is not None:
+        return max(0, d.reset_after_micros - max(0, d.limit - units) * interval)
+    return d.reset_after_micros
+
+
+@dataclass
+class Failure:
+    policy: str
+    client: Client
+    error: RatelabError
+    mode: str
+
+
+@dataclass
+class Verdict:
+    """What happens to a request: ``outcome`` is ``"pass"``, ``"refuse"``
+    (429) or ``"unavailable"`` (503)."""
+
+    reports: List[Report]
+    outcome: str
+    client: Client
+    failures: List[Failure] = field(default_factory=list)
+    delay_us: int = 0
+
+    @property
+    def retry_after_secs(self) -> Optional[int]:
+        """``Retry-After``: for a refusal, the longest wait of the violated
+        policies, whole seconds rounded up, at least 1 (None when no wait
+        helps); for 503 the limiter's hint, at least 1 s."""
+        if self.outcome == "refuse":
+            waits = []
+            for r in self.reports:
+                if r.violated:
+                    if r.decision is None:
+                        return None
+                    waits.append(r.decision.retry_after_micros)
+            return max(1, -(-max(waits, default=0) // 1_000_000))
+        if self.outcome == "unavailable":
+            hints = [r.retry_after for r in self.reports if r.state == "failed_closed" and r.retry_after]
+            return max(1, -(-int(max(hints, default=0) * 1_000_000) // 1_000_000))
+        return None
+
+    def fields(self) -> List[Tuple[str, str]]:
+        """``RateLimit-Policy`` (every policy that applied) and ``RateLimit``
+        (every one that decided), as ``ratelab-http`` writes them."""
+        out = []
+        if self.reports:
+            out.append(("RateLimit-Policy", ", ".join(r.policy.item for r in self.reports)))
+        items = []
+        for r in self.reports:
+            t = r.next_after_us()
+            if t is None or r.decision is None:
+                continue
+            secs = -(-t // 1_000_000)
+            items.append(f'"{r.policy.name}";r={min(r.decision.remaining, INTEGER_MAX)};t={min(secs, INTEGER_MAX)}')
+        if items:
+            out.append(("RateLimit", ", ".join(items)))
+        return out
+
+    def problem(self) -> Tuple[int, bytes]:
+        """The status and RFC 9457 body of a refusal or a 503."""
+        if self.outcome == "unavailable":
+            body: Dict[str, Any] = {
+                "type": "about:blank",
+                "title": "Service Unavailable",
+                "status": 503,
+                "detail": "The rate limiter could not decide whether this request is within its quota, "
+                "and refuses it rather than let it pass unchecked. Try again later.",
+                "unavailable-policies": [r.policy.name for r in self.reports if r.state == "failed_closed"],
+            }
+            return 503, _json(body)
+        violated = [r for r in self.reports if r.violated]
+        reasons = []
+        for r in violated:
+            if r.state == "never":
+                reasons.append(
+                    f'a request costing {r.cost} can never pass policy "{r.policy.name}", '
+                    f"which admits at most {r.policy.q} at once"
+                )
+            else:
+                reasons.append(f'policy "{r.policy.name}" allows {r.policy.q} per {r.policy.w} s')
+        retry = self.retry_after_secs
+        detail = "; ".join(reasons) + (f"; retry in {retry} s." if retry is not None else ".")
+        body = {
+            "type": QUOTA_EXCEEDED,
+            "title": "Request cannot be satisfied as assigned quota has been exceeded",
+            "status": 429,
+            "detail": detail,
+            "violated-policies": [r.policy.name for r in violated],
+        }
+        return 429, _json(body)
+
+
+def _json(body: Dict[str, Any]) -> bytes:
+    # As serde_json writes it: compact, members in this order, UTF-8.
+    return json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+
+
+def match(policies: Sequence[Policy], request: Request, client: Client) -> List[Report]:
+    reports = []
+    for policy in policies:
+        applied = policy.applies(request, client)
+        if applied is not None:
+            key, cost = applied
+            reports.append(Report(policy, key, cost))
+    return reports
+
+
+class Engine:
+    """Decides one request against every policy that applies to it, in the
+    rounds ``ratelab-http``'s guide promises: one policy is asked once with
+    its cost; several are peeked first (cost 0), then those predicted to
+    refuse are asked with the cost alone, then, if none refused, the rest.
+    A refusal consumes nothing, so a request refused by one policy consumes
+    from none of the others (races aside)."""
+
+    def __init__(self, reports: List[Report], client: Client, monotonic: Callable[[], float]) -> None:
+        self.reports = reports
+        self.client = client
+        self.failures: List[Failure] = []
+        self.monotonic = monotonic
+
+    async def decide(self) -> Verdict:
+        if not self.reports:
+            return Verdict([], "pass", self.client)
+        started = self.monotonic()
+        for r in self.reports:
+            # Every call of a policy for this request shares one deadline.
+            r.deadline = started + r.policy.timeout
+        if len(self.reports) == 1:
+            await self._ask([0], peek=False)
+            return self._after([0]) or self._pass()
+        await self._ask(list(range(len(self.reports))), peek=True)
+        predicted = [i for i, r in enumerate(self.reports)
+                     if r.state == "peeked" and r.decision is not None and r.decision.remaining < r.cost]
+        rest = [i for i in range(len(self.reports)) if i not in predicted]
+        for n, round_ in enumerate((predicted, rest)):
+            if n == 1 and any(r.state == "failed_closed" for r in self.reports):
+                return self._verdict("unavailable")
+            round_ = [i for i in round_ if self.reports[i].state in ("pending", "peeked")]
+            await self._ask(round_, peek=False)
+            verdict = self._after(round_)
+            if verdict is not None:
+                return verdict
+        return self._pass()
+
+    def _after(self, round_: Sequence[int]) -> Optional[Verdict]:
+        if any(r.violated for r in self.reports):
+            return self._verdict("refuse")
+        if any(r.state == "failed_closed" for r in self.reports):
+            return self._verdict("unavailable")
+        return None
+
+    def _pass(self) -> Verdict:
+        verdict = self._verdict("pass")
+        verdict.delay_us = max((r.decision.delay_micros for r in self.reports
+                                if r.state == "decided" and r.decision is not None), default=0)
+        return verdict
+
+    def _verdict(self, outcome: str) -> Verdict:
+        return Verdict(self.reports, outcome, self.client, self.failures)
+
+    async def _ask(self, which: Sequence[int], peek: bool) -> None:
+        if not which:
+            return
+        results = await asyncio.gather(*(self._call(self.reports[i], peek) for i in which),
+                                       return_exceptions=True)
+        for i, result in zip(which, results):
+            self._settle(self.reports[i], result, peek)
+
+    async def _call(self, report: Report, peek: bool) -> Decision:
+        cost = 0 if peek else report.cost
+        left = (report.deadline or 0) - self.monotonic()
+        if left <= 0:
+            raise Timeout(f"policy {report.policy.name}: its timeout passed")
+        try:
+            return await asyncio.wait_for(report.policy.limiter.check(report.key, cost), left)
+        except asyncio.TimeoutError:
+            raise Timeout(f"the rate limiter did not answer within {report.policy.timeout * 1000:g} ms") from None
+
+    def _settle(self, report: Report, result: Any, peek: bool) -> None:
+        if isinstance(result, Decision) and not result.degraded:
+            report.decision = result
+            report.state = "peeked" if peek else "decided"
+            return
+        # A state without a decision: the peek's is not reported.
+        report.decision = None
+        if isinstance(result, CostTooHigh):
+            report.state = "never"
+            return
+        if isinstance(result, Decision):
+            # A limiter's own failure policy answered: to the layer that is
+            # an outage, and the route's mode wins.
+            error: RatelabError = Unavailable("the limiter's backend is failing: its failure policy "
+                                              f"{'admitted' if result.allowed else 'refused'} the request")
+            hint = result.retry_after_micros / 1_000_000 or None
+        elif isinstance(result, RatelabError):
+            error, hint = result, getattr(result, "retry_after", None)
+        elif isinstance(result, Exception):
+            error, hint = RatelabError(repr(result)), None
+        else:  # Cancellation and the like: not ours to swallow.
+            raise result
+        # Data errors fail closed whatever the mode: nothing repairs them by
+        # waiting, and failing open would admit on state no one can read.
+        mode = "closed" if isinstance(error, DataError) else report.policy.failure
+        report.error = error
+        self.failures.append(Failure(report.policy.name, self.client, error, mode))
+        if mode == "open":
+            report.state = "failed_open"
+        else:
+            report.state = "failed_closed"
+            report.retry_after = hint
+
+
+FailureHook = Callable[[Failure], None]
+Decide = Callable[[Request], Awaitable[Verdict]]

@@ -1,0 +1,177 @@
+"""The ASGI middleware through a real HTTP server: Starlette on uvicorn, on
+a dual-stack socket, requests from httpx bound to the peer address each
+case names (127.0.0.x, ::1). The cases are lua/clients/http/cases.json,
+which the Express middleware's tests run too."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+import threading
+import time
+from typing import Any, Dict, List, Optional
+
+import httpx
+import pytest
+import uvicorn
+from starlette.applications import Starlette
+from starlette.requests import Request as StarletteRequest
+from starlette.responses import PlainTextResponse
+from starlette.routing import Route as StarletteRoute
+
+import redis
+import redis.asyncio
+from ratelab_client import AsyncLimiter, Quota
+from ratelab_client.asgi import RateLimitMiddleware
+from ratelab_client.web import Identify, Policy, Request, TrustedProxies
+
+from conftest import LUA
+
+CASES = json.loads((LUA / "clients" / "http" / "cases.json").read_text(encoding="utf-8"))
+METHODS = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"]
+
+
+async def echo_client(request: StarletteRequest) -> PlainTextResponse:
+    return PlainTextResponse(request.state.rate_limit_client.key)
+
+
+class Switch:
+    """The served app: whatever the current suite's middleware is."""
+
+    def __init__(self) -> None:
+        self.app: Any = None
+
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] == "lifespan":
+            message = await receive()
+            while message["type"] != "lifespan.shutdown":
+                await send({"type": message["type"] + ".complete"})
+                message = await receive()
+            await send({"type": "lifespan.shutdown.complete"})
+            return
+        await self.app(scope, receive, send)
+
+
+@pytest.fixture(scope="module")
+def http_server():
+    """uvicorn on [::]:<random> (IPv4 peers reach it as ::ffff:a.b.c.d),
+    in a thread of its own."""
+    sock = socket.socket(socket.AF_INET6, socket.SOCK_STREAM)
+    sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("::", 0))
+    switch = Switch()
+    # proxy_headers off: uvicorn would otherwise rewrite the peer address from
+    # X-Forwarded-For itself (for 127.0.0.1 and ::1), before the middleware.
+    server = uvicorn.Server(uvicorn.Config(switch, log_level="warning", lifespan="on", proxy_headers=False))
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=lambda: loop.run_until_complete(server.serve(sockets=[sock])), daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 10
+    while not server.started:
+        assert time.monotonic() < deadline, "uvicorn did not start"
+        time.sleep(0.01)
+    yield switch, sock.getsockname()[1], loop
+    server.should_exit = True
+    thread.join(10)
+    sock.close()
+
+
+def build_policy(spec: Dict[str, Any], server, down_port: int, prefix: str, clock) -> Policy:
+    q = spec["quota"]
+    port = down_port if spec.get("redis") == "down" else server.port
+    limiter = AsyncLimiter(redis.asyncio.Redis(port=port), spec["algorithm"],
+                           Quota(q["limit"], q["period_us"], q["burst"]), prefix=prefix, clock=clock,
+                           quota_check_every=None, timeout=2.0)
+    key = None
+    if "key" in spec:
+        header = spec["key"]["header"]
+
+        def key(request: Request, client, header=header) -> Optional[str]:
+            return request.header(header)
+
+    return Policy(spec["name"], limiter, routes=[tuple(r) for r in spec.get("routes", [])], key=key,
+                  cost=spec.get("cost", 1), failure=spec.get("failure", "open"),
+                  # A loaded machine: a slow answer is not what is tested.
+                  timeout=2.0)
+
+
+def send(port: int, step: Dict[str, Any]) -> httpx.Response:
+    request = step["request"]
+    peer = request["peer"]
+    host = "[::1]" if ":" in peer else "127.0.0.1"
+    transport = httpx.HTTPTransport(local_address=peer)
+    with httpx.Client(transport=transport, timeout=10) as client:
+        return client.request(request["method"], f"http://{host}:{port}{request['path']}",
+                              headers=[tuple(h) for h in request["headers"]])
+
+
+@pytest.fixture(scope="module")
+def nothing_listens():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.parametrize("suite", CASES["suites"], ids=lambda s: s["name"][:60])
+def test_the_shared_http_cases(http_server, server, nothing_listens, prefix, suite):
+    switch, port, loop = http_server
+    now = {"us": CASES["t0_us"]}
+    policies = [build_policy(p, server, nothing_listens, prefix, lambda: now["us"]) for p in suite["policies"]]
+    identify_spec = suite.get("identify", {})
+    identify = Identify(TrustedProxies(identify_spec.get("trusted_proxies", []),
+                                       identify_spec.get("header", "x-forwarded-for")))
+    inner = Starlette(routes=[StarletteRoute("/{path:path}", echo_client, methods=METHODS)])
+    switch.app = RateLimitMiddleware(inner, policies=policies, identify=identify)
+    for i, step in enumerate(suite["steps"]):
+        now["us"] = CASES["t0_us"] + step["at_us"]
+        response = send(port, step)
+        check_step(f"{suite['name']}, step {i + 1} ({step.get('note', '')})", step["response"], response)
+    for policy in policies:
+        asyncio.run_coroutine_threadsafe(policy.limiter.aclose(), loop).result(5)
+
+
+def check_step(where: str, expected: Dict[str, Any], response: httpx.Response) -> None:
+    got = (response.status_code, {name: response.headers.get(name) for name in expected["headers"]})
+    assert got == (expected["status"], expected["headers"]), where
+    if "body" in expected:
+        assert response.text == expected["body"], where
+    if "problem" in expected:
+        assert response.headers["content-type"] == "application/problem+json", where
+        assert response.json() == expected["problem"], where
+        # Member order as ratelab-http (serde_json) writes it.
+        assert list(response.json()) == list(expected["problem"]), where
+
+
+def test_non_http_scopes_pass_untouched():
+    seen: List[str] = []
+
+    async def app(scope, receive, send):
+        seen.append(scope["type"])
+
+    middleware = RateLimitMiddleware(app, policies=[])
+    asyncio.run(middleware({"type": "websocket"}, None, None))
+    assert seen == ["websocket"]
+
+
+def test_bad_configuration_is_a_clear_error(server):
+    limiter = AsyncLimiter(redis.asyncio.Redis(port=server.port), "gcra", Quota.per_minute(5))
+    with pytest.raises(ValueError, match="policy name 'a:b'"):
+        Policy("a:b", limiter)
+    with pytest.raises(ValueError, match="failure is 'open' or 'closed'"):
+        Policy("p", limiter, failure="maybe")
+    with pytest.raises(ValueError, match="invalid route pattern 'login'"):
+        Policy("p", limiter, routes=[("POST", "login")])
+    with pytest.raises(ValueError, match="catch-all"):
+        Policy("p", limiter, routes=[(None, "/{*rest}/x")])
+    from ratelab_client import Limiter
+
+    with pytest.raises(TypeError, match="must be an AsyncLimiter"):
+        Policy("p", Limiter(redis.Redis(port=server.port), "gcra", Quota.per_minute(5)))
+    with pytest.raises(ValueError, match="two policies are named 'p'"):
+        RateLimitMiddleware(None, policies=[Policy("p", limiter), Policy("p", limiter)])
+    with pytest.raises(ValueError, match="host names are not resolved"):
+        TrustedProxies(["proxy.local"])
+    with pytest.raises(ValueError, match="x-forwarded-for or forwarded"):
+        TrustedProxies([], header="x-real-ip")
