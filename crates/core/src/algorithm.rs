@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use parking_lot::Mutex;
 
-use crate::{Decision, Error, Quota, Settlement, Stamp};
+use crate::{Decision, Error, Ledger, Quota, Settlement, Stamp};
 
 /// The decision logic of one rate-limiting algorithm.
 ///
@@ -36,6 +36,10 @@ pub trait Algorithm: Send + Sync + 'static {
     /// How a single-bucket limiter stores the state: a lock, or one atomic
     /// word for one-word states.
     type Cell: StateCell<State = Self::State>;
+    /// What the runner keeps beside a key's state for its receipts:
+    /// [`Shifts`](crate::Shifts) for a debt, a fence (`u64`) for a window,
+    /// `u64` (left at 0) for an algorithm without settlements.
+    type Ledger: Ledger;
 
     /// A short, stable name: `"gcra"`, `"token-bucket"`, ...
     fn name(&self) -> &'static str;
@@ -82,7 +86,7 @@ pub trait Algorithm: Send + Sync + 'static {
     /// for its settlement: read from `state` as the admission left it, and
     /// the key's `ledger` (see [`Receipt`](crate::Receipt)). The default
     /// stamps nothing.
-    fn stamp(&self, state: &Self::State, ledger: u64, now: u64) -> Stamp {
+    fn stamp(&self, state: &Self::State, ledger: &Self::Ledger, now: u64) -> Stamp {
         let _ = (state, ledger, now);
         Stamp::default()
     }
@@ -91,7 +95,7 @@ pub trait Algorithm: Send + Sync + 'static {
     /// the state provably still holds it, or charges what it used beyond
     /// its cost, whatever the room (debt that later requests wait out).
     ///
-    /// `ledger` is kept with the key's state by the runner (0 for a key
+    /// `ledger` is kept with the key's state by the runner (empty for a key
     /// never seen) and only this method and [`Algorithm::reset`] change it.
     /// `now` is never before the latest instant the key was written at (the
     /// runners see to it). The rule, and why it never lets the kept
@@ -107,7 +111,7 @@ pub trait Algorithm: Send + Sync + 'static {
     fn settle(
         &self,
         state: &mut Self::State,
-        ledger: &mut u64,
+        ledger: &mut Self::Ledger,
         now: u64,
         settlement: Settlement,
     ) -> Result<Decision, Error> {
@@ -120,7 +124,7 @@ pub trait Algorithm: Send + Sync + 'static {
     /// issued before gives anything back afterwards (the ledger says so,
     /// until [`Algorithm::forgettable_at`]). The default puts the initial
     /// state back.
-    fn reset(&self, state: &mut Self::State, ledger: &mut u64, now: u64) {
+    fn reset(&self, state: &mut Self::State, ledger: &mut Self::Ledger, now: u64) {
         let _ = (ledger, now);
         *state = self.initial_state();
     }
@@ -135,7 +139,7 @@ pub trait Algorithm: Send + Sync + 'static {
     /// ledger dropped, as a key never seen): it is full, and no receipt
     /// issued for it can give anything back any more. The default is
     /// [`Algorithm::full_at`], right for an algorithm without settlements.
-    fn forgettable_at(&self, state: &Self::State, ledger: u64) -> u64 {
+    fn forgettable_at(&self, state: &Self::State, ledger: &Self::Ledger) -> u64 {
         let _ = ledger;
         self.full_at(state)
     }
@@ -153,12 +157,12 @@ pub trait Algorithm: Send + Sync + 'static {
 pub fn forget_if_forgettable<A: Algorithm + ?Sized>(
     algorithm: &A,
     state: &mut A::State,
-    ledger: &mut u64,
+    ledger: &mut A::Ledger,
     now: u64,
 ) {
-    if algorithm.forgettable_at(state, *ledger) <= now {
+    if algorithm.forgettable_at(state, ledger) <= now {
         *state = algorithm.initial_state();
-        *ledger = 0;
+        *ledger = A::Ledger::default();
     }
 }
 

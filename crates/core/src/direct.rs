@@ -27,6 +27,7 @@ use parking_lot::Mutex;
 /// # impl Algorithm for Nothing {
 /// #     type State = u64;
 /// #     type Cell = AtomicCell;
+/// #     type Ledger = u64;
 /// #     fn name(&self) -> &'static str { "nothing" }
 /// #     fn quota(&self) -> &Quota { &self.0 }
 /// #     fn capacity(&self) -> u64 { 1 }
@@ -48,7 +49,7 @@ pub struct Direct<A: Algorithm, C = SystemClock> {
     /// The bucket's ledger ([`Algorithm::settle`]), behind a lock that
     /// checks with a receipt, settlements and resets take: each of them
     /// reads the ledger and the state as one. Plain checks never touch it.
-    ledger: Mutex<u64>,
+    ledger: Mutex<A::Ledger>,
     issuer: Issuer,
 }
 
@@ -83,7 +84,7 @@ impl<A: Algorithm, C: Clock> Direct<A, C> {
             },
             algorithm,
             clock,
-            ledger: Mutex::new(0),
+            ledger: Mutex::new(A::Ledger::default()),
             issuer: Issuer::new(),
         }
     }
@@ -198,7 +199,7 @@ impl<A: Algorithm, C: Clock> Direct<A, C> {
             let now = self.now_inside();
             let decision = self.algorithm.decide(state, now, cost);
             let stamp = match &decision {
-                Ok(d) if d.allowed && cost > 0 => Some(self.algorithm.stamp(state, *ledger, now)),
+                Ok(d) if d.allowed && cost > 0 => Some(self.algorithm.stamp(state, &ledger, now)),
                 _ => None,
             };
             (decision, stamp)
@@ -219,9 +220,9 @@ impl<A: Algorithm, C: Clock> Direct<A, C> {
             .map_err(|_| Error::ForeignReceipt)?;
         let settlement = redeemed.settlement(actual);
         let mut ledger = self.ledger.lock();
-        let mut after = *ledger;
+        let mut after = ledger.clone();
         let decision = self.hot.cell.update(|state| {
-            after = *ledger;
+            after.clone_from(&ledger);
             let now = self.now_inside();
             self.algorithm.settle(state, &mut after, now, settlement)
         });
@@ -239,9 +240,9 @@ impl<A: Algorithm, C: Clock> Direct<A, C> {
     /// no receipt issued before gives anything back.
     pub fn reset(&self) {
         let mut ledger = self.ledger.lock();
-        let mut after = *ledger;
+        let mut after = ledger.clone();
         self.hot.cell.update(|state| {
-            after = *ledger;
+            after.clone_from(&ledger);
             let now = self.now_inside();
             self.algorithm.reset(state, &mut after, now);
         });

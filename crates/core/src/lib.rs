@@ -20,6 +20,7 @@
 //! impl Algorithm for Allowance {
 //!     type State = u64; // (used << 32) | rest_start_secs, say; here: units used
 //!     type Cell = AtomicCell;
+//!     type Ledger = u64;
 //!     fn name(&self) -> &'static str { "allowance" }
 //!     fn quota(&self) -> &Quota { &self.0 }
 //!     fn capacity(&self) -> u64 { self.0.burst().into() }
@@ -104,7 +105,8 @@ pub use limiter::{
 pub use log_gate::LogGate;
 pub use quota::{Quota, QuotaError};
 pub use receipt::{
-    Issuer, LEDGER_CEILING, Receipt, Redeemed, Settlement, Stamp, debt_release, debt_reset_ledger,
+    Issuer, LEDGER_CEILING, Ledger, MAX_RECENT_SHIFTS, Receipt, Redeemed, Settlement, Shift,
+    Shifts, Stamp, debt_release, debt_reset,
 };
 pub use throttle::BlockingThrottle;
 pub use time::{

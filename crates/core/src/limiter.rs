@@ -83,6 +83,7 @@ pub trait RateLimiter: Limiter {
     /// # impl Algorithm for Allowance {
     /// #     type State = u64;
     /// #     type Cell = LockedCell<u64>;
+    /// #     type Ledger = u64;
     /// #     const REFUNDS: bool = true;
     /// #     fn name(&self) -> &'static str { "allowance" }
     /// #     fn quota(&self) -> &Quota { &self.0 }

@@ -262,69 +262,229 @@ impl Redeemed {
     }
 }
 
+/// What a key keeps beside its state for its receipts: a debt's [`Shifts`],
+/// or a window's fence (a `u64`: the first window index, or logged instant,
+/// whose receipts may give back; 0 for none).
+pub trait Ledger: Clone + Default + fmt::Debug + PartialEq + Send + Sync + 'static {
+    /// Nothing recorded: what a key never seen holds.
+    fn is_empty(&self) -> bool;
+}
+
+impl Ledger for u64 {
+    #[inline]
+    fn is_empty(&self) -> bool {
+        *self == 0
+    }
+}
+
+/// The most recent shifts a debt's ledger keeps one by one; older ones are
+/// counted against every receipt issued before them (which only gives back
+/// less). A refund's shift is forgotten anyway once every admission before
+/// it has ended (a burst's time later).
+pub const MAX_RECENT_SHIFTS: usize = 64;
+
+/// The most a debt's ledger records in all. A key reset again and again
+/// while in debt, never idle long enough to be forgotten, grows it by the
+/// debt each reset forgives; at the ceiling no receipt gets anything back
+/// until the key is forgotten (giving nothing is always safe), rather than
+/// grow past what a Redis script's numbers hold exactly (below 2^53).
+pub const LEDGER_CEILING: u64 = 1 << 52;
+
+/// One shift a debt's ledger recorded: a refund of an admission other than
+/// the last (or a reset) moved every admission after `position` earlier.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Shift {
+    /// The ledger's total before it: it moved by the next shift's `before`
+    /// (or the total) less this.
+    pub before: u64,
+    /// The position it was made at: the refunded admission's end plus the
+    /// ledger's total when it was admitted (its stamp's `at + mark`), which
+    /// grows with every admission; a reset's is 0 (before all of them).
+    pub position: u64,
+    /// The instant it was made at, µs.
+    pub at: u64,
+}
+
+/// A debt's ledger (GCRA, token bucket, leaky meter and queue): how far
+/// refunds and resets moved each outstanding admission.
+///
+/// A refund of an admission other than the last moves every admission after
+/// it earlier by what it gave back; one that was the last moves nothing. A
+/// stamp's `mark` is the total at its admission, so the shifts made since
+/// are those recorded from the mark on; of those, the ones made at a
+/// position before the admission's (`at + mark`) moved it. The most recent
+/// [`MAX_RECENT_SHIFTS`] are kept one by one (exact); older ones count
+/// against every admission (see [`Receipt`]'s docs).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
+pub struct Shifts {
+    total: u64,
+    recent: Vec<Shift>,
+}
+
+impl Shifts {
+    /// A ledger as stored: `total`, and the recent shifts, oldest first.
+    /// `None` unless each shift's `before` is below the next one's (and the
+    /// last one's below the total), there are at most [`MAX_RECENT_SHIFTS`],
+    /// and the total is at most [`LEDGER_CEILING`].
+    pub fn from_parts(total: u64, recent: Vec<Shift>) -> Option<Self> {
+        let ordered = recent
+            .iter()
+            .map(|s| s.before)
+            .chain([total])
+            .try_fold(None::<u64>, |previous, before| match previous {
+                Some(p) if p >= before => None,
+                _ => Some(Some(before)),
+            })
+            .is_some();
+        (ordered && recent.len() <= MAX_RECENT_SHIFTS && total <= LEDGER_CEILING)
+            .then_some(Shifts { total, recent })
+    }
+
+    /// Every shift recorded, µs: what a stamp's `mark` holds.
+    #[inline]
+    pub fn total(&self) -> u64 {
+        self.total
+    }
+
+    /// The recent shifts, oldest first.
+    pub fn recent(&self) -> &[Shift] {
+        &self.recent
+    }
+
+    /// How far the shifts made since `mark` moved an admission at
+    /// `position`: exactly, for those still recorded one by one; the whole
+    /// of any older one. `None` for a mark ahead of the total (a stamp of
+    /// another incarnation of the key).
+    fn moved(&self, mark: u64, position: u64) -> Option<u64> {
+        if mark > self.total {
+            return None;
+        }
+        let covered = self.recent.first().map_or(self.total, |s| s.before);
+        let mut moved = covered.saturating_sub(mark);
+        for (i, shift) in self.recent.iter().enumerate() {
+            let after = self.recent.get(i + 1).map_or(self.total, |s| s.before);
+            if shift.before >= mark && shift.position < position {
+                moved += after - shift.before;
+            }
+        }
+        Some(moved)
+    }
+
+    /// Records a shift of `amount` at `position`, at `at`; false (nothing
+    /// recorded) when the total would reach the ceiling.
+    fn record(&mut self, position: u64, at: u64, amount: u64) -> bool {
+        if self.total.saturating_add(amount) >= LEDGER_CEILING {
+            return false;
+        }
+        if self.recent.len() == MAX_RECENT_SHIFTS {
+            self.recent.remove(0);
+        }
+        self.recent.push(Shift {
+            before: self.total,
+            position,
+            at,
+        });
+        self.total += amount;
+        true
+    }
+
+    /// Forgets the shifts that no outstanding admission can have been moved
+    /// by: when the state is full again at `full_at <= now`, every
+    /// admission has ended; otherwise those made a `tolerance` ago or more
+    /// (every admission before them ended by then).
+    fn expire(&mut self, full_at: u64, now: u64, tolerance: u64) {
+        if full_at <= now {
+            self.recent.clear();
+            return;
+        }
+        let old = self
+            .recent
+            .iter()
+            .take_while(|s| s.at.saturating_add(tolerance) <= now)
+            .count();
+        self.recent.drain(..old);
+    }
+}
+
+impl Ledger for Shifts {
+    #[inline]
+    fn is_empty(&self) -> bool {
+        self.total == 0 && self.recent.is_empty()
+    }
+}
+
 /// What a debt's settlement gives back, in µs of debt, for an admission
 /// stamped `stamp` that would give back `unused` µs, on a state full again at
-/// `full_at`, at `now` (never before the latest instant the key was written
-/// at); grows `ledger` when the admission is not the last (see the
-/// [module docs](self)). 0 for a stamp of another incarnation of the key (a
-/// ledger behind it), an end that has passed, or an end later than the
-/// state's (not an admission of this state: a replay).
-#[inline]
-pub fn debt_release(full_at: u64, ledger: &mut u64, now: u64, stamp: Stamp, unused: u64) -> u64 {
-    if *ledger >= LEDGER_CEILING {
+/// `full_at` whose admissions end at most `tolerance` after their instant, at
+/// `now` (never before the latest instant the key was written at); records
+/// the shift in `ledger` when the admission is not the last (see the
+/// [module docs](self)). 0 for a stamp of another incarnation of the key, an
+/// end that has passed, an end later than the state's (not an admission of
+/// this state: a replay), or a shift the ledger cannot record.
+pub fn debt_release(
+    full_at: u64,
+    ledger: &mut Shifts,
+    now: u64,
+    stamp: Stamp,
+    unused: u64,
+    tolerance: u64,
+) -> u64 {
+    ledger.expire(full_at, now, tolerance);
+    if ledger.total >= LEDGER_CEILING {
         return 0;
     }
-    let Some(shifted) = ledger.checked_sub(stamp.mark) else {
+    let position = stamp.at.saturating_add(stamp.mark);
+    let Some(moved) = ledger.moved(stamp.mark, position) else {
         return 0;
     };
-    // The admission's end now: moved earlier by every shift since, or less.
-    let end = stamp.at.saturating_sub(shifted);
+    // The admission's end now: moved earlier by every shift since that was
+    // made before it, or less.
+    let end = stamp.at.saturating_sub(moved);
     if end <= now || end > full_at {
         return 0;
     }
     let back = unused.min(end - now);
-    if end != full_at {
-        // Not the last admission: those after it move back with it, which
-        // the ledger must be able to record.
-        if *ledger + back >= LEDGER_CEILING {
-            return 0;
-        }
-        *ledger += back;
+    // Not the last admission: those after it move back with it.
+    if end != full_at && !ledger.record(position, now, back) {
+        return 0;
     }
     back
 }
 
-/// The most a debt's ledger grows to. A ledger that reaches it (a key reset
-/// again and again while in debt, never idle long enough to be forgotten:
-/// each reset grows the ledger by the debt it forgives) gives nothing back
-/// to any receipt until the key is forgotten, rather than grow past what a
-/// Redis script's numbers hold exactly (below 2^53). Giving nothing is
-/// always safe.
-pub const LEDGER_CEILING: u64 = 1 << 52;
-
-/// The ledger of a debt after a reset at `now` of a state full again at
-/// `full_at`: grown past the end of every admission still outstanding, so
-/// that no receipt issued before gives anything back afterwards (see the
-/// [module docs](self)). Unchanged when nothing can be outstanding.
-#[inline]
-pub fn debt_reset_ledger(full_at: u64, ledger: u64, now: u64) -> u64 {
-    if ledger == 0 && full_at <= now {
-        return 0;
+/// A debt's ledger after a reset at `now` of a state full again at
+/// `full_at`: every outstanding admission moved past now, so that no receipt
+/// issued before gives anything back afterwards (see the
+/// [module docs](self)). Unchanged when nothing can be outstanding; at the
+/// ceiling when the shift cannot be recorded (nothing is given back any
+/// more, until the key is forgotten).
+pub fn debt_reset(full_at: u64, ledger: &mut Shifts, now: u64, tolerance: u64) {
+    ledger.expire(full_at, now, tolerance);
+    if ledger.is_empty() && full_at <= now {
+        return;
     }
-    ledger
-        .saturating_add(full_at.saturating_sub(now))
-        .saturating_add(1)
-        .min(LEDGER_CEILING)
+    let amount = full_at.saturating_sub(now).saturating_add(1);
+    if !ledger.record(0, now, amount) {
+        *ledger = Shifts {
+            total: LEDGER_CEILING,
+            recent: Vec::new(),
+        };
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    const TOLERANCE: u64 = 1_000;
+
+    fn stamp(at: u64, mark: u64) -> Stamp {
+        Stamp { at, mark }
+    }
+
     #[test]
     fn a_receipt_goes_back_only_to_its_issuer() {
         let (a, b) = (Issuer::new(), Issuer::new());
-        let receipt = a.issue(b"k", 2, Stamp { at: 5, mark: 0 });
+        let receipt = a.issue(b"k", 2, stamp(5, 0));
         let receipt = b.redeem(receipt).expect_err("another issuer's");
         let redeemed = a.redeem(receipt).expect("its own");
         assert_eq!((&*redeemed.key, redeemed.cost), (&b"k"[..], 2));
@@ -332,95 +492,120 @@ mod tests {
 
     #[test]
     fn the_last_admission_gives_back_without_a_shift() {
-        let mut ledger = 0;
+        let mut ledger = Shifts::default();
         // Ends at 30, the state's end: the last one.
-        let back = debt_release(30, &mut ledger, 10, Stamp { at: 30, mark: 0 }, 10);
-        assert_eq!((back, ledger), (10, 0));
+        let back = debt_release(30, &mut ledger, 10, stamp(30, 0), 10, TOLERANCE);
+        assert_eq!((back, ledger.total()), (10, 0));
         // Ends at 20 before a state ending at 30: those after it shift.
-        let back = debt_release(30, &mut ledger, 10, Stamp { at: 20, mark: 0 }, 10);
-        assert_eq!((back, ledger), (10, 10));
-        // A stamp from before that shift ends 10 earlier now.
-        let back = debt_release(20, &mut ledger, 10, Stamp { at: 25, mark: 0 }, 10);
-        assert_eq!((back, ledger), (5, 15));
+        let back = debt_release(30, &mut ledger, 10, stamp(20, 0), 10, TOLERANCE);
+        assert_eq!((back, ledger.total()), (10, 10));
+        // One admitted after it (position 25 > 20) ends 10 earlier now.
+        let back = debt_release(20, &mut ledger, 10, stamp(25, 0), 10, TOLERANCE);
+        assert_eq!(back, 5);
+    }
+
+    #[test]
+    fn a_shift_moves_only_the_admissions_after_it() {
+        // Three admissions of 10 each, ending at 10, 20 and 30 (marks 0).
+        let mut ledger = Shifts::default();
+        // The middle one first: it moves the last, not the first.
+        assert_eq!(
+            debt_release(30, &mut ledger, 0, stamp(20, 0), 10, TOLERANCE),
+            10
+        );
+        assert_eq!(
+            debt_release(20, &mut ledger, 0, stamp(10, 0), 10, TOLERANCE),
+            10
+        );
+        // The last, moved by both, ends at 10: the state's end.
+        assert_eq!(
+            debt_release(10, &mut ledger, 0, stamp(30, 0), 10, TOLERANCE),
+            10
+        );
     }
 
     #[test]
     fn nothing_for_a_passed_end_a_later_end_or_another_incarnation() {
-        let mut ledger = 7;
+        let mut ledger = Shifts::default();
         assert_eq!(
-            debt_release(50, &mut ledger, 40, Stamp { at: 40, mark: 7 }, 10),
+            debt_release(50, &mut ledger, 40, stamp(40, 0), 10, TOLERANCE),
             0
         );
         assert_eq!(
-            debt_release(50, &mut ledger, 10, Stamp { at: 60, mark: 7 }, 10),
+            debt_release(50, &mut ledger, 10, stamp(60, 0), 10, TOLERANCE),
             0
         );
         assert_eq!(
-            debt_release(50, &mut ledger, 10, Stamp { at: 30, mark: 9 }, 10),
+            debt_release(50, &mut ledger, 10, stamp(30, 9), 10, TOLERANCE),
             0
         );
-        assert_eq!(ledger, 7);
-    }
-
-    #[test]
-    fn a_ledger_at_its_ceiling_gives_nothing_back() {
-        let mut ledger = LEDGER_CEILING - 5;
-        // A shift it cannot record: nothing given.
-        assert_eq!(
-            debt_release(
-                100,
-                &mut ledger,
-                10,
-                Stamp {
-                    at: 50,
-                    mark: LEDGER_CEILING - 5
-                },
-                10
-            ),
-            0
-        );
-        assert_eq!(ledger, LEDGER_CEILING - 5);
-        // The last admission moves nothing: still given.
-        assert_eq!(
-            debt_release(
-                100,
-                &mut ledger,
-                10,
-                Stamp {
-                    at: 100,
-                    mark: LEDGER_CEILING - 5
-                },
-                10
-            ),
-            10
-        );
-        // A reset past it stops at it, and then nothing is given at all.
-        let mut ledger = debt_reset_ledger(90, ledger, 10);
-        assert_eq!(ledger, LEDGER_CEILING);
-        assert_eq!(
-            debt_release(
-                10,
-                &mut ledger,
-                5,
-                Stamp {
-                    at: 10,
-                    mark: LEDGER_CEILING
-                },
-                10
-            ),
-            0
-        );
+        assert!(ledger.is_empty());
     }
 
     #[test]
     fn a_reset_moves_every_end_before_now() {
-        let ledger = debt_reset_ledger(100, 3, 40);
-        let mut after = ledger;
+        let mut ledger = Shifts::default();
+        debt_reset(100, &mut ledger, 40, TOLERANCE);
         // Any stamp ending by the old end, with an older mark, is dead.
         assert_eq!(
-            debt_release(45, &mut after, 40, Stamp { at: 100, mark: 3 }, 99),
+            debt_release(45, &mut ledger, 40, stamp(100, 0), 99, TOLERANCE),
             0
         );
-        assert_eq!(debt_reset_ledger(10, 0, 40), 0);
+        let mut idle = Shifts::default();
+        debt_reset(10, &mut idle, 40, TOLERANCE);
+        assert!(idle.is_empty());
+    }
+
+    #[test]
+    fn old_shifts_count_whole_and_expire() {
+        let mut ledger = Shifts::default();
+        for i in 0..(MAX_RECENT_SHIFTS as u64 + 1) {
+            assert!(ledger.record(1_000 + i, 0, 1));
+        }
+        // The first shift is no longer kept one by one: it counts whole for
+        // a receipt from before it, even one positioned before it.
+        assert_eq!(ledger.moved(0, 1), Some(1));
+        assert_eq!(ledger.moved(1, 1), Some(0));
+        // A tolerance later, every admission before them has ended.
+        ledger.expire(u64::MAX, TOLERANCE, TOLERANCE);
+        assert!(ledger.recent().is_empty());
+        assert_eq!(ledger.total(), MAX_RECENT_SHIFTS as u64 + 1);
+    }
+
+    #[test]
+    fn a_ledger_at_its_ceiling_gives_nothing_back() {
+        let mut ledger = Shifts::from_parts(LEDGER_CEILING - 5, Vec::new()).unwrap();
+        let mark = LEDGER_CEILING - 5;
+        // A shift it cannot record: nothing given.
+        assert_eq!(
+            debt_release(100, &mut ledger, 10, stamp(50, mark), 10, TOLERANCE),
+            0
+        );
+        // The last admission moves nothing: still given.
+        assert_eq!(
+            debt_release(100, &mut ledger, 10, stamp(100, mark), 10, TOLERANCE),
+            10
+        );
+        // A reset past it stops at it, and then nothing is given at all.
+        debt_reset(90, &mut ledger, 10, TOLERANCE);
+        assert_eq!(ledger.total(), LEDGER_CEILING);
+        let mark = LEDGER_CEILING;
+        assert_eq!(
+            debt_release(10, &mut ledger, 5, stamp(10, mark), 10, TOLERANCE),
+            0
+        );
+    }
+
+    #[test]
+    fn a_ledger_as_stored_is_checked() {
+        let shift = |before| Shift {
+            before,
+            position: 1,
+            at: 1,
+        };
+        assert!(Shifts::from_parts(10, vec![shift(2), shift(5)]).is_some());
+        assert!(Shifts::from_parts(10, vec![shift(5), shift(5)]).is_none());
+        assert!(Shifts::from_parts(5, vec![shift(5)]).is_none());
+        assert!(Shifts::from_parts(LEDGER_CEILING + 1, vec![]).is_none());
     }
 }

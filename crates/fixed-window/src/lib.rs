@@ -105,6 +105,8 @@ impl FixedWindow {
 impl Algorithm for FixedWindow {
     type State = Counter;
     type Cell = LockedCell<Counter>;
+    /// A fence: the first window whose receipts may give back.
+    type Ledger = u64;
     const REFUNDS: bool = true;
 
     #[inline]
@@ -157,7 +159,7 @@ impl Algorithm for FixedWindow {
     }
 
     #[inline]
-    fn stamp(&self, counter: &Counter, _ledger: u64, _now: u64) -> Stamp {
+    fn stamp(&self, counter: &Counter, _fence: &u64, _now: u64) -> Stamp {
         Stamp {
             at: counter.index,
             mark: 0,
@@ -221,7 +223,8 @@ impl Algorithm for FixedWindow {
     /// A fence is kept until its window has ended: by then no receipt
     /// before it can name the current window.
     #[inline]
-    fn forgettable_at(&self, counter: &Counter, fence: u64) -> u64 {
+    fn forgettable_at(&self, counter: &Counter, fence: &u64) -> u64 {
+        let fence = *fence;
         self.full_at(counter).max(fence.saturating_mul(self.window))
     }
 }

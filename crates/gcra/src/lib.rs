@@ -39,8 +39,8 @@
 #![forbid(unsafe_code)]
 
 use ratelab_core::{
-    Algorithm, AtomicCell, Decision, Divisor, Error, Quota, Settlement, Stamp, debt_release,
-    debt_reset_ledger, ensure_fits, ensure_settles, forget_if_forgettable,
+    Algorithm, AtomicCell, Decision, Divisor, Error, Ledger, Quota, Settlement, Shifts, Stamp,
+    debt_release, debt_reset, ensure_fits, ensure_settles, forget_if_forgettable,
 };
 
 /// GCRA parameters derived from a [`Quota`]. See the crate docs.
@@ -92,6 +92,7 @@ impl Algorithm for Gcra {
     /// The theoretical arrival time, in µs; 0 for a key never seen.
     type State = u64;
     type Cell = AtomicCell;
+    type Ledger = Shifts;
     const REFUNDS: bool = true;
     /// One instant, moved forward by each admission: see the trait.
     const ORDER_FREE: bool = true;
@@ -142,10 +143,10 @@ impl Algorithm for Gcra {
     }
 
     #[inline]
-    fn stamp(&self, tat: &u64, ledger: u64, _now: u64) -> Stamp {
+    fn stamp(&self, tat: &u64, ledger: &Shifts, _now: u64) -> Stamp {
         Stamp {
             at: *tat,
-            mark: ledger,
+            mark: ledger.total(),
         }
     }
 
@@ -153,7 +154,7 @@ impl Algorithm for Gcra {
     fn settle(
         &self,
         tat: &mut u64,
-        ledger: &mut u64,
+        ledger: &mut Shifts,
         now: u64,
         settlement: Settlement,
     ) -> Result<Decision, Error> {
@@ -167,7 +168,7 @@ impl Algorithm for Gcra {
             // What the admission still holds of its debt (see `Receipt`):
             // never more than the TAT is ahead of now.
             let unused = u64::from(charged - actual) * self.interval;
-            *tat -= debt_release(*tat, ledger, now, stamp, unused);
+            *tat -= debt_release(*tat, ledger, now, stamp, unused, self.tolerance);
         } else if actual > charged {
             // Debt beyond the tolerance is allowed here: later requests
             // wait it out.
@@ -178,8 +179,8 @@ impl Algorithm for Gcra {
     }
 
     #[inline]
-    fn reset(&self, tat: &mut u64, ledger: &mut u64, now: u64) {
-        *ledger = debt_reset_ledger(*tat, *ledger, now);
+    fn reset(&self, tat: &mut u64, ledger: &mut Shifts, now: u64) {
+        debt_reset(*tat, ledger, now, self.tolerance);
         // A TAT of now is full capacity, as a key never seen.
         *tat = now;
         forget_if_forgettable(self, tat, ledger, now);
@@ -194,8 +195,8 @@ impl Algorithm for Gcra {
     /// a tolerance longer: no admission ends later than its instant plus
     /// the tolerance, so no receipt of it can claim anything after that.
     #[inline]
-    fn forgettable_at(&self, tat: &u64, ledger: u64) -> u64 {
-        if ledger == 0 {
+    fn forgettable_at(&self, tat: &u64, ledger: &Shifts) -> u64 {
+        if ledger.is_empty() {
             *tat
         } else {
             tat.saturating_add(self.tolerance)

@@ -45,31 +45,47 @@ fn racing_settlements_keep_exact_accounts() {
     racing_at_one_instant(&Gcra::new(quota));
 }
 
-/// Settled in the order they were admitted, or in the reverse order, every
-/// receipt gets back all it did not use; settled out of order, an earlier
-/// admission may get less (the ledger cannot tell which later admissions a
-/// refund moved), never more.
+/// Refunded in any order, every receipt gets back all it did not use, as
+/// long as no more than `MAX_RECENT_SHIFTS` refunds came between its check
+/// and its own (the ledger records which admissions each refund moved):
+/// every order of 3 receipts, and shuffled orders of 40, on one bucket and
+/// one key, at an instant that does not move.
 #[test]
-fn settlements_in_order_or_in_reverse_are_exact() {
-    let quota = Quota::per_second(1).and_then(|q| q.with_burst(6)).unwrap();
-    for order in [[0usize, 1, 2], [2, 1, 0], [1, 0, 2]] {
-        let limiter = Direct::with_clock(Gcra::new(quota), ManualClock::starting_at(1_000_000));
-        let mut receipts: Vec<_> = (0..3)
-            .map(|_| Some(limiter.check_with_receipt(2).unwrap().1.unwrap()))
-            .collect();
-        let mut remaining = 0;
-        for &i in &order {
-            remaining = limiter
-                .refund(receipts[i].take().unwrap())
-                .unwrap()
-                .remaining;
+fn refunds_in_any_order_give_back_exactly() {
+    use ratelab_core::{Keyed, RateLimiter};
+    let quota = Quota::per_second(1).and_then(|q| q.with_burst(80)).unwrap();
+    let mut orders: Vec<Vec<usize>> = vec![
+        vec![0, 1, 2],
+        vec![0, 2, 1],
+        vec![1, 0, 2],
+        vec![1, 2, 0],
+        vec![2, 0, 1],
+        vec![2, 1, 0],
+    ];
+    let mut x = 0x2545_f491_4f6c_dd1du64;
+    for _ in 0..20 {
+        let mut order: Vec<usize> = (0..40).collect();
+        for i in (1..order.len()).rev() {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            order.swap(i, usize::try_from(x % (i as u64 + 1)).unwrap());
         }
-        if order == [1, 0, 2] {
-            // The middle one first: it moved the last, and the ledger then
-            // takes that shift off the first too.
-            assert!(remaining < 6, "{order:?}: {remaining}");
-        } else {
-            assert_eq!(remaining, 6, "{order:?}");
+        orders.push(order);
+    }
+    for order in orders {
+        let direct = Direct::with_clock(Gcra::new(quota), ManualClock::starting_at(1_000_000));
+        let keyed = Keyed::with_clock(Gcra::new(quota), ManualClock::starting_at(1_000_000));
+        let limiters: [&dyn RateLimiter; 2] = [&direct, &keyed];
+        for limiter in limiters {
+            let mut receipts: Vec<_> = (0..order.len())
+                .map(|_| Some(limiter.check_with_receipt(b"k", 2).unwrap().1.unwrap()))
+                .collect();
+            let mut remaining = 0;
+            for &i in &order {
+                remaining = limiter.refund(receipts[i].take().unwrap()).unwrap().remaining;
+            }
+            assert_eq!(remaining, 80, "{order:?}");
         }
     }
 }

@@ -1,8 +1,8 @@
 //! The leaky bucket as a meter.
 
 use ratelab_core::{
-    Algorithm, Decision, Error, LockedCell, Quota, Settlement, Stamp, debt_release,
-    debt_reset_ledger, ensure_fits, ensure_settles, forget_if_forgettable,
+    Algorithm, Decision, Error, Ledger, LockedCell, Quota, Settlement, Shifts, Stamp, debt_release,
+    debt_reset, ensure_fits, ensure_settles, forget_if_forgettable,
 };
 
 /// Leaky bucket (meter) parameters derived from a [`Quota`]: refuses what
@@ -63,6 +63,7 @@ impl LeakyMeter {
 impl Algorithm for LeakyMeter {
     type State = Level;
     type Cell = LockedCell<Level>;
+    type Ledger = Shifts;
     const REFUNDS: bool = true;
 
     #[inline]
@@ -111,10 +112,10 @@ impl Algorithm for LeakyMeter {
     }
 
     #[inline]
-    fn stamp(&self, level: &Level, ledger: u64, _now: u64) -> Stamp {
+    fn stamp(&self, level: &Level, ledger: &Shifts, _now: u64) -> Stamp {
         Stamp {
             at: self.full_at(level),
-            mark: ledger,
+            mark: ledger.total(),
         }
     }
 
@@ -122,7 +123,7 @@ impl Algorithm for LeakyMeter {
     fn settle(
         &self,
         level: &mut Level,
-        ledger: &mut u64,
+        ledger: &mut Shifts,
         now: u64,
         settlement: Settlement,
     ) -> Result<Decision, Error> {
@@ -139,7 +140,9 @@ impl Algorithm for LeakyMeter {
         let water = if actual < charged {
             // Pour out what the admission still holds (see `Receipt`).
             let unused = u64::from(charged - actual) * self.interval;
-            water.saturating_sub(debt_release(full_at, ledger, now, stamp, unused))
+            water.saturating_sub(debt_release(
+                full_at, ledger, now, stamp, unused, self.depth,
+            ))
         } else {
             // Beyond the depth if need be: debt that later requests wait out.
             water + u64::from(actual - charged) * self.interval
@@ -150,8 +153,8 @@ impl Algorithm for LeakyMeter {
     }
 
     #[inline]
-    fn reset(&self, level: &mut Level, ledger: &mut u64, now: u64) {
-        *ledger = debt_reset_ledger(self.full_at(level), *ledger, now);
+    fn reset(&self, level: &mut Level, ledger: &mut Shifts, now: u64) {
+        debt_reset(self.full_at(level), ledger, now, self.depth);
         *level = Level {
             water: 0,
             at: level.at.max(now),
@@ -166,9 +169,9 @@ impl Algorithm for LeakyMeter {
 
     /// A ledger keeps the key a depth longer (see `Gcra`'s).
     #[inline]
-    fn forgettable_at(&self, level: &Level, ledger: u64) -> u64 {
+    fn forgettable_at(&self, level: &Level, ledger: &Shifts) -> u64 {
         let full_at = self.full_at(level);
-        if ledger == 0 {
+        if ledger.is_empty() {
             full_at
         } else {
             full_at.saturating_add(self.depth)

@@ -1,8 +1,8 @@
 //! The leaky bucket as a queue (shaper).
 
 use ratelab_core::{
-    Algorithm, AtomicCell, Decision, Error, Quota, Settlement, Stamp, debt_release,
-    debt_reset_ledger, ensure_fits, ensure_settles, forget_if_forgettable,
+    Algorithm, AtomicCell, Decision, Error, Ledger, Quota, Settlement, Shifts, Stamp, debt_release,
+    debt_reset, ensure_fits, ensure_settles, forget_if_forgettable,
 };
 
 /// Leaky bucket (queue) parameters derived from a [`Quota`]: admits into a
@@ -39,6 +39,7 @@ impl Algorithm for LeakyQueue {
     /// The next free slot, in µs; 0 for a key never seen.
     type State = u64;
     type Cell = AtomicCell;
+    type Ledger = Shifts;
     const REFUNDS: bool = true;
     /// One instant, moved forward by each admission: see the trait.
     const ORDER_FREE: bool = true;
@@ -92,10 +93,10 @@ impl Algorithm for LeakyQueue {
     }
 
     #[inline]
-    fn stamp(&self, next_free: &u64, ledger: u64, _now: u64) -> Stamp {
+    fn stamp(&self, next_free: &u64, ledger: &Shifts, _now: u64) -> Stamp {
         Stamp {
             at: *next_free,
-            mark: ledger,
+            mark: ledger.total(),
         }
     }
 
@@ -103,7 +104,7 @@ impl Algorithm for LeakyQueue {
     fn settle(
         &self,
         next_free: &mut u64,
-        ledger: &mut u64,
+        ledger: &mut Shifts,
         now: u64,
         settlement: Settlement,
     ) -> Result<Decision, Error> {
@@ -117,7 +118,7 @@ impl Algorithm for LeakyQueue {
             // The slots the admission did not use, as far as they are still
             // ahead (see `Receipt`): every later slot moves up with them.
             let unused = u64::from(charged - actual) * self.interval;
-            *next_free -= debt_release(*next_free, ledger, now, stamp, unused);
+            *next_free -= debt_release(*next_free, ledger, now, stamp, unused, self.depth);
         } else if actual > charged {
             *next_free = (*next_free).max(now) + u64::from(actual - charged) * self.interval;
         }
@@ -126,8 +127,8 @@ impl Algorithm for LeakyQueue {
     }
 
     #[inline]
-    fn reset(&self, next_free: &mut u64, ledger: &mut u64, now: u64) {
-        *ledger = debt_reset_ledger(*next_free, *ledger, now);
+    fn reset(&self, next_free: &mut u64, ledger: &mut Shifts, now: u64) {
+        debt_reset(*next_free, ledger, now, self.depth);
         *next_free = now;
         forget_if_forgettable(self, next_free, ledger, now);
     }
@@ -139,8 +140,8 @@ impl Algorithm for LeakyQueue {
 
     /// A ledger keeps the key a depth longer (see `Gcra`'s).
     #[inline]
-    fn forgettable_at(&self, next_free: &u64, ledger: u64) -> u64 {
-        if ledger == 0 {
+    fn forgettable_at(&self, next_free: &u64, ledger: &Shifts) -> u64 {
+        if ledger.is_empty() {
             *next_free
         } else {
             next_free.saturating_add(self.depth)

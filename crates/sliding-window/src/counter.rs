@@ -183,6 +183,8 @@ impl SlidingCounter {
 impl Algorithm for SlidingCounter {
     type State = Windows;
     type Cell = LockedCell<Windows>;
+    /// A fence: the first window whose receipts may give back.
+    type Ledger = u64;
     const REFUNDS: bool = true;
 
     #[inline]
@@ -239,7 +241,7 @@ impl Algorithm for SlidingCounter {
     }
 
     #[inline]
-    fn stamp(&self, windows: &Windows, _ledger: u64, _now: u64) -> Stamp {
+    fn stamp(&self, windows: &Windows, _fence: &u64, _now: u64) -> Stamp {
         Stamp {
             at: windows.index,
             mark: 0,
@@ -310,7 +312,8 @@ impl Algorithm for SlidingCounter {
     /// A fence is kept until the window after it has ended: by then no
     /// receipt before it can name the current or the previous window.
     #[inline]
-    fn forgettable_at(&self, windows: &Windows, fence: u64) -> u64 {
+    fn forgettable_at(&self, windows: &Windows, fence: &u64) -> u64 {
+        let fence = *fence;
         let fenced = if fence == 0 {
             0
         } else {

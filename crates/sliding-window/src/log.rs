@@ -111,6 +111,8 @@ impl SlidingLog {
 impl Algorithm for SlidingLog {
     type State = Log;
     type Cell = LockedCell<Log>;
+    /// A fence: the first logged instant whose receipts may give back.
+    type Ledger = u64;
     const REFUNDS: bool = true;
 
     #[inline]
@@ -162,7 +164,7 @@ impl Algorithm for SlidingLog {
     }
 
     #[inline]
-    fn stamp(&self, log: &Log, _ledger: u64, now: u64) -> Stamp {
+    fn stamp(&self, log: &Log, _fence: &u64, now: u64) -> Stamp {
         Stamp {
             at: log.entries.back().map_or(now, |&(at, _)| at),
             mark: 0,
@@ -234,7 +236,8 @@ impl Algorithm for SlidingLog {
     /// A fence is kept until a window after the instant before it: by then
     /// the units of every receipt before it have left any log.
     #[inline]
-    fn forgettable_at(&self, log: &Log, fence: u64) -> u64 {
+    fn forgettable_at(&self, log: &Log, fence: &u64) -> u64 {
+        let fence = *fence;
         let fenced = if fence == 0 {
             0
         } else {

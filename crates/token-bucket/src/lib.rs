@@ -33,8 +33,8 @@
 #![forbid(unsafe_code)]
 
 use ratelab_core::{
-    Algorithm, Decision, Error, LockedCell, Quota, Settlement, Stamp, debt_release,
-    debt_reset_ledger, ensure_fits, ensure_settles, forget_if_forgettable,
+    Algorithm, Decision, Error, Ledger, LockedCell, Quota, Settlement, Shifts, Stamp, debt_release,
+    debt_reset, ensure_fits, ensure_settles, forget_if_forgettable,
 };
 
 /// Token bucket parameters derived from a [`Quota`]. See the crate docs.
@@ -152,6 +152,7 @@ impl TokenBucket {
 impl Algorithm for TokenBucket {
     type State = Bucket;
     type Cell = LockedCell<Bucket>;
+    type Ledger = Shifts;
     const REFUNDS: bool = true;
 
     #[inline]
@@ -205,10 +206,10 @@ impl Algorithm for TokenBucket {
     }
 
     #[inline]
-    fn stamp(&self, bucket: &Bucket, ledger: u64, _now: u64) -> Stamp {
+    fn stamp(&self, bucket: &Bucket, ledger: &Shifts, _now: u64) -> Stamp {
         Stamp {
             at: self.full_at(bucket),
-            mark: ledger,
+            mark: ledger.total(),
         }
     }
 
@@ -216,7 +217,7 @@ impl Algorithm for TokenBucket {
     fn settle(
         &self,
         bucket: &mut Bucket,
-        ledger: &mut u64,
+        ledger: &mut Shifts,
         now: u64,
         settlement: Settlement,
     ) -> Result<Decision, Error> {
@@ -230,7 +231,14 @@ impl Algorithm for TokenBucket {
         if actual < charged {
             // Full sooner by what the admission still holds (see `Receipt`).
             let unused = u64::from(charged - actual) * self.interval;
-            let back = debt_release(full_at, ledger, now, stamp, unused);
+            let back = debt_release(
+                full_at,
+                ledger,
+                now,
+                stamp,
+                unused,
+                self.capacity * self.interval,
+            );
             self.set_full_at(bucket, full_at - back, now);
         } else if actual > charged {
             // Past empty if need be: debt that later requests wait out.
@@ -242,8 +250,13 @@ impl Algorithm for TokenBucket {
     }
 
     #[inline]
-    fn reset(&self, bucket: &mut Bucket, ledger: &mut u64, now: u64) {
-        *ledger = debt_reset_ledger(self.full_at(bucket), *ledger, now);
+    fn reset(&self, bucket: &mut Bucket, ledger: &mut Shifts, now: u64) {
+        debt_reset(
+            self.full_at(bucket),
+            ledger,
+            now,
+            self.capacity * self.interval,
+        );
         self.set_full_at(bucket, now, now);
         forget_if_forgettable(self, bucket, ledger, now);
     }
@@ -255,9 +268,9 @@ impl Algorithm for TokenBucket {
 
     /// A ledger keeps the key a burst's time longer (see `Gcra`'s).
     #[inline]
-    fn forgettable_at(&self, bucket: &Bucket, ledger: u64) -> u64 {
+    fn forgettable_at(&self, bucket: &Bucket, ledger: &Shifts) -> u64 {
         let full_at = self.full_at(bucket);
-        if ledger == 0 {
+        if ledger.is_empty() {
             full_at
         } else {
             full_at.saturating_add(self.capacity * self.interval)

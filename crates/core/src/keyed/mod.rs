@@ -96,6 +96,7 @@ const UPKEEP_PER_CHECK: usize = 2;
 /// # impl Algorithm for Once {
 /// #     type State = u64;
 /// #     type Cell = AtomicCell;
+/// #     type Ledger = u64;
 /// #     fn name(&self) -> &'static str { "once" }
 /// #     fn quota(&self) -> &Quota { &self.0 }
 /// #     fn capacity(&self) -> u64 { 1 }
@@ -131,7 +132,7 @@ pub struct Keyed<A: Algorithm, C = SystemClock, K = ByteKey> {
     clock: C,
     hasher: foldhash::fast::RandomState,
     digester: Digester,
-    shards: Box<[LockedShard<K, A::State>]>,
+    shards: Box<[LockedShard<K, A::State, A::Ledger>]>,
     shard_mask: u64,
     max_keys: usize,
     flood: FloodPolicy,
@@ -148,7 +149,7 @@ enum Mark {
 }
 
 /// One shard's lock and what it guards.
-type LockedShard<K, S> = Padded<Mutex<Shard<K, S>>>;
+type LockedShard<K, S, L> = Padded<Mutex<Shard<K, S, L>>>;
 
 /// Keeps each shard on its own cache line, so two threads working on
 /// different shards do not invalidate each other's.
@@ -383,12 +384,10 @@ impl<A: Algorithm, C: Clock, K: Hash + Eq> Keyed<A, C, K> {
         let shard = &self.shards[((hash >> 32) & self.shard_mask) as usize].0;
         let mut shard = shard.lock();
         let now = shard.advance(now);
-        let mut ledger = shard.ledger_of(hash);
-        if let Some(entry) = shard.table.find_mut(hash, |e| is_key(&e.key)) {
+        if let Some((entry, ledger)) = shard.entry_and_ledger(hash, &is_key) {
             let before = algorithm.forgettable_at(&entry.state, ledger);
-            let decision = algorithm.settle(&mut entry.state, &mut ledger, now, settlement)?;
+            let decision = algorithm.settle(&mut entry.state, ledger, now, settlement)?;
             let after = algorithm.forgettable_at(&entry.state, ledger);
-            shard.set_ledger(hash, ledger);
             if after <= now {
                 // Nothing left to hold: a key never seen decides the same.
                 shard.remove(algorithm, hash, |e| is_key(&e.key));
@@ -410,9 +409,9 @@ impl<A: Algorithm, C: Clock, K: Hash + Eq> Keyed<A, C, K> {
                     .as_ref()
                     .and_then(|sketch| sketch.seed(algorithm, hash, now))
                     .unwrap_or_else(|| algorithm.initial_state());
-                let mut ledger = 0;
+                let mut ledger = A::Ledger::default();
                 let decision = algorithm.settle(&mut state, &mut ledger, now, charge)?;
-                if algorithm.forgettable_at(&state, ledger) > now {
+                if algorithm.forgettable_at(&state, &ledger) > now {
                     shard.insert(algorithm, hash, to_key(), state);
                 }
                 return Ok(decision);
@@ -444,13 +443,11 @@ impl<A: Algorithm, C: Clock, K: Hash + Eq> Keyed<A, C, K> {
             shard.remove(algorithm, hash, |e| is_key(&e.key));
             return;
         }
-        let mut ledger = shard.ledger_of(hash);
-        let Some(entry) = shard.table.find_mut(hash, |e| is_key(&e.key)) else {
+        let Some((entry, ledger)) = shard.entry_and_ledger(hash, &is_key) else {
             return;
         };
-        algorithm.reset(&mut entry.state, &mut ledger, now);
+        algorithm.reset(&mut entry.state, ledger, now);
         let after = algorithm.forgettable_at(&entry.state, ledger);
-        shard.set_ledger(hash, ledger);
         if after <= now {
             shard.remove(algorithm, hash, |e| is_key(&e.key));
         } else {
@@ -504,7 +501,6 @@ impl<A: Algorithm, C: Clock, K: Hash + Eq> Keyed<A, C, K> {
         shard.forget_due(algorithm, upkeep, UPKEEP_PER_CHECK, Some(hash));
         let admitted = |decision: &Decision| MARK && decision.allowed && cost > 0;
 
-        let ledger = if MARK { shard.ledger_of(hash) } else { 0 };
         if let Some(entry) = shard.table.find_mut(hash, |e| is_key(&e.key)) {
             if DRY {
                 let decision = algorithm.decide(&mut entry.state.clone(), now, cost)?;
@@ -514,9 +510,8 @@ impl<A: Algorithm, C: Clock, K: Hash + Eq> Keyed<A, C, K> {
             if !admitted(&decision) {
                 return Ok((decision, Mark::None));
             }
-            let stamp = algorithm.stamp(&entry.state, ledger, now);
-            shard.mark_receipt(hash);
-            return Ok((decision, Mark::Own(stamp)));
+            let stamp = shard.stamp(algorithm, hash, &is_key, now);
+            return Ok((decision, stamp.map_or(Mark::None, Mark::Own)));
         }
 
         // A peek makes no room; it asks whether a check at its instant
@@ -569,14 +564,12 @@ impl<A: Algorithm, C: Clock, K: Hash + Eq> Keyed<A, C, K> {
         if DRY {
             return Ok((decision, Mark::None));
         }
-        let mark = if admitted(&decision) {
-            shard.mark_receipt(hash);
-            Mark::Own(algorithm.stamp(&state, ledger, now))
-        } else {
-            Mark::None
-        };
         shard.insert(algorithm, hash, to_key(), state);
-        Ok((decision, mark))
+        if !admitted(&decision) {
+            return Ok((decision, Mark::None));
+        }
+        let stamp = shard.stamp(algorithm, hash, &is_key, now);
+        Ok((decision, stamp.map_or(Mark::None, Mark::Own)))
     }
 
     fn sketch_cells_per_shard(&self) -> usize {

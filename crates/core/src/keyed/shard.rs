@@ -9,6 +9,7 @@ use hashbrown::HashTable;
 
 use super::sketch::Sketch;
 use crate::algorithm::Algorithm;
+use crate::{Ledger, Stamp};
 
 /// One tracked key.
 ///
@@ -30,7 +31,7 @@ type Due = Reverse<(u64, u64)>;
 /// before the index is rebuilt from the table at once instead.
 const REBUILD_AFTER_SHARE: usize = 8;
 
-pub(super) struct Shard<K, S> {
+pub(super) struct Shard<K, S, L> {
     pub(super) table: HashTable<Entry<K, S>>,
     /// A min-heap of `(due, hash)`, at least one record per entry, each
     /// entry's earliest record no later than the instant it may be
@@ -67,18 +68,21 @@ pub(super) struct Shard<K, S> {
     /// time the table is full (under the sketch flood policy).
     pub(super) sketch: Option<Sketch<S>>,
     /// The keys a receipt was issued for, by hash, with their ledger
-    /// ([`Algorithm::settle`]; 0 until a settlement or a reset writes one):
-    /// `(hash, ledger)`. Most keys never have a receipt, so this is kept here
-    /// rather than in every entry. Two keys of one hash (a 64-bit collision
-    /// within the shard) share the larger ledger, which only gives back
-    /// less. A record lives as long as an entry of its hash.
-    ledgers: HashTable<(u64, u64)>,
+    /// ([`Algorithm::settle`]; empty until a settlement or a reset writes
+    /// one): `(hash, ledger)`. Most keys never have a receipt, so this is
+    /// kept here rather than in every entry. Two keys of one hash (a 64-bit
+    /// collision within the shard) share one ledger: each then also counts
+    /// the other's shifts and fences, which only gives back less. A record
+    /// lives as long as an entry of its hash.
+    ledgers: HashTable<(u64, L)>,
+    /// The ledger of a key without a record.
+    empty: L,
     /// The limiter's hasher (the same seed): a key's hash here is the hash
     /// its lookups use.
     hasher: foldhash::fast::RandomState,
 }
 
-impl<K: Hash, S> Shard<K, S> {
+impl<K: Hash, S, L: Ledger> Shard<K, S, L> {
     pub(super) fn new(capacity: usize, hasher: foldhash::fast::RandomState) -> Self {
         Shard {
             table: HashTable::new(),
@@ -88,6 +92,7 @@ impl<K: Hash, S> Shard<K, S> {
             capacity,
             sketch: None,
             ledgers: HashTable::new(),
+            empty: L::default(),
             hasher,
         }
     }
@@ -118,7 +123,7 @@ impl<K: Hash, S> Shard<K, S> {
     }
 
     /// Stores a new key, with its record in the expiry index.
-    pub(super) fn insert<A: Algorithm<State = S>>(
+    pub(super) fn insert<A: Algorithm<State = S, Ledger = L>>(
         &mut self,
         algorithm: &A,
         hash: u64,
@@ -135,7 +140,7 @@ impl<K: Hash, S> Shard<K, S> {
     /// Files a record for the key with this hash, whose forgettable instant
     /// went down (a settlement): its old record would say it is due later
     /// than it is.
-    pub(super) fn refile<A: Algorithm<State = S>>(
+    pub(super) fn refile<A: Algorithm<State = S, Ledger = L>>(
         &mut self,
         algorithm: &A,
         full_at: u64,
@@ -147,7 +152,7 @@ impl<K: Hash, S> Shard<K, S> {
 
     /// Forgets the key `is_key` recognises, if it is tracked; its record is
     /// left behind, dropped when due or by [`Shard::compact`].
-    pub(super) fn remove<A: Algorithm<State = S>>(
+    pub(super) fn remove<A: Algorithm<State = S, Ledger = L>>(
         &mut self,
         algorithm: &A,
         hash: u64,
@@ -160,35 +165,57 @@ impl<K: Hash, S> Shard<K, S> {
         }
     }
 
-    /// The ledger of the key with this hash: 0 unless a settlement or a
-    /// reset wrote one.
+    /// The ledger of the key with this hash: empty unless a receipt was
+    /// issued for it.
     #[inline]
-    pub(super) fn ledger_of(&self, hash: u64) -> u64 {
+    pub(super) fn ledger_of(&self, hash: u64) -> &L {
         if self.ledgers.is_empty() {
-            return 0;
+            return &self.empty;
         }
         self.ledgers
-            .find(hash, |&(h, _)| h == hash)
-            .map_or(0, |&(_, ledger)| ledger)
+            .find(hash, |(h, _)| *h == hash)
+            .map_or(&self.empty, |(_, ledger)| ledger)
     }
 
-    /// Records the ledger of the key with this hash (see `ledgers` for keys
-    /// that share a hash).
-    pub(super) fn set_ledger(&mut self, hash: u64, ledger: u64) {
-        match self.ledgers.find_mut(hash, |&(h, _)| h == hash) {
-            Some(record) => record.1 = record.1.max(ledger),
-            None => {
-                self.ledgers
-                    .insert_unique(hash, (hash, ledger), |&(h, _)| h);
-            }
-        }
+    /// The key with this hash, if tracked, with its ledger (a record made
+    /// for it if it had none).
+    pub(super) fn entry_and_ledger(
+        &mut self,
+        hash: u64,
+        is_key: impl Fn(&K) -> bool,
+    ) -> Option<(&mut Entry<K, S>, &mut L)> {
+        self.table.find(hash, |e| is_key(&e.key))?;
+        self.mark_receipt(hash);
+        let entry = self.table.find_mut(hash, |e| is_key(&e.key))?;
+        let (_, ledger) = self.ledgers.find_mut(hash, |(h, _)| *h == hash)?;
+        Some((entry, ledger))
+    }
+
+    /// What the tracked key `is_key` recognises leaves for a receipt of the
+    /// admission just decided on its state ([`Algorithm::stamp`]); notes
+    /// that it has receipts.
+    pub(super) fn stamp<A: Algorithm<State = S, Ledger = L>>(
+        &mut self,
+        algorithm: &A,
+        hash: u64,
+        is_key: impl Fn(&K) -> bool,
+        now: u64,
+    ) -> Option<Stamp> {
+        self.mark_receipt(hash);
+        let ledger = self
+            .ledgers
+            .find(hash, |(h, _)| *h == hash)
+            .map_or(&self.empty, |(_, ledger)| ledger);
+        let entry = self.table.find(hash, |e| is_key(&e.key))?;
+        Some(algorithm.stamp(&entry.state, ledger, now))
     }
 
     /// Notes that a receipt was issued for the key with this hash.
     #[inline]
     pub(super) fn mark_receipt(&mut self, hash: u64) {
-        if self.ledgers.find(hash, |&(h, _)| h == hash).is_none() {
-            self.ledgers.insert_unique(hash, (hash, 0), |&(h, _)| h);
+        if self.ledgers.find(hash, |(h, _)| *h == hash).is_none() {
+            self.ledgers
+                .insert_unique(hash, (hash, L::default()), |(h, _)| *h);
         }
     }
 
@@ -196,7 +223,7 @@ impl<K: Hash, S> Shard<K, S> {
     /// since it was last forgotten.
     #[inline]
     pub(super) fn has_receipts(&self, hash: u64) -> bool {
-        !self.ledgers.is_empty() && self.ledgers.find(hash, |&(h, _)| h == hash).is_some()
+        !self.ledgers.is_empty() && self.ledgers.find(hash, |(h, _)| *h == hash).is_some()
     }
 
     /// Drops the ledger of a key forgotten with this hash, unless another
@@ -205,7 +232,7 @@ impl<K: Hash, S> Shard<K, S> {
         if self.ledgers.is_empty() || self.tracks_hash(hash) {
             return;
         }
-        if let Ok(record) = self.ledgers.find_entry(hash, |&(h, _)| h == hash) {
+        if let Ok(record) = self.ledgers.find_entry(hash, |(h, _)| *h == hash) {
             record.remove();
         }
     }
@@ -223,7 +250,7 @@ impl<K: Hash, S> Shard<K, S> {
     /// the index stays within the bound
     /// [`Keyed::memory_bound_bytes`](super::Keyed::memory_bound_bytes)
     /// counts.
-    fn compact<A: Algorithm<State = S>>(&mut self, algorithm: &A) {
+    fn compact<A: Algorithm<State = S, Ledger = L>>(&mut self, algorithm: &A) {
         if self.expiry.len() <= 2 * self.table.len() + 4 {
             return;
         }
@@ -232,7 +259,7 @@ impl<K: Hash, S> Shard<K, S> {
 
     /// The index from the table: one exact record per entry, in the index's
     /// own allocation (never more than it already holds).
-    fn rebuild<A: Algorithm<State = S>>(&mut self, algorithm: &A) {
+    fn rebuild<A: Algorithm<State = S, Ledger = L>>(&mut self, algorithm: &A) {
         let mut records = std::mem::take(&mut self.expiry).into_vec();
         records.clear();
         records.extend(self.table.iter().map(|e| {
@@ -250,14 +277,21 @@ impl<K: Hash, S> Shard<K, S> {
     /// if that key is back to full capacity (returns true), else files the
     /// record again under the key's current instant. `None` when no record
     /// is due.
-    fn pop_due<A: Algorithm<State = S>>(&mut self, algorithm: &A, now: u64) -> Option<bool> {
+    fn pop_due<A: Algorithm<State = S, Ledger = L>>(
+        &mut self,
+        algorithm: &A,
+        now: u64,
+    ) -> Option<bool> {
         let &Reverse((due, hash)) = self.expiry.peek()?;
         if due > now {
             return None;
         }
         self.expiry.pop();
         let hasher = &self.hasher;
-        let ledger = self.ledger_of(hash);
+        let ledger = self
+            .ledgers
+            .find(hash, |(h, _)| *h == hash)
+            .map_or(&self.empty, |(_, ledger)| ledger);
         let forgettable = |e: &Entry<K, S>| {
             algorithm.forgettable_at(&e.state, ledger) <= now && hasher.hash_one(&e.key) == hash
         };
@@ -279,7 +313,11 @@ impl<K: Hash, S> Shard<K, S> {
         Some(false)
     }
 
-    fn earliest_with_hash<A: Algorithm<State = S>>(&self, algorithm: &A, hash: u64) -> Option<u64> {
+    fn earliest_with_hash<A: Algorithm<State = S, Ledger = L>>(
+        &self,
+        algorithm: &A,
+        hash: u64,
+    ) -> Option<u64> {
         let ledger = self.ledger_of(hash);
         self.table
             .iter_hash(hash)
@@ -293,7 +331,7 @@ impl<K: Hash, S> Shard<K, S> {
     /// bounded cost. It stops at a record of `spare`'s hash (the key the
     /// check is about): that key is decided from its own state, which a peek
     /// at the same instant, forgetting nothing, sees too.
-    pub(super) fn forget_due<A: Algorithm<State = S>>(
+    pub(super) fn forget_due<A: Algorithm<State = S, Ledger = L>>(
         &mut self,
         algorithm: &A,
         now: u64,
@@ -315,7 +353,11 @@ impl<K: Hash, S> Shard<K, S> {
     /// Frees one slot if any key is back to full capacity at `now`. Each
     /// record looked at is either forgotten or re-filed later than `now`, so
     /// the work is paid for by earlier charges: amortised O(log n).
-    pub(super) fn make_room<A: Algorithm<State = S>>(&mut self, algorithm: &A, now: u64) -> bool {
+    pub(super) fn make_room<A: Algorithm<State = S, Ledger = L>>(
+        &mut self,
+        algorithm: &A,
+        now: u64,
+    ) -> bool {
         while let Some(forgot) = self.pop_due(algorithm, now) {
             if forgot {
                 return true;
@@ -327,7 +369,7 @@ impl<K: Hash, S> Shard<K, S> {
     /// The wait from `now` until a slot frees (the earliest instant a key
     /// tracked may be forgotten), exact: stale records at the top are re-filed first.
     /// `None` if the shard tracks no key (a shard with no room at all).
-    pub(super) fn next_room<A: Algorithm<State = S>>(
+    pub(super) fn next_room<A: Algorithm<State = S, Ledger = L>>(
         &mut self,
         algorithm: &A,
         now: u64,

@@ -152,7 +152,12 @@ impl<S: Clone> Sketch<S> {
         for row in 0..self.depth {
             let cell = self.cell(hash, row);
             // Cells have no ledger: they are never given anything back.
-            algorithm.settle(&mut self.cells[cell], &mut 0, now, settlement)?;
+            algorithm.settle(
+                &mut self.cells[cell],
+                &mut A::Ledger::default(),
+                now,
+                settlement,
+            )?;
         }
         Ok(())
     }

@@ -44,6 +44,7 @@ impl Toy {
 impl Algorithm for Toy {
     type State = u64;
     type Cell = AtomicCell;
+    type Ledger = u64;
 
     fn name(&self) -> &'static str {
         "toy-gcra"
