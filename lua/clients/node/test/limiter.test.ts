@@ -347,6 +347,51 @@ describe("peek, receipts and reset", () => {
     assert.equal((await limiter.peek("k", 0)).remaining, 6);
   });
 
+  it("a replayed receipt gives back no more than the protocol says", async () => {
+    // A receipt serialized for another process (a job queue) can be loaded any number of times: each load
+    // is a receipt of its own. The scripts bound what the replays give back (lua/README.md, "What a
+    // replayed or forged stamp can do"); crates/ratelab/tests/settle_bound.rs checks the same from Rust.
+    const second = 1_000_000;
+    let now = T0;
+    const p = prefix();
+    const gcra = new Limiter(client, "gcra", new Quota(1, second, 10), { prefix: p, clock: () => now });
+    // Ten at T0 end at T0 + 1 s, + 2 s, ... + 10 s.
+    const texts: string[] = [];
+    for (let i = 0; i < 10; i++) texts.push(JSON.stringify((await gcra.check("k")).receipt));
+    assert.equal((await gcra.peek("k", 0)).remaining, 0);
+    const replay = async (limiter: Limiter, text: string | object, times: number) => {
+      const answers: number[] = [];
+      for (let i = 0; i < times; i++) answers.push((await limiter.refund(limiter.receiptFromJSON(text as string))).remaining);
+      return answers;
+    };
+    // The third ends 3 s after now: 3 s of it lie beyond now, however often it is replayed.
+    let answers = await replay(gcra, texts[2] as string, 50);
+    assert.deepEqual(answers.slice(0, 4), [1, 2, 3, 3]);
+    assert.deepEqual(new Set(answers.slice(3)), new Set([3]));
+    // The last (ending at 10 s, 7 s after the shifts): once.
+    assert.deepEqual(new Set(await replay(gcra, texts[9] as string, 50)), new Set([4]));
+    // Never past full capacity, however many stamps are forged.
+    for (let s = 0; s < 20; s++) {
+      const forged = { ...JSON.parse(texts[0] as string), cost: 10, stamp_at: T0 + s * second, stamp_mark: s % 3 };
+      const [left] = await replay(gcra, forged, 1);
+      assert.ok((left as number) <= 10, `forged at ${s} s: ${left}`);
+    }
+    // A fixed window of 3 per second: each replay gives back at most its cost, from its own window only,
+    // never below empty: what a reset would.
+    const window = new Limiter(client, "fixed-window", Quota.perSecond(3), { prefix: p, clock: () => now });
+    now = T0 + 10 * second;
+    const text = JSON.stringify((await window.check("w")).receipt);
+    await window.check("w");
+    await window.check("w");
+    answers = await replay(window, text, 50);
+    assert.deepEqual(answers.slice(0, 4), [1, 2, 3, 3]);
+    assert.equal(Math.max(...answers), 3);
+    // The window it names has ended: nothing.
+    now = T0 + 11 * second;
+    for (let i = 0; i < 3; i++) assert.ok((await window.check("w")).allowed);
+    assert.deepEqual(await replay(window, text, 1), [0]);
+  });
+
   it("a settlement past the protocol's ceiling is out of range, and writes nothing", async () => {
     // At the end of the instants (now clamped at 2^52), four receipts of a quota of 4 per 2^50 µs each
     // settled to 4: the second settlement would leave a debt ending past 2^52 + 2^51 µs.

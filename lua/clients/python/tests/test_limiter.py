@@ -5,6 +5,7 @@ algorithm's first answers and TTLs, EVALSHA after a script flush, every
 error reply, peeks, receipts (settlements, refunds) and resets."""
 
 import copy
+import json
 import pickle
 
 import pytest
@@ -381,3 +382,42 @@ def test_another_versions_calls_get_the_version_error(make, client, prefix, vers
     with pytest.raises(redis.exceptions.ResponseError, match=f"^ratelab: protocol version 4 expected, got {version}$"):
         client.evalsha(limiter.sha, 1, limiter.redis_key("k"), *args)
     assert client.exists(limiter.redis_key("k")) == 0
+
+
+def test_a_replayed_receipt_gives_back_no_more_than_the_protocol_says(make, prefix):
+    # A receipt serialized for another process (a job queue) can be loaded
+    # any number of times: each load is a receipt of its own. The scripts
+    # bound what the replays give back (lua/README.md, "What a replayed or
+    # forged stamp can do"); crates/ratelab/tests/settle_bound.rs checks the
+    # same bounds from Rust.
+    second = 1_000_000
+    clock = Clock(T0)
+    gcra = make("gcra", Quota(1, second, 10), prefix=prefix, clock=clock)
+    # Ten at T0 end at T0 + 1 s, + 2 s, ... + 10 s.
+    texts = [gcra.check("k").receipt.to_json() for _ in range(10)]
+    assert gcra.peek("k", 0).remaining == 0
+    # The third ends 3 s after now: 3 s of it lie beyond now, however often
+    # it is replayed (each replay moves its end up by what it gave).
+    answers = [gcra.refund(gcra.receipt_from_json(texts[2])).remaining for _ in range(50)]
+    assert answers[:4] == [1, 2, 3, 3] and set(answers[3:]) == {3}
+    # The last (ending at 10 s, 7 s after the shifts): once.
+    answers = [gcra.refund(gcra.receipt_from_json(texts[9])).remaining for _ in range(50)]
+    assert set(answers) == {4}
+    # Never past full capacity, however many stamps are forged.
+    for s in range(20):
+        forged = json.loads(texts[0])
+        forged.update(cost=10, stamp_at=T0 + s * second, stamp_mark=s % 3)
+        assert gcra.refund(gcra.receipt_from_json(forged)).remaining <= 10
+
+    # A fixed window of 3 per second: each replay gives back at most its
+    # cost, from its own window only, never below empty: what a reset would.
+    window = make("fixed-window", Quota.per_second(3), prefix=prefix, clock=clock)
+    clock.now = T0 + 10 * second
+    text = [window.check("w").receipt.to_json() for _ in range(3)][0]
+    answers = [window.refund(window.receipt_from_json(text)).remaining for _ in range(50)]
+    assert answers[:4] == [1, 2, 3, 3] and max(answers) == 3
+    # The window it names has ended: nothing.
+    clock.now = T0 + 11 * second
+    for _ in range(3):
+        assert window.check("w").allowed
+    assert window.refund(window.receipt_from_json(text)).remaining == 0
