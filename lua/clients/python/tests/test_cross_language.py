@@ -329,3 +329,35 @@ def test_checks_peeks_settlements_and_resets_interleaved_across_languages(driver
               f"{ops.count('settle') + ops.count('refund')} settlements ({settled} made), {ops.count('reset')} resets")
         # The script reaches what it is for: refusals, settlements, resets.
         assert refused > 0 and settled > 3 and ops.count("reset") > 0
+
+
+NODE_RECEIPT = r"""
+import { Redis } from "ioredis";
+import { Limiter, Quota } from "%(index)s";
+const [url, prefix, text] = process.argv.slice(1);
+const redis = new Redis(url);
+const limiter = new Limiter(redis, "gcra", Quota.perSecond(5, 10), { prefix, clock: () => %(t0)d });
+const refunded = await limiter.refund(limiter.receiptFromJSON(text));
+const taken = await limiter.check("job", 3);
+console.log(JSON.stringify({ remaining: refunded.remaining, taken: taken.remaining, receipt: taken.receipt }));
+redis.disconnect();
+"""
+
+
+def test_a_serialized_receipt_crosses_between_python_and_node(server, client, prefix, node_driver):
+    # A job queue whose producer is Python and whose worker is Node, and back:
+    # the receipt's JSON is one format in both clients.
+    limiter = Limiter(client, "gcra", Quota.per_second(5, burst=10), prefix=prefix, clock=lambda: T0)
+    text = limiter.check("job", 4).receipt.to_json()
+    index = NODE_DIR / "dist" / "src" / "index.js"
+    script = NODE_RECEIPT % {"index": index.as_uri(), "t0": T0}
+    result = subprocess.run(["node", "--input-type=module", "-e", script, server.url, prefix, text],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=60, cwd=NODE_DIR)
+    assert result.returncode == 0, result.stderr
+    answer = json.loads(result.stdout)
+    # Node gave back Python's 4, then took 3 and sent its own receipt.
+    assert (answer["remaining"], answer["taken"]) == (10, 7)
+    back = limiter.receipt_from_json(json.dumps(answer["receipt"]))
+    assert (back.key, back.cost) == (b"job", 3)
+    assert limiter.refund(back).remaining == 10
+    limiter.close()
