@@ -16,11 +16,33 @@ export class CostTooHigh extends RatelabError {
 /**
  * Redis answered, and the answer is about the key or the call, not Redis's
  * reachability: corrupt state, a key of another type, invalid arguments,
- * another protocol version, a reply no script could send, out of memory. No
- * failure policy hides it (unless `policyOnDataErrors`): someone has to look.
+ * another protocol version (`ratelab: protocol version 4 expected, got ...`),
+ * a settlement or reset that would take the key past a ceiling of the
+ * protocol (`ratelab <algorithm>: out of range at ...`: nothing was written),
+ * a reply no script could send, out of memory. No failure policy hides it
+ * (unless `policyOnDataErrors`): someone has to look.
  */
 export class DataError extends RatelabError {
   override name = "DataError";
+}
+
+/** A receipt that cannot be settled here (`ForeignReceipt`, `ReceiptSpent`): nothing was sent to Redis. */
+export class ReceiptError extends RatelabError {
+  override name = "ReceiptError";
+}
+
+/**
+ * A receipt another limiter issued (another instance, or a serialized receipt
+ * of another prefix, algorithm or quota): only its issuer settles it. The
+ * receipt is untouched.
+ */
+export class ForeignReceipt extends ReceiptError {
+  override name = "ForeignReceipt";
+}
+
+/** A receipt settled or refunded already (or handed to a settlement that failed): an admission is settled at most once. */
+export class ReceiptSpent extends ReceiptError {
+  override name = "ReceiptSpent";
 }
 
 /**

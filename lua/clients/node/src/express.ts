@@ -24,10 +24,17 @@
 // Express's own `trust proxy` setting is not read: the middleware reads the
 // socket's peer address and believes forwarding headers only from its own
 // trusted proxies.
+//
+// A policy that counts only failures (or successes) refunds the request's
+// receipt once the response head says it does not count: the middleware
+// holds the head (and what is written after it) until then, bounded by the
+// policy's timeout, so that its `RateLimit` fields show the key as the refund
+// left it and the client's next request sees it. A request whose response
+// never starts keeps its charge.
 
 import type { IncomingMessage, ServerResponse } from "node:http";
 
-import { Identify, decide, match, type Client, type Failure, type Headers, type Policy, type Verdict } from "./http.js";
+import { Identify, decide, match, settleAfterResponse, type Client, type Failure, type Headers, type Policy, type Verdict } from "./http.js";
 import type { Logger } from "./resilience.js";
 
 export {
@@ -40,9 +47,11 @@ export {
   TrustedProxies,
   Verdict,
   canonical,
+  completeNext,
   decide,
   header,
   match,
+  settleAfterResponse,
   waitFor,
   type Client,
   type Failure,
@@ -71,6 +80,39 @@ export interface RateLimitInfo {
 }
 
 type Next = (error?: unknown) => void;
+
+/**
+ * Holds `res`'s head, and everything written after it, from the first
+ * `writeHead`, `flushHeaders`, `write` or `end` (its status known) until
+ * `before(status)` settles; then lets them through, in order.
+ */
+function holdHead(res: ServerResponse, before: (status: number) => Promise<void>): void {
+  type Method = (...args: unknown[]) => unknown;
+  const r = res as unknown as Record<"writeHead" | "write" | "end" | "flushHeaders", Method>;
+  const originals = { writeHead: r.writeHead, write: r.write, end: r.end, flushHeaders: r.flushHeaders };
+  const queue: (() => void)[] = [];
+  let held = false;
+  const release = () => {
+    Object.assign(r, originals);
+    for (const replay of queue.splice(0)) replay();
+  };
+  const hold = (status: number) => {
+    if (held) return;
+    held = true;
+    before(status).catch(() => undefined).finally(release);
+  };
+  const intercept = (name: keyof typeof originals, returns: (args: unknown[]) => unknown) => {
+    r[name] = (...args: unknown[]) => {
+      hold(name === "writeHead" && typeof args[0] === "number" ? args[0] : res.statusCode);
+      queue.push(() => originals[name].apply(res, args));
+      return returns(args);
+    };
+  };
+  intercept("writeHead", () => res);
+  intercept("flushHeaders", () => undefined);
+  intercept("write", () => true);
+  intercept("end", () => res);
+}
 
 /** The middleware: `(req, res, next)`; a request that passes gets `req.rateLimit`. */
 export function rateLimit(options: RateLimitOptions): (req: IncomingMessage, res: ServerResponse, next: Next) => void {
@@ -108,7 +150,7 @@ export function rateLimit(options: RateLimitOptions): (req: IncomingMessage, res
       peer: req.socket.remoteAddress,
     };
     const client = identify.client(request.peer, request.headers);
-    decide(match(policies, request, client), client).then(
+    decide(match(policies, request, client), client, logger).then(
       (verdict) => {
         alert(verdict);
         const fields = verdict.fields();
@@ -123,7 +165,15 @@ export function rateLimit(options: RateLimitOptions): (req: IncomingMessage, res
           res.end(body);
           return;
         }
-        for (const [name, value] of fields) res.appendHeader(name, value);
+        if (verdict.pending) {
+          // Whether the response counts is known with its head: a refund first, then the fields as it left the key.
+          holdHead(res, async (status) => {
+            await settleAfterResponse(verdict, status, logger);
+            if (!res.headersSent) for (const [name, value] of verdict.fields()) res.appendHeader(name, value);
+          });
+        } else {
+          for (const [name, value] of fields) res.appendHeader(name, value);
+        }
         (req as IncomingMessage & { rateLimit?: RateLimitInfo }).rateLimit = { verdict, client };
         // A queueing policy (leaky queue) gave the request a later slot.
         if (verdict.delayMicros > 0) setTimeout(() => next(), Math.ceil(verdict.delayMicros / 1000));

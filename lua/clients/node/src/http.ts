@@ -2,9 +2,11 @@
 // behaving as the Rust `ratelab-http` layer: who the client is (API key,
 // else IP address, believing forwarding headers only from trusted proxies,
 // IPv6 grouped by /64), which policies apply (per route), the decision across
-// several policies (peek every one, then ask with the cost only those
-// predicted to refuse, then the rest: a refusal by one consumes nothing from
-// the others), and what the response carries: `429` with `Retry-After` and
+// several policies (all or nothing: every limiter with receipts takes the
+// cost at once, and a request refused by one policy gets back what the others
+// took, by receipt), counting only failures or only successes (by receipt:
+// consume first, refund when the response does not count), and what the
+// response carries: `429` with `Retry-After` and
 // an RFC 9457 problem body, `503` when a policy that fails closed cannot
 // decide, and the `RateLimit-Policy` and `RateLimit` fields of
 // draft-ietf-httpapi-ratelimit-headers-11, byte for byte as `ratelab-http`
@@ -14,6 +16,7 @@ import { BlockList, isIP } from "node:net";
 
 import { CostTooHigh, DataError, RatelabError, Timeout, Unavailable } from "./errors.js";
 import type { Decision, Limiter } from "./limiter.js";
+import type { Receipt } from "./receipt.js";
 
 /** The problem type of a refusal (draft-ietf-httpapi-ratelimit-headers-11). */
 export const QUOTA_EXCEEDED = "https://iana.org/assignments/http-problem-types#quota-exceeded";
@@ -368,7 +371,20 @@ export interface PolicyOptions {
   failure?: "open" | "closed";
   /** The most all its limiter calls for one request take, ms (default 100). */
   timeoutMs?: number;
+  /**
+   * Which responses count: `"all"` (the default), `"failures"` (failed
+   * logins: express-rate-limit's `skipSuccessfulRequests`) or `"successes"`
+   * (`skipFailedRequests`). The cost is taken with a receipt before the
+   * request runs, and refunded once the response head says it does not
+   * count: requests in flight together never pass beyond the quota.
+   */
+  count?: "all" | "failures" | "successes";
+  /** Which statuses are failures (default: 400 or more). */
+  failedWhen?: (status: number) => boolean;
 }
+
+/** A limiter the policies can use: a `Limiter`, or anything with its `check` (and `peek`, `settle`, `refund` for more). */
+type PolicyLimiter = Pick<Limiter, "check" | "quota"> & Partial<Pick<Limiter, "peek" | "settle" | "refund" | "algorithm">>;
 
 /**
  * One quota policy: a name (1 to 64 of `A-Z a-z 0-9 _ . -`, what clients see
@@ -380,10 +396,17 @@ export class Policy {
   readonly routes: Route[];
   readonly failure: "open" | "closed";
   readonly timeoutMs: number;
+  readonly count: "all" | "failures" | "successes";
   readonly q: number;
   readonly w: number;
+  /** One unit back every `interval` µs (the steady refills, `ratelab-http`'s `Refill::Steady`). */
   readonly interval: number | undefined;
+  /** Units come back on a schedule only the limiter knows (the sliding log and counter): `t` is asked with a peek. */
+  readonly sliding: boolean;
+  /** The limiter issues receipts and settles them: what one policy took for a request another refused is given back. */
+  readonly refunds: boolean;
   readonly item: string;
+  private readonly failedWhen: (status: number) => boolean;
 
   constructor(
     readonly name: string,
@@ -400,6 +423,16 @@ export class Policy {
     if (this.failure !== "open" && this.failure !== "closed") {
       throw new RangeError(`failure is "open" or "closed", not ${JSON.stringify(options.failure)}`);
     }
+    this.count = options.count ?? "all";
+    if (!["all", "failures", "successes"].includes(this.count)) {
+      throw new RangeError(`count is "all", "failures" or "successes", not ${JSON.stringify(options.count)}`);
+    }
+    const l = limiter as PolicyLimiter;
+    this.refunds = typeof l.settle === "function" && typeof l.refund === "function";
+    if (this.count !== "all" && !this.refunds) {
+      throw new TypeError(`policy ${JSON.stringify(name)}: count ${JSON.stringify(this.count)} consumes first and refunds by receipt, and its limiter has no settle (a Limiter has)`);
+    }
+    this.failedWhen = options.failedWhen ?? ((status) => status >= 400);
     const cost = options.cost ?? 1;
     if (typeof cost !== "function" && !(Number.isSafeInteger(cost) && cost >= 0)) {
       throw new RangeError(`cost must be a non-negative integer or a function, not ${String(cost)}`);
@@ -411,9 +444,23 @@ export class Policy {
     // Rounded up, at least 1 s: the advertised rate is never faster.
     this.q = quota.burst;
     this.w = Math.max(1, Math.ceil(quota.windowMicros / 1_000_000));
-    const steady = ["gcra", "token-bucket", "leaky-meter"].includes(limiter.algorithm.name);
+    const algorithm = l.algorithm?.name ?? "";
+    const steady = ["gcra", "token-bucket", "leaky-meter", "leaky-queue"].includes(algorithm);
     this.interval = steady ? quota.emissionIntervalMicros : undefined;
+    this.sliding = ["sliding-log", "sliding-counter"].includes(algorithm);
     this.item = `"${name}";q=${Math.min(this.q, INTEGER_MAX)};w=${Math.min(this.w, INTEGER_MAX)}`;
+  }
+
+  /** Something about a request is decided once its response is known (here: whether it counts). */
+  get afterResponse(): boolean {
+    return this.count !== "all";
+  }
+
+  /** Whether a response of `status` counts. */
+  counts(status: number): boolean {
+    if (this.count === "all") return true;
+    const failed = this.failedWhen(status);
+    return this.count === "failures" ? failed : !failed;
   }
 
   /** [limiter key, cost] if the policy applies to the request. */
@@ -430,15 +477,20 @@ export class Policy {
 
 // -- deciding ----------------------------------------------------------------------
 
-type State = "pending" | "peeked" | "decided" | "never" | "failed_open" | "failed_closed";
+type State = "pending" | "peeked" | "decided" | "given_back" | "never" | "failed_open" | "failed_closed";
 
 /** One applicable policy's part of a verdict. */
 export class Report {
+  /** `given_back`: admitted, then refunded (another policy refused the request). */
   state: State = "pending";
   decision: Decision | undefined = undefined;
   error: RatelabError | undefined = undefined;
   retryAfterMs: number | undefined = undefined;
   deadline = 0;
+  /** What the admission took, while something may give it back: another policy's refusal, or the response. */
+  receipt: Receipt | undefined = undefined;
+  /** `t` when a peek said it (the sliding log and counter), µs. */
+  nextMicros: number | undefined = undefined;
 
   constructor(
     readonly policy: Policy,
@@ -446,17 +498,38 @@ export class Report {
     readonly cost: number,
   ) {}
 
+  /** A new state: `t` is for the decision it came with. */
+  set(state: State, decision: Decision | undefined): void {
+    this.state = state;
+    this.decision = decision;
+    this.nextMicros = undefined;
+  }
+
   get violated(): boolean {
     return (this.state === "decided" && this.decision !== undefined && !this.decision.allowed) || this.state === "never";
+  }
+
+  get admitted(): boolean {
+    return this.state === "decided" && this.decision !== undefined && this.decision.allowed;
   }
 
   /** `t`: µs until more quota is available than `remaining`. */
   nextAfterMicros(): number | undefined {
     const d = this.decision;
     if (!d) return undefined;
+    if (this.nextMicros !== undefined) return this.nextMicros;
     if (d.remaining >= d.limit) return 0;
     if (!d.allowed && this.cost === 1 && d.retryAfterMicros > 0) return d.retryAfterMicros;
     return waitFor(d, this.policy.interval, d.remaining + 1);
+  }
+
+  /** The units to peek for when `t` needs the limiter (the sliding log and counter): `r + 1`. */
+  wanted(): number | undefined {
+    const d = this.decision;
+    if (!this.policy.sliding || this.nextMicros !== undefined || !d) return undefined;
+    if (d.remaining >= d.limit || (!d.allowed && this.cost === 1 && d.retryAfterMicros > 0)) return undefined;
+    if (typeof (this.policy.limiter as PolicyLimiter).peek !== "function") return undefined;
+    return d.remaining + 1;
   }
 }
 
@@ -475,6 +548,10 @@ export interface Failure {
   readonly mode: "open" | "closed";
 }
 
+function waitsForResponse(report: Report): boolean {
+  return report.policy.afterResponse && report.cost !== 0 && report.admitted && report.receipt !== undefined;
+}
+
 /** What happens to a request: `pass`, `refuse` (429) or `unavailable` (503). */
 export class Verdict {
   delayMicros = 0;
@@ -485,6 +562,11 @@ export class Verdict {
     readonly client: Client,
     readonly failures: Failure[] = [],
   ) {}
+
+  /** Some policy decides something from the response (it counts only failures or successes, and took the cost with a receipt). */
+  get pending(): boolean {
+    return this.reports.some(waitsForResponse);
+  }
 
   /** `Retry-After`, whole seconds rounded up, at least 1; undefined when no wait helps or for a pass. */
   get retryAfterSecs(): number | undefined {
@@ -566,62 +648,17 @@ export function match(policies: readonly Policy[], request: Request, client: Cli
   return reports;
 }
 
-/**
- * Decides one request against every policy that applies to it, in the
- * rounds `ratelab-http`'s guide promises: one policy is asked once with its
- * cost; several are peeked first (cost 0), then those predicted to refuse
- * are asked with the cost alone, then, if none refused, the rest.
- */
-export async function decide(reports: Report[], client: Client): Promise<Verdict> {
-  const failures: Failure[] = [];
-  if (!reports.length) return new Verdict([], "pass", client);
-  const started = performance.now();
-  for (const r of reports) r.deadline = started + r.policy.timeoutMs;
-  const verdict = (outcome: "pass" | "refuse" | "unavailable") => new Verdict(reports, outcome, client, failures);
-  const after = () => {
-    if (reports.some((r) => r.violated)) return verdict("refuse");
-    if (reports.some((r) => r.state === "failed_closed")) return verdict("unavailable");
-    return undefined;
-  };
-  const pass = () => {
-    const v = verdict("pass");
-    v.delayMicros = Math.max(0, ...reports.filter((r) => r.state === "decided" && r.decision).map((r) => r.decision?.delayMicros ?? 0));
-    return v;
-  };
-  const ask = async (which: number[], peek: boolean) => {
-    const results = await Promise.allSettled(which.map((i) => call(reports[i] as Report, peek)));
-    results.forEach((result, n) => settle(reports[which[n] as number] as Report, result, peek, client, failures));
-  };
-  if (reports.length === 1) {
-    await ask([0], false);
-    return after() ?? pass();
-  }
-  await ask(
-    reports.map((_, i) => i),
-    true,
-  );
-  const predicted = reports.flatMap((r, i) => (r.state === "peeked" && r.decision && r.decision.remaining < r.cost ? [i] : []));
-  const rest = reports.map((_, i) => i).filter((i) => !predicted.includes(i));
-  for (const [n, round] of [predicted, rest].entries()) {
-    if (n === 1 && reports.some((r) => r.state === "failed_closed")) return verdict("unavailable");
-    const live = round.filter((i) => ["pending", "peeked"].includes((reports[i] as Report).state));
-    await ask(live, false);
-    const done = after();
-    if (done) return done;
-  }
-  return pass();
-}
-
-function call(report: Report, peek: boolean): Promise<Decision> {
-  const left = report.deadline - performance.now();
-  if (left <= 0) return Promise.reject(new Timeout(`policy ${report.policy.name}: its timeout passed`));
-  const work = report.policy.limiter.check(report.key, peek ? 0 : report.cost);
+/** `work`, bounded by `ms` (or by what is left before `deadline`, a `performance.now()` instant). */
+function bounded<T>(work: () => Promise<T>, policy: Policy, deadline?: number): Promise<T> {
+  const left = deadline === undefined ? policy.timeoutMs : deadline - performance.now();
+  if (left <= 0) return Promise.reject(new Timeout(`policy ${policy.name}: its timeout passed`));
+  const promise = work();
   return new Promise((resolve, reject) => {
     const timer = setTimeout(() => {
-      work.catch(() => undefined);
-      reject(new Timeout(`the rate limiter did not answer within ${report.policy.timeoutMs} ms`));
+      promise.catch(() => undefined);
+      reject(new Timeout(`the rate limiter did not answer within ${policy.timeoutMs} ms`));
     }, Math.ceil(left));
-    work.then(
+    promise.then(
       (d) => {
         clearTimeout(timer);
         resolve(d);
@@ -634,14 +671,160 @@ function call(report: Report, peek: boolean): Promise<Decision> {
   });
 }
 
-function settle(report: Report, result: PromiseSettledResult<Decision>, peek: boolean, client: Client, failures: Failure[]): void {
+/**
+ * `t` for the policies whose decision does not say it (the sliding log and
+ * counter): a peek of `r + 1` units, whose `retryAfterMicros` is when more
+ * than `r` is available (concurrently, each bounded by its policy's timeout).
+ * A peek that fails leaves `t` the wait until full: late, never early.
+ */
+export async function completeNext(reports: readonly Report[]): Promise<void> {
+  const wanted = reports.flatMap((r) => {
+    const units = r.wanted();
+    return units === undefined ? [] : [[r, units] as const];
+  });
+  if (!wanted.length) return;
+  const answers = await Promise.allSettled(
+    wanted.map(([r, units]) => bounded(() => (r.policy.limiter as Limiter).peek(r.key, units), r.policy)),
+  );
+  answers.forEach((answer, i) => {
+    const report = (wanted[i] as readonly [Report, number])[0];
+    // Units came back since the decision (another request's refund): none to wait for.
+    if (answer.status === "fulfilled") report.nextMicros = answer.value.allowed ? 0 : answer.value.retryAfterMicros;
+  });
+}
+
+/**
+ * After the response head (its `status`): each policy that counts only
+ * failures or successes and admitted the request refunds its receipt if the
+ * response does not count (concurrently, each bounded by its policy's
+ * timeout); the refund's answer becomes the policy's decision, so that the
+ * response's fields show the key as the refund left it. A refund that fails
+ * keeps the charge (the logger is told).
+ */
+export async function settleAfterResponse(verdict: Verdict, status: number, logger?: { warn(message: string): void } | null): Promise<void> {
+  const calls: [Report, Promise<Decision>][] = [];
+  for (const report of verdict.reports) {
+    if (!waitsForResponse(report)) continue;
+    const receipt = report.receipt as Receipt;
+    report.receipt = undefined;
+    if (report.policy.counts(status)) continue; // The charge stands.
+    calls.push([report, bounded(() => report.policy.limiter.refund(receipt), report.policy)]);
+  }
+  if (!calls.length) return;
+  const answers = await Promise.allSettled(calls.map(([, call]) => call));
+  answers.forEach((answer, i) => {
+    const report = (calls[i] as [Report, Promise<Decision>])[0];
+    if (answer.status === "fulfilled") {
+      if (!answer.value.degraded) report.set("decided", answer.value);
+    } else {
+      logger?.warn(`rate limiter of policy ${report.policy.name} failed after the response: the request's refund is lost: ${String(answer.reason)}`);
+    }
+  });
+  await completeNext(verdict.reports);
+}
+
+/**
+ * Decides one request against every policy that applies to it, as
+ * `ratelab-http`'s guide says ("Several policies on one request"): one policy
+ * is asked once, with its cost. With several, all or nothing: every policy
+ * whose limiter issues receipts takes the cost with one, all at once, while
+ * the others are peeked (cost 0); then those are asked with the cost (the
+ * ones the peek predicted to refuse first: a refusal consumes nothing). A
+ * request refused (or failed closed) anywhere gives every receipt back before
+ * it is answered, so it leaves every policy as if it never came. A policy
+ * that decides from the response takes its cost with a receipt even alone,
+ * and keeps it for the response.
+ */
+export async function decide(reports: Report[], client: Client, logger?: { warn(message: string): void } | null): Promise<Verdict> {
+  const failures: Failure[] = [];
+  if (!reports.length) return new Verdict([], "pass", client);
+  const started = performance.now();
+  for (const r of reports) r.deadline = started + r.policy.timeoutMs;
+  const several = reports.length > 1;
+  const after = (): Verdict["outcome"] | undefined => {
+    if (reports.some((r) => r.violated)) return "refuse";
+    if (reports.some((r) => r.state === "failed_closed")) return "unavailable";
+    return undefined;
+  };
+  const ask = async (asks: [number, Ask][]) => {
+    if (!asks.length) return;
+    const results = await Promise.allSettled(asks.map(([i, how]) => call(reports[i] as Report, how)));
+    results.forEach((result, n) => {
+      const [i, how] = asks[n] as [number, Ask];
+      record(reports[i] as Report, result, how, client, failures);
+    });
+  };
+  const finish = async (outcome: Verdict["outcome"]) => {
+    const verdict = new Verdict(reports, outcome, client, failures);
+    if (outcome === "pass") {
+      // Nothing will give these back: the charge stands.
+      for (const r of reports) if (!r.policy.afterResponse) r.receipt = undefined;
+      verdict.delayMicros = Math.max(0, ...reports.filter((r) => r.state === "decided" && r.decision).map((r) => r.decision?.delayMicros ?? 0));
+    } else {
+      await giveBack(reports, logger);
+    }
+    await completeNext(reports);
+    return verdict;
+  };
+  const receipted = (r: Report) => r.policy.refunds && r.cost > 0 && (several || r.policy.afterResponse);
+  await ask(reports.map((r, i): [number, Ask] => [i, receipted(r) ? "receipt" : several && r.cost > 0 ? "peek" : "charge"]));
+  let outcome = after();
+  if (outcome) return finish(outcome);
+  // The policies that only peeked (limiters without receipts): those predicted to refuse go first, alone,
+  // since a refusal consumes nothing; then the rest.
+  const peeked = reports.flatMap((r, i) => (r.state === "peeked" ? [i] : []));
+  const predicted = peeked.filter((i) => {
+    const r = reports[i] as Report;
+    return (r.decision?.remaining ?? 0) < r.cost;
+  });
+  const rest = peeked.filter((i) => !predicted.includes(i));
+  for (const round of [predicted, rest]) {
+    await ask(round.map((i): [number, Ask] => [i, "charge"]));
+    outcome = after();
+    if (outcome) return finish(outcome);
+  }
+  return finish("pass");
+}
+
+/** How one policy is asked in a round: cost 0; the cost, nothing to give back; the cost, keeping the receipt. */
+type Ask = "peek" | "charge" | "receipt";
+
+/**
+ * Refunds, concurrently, every receipt held: the request is not served. Each
+ * answer (the key as the refund left it) becomes its report's decision. A
+ * refund that fails keeps its units taken.
+ */
+async function giveBack(reports: Report[], logger?: { warn(message: string): void } | null): Promise<void> {
+  const held = reports.filter((r) => r.receipt !== undefined);
+  if (!held.length) return;
+  const refunds = held.map((r) => {
+    const receipt = r.receipt as Receipt;
+    r.receipt = undefined;
+    return bounded(() => r.policy.limiter.refund(receipt), r.policy);
+  });
+  const answers = await Promise.allSettled(refunds);
+  answers.forEach((answer, i) => {
+    const report = held[i] as Report;
+    if (answer.status === "fulfilled") {
+      if (!answer.value.degraded && report.admitted) report.set("given_back", answer.value);
+    } else {
+      logger?.warn(`rate limiter of policy ${report.policy.name} failed to give back the units of a refused request: they stay taken: ${String(answer.reason)}`);
+    }
+  });
+}
+
+function call(report: Report, how: Ask): Promise<Decision> {
+  return bounded(() => report.policy.limiter.check(report.key, how === "peek" ? 0 : report.cost), report.policy, report.deadline);
+}
+
+function record(report: Report, result: PromiseSettledResult<Decision>, how: Ask, client: Client, failures: Failure[]): void {
   if (result.status === "fulfilled" && !result.value.degraded) {
-    report.decision = result.value;
-    report.state = peek ? "peeked" : "decided";
+    report.set(how === "peek" ? "peeked" : "decided", result.value);
+    if (how === "receipt" && result.value.allowed) report.receipt = result.value.receipt;
     return;
   }
   // A state without a decision: the peek's is not reported.
-  report.decision = undefined;
+  report.set(report.state, undefined);
   let error: RatelabError;
   let hint: number | undefined;
   if (result.status === "fulfilled") {

@@ -8,15 +8,18 @@
 //   import { Limiter, Quota } from "ratelab-client";
 //
 //   const limiter = new Limiter(new Redis(), "token-bucket", Quota.perSecond(5, 10));
-//   const decision = await limiter.check("client-42");
+//   const decision = await limiter.check("client-42", 3);
+//   if (decision.receipt) await limiter.settle(decision.receipt, 1); // it used 1 of the 3
 //
 // `ratelab-client/express` is a rate limiting middleware for Express.
 
 export {
   ALGORITHMS,
   DEFAULT_PREFIX,
+  MAX_END,
   MAX_KEY_LEN,
   MAX_STORED_LOG_LIMIT,
+  MAX_TTL_SLACK_MS,
   OPS,
   PROTOCOL_VERSION,
   REPLY_LEN,
@@ -32,15 +35,20 @@ export {
   type AlgorithmName,
   type Key,
   type Op,
+  type Settlement,
 } from "./protocol.js";
+export { RECEIPT_FORMAT, Receipt, type ReceiptJSON } from "./receipt.js";
 export {
   BackendError,
   CircuitOpen,
   CostTooHigh,
   DataError,
   Expired,
+  ForeignReceipt,
   QuotaMismatch,
   RatelabError,
+  ReceiptError,
+  ReceiptSpent,
   Timeout,
   Unavailable,
 } from "./errors.js";

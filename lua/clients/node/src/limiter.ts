@@ -10,14 +10,18 @@ import {
   CircuitOpen,
   CostTooHigh,
   DataError,
+  ForeignReceipt,
   QuotaMismatch,
   RatelabError,
+  ReceiptSpent,
   Timeout,
   Unavailable,
   classify,
 } from "./errors.js";
 import {
   DEFAULT_PREFIX,
+  MAX_END,
+  MAX_TTL_SLACK_MS,
   PROTOCOL_VERSION,
   REPLY_LEN,
   algorithm as makeAlgorithm,
@@ -31,7 +35,9 @@ import {
   type Key,
   type Op,
   type Quota,
+  type Settlement,
 } from "./protocol.js";
+import { Receipt, parseReceipt, type ReceiptJSON } from "./receipt.js";
 import {
   Alerts,
   Breaker,
@@ -62,6 +68,14 @@ export interface Decision {
   readonly delayMicros: number;
   /** No script decided it: the failure policy answered for an unavailable Redis. */
   readonly degraded: boolean;
+  /**
+   * For a check that Redis admitted with a cost above 0, the receipt of the
+   * admission, to settle or refund once (`limiter.settle(decision.receipt,
+   * actual)`); `undefined` for everything else: a refusal, a peek, a
+   * settlement's or reset's answer, a cost of 0, and a decision the failure
+   * policy made (nothing was charged on Redis: there is nothing to settle).
+   */
+  readonly receipt: Receipt | undefined;
 }
 
 /** `micros` in whole seconds, rounded up (`Retry-After`). */
@@ -105,8 +119,10 @@ interface Call {
   op: Op;
   key: Buffer;
   redisKey: Buffer;
+  /** The request's cost; a settlement's: the cost the admission was charged; a reset's: 0. */
   cost: number;
-  owed: number;
+  /** A settlement's: what the admission finally counts for, and its stamp. */
+  settlement: Settlement | undefined;
   now: number | undefined;
   /** Local monotonic µs at which the caller gives up (null: never). */
   giveUp: number | null;
@@ -160,6 +176,12 @@ export class Limiter {
     if (!Number.isSafeInteger(this.ttlSlackMs) || this.ttlSlackMs < 0) {
       throw new RangeError(`ttlSlackMs must be a non-negative integer, not ${this.ttlSlackMs}`);
     }
+    if (this.ttlSlackMs > MAX_TTL_SLACK_MS) {
+      // The scripts answer "invalid arguments" to it: refused here, before any call.
+      throw new RangeError(
+        `ttlSlackMs must be at most ${MAX_TTL_SLACK_MS} (2^52 µs, the whole range of instants), which the scripts refuse past, not ${this.ttlSlackMs}`,
+      );
+    }
     const timeout = options.timeoutMs === undefined ? DEFAULT_TIMEOUT_MS : options.timeoutMs;
     if (timeout !== null && !(typeof timeout === "number" && timeout > 0 && timeout <= 3_600_000)) {
       throw new RangeError(`timeoutMs must be a positive number of ms up to an hour, or null, not ${String(timeout)}`);
@@ -198,9 +220,30 @@ export class Limiter {
     return Buffer.concat([state.subarray(0, state.length - this.algorithm.keySuffix.length), Buffer.from(`${this.algorithm.code}:quota`)]);
   }
 
-  /** `ARGV` of one call: version, now or "", cost, slack, deadline or "", the operation, the parameters. */
-  arguments(cost: number, now?: number, op: Op = "check", owed = 0, deadline: number | "" = ""): (string | number)[] {
-    return [PROTOCOL_VERSION, now === undefined ? "" : now, cost, this.ttlSlackMs, deadline, encodeOp(op, owed), ...this.algorithm.params];
+  /** `ARGV` of one call: version, now or "", cost, slack, deadline or "", the operation (a settlement's with its fields), the parameters. */
+  arguments(cost: number, now?: number, op: Op = "check", deadline: number | "" = "", settlement?: Settlement): (string | number)[] {
+    return [PROTOCOL_VERSION, now === undefined ? "" : now, cost, this.ttlSlackMs, deadline, encodeOp(op, settlement), ...this.algorithm.params];
+  }
+
+  /**
+   * A receipt serialized by `Receipt.toJSON` (here or in another process: a
+   * job queue's worker), as a receipt of this limiter, usable once. It must
+   * name this limiter's prefix, algorithm and quota, else `ForeignReceipt`; a
+   * malformed one is a `RangeError`. Loading the same JSON again gives
+   * another receipt: the scripts bound what replays give back.
+   */
+  receiptFromJSON(data: string | ReceiptJSON): Receipt {
+    const fields = parseReceipt(data);
+    if (fields.prefix !== this.prefix || fields.fingerprint !== this.algorithm.fingerprintInput) {
+      throw new ForeignReceipt(
+        `a receipt of another limiter (prefix ${JSON.stringify(fields.prefix)}, ${fields.fingerprint}); this one is ` +
+          `prefix ${JSON.stringify(this.prefix)}, ${this.algorithm.fingerprintInput}`,
+      );
+    }
+    if (fields.cost > this.algorithm.capacity) {
+      throw new RangeError(`not a receipt of this limiter: a cost of ${fields.cost} is above its capacity`);
+    }
+    return new Receipt(this, fields.key, fields.cost, fields.stamp_at, fields.stamp_mark);
   }
 
   /** What this limiter has done so far. */
@@ -213,62 +256,77 @@ export class Limiter {
    * reports without consuming. One `EVALSHA` (none for a cached refusal or
    * an open breaker), plus a `TIME` when the clock sample is stale.
    *
+   * An admission of a cost above 0 carries its receipt (`decision.receipt`):
+   * give it to `settle` or `refund` when what the request really counts for
+   * is known, or drop it to keep the charge. A decision the failure policy
+   * made (`degraded`) has none: nothing was charged on Redis.
+   *
    * Rejects with `CostTooHigh`, `DataError`, and under `onFailure: "error"`
    * with `Unavailable` (`Timeout`, `BackendError`, `Expired`, `CircuitOpen`).
    */
-  check(key: Key, cost = 1): Promise<Decision> {
-    return this.decide("check", key, cost);
+  async check(key: Key, cost = 1): Promise<Decision> {
+    return this.decide(this.start("check", key, cost));
   }
 
   /** The decision a check of `cost` would get now, writing nothing. Rejects as `check`. */
-  peek(key: Key, cost = 1): Promise<Decision> {
-    return this.decide("peek", key, cost);
+  async peek(key: Key, cost = 1): Promise<Decision> {
+    return this.decide(this.start("peek", key, cost));
   }
 
   /**
-   * Gives back up to `cost` units of one admission of `key` that still weighs
-   * on it for `owedMicros`: its decision's `resetAfterMicros`, less the time
-   * since it was asked (measured from before the call). Only what the
-   * admission still holds comes back; never above the capacity; answers what
-   * a peek of cost 0 would after it. On Redis `TIME`, `owedMicros` is first
-   * taken down by the timeout (the script may run that late); with no timeout,
-   * nothing is owed. No failure policy applies: an outage rejects.
+   * Settles the admission `receipt` stands for: it finally counts for
+   * `actual` units instead of the cost it was charged. Less gives the
+   * difference back, only what the key provably still holds of it (units
+   * whose debt was repaid, or counted in a window that has ended, belong to
+   * other requests by then; a reset since gives nothing back); more charges
+   * the difference as debt that later requests wait out, whatever the room.
+   * Never takes the key above its capacity. Answers what a peek of cost 0
+   * would after it. One round trip.
+   *
+   * The receipt is spent when the call starts, whatever happens to it: a
+   * second use rejects with `ReceiptSpent`. Rejects with `ForeignReceipt` for
+   * another limiter's receipt (it stays unspent), `TypeError` for
+   * `undefined` (a decision without a receipt: there is nothing to settle),
+   * `CostTooHigh` for an `actual` above the capacity (spent: the admission
+   * counts as charged), `DataError`, and `Unavailable` on an outage: no
+   * failure policy applies, and the admission counts as charged.
    */
-  refund(key: Key, cost: number, owedMicros: number): Promise<Decision> {
-    return this.decide("refund", key, cost, owedMicros);
+  async settle(receipt: Receipt, actual: number): Promise<Decision> {
+    return this.decide(this.startSettle(receipt, actual));
   }
 
-  /** Puts `key` back to full capacity: `DEL` of its Redis key. An outage rejects. */
+  /** Gives back what the admission `receipt` stands for still holds (a request that should not count): `settle` to 0. */
+  async refund(receipt: Receipt): Promise<Decision> {
+    return this.settle(receipt, 0);
+  }
+
+  /**
+   * Puts `key` back to full capacity, as if never seen; no receipt issued for
+   * it before gives anything back afterwards. A key that holds something a
+   * receipt could still claim keeps a tombstone until none could
+   * (lua/README.md, "Operations"). One round trip; an outage rejects (no
+   * failure policy).
+   */
   async reset(key: Key): Promise<void> {
-    const call = this.start("refund", key, 0, 0);
-    this.refusals?.forget(call.key);
-    const error = this.permit(call);
-    if (error) throw error;
-    try {
-      await this.bounded(call, () => this.client.del(call.redisKey));
-    } catch (e) {
-      throw this.failed(call, e);
-    }
-    this.breaker.success();
-    this.counters.answered++;
+    await this.decide(this.start("reset", key, 0));
   }
 
-  private async decide(op: Op, key: Key, cost: number, owed = 0): Promise<Decision> {
-    const call = this.start(op, key, cost, owed);
+  private async decide(call: Call): Promise<Decision> {
+    const { op, cost } = call;
     if (op === "check" && this.refusals) {
       const hit = this.refusals.refusal(call.key, cost, call.localNow);
       if (hit) {
         this.counters.cachedRefusals++;
         const [limit, remaining, retry, reset] = hit;
-        return { allowed: false, limit, remaining, retryAfterMicros: retry, resetAfterMicros: reset, delayMicros: 0, degraded: false };
+        return { allowed: false, limit, remaining, retryAfterMicros: retry, resetAfterMicros: reset, delayMicros: 0, degraded: false, receipt: undefined };
       }
     }
-    if (op === "refund") this.refusals?.forget(call.key);
+    if (op === "settle" || op === "reset") this.refusals?.forget(call.key);
     let error = this.permit(call);
     if (!error) {
       try {
         const reply = await this.bounded(call, () => this.script(call));
-        const decision = this.decision(reply);
+        const [decision, stampAt, stampMark] = this.validate(reply, op, cost, call.now);
         this.breaker.success();
         this.counters.answered++;
         if (op === "check" && this.refusals && !decision.allowed) {
@@ -278,6 +336,9 @@ export class Limiter {
           // A warning system: it never fails nor delays past the timeout a decision.
           await this.bounded(call, () => this.recordQuota(call)).catch(() => undefined);
         }
+        if (op === "check" && cost > 0 && decision.allowed) {
+          return { ...decision, receipt: new Receipt(this, call.key, cost, stampAt, stampMark) };
+        }
         return decision;
       } catch (e) {
         error = this.failed(call, e);
@@ -286,7 +347,48 @@ export class Limiter {
     return this.answerFailure(call, error);
   }
 
-  private start(op: Op, key: Key, cost: number, owed: number): Call {
+  /**
+   * Takes `receipt` back (refusing one of another limiter, or one spent
+   * already), validates `actual`, and reads the clocks. The receipt is spent
+   * from here on, whatever the call does, as in Rust.
+   */
+  private startSettle(receipt: Receipt, actual: number): Call {
+    if (!(receipt instanceof Receipt)) {
+      if (receipt === undefined || receipt === null) {
+        throw new TypeError(
+          "settle and refund take the Receipt of an admission (decision.receipt), not " +
+            `${String(receipt)}: only a check that Redis admitted with a cost above 0 has one; a refusal, a peek, ` +
+            "a cost of 0 and a decision the failure policy made (degraded: nothing was charged on Redis) have none, " +
+            "and there is nothing to settle",
+        );
+      }
+      throw new TypeError(`settle and refund take a Receipt, not ${typeof receipt === "object" ? "a plain object" : typeof receipt}`);
+    }
+    if (!receipt.issuedBy(this)) {
+      throw new ForeignReceipt(
+        `a receipt of another limiter (${receipt.issuerName()}): only the limiter whose check issued it settles it ` +
+          "(another process: send JSON.stringify(receipt) and load it there with receiptFromJSON)",
+      );
+    }
+    if (!Number.isSafeInteger(actual) || actual < 0 || actual > 0xffffffff) {
+      throw new RangeError(`actual must be an integer from 0 to 2^32 - 1, not ${String(actual)}`);
+    }
+    if (!receipt.spend()) {
+      throw new ReceiptSpent(
+        `this receipt (key ${JSON.stringify(receipt.key.subarray(0, 64).toString("latin1"))}, cost ${receipt.cost}) ` +
+          "was settled or refunded already: an admission is settled once",
+      );
+    }
+    if (actual > this.algorithm.capacity) {
+      throw new CostTooHigh(
+        `a settlement to ${actual} units can never fit: the capacity is ${this.algorithm.capacity} ` +
+          "(the receipt is spent; the admission counts as charged)",
+      );
+    }
+    return this.call("settle", receipt.key, receipt.cost, { actual, stampAt: receipt.stampAt, stampMark: receipt.stampMark });
+  }
+
+  private start(op: Op, key: Key, cost: number): Call {
     if (!Number.isSafeInteger(cost) || cost < 0 || cost > 0xffffffff) {
       throw new RangeError(`cost must be an integer from 0 to 2^32 - 1, not ${cost}`);
     }
@@ -296,16 +398,10 @@ export class Limiter {
     if (typeof key !== "string" && !(key instanceof Uint8Array)) {
       throw new TypeError(`a key is a string or bytes, not ${typeof key}`);
     }
-    if (op === "refund") {
-      if (!Number.isSafeInteger(owed) || owed < 0) {
-        throw new RangeError(`owedMicros must be a non-negative integer, not ${owed}`);
-      }
-      if (!this.options.clock) {
-        // On Redis TIME the refund is decided when the script runs, which may
-        // be as late as the caller's give-up instant.
-        owed = this.timeoutMs === null ? 0 : Math.max(0, owed - Math.round(this.timeoutMs * 1000));
-      }
-    }
+    return this.call(op, keyBytes(key), cost, undefined);
+  }
+
+  private call(op: Op, key: Buffer, cost: number, settlement: Settlement | undefined): Call {
     let now: number | undefined;
     if (this.options.clock) {
       now = this.options.clock();
@@ -318,13 +414,12 @@ export class Limiter {
       registry = this.checks % this.quotaCheckEvery === 0;
       this.checks++;
     }
-    const k = keyBytes(key);
     return {
       op,
-      key: k,
-      redisKey: this.redisKey(k),
+      key,
+      redisKey: this.redisKey(key),
       cost,
-      owed,
+      settlement,
       now,
       giveUp: this.timeoutMs === null ? null : started + Math.round(this.timeoutMs * 1000),
       localNow: now ?? started,
@@ -394,7 +489,7 @@ export class Limiter {
       }
       deadline = this.redisClock.deadline(call.giveUp);
     }
-    const args = this.arguments(call.cost, call.now, call.op, call.owed, deadline);
+    const args = this.arguments(call.cost, call.now, call.op, deadline, call.settlement);
     this.counters.scriptCalls++;
     try {
       return await this.client.evalsha(this.sha, 1, call.redisKey, ...args);
@@ -448,9 +543,13 @@ export class Limiter {
     return error;
   }
 
-  /** The failure policy's answer (after an alert), or `error` thrown. Refunds have no policy. */
+  /**
+   * The failure policy's answer for a check or a peek (after an alert), or
+   * `error` thrown. Settlements and resets have no policy: there is nothing
+   * to give back on a store that is not there.
+   */
   private answerFailure(call: Call, error: RatelabError): Decision {
-    if (call.op === "refund") throw error;
+    if (call.op === "settle" || call.op === "reset") throw error;
     const policy: FailurePolicy =
       error instanceof Unavailable || this.options.policyOnDataErrors ? this.onFailure : "error";
     this.alerts.raise({ algorithm: this.algorithm.name, error, policy, key: call.key }, this.stats());
@@ -459,33 +558,72 @@ export class Limiter {
     if (policy === "allow") {
       // As a fresh key would answer: full iff nothing is missing.
       const reset = call.cost ? Math.max(1, this.algorithm.maxWaitMicros) : 0;
-      return { allowed: true, limit: capacity, remaining: capacity - call.cost, retryAfterMicros: 0, resetAfterMicros: reset, delayMicros: 0, degraded: true };
+      return { allowed: true, limit: capacity, remaining: capacity - call.cost, retryAfterMicros: 0, resetAfterMicros: reset, delayMicros: 0, degraded: true, receipt: undefined };
     }
     // Deny: an open breaker says when Redis is tried again; else the next
     // check may find it back after a timeout at most.
     const waitMs = error instanceof CircuitOpen && error.retryAfterMs !== undefined ? error.retryAfterMs : (this.timeoutMs ?? 1000);
     const retry = Math.max(1, Math.round(waitMs * 1000));
-    return { allowed: false, limit: capacity, remaining: 0, retryAfterMicros: retry, resetAfterMicros: retry, delayMicros: 0, degraded: true };
+    return { allowed: false, limit: capacity, remaining: 0, retryAfterMicros: retry, resetAfterMicros: retry, delayMicros: 0, degraded: true, receipt: undefined };
   }
 
-  /** A script's reply as a `Decision`, trusting nothing in it. */
-  decision(reply: unknown): Decision {
+  /** A script's reply to `op` of `cost` (at `now`, when the caller's clock was sent) as a `Decision`, trusting nothing in it. */
+  decision(reply: unknown, op: Op = "peek", cost = 0, now?: number): Decision {
+    return this.validate(reply, op, cost, now)[0];
+  }
+
+  /**
+   * The decision and the stamp of a script's reply to `op` of `cost`: eight
+   * integers, `allowed` 0 or 1, `limit` the capacity, `remaining` at most the
+   * limit, no wait to retry an admitted request and no delay for a refused
+   * one; waits within the longest this quota produces (plus 1 s and the
+   * slack), but for a debt's refusals, peeks, settlements and resets (up to
+   * `MAX_END`); a stamp exactly for a check admitted with a cost above 0 (a
+   * debt's after `now` and within the longest wait of it, when `now` was
+   * sent; a window's with mark 0), `0, 0` otherwise.
+   */
+  private validate(reply: unknown, op: Op, cost: number, now: number | undefined): [Decision, number, number] {
     const invalid = (why: string) =>
       new DataError(`ratelab ${this.algorithm.name}: invalid reply ${JSON.stringify(reply)}: ${why}`);
-    if (!Array.isArray(reply) || reply.length !== REPLY_LEN) throw invalid("not six integers");
+    if (!Array.isArray(reply) || reply.length !== REPLY_LEN) throw invalid("not eight integers");
     if (!reply.every((n) => typeof n === "number" && Number.isSafeInteger(n))) {
-      throw invalid("not six integers");
+      throw invalid("not eight integers");
     }
     const n = reply as number[];
     if (n.some((x) => x < 0)) throw invalid("a negative integer");
-    const [allowed, limit, remaining, retry, reset, delay] = n as [number, number, number, number, number, number];
+    const [allowed, limit, remaining, retry, reset, delay, at, mark] = n as [number, number, number, number, number, number, number, number];
     if (limit !== this.algorithm.capacity) throw invalid("limit is not this limiter's capacity");
     if (remaining > limit) throw invalid("remaining above the limit");
-    if (Math.max(retry, reset, delay) > this.maxWait) throw invalid("a wait longer than this quota can produce");
+    const admission = op === "check" && cost > 0 && allowed === 1;
+    // A settlement's debt lengthens a debt's waits, never an admission's: it needed the room.
+    const maxWait = this.algorithm.debt && !admission ? Math.max(this.maxWait, MAX_END) : this.maxWait;
+    if (Math.max(retry, reset, delay) > maxWait) throw invalid("a wait longer than this quota can produce");
     if (allowed !== 0 && allowed !== 1) throw invalid("allowed is neither 0 nor 1");
     if ((allowed === 1 && retry !== 0) || (allowed === 0 && delay !== 0)) {
       throw invalid("a retry wait when admitted, or a delay when refused");
     }
-    return { allowed: allowed === 1, limit, remaining, retryAfterMicros: retry, resetAfterMicros: reset, delayMicros: delay, degraded: false };
+    if (admission) {
+      let ok: boolean;
+      if (this.algorithm.debt) {
+        // The key is full again after the admission, at most the longest wait after the instant sent.
+        ok = now !== undefined ? at > now && at - now <= this.maxWait : at >= 1 && at <= MAX_END;
+      } else {
+        ok = mark === 0 && at <= MAX_END;
+      }
+      if (!ok) throw invalid("a stamp out of bounds");
+    } else if (at !== 0 || mark !== 0) {
+      throw invalid("a stamp for no admission");
+    }
+    const decision: Decision = {
+      allowed: allowed === 1,
+      limit,
+      remaining,
+      retryAfterMicros: retry,
+      resetAfterMicros: reset,
+      delayMicros: delay,
+      degraded: false,
+      receipt: undefined,
+    };
+    return [decision, at, mark];
   }
 }

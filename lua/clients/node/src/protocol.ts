@@ -8,30 +8,54 @@ import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 
 // Everything that changes with the protocol's version is in this block: the
-// version sent, the operations and how they are written into `ARGV[6]`, and
-// the length of a reply.
+// version sent, the operations and how they are written into `ARGV[6]`, the
+// length of a reply, and the bounds a reply and the slack are held to.
 
 /** The protocol version this client speaks: the first argument of every call. */
-export const PROTOCOL_VERSION = 3;
+export const PROTOCOL_VERSION = 4;
 
-/** What a call does with the key (`ARGV[6]`): decide and consume, decide without writing, or give units back. */
-export type Op = "check" | "peek" | "refund";
+/**
+ * What a call does with the key (`ARGV[6]`): decide and consume, decide
+ * without writing, settle one admission by its stamp, or put the key back to
+ * full capacity.
+ */
+export type Op = "check" | "peek" | "settle" | "reset";
 
 /** Every operation. */
-export const OPS: readonly Op[] = ["check", "peek", "refund"];
+export const OPS: readonly Op[] = ["check", "peek", "settle", "reset"];
 
-/** The integers of a script's reply: allowed, limit, remaining, retry_after_us, reset_after_us, delay_us. */
-export const REPLY_LEN = 6;
+/** The integers of a script's reply: allowed, limit, remaining, retry_after_us, reset_after_us, delay_us, stamp_at, stamp_mark. */
+export const REPLY_LEN = 8;
 
-/** `ARGV[6]` for `op`: `check`, `peek`, or `refund:<owed>` (µs the refunded admission still weighs). */
-export function encodeOp(op: Op, owed = 0): string {
-  if (!OPS.includes(op)) throw new RangeError(`op must be one of ${OPS.join(", ")}, not ${String(op)}`);
-  if (op === "refund") {
-    if (!Number.isSafeInteger(owed) || owed < 0) {
-      throw new RangeError(`owed must be an integer from 0 to 2^53 - 1 µs, not ${owed}`);
-    }
-    return `refund:${owed}`;
+/** The most TTL slack the scripts take, ms (`ARGV[4]`): 2^52 µs rounded up. A limiter refuses a larger one before any call. */
+export const MAX_TTL_SLACK_MS = Math.ceil(2 ** 52 / 1000);
+
+/** The latest instant a debt may end at (lua/README.md, "State"): 2^52 + 2^51 µs. */
+export const MAX_END = 2 ** 52 + 2 ** 51;
+
+/** A settlement's fields: what the admission finally counts for, and the stamp its check answered. */
+export interface Settlement {
+  readonly actual: number;
+  readonly stampAt: number;
+  readonly stampMark: number;
+}
+
+function field(name: string, value: number, max: number): number {
+  if (!Number.isSafeInteger(value) || value < 0 || value > max) {
+    throw new RangeError(`${name} must be an integer from 0 to ${max}, not ${String(value)}`);
   }
+  return value;
+}
+
+/** `ARGV[6]` for `op`: `check`, `peek`, `reset`, or `settle:<actual>:<stamp_at>:<stamp_mark>`. */
+export function encodeOp(op: Op, settlement?: Settlement): string {
+  if (!OPS.includes(op)) throw new RangeError(`op must be one of ${OPS.join(", ")}, not ${String(op)}`);
+  if (op === "settle") {
+    if (!settlement) throw new RangeError("a settlement needs the units it finally counts for and the admission's stamp");
+    const max = Number.MAX_SAFE_INTEGER;
+    return `settle:${field("actual", settlement.actual, 0xffffffff)}:${field("stampAt", settlement.stampAt, max)}:${field("stampMark", settlement.stampMark, max)}`;
+  }
+  if (settlement) throw new RangeError(`only a settlement takes an actual and a stamp, not ${op}`);
   return op;
 }
 
@@ -161,13 +185,19 @@ export interface Algorithm {
   readonly name: AlgorithmName;
   readonly code: string;
   readonly scriptFile: string;
-  /** The script parameters, `ARGV[6...]`. */
+  /** The script parameters, `ARGV[7...]`. */
   readonly params: readonly number[];
   /** The `limit` of every decision: the burst. */
   readonly capacity: number;
   /** The longest wait the script answers from state it wrote itself, µs. */
   readonly maxWaitMicros: number;
-  /** `v1:<code>:<params joined by commas>`. */
+  /**
+   * The state is a debt (GCRA, token bucket, leaky meter and queue): a
+   * settlement above the cost charges it whatever the room, so its waits
+   * outside an admission may run up to `MAX_END`.
+   */
+  readonly debt: boolean;
+  /** `v2:<code>:<params joined by commas>` (`v2`: the version of the stored state's format). */
   readonly fingerprintInput: string;
   /** `<code>:<first 8 hex digits of the SHA-1 of the fingerprint input>`. */
   readonly keySuffix: string;
@@ -214,7 +244,7 @@ export function algorithm(name: AlgorithmName, quota: Quota): Algorithm {
       maxWait = burst * t;
       break;
   }
-  const fingerprintInput = `v1:${entry.code}:${params.join(",")}`;
+  const fingerprintInput = `v2:${entry.code}:${params.join(",")}`;
   const digest = createHash("sha1").update(fingerprintInput).digest("hex");
   return {
     name,
@@ -223,6 +253,7 @@ export function algorithm(name: AlgorithmName, quota: Quota): Algorithm {
     params,
     capacity: burst,
     maxWaitMicros: maxWait,
+    debt: ["leaky-meter", "leaky-queue", "token-bucket", "gcra"].includes(name),
     fingerprintInput,
     keySuffix: `${entry.code}:${digest.slice(0, 8)}`,
   };

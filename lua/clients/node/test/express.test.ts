@@ -1,7 +1,8 @@
 // The Express middleware through a real HTTP server: Express on a
 // dual-stack socket, requests from node:http bound to the peer address each
 // case names (127.0.0.x, ::1). The cases are lua/clients/http/cases.json,
-// which the ASGI middleware's tests run too.
+// which the ASGI middleware's tests and ratelab-http's
+// (crates/http/tests/shared_cases.rs) run too.
 
 import assert from "node:assert/strict";
 import { readFileSync } from "node:fs";
@@ -32,6 +33,7 @@ interface PolicySpec {
   cost?: number;
   failure?: "open" | "closed";
   redis?: "down";
+  count?: "all" | "failures" | "successes";
 }
 interface Suite {
   name: string;
@@ -113,6 +115,7 @@ describe("the shared HTTP cases through Express", () => {
           key: keyHeader ? (request) => header(request, keyHeader) : undefined,
           cost: spec.cost ?? 1,
           failure: spec.failure ?? "open",
+          count: spec.count ?? "all",
           timeoutMs: 2000,
         });
       });
@@ -122,6 +125,8 @@ describe("the shared HTTP cases through Express", () => {
       const app = express();
       app.use(rateLimit({ policies, identify, logger: null }));
       app.use((req, res) => {
+        // The status the request asks for (the counting cases' failures).
+        res.status(Number(req.get("x-respond-status") ?? 200));
         res.type("text/plain").send((req as unknown as { rateLimit: RateLimitInfo }).rateLimit.client.key);
       });
       const server: Server = await new Promise((ok) => {
@@ -153,10 +158,65 @@ describe("the shared HTTP cases through Express", () => {
     });
   }
 
+  it("is all or nothing under concurrency", async () => {
+    // 30 requests at once under a narrow policy (3 per hour) and three wide ones (100 per hour: a fixed
+    // window, a sliding log, a GCRA). A wide window ends up holding exactly the requests that passed: what
+    // it took for the ones the narrow policy refused was given back by receipt. A debt (GCRA) gives back at
+    // least one and never more than it took: refunds of admissions other than the last meet the ledger's
+    // conservative bound, as ratelab-http's do on Redis. Peeking first, as the middleware did before
+    // receipts, every request saw the same 3 remaining and each wide policy was charged for all 30.
+    const prefix = `express${process.pid}-concurrent`;
+    const clock = () => CASES.t0_us;
+    const options = { prefix, clock, quotaCheckEvery: null, logger: null, timeoutMs: 5000 };
+    const limiter = (name: AlgorithmName, limit: number) => new Limiter(up, name, Quota.perHour(limit), options);
+    // The narrow limiter's calls wait until all 30 requests are being decided (3 s at most): every
+    // decision overlaps every other, whatever order the connections arrive in.
+    let arrived = 0;
+    let open = () => {};
+    const gate = new Promise<void>((ok) => (open = ok));
+    const fallback = setTimeout(() => open(), 3000);
+    class Gated extends Limiter {
+      override async check(key: string | Uint8Array, cost = 1) {
+        if (++arrived === 30) open();
+        await gate;
+        return super.check(key, cost);
+      }
+    }
+    const wide: [string, AlgorithmName][] = [["wide-fw", "fixed-window"], ["wide-sl", "sliding-log"], ["wide-gcra", "gcra"]];
+    const policies = [
+      new Policy("narrow", new Gated(up, "gcra", Quota.perHour(3), options), { timeoutMs: 5000 }),
+      ...wide.map(([name, alg]) => new Policy(name, limiter(alg, 100), { timeoutMs: 5000 })),
+    ];
+    const app = express();
+    app.use(rateLimit({ policies, logger: null }));
+    app.use((_req, res) => {
+      res.send("ok");
+    });
+    const server: Server = await new Promise((ok) => {
+      const s = app.listen(0, "::", () => ok(s));
+    });
+    try {
+      const port = (server.address() as AddressInfo).port;
+      const step = { at_us: 0, request: { method: "GET", path: "/", peer: "127.0.0.1", headers: [] }, response: { status: 0, headers: {} } };
+      const statuses = (await Promise.all(Array.from({ length: 30 }, () => send(port, step)))).map((r) => r.status);
+      assert.equal(statuses.filter((s) => s === 200).length, 3, String(statuses));
+      assert.equal(statuses.filter((s) => s === 429).length, 27, String(statuses));
+      const left: Record<string, number> = {};
+      for (const [name, alg] of wide) left[name] = (await limiter(alg, 100).peek(`${name}:ip:127.0.0.1`, 0)).remaining;
+      console.log(`# after 30 requests at once, 3 passed: ${JSON.stringify(left)} remaining of 100`);
+      assert.deepEqual([left["wide-fw"], left["wide-sl"]], [97, 97]);
+      assert.ok((left["wide-gcra"] as number) > 70 && (left["wide-gcra"] as number) <= 97, String(left["wide-gcra"]));
+    } finally {
+      clearTimeout(fallback);
+      await new Promise((ok) => server.close(ok));
+    }
+  });
+
   it("refuses a bad configuration with a clear error", () => {
     const limiter = new Limiter(up, "gcra", Quota.perMinute(5));
     assert.throws(() => new Policy("a:b", limiter), /policy name "a:b"/);
     assert.throws(() => new Policy("p", limiter, { failure: "maybe" as never }), /failure is "open" or "closed"/);
+    assert.throws(() => new Policy("p", limiter, { count: "errors" as never }), /count is "all", "failures" or "successes"/);
     assert.throws(() => new Policy("p", limiter, { routes: [["POST", "login"]] }), /invalid route pattern "login"/);
     assert.throws(() => new Policy("p", limiter, { routes: [[null, "/{*rest}/x"]] }), /catch-all/);
     assert.throws(() => rateLimit({ policies: [new Policy("p", limiter), new Policy("p", limiter)] }), /two policies are named "p"/);

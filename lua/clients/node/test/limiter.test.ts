@@ -1,6 +1,6 @@
 // The Node client against a real Redis: the reference table on the caller's
 // clock, every algorithm's first answers and TTLs, EVALSHA after a script
-// flush, and every error reply.
+// flush, every error reply, peeks, receipts (settlements, refunds) and resets.
 
 import assert from "node:assert/strict";
 import { after, before, describe, it } from "node:test";
@@ -12,12 +12,16 @@ import {
   CostTooHigh,
   DataError,
   Expired,
+  ForeignReceipt,
   Limiter,
   Quota,
+  Receipt,
+  ReceiptSpent,
   RedisClock,
   ceilSecs,
   monotonicMicros,
   type AlgorithmName,
+  type Decision,
 } from "../src/index.js";
 import { RedisServer } from "../testing/redis_server.js";
 
@@ -28,6 +32,8 @@ let server: RedisServer;
 let client: Redis;
 let next = 0;
 const prefix = () => `nodetest${process.pid}-${next++}`;
+/** A decision without its receipt: what two decisions are compared on. */
+const bare = (d: Decision) => ({ ...d, receipt: undefined });
 
 before(async () => {
   server = await RedisServer.start();
@@ -115,7 +121,7 @@ describe("the client", () => {
     const args = limiter.arguments(1, T0);
     await assert.rejects(
       client.evalsha(limiter.sha, 1, limiter.redisKey("k"), 999, ...args.slice(1)),
-      /^ReplyError: ratelab: protocol version .*\b1\b.* expected, got 999$/,
+      /^ReplyError: ratelab: protocol version 4 expected, got 999$/,
     );
     // A caller of the layout before the version (now first) is refused too.
     await assert.rejects(
@@ -142,42 +148,97 @@ describe("the client", () => {
   it("never trusts a reply", () => {
     const limiter = new Limiter(client, "gcra", QUOTA);
     const bad: unknown[] = [
-      [1, 10, 9, 0, 200_000],
-      [1, 11, 9, 0, 0, 0],
-      [1, 10, 11, 0, 0, 0],
-      [2, 10, 9, 0, 0, 0],
-      [1, 10, 9, 5, 0, 0],
-      [0, 10, 9, 5, 0, 5],
-      [0, 10, 9, 1e12, 0, 0],
-      [1, 10, -1, 0, 0, 0],
-      ["1", 10, 9, 0, 0, 0],
+      [1, 10, 9, 0, 200_000, 0, 0],
+      [1, 11, 9, 0, 0, 0, 0, 0],
+      [1, 10, 11, 0, 0, 0, 0, 0],
+      [2, 10, 9, 0, 0, 0, 0, 0],
+      [1, 10, 9, 5, 0, 0, 0, 0],
+      [0, 10, 9, 5, 0, 5, 0, 0],
+      // Past the debts' ceiling (a gcra peek may wait up to 2^52 + 2^51 µs).
+      [0, 10, 9, 2 ** 52 + 2 ** 51 + 1, 0, 0, 0, 0],
+      [1, 10, -1, 0, 0, 0, 0, 0],
+      ["1", 10, 9, 0, 0, 0, 0, 0],
       null,
+      // Six integers: version 3's reply.
+      [1, 10, 9, 0, 200_000, 0],
+      // A stamp for no admission (a peek's reply).
+      [1, 10, 9, 0, 200_000, 0, T0 + 200_000, 0],
     ];
     for (const reply of bad) {
       assert.throws(() => limiter.decision(reply), (e: Error) => e instanceof DataError && /^ratelab gcra: invalid reply/.test(e.message));
     }
   });
 
+  it("never trusts a stamp", () => {
+    const cases: [AlgorithmName, number[]][] = [
+      // No stamp for an admission of a positive cost; one for a refusal.
+      ["gcra", [1, 10, 9, 0, 200_000, 0, 0, 0]],
+      ["gcra", [0, 10, 0, 200_000, 2_000_000, 0, T0 + 2_000_000, 0]],
+      // A debt's end not after now, or past the longest wait after it (2 s + 1 s + the slack of 60 s).
+      ["gcra", [1, 10, 9, 0, 200_000, 0, T0, 0]],
+      ["gcra", [1, 10, 9, 0, 200_000, 0, T0 + 63_000_001, 0]],
+      // An admission's waits stay within the quota's, debt or not.
+      ["gcra", [1, 10, 0, 0, 63_000_001, 0, T0 + 200_000, 0]],
+      // A window's stamp with a mark.
+      ["fixed-window", [1, 10, 9, 0, 2_000_000, 0, 850_000_000, 1]],
+    ];
+    for (const [name, reply] of cases) {
+      const limiter = new Limiter(client, name, QUOTA, { clock: () => T0 });
+      assert.throws(
+        () => limiter.decision(reply, "check", 1, T0),
+        (e: Error) => e instanceof DataError && e.message.startsWith(`ratelab ${name}: invalid reply`),
+        JSON.stringify(reply),
+      );
+    }
+  });
+
+  it("lets a debt's waits run to the protocol's ceiling outside an admission", () => {
+    const debt = new Limiter(client, "gcra", QUOTA, { clock: () => T0 });
+    const ceiling = 2 ** 52 + 2 ** 51;
+    const far = [0, 10, 0, ceiling, ceiling, 0, 0, 0];
+    assert.equal(debt.decision(far, "peek", 1, T0).retryAfterMicros, ceiling);
+    assert.equal(debt.decision(far, "check", 1, T0).resetAfterMicros, ceiling);
+    assert.throws(() => debt.decision([0, 10, 0, ceiling + 1, 0, 0, 0, 0], "peek", 1, T0), /a wait longer/);
+    const window = new Limiter(client, "fixed-window", QUOTA, { clock: () => T0 });
+    assert.throws(() => window.decision([0, 10, 0, 63_000_001, 0, 0, 0, 0], "peek", 1, T0), /a wait longer/);
+    const d = debt.decision([1, 10, 9, 0, 200_000, 0, T0 + 200_000, 7], "check", 1, T0);
+    assert.ok(d.allowed && d.receipt === undefined); // a receipt comes only from a call
+    assert.ok(window.decision([1, 10, 9, 0, 2_000_000, 0, 0, 0], "check", 1, T0).allowed);
+  });
+
   it("sends the protocol's arguments", () => {
     const fixed = new Limiter(client, "gcra", QUOTA, { clock: () => T0, timeoutMs: null });
-    assert.deepEqual(fixed.arguments(1, T0), [3, T0, 1, 60_000, "", "check", 200_000, 2_000_000, 10]);
-    assert.equal(fixed.arguments(3, T0, "refund", 1_500)[5], "refund:1500");
-    assert.throws(() => fixed.arguments(3, T0, "refund", -1), RangeError);
+    assert.deepEqual(fixed.arguments(1, T0), [4, T0, 1, 60_000, "", "check", 200_000, 2_000_000, 10]);
+    assert.equal(fixed.arguments(3, T0, "settle", "", { actual: 1, stampAt: T0 + 600_000, stampMark: 7 })[5], `settle:1:${T0 + 600_000}:7`);
+    assert.deepEqual(fixed.arguments(0, T0, "reset").slice(2, 6), [0, 60_000, "", "reset"]);
+    assert.throws(() => fixed.arguments(3, T0, "settle", "", { actual: -1, stampAt: T0, stampMark: 0 }), RangeError);
+    assert.throws(() => fixed.arguments(3, T0, "settle", "", { actual: 1, stampAt: 2 ** 53, stampMark: 0 }), RangeError);
+    assert.throws(() => fixed.arguments(3, T0, "settle"), RangeError);
+    assert.throws(() => fixed.arguments(3, T0, "refund" as never), RangeError);
     assert.throws(() => fixed.arguments(1, T0, "take" as never), RangeError);
     const redisTime = new Limiter(client, "gcra", QUOTA);
-    assert.deepEqual(redisTime.arguments(2, undefined, "check", 0, 1_234), [3, "", 2, 0, 1_234, "check", 200_000, 2_000_000, 10]);
+    assert.deepEqual(redisTime.arguments(2, undefined, "check", 1_234), [4, "", 2, 0, 1_234, "check", 200_000, 2_000_000, 10]);
+    // Exactly the algorithm's parameters.
+    assert.deepEqual(new Limiter(client, "token-bucket", QUOTA).arguments(1).slice(6), [200_000, 10]);
+    assert.deepEqual(new Limiter(client, "sliding-counter", QUOTA).arguments(1).slice(6), [2_000_000, 10, 31, 64517]);
   });
 
-  it("still gets version 1 calls answered, as checks", async () => {
-    const limiter = new Limiter(client, "gcra", QUOTA, { prefix: prefix() });
-    await client.script("LOAD", limiter.source);
-    // Version 1: no operation, the parameters from ARGV[6].
-    const reply = await client.evalsha(limiter.sha, 1, limiter.redisKey("k"), 1, T0, 1, 0, "", 200_000, 2_000_000, 10);
-    assert.deepEqual(reply, [1, 10, 9, 0, 200_000, 0]);
-  });
+  for (const version of [1, 3, 5]) {
+    it(`gets the version error for a version ${version} call`, async () => {
+      const limiter = new Limiter(client, "gcra", QUOTA, { prefix: prefix() });
+      await client.script("LOAD", limiter.source);
+      // Version 1: no operation, the parameters from ARGV[6]; 3: six-integer replies and refund:<owed>.
+      const args = version === 1 ? [version, T0, 1, 0, "", 200_000, 2_000_000, 10] : [version, T0, 1, 0, "", "check", 200_000, 2_000_000, 10];
+      await assert.rejects(
+        client.evalsha(limiter.sha, 1, limiter.redisKey("k"), ...args),
+        new RegExp(`^ReplyError: ratelab: protocol version 4 expected, got ${version}$`),
+      );
+      assert.equal(await client.exists(limiter.redisKey("k")), 0);
+    });
+  }
 });
 
-describe("peek, refund and reset", () => {
+describe("peek, receipts and reset", () => {
   for (const name of Object.keys(ALGORITHMS) as AlgorithmName[]) {
     it(`${name}: a peek decides as a check and writes nothing`, async () => {
       let now = T0;
@@ -188,7 +249,7 @@ describe("peek, refund and reset", () => {
         const before = await client.dumpBuffer(limiter.redisKey("k"));
         const peeked = await limiter.peek("k", cost);
         assert.deepEqual(await client.dumpBuffer(limiter.redisKey("k")), before, "a peek wrote");
-        assert.deepEqual(await limiter.check("k", cost), peeked, `step ${step}`);
+        assert.deepEqual(bare(await limiter.check("k", cost)), bare(peeked), `step ${step}`);
       }
     });
 
@@ -196,15 +257,153 @@ describe("peek, refund and reset", () => {
       const limiter = new Limiter(client, name, QUOTA, { prefix: prefix(), clock: () => T0 });
       const taken = await limiter.check("k", 7);
       assert.equal(taken.remaining, 3);
-      // At the instant of the check: the admission weighs its whole reset.
-      const after = await limiter.refund("k", 4, taken.resetAfterMicros);
-      assert.deepEqual([after.allowed, after.remaining], [true, 7]);
+      const receipt = taken.receipt as Receipt;
+      assert.ok(receipt instanceof Receipt);
+      assert.deepEqual([receipt.key.toString(), receipt.cost], ["k", 7]);
+      // At the instant of the check: settled to 3, the admission gives 4 back.
+      const after = await limiter.settle(receipt, 3);
+      assert.deepEqual([after.allowed, after.remaining, after.receipt], [true, 7, undefined]);
       assert.deepEqual(await limiter.peek("k", 0), after);
-      assert.equal((await limiter.refund("k", 10, taken.resetAfterMicros)).remaining, 10);
-      assert.equal(await client.exists(limiter.redisKey("k")), 0);
-      assert.ok((await limiter.check("k", 10)).allowed);
+      // Usable once.
+      await assert.rejects(limiter.refund(receipt), (e: Error) => e instanceof ReceiptSpent && /settled once/.test(e.message));
+      assert.ok(receipt.spent);
+      // Never above the capacity: a key full again is gone.
+      const more = await limiter.check("j", 4);
+      assert.equal((await limiter.refund(more.receipt as Receipt)).remaining, 10);
+      assert.equal(await client.exists(limiter.redisKey("j")), 0);
+      assert.ok((await limiter.check("j", 10)).allowed);
+      // A reset puts a key back to full capacity; on a key that holds nothing it writes nothing.
+      await limiter.reset("j");
+      assert.equal((await limiter.peek("j", 0)).remaining, 10);
+      await limiter.reset("never-seen");
+      assert.equal(await client.exists(limiter.redisKey("never-seen")), 0);
+    });
+
+    it(`${name}: a settlement above the cost charges the difference`, async () => {
+      const limiter = new Limiter(client, name, QUOTA, { prefix: prefix(), clock: () => T0 });
+      const d = await limiter.check("k", 2);
+      const after = await limiter.settle(d.receipt as Receipt, 9);
+      assert.deepEqual([after.allowed, after.remaining], [true, 1]);
+      assert.equal((await limiter.peek("k", 2)).allowed, false);
+    });
+
+    it(`${name}: no receipt gives anything back after a reset`, async () => {
+      const limiter = new Limiter(client, name, QUOTA, { prefix: prefix(), clock: () => T0 });
+      const old = (await limiter.check("k", 6)).receipt as Receipt;
       await limiter.reset("k");
-      assert.equal(await client.exists(limiter.redisKey("k")), 0);
+      assert.equal((await limiter.peek("k", 0)).remaining, 10);
+      assert.equal((await limiter.check("k", 4)).remaining, 6);
+      assert.equal((await limiter.refund(old)).remaining, 6);
+      assert.ok((await client.pttl(limiter.redisKey("k"))) > 0, "a reset of a key in use leaves a tombstone, with a TTL");
     });
   }
+
+  it("a decision without a receipt has nothing to settle", async () => {
+    const limiter = new Limiter(client, "gcra", QUOTA, { prefix: prefix(), clock: () => T0 });
+    for (const d of [await limiter.peek("k", 3), await limiter.check("k", 0)]) assert.equal(d.receipt, undefined);
+    for (let i = 0; i < 10; i++) await limiter.check("k");
+    const refused = await limiter.check("k");
+    assert.ok(!refused.allowed && refused.receipt === undefined);
+    await assert.rejects(limiter.settle(refused.receipt as never, 0), (e: Error) => e instanceof TypeError && /not undefined: only a check that Redis admitted/.test(e.message));
+    await assert.rejects(limiter.refund("k" as never), /take a Receipt, not string/);
+  });
+
+  it("a receipt goes back only to its limiter; a copy is no receipt", async () => {
+    const p = prefix();
+    const ours = new Limiter(client, "gcra", QUOTA, { prefix: p, clock: () => T0 });
+    const sameQuota = new Limiter(client, "gcra", QUOTA, { prefix: p, clock: () => T0 });
+    const receipt = (await ours.check("k", 4)).receipt as Receipt;
+    await assert.rejects(sameQuota.refund(receipt), (e: Error) => e instanceof ForeignReceipt && /another limiter/.test(e.message));
+    // A spread or a structured clone keeps the fields, not the receipt.
+    await assert.rejects(ours.refund({ ...receipt } as Receipt), /take a Receipt, not a plain object/);
+    await assert.rejects(ours.refund(structuredClone(receipt)), /take a Receipt, not a plain object/);
+    // Refused, not spent: its own limiter still takes it.
+    assert.ok(!receipt.spent);
+    assert.equal((await ours.refund(receipt)).remaining, 10);
+    // A serialized receipt names its limiter: another prefix or quota refuses it.
+    const text = JSON.stringify((await ours.check("k", 4)).receipt);
+    for (const other of [
+      new Limiter(client, "gcra", QUOTA, { prefix: p + "x" }),
+      new Limiter(client, "gcra", Quota.perSecond(5, 11), { prefix: p }),
+      new Limiter(client, "token-bucket", QUOTA, { prefix: p }),
+    ]) {
+      assert.throws(() => other.receiptFromJSON(text), (e: Error) => e instanceof ForeignReceipt && /another limiter/.test(e.message));
+    }
+    const loaded = sameQuota.receiptFromJSON(text);
+    assert.deepEqual([loaded.key.toString(), loaded.cost], ["k", 4]);
+    assert.equal((await sameQuota.refund(loaded)).remaining, 10);
+    for (const bad of ["{", "[]", '{"ratelab_receipt":1}', text.replace('"cost":4', '"cost":-4'), text.replace('"cost":4', '"cost":11'), text.replace('"key_hex":"6b"', '"key_hex":"zz"')]) {
+      assert.throws(() => ours.receiptFromJSON(bad), RangeError, bad);
+    }
+  });
+
+  it("a settlement above the capacity is an error and spends the receipt", async () => {
+    const limiter = new Limiter(client, "gcra", QUOTA, { prefix: prefix(), clock: () => T0 });
+    const receipt = (await limiter.check("k", 4)).receipt as Receipt;
+    await assert.rejects(limiter.settle(receipt, -1), /actual must be an integer/);
+    assert.ok(!receipt.spent);
+    await assert.rejects(limiter.settle(receipt, 11), (e: Error) => e instanceof CostTooHigh && /the receipt is spent/.test(e.message));
+    assert.ok(receipt.spent);
+    assert.equal((await limiter.peek("k", 0)).remaining, 6);
+  });
+
+  it("a replayed receipt gives back no more than the protocol says", async () => {
+    // A receipt serialized for another process (a job queue) can be loaded any number of times: each load
+    // is a receipt of its own. The scripts bound what the replays give back (lua/README.md, "What a
+    // replayed or forged stamp can do"); crates/ratelab/tests/settle_bound.rs checks the same from Rust.
+    const second = 1_000_000;
+    let now = T0;
+    const p = prefix();
+    const gcra = new Limiter(client, "gcra", new Quota(1, second, 10), { prefix: p, clock: () => now });
+    // Ten at T0 end at T0 + 1 s, + 2 s, ... + 10 s.
+    const texts: string[] = [];
+    for (let i = 0; i < 10; i++) texts.push(JSON.stringify((await gcra.check("k")).receipt));
+    assert.equal((await gcra.peek("k", 0)).remaining, 0);
+    const replay = async (limiter: Limiter, text: string | object, times: number) => {
+      const answers: number[] = [];
+      for (let i = 0; i < times; i++) answers.push((await limiter.refund(limiter.receiptFromJSON(text as string))).remaining);
+      return answers;
+    };
+    // The third ends 3 s after now: 3 s of it lie beyond now, however often it is replayed.
+    let answers = await replay(gcra, texts[2] as string, 50);
+    assert.deepEqual(answers.slice(0, 4), [1, 2, 3, 3]);
+    assert.deepEqual(new Set(answers.slice(3)), new Set([3]));
+    // The last (ending at 10 s, 7 s after the shifts): once.
+    assert.deepEqual(new Set(await replay(gcra, texts[9] as string, 50)), new Set([4]));
+    // Never past full capacity, however many stamps are forged.
+    for (let s = 0; s < 20; s++) {
+      const forged = { ...JSON.parse(texts[0] as string), cost: 10, stamp_at: T0 + s * second, stamp_mark: s % 3 };
+      const [left] = await replay(gcra, forged, 1);
+      assert.ok((left as number) <= 10, `forged at ${s} s: ${left}`);
+    }
+    // A fixed window of 3 per second: each replay gives back at most its cost, from its own window only,
+    // never below empty: what a reset would.
+    const window = new Limiter(client, "fixed-window", Quota.perSecond(3), { prefix: p, clock: () => now });
+    now = T0 + 10 * second;
+    const text = JSON.stringify((await window.check("w")).receipt);
+    await window.check("w");
+    await window.check("w");
+    answers = await replay(window, text, 50);
+    assert.deepEqual(answers.slice(0, 4), [1, 2, 3, 3]);
+    assert.equal(Math.max(...answers), 3);
+    // The window it names has ended: nothing.
+    now = T0 + 11 * second;
+    for (let i = 0; i < 3; i++) assert.ok((await window.check("w")).allowed);
+    assert.deepEqual(await replay(window, text, 1), [0]);
+  });
+
+  it("a settlement past the protocol's ceiling is out of range, and writes nothing", async () => {
+    // At the end of the instants (now clamped at 2^52), four receipts of a quota of 4 per 2^50 µs each
+    // settled to 4: the second settlement would leave a debt ending past 2^52 + 2^51 µs.
+    const limiter = new Limiter(client, "gcra", new Quota(4, 2 ** 50, 4), { prefix: prefix(), clock: () => 2 ** 52 });
+    const receipts: Receipt[] = [];
+    for (let i = 0; i < 4; i++) receipts.push((await limiter.check("k")).receipt as Receipt);
+    assert.equal((await limiter.settle(receipts[0] as Receipt, 4)).remaining, 0);
+    const before = await client.getBuffer(limiter.redisKey("k"));
+    await assert.rejects(
+      limiter.settle(receipts[1] as Receipt, 4),
+      (e: Error) => e instanceof DataError && /^ratelab gcra: out of range at .*past 2\^52 \+ 2\^51/.test(e.message),
+    );
+    assert.deepEqual(await client.getBuffer(limiter.redisKey("k")), before, "an out-of-range settlement wrote");
+  });
 });

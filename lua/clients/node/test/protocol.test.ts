@@ -11,6 +11,7 @@ import {
   ALGORITHMS,
   MAX_KEY_LEN,
   MAX_STORED_LOG_LIMIT,
+  MAX_TTL_SLACK_MS,
   PROTOCOL_VERSION,
   Quota,
   algorithm,
@@ -24,6 +25,7 @@ import { LUA } from "../testing/redis_server.js";
 interface Vectors {
   protocol_version: number;
   max_key_len: number;
+  max_ttl_slack_ms: number;
   algorithms: {
     algorithm: AlgorithmName;
     code: string;
@@ -32,6 +34,7 @@ interface Vectors {
     params: number[];
     capacity: number;
     max_wait_us: number;
+    debt: boolean;
     fingerprint_input: string;
     key_suffix: string;
   }[];
@@ -41,9 +44,11 @@ interface Vectors {
 const vectors = JSON.parse(readFileSync(join(LUA, "clients", "vectors.json"), "utf8")) as Vectors;
 
 describe("the shared test vectors", () => {
-  it("have this client's protocol version and key length", () => {
+  it("have this client's protocol version, key length and largest slack", () => {
     assert.equal(PROTOCOL_VERSION, vectors.protocol_version);
+    assert.equal(PROTOCOL_VERSION, 4);
     assert.equal(MAX_KEY_LEN, vectors.max_key_len);
+    assert.equal(MAX_TTL_SLACK_MS, vectors.max_ttl_slack_ms);
   });
 
   it("give every algorithm's parameters, capacity, longest wait and fingerprint", () => {
@@ -56,6 +61,7 @@ describe("the shared test vectors", () => {
       assert.deepEqual(a.params, v.params, id);
       assert.equal(a.capacity, v.capacity, id);
       assert.equal(a.maxWaitMicros, v.max_wait_us, id);
+      assert.equal(a.debt, v.debt, id);
       assert.equal(a.fingerprintInput, v.fingerprint_input, id);
       assert.equal(a.keySuffix, v.key_suffix, id);
     }

@@ -15,13 +15,17 @@ import {
   DataError,
   Expired,
   Limiter,
+  MAX_TTL_SLACK_MS,
   Quota,
   QuotaMismatch,
+  ReceiptSpent,
   RedisClock,
   Timeout,
   Unavailable,
   monotonicMicros,
   type Alert,
+  type Decision,
+  type Receipt,
 } from "../src/index.js";
 import { Breaker } from "../src/resilience.js";
 import { RedisServer } from "../testing/redis_server.js";
@@ -98,11 +102,35 @@ describe("an unavailable Redis", () => {
         ["error", "error", "error", "allow", "allow", "allow", "deny"],
       );
       assert.ok(seen.every((a) => a.error instanceof Unavailable && a.key.toString() === "k"));
-      // Refunds and resets have no policy.
-      await assert.rejects(allow.refund("k", 1, 100_000), Unavailable);
+      // A decision the failure policy made has no receipt: nothing was charged on Redis, so there is
+      // nothing to settle. Resets have no policy.
+      assert.equal(d.receipt, undefined);
+      await assert.rejects(allow.refund(d.receipt as never), (e: Error) => e instanceof TypeError && /the failure policy made/.test(e.message));
       await assert.rejects(allow.reset("k"), Unavailable);
     } finally {
       c.disconnect();
+    }
+  });
+
+  it("a settlement during an outage rejects, and the admission stays charged", async () => {
+    const own = await RedisServer.start();
+    const c = own.client();
+    try {
+      const limiter = new Limiter(c, "gcra", QUOTA, { logger: null, onFailure: "allow", breaker: { threshold: 0 }, clock: () => T0 });
+      const receipt = (await limiter.check("k", 4)).receipt;
+      assert.ok(receipt);
+      own.pause();
+      // Settlements have no failure policy: the error, whatever onFailure says.
+      await assert.rejects(limiter.refund(receipt), Timeout);
+      own.resume();
+      assert.ok(receipt.spent);
+      await assert.rejects(limiter.refund(receipt), ReceiptSpent);
+      // The timed-out refund was never run (its deadline passed): still charged.
+      assert.equal((await limiter.peek("k", 0)).remaining, 6);
+    } finally {
+      own.resume();
+      c.disconnect();
+      own.stop();
     }
   });
 
@@ -215,7 +243,11 @@ describe("stats, the refusal cache and the quota registry", () => {
   it("refusals are cached until their retry-after", async () => {
     let now = T0;
     const limiter = new Limiter(client, "gcra", QUOTA, { prefix: prefix(), clock: () => now, cacheRefusals: 100 });
-    for (let i = 0; i < 10; i++) assert.ok((await limiter.check("k")).allowed);
+    let last: Decision | undefined;
+    for (let i = 0; i < 10; i++) {
+      last = await limiter.check("k");
+      assert.ok(last.allowed);
+    }
     const refused = await limiter.check("k");
     assert.deepEqual([refused.allowed, refused.retryAfterMicros], [false, 200_000]);
     now += 50_000;
@@ -223,7 +255,7 @@ describe("stats, the refusal cache and the quota registry", () => {
     assert.deepEqual([cached.allowed, cached.retryAfterMicros, cached.remaining], [false, 150_000, 0]);
     assert.deepEqual([limiter.stats().cachedRefusals, limiter.stats().scriptCalls], [1, 11]);
     assert.ok(!(await limiter.check("k", 2)).allowed);
-    assert.equal((await limiter.refund("k", 1, 1_000_000)).remaining, 1);
+    assert.equal((await limiter.refund(last?.receipt as Receipt)).remaining, 1);
     assert.ok((await limiter.check("k")).allowed);
     now += 150_000;
     assert.ok((await limiter.check("k")).allowed);
@@ -244,7 +276,7 @@ describe("stats, the refusal cache and the quota registry", () => {
     const alert = seen[0] as Alert;
     assert.ok(alert.error instanceof QuotaMismatch);
     assert.equal(alert.policy, null);
-    assert.deepEqual([alert.error.ours, alert.error.theirs], ["v1:gcra:20000,1000000,50", "v1:gcra:200000,2000000,10"]);
+    assert.deepEqual([alert.error.ours, alert.error.theirs], ["v2:gcra:20000,1000000,50", "v2:gcra:200000,2000000,10"]);
     assert.match(alert.error.message, /different Redis keys/);
     await ours.check("alice");
     assert.equal(seen.length, 2);
@@ -282,6 +314,8 @@ describe("bad input", () => {
       [{ cacheRefusals: 0 }, /cacheRefusals/],
       [{ quotaCheckEvery: 0 }, /quotaCheckEvery/],
       [{ ttlSlackMs: -5 }, /ttlSlackMs/],
+      // Past 2^52 µs the scripts answer "invalid arguments": refused here.
+      [{ ttlSlackMs: MAX_TTL_SLACK_MS + 1 }, /ttlSlackMs must be at most 4503599627371 \(2\^52/],
     ];
     for (const [options, message] of cases) {
       assert.throws(() => new Limiter(client, "gcra", QUOTA, options), message, JSON.stringify(options));
@@ -290,7 +324,12 @@ describe("bad input", () => {
     await assert.rejects(limiter.check(42 as never), /a key is a string or bytes/);
     await assert.rejects(limiter.check("k", -1), /cost must be an integer/);
     await assert.rejects(limiter.check("k", 1.5), /cost must be an integer/);
-    await assert.rejects(limiter.refund("k", 1, -3), /owedMicros/);
+    const receipt = (await new Limiter(client, "gcra", QUOTA, { prefix: prefix() }).check("k")).receipt as Receipt;
+    const own = new Limiter(client, "gcra", QUOTA, { prefix: prefix() });
+    const mine = (await own.check("k")).receipt as Receipt;
+    await assert.rejects(own.settle(mine, -3), /actual must be an integer/);
+    await assert.rejects(own.settle(mine, "1" as never), /actual must be an integer/);
+    await assert.rejects(own.settle(receipt, 0), /another limiter/);
     assert.throws(() => new Limiter(client, "leaky" as never, QUOTA), /unknown algorithm/);
   });
 });

@@ -7,9 +7,12 @@ policies, circuit breaker, alerts and stats, so that it fails alike.
     from ratelab_client import Limiter, Quota
 
     limiter = Limiter(redis.Redis(), "token-bucket", Quota.per_second(5, burst=10))
-    decision = limiter.check("client-42")
+    decision = limiter.check("client-42", 3)
     if not decision.allowed:
         print(f"retry in {decision.retry_after_secs} s")
+    else:
+        ...  # the work, which turned out to use 1 unit
+        limiter.settle(decision.receipt, 1)   # gives back what the admission still holds of 2
 
 :class:`AsyncLimiter` is the same on ``redis.asyncio``;
 :mod:`ratelab_client.asgi` is a rate limiting middleware for ASGI
@@ -26,8 +29,11 @@ from .errors import (
     CostTooHigh,
     DataError,
     Expired,
+    ForeignReceipt,
     QuotaMismatch,
     RatelabError,
+    ReceiptError,
+    ReceiptSpent,
     Timeout,
     Unavailable,
 )
@@ -35,8 +41,10 @@ from .limiter import Limiter
 from .protocol import (
     ALGORITHMS,
     DEFAULT_PREFIX,
+    MAX_END,
     MAX_KEY_LEN,
     MAX_STORED_LOG_LIMIT,
+    MAX_TTL_SLACK_MS,
     OPS,
     PROTOCOL_VERSION,
     REPLY_LEN,
@@ -47,6 +55,7 @@ from .protocol import (
     redis_key,
     script_source,
 )
+from .receipt import Receipt
 from .resilience import (
     DEFAULT_BREAKER_COOL_DOWN,
     DEFAULT_BREAKER_THRESHOLD,
@@ -73,14 +82,20 @@ __all__ = [
     "DEFAULT_TIMEOUT",
     "Expired",
     "FailurePolicy",
+    "ForeignReceipt",
     "Limiter",
+    "MAX_END",
     "MAX_KEY_LEN",
     "MAX_STORED_LOG_LIMIT",
+    "MAX_TTL_SLACK_MS",
     "OPS",
     "PROTOCOL_VERSION",
     "QuotaMismatch",
     "Quota",
     "RatelabError",
+    "Receipt",
+    "ReceiptError",
+    "ReceiptSpent",
     "RedisClock",
     "REPLY_LEN",
     "Stats",

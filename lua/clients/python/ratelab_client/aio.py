@@ -15,6 +15,7 @@ from redis.retry import Retry
 from .clock import RedisClock, monotonic_us
 from .core import DEFAULT_QUOTA_CHECK_EVERY, Call, Command, Core, Decision, is_cluster
 from .protocol import DEFAULT_PREFIX, Key, Quota
+from .receipt import Receipt
 from .resilience import (
     DEFAULT_BREAKER_COOL_DOWN,
     DEFAULT_BREAKER_THRESHOLD,
@@ -192,14 +193,18 @@ class AsyncLimiter:
         """The Redis key holding ``key``'s state."""
         return self._core.redis_key(key)
 
-    def arguments(self, cost: int, now: Optional[int] = None, op: str = "check", owed: int = 0,
-                  deadline: Union[int, str] = "") -> list:
+    def arguments(self, cost: int, now: Optional[int] = None, op: str = "check", deadline: Union[int, str] = "",
+                  *, actual: Optional[int] = None, stamp: Optional[Tuple[int, int]] = None) -> list:
         """``ARGV`` of one call."""
-        return self._core.arguments(cost, now, op, owed, deadline)
+        return self._core.arguments(cost, now, op, deadline, actual=actual, stamp=stamp)
 
-    def decision(self, reply: Any) -> Decision:
+    def decision(self, reply: Any, op: str = "peek", cost: int = 0, now: Optional[int] = None) -> Decision:
         """A script's reply as a :class:`Decision`, trusting nothing in it."""
-        return self._core.decision(reply)
+        return self._core.decision(reply, op, cost, now)
+
+    def receipt_from_json(self, data: Union[str, bytes, dict]) -> Receipt:
+        """As :meth:`Limiter.receipt_from_json <ratelab_client.Limiter.receipt_from_json>`."""
+        return self._core.receipt_from_json(data)
 
     def stats(self) -> Stats:
         """What this limiter has done so far."""
@@ -213,23 +218,19 @@ class AsyncLimiter:
         """As :meth:`Limiter.peek <ratelab_client.Limiter.peek>`."""
         return await self._decide(self._core.start("peek", key, cost))
 
-    async def refund(self, key: Key, cost: int, owed_us: int) -> Decision:
+    async def settle(self, receipt: Receipt, actual: int) -> Decision:
+        """As :meth:`Limiter.settle <ratelab_client.Limiter.settle>`. The
+        receipt is spent when the call starts: two tasks settling one receipt
+        get one settlement and one :class:`ReceiptSpent`."""
+        return await self._decide(self._core.start_settle(receipt, actual))
+
+    async def refund(self, receipt: Receipt) -> Decision:
         """As :meth:`Limiter.refund <ratelab_client.Limiter.refund>`."""
-        return await self._decide(self._core.start("refund", key, cost, owed_us))
+        return await self.settle(receipt, 0)
 
     async def reset(self, key: Key) -> None:
         """As :meth:`Limiter.reset <ratelab_client.Limiter.reset>`."""
-        core = self._core
-        call = core.reset_call(key)
-        error = core.permit(call)
-        if error is None:
-            try:
-                await self._io.run(core.reset_flow(call), call)
-                core.reset_done()
-                return
-            except Exception as e:
-                error = core.failed(call, e)
-        raise error
+        await self._decide(self._core.start_reset(key))
 
     async def aclose(self) -> None:
         """Closes the limiter's own connections (not the client's)."""

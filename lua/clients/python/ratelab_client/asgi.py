@@ -24,6 +24,12 @@ identity, policies, rounds, ``429``/``503`` responses and
 A request that passes carries what was decided in ``scope["state"]``:
 ``request.state.rate_limit`` (the :class:`~ratelab_client.web.Verdict`) and
 ``request.state.rate_limit_client`` (the :class:`~ratelab_client.web.Client`).
+
+A policy that counts only failures (or successes) refunds the request's
+receipt once the response head says it does not count; the head is held
+until then (bounded by the policy's timeout), so that its ``RateLimit``
+fields show the key as the refund left it, and the client's next request
+sees it. A request whose response never starts keeps its charge.
 """
 
 from __future__ import annotations
@@ -32,7 +38,7 @@ import logging
 import time
 from typing import Any, Awaitable, Callable, Dict, MutableMapping, Optional, Sequence
 
-from .web import Engine, Failure, Identify, Policy, Request, Verdict, match
+from .web import Engine, Failure, Identify, Policy, Request, Verdict, match, settle_after_response
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -105,11 +111,19 @@ class RateLimitMiddleware:
             import asyncio
 
             await asyncio.sleep(verdict.delay_us / 1_000_000)
+        pending = verdict.pending
 
         async def send_with_fields(message: Message) -> None:
-            if message["type"] == "http.response.start" and fields:
-                message = dict(message)
-                message["headers"] = list(message.get("headers", [])) + fields
+            if message["type"] == "http.response.start":
+                head = fields
+                if pending:
+                    # Whether the response counts is known now: a refund
+                    # first, then the fields as it left the key.
+                    await settle_after_response(verdict, int(message["status"]))
+                    head = [(k.lower().encode(), v.encode()) for k, v in verdict.fields()]
+                if head:
+                    message = dict(message)
+                    message["headers"] = list(message.get("headers", [])) + head
             await send(message)
 
         await self.app(scope, receive, send_with_fields)

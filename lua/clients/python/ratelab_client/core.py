@@ -2,14 +2,15 @@
 (redis-py) and :class:`~ratelab_client.AsyncLimiter` (``redis.asyncio``): the
 arguments of a call, the conversation with Redis as a generator of commands
 (``TIME`` when the clock sample is stale, ``EVALSHA``, ``SCRIPT LOAD`` after
-``NOSCRIPT``, the quota registry), the reply validated, and what a failure
-answers. Each limiter only runs the commands, with its own I/O."""
+``NOSCRIPT``, the quota registry), the reply validated, the receipts issued
+and taken back, and what a failure answers. Each limiter only runs the
+commands, with its own I/O."""
 
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass
-from typing import Any, Callable, Generator, Optional, Sequence, Tuple, Union
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, Generator, Optional, Sequence, Tuple, Union
 
 import redis
 
@@ -18,14 +19,19 @@ from .errors import (
     CircuitOpen,
     CostTooHigh,
     DataError,
+    ForeignReceipt,
     QuotaMismatch,
     RatelabError,
+    ReceiptSpent,
     Timeout,
     Unavailable,
     classify,
 )
 from .protocol import (
     DEFAULT_PREFIX,
+    MAX_END,
+    MAX_EXACT,
+    MAX_TTL_SLACK_MS,
     PROTOCOL_VERSION,
     REPLY_LEN,
     Key,
@@ -37,6 +43,7 @@ from .protocol import (
     script_sha,
     script_source,
 )
+from .receipt import Receipt, parse_receipt
 from .resilience import (
     DEFAULT_BREAKER_COOL_DOWN,
     DEFAULT_BREAKER_THRESHOLD,
@@ -66,7 +73,15 @@ class Decision:
     """One call's answer: the fields of the Rust ``Decision``, in µs.
 
     ``degraded`` is true when no script decided it: the failure policy
-    answered for an unavailable Redis (fail open or fail closed)."""
+    answered for an unavailable Redis (fail open or fail closed).
+
+    ``receipt`` is, for a check that Redis admitted with a cost above 0, the
+    :class:`~ratelab_client.Receipt` of the admission, to settle or refund
+    once (``limiter.settle(decision.receipt, actual)``); ``None`` for
+    everything else: a refusal, a peek, a settlement's or reset's answer, a
+    cost of 0, and a decision the failure policy made (nothing was charged
+    on Redis: there is nothing to settle). Two decisions compare equal
+    whatever their receipts."""
 
     allowed: bool
     limit: int
@@ -75,6 +90,7 @@ class Decision:
     reset_after_micros: int
     delay_micros: int
     degraded: bool = False
+    receipt: Optional[Receipt] = field(default=None, compare=False)
 
     @property
     def retry_after_secs(self) -> int:
@@ -94,8 +110,9 @@ class Call:
     op: str
     key: bytes
     redis_key: bytes
+    #: The request's cost; a settlement's: the cost the admission was
+    #: charged; a reset's: 0.
     cost: int
-    owed: int
     #: The caller's ``now``, µs, or None for Redis ``TIME``.
     now: Optional[int]
     #: The local monotonic µs at which the caller gives up (None: never).
@@ -105,6 +122,9 @@ class Call:
     probe: bool = False
     #: Record the fingerprint in the quota registry after the call.
     registry: bool = False
+    #: A settlement's: what the admission finally counts for, and its stamp.
+    actual: Optional[int] = None
+    stamp: Optional[Tuple[int, int]] = None
 
 
 def validate_timeout(timeout: Optional[float]) -> Optional[float]:
@@ -152,6 +172,12 @@ class Core:
             ttl_slack_ms = 0 if clock is None else 60_000
         if isinstance(ttl_slack_ms, bool) or not isinstance(ttl_slack_ms, int) or ttl_slack_ms < 0:
             raise ValueError(f"ttl_slack_ms must be a non-negative integer, not {ttl_slack_ms!r}")
+        if ttl_slack_ms > MAX_TTL_SLACK_MS:
+            # The scripts answer "invalid arguments" to it: refused here, before any call.
+            raise ValueError(
+                f"ttl_slack_ms must be at most {MAX_TTL_SLACK_MS} (2^52 µs, the whole range of instants), "
+                f"which the scripts refuse past, not {ttl_slack_ms}"
+            )
         self.ttl_slack_ms = ttl_slack_ms
         self.timeout = validate_timeout(timeout)
         self.failure = FailurePolicy(on_failure)
@@ -190,38 +216,94 @@ class Core:
         return state[: len(state) - len(self.key_suffix)] + self.algorithm.code.encode() + b":quota"
 
     def arguments(
-        self, cost: int, now: Optional[int] = None, op: str = "check", owed: int = 0,
-        deadline: Union[int, str] = "",
+        self, cost: int, now: Optional[int] = None, op: str = "check", deadline: Union[int, str] = "",
+        *, actual: Optional[int] = None, stamp: Optional[Tuple[int, int]] = None,
     ) -> list:
         """``ARGV`` of one call: version, now or "", cost, slack, deadline or
-        "", the operation, the algorithm's parameters."""
+        "", the operation (a settlement's with its ``actual`` and ``stamp``),
+        the algorithm's parameters."""
         return [
             PROTOCOL_VERSION,
             "" if now is None else now,
             cost,
             self.ttl_slack_ms,
             deadline,
-            encode_op(op, owed),
+            encode_op(op, actual, stamp),
             *self.algorithm.params,
         ]
 
-    def start(self, op: str, key: Key, cost: int, owed: int = 0) -> Call:
-        """Validates a call and reads the clocks it needs."""
+    def start(self, op: str, key: Key, cost: int) -> Call:
+        """Validates a check or a peek and reads the clocks it needs."""
         if isinstance(cost, bool) or not isinstance(cost, int) or not 0 <= cost <= 0xFFFFFFFF:
             raise ValueError(f"cost must be an integer from 0 to 2^32 - 1, not {cost!r}")
         if cost > self.algorithm.capacity:
             raise CostTooHigh(f"a cost of {cost} can never fit: the capacity is {self.algorithm.capacity}")
-        if not isinstance(key, (str, bytes, bytearray, memoryview)):
-            raise TypeError(f"a key is str or bytes, not {type(key).__name__}")
-        if op == "refund":
-            if isinstance(owed, bool) or not isinstance(owed, int) or owed < 0:
-                raise ValueError(f"owed_us must be a non-negative integer, not {owed!r}")
-            if self.clock is None:
-                # On Redis TIME the refund is decided when the script runs,
-                # which may be as late as the caller's give-up instant.
-                owed = 0 if self.timeout is None else max(0, owed - round(self.timeout * 1_000_000))
-            owed = min(owed, 2**53 - 1)
-        key_b = key_bytes(key)
+        registry = False
+        if op == "check" and self.quota_check_every is not None:
+            registry = next(self._checks) % self.quota_check_every == 0
+        return self._call(op, _key(key), cost, registry=registry)
+
+    def start_reset(self, key: Key) -> Call:
+        """Validates a reset and reads the clocks it needs."""
+        return self._call("reset", _key(key), 0)
+
+    def start_settle(self, receipt: Any, actual: int) -> Call:
+        """Takes ``receipt`` back (refusing one of another limiter, or one
+        spent already), validates ``actual``, and reads the clocks. The
+        receipt is spent from here on, whatever the call does, as in Rust:
+        the admission then counts as charged unless the settlement is
+        answered."""
+        if not isinstance(receipt, Receipt):
+            if receipt is None:
+                raise TypeError(
+                    "settle and refund take the Receipt of an admission (decision.receipt), not None: "
+                    "only a check that Redis admitted with a cost above 0 has one; a refusal, a peek, "
+                    "a cost of 0 and a decision the failure policy made (degraded: nothing was charged "
+                    "on Redis) have none, and there is nothing to settle"
+                )
+            raise TypeError(f"settle and refund take a ratelab_client.Receipt, not {type(receipt).__name__}")
+        if receipt._issuer is not self:
+            raise ForeignReceipt(
+                f"a receipt of another limiter ({receipt._issuer.prefix!r}, "
+                f"{receipt._issuer.algorithm.fingerprint_input}): only the limiter whose check issued it "
+                "settles it (another process: send receipt.to_json() and load it there with "
+                "receipt_from_json)"
+            )
+        if isinstance(actual, bool) or not isinstance(actual, int) or not 0 <= actual <= 0xFFFFFFFF:
+            raise ValueError(f"actual must be an integer from 0 to 2^32 - 1, not {actual!r}")
+        if not receipt._spend():
+            raise ReceiptSpent(
+                f"this receipt (key {receipt.key[:64]!r}, cost {receipt.cost}) was settled or refunded "
+                "already: an admission is settled once"
+            )
+        if actual > self.algorithm.capacity:
+            raise CostTooHigh(
+                f"a settlement to {actual} units can never fit: the capacity is {self.algorithm.capacity} "
+                "(the receipt is spent; the admission counts as charged)"
+            )
+        call = self._call("settle", receipt.key, receipt.cost)
+        call.actual, call.stamp = actual, receipt.stamp
+        return call
+
+    def receipt_from_json(self, data: Union[str, bytes, Dict[str, Any]]) -> Receipt:
+        """A receipt serialized by :meth:`Receipt.to_json` (in this process
+        or another), as a receipt of this limiter: it must name this
+        limiter's prefix, algorithm and quota (else :class:`ForeignReceipt`).
+        Each load is a new receipt, usable once: a replay is bounded by the
+        scripts, not here (see :mod:`ratelab_client.receipt`)."""
+        fields = parse_receipt(data)
+        ours = (self.prefix, self.algorithm.fingerprint_input)
+        theirs = (fields["prefix"], fields["fingerprint"])
+        if theirs != ours:
+            raise ForeignReceipt(
+                f"a receipt of another limiter (prefix {theirs[0]!r}, {theirs[1]}); this one is "
+                f"prefix {ours[0]!r}, {ours[1]}"
+            )
+        if fields["cost"] > self.algorithm.capacity:
+            raise ValueError(f"not a receipt of this limiter: a cost of {fields['cost']} is above its capacity")
+        return Receipt(self, fields["key"], fields["cost"], fields["stamp_at"], fields["stamp_mark"])
+
+    def _call(self, op: str, key_b: bytes, cost: int, registry: bool = False) -> Call:
         now = None
         if self.clock is not None:
             now = self.clock()
@@ -230,10 +312,7 @@ class Core:
             now = min(now, 2**52)
         started = self.monotonic()
         give_up = None if self.timeout is None else started + round(self.timeout * 1_000_000)
-        registry = False
-        if op == "check" and self.quota_check_every is not None:
-            registry = next(self._checks) % self.quota_check_every == 0
-        return Call(op, key_b, self.redis_key(key_b), cost, owed, now, give_up,
+        return Call(op, key_b, self.redis_key(key_b), cost, now, give_up,
                     now if now is not None else started, registry=registry)
 
     def remaining_s(self, call: Call) -> Optional[float]:
@@ -258,7 +337,7 @@ class Core:
                 except ValueError as e:
                     raise DataError(f"invalid reply to TIME: {e}") from e
             deadline = self.redis_clock.deadline(call.give_up)
-        args = self.arguments(call.cost, call.now, call.op, call.owed, deadline)
+        args = self.arguments(call.cost, call.now, call.op, deadline, actual=call.actual, stamp=call.stamp)
         evalsha = ("EVALSHA", self.sha, 1, call.redis_key, *args)
         self.counters.count("script_calls")
         try:
@@ -286,15 +365,6 @@ class Core:
             error = QuotaMismatch(call.key, ours, str(theirs))
             self.alerts.raise_(Alert(self.algorithm.name, error, None, call.key), self.stats())
 
-    def reset_call(self, key: Key) -> Call:
-        key_b = key_bytes(key)
-        started = self.monotonic()
-        give_up = None if self.timeout is None else started + round(self.timeout * 1_000_000)
-        return Call("reset", key_b, self.redis_key(key_b), 0, 0, None, give_up, started)
-
-    def reset_flow(self, call: Call) -> Flow:
-        yield ("DEL", call.redis_key)
-
     # -- answers ---------------------------------------------------------------
 
     def cached(self, call: Call) -> Optional[Decision]:
@@ -310,7 +380,7 @@ class Core:
 
     def permit(self, call: Call) -> Optional[RatelabError]:
         """The breaker's word: None to call Redis, else the error to answer."""
-        if self.refusals is not None and call.op in ("refund", "reset"):
+        if self.refusals is not None and call.op in ("settle", "reset"):
             self.refusals.forget(call.key)
         permit = self.breaker.permit()
         if permit == "call":
@@ -321,19 +391,21 @@ class Core:
         return CircuitOpen(float(permit))
 
     def answered(self, call: Call, reply: Any) -> Decision:
-        """Redis's reply, validated and counted (raises :class:`DataError`)."""
-        decision = self.decision(reply)
+        """Redis's reply, validated and counted (raises :class:`DataError`),
+        with the receipt of an admission."""
+        decision, stamp = self.validate(reply, call.op, call.cost, call.now)
         self.breaker.success()
         self.counters.count("answered")
         if self.refusals is not None and call.op == "check" and not decision.allowed:
             self.refusals.remember(call.key, call.cost, call.local_now, decision.limit,
                                    decision.remaining, decision.retry_after_micros,
                                    decision.reset_after_micros)
+        if call.op == "check" and call.cost > 0 and decision.allowed:
+            receipt = Receipt(self, call.key, call.cost, *stamp)
+            decision = Decision(decision.allowed, decision.limit, decision.remaining,
+                                decision.retry_after_micros, decision.reset_after_micros,
+                                decision.delay_micros, receipt=receipt)
         return decision
-
-    def reset_done(self) -> None:
-        self.breaker.success()
-        self.counters.count("answered")
 
     def failed(self, call: Call, error: BaseException) -> RatelabError:
         """A call's error, classified and counted."""
@@ -353,9 +425,10 @@ class Core:
 
     def on_failure(self, call: Call, error: RatelabError) -> Decision:
         """The failure policy's answer for a check or a peek (after an
-        alert), or ``error`` raised. Refunds and resets raise: there is
-        nothing to give back on a store that is not there."""
-        if call.op in ("refund", "reset"):
+        alert), or ``error`` raised. Settlements and resets raise: there is
+        nothing to give back on a store that is not there (the settled
+        admission counts as charged)."""
+        if call.op in ("settle", "reset"):
             raise error
         if isinstance(error, Unavailable) or self.policy_on_data_errors:
             policy = self.failure
@@ -383,31 +456,66 @@ class Core:
     def stats(self) -> Stats:
         return self.counters.snapshot(self.breaker)
 
-    def decision(self, reply: Any) -> Decision:
-        """A script's reply as a :class:`Decision`, trusting nothing in it."""
+    def decision(self, reply: Any, op: str = "peek", cost: int = 0, now: Optional[int] = None) -> Decision:
+        """A script's reply to ``op`` of ``cost`` (at the caller's ``now``, if
+        one was sent) as a :class:`Decision`, trusting nothing in it."""
+        return self.validate(reply, op, cost, now)[0]
+
+    def validate(self, reply: Any, op: str, cost: int, now: Optional[int]) -> Tuple[Decision, Tuple[int, int]]:
+        """The decision and the stamp of a script's reply to ``op`` of
+        ``cost``: eight integers, ``allowed`` 0 or 1, ``limit`` the capacity,
+        ``remaining`` at most the limit, no wait to retry an admitted request
+        and no delay for a refused one; waits within the longest this quota
+        produces (plus 1 s and the slack), but for a debt's refusals, peeks,
+        settlements and resets (up to :data:`MAX_END`: settlements charge
+        whatever the room); a stamp exactly for a check admitted with a cost
+        above 0 (a debt's after ``now`` and within the longest wait of it,
+        when ``now`` was sent; a window's with mark 0), ``0, 0`` otherwise.
+        Anything else raises :class:`DataError`."""
 
         def invalid(why: str) -> DataError:
             return DataError(f"ratelab {self.algorithm.name}: invalid reply {reply!r}: {why}")
 
         if not isinstance(reply, (list, tuple)) or len(reply) != REPLY_LEN:
-            raise invalid("not six integers")
+            raise invalid("not eight integers")
         if not all(isinstance(n, int) and not isinstance(n, bool) for n in reply):
-            raise invalid("not six integers")
+            raise invalid("not eight integers")
         n: Sequence[int] = reply
         if any(x < 0 for x in n):
             raise invalid("a negative integer")
-        allowed, limit, remaining, retry, reset, delay = n
+        allowed, limit, remaining, retry, reset, delay, at, mark = n
         if limit != self.algorithm.capacity:
             raise invalid("limit is not this limiter's capacity")
         if remaining > limit:
             raise invalid("remaining above the limit")
-        if max(retry, reset, delay) > self.max_wait:
+        admission = op == "check" and cost > 0 and allowed == 1
+        # A settlement's debt lengthens a debt's waits, never an admission's:
+        # it needed the room.
+        max_wait = max(self.max_wait, MAX_END) if self.algorithm.debt and not admission else self.max_wait
+        if max(retry, reset, delay) > max_wait:
             raise invalid("a wait longer than this quota can produce")
         if allowed not in (0, 1):
             raise invalid("allowed is neither 0 nor 1")
         if (allowed == 1 and retry != 0) or (allowed == 0 and delay != 0):
             raise invalid("a retry wait when admitted, or a delay when refused")
-        return Decision(allowed == 1, limit, remaining, retry, reset, delay)
+        if admission:
+            if self.algorithm.debt:
+                # The key is full again after the admission, and at most the
+                # longest wait after the instant sent.
+                ok = at > now and at - now <= self.max_wait if now is not None else 1 <= at <= MAX_END
+            else:
+                ok = mark == 0 and at <= MAX_END
+            if not ok or mark > MAX_EXACT:
+                raise invalid("a stamp out of bounds")
+        elif (at, mark) != (0, 0):
+            raise invalid("a stamp for no admission")
+        return Decision(allowed == 1, limit, remaining, retry, reset, delay), (at, mark)
+
+
+def _key(key: Key) -> bytes:
+    if not isinstance(key, (str, bytes, bytearray, memoryview)):
+        raise TypeError(f"a key is str or bytes, not {type(key).__name__}")
+    return key_bytes(key)
 
 
 def drive(flow: Flow, execute: Callable[[Command], Any]) -> Any:

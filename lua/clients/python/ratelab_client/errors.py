@@ -23,9 +23,28 @@ class CostTooHigh(RatelabError, ValueError):
 class DataError(RatelabError):
     """Redis answered, and the answer is about the key or the call, not
     Redis's reachability: corrupt state, a key of another type, invalid
-    arguments, another protocol version, a reply no script could send, out of
-    memory. Retrying does not help, and no failure policy hides it (unless
-    asked to, with ``policy_on_data_errors``): someone has to look."""
+    arguments, another protocol version (``ratelab: protocol version 4
+    expected, got ...``), a settlement or reset that would take the key past
+    a ceiling of the protocol (``ratelab <algorithm>: out of range at ...``:
+    nothing was written), a reply no script could send, out of memory.
+    Retrying does not help, and no failure policy hides it (unless asked to,
+    with ``policy_on_data_errors``): someone has to look."""
+
+
+class ReceiptError(RatelabError, ValueError):
+    """A receipt that cannot be settled here: see :class:`ForeignReceipt`
+    and :class:`ReceiptSpent`. Nothing was sent to Redis."""
+
+
+class ForeignReceipt(ReceiptError):
+    """A receipt another limiter issued (another instance, or a serialized
+    receipt of another prefix, algorithm or quota): only its issuer settles
+    it. The receipt is untouched."""
+
+
+class ReceiptSpent(ReceiptError):
+    """A receipt already settled or refunded (or handed to a settlement that
+    failed): an admission is settled at most once."""
 
 
 class Unavailable(RatelabError):

@@ -27,6 +27,7 @@ from .errors import (
     Unavailable,
 )
 from .protocol import DEFAULT_PREFIX, Key, Quota
+from .receipt import Receipt
 from .resilience import (
     DEFAULT_BREAKER_COOL_DOWN,
     DEFAULT_BREAKER_THRESHOLD,
@@ -238,14 +239,27 @@ class Limiter:
         """The Redis key holding ``key``'s state."""
         return self._core.redis_key(key)
 
-    def arguments(self, cost: int, now: Optional[int] = None, op: str = "check", owed: int = 0,
-                  deadline: Union[int, str] = "") -> list:
-        """``ARGV`` of one call (see :meth:`Core.arguments`)."""
-        return self._core.arguments(cost, now, op, owed, deadline)
+    def arguments(self, cost: int, now: Optional[int] = None, op: str = "check", deadline: Union[int, str] = "",
+                  *, actual: Optional[int] = None, stamp: Optional[Tuple[int, int]] = None) -> list:
+        """``ARGV`` of one call: version, now or "", cost, slack, deadline or
+        "", the operation (``settle`` with its ``actual`` and ``stamp``), the
+        algorithm's parameters."""
+        return self._core.arguments(cost, now, op, deadline, actual=actual, stamp=stamp)
 
-    def decision(self, reply: Any) -> Decision:
-        """A script's reply as a :class:`Decision`, trusting nothing in it."""
-        return self._core.decision(reply)
+    def decision(self, reply: Any, op: str = "peek", cost: int = 0, now: Optional[int] = None) -> Decision:
+        """A script's reply to ``op`` of ``cost`` (at ``now``, when the caller's
+        clock was sent) as a :class:`Decision`, trusting nothing in it."""
+        return self._core.decision(reply, op, cost, now)
+
+    def receipt_from_json(self, data: Union[str, bytes, dict]) -> Receipt:
+        """A receipt serialized by :meth:`Receipt.to_json` (here or in
+        another process: a job queue's worker), as a receipt of this
+        limiter, usable once. It must name this limiter's prefix, algorithm
+        and quota, else :class:`ForeignReceipt`; a malformed one is a
+        ``ValueError``. Loading the same JSON again gives another receipt:
+        the scripts bound what replays give back (see
+        :mod:`ratelab_client.receipt`)."""
+        return self._core.receipt_from_json(data)
 
     def stats(self) -> Stats:
         """What this limiter has done so far."""
@@ -256,6 +270,12 @@ class Limiter:
         cost 0 reports without consuming. At most one round trip for the
         script (none for a cached refusal or an open breaker), plus a
         ``TIME`` when the clock sample is stale.
+
+        An admission of a cost above 0 carries its receipt
+        (``decision.receipt``): give it to :meth:`settle` or :meth:`refund`
+        when what the request really counts for is known, or drop it to keep
+        the charge. A decision the failure policy made (``degraded``) has
+        none: nothing was charged on Redis.
 
         Raises :class:`CostTooHigh`; :class:`DataError`; under
         ``on_failure="error"``, :class:`Unavailable` (:class:`Timeout`,
@@ -269,34 +289,38 @@ class Limiter:
         :meth:`check`; the failure policy answers as for a check."""
         return self._decide(self._core.start("peek", key, cost))
 
-    def refund(self, key: Key, cost: int, owed_us: int) -> Decision:
-        """Gives back up to ``cost`` units of one admission of ``key`` that
-        still weighs on it for ``owed_us`` µs: its decision's
-        ``reset_after_micros``, less the time since it was asked (measure from
-        before the call, so that it errs low). Only what the admission still
-        holds comes back (lua/README.md, "Refunds"); never above the
-        capacity; answers what a peek of cost 0 would after it.
+    def settle(self, receipt: Receipt, actual: int) -> Decision:
+        """Settles the admission ``receipt`` stands for: it finally counts for
+        ``actual`` units instead of the cost it was charged. Less gives the
+        difference back, only what the key provably still holds of it (units
+        whose debt was repaid, or counted in a window that has ended, belong
+        to other requests by then; a reset since gives nothing back); more
+        charges the difference as debt that later requests wait out, whatever
+        the room. Never takes the key above its capacity. Answers what a peek
+        of cost 0 would after it. One round trip.
 
-        On Redis ``TIME`` the script decides when it runs, as late as the
-        caller's give-up instant: ``owed_us`` is first taken down by the
-        timeout (with no timeout, nothing is owed). No failure policy
-        applies: an outage raises."""
-        return self._decide(self._core.start("refund", key, cost, owed_us))
+        The receipt is spent by the call, whatever happens to it: a second
+        use raises :class:`ReceiptSpent`. Raises :class:`ForeignReceipt` for
+        another limiter's receipt (it stays unspent), ``TypeError`` for
+        ``None`` (a decision without a receipt: there is nothing to settle),
+        :class:`CostTooHigh` for an ``actual`` above the capacity (spent: the
+        admission counts as charged), :class:`DataError`, and
+        :class:`Unavailable` on an outage: no failure policy applies, and the
+        admission counts as charged."""
+        return self._decide(self._core.start_settle(receipt, actual))
+
+    def refund(self, receipt: Receipt) -> Decision:
+        """Gives back what the admission ``receipt`` stands for still holds (a
+        request that should not count): :meth:`settle` to 0."""
+        return self.settle(receipt, 0)
 
     def reset(self, key: Key) -> None:
-        """Puts ``key`` back to full capacity: ``DEL`` of its Redis key.
-        Raises on an outage (no failure policy)."""
-        core = self._core
-        call = core.reset_call(key)
-        error = core.permit(call)
-        if error is None:
-            try:
-                self._io.run(core.reset_flow(call), call)
-                core.reset_done()
-                return
-            except Exception as e:
-                error = core.failed(call, e)
-        raise error
+        """Puts ``key`` back to full capacity, as if never seen; no receipt
+        issued for it before gives anything back afterwards. A key that holds
+        something a receipt could still claim keeps a tombstone until none
+        could (lua/README.md, "Operations"). One round trip; raises on an
+        outage (no failure policy)."""
+        self._decide(self._core.start_reset(key))
 
     def close(self) -> None:
         """Closes the limiter's own connections (not the client's)."""

@@ -11,30 +11,55 @@ from pathlib import Path
 from typing import Dict, List, Optional, Tuple, Union
 
 # Everything that changes with the protocol's version is in this block: the
-# version sent, the operations and how they are written into ``ARGV[6]``, and
-# the length of a reply.
+# version sent, the operations and how they are written into ``ARGV[6]``, the
+# length of a reply, and the bounds a reply and the slack are held to.
 
 #: The protocol version this client speaks: the first argument of every call.
-PROTOCOL_VERSION = 3
+PROTOCOL_VERSION = 4
 
 #: What a call does with the key (``ARGV[6]``): decide and consume, decide
-#: without writing, or give units back.
-OPS = ("check", "peek", "refund")
+#: without writing, settle one admission by its stamp, or put the key back to
+#: full capacity.
+OPS = ("check", "peek", "settle", "reset")
 
 #: The integers of a script's reply: allowed, limit, remaining,
-#: retry_after_us, reset_after_us, delay_us.
-REPLY_LEN = 6
+#: retry_after_us, reset_after_us, delay_us, stamp_at, stamp_mark.
+REPLY_LEN = 8
+
+#: The most TTL slack the scripts take, in ms (``ARGV[4]``): 2^52 µs rounded
+#: up, the whole range of instants (no clock steps back further). The
+#: limiters refuse a larger one before any call.
+MAX_TTL_SLACK_MS = -(-(1 << 52) // 1000)
+
+#: The latest instant a debt may end at (lua/README.md, "State"): 2^52 +
+#: 2^51 µs. A debt's refusals, peeks, settlements and resets may wait until
+#: then: settlements charge debt whatever the room, once per receipt.
+MAX_END = (1 << 52) + (1 << 51)
+
+#: The largest integer the scripts send and take exactly: 2^53 - 1.
+MAX_EXACT = (1 << 53) - 1
 
 
-def encode_op(op: str, owed: int = 0) -> str:
-    """``ARGV[6]`` for ``op``: ``check``, ``peek``, or ``refund:<owed>`` (µs
-    the refunded admission still weighs)."""
+def _integer(name: str, value: object, maximum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= maximum:
+        raise ValueError(f"{name} must be an integer from 0 to {maximum}, not {value!r}")
+    return value
+
+
+def encode_op(op: str, actual: Optional[int] = None, stamp: Optional[Tuple[int, int]] = None) -> str:
+    """``ARGV[6]`` for ``op``: ``check``, ``peek``, ``reset``, or for a
+    settlement ``settle:<actual>:<stamp_at>:<stamp_mark>`` (what the admission
+    finally counts for, and the stamp its check answered)."""
     if op not in OPS:
         raise ValueError(f"op must be one of {', '.join(OPS)}, not {op!r}")
-    if op == "refund":
-        if not isinstance(owed, int) or isinstance(owed, bool) or not 0 <= owed < 2**53:
-            raise ValueError(f"owed must be an integer from 0 to 2^53 - 1 µs, not {owed!r}")
-        return f"refund:{owed}"
+    if op == "settle":
+        if actual is None or stamp is None:
+            raise ValueError("a settlement needs the units it finally counts for and the admission's stamp")
+        at, mark = stamp
+        return (f"settle:{_integer('actual', actual, 0xFFFFFFFF)}:{_integer('stamp_at', at, MAX_EXACT)}"
+                f":{_integer('stamp_mark', mark, MAX_EXACT)}")
+    if actual is not None or stamp is not None:
+        raise ValueError(f"only a settlement takes an actual and a stamp, not {op!r}")
     return op
 
 #: The default key prefix.
@@ -142,21 +167,27 @@ class Algorithm:
     params: Tuple[int, ...]
     capacity: int
     max_wait_us: int
+    #: The state is a debt (GCRA, token bucket, leaky meter and queue): a
+    #: settlement above the cost charges it whatever the room, so its waits
+    #: outside an admission may run up to :data:`MAX_END`.
+    debt: bool = False
 
     @property
     def fingerprint_input(self) -> str:
-        return f"v1:{self.code}:" + ",".join(str(p) for p in self.params)
+        """``v2:<code>:<params>``: ``v2`` is the version of the stored
+        state's format (protocol version 4 changed every format)."""
+        return f"v2:{self.code}:" + ",".join(str(p) for p in self.params)
 
     @property
     def key_suffix(self) -> str:
-        """``<code>:<first 8 hex digits of sha1(v1:<code>:<params>)>``."""
+        """``<code>:<first 8 hex digits of sha1(v2:<code>:<params>)>``."""
         digest = hashlib.sha1(self.fingerprint_input.encode()).hexdigest()
         return f"{self.code}:{digest[:8]}"
 
 
 def algorithm(name: str, quota: Quota) -> Algorithm:
     """The algorithm ``name`` (``token-bucket``, ``gcra``, ...) on ``quota``:
-    its script parameters, capacity and longest wait."""
+    its script parameters, capacity, longest wait, and whether it is a debt."""
     try:
         code, script_file = ALGORITHMS[name]
     except KeyError:
@@ -188,7 +219,8 @@ def algorithm(name: str, quota: Quota) -> Algorithm:
     else:  # gcra
         params = [t, tau, burst]
         max_wait = tau
-    return Algorithm(name, code, script_file, tuple(params), burst, max_wait)
+    debt = name in ("leaky-meter", "leaky-queue", "token-bucket", "gcra")
+    return Algorithm(name, code, script_file, tuple(params), burst, max_wait, debt)
 
 
 def _escape(data: bytes) -> bytes:

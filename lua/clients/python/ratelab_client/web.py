@@ -2,9 +2,11 @@
 (:mod:`ratelab_client.asgi`), behaving as the Rust ``ratelab-http`` layer:
 who the client is (API key, else IP address, believing forwarding headers
 only from trusted proxies, IPv6 grouped by /64), which policies apply (per
-route), the decision across several policies (peek every one, then ask with
-the cost only those predicted to refuse, then the rest: a refusal by one
-consumes nothing from the others), and what the response carries: ``429``
+route), the decision across several policies (all or nothing: every limiter
+with receipts takes the cost at once, and a request refused by one policy
+gets back what the others took, by receipt), counting only failures or only
+successes (by receipt: consume first, refund when the response does not
+count), and what the response carries: ``429``
 with ``Retry-After`` and an RFC 9457 problem body, ``503`` when a policy
 that fails closed cannot decide, and the ``RateLimit-Policy`` and
 ``RateLimit`` fields of draft-ietf-httpapi-ratelimit-headers-11, byte for
@@ -16,6 +18,7 @@ import asyncio
 import inspect
 import ipaddress
 import json
+import logging
 import re
 from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable, Dict, Iterable, List, Optional, Sequence, Tuple, Union
@@ -363,8 +366,15 @@ class Policy:
     plans (none: every client), the key (by default the client's; a function
     of the request and client, None for "does not apply"), the cost (an int
     or a function), ``failure`` (``"open"``: pass unchecked, with an alert;
-    ``"closed"``: ``503``), and ``timeout`` (seconds for all its limiter
-    calls for one request). The limiter sees ``<name>:<key>``."""
+    ``"closed"``: ``503``), ``timeout`` (seconds for all its limiter calls
+    for one request), and ``count``: ``"all"`` (the default),
+    ``"failures"`` (only requests whose response is a failure count: failed
+    logins) or ``"successes"``; ``failed_when`` says which statuses are
+    failures (default: 400 or more). A counting policy takes the cost with a
+    receipt before the request runs, and refunds it once the response head
+    says it does not count: requests in flight together never pass beyond
+    the quota, and the refund gives back only what the admission still
+    holds. The limiter sees ``<name>:<key>``."""
 
     def __init__(
         self,
@@ -377,6 +387,8 @@ class Policy:
         cost: Union[int, Callable[[Request, Client], int]] = 1,
         failure: str = "open",
         timeout: float = DEFAULT_POLICY_TIMEOUT,
+        count: str = "all",
+        failed_when: Optional[Callable[[int], bool]] = None,
     ) -> None:
         if not isinstance(name, str) or not _NAME.match(name):
             raise ValueError(
@@ -385,6 +397,8 @@ class Policy:
             )
         if failure not in ("open", "closed"):
             raise ValueError(f"failure is 'open' or 'closed', not {failure!r}")
+        if count not in ("all", "failures", "successes"):
+            raise ValueError(f"count is 'all', 'failures' or 'successes', not {count!r}")
         if not callable(cost) and (isinstance(cost, bool) or not isinstance(cost, int) or cost < 0):
             raise ValueError(f"cost must be a non-negative integer or a function, not {cost!r}")
         if not (isinstance(timeout, (int, float)) and timeout > 0):
@@ -394,6 +408,14 @@ class Policy:
                 f"policy {name!r}: the limiter must be an AsyncLimiter (its check a coroutine), "
                 f"not {type(limiter).__name__}"
             )
+        #: The limiter issues receipts and settles them (an AsyncLimiter):
+        #: what one policy took for a request another refused is given back.
+        self.refunds = inspect.iscoroutinefunction(getattr(limiter, "settle", None))
+        if count != "all" and not self.refunds:
+            raise TypeError(
+                f"policy {name!r}: count={count!r} consumes first and refunds by receipt, and "
+                f"{type(limiter).__name__} has no settle coroutine (an AsyncLimiter has)"
+            )
         self.name = name
         self.limiter = limiter
         self.routes = [Route(method, pattern) for method, pattern in routes]
@@ -402,13 +424,33 @@ class Policy:
         self.cost = cost
         self.failure = failure
         self.timeout = float(timeout)
+        self.count = count
+        self.failed_when = failed_when if failed_when is not None else (lambda status: status >= 400)
         quota: Quota = limiter.quota
         # Rounded up, at least 1 s: the advertised rate is never faster.
         self.q = quota.burst
         self.w = max(1, -(-quota.window_us // 1_000_000))
-        algorithm = limiter.algorithm
-        self.interval = quota.emission_interval_us if algorithm.name in ("gcra", "token-bucket", "leaky-meter") else None
+        algorithm = getattr(getattr(limiter, "algorithm", None), "name", None)
+        # How the quota comes back, for `t` (ratelab-http's `Refill`): one
+        # unit every interval, all at once at the window's end, or on a
+        # schedule only the limiter knows (it is asked, with a peek).
+        self.interval = (quota.emission_interval_us
+                         if algorithm in ("gcra", "token-bucket", "leaky-meter", "leaky-queue") else None)
+        self.sliding = algorithm in ("sliding-log", "sliding-counter")
         self.item = f'"{name}";q={min(self.q, INTEGER_MAX)};w={min(self.w, INTEGER_MAX)}'
+
+    @property
+    def after_response(self) -> bool:
+        """Whether something about a request is decided once its response
+        is known (here: whether it counts)."""
+        return self.count != "all"
+
+    def counts(self, status: int) -> bool:
+        """Whether a response of ``status`` counts."""
+        if self.count == "all":
+            return True
+        failed = bool(self.failed_when(status))
+        return failed if self.count == "failures" else not failed
 
     def applies(self, request: Request, client: Client) -> Optional[Tuple[str, int]]:
         """(limiter key, cost) if the policy applies to the request."""
@@ -425,6 +467,8 @@ class Policy:
 
 # -- deciding ---------------------------------------------------------------------
 
+logger = logging.getLogger("ratelab_client.web")
+
 
 @dataclass
 class Report:
@@ -433,28 +477,57 @@ class Report:
     policy: Policy
     key: str
     cost: int
-    #: "pending", "peeked", "decided", "never", "failed_open", "failed_closed"
+    #: "pending", "peeked", "decided", "given_back" (admitted, then refunded:
+    #: another policy refused the request), "never", "failed_open",
+    #: "failed_closed"
     state: str = "pending"
     decision: Optional[Decision] = None
     error: Optional[RatelabError] = None
     retry_after: Optional[float] = None
     deadline: Optional[float] = None
+    #: What the admission took, while something may give it back: another
+    #: policy's refusal, or the response (a request that does not count).
+    receipt: Any = None
+    #: ``t`` when a peek said it (the sliding log and counter), µs.
+    next_us: Optional[int] = None
+
+    def set(self, state: str, decision: Optional[Decision]) -> None:
+        """A new state: ``t`` is for the decision it came with."""
+        self.state, self.decision, self.next_us = state, decision, None
 
     @property
     def violated(self) -> bool:
         return (self.state == "decided" and self.decision is not None and not self.decision.allowed) or (
             self.state == "never")
 
+    @property
+    def admitted(self) -> bool:
+        return self.state == "decided" and self.decision is not None and self.decision.allowed
+
     def next_after_us(self) -> Optional[int]:
         """``t``: the wait until more quota is available than ``remaining``."""
         d = self.decision
         if d is None:
             return None
+        if self.next_us is not None:
+            return self.next_us
         if d.remaining >= d.limit:
             return 0
         if not d.allowed and self.cost == 1 and d.retry_after_micros > 0:
             return d.retry_after_micros
         return wait_for(d, self.policy.interval, d.remaining + 1)
+
+    def wanted(self) -> Optional[int]:
+        """The units to peek for when ``t`` needs the limiter (the sliding
+        log and counter): ``r + 1``; None when the decision says it."""
+        d = self.decision
+        if not self.policy.sliding or self.next_us is not None or d is None:
+            return None
+        if d.remaining >= d.limit or (not d.allowed and self.cost == 1 and d.retry_after_micros > 0):
+            return None
+        if not inspect.iscoroutinefunction(getattr(self.policy.limiter, "peek", None)):
+            return None
+        return d.remaining + 1
 
 
 def wait_for(d: Decision, interval: Optional[int], units: int) -> int:
@@ -485,6 +558,12 @@ class Verdict:
     client: Client
     failures: List[Failure] = field(default_factory=list)
     delay_us: int = 0
+
+    @property
+    def pending(self) -> bool:
+        """Some policy decides something from the response (it counts only
+        failures or successes, and took the cost with a receipt)."""
+        return any(_waits_for_response(r) for r in self.reports)
 
     @property
     def retry_after_secs(self) -> Optional[int]:
@@ -570,19 +649,91 @@ def match(policies: Sequence[Policy], request: Request, client: Client) -> List[
     return reports
 
 
+async def _bounded(policy: Policy, awaitable: Awaitable[Any]) -> Any:
+    """A call made after the decision (a refund, a peek for ``t``), bounded by
+    its policy's timeout on its own."""
+    try:
+        return await asyncio.wait_for(awaitable, policy.timeout)
+    except asyncio.TimeoutError:
+        raise Timeout(f"the rate limiter did not answer within {policy.timeout * 1000:g} ms") from None
+
+
+def _waits_for_response(report: Report) -> bool:
+    return (report.policy.after_response and report.cost != 0 and report.admitted
+            and report.receipt is not None)
+
+
+async def complete_next(reports: Sequence[Report]) -> None:
+    """``t`` for the policies whose decision does not say it (the sliding
+    log and counter): a peek of ``r + 1`` units, whose ``retry_after`` is
+    when more than ``r`` is available (concurrently, each bounded by its
+    policy's timeout). A peek that fails leaves ``t`` the wait until full:
+    late, never early."""
+    wanted = [(r, r.wanted()) for r in reports]
+    wanted = [(r, units) for r, units in wanted if units is not None]
+    if not wanted:
+        return
+    answers = await asyncio.gather(*(_bounded(r.policy, r.policy.limiter.peek(r.key, units)) for r, units in wanted),
+                                   return_exceptions=True)
+    for (report, _), answer in zip(wanted, answers):
+        if isinstance(answer, Decision):
+            # Units came back since the decision (another request's refund): none to wait for.
+            report.next_us = 0 if answer.allowed else answer.retry_after_micros
+        elif isinstance(answer, BaseException) and not isinstance(answer, Exception):
+            raise answer
+
+
+async def settle_after_response(verdict: Verdict, status: int) -> None:
+    """After the response head (its ``status``): each policy that counts only
+    failures or successes and admitted the request refunds its receipt if
+    the response does not count (concurrently, each bounded by its policy's
+    timeout); the refund's answer becomes the policy's decision, so that the
+    response's fields show the key as the refund left it. A refund that fails
+    keeps the charge, with a warning."""
+    calls = []
+    for report in verdict.reports:
+        if not _waits_for_response(report):
+            continue
+        receipt, report.receipt = report.receipt, None
+        if report.policy.counts(status):
+            continue  # The charge stands.
+        calls.append((report, _bounded(report.policy, report.policy.limiter.refund(receipt))))
+    if not calls:
+        return
+    answers = await asyncio.gather(*(call for _, call in calls), return_exceptions=True)
+    for (report, _), answer in zip(calls, answers):
+        if isinstance(answer, Decision):
+            if not answer.degraded:
+                report.set("decided", answer)
+        elif isinstance(answer, Exception):
+            logger.warning("rate limiter of policy %s failed after the response: the request's refund is lost: %s",
+                           report.policy.name, answer)
+        else:
+            raise answer
+    await complete_next(verdict.reports)
+
+
 class Engine:
-    """Decides one request against every policy that applies to it, in the
-    rounds ``ratelab-http``'s guide promises: one policy is asked once with
-    its cost; several are peeked first (cost 0), then those predicted to
-    refuse are asked with the cost alone, then, if none refused, the rest.
-    A refusal consumes nothing, so a request refused by one policy consumes
-    from none of the others (races aside)."""
+    """Decides one request against every policy that applies to it, as
+    ``ratelab-http``'s guide says ("Several policies on one request"): one
+    policy is asked once, with its cost. With several, all or nothing: every
+    policy whose limiter issues receipts takes the cost with one, all at
+    once, while the others are peeked (cost 0); then those are asked with
+    the cost (the ones the peek predicted to refuse first: a refusal
+    consumes nothing). A request refused (or failed closed) anywhere gives
+    every receipt back before it is answered, so it leaves every policy as
+    if it never came. A policy that decides from the response takes its cost
+    with a receipt even alone, and keeps it for the response."""
 
     def __init__(self, reports: List[Report], client: Client, monotonic: Callable[[], float]) -> None:
         self.reports = reports
         self.client = client
         self.failures: List[Failure] = []
         self.monotonic = monotonic
+
+    def _receipted(self, report: Report) -> bool:
+        return (report.policy.refunds and report.cost > 0
+                and (len(self.reports) > 1 or report.policy.after_response))
 
     async def decide(self) -> Verdict:
         if not self.reports:
@@ -591,49 +742,85 @@ class Engine:
         for r in self.reports:
             # Every call of a policy for this request shares one deadline.
             r.deadline = started + r.policy.timeout
-        if len(self.reports) == 1:
-            await self._ask([0], peek=False)
-            return self._after([0]) or self._pass()
-        await self._ask(list(range(len(self.reports))), peek=True)
-        predicted = [i for i, r in enumerate(self.reports)
-                     if r.state == "peeked" and r.decision is not None and r.decision.remaining < r.cost]
-        rest = [i for i in range(len(self.reports)) if i not in predicted]
-        for n, round_ in enumerate((predicted, rest)):
-            if n == 1 and any(r.state == "failed_closed" for r in self.reports):
-                return self._verdict("unavailable")
-            round_ = [i for i in round_ if self.reports[i].state in ("pending", "peeked")]
-            await self._ask(round_, peek=False)
-            verdict = self._after(round_)
-            if verdict is not None:
-                return verdict
-        return self._pass()
+        several = len(self.reports) > 1
+        first = []
+        for i, r in enumerate(self.reports):
+            if self._receipted(r):
+                first.append((i, "receipt"))
+            elif several and r.cost > 0:
+                first.append((i, "peek"))
+            else:
+                first.append((i, "charge"))
+        await self._ask(first)
+        outcome = self._after()
+        if outcome is not None:
+            return await self._finish(outcome)
+        # The policies that only peeked (limiters without receipts): those
+        # predicted to refuse go first, alone, since a refusal consumes
+        # nothing; then the rest.
+        peeked = [i for i, r in enumerate(self.reports) if r.state == "peeked"]
+        predicted = [i for i in peeked if self.reports[i].decision.remaining < self.reports[i].cost]
+        rest = [i for i in peeked if i not in predicted]
+        for round_ in (predicted, rest):
+            await self._ask([(i, "charge") for i in round_])
+            outcome = self._after()
+            if outcome is not None:
+                return await self._finish(outcome)
+        return await self._finish("pass")
 
-    def _after(self, round_: Sequence[int]) -> Optional[Verdict]:
+    def _after(self) -> Optional[str]:
         if any(r.violated for r in self.reports):
-            return self._verdict("refuse")
+            return "refuse"
         if any(r.state == "failed_closed" for r in self.reports):
-            return self._verdict("unavailable")
+            return "unavailable"
         return None
 
-    def _pass(self) -> Verdict:
-        verdict = self._verdict("pass")
-        verdict.delay_us = max((r.decision.delay_micros for r in self.reports
-                                if r.state == "decided" and r.decision is not None), default=0)
+    async def _finish(self, outcome: str) -> Verdict:
+        verdict = Verdict(self.reports, outcome, self.client, self.failures)
+        if outcome == "pass":
+            for r in self.reports:
+                if not r.policy.after_response:
+                    r.receipt = None  # Nothing will give it back: the charge stands.
+            verdict.delay_us = max((r.decision.delay_micros for r in self.reports
+                                    if r.state == "decided" and r.decision is not None), default=0)
+        else:
+            await self._give_back()
+        await complete_next(self.reports)
         return verdict
 
-    def _verdict(self, outcome: str) -> Verdict:
-        return Verdict(self.reports, outcome, self.client, self.failures)
-
-    async def _ask(self, which: Sequence[int], peek: bool) -> None:
-        if not which:
+    async def _give_back(self) -> None:
+        """Refunds, concurrently, every receipt held: the request is not
+        served. Each answer (the key as the refund left it) becomes its
+        report's decision. A refund that fails keeps its units taken."""
+        held = [r for r in self.reports if r.receipt is not None]
+        receipts = [r.receipt for r in held]
+        for r in held:
+            r.receipt = None
+        if not held:
             return
-        results = await asyncio.gather(*(self._call(self.reports[i], peek) for i in which),
-                                       return_exceptions=True)
-        for i, result in zip(which, results):
-            self._settle(self.reports[i], result, peek)
+        answers = await asyncio.gather(
+            *(_bounded(r.policy, r.policy.limiter.refund(receipt)) for r, receipt in zip(held, receipts)),
+            return_exceptions=True)
+        for report, answer in zip(held, answers):
+            if isinstance(answer, Decision):
+                if not answer.degraded and report.admitted:
+                    report.set("given_back", answer)
+            elif isinstance(answer, Exception):
+                logger.warning("rate limiter of policy %s failed to give back the units of a refused request: "
+                               "they stay taken: %s", report.policy.name, answer)
+            else:
+                raise answer
 
-    async def _call(self, report: Report, peek: bool) -> Decision:
-        cost = 0 if peek else report.cost
+    async def _ask(self, asks: Sequence[Tuple[int, str]]) -> None:
+        if not asks:
+            return
+        results = await asyncio.gather(*(self._call(self.reports[i], how) for i, how in asks),
+                                       return_exceptions=True)
+        for (i, how), result in zip(asks, results):
+            self._record(self.reports[i], result, how)
+
+    async def _call(self, report: Report, how: str) -> Decision:
+        cost = 0 if how == "peek" else report.cost
         left = (report.deadline or 0) - self.monotonic()
         if left <= 0:
             raise Timeout(f"policy {report.policy.name}: its timeout passed")
@@ -642,13 +829,14 @@ class Engine:
         except asyncio.TimeoutError:
             raise Timeout(f"the rate limiter did not answer within {report.policy.timeout * 1000:g} ms") from None
 
-    def _settle(self, report: Report, result: Any, peek: bool) -> None:
+    def _record(self, report: Report, result: Any, how: str) -> None:
         if isinstance(result, Decision) and not result.degraded:
-            report.decision = result
-            report.state = "peeked" if peek else "decided"
+            report.set("peeked" if how == "peek" else "decided", result)
+            if how == "receipt" and result.allowed:
+                report.receipt = getattr(result, "receipt", None)
             return
         # A state without a decision: the peek's is not reported.
-        report.decision = None
+        report.set(report.state, None)
         if isinstance(result, CostTooHigh):
             report.state = "never"
             return

@@ -1,7 +1,8 @@
 """The ASGI middleware through a real HTTP server: Starlette on uvicorn, on
 a dual-stack socket, requests from httpx bound to the peer address each
 case names (127.0.0.x, ::1). The cases are lua/clients/http/cases.json,
-which the Express middleware's tests run too."""
+which the Express middleware's tests and ratelab-http's
+(crates/http/tests/shared_cases.rs) run too."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import json
 import socket
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Dict, List, Optional
 
 import httpx
@@ -22,7 +24,7 @@ from starlette.routing import Route as StarletteRoute
 
 import redis
 import redis.asyncio
-from ratelab_client import AsyncLimiter, Quota
+from ratelab_client import AsyncLimiter, Limiter, Quota
 from ratelab_client.asgi import RateLimitMiddleware
 from ratelab_client.web import Identify, Policy, Request, TrustedProxies
 
@@ -33,7 +35,9 @@ METHODS = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"]
 
 
 async def echo_client(request: StarletteRequest) -> PlainTextResponse:
-    return PlainTextResponse(request.state.rate_limit_client.key)
+    # The status the request asks for (the counting cases' failures).
+    status = int(request.headers.get("x-respond-status", "200"))
+    return PlainTextResponse(request.state.rate_limit_client.key, status_code=status)
 
 
 class Switch:
@@ -92,7 +96,7 @@ def build_policy(spec: Dict[str, Any], server, down_port: int, prefix: str, cloc
             return request.header(header)
 
     return Policy(spec["name"], limiter, routes=[tuple(r) for r in spec.get("routes", [])], key=key,
-                  cost=spec.get("cost", 1), failure=spec.get("failure", "open"),
+                  cost=spec.get("cost", 1), failure=spec.get("failure", "open"), count=spec.get("count", "all"),
                   # A loaded machine: a slow answer is not what is tested.
                   timeout=2.0)
 
@@ -144,6 +148,64 @@ def check_step(where: str, expected: Dict[str, Any], response: httpx.Response) -
         assert list(response.json()) == list(expected["problem"]), where
 
 
+def test_all_or_nothing_under_concurrency(http_server, server, prefix):
+    # 30 requests at once under a narrow policy (3 per hour) and three wide
+    # ones (100 per hour: a fixed window, a sliding log, a GCRA). Whatever
+    # the interleaving, a wide window ends up holding exactly the requests
+    # that passed: what it took for the ones the narrow policy refused was
+    # given back by receipt. A debt (GCRA) gives back at least one and never
+    # more than it took: refunds of admissions other than the last meet the
+    # ledger's conservative bound (lua/README.md, "Receipts and
+    # settlements"), as ratelab-http's do on Redis. Peeking first, as the
+    # middleware did before receipts, every request saw the same 3 remaining
+    # and each wide policy was charged for all 30.
+    switch, port, loop = http_server
+    clock = lambda: CASES["t0_us"]  # noqa: E731
+
+    def limiter(algorithm, limit):
+        return AsyncLimiter(redis.asyncio.Redis(port=server.port), algorithm, Quota.per_hour(limit), prefix=prefix,
+                            clock=clock, quota_check_every=None, timeout=5.0)
+
+    class Gated(AsyncLimiter):
+        """Its calls wait until all 30 requests are being decided (3 s at
+        most): every decision overlaps every other."""
+
+        arrived, event = 0, None
+
+        async def check(self, key, cost=1):
+            if Gated.event is None:
+                Gated.event = asyncio.Event()  # in the server's loop
+            Gated.arrived += 1
+            if Gated.arrived == 30:
+                Gated.event.set()
+            try:
+                await asyncio.wait_for(Gated.event.wait(), 3)
+            except asyncio.TimeoutError:
+                pass
+            return await super().check(key, cost)
+
+    narrow = Gated(redis.asyncio.Redis(port=server.port), "gcra", Quota.per_hour(3), prefix=prefix, clock=clock,
+                   quota_check_every=None, timeout=5.0)
+    wide = {"wide-fw": "fixed-window", "wide-sl": "sliding-log", "wide-gcra": "gcra"}
+    policies = [Policy("narrow", narrow, timeout=5.0)] + [
+        Policy(name, limiter(algorithm, 100), timeout=5.0) for name, algorithm in wide.items()]
+    inner = Starlette(routes=[StarletteRoute("/{path:path}", echo_client, methods=METHODS)])
+    switch.app = RateLimitMiddleware(inner, policies=policies)
+    step = {"request": {"method": "GET", "path": "/", "peer": "127.0.0.1", "headers": []}}
+    with ThreadPoolExecutor(30) as pool:
+        statuses = list(pool.map(lambda _: send(port, step).status_code, range(30)))
+    assert sorted(set(statuses)) == [200, 429] and statuses.count(200) == 3, statuses
+    left = {}
+    for name, algorithm in wide.items():
+        with Limiter(redis.Redis(port=server.port), algorithm, Quota.per_hour(100), prefix=prefix, clock=clock) as peek:
+            left[name] = peek.peek(f"{name}:ip:127.0.0.1", 0).remaining
+    print(f"\nafter 30 requests at once, 3 passed: {left} remaining of 100")
+    assert (left["wide-fw"], left["wide-sl"]) == (97, 97)
+    assert 70 < left["wide-gcra"] <= 97
+    for policy in policies:
+        asyncio.run_coroutine_threadsafe(policy.limiter.aclose(), loop).result(5)
+
+
 def test_non_http_scopes_pass_untouched():
     seen: List[str] = []
 
@@ -161,6 +223,8 @@ def test_bad_configuration_is_a_clear_error(server):
         Policy("a:b", limiter)
     with pytest.raises(ValueError, match="failure is 'open' or 'closed'"):
         Policy("p", limiter, failure="maybe")
+    with pytest.raises(ValueError, match="count is 'all', 'failures' or 'successes'"):
+        Policy("p", limiter, count="errors")
     with pytest.raises(ValueError, match="invalid route pattern 'login'"):
         Policy("p", limiter, routes=[("POST", "login")])
     with pytest.raises(ValueError, match="catch-all"):

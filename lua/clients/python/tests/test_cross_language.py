@@ -1,26 +1,32 @@
 """Rust, Python and Node on one Redis: alternating on one key they share one
-quota exactly (the same decisions, call for call, as any one of them alone),
-for every algorithm; the reference table from each language; and every
-key they write is the one the key scheme names.
+quota exactly (the same decisions and stamps, call for call, as any one of
+them alone), for every algorithm, with checks, peeks, settlements below and
+above the cost, refunds and resets interleaved; the reference table from
+each language; and every key they write is the one the key scheme names.
 
 The Rust side is the example ``protocol_client`` (built here with cargo, in
 ``CARGO_TARGET_DIR`` or the workspace's ``target/``), the Node side
 ``dist/testing/protocol_client.js`` (built here with ``npm run build``;
-``npm ci`` in lua/clients/node first). Both read ``check <algorithm> <key>
-<cost> <now>`` lines and answer JSON lines; Python is driven the same way.
+``npm ci`` in lua/clients/node first). Both read the line protocol of
+crates/ratelab/examples/protocol_client.rs (``check <algorithm> <key> <cost>
+<now>``, ``peek ...``, ``settle <algorithm> <receipt> <actual> <now>``,
+``refund <algorithm> <receipt> <now>``, ``reset <algorithm> <key> <now>``)
+and answer JSON lines; Python is driven the same way. A receipt is a number
+its own process gave: a language settles the admissions it made.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import random
 import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
 
-from ratelab_client import ALGORITHMS, Limiter, Quota
+from ratelab_client import ALGORITHMS, Limiter, Quota, RatelabError
 
 from conftest import LUA, REPO
 
@@ -97,13 +103,27 @@ class PythonDriver:
         self.quota = Quota.per_second(5, burst=10)
         self.now = 0
         self.limiters = {}
+        self.receipts = {}
+        self.next_receipt = 1
 
     def send(self, line: str) -> dict:
         words = line.split()
-        if words[0] == "quota":
+        try:
+            return self._answer(line, words)
+        except RatelabError as e:
+            return {"error": str(e), "kind": type(e).__name__}
+
+    def _answer(self, line: str, words: list) -> dict:
+        if words[0] == "quota" and len(words) == 4:
             self.quota = Quota(*map(int, words[1:]))
             return {"ok": True}
-        op, name, key, cost, now, *owed = words
+        if words[0] in ("check", "peek", "settle") and len(words) == 5:
+            op, name, what, number, now = words
+        elif words[0] in ("refund", "reset") and len(words) == 4:
+            op, name, what, now = words
+            number = "0"
+        else:
+            return {"error": f"unknown command: {line}", "kind": "Usage"}
         id = (name, self.quota, now != "-")
         if id not in self.limiters:
             clock = (lambda: self.now) if now != "-" else None
@@ -111,7 +131,25 @@ class PythonDriver:
                                         timeout=5.0)
         if now != "-":
             self.now = int(now)
-        d = getattr(self.limiters[id], op)(key, int(cost), *map(int, owed))
+        limiter = self.limiters[id]
+        if op == "reset":
+            limiter.reset(what)
+            return {"ok": True}
+        if op in ("settle", "refund"):
+            held = self.receipts.pop(int(what), None)
+            if held is None or held[0] != id:
+                return {"error": f"no receipt {what} of this limiter", "kind": "Usage"}
+            return self._json(limiter.settle(held[1], int(number)))
+        d = getattr(limiter, op)(what, int(number))
+        answer = self._json(d)
+        if d.receipt is not None:
+            self.receipts[self.next_receipt] = (id, d.receipt)
+            answer.update(receipt=self.next_receipt, stamp_at=d.receipt.stamp_at, stamp_mark=d.receipt.stamp_mark)
+            self.next_receipt += 1
+        return answer
+
+    @staticmethod
+    def _json(d) -> dict:
         return {
             "allowed": d.allowed,
             "limit": d.limit,
@@ -122,7 +160,8 @@ class PythonDriver:
         }
 
     def close(self) -> None:
-        pass
+        for limiter in self.limiters.values():
+            limiter.close()
 
 
 @pytest.fixture
@@ -133,12 +172,18 @@ def drivers(server, client, prefix, rust_binary, node_driver):
     yield {"rust": rust, "python": python, "node": node}
     rust.close()
     node.close()
+    python.close()
 
 
 def _sequence():
     """90 checks, 70 ms apart, of costs 1 to 3: past the limit and back."""
     costs = [1, 1, 2, 1, 3, 1, 1, 2, 1, 1]
     return [(T0 + i * 70_000, costs[i % len(costs)]) for i in range(90)]
+
+
+def _decision(answer: dict) -> dict:
+    """An answer without its receipt number: each process numbers its own."""
+    return {k: v for k, v in answer.items() if k != "receipt"}
 
 
 @pytest.mark.parametrize("name", sorted(ALGORITHMS))
@@ -149,10 +194,10 @@ def test_three_languages_on_one_key_share_one_quota(drivers, client, prefix, nam
     for i, (now, cost) in enumerate(steps):
         d = drivers[langs[i % 3]].send(f"check {name} shared {cost} {now}")
         assert "error" not in d, d
-        shared.append(d)
+        shared.append(_decision(d))
     # Each language alone, on a key of its own, decides the same, call for call.
     for lang in langs:
-        alone = [drivers[lang].send(f"check {name} {lang}-alone {cost} {now}") for now, cost in steps]
+        alone = [_decision(drivers[lang].send(f"check {name} {lang}-alone {cost} {now}")) for now, cost in steps]
         assert alone == shared, f"{name}: {lang} alone decides otherwise than the three together"
     admitted = sum(cost for d, (_, cost) in zip(shared, steps) if d["allowed"])
     print(f"{name}: {sum(d['allowed'] for d in shared)} of {len(steps)} checks, {admitted} units admitted")
@@ -190,18 +235,129 @@ def test_the_redis_clock_is_shared_too(drivers, prefix):
 
 
 @pytest.mark.parametrize("name", sorted(ALGORITHMS))
-def test_peeks_and_refunds_cross_languages(drivers, name):
-    # Rust takes 7; Python peeks what Node's check then decides; Node gives 4
-    # back; each language peeks the same 7 remaining; Python refunds the rest. The
-    # refunds come at the instant of the check: the whole reset is still owed.
+def test_peeks_settlements_and_resets_cross_languages(drivers, name):
+    # Rust takes 7; Python peeks what Node's check then decides; Rust settles
+    # its admission to 3 (4 back); each language peeks the same 5 remaining;
+    # Node refunds its 2; Python resets the key; Rust takes all 10.
     rust, python, node = drivers["rust"], drivers["python"], drivers["node"]
     taken = rust.send(f"check {name} k 7 {T0}")
     assert taken["remaining"] == 3
-    owed = taken["reset_after_micros"]
     peeked = python.send(f"peek {name} k 2 {T0}")
-    assert node.send(f"check {name} k 2 {T0}") == peeked
+    checked = node.send(f"check {name} k 2 {T0}")
+    assert _decision(checked) == {**peeked, "stamp_at": checked["stamp_at"], "stamp_mark": checked["stamp_mark"]}
     assert peeked["remaining"] == 1
-    assert node.send(f"refund {name} k 4 {T0} {owed}")["remaining"] == 5
+    assert rust.send(f"settle {name} {taken['receipt']} 3 {T0}")["remaining"] == 5
     assert [d.send(f"peek {name} k 0 {T0}")["remaining"] for d in (rust, python, node)] == [5, 5, 5]
-    assert python.send(f"refund {name} k 10 {T0} {owed}")["remaining"] == 10
+    assert node.send(f"refund {name} {checked['receipt']} {T0}")["remaining"] == 7
+    # A receipt is used once, and only by the process that holds it.
+    assert node.send(f"refund {name} {checked['receipt']} {T0}")["kind"] == "Usage"
+    assert python.send(f"reset {name} k {T0}") == {"ok": True}
+    assert [d.send(f"peek {name} k 0 {T0}")["remaining"] for d in (rust, python, node)] == [10, 10, 10]
     assert rust.send(f"check {name} k 10 {T0}")["allowed"]
+
+
+def _interleaving(name: str, seed: int) -> list:
+    """A script of 72 operations on one key, 50 ms to 400 ms apart, each by
+    one language: checks of costs 1 to 4, peeks, settlements below the cost
+    (refunds included) and above it, of any admission still outstanding, by
+    the language that made it, soon or long after, and a few resets. An
+    operation is ``(lang, op, now, cost_or_actual, check_index)``."""
+    rng = random.Random(f"{name}-{seed}")
+    langs = ["rust", "python", "node"]
+    script, now, checks = [], T0, []
+    for i in range(72):
+        now += rng.choice([50_000, 70_000, 150_000, 400_000])
+        roll = rng.random()
+        if roll < 0.45 or not checks:
+            lang = langs[i % 3]
+            checks.append((len(script), lang))
+            script.append((lang, "check", now, rng.randint(1, 4), None))
+        elif roll < 0.6:
+            script.append((rng.choice(langs), "peek", now, rng.randint(0, 3), None))
+        elif roll < 0.94:
+            index, lang = checks.pop(rng.randrange(len(checks)))
+            cost = script[index][3]
+            actual = rng.choice([0, max(0, cost - 1), cost + 1, min(10, cost + 3)])
+            script.append((lang, "settle" if actual else "refund", now, actual, index))
+        else:
+            script.append((rng.choice(langs), "reset", now, 0, None))
+    return script
+
+
+def _play(drivers, name: str, script: list, key: str, lang_of) -> list:
+    """Runs ``script`` on ``key``, each operation by ``lang_of(its lang)``;
+    the answers, receipt numbers left out (a settlement of an admission that
+    was refused is skipped, and recorded so)."""
+    answers, receipts = [], {}
+    for i, (lang, op, now, number, index) in enumerate(script):
+        driver = drivers[lang_of(lang)]
+        if op in ("check", "peek"):
+            answer = driver.send(f"{op} {name} {key} {number} {now}")
+            if "receipt" in answer:
+                receipts[i] = answer["receipt"]
+        elif op in ("settle", "refund"):
+            if index not in receipts:
+                answers.append({"skipped": "no admission to settle"})
+                continue
+            tail = f"{number} {now}" if op == "settle" else f"{now}"
+            answer = driver.send(f"{op} {name} {receipts.pop(index)} {tail}")
+        else:
+            answer = driver.send(f"reset {name} {key} {now}")
+        assert "error" not in answer, (lang_of(lang), op, answer)
+        answers.append(_decision(answer))
+    return answers
+
+
+@pytest.mark.parametrize("name", sorted(ALGORITHMS))
+def test_checks_peeks_settlements_and_resets_interleaved_across_languages(drivers, client, prefix, name):
+    # Two scripts per algorithm. The three languages interleaved on one key
+    # answer, call for call (decisions and stamps), what each one alone
+    # answers running the whole script on a key of its own.
+    for seed in range(2):
+        script = _interleaving(name, seed)
+        shared = _play(drivers, name, script, f"mixed{seed}", lambda lang: lang)
+        for lang in ["rust", "python", "node"]:
+            alone = _play(drivers, name, script, f"mixed{seed}-{lang}", lambda _, lang=lang: lang)
+            for i, (ours, theirs) in enumerate(zip(alone, shared)):
+                assert ours == theirs, (
+                    f"{name}, script {seed}, step {i} {script[i][:4]}: {lang} alone answered {ours}, "
+                    f"the three together {theirs}")
+        ops = [op for _, op, *_ in script]
+        settled = sum(1 for a, op in zip(shared, ops) if op in ("settle", "refund") and "remaining" in a)
+        refused = sum(1 for a, op in zip(shared, ops) if op == "check" and not a["allowed"])
+        print(f"\n{name}, script {seed}: {ops.count('check')} checks ({refused} refused), {ops.count('peek')} peeks, "
+              f"{ops.count('settle') + ops.count('refund')} settlements ({settled} made), {ops.count('reset')} resets")
+        # The script reaches what it is for: refusals, settlements, resets.
+        assert refused > 0 and settled > 3 and ops.count("reset") > 0
+
+
+NODE_RECEIPT = r"""
+import { Redis } from "ioredis";
+import { Limiter, Quota } from "%(index)s";
+const [url, prefix, text] = process.argv.slice(1);
+const redis = new Redis(url);
+const limiter = new Limiter(redis, "gcra", Quota.perSecond(5, 10), { prefix, clock: () => %(t0)d });
+const refunded = await limiter.refund(limiter.receiptFromJSON(text));
+const taken = await limiter.check("job", 3);
+console.log(JSON.stringify({ remaining: refunded.remaining, taken: taken.remaining, receipt: taken.receipt }));
+redis.disconnect();
+"""
+
+
+def test_a_serialized_receipt_crosses_between_python_and_node(server, client, prefix, node_driver):
+    # A job queue whose producer is Python and whose worker is Node, and back:
+    # the receipt's JSON is one format in both clients.
+    limiter = Limiter(client, "gcra", Quota.per_second(5, burst=10), prefix=prefix, clock=lambda: T0)
+    text = limiter.check("job", 4).receipt.to_json()
+    index = NODE_DIR / "dist" / "src" / "index.js"
+    script = NODE_RECEIPT % {"index": index.as_uri(), "t0": T0}
+    result = subprocess.run(["node", "--input-type=module", "-e", script, server.url, prefix, text],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=60, cwd=NODE_DIR)
+    assert result.returncode == 0, result.stderr
+    answer = json.loads(result.stdout)
+    # Node gave back Python's 4, then took 3 and sent its own receipt.
+    assert (answer["remaining"], answer["taken"]) == (10, 7)
+    back = limiter.receipt_from_json(json.dumps(answer["receipt"]))
+    assert (back.key, back.cost) == (b"job", 3)
+    assert limiter.refund(back).remaining == 10
+    limiter.close()

@@ -12,6 +12,7 @@ from ratelab_client import (
     ALGORITHMS,
     MAX_KEY_LEN,
     MAX_STORED_LOG_LIMIT,
+    MAX_TTL_SLACK_MS,
     PROTOCOL_VERSION,
     Quota,
     algorithm,
@@ -24,9 +25,10 @@ from conftest import LUA
 VECTORS = json.loads((LUA / "clients" / "vectors.json").read_text(encoding="utf-8"))
 
 
-def test_version_and_key_length_are_the_vectors():
-    assert PROTOCOL_VERSION == VECTORS["protocol_version"]
+def test_version_key_length_and_slack_are_the_vectors():
+    assert PROTOCOL_VERSION == VECTORS["protocol_version"] == 4
     assert MAX_KEY_LEN == VECTORS["max_key_len"]
+    assert MAX_TTL_SLACK_MS == VECTORS["max_ttl_slack_ms"]
 
 
 @pytest.mark.parametrize(
@@ -40,6 +42,7 @@ def test_parameters_and_fingerprints_are_the_vectors(v):
     assert list(a.params) == v["params"]
     assert a.capacity == v["capacity"]
     assert a.max_wait_us == v["max_wait_us"]
+    assert a.debt == v["debt"]
     assert a.fingerprint_input == v["fingerprint_input"]
     assert a.key_suffix == v["key_suffix"]
 

@@ -16,6 +16,8 @@ from ratelab_client import (
     DataError,
     Expired,
     FailurePolicy,
+    MAX_TTL_SLACK_MS,
+    ReceiptSpent,
     Quota,
     QuotaMismatch,
     RedisClock,
@@ -124,11 +126,31 @@ def test_redis_down_fails_fast_and_the_policies_answer(flavor, down_port):
         ("gcra", FailurePolicy.ERROR), ("gcra", FailurePolicy.ALLOW), ("gcra", FailurePolicy.ALLOW),
         ("gcra", FailurePolicy.ALLOW), ("gcra", FailurePolicy.DENY)]
     assert all(isinstance(a.error, BackendError) and a.key == b"k" for a in seen)
-    # Refunds and resets have no policy: there is nothing to give back.
-    with pytest.raises(BackendError):
-        allow.refund("k", 1, 100_000)
+    # A decision the failure policy made has no receipt: nothing was charged
+    # on Redis, so there is nothing to settle. Resets have no policy.
+    assert d.receipt is None
+    with pytest.raises(TypeError, match="the failure policy made"):
+        allow.refund(d.receipt)
     with pytest.raises(BackendError):
         allow.reset("k")
+
+
+def test_a_settlement_during_an_outage_raises_and_the_admission_stays_charged(flavor, own_server):
+    limiter = flavor.limiter(own_server, "gcra", QUOTA, prefix="outage", on_failure="allow", breaker=(0, 0),
+                             clock=Clock())
+    receipt = limiter.check("k", 4).receipt
+    own_server.pause()
+    try:
+        # Settlements have no failure policy: the error, whatever on_failure says.
+        with pytest.raises(Timeout):
+            limiter.refund(receipt)
+    finally:
+        own_server.resume()
+    assert receipt.spent
+    with pytest.raises(ReceiptSpent):
+        limiter.refund(receipt)
+    # The timed-out refund was never run (its deadline passed): still charged.
+    assert limiter.peek("k", 0).remaining == 6
 
 
 def test_the_breaker_opens_after_five_outages_then_one_probe_closes_it(flavor, own_server):
@@ -234,7 +256,8 @@ def test_refusals_are_cached_until_their_retry_after(flavor, server, prefix):
     clock = Clock()
     limiter = flavor.limiter(server, "gcra", QUOTA, prefix=prefix, clock=clock, cache_refusals=100)
     for _ in range(10):
-        assert limiter.check("k").allowed
+        last = limiter.check("k")
+        assert last.allowed
     refused = limiter.check("k")
     assert not refused.allowed and refused.retry_after_micros == 200_000
     clock.now += 50_000
@@ -244,7 +267,7 @@ def test_refusals_are_cached_until_their_retry_after(flavor, server, prefix):
     assert limiter.stats().script_calls == 11
     # Another cost goes to Redis; a refund forgets the key's refusal.
     assert not limiter.check("k", 2).allowed
-    assert limiter.refund("k", 1, 1_000_000).remaining == 1
+    assert limiter.refund(last.receipt).remaining == 1
     assert limiter.check("k").allowed
     clock.now += 150_000
     assert limiter.check("k").allowed
@@ -265,10 +288,10 @@ def test_a_quota_mismatch_on_a_shared_key_is_loud(flavor, server, client, prefix
     [alert] = seen
     assert isinstance(alert, Alert) and alert.policy is None and alert.key == b"alice"
     assert isinstance(alert.error, QuotaMismatch)
-    assert (alert.error.ours, alert.error.theirs) == ("v1:gcra:20000,1000000,50", "v1:gcra:200000,2000000,10")
+    assert (alert.error.ours, alert.error.theirs) == ("v2:gcra:20000,1000000,50", "v2:gcra:200000,2000000,10")
     assert "different Redis keys" in str(alert.error)
     ours.check("alice")
-    assert [a.error.theirs for a in seen[1:]] == ["v1:gcra:20000,1000000,50"]
+    assert [a.error.theirs for a in seen[1:]] == ["v2:gcra:20000,1000000,50"]
     assert (ours.stats().quota_mismatches, other.stats().quota_mismatches) == (1, 1)
     # The registry key sits in the user key's slot, and expires.
     registry = ours._core.registry_key("alice") if hasattr(ours, "_core") else ours._limiter._core.registry_key("alice")
@@ -305,6 +328,8 @@ def test_the_quota_is_recorded_on_a_sample_of_checks(flavor, server, client, pre
         ({"cache_refusals": 0}, "cache_refusals"),
         ({"quota_check_every": 0}, "quota_check_every"),
         ({"ttl_slack_ms": -5}, "ttl_slack_ms"),
+        # Past 2^52 µs the scripts answer "invalid arguments": refused here.
+        ({"ttl_slack_ms": MAX_TTL_SLACK_MS + 1}, r"ttl_slack_ms must be at most 4503599627371 \(2\^52"),
     ],
 )
 def test_bad_options_are_clear_errors(flavor, server, kwargs, message):
@@ -313,14 +338,19 @@ def test_bad_options_are_clear_errors(flavor, server, kwargs, message):
 
 
 def test_bad_calls_are_clear_errors(flavor, server):
-    limiter = flavor.limiter(server, "gcra", QUOTA)
+    limiter = flavor.limiter(server, "gcra", QUOTA, prefix="badcalls")
     with pytest.raises(TypeError, match="a key is str or bytes"):
         limiter.check(42)
     with pytest.raises(ValueError, match="cost must be an integer"):
         limiter.check("k", -1)
     with pytest.raises(ValueError, match="cost must be an integer"):
         limiter.check("k", 1.5)
-    with pytest.raises(ValueError, match="owed_us"):
-        limiter.refund("k", 1, -3)
+    receipt = limiter.check("k").receipt
+    with pytest.raises(ValueError, match="actual must be an integer"):
+        limiter.settle(receipt, -3)
+    with pytest.raises(ValueError, match="actual must be an integer"):
+        limiter.settle(receipt, "1")
+    with pytest.raises(TypeError, match="take a ratelab_client.Receipt, not dict"):
+        limiter.settle({"cost": 1}, 0)
     with pytest.raises(ValueError, match="unknown algorithm"):
         flavor.limiter(server, "leaky", QUOTA)
