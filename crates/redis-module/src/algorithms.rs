@@ -599,9 +599,7 @@ impl StringState for LeakyMeter {
     fn decode(&self, raw: &[u8], now: u64, skew: u64) -> Result<Stored<Level, Shifts>, String> {
         let values = doubles(raw);
         let Some((water, at, ledger)) = integers(values)
-            .filter(|[water, at, _]| {
-                u128::from(*at) + u128::from(*water) <= u128::from(MAX_END)
-            })
+            .filter(|[water, at, _]| u128::from(*at) + u128::from(*water) <= u128::from(MAX_END))
             .and_then(|[water, at, total]| Some((water, at, total_only(total)?)))
         else {
             let [water, at, ledger] = values;
@@ -906,9 +904,8 @@ mod tests {
 
     #[test]
     fn shifts_are_read_as_from_parts_accepts_them() {
-        let le = |values: &[f64]| -> Vec<u8> {
-            values.iter().flat_map(|v| v.to_le_bytes()).collect()
-        };
+        let le =
+            |values: &[f64]| -> Vec<u8> { values.iter().flat_map(|v| v.to_le_bytes()).collect() };
         let read = |total: u64, tail: &[f64]| {
             let mut ledger = total_only(total).unwrap();
             read_debt_shifts(&mut ledger, &le(tail)).map(|()| ledger)

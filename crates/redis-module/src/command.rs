@@ -12,7 +12,9 @@ use redis_module::{
     CallOptions, CallOptionsBuilder, CallReply, CallResult, Context, RedisError, RedisValue,
 };
 
-use crate::algorithms::{Encoded, MAX_LOG_UNITS, MAX_TAIL, Params, SHIFT_SIZE, Stored, StoredOf, StringState};
+use crate::algorithms::{
+    Encoded, MAX_LOG_UNITS, MAX_TAIL, Params, SHIFT_SIZE, Stored, StoredOf, StringState,
+};
 use crate::args::{Args, Op, split_op};
 use crate::lua::{self, show, show_bare};
 use crate::native;
@@ -200,7 +202,14 @@ pub(crate) fn string_command<A: StringState>(
                 }) =>
         {
             let raw = reading.read_in_place();
-            Some(decode_stored(&algorithm, key, raw, now, parsed.skew(), shifts)?)
+            Some(decode_stored(
+                &algorithm,
+                key,
+                raw,
+                now,
+                parsed.skew(),
+                shifts,
+            )?)
         }
         Some(reading) => {
             drop(reading);
@@ -318,12 +327,7 @@ impl<A: StringState> Write<'_, A> {
     /// there), followed by `kept` (the shifts' bytes a check read and put
     /// back as they were), with the TTL until it can be forgotten; or
     /// deletes the key when it can be forgotten at `at`, as the scripts do.
-    fn store(
-        &self,
-        stored: &mut StoredOf<A>,
-        kept: &Encoded,
-        at: u64,
-    ) -> Result<(), RedisError> {
+    fn store(&self, stored: &mut StoredOf<A>, kept: &Encoded, at: u64) -> Result<(), RedisError> {
         let forgettable = self.algorithm.forgettable_at(&stored.state, &stored.ledger);
         if forgettable <= at {
             if self.exists {

@@ -309,7 +309,10 @@ impl Memory {
             ledger: &Shifts,
         ) -> bool {
             algorithm.full_at(state) > MAX_END
-                || ledger.recent().iter().any(|shift| shift.position >= 1 << 53)
+                || ledger
+                    .recent()
+                    .iter()
+                    .any(|shift| shift.position >= 1 << 53)
         }
         let run = match kind {
             Kind::FixedWindow => boxed(FixedWindow::new(quota), false, false, |_, c, _| {
