@@ -234,7 +234,9 @@ local function shifts_out_of_range(recent)
 end
 
 -- `Shifts::moved`: how far the shifts made since `mark` moved an admission at
--- `position`: exactly, for those in `recent`; the whole of any older one. nil for a mark
+-- `position` (made at or before it: its own refund's too, so that a replayed stamp finds
+-- its end moved by what it gave): exactly, for those in `recent`; the whole of any older
+-- one. nil for a mark
 -- ahead of the total (a stamp of another incarnation of the key). `position` may be
 -- 2^53 or more (then inexact, but still above every stored position: the comparisons
 -- hold).
@@ -247,7 +249,7 @@ local function shifts_moved(total, recent, mark, position)
   for i = 1, n do
     local after = total
     if i < n then after = recent[i + 1][1] end
-    if recent[i][1] >= mark and recent[i][2] < position then
+    if recent[i][1] >= mark and recent[i][2] <= position then
       moved = moved + (after - recent[i][1])
     end
   end
