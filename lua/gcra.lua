@@ -1,7 +1,8 @@
 -- ratelab GCRA: mirrors `Gcra` (decide, stamp, settle, reset, forgettable_at) in
 -- crates/gcra/src/lib.rs exactly.
--- KEYS[1]  struct '<ddd': the theoretical arrival time (TAT), the ledger, and the latest
---          instant the key was written at, µs (24 bytes)
+-- KEYS[1]  struct '<ddd': the theoretical arrival time (TAT), the ledger's total, and the
+--          latest instant the key was written at, µs (24 bytes); then the ledger's recent
+--          shifts, 24 bytes each (see `read_shifts` in prologue.lua)
 -- ARGV[1]  protocol version     ARGV[2]  now, µs, or "" to read Redis TIME     ARGV[3]  cost
 -- ARGV[4]  TTL slack, ms (0 with Redis TIME)     ARGV[5]  deadline, Unix µs, or ""
 -- ARGV[6]  the operation: check, peek, settle:<actual>:<stamp_at>:<stamp_mark> or reset
@@ -16,9 +17,12 @@ if not (args_ok and #P == 3 and rate_ok(T, cap) and tau == cap * T and fits(cap)
   return redis.error_reply('ratelab gcra: invalid arguments')
 end
 
-local raw, err = read_string('gcra', 24)
+local raw, err = read_string('gcra', 24, true)
 if err then return err end
 local tat, ledger, latest = 0, 0, 0
+-- The ledger's recent shifts (read by a settlement or a reset), or their bytes as read
+-- (kept by a check).
+local recent, kept = {}, ''
 -- The key holds something a receipt could still claim.
 local held = false
 -- Once a settlement moved other admissions (a ledger), the key is kept a tolerance
@@ -36,9 +40,15 @@ if raw then
   if latest > now + skew then
     return corrupt('gcra', string.format('written at %d, after now', latest))
   end
+  if op == 'settle' or op == 'reset' then
+    recent, err = read_shifts('gcra', raw, 24, ledger)
+    if err then return err end
+  elseif #raw > 24 then
+    kept = raw:sub(25)
+  end
   -- Nothing it holds can still be claimed: a key never seen.
   held = forgettable_at() > now
-  if not held then tat, ledger, latest = 0, 0, 0 end
+  if not held then tat, ledger, latest, recent, kept = 0, 0, 0, {}, '' end
 end
 -- What a request of `c` at `t` gets (cost 0 always passes); the TAT after it.
 local function decide(t, c)
@@ -58,8 +68,8 @@ local function store(at)
     return
   end
   latest = math.max(latest, at)
-  redis.call('SET', KEYS[1], struct.pack('<ddd', tat, ledger, latest), 'PX',
-    ttl(forgettable_at()))
+  redis.call('SET', KEYS[1], struct.pack('<ddd', tat, ledger, latest) .. shifts_tail(kept, recent),
+    'PX', ttl(forgettable_at()))
 end
 
 if op == 'check' or op == 'peek' then
@@ -77,23 +87,26 @@ if op == 'settle' then
   local at = math.max(now, latest)
   if actual < cost then
     local back
-    back, ledger = debt_release(tat, ledger, at, (cost - actual) * T)
+    back, ledger = debt_release(tat, ledger, recent, at, (cost - actual) * T, tau)
     tat = tat - back
   elseif actual > cost then
     -- Debt beyond the tolerance: later requests wait it out.
     tat = math.max(tat, at) + (actual - cost) * T
   end
   -- Nothing left that a receipt could claim: a key never seen.
-  if forgettable_at() <= at then tat, ledger = 0, 0 end
+  if forgettable_at() <= at then tat, ledger, recent = 0, 0, {} end
   if tat > MAX_END then
     return out_of_range('gcra', string.format('debt until %d, past 2^52 + 2^51', tat))
+  end
+  if shifts_out_of_range(recent) then
+    return out_of_range('gcra', "a shift's position at 2^53 or past")
   end
   store(at)
   return (decide(at, 0))
 end
 -- reset: only a key that holds something a receipt could still claim keeps a tombstone.
 if held then
-  ledger = debt_reset_ledger(tat, ledger, now)
+  ledger = debt_reset(tat, ledger, recent, now, tau)
   tat = now
 end
 store(now)

@@ -1,7 +1,8 @@
 -- ratelab leaky bucket (queue): mirrors `LeakyQueue` (decide, stamp, settle, reset,
 -- forgettable_at) in crates/leaky-bucket/src/queue.rs.
--- KEYS[1]  struct '<ddd': the next free slot, the ledger, and the latest instant the key
---          was written at, µs (24 bytes)
+-- KEYS[1]  struct '<ddd': the next free slot, the ledger's total, and the latest instant
+--          the key was written at, µs (24 bytes); then the ledger's recent shifts, 24
+--          bytes each (see `read_shifts` in prologue.lua)
 -- ARGV[1]  protocol version     ARGV[2]  now, µs, or "" to read Redis TIME     ARGV[3]  cost
 -- ARGV[4]  TTL slack, ms (0 with Redis TIME)     ARGV[5]  deadline, Unix µs, or ""
 -- ARGV[6]  the operation: check, peek, settle:<actual>:<stamp_at>:<stamp_mark> or reset
@@ -16,9 +17,12 @@ if not (args_ok and #P == 3 and rate_ok(T, cap) and depth == cap * T and fits(ca
   return redis.error_reply('ratelab leaky-queue: invalid arguments')
 end
 
-local raw, err = read_string('leaky-queue', 24)
+local raw, err = read_string('leaky-queue', 24, true)
 if err then return err end
 local slot, ledger, latest = 0, 0, 0
+-- The ledger's recent shifts (read by a settlement or a reset), or their bytes as read
+-- (kept by a check).
+local recent, kept = {}, ''
 -- The key holds something a receipt could still claim.
 local held = false
 -- A ledger keeps the key a depth longer (as GCRA's).
@@ -35,8 +39,14 @@ if raw then
   if latest > now + skew then
     return corrupt('leaky-queue', string.format('written at %d, after now', latest))
   end
+  if op == 'settle' or op == 'reset' then
+    recent, err = read_shifts('leaky-queue', raw, 24, ledger)
+    if err then return err end
+  elseif #raw > 24 then
+    kept = raw:sub(25)
+  end
   held = forgettable_at() > now
-  if not held then slot, ledger, latest = 0, 0, 0 end
+  if not held then slot, ledger, latest, recent, kept = 0, 0, 0, {}, '' end
 end
 -- What a request of `c` at `t` gets (cost 0 always passes); the next free slot after it.
 local function decide(t, c)
@@ -58,8 +68,8 @@ local function store(at)
     return
   end
   latest = math.max(latest, at)
-  redis.call('SET', KEYS[1], struct.pack('<ddd', slot, ledger, latest), 'PX',
-    ttl(forgettable_at()))
+  redis.call('SET', KEYS[1], struct.pack('<ddd', slot, ledger, latest) .. shifts_tail(kept, recent),
+    'PX', ttl(forgettable_at()))
 end
 
 if op == 'check' or op == 'peek' then
@@ -78,22 +88,25 @@ if op == 'settle' then
     -- The slots the admission did not use, as far as they are still ahead: every later
     -- slot moves up with them.
     local back
-    back, ledger = debt_release(slot, ledger, at, (cost - actual) * T)
+    back, ledger = debt_release(slot, ledger, recent, at, (cost - actual) * T, depth)
     slot = slot - back
   elseif actual > cost then
     slot = math.max(slot, at) + (actual - cost) * T
   end
   -- Nothing left that a receipt could claim: a key never seen.
-  if forgettable_at() <= at then slot, ledger = 0, 0 end
+  if forgettable_at() <= at then slot, ledger, recent = 0, 0, {} end
   if slot > MAX_END then
     return out_of_range('leaky-queue', string.format('debt until %d, past 2^52 + 2^51', slot))
+  end
+  if shifts_out_of_range(recent) then
+    return out_of_range('leaky-queue', "a shift's position at 2^53 or past")
   end
   store(at)
   return (decide(at, 0))
 end
 -- reset: only a key that holds something a receipt could still claim keeps a tombstone.
 if held then
-  ledger = debt_reset_ledger(slot, ledger, now)
+  ledger = debt_reset(slot, ledger, recent, now, depth)
   slot = now
 end
 store(now)

@@ -158,14 +158,23 @@ local function stored(x)
   return x ~= nil and x == x and x >= 0 and x % 1 == 0 and x < 9007199254740992
 end
 -- The key's string value (false when there is none), or an error reply when the
--- key holds another type or a string not `size` bytes long.
-local function read_string(algorithm, size)
+-- key holds another type or a string of another size: `size` bytes, or for a debt
+-- (`shifts` true) `size` bytes followed by 0 to 64 shifts of 24 bytes.
+local MAX_RECENT_SHIFTS = 64
+local function read_string(algorithm, size, shifts)
   local raw = redis.pcall('GET', KEYS[1])
   if type(raw) == 'table' and raw.err then
     return nil, corrupt(algorithm, 'a ' .. redis.call('TYPE', KEYS[1]).ok .. ', not a string')
   end
   if raw and #raw ~= size then
-    return nil, corrupt(algorithm, string.format('%d bytes, not %d: %s', #raw, size, show(raw)))
+    local tail = #raw - size
+    if not shifts then
+      return nil, corrupt(algorithm, string.format('%d bytes, not %d: %s', #raw, size, show(raw)))
+    end
+    if tail < 0 or tail % 24 ~= 0 or tail > 24 * MAX_RECENT_SHIFTS then
+      return nil, corrupt(algorithm, string.format('%d bytes, not %d plus 24 per shift, up to 64: %s',
+        #raw, size, show(raw)))
+    end
   end
   return raw
 end
@@ -175,30 +184,138 @@ local function ttl(at)
   return math.ceil((at - now) / 1000) + slack
 end
 
--- The debts' rule (`debt_release` and `debt_reset_ledger` in crates/core/src/receipt.rs):
--- what a settlement deciding at `at_now` gives back, in µs of debt, of an admission
--- stamped (stamp_at, stamp_mark) that would give back `unused` µs, on a state full
--- again at `full_at`; and the ledger after. Nothing for a stamp of another incarnation
--- of the key (the ledger behind its mark), an end that has passed, or an end later than
--- the state's (a replay of the last admission). Giving back from any admission but the
--- last moves those after it: the ledger grows by what was given.
-local function debt_release(full_at, ledger, at_now, unused)
-  if ledger >= LEDGER_CEILING or ledger < stamp_mark then return 0, ledger end
-  local e = stamp_at - (ledger - stamp_mark)
+-- A debt's ledger (`Shifts` in crates/core/src/receipt.rs): its total, what a stamp's
+-- mark holds, kept in the state; and its most recent shifts (at most 64, oldest first),
+-- stored after the state, 24 bytes each (struct '<ddd'), read here as a list `recent` of
+-- {before, position, at}: a refund of an admission other than the last, or a reset,
+-- moved every admission after `position` earlier by the next shift's `before` (or the
+-- total) less this one's, at the instant `at`. A reset's position is 0. Only a
+-- settlement or a reset reads them; a check writes their bytes back as they were.
+--
+-- The shifts stored after the first `size` bytes of a debt's `raw` state, checked as
+-- `Shifts::from_parts` accepts them against the ledger's `total` (each number an
+-- integer below 2^53, each `before` below the next one's, the last one's below the
+-- total): the list, or nil and the error reply.
+local function read_shifts(algorithm, raw, size, total)
+  local recent = {}
+  local n = (#raw - size) / 24
+  for i = 1, n do
+    local before, position, at = struct.unpack('<ddd', raw, size + 24 * (i - 1) + 1)
+    if not (stored(before) and stored(position) and stored(at)) then
+      return nil, corrupt(algorithm, string.format('shift %d of %d: before %s, position %s, at %s',
+        i, n, tostring(before), tostring(position), tostring(at)))
+    end
+    if i > 1 and recent[i - 1][1] >= before then
+      return nil, corrupt(algorithm, string.format('shift %d of %d: before %d, not below %d',
+        i - 1, n, recent[i - 1][1], before))
+    end
+    recent[i] = {before, position, at}
+  end
+  if n > 0 and recent[n][1] >= total then
+    return nil, corrupt(algorithm, string.format('shift %d of %d: before %d, not below %d',
+      n, n, recent[n][1], total))
+  end
+  return recent
+end
+-- What follows a debt's state when it is written: the shifts a settlement or a reset
+-- read (and changed), or the bytes a check read after the state, as they were (`kept`).
+local function shifts_tail(kept, recent)
+  if #recent == 0 then return kept end
+  local parts = {}
+  for i = 1, #recent do
+    parts[i] = struct.pack('<ddd', recent[i][1], recent[i][2], recent[i][3])
+  end
+  return table.concat(parts)
+end
+-- A shift recorded at a position no double holds exactly (a stamp's at + mark from 2^53
+-- up, reachable only near the ceilings) cannot be stored: out of range.
+local function shifts_out_of_range(recent)
+  return #recent > 0 and recent[#recent][2] >= 9007199254740992
+end
+
+-- `Shifts::moved`: how far the shifts made since `mark` moved an admission at
+-- `position` (made at or before it: its own refund's too, so that a replayed stamp finds
+-- its end moved by what it gave): exactly, for those in `recent`; the whole of any older
+-- one. nil for a mark
+-- ahead of the total (a stamp of another incarnation of the key). `position` may be
+-- 2^53 or more (then inexact, but still above every stored position: the comparisons
+-- hold).
+local function shifts_moved(total, recent, mark, position)
+  if mark > total then return nil end
+  local n = #recent
+  local covered = total
+  if n > 0 then covered = recent[1][1] end
+  local moved = math.max(0, covered - mark)
+  for i = 1, n do
+    local after = total
+    if i < n then after = recent[i + 1][1] end
+    if recent[i][1] >= mark and recent[i][2] <= position then
+      moved = moved + (after - recent[i][1])
+    end
+  end
+  return moved
+end
+-- `Shifts::record`: records a shift of `amount` at `position`, at `at`, dropping the
+-- oldest of 64; the new total, or nil (nothing recorded) when it would reach the
+-- ceiling.
+local function shifts_record(total, recent, position, at, amount)
+  if total + amount >= LEDGER_CEILING then return nil end
+  if #recent == MAX_RECENT_SHIFTS then table.remove(recent, 1) end
+  recent[#recent + 1] = {total, position, at}
+  return total + amount
+end
+-- `Shifts::expire`: forgets the shifts no outstanding admission can have been moved
+-- by: all of them when the state is full again at `full_at <= at_now`; otherwise those
+-- made a `tolerance` ago or more (every admission before them has ended by then).
+local function shifts_expire(recent, full_at, at_now, tolerance)
+  local n = #recent
+  local old = n
+  if full_at > at_now then
+    old = 0
+    while old < n and recent[old + 1][3] + tolerance <= at_now do old = old + 1 end
+  end
+  if old == 0 then return end
+  for i = 1, n do recent[i] = recent[i + old] end
+end
+
+-- The debts' rule (`debt_release` in crates/core/src/receipt.rs): what a settlement
+-- deciding at `at_now` gives back, in µs of debt, of an admission stamped (stamp_at,
+-- stamp_mark) that would give back `unused` µs, on a state full again at `full_at` whose
+-- admissions end at most `tolerance` after their instant; and the ledger's total after
+-- (`recent` changes in place). First the shifts older than the tolerance are forgotten.
+-- Nothing at the ceiling, for a stamp of another incarnation of the key (the total
+-- behind its mark), an end that has passed, or an end later than the state's (a replay
+-- of the last admission). The admission's end is its stamp less the shifts made since
+-- its mark before its position (`stamp_at + stamp_mark`). Giving back from any
+-- admission but the last moves those after it: a shift is recorded there.
+local function debt_release(full_at, ledger, recent, at_now, unused, tolerance)
+  shifts_expire(recent, full_at, at_now, tolerance)
+  if ledger >= LEDGER_CEILING then return 0, ledger end
+  local position = stamp_at + stamp_mark
+  local moved = shifts_moved(ledger, recent, stamp_mark, position)
+  if moved == nil then return 0, ledger end
+  local e = stamp_at - moved
   if e <= at_now or e > full_at then return 0, ledger end
   local back = math.min(unused, e - at_now)
   if e ~= full_at then
     -- A shift the ledger cannot record: nothing given.
-    if ledger + back >= LEDGER_CEILING then return 0, ledger end
-    ledger = ledger + back
+    local total = shifts_record(ledger, recent, position, at_now, back)
+    if total == nil then return 0, ledger end
+    ledger = total
   end
   return back, ledger
 end
--- The ledger after a reset at `at_now` of a state full again at `full_at`: past the end
--- of every admission still outstanding; unchanged when none can be.
-local function debt_reset_ledger(full_at, ledger, at_now)
-  if ledger == 0 and full_at <= at_now then return 0 end
-  local grow = full_at - at_now
-  if grow < 0 then grow = 0 end
-  return math.min(ledger + grow + 1, LEDGER_CEILING)
+-- `debt_reset`: the ledger's total after a reset at `at_now` of a state full again at
+-- `full_at` (`recent` changes in place): a shift at position 0 past the end of every
+-- admission still outstanding; unchanged when none can be; at the ceiling, with no
+-- recent shifts, when the shift cannot be recorded.
+local function debt_reset(full_at, ledger, recent, at_now, tolerance)
+  shifts_expire(recent, full_at, at_now, tolerance)
+  if ledger == 0 and #recent == 0 and full_at <= at_now then return 0 end
+  local total = shifts_record(ledger, recent, 0, at_now, math.max(0, full_at - at_now) + 1)
+  if total == nil then
+    for i = #recent, 1, -1 do recent[i] = nil end
+    return LEDGER_CEILING
+  end
+  return total
 end

@@ -1,7 +1,9 @@
 -- ratelab token bucket: mirrors `TokenBucket` (decide, stamp, settle, reset,
 -- forgettable_at) in crates/token-bucket/src/lib.rs.
 -- KEYS[1]  struct '<Iddd': whole tokens (a 4-byte integer), the instant they were counted,
---          the ledger, and the latest instant the key was written at, µs (28 bytes)
+--          the ledger's total, and the latest instant the key was written at, µs (28
+--          bytes); then the ledger's recent shifts, 24 bytes each (see `read_shifts` in
+--          prologue.lua)
 -- ARGV[1]  protocol version     ARGV[2]  now, µs, or "" to read Redis TIME     ARGV[3]  cost
 -- ARGV[4]  TTL slack, ms (0 with Redis TIME)     ARGV[5]  deadline, Unix µs, or ""
 -- ARGV[6]  the operation: check, peek, settle:<actual>:<stamp_at>:<stamp_mark> or reset
@@ -17,6 +19,9 @@ if not (args_ok and #P == 2 and rate_ok(T, cap) and fits(cap)) then
 end
 
 local tokens, last, ledger, latest = cap, 0, 0, 0
+-- The ledger's recent shifts (read by a settlement or a reset), or their bytes as read
+-- (kept by a check).
+local recent, kept = {}, ''
 -- The key holds something a receipt could still claim.
 local held = false
 -- The instant the bucket holds `n` tokens, given what it holds.
@@ -28,7 +33,7 @@ local function forgettable_at()
   if ledger == 0 then return when_holding(cap) end
   return when_holding(cap) + cap * T
 end
-local raw, err = read_string('token-bucket', 28)
+local raw, err = read_string('token-bucket', 28, true)
 if err then return err end
 if raw then
   tokens, last, ledger, latest = struct.unpack('<Iddd', raw)
@@ -40,8 +45,14 @@ if raw then
   if latest > now + skew then
     return corrupt('token-bucket', string.format('written at %d, after now', latest))
   end
+  if op == 'settle' or op == 'reset' then
+    recent, err = read_shifts('token-bucket', raw, 28, ledger)
+    if err then return err end
+  elseif #raw > 28 then
+    kept = raw:sub(29)
+  end
   held = forgettable_at() > now
-  if not held then tokens, last, ledger, latest = cap, 0, 0, 0 end
+  if not held then tokens, last, ledger, latest, recent, kept = cap, 0, 0, 0, {}, '' end
 end
 -- Adds the whole tokens that arrived by `t`, keeping the fraction of the next one as time
 -- since `last`; a clock that went back (or a `last` a settlement put ahead) adds none.
@@ -91,8 +102,8 @@ local function store(t)
     return
   end
   latest = math.max(latest, t)
-  redis.call('SET', KEYS[1], struct.pack('<Iddd', tokens, last, ledger, latest), 'PX',
-    ttl(forgettable_at()))
+  redis.call('SET', KEYS[1], struct.pack('<Iddd', tokens, last, ledger, latest)
+    .. shifts_tail(kept, recent), 'PX', ttl(forgettable_at()))
 end
 
 if op == 'check' or op == 'peek' then
@@ -111,24 +122,27 @@ if op == 'settle' then
   if actual < cost then
     -- Full sooner by what the admission still holds.
     local back
-    back, ledger = debt_release(full_at, ledger, t, (cost - actual) * T)
+    back, ledger = debt_release(full_at, ledger, recent, t, (cost - actual) * T, cap * T)
     set_full_at(full_at - back, t)
   elseif actual > cost then
     -- Past empty if need be: debt that later requests wait out.
     set_full_at(math.max(full_at, t) + (actual - cost) * T, t)
   end
   -- Nothing left that a receipt could claim: a key never seen.
-  if forgettable_at() <= t then tokens, last, ledger = cap, 0, 0 end
+  if forgettable_at() <= t then tokens, last, ledger, recent = cap, 0, 0, {} end
   if when_holding(cap) > MAX_END then
     return out_of_range('token-bucket', string.format('debt until %d, past 2^52 + 2^51',
       when_holding(cap)))
+  end
+  if shifts_out_of_range(recent) then
+    return out_of_range('token-bucket', "a shift's position at 2^53 or past")
   end
   store(t)
   return (decide(t, 0))
 end
 -- reset: only a key that holds something a receipt could still claim keeps a tombstone.
 if held then
-  ledger = debt_reset_ledger(when_holding(cap), ledger, now)
+  ledger = debt_reset(when_holding(cap), ledger, recent, now, cap * T)
   set_full_at(now, now)
 end
 store(now)

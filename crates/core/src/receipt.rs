@@ -312,7 +312,14 @@ pub struct Shift {
 /// it earlier by what it gave back; one that was the last moves nothing. A
 /// stamp's `mark` is the total at its admission, so the shifts made since
 /// are those recorded from the mark on; of those, the ones made at a
-/// position before the admission's (`at + mark`) moved it. The most recent
+/// position before the admission's (`at + mark`) moved it, and one made at
+/// its own position is its own refund's: counted too, so that a replay of
+/// its stamp (on Redis, where a stamp is numbers) finds its end moved by
+/// what it gave. It changes nothing for receipts used once: two admissions
+/// outstanding on one incarnation of a key never share a position (each
+/// admission takes the key's `full_at + total` past every earlier one's,
+/// and only a refund of the last admission brings it back, to no less than
+/// it was before that admission). The most recent
 /// [`MAX_RECENT_SHIFTS`] are kept one by one (exact); older ones count
 /// against every admission (see [`Receipt`]'s docs).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
@@ -352,8 +359,8 @@ impl Shifts {
     }
 
     /// How far the shifts made since `mark` moved an admission at
-    /// `position`: exactly, for those still recorded one by one; the whole
-    /// of any older one. `None` for a mark ahead of the total (a stamp of
+    /// `position` (made at or before it): exactly, for those still recorded
+    /// one by one; the whole of any older one. `None` for a mark ahead of the total (a stamp of
     /// another incarnation of the key).
     fn moved(&self, mark: u64, position: u64) -> Option<u64> {
         if mark > self.total {
@@ -363,7 +370,7 @@ impl Shifts {
         let mut moved = covered.saturating_sub(mark);
         for (i, shift) in self.recent.iter().enumerate() {
             let after = self.recent.get(i + 1).map_or(self.total, |s| s.before);
-            if shift.before >= mark && shift.position < position {
+            if shift.before >= mark && shift.position <= position {
                 moved += after - shift.before;
             }
         }
@@ -522,6 +529,22 @@ mod tests {
             debt_release(10, &mut ledger, 0, stamp(30, 0), 10, TOLERANCE),
             10
         );
+    }
+
+    #[test]
+    fn a_replayed_stamp_is_moved_by_what_it_gave() {
+        // Ten admissions of 10 ending at 10, 20, ... 100 (marks 0): the
+        // third's stamp, replayed, gives back what remains of its end beyond
+        // now (30) in all, as each replay moves it by its own shift.
+        let mut ledger = Shifts::default();
+        let mut full_at = 100;
+        let mut given = 0;
+        for _ in 0..50 {
+            let back = debt_release(full_at, &mut ledger, 0, stamp(30, 0), 10, TOLERANCE);
+            full_at -= back;
+            given += back;
+        }
+        assert_eq!((given, full_at), (30, 70));
     }
 
     #[test]

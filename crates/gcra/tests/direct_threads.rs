@@ -83,7 +83,10 @@ fn refunds_in_any_order_give_back_exactly() {
                 .collect();
             let mut remaining = 0;
             for &i in &order {
-                remaining = limiter.refund(receipts[i].take().unwrap()).unwrap().remaining;
+                remaining = limiter
+                    .refund(receipts[i].take().unwrap())
+                    .unwrap()
+                    .remaining;
             }
             assert_eq!(remaining, 80, "{order:?}");
         }

@@ -158,6 +158,106 @@ fn with_a_burst_of_ten_the_pattern_keeps_the_bound() {
     }
 }
 
+/// The debts, the algorithms whose ledger records shifts.
+const DEBTS: [AlgorithmKind; 4] = [
+    AlgorithmKind::Gcra,
+    AlgorithmKind::TokenBucket,
+    AlgorithmKind::LeakyMeter,
+    AlgorithmKind::LeakyQueue,
+];
+
+/// The case the single-total ledger failed on Redis (and in memory): 1/s,
+/// burst 3, a, b and c admitted at one instant and refunded b first (it
+/// moves c, not a), then a, then c. Every shift since a's check counted
+/// against a, b's included, which did not move it: a's end looked passed
+/// and it gave nothing back, and c then ended after the key's end and gave
+/// nothing either. With the shifts' positions each gives back its second:
+/// the key ends full (remaining = burst, nothing to wait for).
+#[test]
+fn three_refunds_middle_first_give_back_exactly() {
+    let quota = Quota::per_second(1).unwrap().with_burst(3).unwrap();
+    for kind in DEBTS {
+        for backend in BACKENDS {
+            struct Run(ScriptBackend);
+            impl AlgorithmVisitor for Run {
+                type Output = ();
+                fn visit<A: KnownAlgorithm>(self, algorithm: A) {
+                    let clock = ManualClock::new();
+                    clock.set(1_000_000_000);
+                    let name = algorithm.name();
+                    let limiter = limiter(algorithm, self.0, &clock);
+                    let [a, b, c] = [0; 3].map(|_| admit(&limiter, b"k", 1));
+                    let after_b = block(limiter.refund(b)).unwrap();
+                    assert_eq!(after_b.remaining, 1, "{name} {:?}: b", self.0);
+                    let after_a = block(limiter.refund(a)).unwrap();
+                    assert_eq!(after_a.remaining, 2, "{name} {:?}: a", self.0);
+                    let after_c = block(limiter.refund(c)).unwrap();
+                    assert_eq!(after_c.remaining, 3, "{name} {:?}: c", self.0);
+                    assert_eq!(after_c.reset_after(), Duration::ZERO, "{name} {:?}", self.0);
+                    assert_eq!(fill(&limiter, b"k"), 3, "{name} {:?}", self.0);
+                }
+            }
+            kind.visit(quota, Run(backend));
+        }
+    }
+}
+
+/// Refunded in any order, every receipt gives back all it did not use
+/// (while no more than 64 refunds came between its check and its own):
+/// every order of 3 admissions of 2 units, and 20 shuffled orders of 40,
+/// on one key at an instant that does not move, 1/s with bursts of 80.
+/// The key ends full each time: remaining = burst.
+#[test]
+fn refunds_in_a_shuffled_order_give_back_exactly() {
+    let quota = Quota::per_second(1).unwrap().with_burst(80).unwrap();
+    let mut orders: Vec<Vec<usize>> = vec![
+        vec![0, 1, 2],
+        vec![0, 2, 1],
+        vec![1, 0, 2],
+        vec![1, 2, 0],
+        vec![2, 0, 1],
+        vec![2, 1, 0],
+    ];
+    let mut x = 0x2545_f491_4f6c_dd1du64;
+    for _ in 0..20 {
+        let mut order: Vec<usize> = (0..40).collect();
+        for i in (1..order.len()).rev() {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            order.swap(i, usize::try_from(x % (i as u64 + 1)).unwrap());
+        }
+        orders.push(order);
+    }
+    for kind in DEBTS {
+        for backend in BACKENDS {
+            struct Run<'a>(ScriptBackend, &'a [Vec<usize>]);
+            impl AlgorithmVisitor for Run<'_> {
+                type Output = ();
+                fn visit<A: KnownAlgorithm>(self, algorithm: A) {
+                    let clock = ManualClock::new();
+                    clock.set(1_000_000_000);
+                    let name = algorithm.name();
+                    let limiter = limiter(algorithm, self.0, &clock);
+                    for (n, order) in self.1.iter().enumerate() {
+                        let key = format!("k{n}");
+                        let mut receipts: Vec<Option<Receipt>> = (0..order.len())
+                            .map(|_| Some(admit(&limiter, key.as_bytes(), 2)))
+                            .collect();
+                        let mut remaining = 0;
+                        for &i in order {
+                            let receipt = receipts[i].take().unwrap();
+                            remaining = block(limiter.refund(receipt)).unwrap().remaining;
+                        }
+                        assert_eq!(remaining, 80, "{name} {:?}: {order:?}", self.0);
+                    }
+                }
+            }
+            kind.visit(quota, Run(backend, &orders));
+        }
+    }
+}
+
 /// Fifty admissions, each settled long after its debt was repaid (or its
 /// window ended): nothing comes back, whatever the algorithm.
 #[test]

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use ratelab_core::{Algorithm, LEDGER_CEILING, Quota};
+use ratelab_core::{Algorithm, MAX_RECENT_SHIFTS, Quota, Shift, Shifts};
 use ratelab_fixed_window::{Counter, FixedWindow};
 use ratelab_gcra::Gcra;
 use ratelab_leaky_bucket::{LeakyMeter, LeakyQueue, Level};
@@ -194,46 +194,73 @@ pub(crate) const MAX_END: u64 = (1 << 52) + (1 << 51);
 pub(crate) const MAX_COUNT: u64 = 1 << 36;
 /// A sliding log may hold this many units (one sorted-set member each).
 pub(crate) const MAX_LOG_UNITS: u64 = 100_000;
-/// A debt's ledger stops at [`LEDGER_CEILING`]: past it, a stored ledger is
-/// corrupt.
+/// A debt's ledger stops at [`LEDGER_CEILING`](ratelab_core::LEDGER_CEILING): past it, a stored ledger is
+/// corrupt (the algorithms never take it further).
+///
+/// A debt's recent shifts follow its state, 24 bytes each
+/// (`struct '<ddd'`: before, position, at), at most [`MAX_RECENT_SHIFTS`].
+pub(crate) const SHIFT_SIZE: usize = 24;
+/// The longest tail of shifts a debt's state may have.
+pub(crate) const MAX_TAIL: usize = SHIFT_SIZE * MAX_RECENT_SHIFTS;
+/// Numbers from 2^53 up are not exact in the scripts' doubles: a shift
+/// recorded at such a position (a stamp's `at + mark`) cannot be stored.
+const EXACT: u64 = 1 << 53;
 
 /// A key's state as stored: the algorithm's, its ledger (a debt's shifts,
 /// or a window's fence), and the latest instant it was written at (the
 /// debts that keep one beside their state; 0 for the others).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Stored<S> {
+pub(crate) struct Stored<S, L> {
     pub(crate) state: S,
-    pub(crate) ledger: u64,
+    pub(crate) ledger: L,
     pub(crate) latest: u64,
 }
+
+/// The state an algorithm keeps for a key, as stored.
+pub(crate) type StoredOf<A> = Stored<<A as Algorithm>::State, <A as Algorithm>::Ledger>;
 
 /// An algorithm whose state is one Redis string, in the encoding its script
 /// writes.
 pub(crate) trait StringState: Params {
-    /// The exact length of the stored string.
+    /// The length of the stored state: exact for a window; a debt's is
+    /// followed by 0 to [`MAX_RECENT_SHIFTS`] shifts of [`SHIFT_SIZE`]
+    /// bytes.
     const SIZE: usize;
 
     /// A debt (GCRA, token bucket, leaky meter and queue): a settlement
     /// decides at the latest instant the key was written at, if now is
-    /// earlier. The windows keep their window index instead.
+    /// earlier, and the ledger's recent shifts follow the state. The
+    /// windows keep their window index instead, and a fence.
     const DEBT: bool;
 
-    /// The state in `raw` (of [`StringState::SIZE`] bytes), or what is
-    /// wrong with it, worded as the script words it (`now` and `skew` bound
-    /// the instants it may hold).
-    fn decode(&self, raw: &[u8], now: u64, skew: u64) -> Result<Stored<Self::State>, String>;
+    /// The state in `raw` (the first [`StringState::SIZE`] bytes of the
+    /// string), with a ledger of its total only (a debt's shifts are read
+    /// by [`StringState::read_shifts`]), or what is wrong with it, worded as
+    /// the script words it (`now` and `skew` bound the instants it may
+    /// hold).
+    fn decode(&self, raw: &[u8], now: u64, skew: u64) -> Result<StoredOf<Self>, String>;
 
-    /// `stored` as the script writes it.
-    fn encode(&self, stored: &Stored<Self::State>) -> Encoded;
+    /// `stored` as the script writes it: the state, then a debt's recent
+    /// shifts.
+    fn encode(&self, stored: &StoredOf<Self>) -> Encoded;
+
+    /// Adds the shifts stored in `tail` (what follows the state: a whole
+    /// number of shifts, at most [`MAX_RECENT_SHIFTS`]) to `ledger`, a
+    /// total with none yet; or what is wrong with them, worded as the
+    /// script words it. Nothing to read for a window (its tail is empty).
+    fn read_shifts(&self, ledger: &mut Self::Ledger, tail: &[u8]) -> Result<(), String> {
+        let _ = (ledger, tail);
+        Ok(())
+    }
 
     /// The latest instant the key was written at.
-    fn latest(&self, stored: &Stored<Self::State>) -> u64 {
+    fn latest(&self, stored: &StoredOf<Self>) -> u64 {
         stored.latest
     }
 
     /// What is past a ceiling after a settlement or a reset, worded as the
     /// script words it.
-    fn out_of_range(&self, stored: &Stored<Self::State>) -> Option<String>;
+    fn out_of_range(&self, stored: &StoredOf<Self>) -> Option<String>;
 
     /// Whether a check of `cost` at `now` is admitted whatever the key
     /// holds, knowing only that no instant in it is later than `latest`
@@ -260,22 +287,34 @@ fn admits_at_latest<A: Algorithm<State = u64>>(
 }
 
 /// A state as a script writes it, on the stack: at most 32 bytes (four
-/// doubles).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// doubles), then a debt's tail of shifts.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Encoded {
-    bytes: [u8; 32],
+    bytes: [u8; 32 + MAX_TAIL],
     len: usize,
 }
 
 impl Encoded {
-    fn from_parts(parts: &[&[u8]]) -> Encoded {
-        let mut out = Encoded {
-            bytes: [0; 32],
+    /// Nothing yet.
+    pub(crate) fn new() -> Encoded {
+        Encoded {
+            bytes: [0; 32 + MAX_TAIL],
             len: 0,
-        };
+        }
+    }
+
+    /// Appends `part`: what fits in a state and its tail, no more (the
+    /// callers' lengths are bounded).
+    pub(crate) fn push(&mut self, part: &[u8]) {
+        let end = self.len + part.len();
+        self.bytes[self.len..end].copy_from_slice(part);
+        self.len = end;
+    }
+
+    fn from_parts(parts: &[&[u8]]) -> Encoded {
+        let mut out = Encoded::new();
         for part in parts {
-            out.bytes[out.len..out.len + part.len()].copy_from_slice(part);
-            out.len += part.len();
+            out.push(part);
         }
         out
     }
@@ -303,9 +342,9 @@ fn double(x: u64) -> f64 {
 }
 
 fn pack_doubles(values: &[u64]) -> Encoded {
-    let mut out = Encoded::from_parts(&[]);
+    let mut out = Encoded::new();
     for &v in values {
-        out = Encoded::from_parts(&[&out, &double(v).to_le_bytes()]);
+        out.push(&double(v).to_le_bytes());
     }
     out
 }
@@ -319,13 +358,82 @@ fn integers<const N: usize>(values: [f64; N]) -> Option<[u64; N]> {
     Some(out)
 }
 
+/// A debt's ledger of `total` with no shifts yet: `None` past the ceiling.
+fn total_only(total: u64) -> Option<Shifts> {
+    Shifts::from_parts(total, Vec::new())
+}
+
+/// `read_shifts` of the prologue: the shifts stored in `tail` (a whole
+/// number of them, at most [`MAX_RECENT_SHIFTS`]), oldest first, added to
+/// `ledger` (its total only so far), as `Shifts::from_parts` accepts them:
+/// each number an integer below 2^53, each `before` below the next one's,
+/// the last one's below the total. Checked in the script's order, so that
+/// the first fault found is the one named.
+fn read_debt_shifts(ledger: &mut Shifts, tail: &[u8]) -> Result<(), String> {
+    let n = tail.len() / SHIFT_SIZE;
+    let total = ledger.total();
+    let mut recent: Vec<Shift> = Vec::with_capacity(n);
+    for (i, raw) in tail.chunks_exact(SHIFT_SIZE).enumerate() {
+        let values: [f64; 3] = doubles(raw);
+        let Some([before, position, at]) = integers(values) else {
+            let [before, position, at] = values;
+            return Err(format!(
+                "shift {} of {n}: before {}, position {}, at {}",
+                i + 1,
+                tostring(before),
+                tostring(position),
+                tostring(at)
+            ));
+        };
+        if let Some(previous) = recent.last()
+            && previous.before >= before
+        {
+            return Err(format!(
+                "shift {i} of {n}: before {}, not below {before}",
+                previous.before
+            ));
+        }
+        recent.push(Shift {
+            before,
+            position,
+            at,
+        });
+    }
+    if let Some(last) = recent.last()
+        && last.before >= total
+    {
+        return Err(format!(
+            "shift {n} of {n}: before {}, not below {total}",
+            last.before
+        ));
+    }
+    *ledger =
+        Shifts::from_parts(total, recent).ok_or_else(|| format!("{n} shifts out of order"))?;
+    Ok(())
+}
+
+/// A debt's recent shifts, as the script writes them after its state.
+fn push_shifts(out: &mut Encoded, ledger: &Shifts) {
+    for shift in ledger.recent() {
+        for value in [shift.before, shift.position, shift.at] {
+            out.push(&double(value).to_le_bytes());
+        }
+    }
+}
+
 /// The three doubles of GCRA's and the leaky queue's state: the instant it
-/// is full again, the ledger, the latest instant written; `what` names the
-/// instant in the error message.
-fn decode_instant(raw: &[u8], now: u64, skew: u64, what: &str) -> Result<Stored<u64>, String> {
+/// is full again, the ledger's total, the latest instant written; `what`
+/// names the instant in the error message.
+fn decode_instant(
+    raw: &[u8],
+    now: u64,
+    skew: u64,
+    what: &str,
+) -> Result<Stored<u64, Shifts>, String> {
     let values: [f64; 3] = doubles(raw);
-    let Some([end, ledger, latest]) =
-        integers(values).filter(|[end, ledger, _]| *end <= MAX_END && *ledger <= LEDGER_CEILING)
+    let Some((end, ledger, latest)) = integers(values)
+        .filter(|[end, _, _]| *end <= MAX_END)
+        .and_then(|[end, total, latest]| Some((end, total_only(total)?, latest)))
     else {
         let [end, ledger, latest] = values;
         return Err(format!(
@@ -345,26 +453,48 @@ fn decode_instant(raw: &[u8], now: u64, skew: u64, what: &str) -> Result<Stored<
     })
 }
 
-/// What is past a ceiling in a debt's state that ends at `end`.
-fn debt_out_of_range(end: u64) -> Option<String> {
-    (end > MAX_END).then(|| format!("debt until {end}, past 2^52 + 2^51"))
+/// `stored` of GCRA or the leaky queue as the script writes it.
+fn encode_instant(stored: &Stored<u64, Shifts>) -> Encoded {
+    let mut out = pack_doubles(&[stored.state, stored.ledger.total(), stored.latest]);
+    push_shifts(&mut out, &stored.ledger);
+    out
+}
+
+/// What is past a ceiling in a debt's state that ends at `end`: the end
+/// itself, or a shift recorded at a position no double holds exactly (a
+/// stamp's `at + mark` from 2^53 up, which only ledgers grown by resets
+/// near the ceilings reach).
+fn debt_out_of_range(end: u64, ledger: &Shifts) -> Option<String> {
+    if end > MAX_END {
+        return Some(format!("debt until {end}, past 2^52 + 2^51"));
+    }
+    ledger
+        .recent()
+        .iter()
+        .any(|shift| shift.position >= EXACT)
+        .then(|| "a shift's position at 2^53 or past".to_owned())
 }
 
 impl StringState for Gcra {
-    /// `struct '<ddd'`: the TAT, the ledger, the latest instant written.
+    /// `struct '<ddd'`: the TAT, the ledger's total, the latest instant
+    /// written; then the ledger's recent shifts.
     const SIZE: usize = 24;
     const DEBT: bool = true;
 
-    fn decode(&self, raw: &[u8], now: u64, skew: u64) -> Result<Stored<u64>, String> {
+    fn decode(&self, raw: &[u8], now: u64, skew: u64) -> Result<Stored<u64, Shifts>, String> {
         decode_instant(raw, now, skew, "TAT")
     }
 
-    fn encode(&self, stored: &Stored<u64>) -> Encoded {
-        pack_doubles(&[stored.state, stored.ledger, stored.latest])
+    fn encode(&self, stored: &Stored<u64, Shifts>) -> Encoded {
+        encode_instant(stored)
     }
 
-    fn out_of_range(&self, stored: &Stored<u64>) -> Option<String> {
-        debt_out_of_range(stored.state)
+    fn read_shifts(&self, ledger: &mut Shifts, tail: &[u8]) -> Result<(), String> {
+        read_debt_shifts(ledger, tail)
+    }
+
+    fn out_of_range(&self, stored: &Stored<u64, Shifts>) -> Option<String> {
+        debt_out_of_range(stored.state, &stored.ledger)
     }
 
     fn admits_all_up_to(&self, latest: u64, now: u64, cost: u32) -> bool {
@@ -373,21 +503,25 @@ impl StringState for Gcra {
 }
 
 impl StringState for LeakyQueue {
-    /// `struct '<ddd'`: the next free slot, the ledger, the latest instant
-    /// written.
+    /// `struct '<ddd'`: the next free slot, the ledger's total, the latest
+    /// instant written; then the ledger's recent shifts.
     const SIZE: usize = 24;
     const DEBT: bool = true;
 
-    fn decode(&self, raw: &[u8], now: u64, skew: u64) -> Result<Stored<u64>, String> {
+    fn decode(&self, raw: &[u8], now: u64, skew: u64) -> Result<Stored<u64, Shifts>, String> {
         decode_instant(raw, now, skew, "next slot")
     }
 
-    fn encode(&self, stored: &Stored<u64>) -> Encoded {
-        pack_doubles(&[stored.state, stored.ledger, stored.latest])
+    fn encode(&self, stored: &Stored<u64, Shifts>) -> Encoded {
+        encode_instant(stored)
     }
 
-    fn out_of_range(&self, stored: &Stored<u64>) -> Option<String> {
-        debt_out_of_range(stored.state)
+    fn read_shifts(&self, ledger: &mut Shifts, tail: &[u8]) -> Result<(), String> {
+        read_debt_shifts(ledger, tail)
+    }
+
+    fn out_of_range(&self, stored: &Stored<u64, Shifts>) -> Option<String> {
+        debt_out_of_range(stored.state, &stored.ledger)
     }
 
     fn admits_all_up_to(&self, latest: u64, now: u64, cost: u32) -> bool {
@@ -397,11 +531,12 @@ impl StringState for LeakyQueue {
 
 impl StringState for TokenBucket {
     /// `struct '<Iddd'`: whole tokens as a 4-byte integer, the instant they
-    /// were counted, the ledger and the latest instant written, as doubles.
+    /// were counted, the ledger's total and the latest instant written, as
+    /// doubles; then the ledger's recent shifts.
     const SIZE: usize = 28;
     const DEBT: bool = true;
 
-    fn decode(&self, raw: &[u8], now: u64, skew: u64) -> Result<Stored<Bucket>, String> {
+    fn decode(&self, raw: &[u8], now: u64, skew: u64) -> Result<Stored<Bucket, Shifts>, String> {
         let tokens = u64::from(u32::from_le_bytes(raw[..4].try_into().expect("four bytes")));
         let values: [f64; 3] = doubles(&raw[4..]);
         let capacity = self.capacity();
@@ -409,9 +544,10 @@ impl StringState for TokenBucket {
             u128::from(last)
                 + u128::from(capacity.saturating_sub(tokens)) * u128::from(self.interval_micros())
         };
-        let Some([last, ledger, latest]) = integers(values).filter(|[last, ledger, _]| {
-            tokens <= capacity && full_at(*last) <= u128::from(MAX_END) && *ledger <= LEDGER_CEILING
-        }) else {
+        let Some((last, ledger, latest)) = integers(values)
+            .filter(|[last, _, _]| tokens <= capacity && full_at(*last) <= u128::from(MAX_END))
+            .and_then(|[last, total, latest]| Some((last, total_only(total)?, latest)))
+        else {
             let [last, ledger, latest] = values;
             return Err(format!(
                 "{} tokens of {capacity}, at {}, ledger {}, written at {}",
@@ -431,33 +567,41 @@ impl StringState for TokenBucket {
         })
     }
 
-    fn encode(&self, stored: &Stored<Bucket>) -> Encoded {
+    fn encode(&self, stored: &Stored<Bucket, Shifts>) -> Encoded {
         let bucket = &stored.state;
         let tokens = u32::try_from(bucket.tokens()).expect("at most the capacity, a u32");
-        Encoded::from_parts(&[
+        let mut out = Encoded::from_parts(&[
             &tokens.to_le_bytes(),
             &double(bucket.last()).to_le_bytes(),
-            &double(stored.ledger).to_le_bytes(),
+            &double(stored.ledger.total()).to_le_bytes(),
             &double(stored.latest).to_le_bytes(),
-        ])
+        ]);
+        push_shifts(&mut out, &stored.ledger);
+        out
     }
 
-    fn out_of_range(&self, stored: &Stored<Bucket>) -> Option<String> {
-        debt_out_of_range(self.full_at(&stored.state))
+    fn read_shifts(&self, ledger: &mut Shifts, tail: &[u8]) -> Result<(), String> {
+        read_debt_shifts(ledger, tail)
+    }
+
+    fn out_of_range(&self, stored: &Stored<Bucket, Shifts>) -> Option<String> {
+        debt_out_of_range(self.full_at(&stored.state), &stored.ledger)
     }
 }
 
 impl StringState for LeakyMeter {
     /// `struct '<ddd'`: µs of draining left, the instant it was measured
-    /// (the latest instant written), the ledger.
+    /// (the latest instant written), the ledger's total; then the ledger's
+    /// recent shifts.
     const SIZE: usize = 24;
     const DEBT: bool = true;
 
-    fn decode(&self, raw: &[u8], now: u64, skew: u64) -> Result<Stored<Level>, String> {
+    fn decode(&self, raw: &[u8], now: u64, skew: u64) -> Result<Stored<Level, Shifts>, String> {
         let values = doubles(raw);
-        let Some([water, at, ledger]) = integers(values).filter(|[water, at, ledger]| {
-            u128::from(*at) + u128::from(*water) <= u128::from(MAX_END) && *ledger <= LEDGER_CEILING
-        }) else {
+        let Some((water, at, ledger)) = integers(values)
+            .filter(|[water, at, _]| u128::from(*at) + u128::from(*water) <= u128::from(MAX_END))
+            .and_then(|[water, at, total]| Some((water, at, total_only(total)?)))
+        else {
             let [water, at, ledger] = values;
             return Err(format!(
                 "level {}, at {}, ledger {}",
@@ -476,18 +620,24 @@ impl StringState for LeakyMeter {
         })
     }
 
-    fn encode(&self, stored: &Stored<Level>) -> Encoded {
+    fn encode(&self, stored: &Stored<Level, Shifts>) -> Encoded {
         let level = &stored.state;
-        pack_doubles(&[level.water(), level.at(), stored.ledger])
+        let mut out = pack_doubles(&[level.water(), level.at(), stored.ledger.total()]);
+        push_shifts(&mut out, &stored.ledger);
+        out
+    }
+
+    fn read_shifts(&self, ledger: &mut Shifts, tail: &[u8]) -> Result<(), String> {
+        read_debt_shifts(ledger, tail)
     }
 
     /// The level's own instant.
-    fn latest(&self, stored: &Stored<Level>) -> u64 {
+    fn latest(&self, stored: &Stored<Level, Shifts>) -> u64 {
         stored.state.at()
     }
 
-    fn out_of_range(&self, stored: &Stored<Level>) -> Option<String> {
-        debt_out_of_range(self.full_at(&stored.state))
+    fn out_of_range(&self, stored: &Stored<Level, Shifts>) -> Option<String> {
+        debt_out_of_range(self.full_at(&stored.state), &stored.ledger)
     }
 }
 
@@ -502,7 +652,7 @@ impl StringState for FixedWindow {
     const SIZE: usize = 24;
     const DEBT: bool = false;
 
-    fn decode(&self, raw: &[u8], now: u64, skew: u64) -> Result<Stored<Counter>, String> {
+    fn decode(&self, raw: &[u8], now: u64, skew: u64) -> Result<Stored<Counter, u64>, String> {
         let values = doubles(raw);
         let Some([index, count, fence]) = integers(values)
             .filter(|[index, count, fence]| *count <= MAX_COUNT && *fence <= index + 1)
@@ -525,12 +675,12 @@ impl StringState for FixedWindow {
         })
     }
 
-    fn encode(&self, stored: &Stored<Counter>) -> Encoded {
+    fn encode(&self, stored: &Stored<Counter, u64>) -> Encoded {
         let counter = &stored.state;
         pack_doubles(&[counter.index(), counter.count(), stored.ledger])
     }
 
-    fn out_of_range(&self, stored: &Stored<Counter>) -> Option<String> {
+    fn out_of_range(&self, stored: &Stored<Counter, u64>) -> Option<String> {
         let count = stored.state.count();
         (count > MAX_COUNT).then(|| format!("{count} units in a window, past 2^36"))
     }
@@ -542,7 +692,7 @@ impl StringState for SlidingCounter {
     const SIZE: usize = 32;
     const DEBT: bool = false;
 
-    fn decode(&self, raw: &[u8], now: u64, skew: u64) -> Result<Stored<Windows>, String> {
+    fn decode(&self, raw: &[u8], now: u64, skew: u64) -> Result<Stored<Windows, u64>, String> {
         let values = doubles(raw);
         let Some([index, previous, current, fence]) =
             integers(values).filter(|[index, previous, current, fence]| {
@@ -568,7 +718,7 @@ impl StringState for SlidingCounter {
         })
     }
 
-    fn encode(&self, stored: &Stored<Windows>) -> Encoded {
+    fn encode(&self, stored: &Stored<Windows, u64>) -> Encoded {
         let windows = &stored.state;
         pack_doubles(&[
             windows.index(),
@@ -578,7 +728,7 @@ impl StringState for SlidingCounter {
         ])
     }
 
-    fn out_of_range(&self, stored: &Stored<Windows>) -> Option<String> {
+    fn out_of_range(&self, stored: &Stored<Windows, u64>) -> Option<String> {
         let current = stored.state.current();
         (current > MAX_COUNT).then(|| format!("{current} units in a window, past 2^36"))
     }
@@ -658,6 +808,32 @@ mod tests {
         Args::parse(&argv).unwrap()
     }
 
+    /// A ledger of `total` with these shifts (before, position, at).
+    fn shifts(total: u64, recent: &[(u64, u64, u64)]) -> Shifts {
+        let recent = recent
+            .iter()
+            .map(|&(before, position, at)| Shift {
+                before,
+                position,
+                at,
+            })
+            .collect();
+        Shifts::from_parts(total, recent).expect("well ordered")
+    }
+
+    /// `stored` encoded, decoded back: its state, then its shifts.
+    fn round_trip<A: StringState>(
+        algorithm: &A,
+        stored: &StoredOf<A>,
+        now: u64,
+    ) -> Result<StoredOf<A>, String> {
+        let raw = algorithm.encode(stored);
+        let (state, tail) = raw.split_at(A::SIZE);
+        let mut back = algorithm.decode(state, now, 0)?;
+        algorithm.read_shifts(&mut back.ledger, tail)?;
+        Ok(back)
+    }
+
     #[test]
     fn states_round_trip_through_the_scripts_encodings() {
         let quota = Quota::per_second(5).unwrap().with_burst(10).unwrap();
@@ -665,31 +841,46 @@ mod tests {
         let tb = TokenBucket::new(quota);
         let bucket = Stored {
             state: Bucket::from_parts(7, now - 5),
-            ledger: 9,
+            ledger: shifts(9, &[]),
             latest: now,
         };
         let raw = tb.encode(&bucket);
         assert_eq!(raw.len(), TokenBucket::SIZE);
-        assert_eq!(tb.decode(&raw, now, 0), Ok(bucket));
+        assert_eq!(round_trip(&tb, &bucket, now), Ok(bucket.clone()));
+        // With shifts: 24 bytes each after the state.
+        let shifted = Stored {
+            ledger: shifts(9, &[(0, 0, now - 9), (4, now + 3, now - 2)]),
+            ..bucket
+        };
+        assert_eq!(tb.encode(&shifted).len(), TokenBucket::SIZE + 48);
+        assert_eq!(round_trip(&tb, &shifted, now), Ok(shifted));
 
         let gcra = Gcra::new(quota);
         let tat = Stored {
             state: now + 3,
-            ledger: 0,
+            ledger: Shifts::default(),
             latest: now - 1,
         };
         let raw = gcra.encode(&tat);
         assert_eq!(raw.len(), Gcra::SIZE);
-        assert_eq!(gcra.decode(&raw, now, 0), Ok(tat.clone()));
+        assert_eq!(round_trip(&gcra, &tat, now), Ok(tat.clone()));
         // Written after now (beyond the skew): no clock of this key's got there.
         let ahead = Stored {
             latest: now + 2,
-            ..tat
+            ..tat.clone()
         };
         assert_eq!(
             gcra.decode(&gcra.encode(&ahead), now, 1),
             Err(format!("written at {}, after now", now + 2))
         );
+        // Sixty-four shifts, the most kept.
+        let full: Vec<(u64, u64, u64)> = (0..64).map(|i| (i, 1000 + i, now - i)).collect();
+        let many = Stored {
+            ledger: shifts(64, &full),
+            ..tat
+        };
+        assert_eq!(gcra.encode(&many).len(), Gcra::SIZE + MAX_TAIL);
+        assert_eq!(round_trip(&gcra, &many, now), Ok(many));
 
         let sc = SlidingCounter::new(quota);
         let windows = Stored {
@@ -708,6 +899,46 @@ mod tests {
         assert_eq!(
             sc.decode(&sc.encode(&fenced), now, 0),
             Err("window 1, counts 3 and 11, fence 3".to_owned())
+        );
+    }
+
+    #[test]
+    fn shifts_are_read_as_from_parts_accepts_them() {
+        let le =
+            |values: &[f64]| -> Vec<u8> { values.iter().flat_map(|v| v.to_le_bytes()).collect() };
+        let read = |total: u64, tail: &[f64]| {
+            let mut ledger = total_only(total).unwrap();
+            read_debt_shifts(&mut ledger, &le(tail)).map(|()| ledger)
+        };
+        assert_eq!(
+            read(10, &[2.0, 5.0, 7.0, 6.0, 0.0, 8.0]),
+            Ok(shifts(10, &[(2, 5, 7), (6, 0, 8)]))
+        );
+        assert_eq!(
+            read(10, &[2.0, 0.5, 7.0]),
+            Err("shift 1 of 1: before 2, position 0.5, at 7".to_owned())
+        );
+        assert_eq!(
+            read(10, &[2.0, 5.0, 7.0, 2.0, 0.0, 8.0]),
+            Err("shift 1 of 2: before 2, not below 2".to_owned())
+        );
+        assert_eq!(
+            read(10, &[10.0, 5.0, 7.0]),
+            Err("shift 1 of 1: before 10, not below 10".to_owned())
+        );
+        assert_eq!(
+            read(10, &[2.0, 5.0, 9_007_199_254_740_992.0]),
+            Err("shift 1 of 1: before 2, position 5, at 9.007199254741e+15".to_owned())
+        );
+    }
+
+    #[test]
+    fn a_shift_no_double_holds_is_out_of_range() {
+        let at = |position| shifts(10, &[(2, position, 7)]);
+        assert_eq!(debt_out_of_range(5, &at(EXACT - 1)), None);
+        assert_eq!(
+            debt_out_of_range(5, &at(EXACT)),
+            Some("a shift's position at 2^53 or past".to_owned())
         );
     }
 }

@@ -12,7 +12,9 @@ use redis_module::{
     CallOptions, CallOptionsBuilder, CallReply, CallResult, Context, RedisError, RedisValue,
 };
 
-use crate::algorithms::{MAX_LOG_UNITS, Params, Stored, StringState};
+use crate::algorithms::{
+    Encoded, MAX_LOG_UNITS, MAX_TAIL, Params, SHIFT_SIZE, Stored, StoredOf, StringState,
+};
 use crate::args::{Args, Op, split_op};
 use crate::lua::{self, show, show_bare};
 use crate::native;
@@ -141,7 +143,9 @@ fn prologue<A: Params>(argv: &[&[u8]]) -> Result<Call<A>, RedisError> {
 
 /// `RATELAB.<ALGORITHM> key version now cost slack deadline op params...`
 /// for an algorithm whose state is one string: `argv` is what follows the
-/// key. Allocates nothing on its way to a decision (errors aside).
+/// key. A check or a peek allocates nothing on its way to a decision
+/// (errors aside); a settlement or a reset of a debt with shifts holds them
+/// in a `Vec`.
 ///
 /// A key that holds nothing is not read. A check on the server's clock
 /// that admits whatever the key holds (GCRA's and the leaky queue's state
@@ -160,6 +164,12 @@ fn prologue<A: Params>(argv: &[&[u8]]) -> Result<Call<A>, RedisError> {
 /// `now` and the instant the key was last written at, for the debts) and
 /// `reset`; a key whose state can be forgotten (`forgettable_at`) reads as
 /// a key never seen, and is deleted rather than written.
+///
+/// A debt's recent shifts, stored after its state, are read by the
+/// settlements and resets only, the calls that use them: a check or a peek
+/// decodes the state and the ledger's total (all that `stamp` and
+/// `forgettable_at` read), and a check that writes puts the shifts' bytes
+/// back as they were, so that it costs what it costs on a key without.
 pub(crate) fn string_command<A: StringState>(
     ctx: &Context,
     key: native::KeyArg<'_>,
@@ -173,6 +183,8 @@ pub(crate) fn string_command<A: StringState>(
         op,
     } = prologue::<A>(argv)?;
 
+    // Only a settlement or a reset reads a debt's shifts.
+    let shifts = matches!(op, Op::Settle { .. } | Op::Reset);
     // A check that will admit, whatever the key holds, reads it in place:
     // its write is sure to store the state as `SET` does (unless memory is
     // full, when the write is refused: then nothing may change the key).
@@ -190,13 +202,27 @@ pub(crate) fn string_command<A: StringState>(
                 }) =>
         {
             let raw = reading.read_in_place();
-            Some(decode_stored(&algorithm, key, raw, now, parsed.skew())?)
+            Some(decode_stored(
+                &algorithm,
+                key,
+                raw,
+                now,
+                parsed.skew(),
+                shifts,
+            )?)
         }
         Some(reading) => {
             drop(reading);
             let stored = native::get(ctx, key);
             match stored.string() {
-                Ok(Some(raw)) => Some(decode_stored(&algorithm, key, raw, now, parsed.skew())?),
+                Ok(Some(raw)) => Some(decode_stored(
+                    &algorithm,
+                    key,
+                    raw,
+                    now,
+                    parsed.skew(),
+                    shifts,
+                )?),
                 Ok(None) => None,
                 Err(()) => {
                     let what = format!("a {}, not a string", type_name(ctx, key.bytes()));
@@ -206,13 +232,19 @@ pub(crate) fn string_command<A: StringState>(
         }
     };
     let exists = read.is_some();
-    // Nothing it holds can still be claimed: a key never seen.
-    let held = read.filter(|s| algorithm.forgettable_at(&s.state, s.ledger) > now);
+    // Nothing it holds can still be claimed: a key never seen, with no
+    // shifts to keep.
+    let held = read.filter(|(s, _)| algorithm.forgettable_at(&s.state, &s.ledger) > now);
     let was_held = held.is_some();
-    let mut stored = held.unwrap_or_else(|| Stored {
-        state: algorithm.initial_state(),
-        ledger: 0,
-        latest: 0,
+    let (mut stored, kept) = held.unwrap_or_else(|| {
+        (
+            Stored {
+                state: algorithm.initial_state(),
+                ledger: A::Ledger::default(),
+                latest: 0,
+            },
+            Encoded::new(),
+        )
     });
     let write = Write {
         ctx,
@@ -232,8 +264,8 @@ pub(crate) fn string_command<A: StringState>(
             // As the scripts: only a check's admission with a cost writes.
             if op == Op::Check && decision.allowed && cost > 0 {
                 stored.state = state;
-                let stamp = algorithm.stamp(&stored.state, stored.ledger, now);
-                write.store(&mut stored, now)?;
+                let stamp = algorithm.stamp(&stored.state, &stored.ledger, now);
+                write.store(&mut stored, &kept, now)?;
                 return Ok(stamped(&decision, stamp));
             }
             Ok(fields(&decision))
@@ -258,7 +290,7 @@ pub(crate) fn string_command<A: StringState>(
             if let Some(what) = algorithm.out_of_range(&stored) {
                 return Err(out_of_range(A::NAME, key.bytes(), &what));
             }
-            write.store(&mut stored, at)?;
+            write.store(&mut stored, &kept, at)?;
             Ok(fields(&decision))
         }
         Op::Reset => {
@@ -270,7 +302,7 @@ pub(crate) fn string_command<A: StringState>(
                     return Err(out_of_range(A::NAME, key.bytes(), &what));
                 }
             }
-            write.store(&mut stored, now)?;
+            write.store(&mut stored, &kept, now)?;
             let decision = algorithm
                 .decide(&mut stored.state.clone(), now, 0)
                 .map_err(|_| invalid(A::NAME))?;
@@ -292,10 +324,11 @@ struct Write<'a, A> {
 
 impl<A: StringState> Write<'_, A> {
     /// Writes `stored`, decided at `at` (the latest instant written moves
-    /// there), with the TTL until it can be forgotten; or deletes the key
-    /// when it can be forgotten at `at`, as the scripts do.
-    fn store(&self, stored: &mut Stored<A::State>, at: u64) -> Result<(), RedisError> {
-        let forgettable = self.algorithm.forgettable_at(&stored.state, stored.ledger);
+    /// there), followed by `kept` (the shifts' bytes a check read and put
+    /// back as they were), with the TTL until it can be forgotten; or
+    /// deletes the key when it can be forgotten at `at`, as the scripts do.
+    fn store(&self, stored: &mut StoredOf<A>, kept: &Encoded, at: u64) -> Result<(), RedisError> {
+        let forgettable = self.algorithm.forgettable_at(&stored.state, &stored.ledger);
         if forgettable <= at {
             if self.exists {
                 call(self.ctx, &READ, "DEL", &[self.key.bytes()]).map_err(|e| passed_on(&e))?;
@@ -304,28 +337,61 @@ impl<A: StringState> Write<'_, A> {
         }
         stored.latest = stored.latest.max(at);
         let ttl = self.parsed.ttl_millis(forgettable - self.now);
+        let mut value = self.algorithm.encode(stored);
+        value.push(kept);
         native::open(self.ctx, self.key)
-            .store(&self.algorithm.encode(stored), ttl)
+            .store(&value, ttl)
             .map_err(RedisError::String)
     }
 }
 
 /// The state in a stored string, or the error that says what is wrong
-/// with it.
+/// with it; and, unless `shifts` asks for a debt's shifts to be read into
+/// its ledger, their bytes as they are, to be written back after it.
+///
+/// A window's string is exactly [`StringState::SIZE`] bytes; a debt's is
+/// followed by 0 to 64 shifts of 24 bytes (the length is checked by every
+/// call, as the script checks it: it costs nothing).
 fn decode_stored<A: StringState>(
     algorithm: &A,
     key: native::KeyArg<'_>,
     raw: &[u8],
     now: u64,
     skew: u64,
-) -> Result<Stored<A::State>, RedisError> {
-    if raw.len() != A::SIZE {
-        let what = format!("{} bytes, not {}: {}", raw.len(), A::SIZE, show(raw));
+    shifts: bool,
+) -> Result<(StoredOf<A>, Encoded), RedisError> {
+    let tail = raw.len().checked_sub(A::SIZE);
+    let sized = match tail {
+        Some(tail) if A::DEBT => tail % SHIFT_SIZE == 0 && tail <= MAX_TAIL,
+        Some(tail) => tail == 0,
+        None => false,
+    };
+    if !sized {
+        let what = if A::DEBT {
+            format!(
+                "{} bytes, not {} plus 24 per shift, up to 64: {}",
+                raw.len(),
+                A::SIZE,
+                show(raw)
+            )
+        } else {
+            format!("{} bytes, not {}: {}", raw.len(), A::SIZE, show(raw))
+        };
         return Err(corrupt(A::NAME, key.bytes(), &what));
     }
-    algorithm
-        .decode(raw, now, skew)
-        .map_err(|what| corrupt(A::NAME, key.bytes(), &what))
+    let (state, tail) = raw.split_at(A::SIZE);
+    let mut stored = algorithm
+        .decode(state, now, skew)
+        .map_err(|what| corrupt(A::NAME, key.bytes(), &what))?;
+    let mut kept = Encoded::new();
+    if shifts {
+        algorithm
+            .read_shifts(&mut stored.ledger, tail)
+            .map_err(|what| corrupt(A::NAME, key.bytes(), &what))?;
+    } else {
+        kept.push(tail);
+    }
+    Ok((stored, kept))
 }
 
 /// The latest instant (µs) a key expiring at Unix ms `expires_at` can start

@@ -4,7 +4,10 @@
 //! settlements with fields missing, extra, not integers or past 2^53, stamps
 //! replayed or forged) and keys of every shape (empty, binary, braces,
 //! 64 KiB), against a key that is empty or already holds a state (checked,
-//! then sometimes reset: a tombstone with its ledger or fence). The module must answer exactly what
+//! then sometimes reset: a tombstone with its ledger or fence; or a debt's
+//! state planted with a tail of shifts, well formed or not: an odd length,
+//! 65 shifts, `before`s out of order or at the total, numbers that are no
+//! integers below 2^53). The module must answer exactly what
 //! its Lua script answers (the same integers or the same error line), leave
 //! the key holding the same bytes with a TTL, and never take the server
 //! down: a panic in a module aborts `redis-server`.
@@ -186,6 +189,158 @@ enum Prime {
     List,
     /// Members of a sorted set (`ZADD`), with these scores.
     Zset(Vec<f64>),
+    /// A state a script could write (a debt's, under the call's quota,
+    /// full again `ahead` µs after the call's instant), followed by a tail
+    /// of shifts (`SET`).
+    Tailed { ahead: u64, shifts: Shifts },
+}
+
+/// A tail of shifts to plant after a state.
+#[derive(Debug, Clone)]
+struct Shifts {
+    /// How many, before any spoiling (65 is one too many).
+    n: usize,
+    /// The ledger's total is `n × step + extra`; the `before`s are `i ×
+    /// step`.
+    step: u64,
+    extra: u64,
+    /// Positions and instants, µs from the call's instant.
+    positions: Vec<i64>,
+    instants: Vec<i64>,
+    flaw: Flaw,
+}
+
+/// What is wrong with a planted tail.
+#[derive(Debug, Clone)]
+enum Flaw {
+    None,
+    /// This many bytes more (1 to 23).
+    Odd(usize),
+    /// A `before` (picked by this number) equal to the one before it.
+    Disordered(usize),
+    /// The last `before` at the total, plus this.
+    AtTotal(u64),
+    /// A number (picked by this number, of the 3 × n) replaced.
+    NotInteger(usize, f64),
+}
+
+fn flaw() -> impl Strategy<Value = Flaw> {
+    let bad = prop_oneof![
+        Just(0.5),
+        Just(-1.0),
+        Just(f64::NAN),
+        Just(f64::INFINITY),
+        Just(9_007_199_254_740_992.0),
+        Just(1e300),
+    ];
+    prop_oneof![
+        3 => Just(Flaw::None),
+        1 => (1usize..24).prop_map(Flaw::Odd),
+        1 => any::<usize>().prop_map(Flaw::Disordered),
+        1 => prop_oneof![Just(0u64), Just(1), 0u64..1 << 40].prop_map(Flaw::AtTotal),
+        1 => (any::<usize>(), bad).prop_map(|(at, value)| Flaw::NotInteger(at, value)),
+    ]
+}
+
+fn shifts() -> impl Strategy<Value = Shifts> {
+    (
+        prop_oneof![4 => 1usize..8, 1 => 60usize..=65],
+        prop_oneof![Just(1u64), 1u64..3_000_000],
+        prop_oneof![Just(1u64), 1u64..3_000_000],
+        flaw(),
+    )
+        .prop_flat_map(|(n, step, extra, flaw)| {
+            let near = prop_oneof![Just(0i64), -3_000_000i64..3_000_000];
+            (
+                Just((n, step, extra, flaw)),
+                proptest::collection::vec(near.clone(), n),
+                proptest::collection::vec(near, n),
+            )
+        })
+        .prop_map(|((n, step, extra, flaw), positions, instants)| Shifts {
+            n,
+            step,
+            extra,
+            positions,
+            instants,
+            flaw,
+        })
+}
+
+impl Shifts {
+    /// The ledger's total.
+    fn total(&self) -> u64 {
+        self.n as u64 * self.step + self.extra
+    }
+
+    /// The tail's bytes, about the call's instant `clock`.
+    #[allow(clippy::cast_precision_loss)]
+    fn bytes(&self, clock: u64) -> Vec<u8> {
+        let mut numbers: Vec<f64> = (0..self.n)
+            .flat_map(|i| {
+                let near = |d: i64| clock.saturating_add_signed(d) as f64;
+                [
+                    (i as u64 * self.step) as f64,
+                    if self.positions[i] == 0 {
+                        0.0
+                    } else {
+                        near(self.positions[i])
+                    },
+                    near(self.instants[i]),
+                ]
+            })
+            .collect();
+        match self.flaw {
+            Flaw::None | Flaw::Odd(_) => {}
+            Flaw::Disordered(at) if self.n > 1 => {
+                let i = 1 + at % (self.n - 1);
+                numbers[3 * i] = numbers[3 * (i - 1)];
+            }
+            Flaw::Disordered(_) => numbers[0] = self.total() as f64,
+            Flaw::AtTotal(plus) => {
+                numbers[3 * (self.n - 1)] = (self.total() + plus) as f64;
+            }
+            Flaw::NotInteger(at, value) => {
+                let len = numbers.len();
+                numbers[at % len] = value;
+            }
+        }
+        let mut out: Vec<u8> = numbers.iter().flat_map(|v| v.to_le_bytes()).collect();
+        if let Flaw::Odd(more) = self.flaw {
+            out.extend(std::iter::repeat_n(0x41, more));
+        }
+        out
+    }
+}
+
+/// A state of `kind` under [`QUOTAS`]`[0]` that a script could write at
+/// `clock`: full again `ahead` µs later, with a ledger of `total`, then
+/// `tail`. A window's state is followed by the tail too (never valid).
+#[allow(clippy::cast_precision_loss)]
+fn tailed(kind: Kind, clock: u64, ahead: u64, total: u64, tail: &[u8]) -> Vec<u8> {
+    let le = |x: u64| (x as f64).to_le_bytes();
+    let (t, burst) = (200_000u64, 10u64);
+    let end = clock + ahead.min(burst * t);
+    let mut out: Vec<u8> = match kind {
+        Kind::Gcra | Kind::LeakyQueue => [le(end), le(total), le(clock)].concat(),
+        Kind::LeakyMeter => [le(end - clock), le(clock), le(total)].concat(),
+        Kind::TokenBucket => {
+            let missing = (end - clock).div_ceil(t);
+            let tokens = u32::try_from(burst - missing).unwrap();
+            [
+                tokens.to_le_bytes().to_vec(),
+                le(end - missing * t).to_vec(),
+                le(total).to_vec(),
+                le(clock).to_vec(),
+            ]
+            .concat()
+        }
+        Kind::FixedWindow => [le(0), le(0), le(0)].concat(),
+        Kind::SlidingCounter => [le(0), le(0), le(0), le(0)].concat(),
+        Kind::SlidingLog => Vec::new(),
+    };
+    out.extend_from_slice(tail);
+    out
 }
 
 fn prime() -> impl Strategy<Value = Prime> {
@@ -217,6 +372,7 @@ fn prime() -> impl Strategy<Value = Prime> {
         2 => hostile_arg().prop_map(Prime::Foreign),
         1 => Just(Prime::List),
         1 => proptest::collection::vec(score, 1..5).prop_map(Prime::Zset),
+        3 => (0u64..3_000_000, shifts()).prop_map(|(ahead, shifts)| Prime::Tailed { ahead, shifts }),
     ]
 }
 
@@ -476,6 +632,13 @@ fn hostile_calls_answer_as_the_scripts_and_never_take_the_server_down() {
                                 }
                                 cmd
                             }
+                            Prime::Tailed { ahead, shifts } => {
+                                let tail = shifts.bytes(clock);
+                                let value = tailed(kind, clock, *ahead, shifts.total(), &tail);
+                                let mut cmd = redis::cmd("SET");
+                                cmd.arg(&case.key).arg(value);
+                                cmd
+                            }
                             Prime::Empty | Prime::Checked { .. } => unreachable!(),
                         };
                         cmd.query::<()>(&mut side.connection)
@@ -552,6 +715,131 @@ fn hostile_calls_answer_as_the_scripts_and_never_take_the_server_down() {
         });
         if let Err(e) = result {
             panic!("{}: {e}", kind.name());
+        }
+    }
+}
+
+/// Each way a debt's tail of shifts can be wrong, under each operation:
+/// the module and the script answer alike and leave the same bytes. A
+/// length that no tail has (an odd one, 65 shifts) is refused by every
+/// call; the numbers are read, and refused, by a settlement and a reset
+/// (a check reads only the state before them, and writes the tail back as
+/// it was); a well-formed tail is accepted by all.
+#[test]
+fn corrupt_tails_are_refused_alike() {
+    let server = support::server();
+    let quota = primed_quota(0);
+    let clock = START + 7_000_000;
+    let shifts = |n: usize, flaw: Flaw| Shifts {
+        n,
+        step: 1_000,
+        extra: 500,
+        positions: (0..n).map(|i| 100 * i as i64).collect(),
+        instants: (0..n).map(|i| -1_000 * i as i64).collect(),
+        flaw,
+    };
+    // (what, the tail, whether a check reads it as a wrong length)
+    let cases = [
+        ("well formed", shifts(3, Flaw::None), None),
+        ("64 shifts", shifts(64, Flaw::None), None),
+        ("an odd length", shifts(2, Flaw::Odd(5)), Some("bytes, not")),
+        ("65 shifts", shifts(65, Flaw::None), Some("bytes, not")),
+        (
+            "befores out of order",
+            shifts(3, Flaw::Disordered(1)),
+            Some(""),
+        ),
+        (
+            "a before at the total",
+            shifts(3, Flaw::AtTotal(0)),
+            Some(""),
+        ),
+        (
+            "a before above the total",
+            shifts(3, Flaw::AtTotal(7)),
+            Some(""),
+        ),
+        ("a half", shifts(3, Flaw::NotInteger(4, 0.5)), Some("")),
+        ("a NaN", shifts(3, Flaw::NotInteger(2, f64::NAN)), Some("")),
+        (
+            "2^53",
+            shifts(3, Flaw::NotInteger(7, 9_007_199_254_740_992.0)),
+            Some(""),
+        ),
+        ("a negative", shifts(1, Flaw::NotInteger(0, -1.0)), Some("")),
+    ];
+    for kind in [
+        Kind::Gcra,
+        Kind::TokenBucket,
+        Kind::LeakyMeter,
+        Kind::LeakyQueue,
+    ] {
+        let sha = load_script(&mut connect(&server.url()), kind);
+        let params = kind.params(quota);
+        let key = format!("tail:{}", kind.name()).into_bytes();
+        let mut module = side(
+            &server.url(),
+            0,
+            Box::new(move |key, args| {
+                let mut cmd = redis::cmd(kind.command());
+                cmd.arg(key).arg(args);
+                cmd
+            }),
+        );
+        let mut script = side(
+            &server.url(),
+            1,
+            Box::new(move |key, args| {
+                let mut cmd = redis::cmd("EVALSHA");
+                cmd.arg(&sha).arg(1).arg(key).arg(args);
+                cmd
+            }),
+        );
+        for (what, tail, flaw) in &cases {
+            let bytes = tail.bytes(clock);
+            let planted = tailed(kind, clock, 1_000_000, tail.total(), &bytes);
+            // A stamp of an admission ending 0.6 s ahead, with a mark of 0.
+            let stamp = format!("settle:0:{}:0", clock + 600_000);
+            for (op, cost) in [("check", 1), ("peek", 1), (stamp.as_str(), 1), ("reset", 0)] {
+                let args: Vec<Vec<u8>> = argv_op(op, &clock.to_string(), cost, 0, "", &params)
+                    .into_iter()
+                    .map(String::into_bytes)
+                    .collect();
+                let mut replies = Vec::new();
+                for side in [&mut module, &mut script] {
+                    redis::cmd("SET")
+                        .arg(&key)
+                        .arg(&planted)
+                        .query::<()>(&mut side.connection)
+                        .unwrap();
+                    replies.push(side.run(&key, &args).unwrap());
+                }
+                let shown = format!("{} {what}, {op}", kind.name());
+                assert_eq!(replies[0], replies[1], "{shown}");
+                assert_eq!(module.dump(&key), script.dump(&key), "{shown}");
+                let error = error_line(&replies[0]);
+                let reads_shifts = op.starts_with("settle") || op == "reset";
+                match flaw {
+                    None => assert_eq!(error, None, "{shown}"),
+                    Some(length) if !length.is_empty() || reads_shifts => {
+                        let error = error.unwrap_or_else(|| panic!("{shown}: accepted"));
+                        assert!(
+                            error.contains(": corrupt state at ") && error.contains(length),
+                            "{shown}: {error}"
+                        );
+                        eprintln!("{shown}: {error}");
+                    }
+                    Some(_) => {
+                        assert_eq!(error, None, "{shown}");
+                        // A check writes the tail back as it was.
+                        let stored: Vec<u8> = redis::cmd("GET")
+                            .arg(&key)
+                            .query(&mut module.connection)
+                            .unwrap();
+                        assert!(stored.ends_with(&bytes), "{shown}: the tail changed");
+                    }
+                }
+            }
         }
     }
 }

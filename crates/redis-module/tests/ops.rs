@@ -3,8 +3,11 @@
 //! in-memory algorithm (run as the scripts run it) and the Lua scripts, on
 //! random sequences with a clock that also steps back: the keys hold the
 //! same bytes with the same TTL after every step, a peek writes nothing, and
-//! a settlement never takes a key above its capacity. 16 cases per
-//! algorithm and quota; `OPS_CASES=n` runs `n`.
+//! a settlement never takes a key above its capacity. A debt's keys hold
+//! shift tails (refunds of admissions other than the last, several
+//! receipts outstanding, refunded out of order): the test counts them, and
+//! fails if a debt never gets one. 16 cases per algorithm and quota;
+//! `OPS_CASES=n` runs `n`.
 
 mod support;
 
@@ -45,6 +48,11 @@ enum Act {
         pick: usize,
         actual: u32,
     },
+    /// Refunds an admission not settled yet (picked by this number): with
+    /// several outstanding, often one other than the last, out of order.
+    Refund {
+        pick: usize,
+    },
     /// Settles a stamp no check gave: `at` and `mark` near those seen, or
     /// anywhere.
     Forged {
@@ -74,7 +82,8 @@ fn steps(capacity: u32) -> impl Strategy<Value = Vec<Step>> {
     let act = prop_oneof![
         6 => cost.clone().prop_map(Act::Check),
         2 => cost.clone().prop_map(Act::Peek),
-        5 => (any::<usize>(), actual.clone()).prop_map(|(pick, actual)| Act::Settle { pick, actual }),
+        3 => (any::<usize>(), actual.clone()).prop_map(|(pick, actual)| Act::Settle { pick, actual }),
+        3 => any::<usize>().prop_map(|pick| Act::Refund { pick }),
         1 => (cost, actual, -3_000_000i64..3_000_000, prop_oneof![Just(0u64), 0u64..5_000_000])
             .prop_map(|(cost, actual, at, mark)| Act::Forged { cost, actual, at, mark }),
         1 => Just(Act::Reset),
@@ -93,6 +102,18 @@ fn pttl(connection: &mut redis::Connection, key: &str) -> i64 {
     redis::cmd("PTTL").arg(key).query(connection).unwrap()
 }
 
+/// How many shifts follow a debt's state in `key` (0 for a window, or no
+/// key).
+fn shifts_stored(connection: &mut redis::Connection, kind: Kind, key: &str) -> usize {
+    let size = match kind {
+        Kind::TokenBucket => 28,
+        Kind::Gcra | Kind::LeakyMeter | Kind::LeakyQueue => 24,
+        _ => return 0,
+    };
+    let len: usize = redis::cmd("STRLEN").arg(key).query(connection).unwrap();
+    len.saturating_sub(size) / 24
+}
+
 #[test]
 fn checks_settlements_and_resets_answer_as_memory_and_as_the_scripts() {
     let server = support::server();
@@ -100,6 +121,8 @@ fn checks_settlements_and_resets_answer_as_memory_and_as_the_scripts() {
     let case = Cell::new(0u64);
     for kind in Kind::ALL {
         let sha = load_script(&mut connection.borrow_mut(), kind);
+        // Steps after which the key held shifts, and the most it held.
+        let (tailed, most) = (Cell::new(0u64), Cell::new(0usize));
         for quota in quotas() {
             let params = kind.params(quota);
             let capacity = i64::from(quota.burst());
@@ -123,6 +146,8 @@ fn checks_settlements_and_resets_answer_as_memory_and_as_the_scripts() {
                 let mut memory = Memory::new(kind, quota);
                 // Every admission answered so far: its cost and its stamp.
                 let mut admitted: Vec<(u32, Stamp)> = Vec::new();
+                // Those not settled yet, by their index in `admitted`.
+                let mut outstanding: Vec<usize> = Vec::new();
                 let mut now = START;
                 let mut history: Vec<String> = Vec::new();
                 for step in &steps {
@@ -132,11 +157,20 @@ fn checks_settlements_and_resets_answer_as_memory_and_as_the_scripts() {
                         Act::Peek(cost) => (Op::Peek, cost),
                         Act::Reset => (Op::Reset, 0),
                         Act::Settle { pick, actual } => {
-                            let Some(&(cost, stamp)) = admitted.get(pick % admitted.len().max(1))
-                            else {
+                            let pick = pick % admitted.len().max(1);
+                            let Some(&(cost, stamp)) = admitted.get(pick) else {
                                 continue;
                             };
+                            outstanding.retain(|&i| i != pick);
                             (Op::Settle { actual, stamp }, cost)
+                        }
+                        Act::Refund { pick } => {
+                            if outstanding.is_empty() {
+                                continue;
+                            }
+                            let i = outstanding.remove(pick % outstanding.len());
+                            let (cost, stamp) = admitted[i];
+                            (Op::Settle { actual: 0, stamp }, cost)
                         }
                         Act::Forged {
                             cost,
@@ -182,6 +216,7 @@ fn checks_settlements_and_resets_answer_as_memory_and_as_the_scripts() {
                                 at: u64::try_from(reply[6]).unwrap(),
                                 mark: u64::try_from(reply[7]).unwrap(),
                             };
+                            outstanding.push(admitted.len());
                             admitted.push((cost, stamp));
                         } else {
                             prop_assert_eq!(&reply[6..], &[0, 0][..], "a stamp: {}", at);
@@ -190,6 +225,9 @@ fn checks_settlements_and_resets_answer_as_memory_and_as_the_scripts() {
                     if op == Op::Peek {
                         prop_assert_eq!(&before, &after, "a peek wrote: {}", at);
                     }
+                    let shifts = shifts_stored(connection, kind, &module_key);
+                    tailed.set(tailed.get() + u64::from(shifts > 0));
+                    most.set(most.get().max(shifts));
                 }
                 Ok(())
             });
@@ -197,6 +235,109 @@ fn checks_settlements_and_resets_answer_as_memory_and_as_the_scripts() {
                 panic!("{} with {quota:?}: {e}", kind.name());
             }
         }
+        eprintln!(
+            "{}: {} steps left shifts stored, at most {}",
+            kind.name(),
+            tailed.get(),
+            most.get()
+        );
+        let debt = matches!(
+            kind,
+            Kind::Gcra | Kind::TokenBucket | Kind::LeakyMeter | Kind::LeakyQueue
+        );
+        assert!(
+            !debt || tailed.get() > 0,
+            "{}: no key had shifts",
+            kind.name()
+        );
+    }
+}
+
+/// Many receipts outstanding on one debt, refunded in a shuffled order:
+/// more than 64 shifts recorded (the oldest dropped from the tail, then
+/// counted whole), shifts expired a tolerance later, and stamps of the
+/// dropped ones: module, script and memory answer alike at every step, and
+/// the keys hold the same bytes.
+#[test]
+fn many_refunds_out_of_order_answer_alike_past_the_kept_shifts() {
+    let server = support::server();
+    let mut connection = connect(&server.url());
+    let quota = Quota::per_second(100).unwrap().with_burst(100).unwrap();
+    let mut x = 0x9e37_79b9_7f4a_7c15u64;
+    let mut next = move |n: usize| {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        usize::try_from(x % n as u64).unwrap()
+    };
+    for kind in [
+        Kind::Gcra,
+        Kind::TokenBucket,
+        Kind::LeakyMeter,
+        Kind::LeakyQueue,
+    ] {
+        let sha = load_script(&mut connection, kind);
+        let params = kind.params(quota);
+        let (module_key, script_key) = (
+            format!("many:m:{}", kind.name()),
+            format!("many:s:{}", kind.name()),
+        );
+        let mut memory = Memory::new(kind, quota);
+        let mut now = START;
+        let mut most = 0;
+        let mut run = |connection: &mut redis::Connection, op: Op, now: u64, cost: u32| {
+            let args = argv_op(&op.arg(), &now.to_string(), cost, SLACK_MS, "", &params);
+            let expected = memory.run(op, now, cost);
+            let module = query(connection, &module_cmd(kind, &module_key, &args));
+            let script = query(connection, &script_cmd(&sha, &script_key, &args));
+            let at = format!("{} {op:?} of {cost} at {now}", kind.name());
+            assert_eq!(module, expected, "module: {at}");
+            assert_eq!(script, expected, "script: {at}");
+            assert_eq!(
+                dump(connection, &module_key),
+                dump(connection, &script_key),
+                "{at}"
+            );
+            expected.unwrap()
+        };
+        for round in 0..2 {
+            // A burst of admissions a little apart, all outstanding.
+            let mut receipts: Vec<(u32, Stamp)> = Vec::new();
+            for _ in 0..90 {
+                now += 100;
+                let reply = run(&mut connection, Op::Check, now, 1);
+                assert_eq!(reply[0], 1, "{} round {round}", kind.name());
+                let stamp = Stamp {
+                    at: u64::try_from(reply[6]).unwrap(),
+                    mark: u64::try_from(reply[7]).unwrap(),
+                };
+                receipts.push((1, stamp));
+            }
+            // Refunded in a shuffled order; some receipts kept for later.
+            let mut order: Vec<usize> = (0..receipts.len()).collect();
+            for i in (1..order.len()).rev() {
+                order.swap(i, next(i + 1));
+            }
+            for &i in &order[..80] {
+                now += 50;
+                let (cost, stamp) = receipts[i];
+                run(&mut connection, Op::Settle { actual: 0, stamp }, now, cost);
+                most = most.max(shifts_stored(&mut connection, kind, &module_key));
+            }
+            // A tolerance later: every shift is forgotten, and the old
+            // receipts give nothing.
+            now += 1_100_000;
+            for &i in &order[80..] {
+                let (cost, stamp) = receipts[i];
+                run(&mut connection, Op::Settle { actual: 0, stamp }, now, cost);
+            }
+        }
+        assert_eq!(
+            most,
+            64,
+            "{}: the tail never reached 64 shifts",
+            kind.name()
+        );
     }
 }
 

@@ -6,7 +6,7 @@
 use std::path::Path;
 use std::time::Duration;
 
-use ratelab_core::{Algorithm, Quota, Settlement, Stamp};
+use ratelab_core::{Algorithm, Quota, Settlement, Shifts, Stamp};
 use ratelab_fixed_window::FixedWindow;
 use ratelab_gcra::Gcra;
 use ratelab_leaky_bucket::{LeakyMeter, LeakyQueue};
@@ -210,10 +210,10 @@ impl Memory {
             algorithm: A,
             debt: bool,
             prunes: bool,
-            past_a_ceiling: fn(&A, &A::State, u64) -> bool,
+            past_a_ceiling: fn(&A, &A::State, &A::Ledger) -> bool,
         ) -> Box<dyn FnMut(Op, u64, u32) -> Reply> {
             let mut state = algorithm.initial_state();
-            let mut ledger = 0u64;
+            let mut ledger = A::Ledger::default();
             // The latest instant the key was written at.
             let mut latest = 0u64;
             let name = algorithm.name();
@@ -222,18 +222,18 @@ impl Memory {
                 // What the call reads: a key whose state can be forgotten
                 // reads as a key never seen (it stays in Redis until a
                 // write deletes it, or it expires).
-                let held = algorithm.forgettable_at(&state, ledger) > now;
+                let held = algorithm.forgettable_at(&state, &ledger) > now;
                 let (mut st, mut led, lat) = if held {
-                    (state.clone(), ledger, latest)
+                    (state.clone(), ledger.clone(), latest)
                 } else {
-                    (algorithm.initial_state(), 0, 0)
+                    (algorithm.initial_state(), A::Ledger::default(), 0)
                 };
                 // Writes what the call leaves, decided at `at`, or deletes
                 // the key when it can be forgotten then.
-                let mut store = |st: A::State, led: u64, lat: u64, at: u64| {
-                    if algorithm.forgettable_at(&st, led) <= at {
+                let mut store = |st: A::State, led: A::Ledger, lat: u64, at: u64| {
+                    if algorithm.forgettable_at(&st, &led) <= at {
                         state = algorithm.initial_state();
-                        (ledger, latest) = (0, 0);
+                        (ledger, latest) = (A::Ledger::default(), 0);
                     } else {
                         state = st;
                         (ledger, latest) = (led, lat.max(at));
@@ -243,7 +243,7 @@ impl Memory {
                     Op::Check | Op::Peek => {
                         let d = algorithm.decide(&mut st, now, cost).map_err(invalid)?;
                         if op == Op::Check && d.allowed && cost > 0 {
-                            let stamp = algorithm.stamp(&st, led, now);
+                            let stamp = algorithm.stamp(&st, &led, now);
                             store(st, led, lat, now);
                             (d, stamp)
                         } else {
@@ -266,7 +266,7 @@ impl Memory {
                             .settle(&mut st, &mut led, at, settlement)
                             .map_err(invalid)?;
                         // Past a ceiling: refused, nothing written.
-                        if past_a_ceiling(&algorithm, &st, led) {
+                        if past_a_ceiling(&algorithm, &st, &led) {
                             return Err(format!("ratelab {name}: out of range"));
                         }
                         store(st, led, lat, at);
@@ -275,7 +275,7 @@ impl Memory {
                     Op::Reset => {
                         if held {
                             algorithm.reset(&mut st, &mut led, now);
-                            if past_a_ceiling(&algorithm, &st, led) {
+                            if past_a_ceiling(&algorithm, &st, &led) {
                                 return Err(format!("ratelab {name}: out of range"));
                             }
                         }
@@ -297,11 +297,22 @@ impl Memory {
                 ])
             })
         }
-        // The protocol's ceilings (lua/README.md, "State").
+        // The protocol's ceilings (lua/README.md, "State"): a debt's end,
+        // and a shift's position (a stamp's `at + mark`) below 2^53, exact
+        // in the scripts' doubles. The ledger's own ceiling is the
+        // algorithms' (`LEDGER_CEILING`).
         const MAX_END: u64 = (1 << 52) + (1 << 51);
         const MAX_COUNT: u64 = 1 << 36;
-        fn debt<A: Algorithm>(algorithm: &A, state: &A::State, ledger: u64) -> bool {
-            ledger >= 1 << 53 || algorithm.full_at(state) > MAX_END
+        fn debt<A: Algorithm<Ledger = Shifts>>(
+            algorithm: &A,
+            state: &A::State,
+            ledger: &Shifts,
+        ) -> bool {
+            algorithm.full_at(state) > MAX_END
+                || ledger
+                    .recent()
+                    .iter()
+                    .any(|shift| shift.position >= 1 << 53)
         }
         let run = match kind {
             Kind::FixedWindow => boxed(FixedWindow::new(quota), false, false, |_, c, _| {
