@@ -95,7 +95,7 @@ pub trait RateLimiter: Limiter {
     /// #         *used += cost;
     /// #         Ok(Decision::admitted(cap).with_remaining(cap - *used))
     /// #     }
-    /// #     fn stamp(&self, _: &u64, _: u64, _: u64) -> Stamp { Stamp { at: 1, mark: 0 } }
+    /// #     fn stamp(&self, _: &u64, _: &u64, _: u64) -> Stamp { Stamp { at: 1, mark: 0 } }
     /// #     fn settle(&self, used: &mut u64, _: &mut u64, now: u64, s: Settlement) -> Result<Decision, Error> {
     /// #         if s.stamp.at == 1 { *used -= u64::from(s.charged.saturating_sub(s.actual)).min(*used); }
     /// #         *used += u64::from(s.actual.saturating_sub(s.charged));

@@ -132,7 +132,7 @@ pub struct Keyed<A: Algorithm, C = SystemClock, K = ByteKey> {
     clock: C,
     hasher: foldhash::fast::RandomState,
     digester: Digester,
-    shards: Box<[LockedShard<K, A::State, A::Ledger>]>,
+    shards: Box<[ShardOf<A, K>]>,
     shard_mask: u64,
     max_keys: usize,
     flood: FloodPolicy,
@@ -150,6 +150,9 @@ enum Mark {
 
 /// One shard's lock and what it guards.
 type LockedShard<K, S, L> = Padded<Mutex<Shard<K, S, L>>>;
+
+/// The shard of `A`'s states and ledgers under keys `K`.
+type ShardOf<A, K> = LockedShard<K, <A as Algorithm>::State, <A as Algorithm>::Ledger>;
 
 /// Keeps each shard on its own cache line, so two threads working on
 /// different shards do not invalidate each other's.

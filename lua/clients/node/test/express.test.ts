@@ -204,8 +204,8 @@ describe("the shared HTTP cases through Express", () => {
       const left: Record<string, number> = {};
       for (const [name, alg] of wide) left[name] = (await limiter(alg, 100).peek(`${name}:ip:127.0.0.1`, 0)).remaining;
       console.log(`# after 30 requests at once, 3 passed: ${JSON.stringify(left)} remaining of 100`);
-      assert.deepEqual([left["wide-fw"], left["wide-sl"]], [97, 97]);
-      assert.ok((left["wide-gcra"] as number) > 70 && (left["wide-gcra"] as number) <= 97, String(left["wide-gcra"]));
+      // Every unit a refused request took is given back, in any order.
+      assert.deepEqual([left["wide-fw"], left["wide-sl"], left["wide-gcra"]], [97, 97, 97]);
     } finally {
       clearTimeout(fallback);
       await new Promise((ok) => server.close(ok));

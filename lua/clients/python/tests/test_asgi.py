@@ -200,8 +200,8 @@ def test_all_or_nothing_under_concurrency(http_server, server, prefix):
         with Limiter(redis.Redis(port=server.port), algorithm, Quota.per_hour(100), prefix=prefix, clock=clock) as peek:
             left[name] = peek.peek(f"{name}:ip:127.0.0.1", 0).remaining
     print(f"\nafter 30 requests at once, 3 passed: {left} remaining of 100")
-    assert (left["wide-fw"], left["wide-sl"]) == (97, 97)
-    assert 70 < left["wide-gcra"] <= 97
+    # Every unit a refused request took is given back, in any order.
+    assert (left["wide-fw"], left["wide-sl"], left["wide-gcra"]) == (97, 97, 97)
     for policy in policies:
         asyncio.run_coroutine_threadsafe(policy.limiter.aclose(), loop).result(5)
 
