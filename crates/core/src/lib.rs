@@ -84,7 +84,7 @@ pub mod keyed;
 mod limiter;
 mod log_gate;
 mod quota;
-mod receipt;
+pub mod receipt;
 mod throttle;
 mod time;
 mod wait;

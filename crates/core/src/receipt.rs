@@ -124,7 +124,8 @@ impl Settlement {
 
 /// What one admission took: hand it back to [`settle`] or [`refund`] on the
 /// limiter that issued it, once, or drop it (the admission then counts as
-/// charged).
+/// charged). What a settlement gives back, and why that never lets more
+/// than the quota count: the [module docs](self).
 ///
 /// [`settle`]: crate::RateLimiter::settle
 /// [`refund`]: crate::RateLimiter::refund

@@ -341,7 +341,7 @@ pub fn in_memory<A: Algorithm + Clone>(
 /// the capacity and the limiter never has more room than the capacity less
 /// what was kept (a settlement may give back less than it did not use, when
 /// the limiter cannot prove it safe: see
-/// [`Receipt`](ratelab_core::Receipt)).
+/// [`Receipt`]).
 pub fn racing_at_one_instant<A: Algorithm + Clone>(algorithm: &A) {
     const THREADS: u64 = 4;
     const ROUNDS: u64 = 2_000;
