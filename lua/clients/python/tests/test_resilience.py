@@ -69,19 +69,28 @@ def alerts_into(sink):
 
 def test_a_paused_redis_times_out_at_the_timeout(flavor, own_server):
     # The connection is made first: the pause then holds the script call.
-    limiter = flavor.limiter(own_server, "gcra", QUOTA, prefix="paused")
+    # The breaker would open after five outages: these five must all wait.
+    # Ten an hour: nothing comes back while the test runs.
+    limiter = flavor.limiter(own_server, "gcra", Quota.per_hour(10), prefix="paused",
+                             breaker=(10, 0.5))
     assert limiter.check("k").remaining == 9
     own_server.pause()
+    overshoots = []
     try:
-        started = time.monotonic()
-        with pytest.raises(Timeout, match="did not answer within 100 ms"):
-            limiter.check("k")
-        took = time.monotonic() - started
+        for _ in range(5):
+            started = time.monotonic()
+            with pytest.raises(Timeout, match="did not answer within 100 ms"):
+                limiter.check("k")
+            overshoots.append(time.monotonic() - started - 0.1)
     finally:
         own_server.resume()
-    assert 0.09 < took < 0.3, took
+    # Never before the timeout; past it by a few ms (the median), and never
+    # by a scheduler's worth on a loaded machine.
+    overshoots.sort()
+    print(f"\novershoot past the 100 ms timeout, s: {overshoots}")
+    assert overshoots[0] >= -0.005 and overshoots[2] < 0.01 and overshoots[-1] < 0.1, overshoots
     stats = limiter.stats()
-    assert (stats.answered, stats.timeouts, stats.errors) == (1, 1, 0)
+    assert (stats.answered, stats.timeouts, stats.errors) == (1, 5, 0)
     # It was not charged: the script found its deadline passed.
     assert limiter.peek("k", 0).remaining == 9
 
@@ -164,13 +173,19 @@ def test_the_breaker_opens_after_five_outages_then_one_probe_closes_it(flavor, o
             assert limiter.check("k").degraded
         stats = limiter.stats()
         assert (stats.timeouts, stats.breaker_open, stats.breaker_opened) == (5, True, 1)
-        # Open: answered at once, without Redis, retry when the probe may go.
-        started = time.monotonic()
-        d = limiter.check("k")
-        assert time.monotonic() - started < 0.02
+        # Open: answered at once, without Redis (under a millisecond, the
+        # median of 200 calls), retry when the probe may go.
+        took = []
+        for _ in range(200):
+            started = time.monotonic()
+            d = limiter.check("k")
+            took.append(time.monotonic() - started)
+        took.sort()
+        print(f"\nan open breaker answers in {took[100] * 1e6:.0f} us (median of 200)")
+        assert took[100] < 0.001, took[100]
         assert d.degraded and not d.allowed and 0 < d.retry_after_micros <= 300_000
         assert isinstance(seen[-1].error, CircuitOpen)
-        assert limiter.stats().short_circuited == 1
+        assert limiter.stats().short_circuited == 200
     finally:
         own_server.resume()
     time.sleep(0.35)
