@@ -6,8 +6,8 @@ use std::sync::Arc;
 
 use ratelab_core::Error;
 
+use crate::client::Client;
 use crate::engine::Tally;
-use crate::identity::Client;
 use crate::matching::Compiled;
 use crate::policy::FailureMode;
 use crate::stats::Stats;

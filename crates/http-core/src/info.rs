@@ -9,8 +9,8 @@ use bytes::Bytes;
 use http::Response;
 use ratelab_core::{Decision, ceil_secs};
 
+use crate::client::Client;
 use crate::engine::{Outcome, State, Tally};
-use crate::identity::Client;
 use crate::matching::Compiled;
 use crate::policy::FailureMode;
 use crate::response;

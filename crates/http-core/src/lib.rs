@@ -81,6 +81,7 @@
 #![warn(missing_docs)]
 #![forbid(unsafe_code)]
 
+mod client;
 mod config;
 mod engine;
 mod failure;
@@ -99,10 +100,11 @@ mod small;
 mod stats;
 pub mod telemetry;
 
+pub use client::{Client, ClientKind, Identity};
 pub use config::ConfigError;
 pub use failure::LimiterFailure;
 pub use headers::{Fields, HeaderStyle, LegacyReset};
-pub use identity::{Client, ClientKind, Identify, Identity, PeerAddr};
+pub use identity::{Identify, PeerAddr};
 pub use info::{LimitOutcome, PolicyStatus, RateLimitInfo};
 pub use limits::{Limits, LimitsBuilder};
 pub use login::{

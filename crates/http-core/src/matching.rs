@@ -7,9 +7,9 @@ use std::sync::Arc;
 use http::request::Parts;
 use ratelab_core::{LogGate, ceil_secs};
 
+use crate::client::Client;
 use crate::config::ConfigError;
 use crate::engine::{Check, Refill};
-use crate::identity::Client;
 use crate::policy::{Cost, Count, Policy};
 use crate::response::PolicyItem;
 use crate::route::Route;

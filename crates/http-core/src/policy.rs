@@ -9,7 +9,7 @@ use http::request::Parts;
 use http::{HeaderName, Method, StatusCode, response};
 use ratelab_core::AsyncRateLimiter;
 
-use crate::identity::Client;
+use crate::client::Client;
 use crate::telemetry::PolicyMetrics;
 
 /// What a policy does when its limiter cannot decide (its backend is down or

@@ -19,9 +19,9 @@ use http::header::{RETRY_AFTER, SET_COOKIE};
 use http::request::Parts;
 use http::{HeaderMap, HeaderValue, response};
 
+use crate::client::Client;
 use crate::engine::{self, Engine, Outcome, Tally};
 use crate::headers::Fields;
-use crate::identity::Client;
 use crate::info::{LimitOutcome, RateLimitInfo};
 use crate::limits::Limits;
 use crate::login::LoginAttempt;

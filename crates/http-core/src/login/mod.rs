@@ -25,7 +25,7 @@ use sha2::{Digest, Sha256};
 
 pub use cookie::SameSite;
 
-use crate::identity::Client;
+use crate::client::Client;
 use crate::policy::{Count, FailureMode, Policy};
 use crate::route::{Route, RouteError};
 use cookie::CookieSettings;
