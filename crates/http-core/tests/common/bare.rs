@@ -3,6 +3,9 @@
 //! handler, as any server would. (`ratelab-http`'s shared cases test serves
 //! its suites through this driver too, beside its tower layer.)
 
+// A test helper, included by two test crates.
+#![allow(unreachable_pub)]
+
 use std::convert::Infallible;
 use std::future::Future;
 use std::net::SocketAddr;
