@@ -314,17 +314,9 @@ impl fmt::Display for Client {
 
 #[cfg(test)]
 mod tests {
-    use http::Request;
-    use http::request::Parts;
-
     use super::*;
-    use crate::identity::{Identify, PeerAddr};
-
-    fn parts(peer: &str) -> Parts {
-        let (mut parts, ()) = Request::get("/").body(()).unwrap().into_parts();
-        parts.extensions.insert(PeerAddr(peer.parse().unwrap()));
-        parts
-    }
+    use crate::identity::Identify;
+    use crate::identity::tests::parts;
 
     #[test]
     fn keys_in_place_and_shared_read_the_same() {

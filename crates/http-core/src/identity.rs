@@ -274,11 +274,12 @@ impl fmt::Debug for Identify {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use http::Request;
 
-    fn parts(peer: &str) -> Parts {
+    /// A request head from `peer`, as a server records it.
+    pub(crate) fn parts(peer: &str) -> Parts {
         let (mut parts, ()) = Request::get("/").body(()).unwrap().into_parts();
         parts.extensions.insert(PeerAddr(peer.parse().unwrap()));
         parts

@@ -1,6 +1,6 @@
 //! [`Limits`] and their builder: the configuration, checked once, that
-//! every request is decided by (see [`request`](crate::Limits::start) for
-//! one request's steps).
+//! every request is decided by. (One request's steps, from
+//! [`Limits::start`] on, are the `request` module's.)
 
 use std::fmt;
 use std::sync::Arc;
