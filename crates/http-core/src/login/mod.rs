@@ -55,9 +55,10 @@ pub const MIN_SECRET_LEN: usize = 32;
 ///   devices and networks never refuse it;
 /// - an untrusted attempt is limited by both
 ///   [`per_network`](LoginGuardBuilder::per_network), keyed by account and
-///   the client's network ([`Client::network`]: its IPv4 address or IPv6
-///   /64), and [`per_account`](LoginGuardBuilder::per_account), keyed by the
-///   account alone, shared by every untrusted client.
+///   the client's network ([`Client::network`](crate::Client::network): its
+///   IPv4 address or IPv6 /64), and
+///   [`per_account`](LoginGuardBuilder::per_account), keyed by the account
+///   alone, shared by every untrusted client.
 ///
 /// Every one of these policies counts failures only
 /// ([`Count::Failures`]): a response that is not a
