@@ -24,7 +24,7 @@
 //!     let (mut parts, ()) = request.into_parts();
 //!     let peer = "203.0.113.9".parse().ok(); // the connection's, from `accept`
 //!     // 1. The request head: who, and which policies apply.
-//!     let Some(pending) = limits.start(&mut parts, |_| peer) else {
+//!     let Some(mut pending) = limits.start(&mut parts, |_| peer) else {
 //!         return hello(); // skipped: served as it is
 //!     };
 //!     // 2. The limiters decide (in memory at once; on Redis, awaited).

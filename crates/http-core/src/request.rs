@@ -1,16 +1,19 @@
 //! One request through the [`Limits`], step by step, as any server drives
 //! it: [`Limits::start`] reads the request head (who the client is, the
-//! login attempt it is, the policies that apply), [`Pending`] asks the
-//! limiters, [`Limits::conclude`] turns the [`Verdict`] into a request that
-//! passes ([`Admitted`]) or one to answer at once ([`Refused`]), and once
-//! the response head is known, [`Admitted::settle`] (or
-//! [`Refused::finish`]) counts what the response says and writes the
-//! fields.
+//! login attempt it is, the policies that apply) into a [`Pending`] request,
+//! which asks the limiters for a [`Verdict`]; [`Limits::conclude`] turns it
+//! into a request that passes ([`Admitted`]) or one to answer at once
+//! ([`Refused`]), and once the response head is known,
+//! [`Admitted::settle`] (or [`Refused::finish`]) counts what the response
+//! says and writes the fields.
 //!
-//! Each step owns what the next needs, borrowing nothing but the
-//! [`Limits`]: a decision still pending (a Redis call) can be awaited in a
-//! future of its own, and a request decided at once (every in-memory
-//! limiter) costs no future, box or allocation of the core's.
+//! The request's state stays where the server put its [`Pending`]: the
+//! later steps borrow it, so that no step moves what the request holds (a
+//! report per policy, the client's key) to say what was decided. A
+//! [`Pending`] owns everything and borrows nothing: a decision still
+//! pending (a Redis call) can be awaited in a future of its own, and a
+//! request decided at once (every in-memory limiter) costs no future, box
+//! or allocation of the core's.
 
 use std::net::IpAddr;
 use std::time::Duration;
@@ -20,7 +23,7 @@ use http::request::Parts;
 use http::{HeaderMap, HeaderValue, response};
 
 use crate::client::Client;
-use crate::engine::{self, Engine, Outcome, Tally};
+use crate::engine::{self, Engine, Outcome};
 use crate::headers::Fields;
 use crate::info::{LimitOutcome, RateLimitInfo};
 use crate::limits::Limits;
@@ -43,6 +46,7 @@ impl Limits {
     /// record of the connection (`|_| None` for none). On a login guard's
     /// route, the [`LoginAttempt`] goes into the request's extensions, where
     /// the guard's policies read it, replacing any an outer layer put there.
+    #[inline]
     pub fn start<P>(&self, parts: &mut Parts, peer: P) -> Option<Pending>
     where
         P: FnOnce(&Parts) -> Option<IpAddr>,
@@ -56,7 +60,7 @@ impl Limits {
         let engine = Engine::new(matching::checks(&self.policies, parts, &client));
         Some(Pending {
             engine,
-            client,
+            client: Some(client),
             attempt,
         })
     }
@@ -68,24 +72,27 @@ impl Limits {
     /// is off); for one refused (`429`) or that could not be decided
     /// (`503`), [`Conclusion::Refuse`], to answer without calling the
     /// service.
-    pub fn conclude(&self, verdict: Verdict, parts: &mut Parts) -> Conclusion {
-        let Verdict {
-            tally,
-            client,
-            attempt,
-        } = verdict;
-        self.alerts.raise(&self.policies, &tally, &client);
+    ///
+    /// # Panics
+    ///
+    /// If the request was concluded before: a request is concluded once.
+    #[inline]
+    pub fn conclude<'p>(&self, verdict: Verdict<'p>, parts: &mut Parts) -> Conclusion<'p> {
+        let pending = verdict.pending;
+        let client = pending.client.take().expect("a request is concluded once");
+        let tally = &pending.engine.tally;
+        self.alerts.raise(&self.policies, tally, &client);
         tally.record();
         let stats = &self.alerts.stats;
         match tally.outcome {
             Outcome::Pass { .. } => {
                 stats.count_allowed();
                 if self.request_extensions {
-                    let info = RateLimitInfo::new(&self.policies, &tally, client.clone());
+                    let info = RateLimitInfo::new(&self.policies, tally, client.clone());
                     parts.extensions.insert(client);
                     parts.extensions.insert(info);
                 }
-                return Conclusion::Pass(Admitted { tally, attempt });
+                return Conclusion::Pass(Admitted { pending });
             }
             Outcome::Refuse => {
                 stats.count_refused();
@@ -93,8 +100,8 @@ impl Limits {
             }
             Outcome::Unavailable => stats.count_unavailable(),
         }
-        let info = RateLimitInfo::new(&self.policies, &tally, client);
-        Conclusion::Refuse(Refused { tally, info })
+        let info = RateLimitInfo::new(&self.policies, tally, client);
+        Conclusion::Refuse(Refused { pending, info })
     }
 
     /// The login attempt the request is, if it is on a login guard's route:
@@ -116,114 +123,121 @@ impl Limits {
     }
 }
 
-/// A request to decide: its client and the policies that apply to it
-/// (from [`Limits::start`]).
+/// A request being limited: its client and the policies that apply to it
+/// (from [`Limits::start`]), then what they decided. The steps after the
+/// decision borrow it: keep it where it is until the response is settled.
 #[derive(Debug)]
 #[must_use]
 pub struct Pending {
     engine: Engine,
-    client: Client,
+    /// Until [`Limits::conclude`] hands it on (to the request's extensions,
+    /// or the refusal's info).
+    client: Option<Client>,
     attempt: Option<Attempt>,
 }
 
 impl Pending {
-    /// The client, as identified.
-    pub fn client(&self) -> &Client {
-        &self.client
+    /// The client, as identified (`None` once concluded: the request that
+    /// passed carries it, the refusal's info holds it).
+    pub fn client(&self) -> Option<&Client> {
+        self.client.as_ref()
     }
 
     /// The verdict at once, when it needs no waiting: one policy, whose
     /// limiter answers without a future (every in-memory one), and nothing
-    /// to give back later. No future, box, timer or allocation then. The
-    /// request back, untouched, otherwise: [`Pending::decide`] it.
-    // Both are the request's state, in place: boxing the request to hand
-    // it back would allocate on the path that is there to allocate nothing.
-    #[allow(clippy::result_large_err)]
+    /// to give back later. No future, box, timer or allocation then. `None`
+    /// otherwise, nothing asked: [`Pending::decide`].
     #[inline]
-    pub fn decide_now(mut self) -> Result<Verdict, Pending> {
-        match self.engine.decide_now() {
-            Some(tally) => Ok(Verdict {
-                tally,
-                client: self.client,
-                attempt: self.attempt,
-            }),
-            None => Err(self),
-        }
+    pub fn decide_now(&mut self) -> Option<Verdict<'_>> {
+        self.engine
+            .decide_now()
+            .then_some(Verdict { pending: self })
     }
 
     /// Asks the limiters (each policy's calls bounded together by its
     /// [timeout](crate::Policy::timeout), on tokio's timer) and says what
-    /// happens to the request. The future borrows nothing: it may be
-    /// awaited anywhere. In-memory limiters have answered at its first
-    /// poll.
-    pub async fn decide(self) -> Verdict {
-        let Pending {
-            engine,
-            client,
-            attempt,
-        } = self;
-        Verdict {
-            tally: engine.decide().await,
-            client,
-            attempt,
+    /// happens to the request. In-memory limiters have answered at its
+    /// first poll. Once decided, a request is not asked again: the verdict
+    /// is the same.
+    pub async fn decide(&mut self) -> Verdict<'_> {
+        self.engine.decide().await;
+        Verdict { pending: self }
+    }
+
+    /// A queueing policy's slot, once decided.
+    fn delay(&self) -> Duration {
+        match self.engine.tally.outcome {
+            Outcome::Pass { delay } => delay,
+            _ => Duration::ZERO,
         }
+    }
+
+    /// A policy decides something from the response, or the request is a
+    /// login attempt, once decided.
+    fn waits_for_response(&self) -> bool {
+        self.attempt.is_some() || engine::pending(&self.engine.tally)
     }
 }
 
-/// What the limiters said about one request: for [`Limits::conclude`].
+/// What the limiters said about one request, for [`Limits::conclude`].
 #[derive(Debug)]
 #[must_use]
-pub struct Verdict {
-    tally: Tally,
-    client: Client,
-    attempt: Option<Attempt>,
+pub struct Verdict<'p> {
+    pending: &'p mut Pending,
 }
 
-impl Verdict {
+impl Verdict<'_> {
     /// What happens to the request.
+    #[inline]
     pub fn outcome(&self) -> LimitOutcome {
-        match self.tally.outcome {
+        match self.pending.engine.tally.outcome {
             Outcome::Pass { .. } => LimitOutcome::Allowed,
             Outcome::Refuse => LimitOutcome::Refused,
             Outcome::Unavailable => LimitOutcome::Unavailable,
         }
     }
 
-    /// The client, as identified.
-    pub fn client(&self) -> &Client {
-        &self.client
+    /// For a request that passes, its [`Admitted::delay`]; zero otherwise.
+    #[inline]
+    pub fn delay(&self) -> Duration {
+        self.pending.delay()
+    }
+
+    /// For a request that passes, [`Admitted::waits_for_response`]: a
+    /// server that settles responses elsewhere than it concludes (the tower
+    /// layer, in its response future) knows where to go on before it
+    /// concludes.
+    #[inline]
+    pub fn waits_for_response(&self) -> bool {
+        self.pending.waits_for_response()
     }
 }
 
 /// A verdict, concluded ([`Limits::conclude`]).
 #[derive(Debug)]
 #[must_use]
-pub enum Conclusion {
+pub enum Conclusion<'p> {
     /// The request goes to the service.
-    Pass(Admitted),
+    Pass(Admitted<'p>),
     /// The request is answered at once, `429` or `503`.
-    Refuse(Refused),
+    Refuse(Refused<'p>),
 }
 
 /// A request that passes: call the service (after [`Admitted::delay`]),
 /// then settle with the response head.
 #[derive(Debug)]
 #[must_use]
-pub struct Admitted {
-    tally: Tally,
-    attempt: Option<Attempt>,
+pub struct Admitted<'p> {
+    pending: &'p mut Pending,
 }
 
-impl Admitted {
+impl Admitted<'_> {
     /// How long to hold the request before the service sees it: a queueing
     /// policy's slot (the leaky bucket queue: that is the shaping it is
     /// for); zero otherwise.
     #[inline]
     pub fn delay(&self) -> Duration {
-        match self.tally.outcome {
-            Outcome::Pass { delay } => delay,
-            _ => Duration::ZERO,
-        }
+        self.pending.delay()
     }
 
     /// Whether the response head decides something: a policy counts only
@@ -233,7 +247,7 @@ impl Admitted {
     /// final now.
     #[inline]
     pub fn waits_for_response(&self) -> bool {
-        self.attempt.is_some() || engine::pending(&self.tally)
+        self.pending.waits_for_response()
     }
 
     /// The fields as decided, for a request whose response decides nothing
@@ -243,7 +257,7 @@ impl Admitted {
     /// charged, as one whose response never comes.)
     #[inline]
     pub fn fields(self, limits: &Limits) -> Fields {
-        Fields::new(&limits.fields, &limits.policies, &self.tally)
+        Fields::new(&limits.fields, &limits.policies, &self.pending.engine.tally)
     }
 
     /// The last step, once the response head is known: counts, refunds or
@@ -251,14 +265,17 @@ impl Admitted {
     /// each bounded by its policy's timeout, so that the client's next
     /// request sees them), sets a successful login's device cookie, and
     /// writes the fields, which show every key as those calls left it.
-    pub async fn settle(mut self, limits: &Limits, response: &mut response::Parts) {
-        engine::settle(&mut self.tally, response).await;
-        if let Some((guard, attempt)) = &self.attempt
+    pub async fn settle(self, limits: &Limits, response: &mut response::Parts) {
+        let Pending {
+            engine, attempt, ..
+        } = self.pending;
+        engine::settle(&mut engine.tally, response).await;
+        if let Some((guard, attempt)) = attempt
             && let Some(cookie) = limits.guards[*guard].cookie(attempt, response.status)
         {
             response.headers.append(SET_COOKIE, cookie);
         }
-        Fields::new(&limits.fields, &limits.policies, &self.tally).write(&mut response.headers);
+        Fields::new(&limits.fields, &limits.policies, &engine.tally).write(&mut response.headers);
     }
 }
 
@@ -266,12 +283,12 @@ impl Admitted {
 /// (`503`) by a policy that fails closed.
 #[derive(Debug)]
 #[must_use]
-pub struct Refused {
-    tally: Tally,
+pub struct Refused<'p> {
+    pending: &'p mut Pending,
     info: RateLimitInfo,
 }
 
-impl Refused {
+impl Refused<'_> {
     /// What was decided: what the response is built from (the default is
     /// [`RateLimitInfo::problem_response`]).
     pub fn info(&self) -> &RateLimitInfo {
@@ -287,6 +304,6 @@ impl Refused {
                 .entry(RETRY_AFTER)
                 .or_insert_with(|| HeaderValue::from(secs));
         }
-        Fields::new(&limits.fields, &limits.policies, &self.tally).write(headers);
+        Fields::new(&limits.fields, &limits.policies, &self.pending.engine.tally).write(headers);
     }
 }

@@ -3,17 +3,17 @@
 //! ([`Limits::start`](ratelab_http_core::Limits::start), the decision,
 //! [`conclude`](ratelab_http_core::Limits::conclude), and after the
 //! response [`settle`](ratelab_http_core::Admitted::settle)) as cheaply as
-//! each request allows: a request decided at once costs no future of the
-//! layer's own.
+//! each request allows: a request decided at once, with nothing to wait
+//! for, costs no future of the layer's own.
 
 use std::fmt;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
-use futures::FutureExt;
+use http::request::Parts;
 use http::{Request, Response};
 use http_body_util::Either;
-use ratelab_http_core::{Admitted, Conclusion};
+use ratelab_http_core::{Admitted, Conclusion, LimitOutcome, Pending};
 use tower::Service;
 
 use crate::future::{LimitedBody, ResponseFuture};
@@ -52,50 +52,62 @@ where
     fn call(&mut self, request: Request<ReqBody>) -> Self::Future {
         let (mut parts, body) = request.into_parts();
         let limits = &self.shared.limits;
-        let Some(pending) = limits.start(&mut parts, connection_peer) else {
+        let Some(mut pending) = limits.start(&mut parts, connection_peer) else {
             return ResponseFuture::passed(self.inner.call(Request::from_parts(parts, body)), None);
         };
-        // One in-memory policy is decided here and now, without a future.
-        // Otherwise the decision's future is polled once here: in-memory
-        // limiters have decided already, and the request is answered, or
-        // passed on, without a future of the layer's own. A pending one
-        // (Redis) is awaited in the response future.
-        let verdict = match pending.decide_now() {
-            Ok(verdict) => verdict,
-            Err(pending) => {
-                let mut decision = Box::pin(pending.decide());
-                let Some(verdict) = (&mut decision).now_or_never() else {
-                    let shared = self.shared.clone();
-                    let inner = take_ready(&mut self.inner);
-                    return ResponseFuture::boxed(async move {
-                        let verdict = decision.await;
-                        match shared.limits.conclude(verdict, &mut parts) {
-                            Conclusion::Refuse(refused) => Ok(shared.refusal(refused)),
-                            Conclusion::Pass(admitted) => {
-                                let request = Request::from_parts(parts, body);
-                                pass(&shared, admitted, inner, request).await
-                            }
-                        }
-                    });
-                };
-                verdict
-            }
+        // One in-memory policy is decided here and now; a request refused
+        // then, or passed on with nothing to wait for, costs no future of
+        // the layer's own. Anything else (several policies, Redis, a queue's
+        // slot, a response to settle) goes on in the response future, with
+        // the request's state.
+        let Some(verdict) = pending.decide_now() else {
+            return later(&self.shared, &mut self.inner, pending, parts, body);
         };
-        let admitted = match limits.conclude(verdict, &mut parts) {
-            Conclusion::Refuse(refused) => {
-                return ResponseFuture::ready(self.shared.refusal(refused));
-            }
-            Conclusion::Pass(admitted) => admitted,
-        };
-        let request = Request::from_parts(parts, body);
-        if admitted.delay().is_zero() && !admitted.waits_for_response() {
-            let fields = admitted.fields(limits);
-            return ResponseFuture::passed(self.inner.call(request), Some(fields));
+        if verdict.outcome() == LimitOutcome::Allowed
+            && (!verdict.delay().is_zero() || verdict.waits_for_response())
+        {
+            return later(&self.shared, &mut self.inner, pending, parts, body);
         }
-        let shared = self.shared.clone();
-        let inner = take_ready(&mut self.inner);
-        ResponseFuture::boxed(async move { pass(&shared, admitted, inner, request).await })
+        match limits.conclude(verdict, &mut parts) {
+            Conclusion::Refuse(refused) => ResponseFuture::ready(self.shared.refusal(refused)),
+            Conclusion::Pass(admitted) => {
+                let fields = admitted.fields(limits);
+                let request = Request::from_parts(parts, body);
+                ResponseFuture::passed(self.inner.call(request), Some(fields))
+            }
+        }
     }
+}
+
+/// The response future of a request that waits for something: its
+/// decision (several policies, a limiter on Redis), its queue slot, or its
+/// response, to settle. It owns the request's state, and calls the service
+/// (polled ready, taken from `inner`) if the request passes.
+fn later<S, ReqBody, ResBody>(
+    shared: &Arc<Shared>,
+    inner: &mut S,
+    mut pending: Pending,
+    mut parts: Parts,
+    body: ReqBody,
+) -> ResponseFuture<S::Future, ResBody, S::Error>
+where
+    S: Service<Request<ReqBody>, Response = Response<ResBody>> + Clone + Send + 'static,
+    S::Future: Send,
+    ReqBody: Send + 'static,
+    ResBody: Send + 'static,
+{
+    let shared = shared.clone();
+    let inner = take_ready(inner);
+    ResponseFuture::boxed(async move {
+        let verdict = pending.decide().await;
+        match shared.limits.conclude(verdict, &mut parts) {
+            Conclusion::Refuse(refused) => Ok(shared.refusal(refused)),
+            Conclusion::Pass(admitted) => {
+                let request = Request::from_parts(parts, body);
+                pass(&shared, admitted, inner, request).await
+            }
+        }
+    })
 }
 
 /// The service that was polled ready, for a future that calls it later; a
@@ -110,7 +122,7 @@ fn take_ready<S: Clone>(inner: &mut S) -> S {
 /// settling, a login's device cookie) before the fields are written.
 async fn pass<S, ReqBody, ResBody>(
     shared: &Shared,
-    admitted: Admitted,
+    admitted: Admitted<'_>,
     mut inner: S,
     request: Request<ReqBody>,
 ) -> Result<Response<LimitedBody<ResBody>>, S::Error>

@@ -25,7 +25,7 @@ impl Shared {
     /// The response to a request refused (`429`) or not decided (`503`):
     /// the application's, or the default problem, finished with
     /// `Retry-After` and the fields.
-    pub(crate) fn refusal<B>(&self, refused: Refused) -> Response<LimitedBody<B>> {
+    pub(crate) fn refusal<B>(&self, refused: Refused<'_>) -> Response<LimitedBody<B>> {
         let info = refused.info();
         let respond = match info.outcome {
             LimitOutcome::Unavailable => &self.on_unavailable,

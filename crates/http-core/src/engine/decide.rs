@@ -1,6 +1,8 @@
 //! [`Engine`]: decides one request against every policy that applies to it,
 //! in the order [the engine's docs](crate::engine) give.
 
+use std::time::Duration;
+
 use futures::future::join_all;
 use ratelab_core::{Decision, Error, Receipt, duration_to_micros};
 use tokio::time::Instant;
@@ -9,15 +11,18 @@ use crate::engine::call::{self, Ask, bounded};
 use crate::engine::check::Check;
 use crate::engine::next;
 use crate::engine::refill::wait_for;
-use crate::engine::report::{Report, Reports, State};
+use crate::engine::report::{Report, State};
 use crate::engine::tally::{Failure, Outcome, Tally};
 use crate::policy::FailureMode;
 
-/// Decides one request against every policy that applies to it.
+/// Decides one request against every policy that applies to it, in place:
+/// its tally is where the reports were, so that nothing the request holds
+/// is moved to say what was decided.
 #[derive(Debug)]
 pub(crate) struct Engine {
-    reports: Reports,
-    failures: Vec<Failure>,
+    /// Where every policy stands; its outcome once `decided`.
+    pub(crate) tally: Tally,
+    decided: bool,
     /// The policies' deadlines are set (at the first call).
     deadlines_set: bool,
 }
@@ -27,8 +32,15 @@ impl Engine {
     /// first call to its limiter.
     pub(crate) fn new(checks: impl IntoIterator<Item = Check>) -> Self {
         Engine {
-            reports: checks.into_iter().map(Report::new).collect(),
-            failures: Vec::new(),
+            tally: Tally {
+                reports: checks.into_iter().map(Report::new).collect(),
+                // Read only once decided.
+                outcome: Outcome::Pass {
+                    delay: Duration::ZERO,
+                },
+                failures: Vec::new(),
+            },
+            decided: false,
             deadlines_set: false,
         }
     }
@@ -37,43 +49,52 @@ impl Engine {
     /// limiter issues them, and something may give the cost back (another
     /// policy's refusal, or the response).
     fn receipted(&self, i: usize) -> bool {
-        let check = &self.reports[i].check;
+        let check = &self.tally.reports[i].check;
         check.policy.refunds
             && !check.deferred
             && check.cost > 0
-            && (self.reports.len() > 1 || check.policy.after_response())
+            && (self.tally.reports.len() > 1 || check.policy.after_response())
     }
 
-    /// The tally at once, when it needs no waiting: one policy, whose
-    /// limiter answers without a future ([`AsyncRateLimiter::check_now`]:
-    /// every in-memory one), and nothing to give back later. No future, no
-    /// box, no timer then. `None` otherwise, the engine untouched, for
+    /// Decides at once, when it needs no waiting: one policy, whose limiter
+    /// answers without a future ([`AsyncRateLimiter::check_now`]: every
+    /// in-memory one), and nothing to give back later. No future, no box,
+    /// no timer then. `false` otherwise, the engine untouched, for
     /// [`Engine::decide`].
     ///
     /// [`AsyncRateLimiter::check_now`]: ratelab_core::AsyncRateLimiter::check_now
-    pub(crate) fn decide_now(&mut self) -> Option<Tally> {
-        let [report] = &*self.reports else {
-            return None;
+    pub(crate) fn decide_now(&mut self) -> bool {
+        if self.decided {
+            return true;
+        }
+        let [report] = &*self.tally.reports else {
+            return false;
         };
         if self.receipted(0) {
-            return None;
+            return false;
         }
         let check = &report.check;
         let policy = &check.policy;
         let started = quanta::Instant::now();
-        let result = policy.limiter.check_now(&check.key, check.charged())?;
+        let Some(result) = policy.limiter.check_now(&check.key, check.charged()) else {
+            return false;
+        };
         policy.metrics.limiter_call(started.elapsed());
         let state = self.record(0, result, State::Decided);
-        self.reports[0].set(state);
+        self.tally.reports[0].set(state);
         let outcome = self.after_round(&[0]).unwrap_or_else(|| self.passed());
-        next::complete_now(&mut self.reports);
-        Some(self.tally(outcome))
+        next::complete_now(&mut self.tally.reports);
+        self.settle_on(outcome);
+        true
     }
 
-    /// Asks the limiters and says what happens to the request (see
+    /// Asks the limiters and decides what happens to the request (see
     /// [the engine's docs](crate::engine)).
-    pub(crate) async fn decide(mut self) -> Tally {
-        let all: Vec<usize> = (0..self.reports.len()).collect();
+    pub(crate) async fn decide(&mut self) {
+        if self.decided {
+            return;
+        }
+        let all: Vec<usize> = (0..self.tally.reports.len()).collect();
         // Every policy with a receipt takes its cost now; with several
         // policies, the others only peek (a refusal elsewhere must find
         // nothing taken that cannot be given back).
@@ -81,7 +102,7 @@ impl Engine {
         let first: Vec<(usize, Ask)> = all
             .iter()
             .map(|&i| {
-                let check = &self.reports[i].check;
+                let check = &self.tally.reports[i].check;
                 let ask = if self.receipted(i) {
                     Ask::Receipt
                 } else if several && !check.deferred && check.cost > 0 {
@@ -105,9 +126,9 @@ impl Engine {
         let peeked = |r: &Report| matches!(r.state, State::Peeked(_));
         let (predicted, rest): (Vec<usize>, Vec<usize>) = all
             .into_iter()
-            .filter(|&i| peeked(&self.reports[i]))
+            .filter(|&i| peeked(&self.tally.reports[i]))
             .partition(|&i| {
-                let r = &self.reports[i];
+                let r = &self.tally.reports[i];
                 matches!(r.state, State::Peeked(d) if d.remaining < u64::from(r.check.cost))
             });
         for round in [predicted, rest] {
@@ -118,7 +139,7 @@ impl Engine {
             }
         }
         let outcome = self.passed();
-        self.finish(outcome).await
+        self.finish(outcome).await;
     }
 
     /// After the policies of `round` were asked: reads the deferred ones'
@@ -126,16 +147,16 @@ impl Engine {
     /// unavailable) already.
     fn after_round(&mut self, round: &[usize]) -> Option<Outcome> {
         for &i in round {
-            let report = &mut self.reports[i];
+            let report = &mut self.tally.reports[i];
             if let (true, State::Decided(d)) = (report.check.deferred, report.state) {
                 let decision = deferred(d, &report.check);
                 report.set(State::Decided(decision));
             }
         }
-        if self.reports.iter().any(Report::violated) {
+        if self.tally.reports.iter().any(Report::violated) {
             return Some(Outcome::Refuse);
         }
-        if self.reports.iter().any(Report::failed_closed) {
+        if self.tally.reports.iter().any(Report::failed_closed) {
             return Some(Outcome::Unavailable);
         }
         None
@@ -145,6 +166,7 @@ impl Engine {
     /// delay a queueing policy gave it.
     fn passed(&self) -> Outcome {
         let delay = self
+            .tally
             .reports
             .iter()
             .filter_map(|r| match r.state {
@@ -156,31 +178,28 @@ impl Engine {
         Outcome::Pass { delay }
     }
 
-    /// The tally once the rounds are over: a request that does not pass
-    /// gives back every receipt first; one that passes keeps only those
-    /// its response may still settle. Then `t` where a peek must say it.
-    async fn finish(mut self, outcome: Outcome) -> Tally {
+    /// The rounds are over: a request that does not pass gives back every
+    /// receipt first; one that passes keeps only those its response may
+    /// still settle. Then `t` where a peek must say it.
+    async fn finish(&mut self, outcome: Outcome) {
         if let Outcome::Pass { .. } = outcome {
-            for report in self.reports.iter_mut() {
+            for report in self.tally.reports.iter_mut() {
                 if !report.check.policy.after_response() {
                     // Nothing will give it back: the charge stands.
                     report.receipt = None;
                 }
             }
         } else {
-            give_back(&mut self.reports).await;
+            give_back(&mut self.tally.reports).await;
         }
-        next::complete(&mut self.reports).await;
-        self.tally(outcome)
+        next::complete(&mut self.tally.reports).await;
+        self.settle_on(outcome);
     }
 
-    /// The tally, the reports and failures taken out of the engine.
-    fn tally(&mut self, outcome: Outcome) -> Tally {
-        Tally {
-            reports: std::mem::take(&mut self.reports),
-            outcome,
-            failures: std::mem::take(&mut self.failures),
-        }
+    /// The tally is final, with `outcome`.
+    fn settle_on(&mut self, outcome: Outcome) {
+        self.tally.outcome = outcome;
+        self.decided = true;
     }
 
     /// Asks the limiters of `asks` concurrently, each as its [`Ask`] says,
@@ -194,12 +213,12 @@ impl Engine {
             // from the first.
             self.deadlines_set = true;
             let started = Instant::now();
-            for report in self.reports.iter_mut() {
+            for report in self.tally.reports.iter_mut() {
                 report.deadline = started.checked_add(report.check.policy.timeout);
             }
         }
         let ask = |i: usize, ask| {
-            let report = &self.reports[i];
+            let report = &self.tally.reports[i];
             call::ask(&report.check, report.deadline, ask)
         };
         if let [(i, how)] = *asks {
@@ -228,7 +247,7 @@ impl Engine {
             State::Decided
         };
         let state = self.record(i, result, ok);
-        let report = &mut self.reports[i];
+        let report = &mut self.tally.reports[i];
         report.receipt = receipt;
         report.set(state);
     }
@@ -262,7 +281,7 @@ impl Engine {
         // waiting, and failing open would admit on state no one can read.
         let mode = match &error {
             Error::TooManyKeys { .. } | Error::Data(_) => FailureMode::Closed,
-            _ => self.reports[i].check.policy.failure,
+            _ => self.tally.reports[i].check.policy.failure,
         };
         let retry_after = match &error {
             Error::Backend(source) => source
@@ -271,7 +290,7 @@ impl Engine {
                 .filter(|wait| !wait.is_zero()),
             _ => error.retry_after(),
         };
-        self.failures.push(Failure {
+        self.tally.failures.push(Failure {
             report: i,
             error,
             mode,

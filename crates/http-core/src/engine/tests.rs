@@ -178,7 +178,9 @@ async fn decide(policies: &[(&Arc<Policy>, u32)]) -> Tally {
         .iter()
         .enumerate()
         .map(|(i, &(policy, cost))| Check::new(i, policy, "alice", cost, Refill::Other));
-    Engine::new(checks).decide().await
+    let mut engine = Engine::new(checks);
+    engine.decide().await;
+    engine.tally
 }
 
 fn call(key: &str, cost: u32, what: &'static str) -> Call {
@@ -481,11 +483,11 @@ async fn a_sliding_policy_peeks_for_t_and_the_others_do_not() {
     let setup = Setup::new();
     let sliding = setup.policy("sliding", per_minute(4));
     let check = |refill| Check::new(0, &sliding, "alice", 1, refill);
-    let verdict = Engine::new([check(Refill::Steady {
+    let mut engine = Engine::new([check(Refill::Steady {
         interval: 15_000_000,
-    })])
-    .decide()
-    .await;
+    })]);
+    engine.decide().await;
+    let verdict = engine.tally;
     assert_eq!(setup.calls(), [call("sliding:alice", 1, "check")]);
     assert_eq!(
         verdict.reports[0].next_after(),
@@ -494,7 +496,8 @@ async fn a_sliding_policy_peeks_for_t_and_the_others_do_not() {
     // Read as sliding, the limiter is asked when r + 1 = 3 units pass: as
     // the steady refill said, 15 s after the first unit was taken.
     let mut engine = Engine::new([check(Refill::Sliding)]);
-    let verdict = engine.decide_now().unwrap();
+    assert!(engine.decide_now());
+    let verdict = engine.tally;
     assert_eq!(
         setup.calls(),
         [

@@ -59,14 +59,11 @@ where
 {
     let (mut parts, body) = request.into_parts();
     // 1. The head, and the peer address the server knows.
-    let Some(pending) = limits.start(&mut parts, |_| Some(peer.ip())) else {
+    let Some(mut pending) = limits.start(&mut parts, |_| Some(peer.ip())) else {
         return handler(Request::from_parts(parts, body)).await;
     };
     // 2. The decision: at once in memory, awaited on Redis.
-    let verdict = match pending.decide_now() {
-        Ok(verdict) => verdict,
-        Err(pending) => pending.decide().await,
-    };
+    let verdict = pending.decide().await;
     // 3. Refused now, or served.
     match limits.conclude(verdict, &mut parts) {
         Conclusion::Refuse(refused) => {
