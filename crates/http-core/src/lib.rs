@@ -29,6 +29,7 @@
 //!     };
 //!     // 2. The limiters decide (in memory at once; on Redis, awaited).
 //!     let verdict = pending.decide().await;
+//!     let delay = verdict.delay(); // a queue's slot, if a policy gives one
 //!     // 3. A refusal is answered now; a request that passes is served.
 //!     match limits.conclude(verdict, &mut parts) {
 //!         Conclusion::Refuse(refused) => {
@@ -37,7 +38,7 @@
 //!             response
 //!         }
 //!         Conclusion::Pass(admitted) => {
-//!             tokio::time::sleep(admitted.delay()).await; // a queue's slot
+//!             tokio::time::sleep(delay).await;
 //!             let (mut head, body) = hello().into_parts();
 //!             // 4. After the response: settle, and write the fields.
 //!             admitted.settle(limits, &mut head).await;

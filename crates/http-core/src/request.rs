@@ -163,20 +163,6 @@ impl Pending {
         self.engine.decide().await;
         Verdict { pending: self }
     }
-
-    /// A queueing policy's slot, once decided.
-    fn delay(&self) -> Duration {
-        match self.engine.tally.outcome {
-            Outcome::Pass { delay } => delay,
-            _ => Duration::ZERO,
-        }
-    }
-
-    /// A policy decides something from the response, or the request is a
-    /// login attempt, once decided.
-    fn waits_for_response(&self) -> bool {
-        self.attempt.is_some() || engine::pending(&self.engine.tally)
-    }
 }
 
 /// What the limiters said about one request, for [`Limits::conclude`].
@@ -197,19 +183,27 @@ impl Verdict<'_> {
         }
     }
 
-    /// For a request that passes, its [`Admitted::delay`]; zero otherwise.
+    /// How long to hold a request that passes before the service sees it:
+    /// a queueing policy's slot (the leaky bucket queue: that is the
+    /// shaping it is for); zero otherwise.
     #[inline]
     pub fn delay(&self) -> Duration {
-        self.pending.delay()
+        match self.pending.engine.tally.outcome {
+            Outcome::Pass { delay } => delay,
+            _ => Duration::ZERO,
+        }
     }
 
-    /// For a request that passes, [`Admitted::waits_for_response`]: a
-    /// server that settles responses elsewhere than it concludes (the tower
-    /// layer, in its response future) knows where to go on before it
-    /// concludes.
+    /// Whether the response head of a request that passes decides
+    /// something: a policy counts only some responses or settles the cost
+    /// from the response, or the request is a login attempt (a success gets
+    /// a device cookie). Then [`Admitted::settle`] must see it; otherwise
+    /// [`Admitted::fields`] are final at once. (Known before the verdict is
+    /// concluded, so that a server that settles elsewhere, as the tower
+    /// layer does in its response future, knows where to go on.)
     #[inline]
     pub fn waits_for_response(&self) -> bool {
-        self.pending.waits_for_response()
+        self.pending.attempt.is_some() || engine::pending(&self.pending.engine.tally)
     }
 }
 
@@ -223,8 +217,8 @@ pub enum Conclusion<'p> {
     Refuse(Refused<'p>),
 }
 
-/// A request that passes: call the service (after [`Admitted::delay`]),
-/// then settle with the response head.
+/// A request that passes: call the service (after [`Verdict::delay`]), then
+/// settle with the response head.
 #[derive(Debug)]
 #[must_use]
 pub struct Admitted<'p> {
@@ -232,26 +226,8 @@ pub struct Admitted<'p> {
 }
 
 impl Admitted<'_> {
-    /// How long to hold the request before the service sees it: a queueing
-    /// policy's slot (the leaky bucket queue: that is the shaping it is
-    /// for); zero otherwise.
-    #[inline]
-    pub fn delay(&self) -> Duration {
-        self.pending.delay()
-    }
-
-    /// Whether the response head decides something: a policy counts only
-    /// some responses or settles the cost from the response, or the request
-    /// is a login attempt (a success gets a device cookie). Then
-    /// [`Admitted::settle`] must see it; otherwise [`Admitted::fields`] are
-    /// final now.
-    #[inline]
-    pub fn waits_for_response(&self) -> bool {
-        self.pending.waits_for_response()
-    }
-
     /// The fields as decided, for a request whose response decides nothing
-    /// ([`Admitted::waits_for_response`] is false): computed now, written
+    /// ([`Verdict::waits_for_response`] is false): computed now, written
     /// once the response comes. (Of one whose response does decide
     /// something, the fields before it: the request keeps what it was
     /// charged, as one whose response never comes.)

@@ -9,6 +9,7 @@
 use std::fmt;
 use std::sync::Arc;
 use std::task::{Context, Poll};
+use std::time::Duration;
 
 use http::request::Parts;
 use http::{Request, Response};
@@ -100,11 +101,12 @@ where
     let inner = take_ready(inner);
     ResponseFuture::boxed(async move {
         let verdict = pending.decide().await;
+        let delay = verdict.delay();
         match shared.limits.conclude(verdict, &mut parts) {
             Conclusion::Refuse(refused) => Ok(shared.refusal(refused)),
             Conclusion::Pass(admitted) => {
                 let request = Request::from_parts(parts, body);
-                pass(&shared, admitted, inner, request).await
+                pass(&shared, delay, admitted, inner, request).await
             }
         }
     })
@@ -117,11 +119,12 @@ fn take_ready<S: Clone>(inner: &mut S) -> S {
     std::mem::replace(inner, clone)
 }
 
-/// A request that passed, the slow way: after its queueing delay, if a
+/// A request that passed, the slow way: after its queueing `delay`, if a
 /// policy gave it one, then settled with its response head (counting,
 /// settling, a login's device cookie) before the fields are written.
 async fn pass<S, ReqBody, ResBody>(
     shared: &Shared,
+    delay: Duration,
     admitted: Admitted<'_>,
     mut inner: S,
     request: Request<ReqBody>,
@@ -129,7 +132,6 @@ async fn pass<S, ReqBody, ResBody>(
 where
     S: Service<Request<ReqBody>, Response = Response<ResBody>>,
 {
-    let delay = admitted.delay();
     if !delay.is_zero() {
         // A queueing policy (leaky bucket queue) gave the request a later
         // slot: it proceeds then. (Boxed: a timer held in place would

@@ -64,6 +64,7 @@ where
     };
     // 2. The decision: at once in memory, awaited on Redis.
     let verdict = pending.decide().await;
+    let delay = verdict.delay();
     // 3. Refused now, or served.
     match limits.conclude(verdict, &mut parts) {
         Conclusion::Refuse(refused) => {
@@ -72,7 +73,7 @@ where
             response
         }
         Conclusion::Pass(admitted) => {
-            tokio::time::sleep(admitted.delay()).await;
+            tokio::time::sleep(delay).await;
             let response = handler(Request::from_parts(parts, body)).await;
             // 4. Settled with the response head, which gets the fields.
             let (mut head, body) = response.into_parts();
