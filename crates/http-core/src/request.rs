@@ -267,6 +267,7 @@ pub struct Refused<'p> {
 impl Refused<'_> {
     /// What was decided: what the response is built from (the default is
     /// [`RateLimitInfo::problem_response`]).
+    #[inline]
     pub fn info(&self) -> &RateLimitInfo {
         &self.info
     }
@@ -274,6 +275,7 @@ impl Refused<'_> {
     /// Finishes the response whose headers are `headers`: `Retry-After`
     /// unless it has its own (a custom refusal keeps its promise to say when
     /// to come back), and the fields.
+    #[inline]
     pub fn finish(self, limits: &Limits, headers: &mut HeaderMap) {
         if let Some(secs) = self.info.retry_after_secs() {
             headers
