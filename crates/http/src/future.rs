@@ -1,17 +1,20 @@
 //! [`ResponseFuture`]: the future of [`RateLimit`](crate::RateLimit)'s
-//! response.
+//! response, and [`LimitedBody`], its body.
 
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll, ready};
 
+use bytes::Bytes;
 use http::Response;
-use http_body_util::Either;
+use http_body_util::{Either, Full};
 use pin_project_lite::pin_project;
+use ratelab_http_core::Fields;
 
-use crate::headers::Fields;
-use crate::service::LimitedBody;
+/// The body of a response that went through the layer: the inner service's
+/// (`Left`), or the layer's own `429`/`503` problem body (`Right`).
+pub type LimitedBody<B> = Either<B, Full<Bytes>>;
 
 type BoxedResponse<B, E> =
     Pin<Box<dyn Future<Output = Result<Response<LimitedBody<B>>, E>> + Send>>;

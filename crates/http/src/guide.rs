@@ -1,5 +1,10 @@
 //! The guide: what [`RateLimitLayer`](crate::RateLimitLayer) does, exactly.
 //!
+//! The layer drives the [`Limits`](crate::Limits) of `ratelab-http-core`,
+//! where everything below is decided; another server drives the same
+//! [`Limits`](crate::Limits) without tower (see [below](#without-tower)),
+//! and does exactly this.
+//!
 //! # One request, step by step
 //!
 //! 1. **Identify the client** with the [`Identify`](crate::Identify) chain:
@@ -250,7 +255,9 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 //!
-//! With axum, add the layer to the router and serve with connect info:
+//! With axum, enable the crate's `axum` feature (it reads the peer address
+//! from axum's `ConnectInfo`), add the layer to the router and serve with
+//! connect info:
 //!
 //! ```no_run
 //! # async fn run(layer: ratelab_http::RateLimitLayer) -> std::io::Result<()> {
@@ -269,12 +276,26 @@
 //! `ratelab_redis::RedisLimiter` instead of `Keyed`: everything else is the
 //! same, and every instance of the application shares the quota.
 //!
+//! # Without tower
+//!
+//! A server that is not a tower stack drives the core's four steps itself
+//! (`ratelab-http-core`'s crate docs show them on a plain function):
+//! [`Limits::start`](crate::Limits::start) with the request head (and the
+//! connection's peer address), `Pending::decide` (or `decide_now`, at once
+//! for one in-memory policy), [`Limits::conclude`](crate::Limits::conclude),
+//! then for a refusal `Refused::finish` on the response it sends
+//! ([`RateLimitInfo::problem_response`](crate::RateLimitInfo::problem_response)
+//! by default), and for a request that passes, once the response head is
+//! known, `Admitted::settle`. The crate's `tests/shared_cases.rs` runs the
+//! shared cases through a plain hyper `service_fn` driving the core this
+//! way, beside the layer, and requires the same bytes from both.
+//!
 //! # The client side
 //!
-//! [`Throttle`](crate::Throttle) (a decorator for any future) and
-//! [`ThrottleLayer`](crate::ThrottleLayer) (a tower layer for HTTP clients)
-//! make outgoing calls wait for their turn on any limiter, with a timeout:
-//! see [`ratelab_core::wait_and_consume_async`] for the waiting rule.
+//! `ratelab-throttle` (`Throttle`, a decorator for any future, and
+//! `ThrottleLayer`, a tower layer for HTTP clients) makes outgoing calls
+//! wait for their turn on any limiter, with a timeout: see
+//! `ratelab_core::wait_and_consume_async` for the waiting rule.
 //!
 //! # Responses the application chooses
 //!
@@ -350,7 +371,7 @@
 //!
 //! # Metrics
 //!
-//! Through the [`metrics`] facade, into whatever recorder the application
+//! Through the `metrics` facade, into whatever recorder the application
 //! installs (with `metrics-exporter-prometheus`, the example server's
 //! `/metrics`); the names are in [`telemetry`](crate::telemetry):
 //! requests by outcome, decisions by policy and outcome, limiter call

@@ -1,5 +1,6 @@
-//! [`RateLimitLayer`] and its builder: the configuration, checked once and
-//! shared by every clone of the layer and every service it wraps.
+//! [`RateLimitLayer`] and its builder: the core's [`Limits`], and the
+//! responses the application chooses, checked once and shared by every
+//! clone of the layer and every service it wraps.
 
 use std::fmt;
 use std::sync::Arc;
@@ -9,18 +10,14 @@ use bytes::Bytes;
 use http::Response;
 use http::request::Parts;
 use http_body_util::Full;
+use ratelab_http_core::{
+    ConfigError, HeaderStyle, Identify, LegacyReset, LimiterFailure, Limits, LimitsBuilder,
+    LoginGuard, Policy, RateLimitInfo, Stats,
+};
 use tower::Layer;
 
-use crate::config::{self, ConfigError};
-use crate::failure::{FailureCallback, LimiterFailure};
-use crate::headers::{HeaderStyle, LegacyReset};
-use crate::identity::Identify;
-use crate::info::RateLimitInfo;
-use crate::login::{GuardCore, LoginGuard};
-use crate::matching::Compiled;
-use crate::policy::Policy;
 use crate::service::RateLimit;
-use crate::stats::Stats;
+use crate::shared::Shared;
 
 /// A tower [`Layer`] that rate-limits requests by [`Policy`], for axum and
 /// plain hyper alike. Build one with [`RateLimitLayer::builder`]; cloning is
@@ -33,61 +30,14 @@ pub struct RateLimitLayer {
     shared: Arc<Shared>,
 }
 
-pub(crate) type Responder = Arc<dyn Fn(&RateLimitInfo) -> Response<Full<Bytes>> + Send + Sync>;
-pub(crate) type SkipFn = Arc<dyn Fn(&Parts) -> bool + Send + Sync>;
-pub(crate) type WallClock = Arc<dyn Fn() -> SystemTime + Send + Sync>;
-
-/// Builds a [`RateLimitLayer`].
+/// Builds a [`RateLimitLayer`]: the [`Limits`]' settings (each method is
+/// [`LimitsBuilder`]'s of the same name), and the layer's own responses.
 #[must_use]
+#[derive(Default)]
 pub struct RateLimitLayerBuilder {
-    identify: Identify,
-    policies: Vec<Policy>,
-    guards: Vec<Arc<GuardCore>>,
-    header_style: HeaderStyle,
-    legacy_reset: LegacyReset,
-    wall_clock: WallClock,
-    request_extensions: bool,
-    on_failure: Option<FailureCallback>,
-    on_refusal: Option<Responder>,
-    on_unavailable: Option<Responder>,
-    skip: Option<SkipFn>,
-}
-
-impl Default for RateLimitLayerBuilder {
-    fn default() -> Self {
-        RateLimitLayerBuilder {
-            identify: Identify::default(),
-            policies: Vec::new(),
-            guards: Vec::new(),
-            header_style: HeaderStyle::default(),
-            legacy_reset: LegacyReset::default(),
-            wall_clock: Arc::new(SystemTime::now),
-            request_extensions: true,
-            on_failure: None,
-            on_refusal: None,
-            on_unavailable: None,
-            skip: None,
-        }
-    }
-}
-
-/// What the layer and its services share.
-pub(crate) struct Shared {
-    pub(crate) identify: Identify,
-    pub(crate) policies: Vec<Compiled>,
-    /// The login guards, whose attempts the policies read.
-    pub(crate) guards: Vec<Arc<GuardCore>>,
-    pub(crate) header_style: HeaderStyle,
-    pub(crate) legacy_reset: LegacyReset,
-    pub(crate) wall_clock: WallClock,
-    /// Passed requests carry the [`Client`](crate::Client) and its
-    /// [`RateLimitInfo`] in their extensions.
-    pub(crate) request_extensions: bool,
-    pub(crate) stats: Arc<Stats>,
-    pub(crate) on_failure: Option<FailureCallback>,
-    pub(crate) on_refusal: Option<Responder>,
-    pub(crate) on_unavailable: Option<Responder>,
-    pub(crate) skip: Option<SkipFn>,
+    limits: LimitsBuilder,
+    on_refusal: Option<crate::shared::Responder>,
+    on_unavailable: Option<crate::shared::Responder>,
 }
 
 impl RateLimitLayer {
@@ -98,36 +48,38 @@ impl RateLimitLayer {
 
     /// The counters of what this layer (and its clones) decided.
     pub fn stats(&self) -> &Arc<Stats> {
-        &self.shared.stats
+        self.shared.limits.stats()
     }
 
     /// How the layer identifies clients.
     pub fn identify(&self) -> &Identify {
-        &self.shared.identify
+        self.shared.limits.identify()
+    }
+
+    /// The limits the layer enforces.
+    pub fn limits(&self) -> &Limits {
+        &self.shared.limits
     }
 }
 
 impl RateLimitLayerBuilder {
-    /// How to identify the client (by default: by peer IP, no trusted proxy).
-    pub fn identify(mut self, identify: Identify) -> Self {
-        self.identify = identify;
-        self
+    /// How to identify the client (by default: by peer IP, no trusted
+    /// proxy); see [`LimitsBuilder::identify`].
+    pub fn identify(self, identify: Identify) -> Self {
+        self.with(|limits| limits.identify(identify))
     }
 
     /// Adds a policy. Policies are reported in the headers in the order they
     /// were added.
-    pub fn policy(mut self, policy: Policy) -> Self {
-        self.policies.push(policy);
-        self
+    pub fn policy(self, policy: Policy) -> Self {
+        self.with(|limits| limits.policy(policy))
     }
 
     /// Guards a login route with `guard` (see [`LoginGuard`]): its three
     /// policies are added after the ones added so far, and its successful
     /// logins get a device cookie.
-    pub fn login_guard(mut self, guard: LoginGuard) -> Self {
-        self.policies.extend(guard.policies);
-        self.guards.push(guard.core);
-        self
+    pub fn login_guard(self, guard: LoginGuard) -> Self {
+        self.with(|limits| limits.login_guard(guard))
     }
 
     /// Also send `X-RateLimit-Limit`, `X-RateLimit-Remaining` and
@@ -136,51 +88,56 @@ impl RateLimitLayerBuilder {
     /// draft's fields ([`HeaderStyle::DraftAndLegacy`]), `false` sends the
     /// draft's only. Off by default.
     pub fn legacy_headers(self, on: bool) -> Self {
-        self.headers(if on {
-            HeaderStyle::DraftAndLegacy
-        } else {
-            HeaderStyle::Draft
-        })
+        self.with(|limits| limits.legacy_headers(on))
     }
 
     /// Which rate limit fields responses carry ([`HeaderStyle::Draft`] by
     /// default; [`HeaderStyle::None`] for none).
-    pub fn headers(mut self, style: HeaderStyle) -> Self {
-        self.header_style = style;
-        self
+    pub fn headers(self, style: HeaderStyle) -> Self {
+        self.with(|limits| limits.headers(style))
     }
 
     /// Whether a request passed on carries the [`Client`](crate::Client)
     /// and its [`RateLimitInfo`] in its extensions, for handlers (on by
-    /// default). Off, a request passes with its extensions as they came,
-    /// and the layer saves their construction: two boxes, the policies'
-    /// statuses, and the extension map's growth (a sixth of its cost per
-    /// admitted request in the `http` bench). Custom refusal and
-    /// unavailability responses get their [`RateLimitInfo`] either way, and
-    /// requests on a [login guard](RateLimitLayerBuilder::login_guard)'s
-    /// routes carry its [`LoginAttempt`](crate::LoginAttempt) either way
-    /// (its policies read it there).
-    pub fn request_extensions(mut self, on: bool) -> Self {
-        self.request_extensions = on;
-        self
+    /// default); see [`LimitsBuilder::request_extensions`] for what leaving
+    /// them out saves.
+    pub fn request_extensions(self, on: bool) -> Self {
+        self.with(|limits| limits.request_extensions(on))
     }
 
     /// What `X-RateLimit-Reset` holds: seconds from now (the default) or a
     /// Unix time.
-    pub fn legacy_reset(mut self, reset: LegacyReset) -> Self {
-        self.legacy_reset = reset;
-        self
+    pub fn legacy_reset(self, reset: LegacyReset) -> Self {
+        self.with(|limits| limits.legacy_reset(reset))
     }
 
     /// The wall clock `X-RateLimit-Reset` Unix times are computed from
-    /// ([`SystemTime::now`] by default): a test's clock, or one shared with
-    /// the limiters' time source.
-    pub fn wall_clock<F>(mut self, now: F) -> Self
+    /// ([`SystemTime::now`] by default).
+    pub fn wall_clock<F>(self, now: F) -> Self
     where
         F: Fn() -> SystemTime + Send + Sync + 'static,
     {
-        self.wall_clock = Arc::new(now);
-        self
+        self.with(|limits| limits.wall_clock(now))
+    }
+
+    /// Requests for which `skip` is true pass straight to the service: no
+    /// policy, no limiter call, no header (health checks, `OPTIONS`
+    /// preflights, the metrics endpoint). It sees the request head only.
+    pub fn skip<F>(self, skip: F) -> Self
+    where
+        F: Fn(&Parts) -> bool + Send + Sync + 'static,
+    {
+        self.with(|limits| limits.skip(skip))
+    }
+
+    /// Calls `callback` whenever a limiter fails (in addition to the `tracing`
+    /// event and the [`Stats`] counters): page someone, flip a health check.
+    /// It runs on the request's task: keep it quick.
+    pub fn on_limiter_failure<F>(self, callback: F) -> Self
+    where
+        F: Fn(&LimiterFailure<'_>) + Send + Sync + 'static,
+    {
+        self.with(|limits| limits.on_limiter_failure(callback))
     }
 
     /// Answer refused requests with `respond(info)` instead of the default
@@ -207,54 +164,21 @@ impl RateLimitLayerBuilder {
         self
     }
 
-    /// Requests for which `skip` is true pass straight to the service: no
-    /// policy, no limiter call, no header (health checks, `OPTIONS`
-    /// preflights, the metrics endpoint). It sees the request head only.
-    pub fn skip<F>(mut self, skip: F) -> Self
-    where
-        F: Fn(&Parts) -> bool + Send + Sync + 'static,
-    {
-        self.skip = Some(Arc::new(skip));
-        self
-    }
-
-    /// Calls `callback` whenever a limiter fails (in addition to the `tracing`
-    /// event and the [`Stats`] counters): page someone, flip a health check.
-    /// It runs on the request's task: keep it quick.
-    pub fn on_limiter_failure<F>(mut self, callback: F) -> Self
-    where
-        F: Fn(&LimiterFailure<'_>) + Send + Sync + 'static,
-    {
-        self.on_failure = Some(Arc::new(callback));
-        self
-    }
-
     /// The layer, or what is wrong with the configuration.
     pub fn build(self) -> Result<RateLimitLayer, ConfigError> {
-        let mut policies: Vec<Compiled> = Vec::with_capacity(self.policies.len());
-        for policy in self.policies {
-            let name = config::policy_name(&policy.name)?;
-            if policies.iter().any(|c| c.policy.name == policy.name) {
-                return Err(ConfigError::DuplicateName(policy.name));
-            }
-            policies.push(Compiled::new(policy, name)?);
-        }
         Ok(RateLimitLayer {
             shared: Arc::new(Shared {
-                identify: self.identify,
-                policies,
-                guards: self.guards,
-                header_style: self.header_style,
-                legacy_reset: self.legacy_reset,
-                wall_clock: self.wall_clock,
-                request_extensions: self.request_extensions,
-                stats: Arc::default(),
-                on_failure: self.on_failure,
+                limits: self.limits.build()?,
                 on_refusal: self.on_refusal,
                 on_unavailable: self.on_unavailable,
-                skip: self.skip,
             }),
         })
+    }
+
+    /// The same builder, its limits' settings changed by `change`.
+    fn with(mut self, change: impl FnOnce(LimitsBuilder) -> LimitsBuilder) -> Self {
+        self.limits = change(self.limits);
+        self
     }
 }
 
@@ -269,33 +193,22 @@ impl<S> Layer<S> for RateLimitLayer {
 impl fmt::Debug for RateLimitLayer {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RateLimitLayer")
-            .field("identify", &self.shared.identify)
+            .field("limits", &self.shared.limits)
+            .field("refusal_response", &self.shared.on_refusal.is_some())
             .field(
-                "policies",
-                &self
-                    .shared
-                    .policies
-                    .iter()
-                    .map(|c| &c.policy)
-                    .collect::<Vec<_>>(),
+                "unavailable_response",
+                &self.shared.on_unavailable.is_some(),
             )
-            .field("headers", &self.shared.header_style)
-            .field("legacy_reset", &self.shared.legacy_reset)
-            .field("request_extensions", &self.shared.request_extensions)
-            .field("skip", &self.shared.skip.is_some())
-            .finish_non_exhaustive()
+            .finish()
     }
 }
 
 impl fmt::Debug for RateLimitLayerBuilder {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RateLimitLayerBuilder")
-            .field("identify", &self.identify)
-            .field("policies", &self.policies)
-            .field("headers", &self.header_style)
-            .field("legacy_reset", &self.legacy_reset)
-            .field("request_extensions", &self.request_extensions)
-            .field("skip", &self.skip.is_some())
-            .finish_non_exhaustive()
+            .field("limits", &self.limits)
+            .field("refusal_response", &self.on_refusal.is_some())
+            .field("unavailable_response", &self.on_unavailable.is_some())
+            .finish()
     }
 }

@@ -57,59 +57,43 @@
 //! # Ok(()) }
 //! ```
 //!
+//! The layer is `ratelab-http-core`'s [`Limits`] on top of tower: the
+//! identity, the policies, the engine, the login guard and the responses
+//! are the core's (re-exported here), so that another framework can drive
+//! the same decisions without tower. Feature `axum` (off by default) reads
+//! the peer address from axum's `ConnectInfo<SocketAddr>`; plain hyper
+//! servers wrap each connection's service in [`SetPeerAddr`] and need no
+//! axum. The client side (outgoing calls that wait for their turn) is
+//! `ratelab-throttle`.
+//!
 //! Next: [`guide`] for exactly what the layer does (identity, several
 //! policies on one request, how the headers are computed, failures,
 //! counting and settling after the response), [`Identify`] and
 //! [`TrustedProxies`] for client identity, [`Policy`] for routes, plans,
 //! keys, costs and [settlements](Policy::settle_with), [`LoginGuard`] for
-//! logins, [`Throttle`] and [`ThrottleLayer`] for the client side. The crate's `examples/server.rs` is a runnable API (in
-//! memory, or on Redis with `REDIS_URL`).
+//! logins. The crate's `examples/server.rs` is a runnable API (in memory,
+//! or on Redis with `REDIS_URL`).
 
 #![warn(missing_docs)]
 #![forbid(unsafe_code)]
 
-mod client;
-mod config;
-mod counting;
-mod engine;
-mod failure;
 mod future;
 pub mod guide;
-mod headers;
-mod identity;
-mod info;
 mod layer;
-mod login;
-mod matching;
-mod policy;
-mod proxy;
-mod response;
-mod route;
+mod peer;
 mod service;
-mod small;
-mod stats;
-pub mod telemetry;
+mod shared;
 
-pub use client::{
-    SameKey, Throttle, ThrottleError, ThrottleKey, ThrottleLayer, Throttled, ThrottledFuture,
-};
-pub use config::ConfigError;
-pub use counting::Count;
-pub use failure::LimiterFailure;
-pub use future::ResponseFuture;
-pub use headers::{HeaderStyle, LegacyReset};
-pub use identity::{Client, ClientKind, Identify, Identity, PeerAddr, SetPeerAddr};
-pub use info::{LimitOutcome, PolicyStatus, RateLimitInfo};
+pub use future::{LimitedBody, ResponseFuture};
 pub use layer::{RateLimitLayer, RateLimitLayerBuilder};
-pub use login::{
-    LoginAttempt, LoginGuard, LoginGuardBuilder, LoginGuardError, MIN_SECRET_LEN, SameSite,
-};
-pub use policy::{DEFAULT_TIMEOUT, FailureMode, Policy};
-pub use proxy::{ForwardedHeader, InvalidNetwork, TrustedProxies};
-pub use response::{
-    QUOTA_EXCEEDED, RATELIMIT, RATELIMIT_POLICY, X_RATELIMIT_LIMIT, X_RATELIMIT_REMAINING,
+pub use peer::SetPeerAddr;
+pub use ratelab_http_core::telemetry;
+pub use ratelab_http_core::{
+    Client, ClientKind, ConfigError, Count, DEFAULT_TIMEOUT, FailureMode, ForwardedHeader,
+    HeaderStyle, Identify, Identity, InvalidNetwork, LegacyReset, LimitOutcome, LimiterFailure,
+    Limits, LoginAttempt, LoginGuard, LoginGuardBuilder, LoginGuardError, MIN_SECRET_LEN, PeerAddr,
+    Policy, PolicyStatus, QUOTA_EXCEEDED, RATELIMIT, RATELIMIT_POLICY, RateLimitInfo, Route,
+    RouteError, SameSite, Stats, TrustedProxies, X_RATELIMIT_LIMIT, X_RATELIMIT_REMAINING,
     X_RATELIMIT_RESET,
 };
-pub use route::{Route, RouteError};
-pub use service::{LimitedBody, RateLimit};
-pub use stats::Stats;
+pub use service::RateLimit;

@@ -8,11 +8,19 @@
 //! `Retry-After`, `RateLimit-Policy`, `RateLimit`, the body and the problem's
 //! members (in order) must be what the file says, byte for byte.
 //!
+//! Every suite runs twice: through the tower layer on axum, and through the
+//! core alone (`ratelab-http-core`'s `Limits`) driven by a plain hyper
+//! `service_fn`, no tower in the way: the core is enough to answer every
+//! case, byte for byte.
+//!
 //! Every step of every suite is run and every disagreement reported at
 //! once, so that the file can be compared with all three implementations
 //! in one go.
 
 mod common;
+// The core's own driver, shared rather than written again.
+#[path = "../../http-core/tests/common/bare.rs"]
+mod bare;
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -23,13 +31,15 @@ use std::time::Duration;
 use axum::Router;
 use axum::extract::{Extension, Request};
 use axum::response::{IntoResponse, Response};
+use bytes::Bytes;
 use common::{send, serve_on};
 use http::{HeaderName, Method, StatusCode};
+use http_body_util::Full;
 use ratelab_core::{Clock, ManualClock, Quota};
 use ratelab_fixed_window::FixedWindow;
 use ratelab_gcra::Gcra;
 use ratelab_http::{
-    Client, Count, ForwardedHeader, Identify, Policy, RateLimitLayer, TrustedProxies,
+    Client, Count, ForwardedHeader, Identify, Limits, Policy, RateLimitLayer, TrustedProxies,
 };
 use ratelab_leaky_bucket::{LeakyMeter, LeakyQueue};
 use ratelab_redis::{Connection, RedisAlgorithm, RedisLimiter, TimeSource};
@@ -213,19 +223,32 @@ fn policy(
     policy.timeout(TIMEOUT)
 }
 
-/// The app of every suite: the client's key as text, with the status the
-/// request asks for in `x-respond-status` (200 by default).
-async fn respond(Extension(client): Extension<Client>, request: Request) -> Response {
-    let status = request
-        .headers()
+/// The status the request asks for in `x-respond-status` (200 by default).
+fn asked_status(headers: &http::HeaderMap) -> StatusCode {
+    headers
         .get("x-respond-status")
         .and_then(|v| v.to_str().ok()?.parse::<u16>().ok())
         .and_then(|s| StatusCode::from_u16(s).ok())
-        .unwrap_or(StatusCode::OK);
-    (status, client.key().to_owned()).into_response()
+        .unwrap_or(StatusCode::OK)
 }
 
-fn layer(suite: &Suite, policies: Vec<Policy>) -> RateLimitLayer {
+/// The app of every suite: the client's key as text, with the status the
+/// request asks for.
+async fn respond(Extension(client): Extension<Client>, request: Request) -> Response {
+    (asked_status(request.headers()), client.key().to_owned()).into_response()
+}
+
+/// The same app for the bare hyper server.
+async fn respond_bare(
+    request: http::Request<hyper::body::Incoming>,
+) -> http::Response<Full<Bytes>> {
+    let client = request.extensions().get::<Client>().unwrap();
+    let mut response = http::Response::new(Full::new(Bytes::from(client.key().to_owned())));
+    *response.status_mut() = asked_status(request.headers());
+    response
+}
+
+fn identify(suite: &Suite) -> Identify {
     let header = match suite.identify.header.as_deref() {
         None | Some("x-forwarded-for") => ForwardedHeader::XForwardedFor,
         Some("forwarded") => ForwardedHeader::Forwarded,
@@ -234,11 +257,48 @@ fn layer(suite: &Suite, policies: Vec<Policy>) -> RateLimitLayer {
     let proxies = TrustedProxies::parse(&suite.identify.trusted_proxies)
         .unwrap()
         .header(header);
-    let mut builder = RateLimitLayer::builder().identify(Identify::new().trusted_proxies(proxies));
-    for policy in policies {
-        builder = builder.policy(policy);
+    Identify::new().trusted_proxies(proxies)
+}
+
+/// What serves a suite.
+#[derive(Debug, Clone, Copy)]
+enum Driver {
+    /// `RateLimitLayer` on axum.
+    Layer,
+    /// The core's `Limits`, driven by a plain hyper `service_fn`.
+    Core,
+}
+
+/// Serves the app behind `policies` as `driver` does, on a dual-stack
+/// socket (`[::]` takes IPv4 peers too, as ::ffff:a.b.c.d, as the ASGI and
+/// Express tests' servers do); the port.
+async fn serve(driver: Driver, suite: &Suite, policies: Vec<Policy>) -> u16 {
+    match driver {
+        Driver::Layer => {
+            let mut builder = RateLimitLayer::builder().identify(identify(suite));
+            for policy in policies {
+                builder = builder.policy(policy);
+            }
+            let app = Router::new()
+                .fallback(respond)
+                .layer(builder.build().unwrap());
+            serve_on(app, IpAddr::V6(Ipv6Addr::UNSPECIFIED))
+                .await
+                .port()
+        }
+        Driver::Core => {
+            let mut builder = Limits::builder().identify(identify(suite));
+            for policy in policies {
+                builder = builder.policy(policy);
+            }
+            let listener = tokio::net::TcpListener::bind((Ipv6Addr::UNSPECIFIED, 0))
+                .await
+                .unwrap();
+            let port = listener.local_addr().unwrap().port();
+            bare::serve(listener, Arc::new(builder.build().unwrap()), respond_bare);
+            port
+        }
     }
-    builder.build().unwrap()
 }
 
 /// What one step got, set against what the file says; `None` when they agree.
@@ -293,48 +353,46 @@ async fn ratelab_http_answers_the_shared_cases() {
     let mut disagreements = Vec::new();
     let mut steps = 0;
     for (n, suite) in cases.suites.iter().enumerate() {
-        let clock = ManualClock::new();
-        let prefix = format!("shared-cases-{n}");
-        let policies = suite
-            .policies
-            .iter()
-            .map(|spec| policy(spec, &up, &down, &prefix, &clock))
-            .collect();
-        let app = Router::new()
-            .fallback(respond)
-            .layer(layer(suite, policies));
-        // [::] takes IPv4 peers too (as ::ffff:a.b.c.d), as the ASGI and
-        // Express tests' servers do.
-        let port = serve_on(app, IpAddr::V6(Ipv6Addr::UNSPECIFIED))
-            .await
-            .port();
-        for (i, step) in suite.steps.iter().enumerate() {
-            clock.set(cases.t0_us + step.at_us);
-            let request = &step.request;
-            let to = match request.peer {
-                IpAddr::V4(_) => SocketAddr::from(([127, 0, 0, 1], port)),
-                IpAddr::V6(_) => SocketAddr::from((Ipv6Addr::LOCALHOST, port)),
-            };
-            let headers: Vec<(&str, &[u8])> = request
-                .headers
+        for driver in [Driver::Layer, Driver::Core] {
+            // Each driver on keys of its own: the two runs never meet.
+            let clock = ManualClock::new();
+            let prefix = format!("shared-cases-{driver:?}-{n}");
+            let policies = suite
+                .policies
                 .iter()
-                .map(|(name, value)| (name.as_str(), value.as_bytes()))
+                .map(|spec| policy(spec, &up, &down, &prefix, &clock))
                 .collect();
-            let reply = send(to, request.peer, &request.method, &request.path, &headers).await;
-            steps += 1;
-            if let Some(wrong) = compare(step, &reply) {
-                disagreements.push(format!(
-                    "{}, step {} ({}): {} {}\n    {wrong}",
-                    suite.name,
-                    i + 1,
-                    step.note,
-                    request.method,
-                    request.path
-                ));
+            let port = serve(driver, suite, policies).await;
+            for (i, step) in suite.steps.iter().enumerate() {
+                clock.set(cases.t0_us + step.at_us);
+                let request = &step.request;
+                let to = match request.peer {
+                    IpAddr::V4(_) => SocketAddr::from(([127, 0, 0, 1], port)),
+                    IpAddr::V6(_) => SocketAddr::from((Ipv6Addr::LOCALHOST, port)),
+                };
+                let headers: Vec<(&str, &[u8])> = request
+                    .headers
+                    .iter()
+                    .map(|(name, value)| (name.as_str(), value.as_bytes()))
+                    .collect();
+                let reply = send(to, request.peer, &request.method, &request.path, &headers).await;
+                steps += 1;
+                if let Some(wrong) = compare(step, &reply) {
+                    disagreements.push(format!(
+                        "{} ({driver:?}), step {} ({}): {} {}\n    {wrong}",
+                        suite.name,
+                        i + 1,
+                        step.note,
+                        request.method,
+                        request.path
+                    ));
+                }
             }
         }
     }
     assert!(steps > 0, "no step ran");
+    let in_the_file: usize = cases.suites.iter().map(|suite| suite.steps.len()).sum();
+    assert_eq!(steps, 2 * in_the_file, "every step, through both drivers");
     assert!(
         disagreements.is_empty(),
         "ratelab-http disagrees with lua/clients/http/cases.json on {} of {steps} steps:\n{}",

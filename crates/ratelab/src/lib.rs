@@ -4,8 +4,11 @@
 //! This crate gathers the others behind features, so one dependency line is
 //! enough: the shared contract ([`Quota`], [`Decision`], [`RateLimiter`],
 //! [`Keyed`], [`Direct`], clocks, wait helpers) at the root, every algorithm
-//! (default features), [`redis`] (feature `redis`) and [`http`] (feature
-//! `http`). [`AlgorithmKind`] names every algorithm and builds any of them.
+//! (default features), [`redis`] (feature `redis`), [`http`] (feature
+//! `http`, the tower layer; `axum` for axum's connect info), [`http_core`]
+//! (feature `http-core`, the same decisions for any other server) and
+//! [`throttle`] (feature `throttle`, the client side). [`AlgorithmKind`]
+//! names every algorithm and builds any of them.
 //!
 //! ```
 //! use ratelab::{Gcra, Keyed, ManualClock, Quota};
@@ -50,7 +53,8 @@
 //!
 //! Features: `fixed-window`, `sliding-window`, `leaky-bucket`,
 //! `token-bucket`, `gcra` (the default: every algorithm), `redis`, `http`,
-//! `tokio` (async wait helpers), `full` (all of them).
+//! `axum`, `http-core`, `throttle`, `tokio` (async wait helpers), `full`
+//! (all of them).
 
 #![warn(missing_docs)]
 #![forbid(unsafe_code)]
@@ -63,12 +67,16 @@ pub use ratelab_fixed_window::{self as fixed_window, FixedWindow};
 pub use ratelab_gcra::{self as gcra, Gcra};
 #[cfg(feature = "http")]
 pub use ratelab_http as http;
+#[cfg(feature = "http-core")]
+pub use ratelab_http_core as http_core;
 #[cfg(feature = "leaky-bucket")]
 pub use ratelab_leaky_bucket::{self as leaky_bucket, LeakyMeter, LeakyQueue};
 #[cfg(feature = "redis")]
 pub use ratelab_redis as redis;
 #[cfg(feature = "sliding-window")]
 pub use ratelab_sliding_window::{self as sliding_window, SlidingCounter, SlidingLog};
+#[cfg(feature = "throttle")]
+pub use ratelab_throttle as throttle;
 #[cfg(feature = "token-bucket")]
 pub use ratelab_token_bucket::{self as token_bucket, TokenBucket};
 

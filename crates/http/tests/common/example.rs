@@ -4,7 +4,7 @@
 
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::SystemTime;
 
@@ -27,10 +27,10 @@ pub fn example_binary() -> PathBuf {
             )
         });
     let crate_dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
-    let newest_source = ["src", "src/engine", "src/login", "examples"]
+    // The layer's sources, the example's, and the core's under them.
+    let newest_source = ["src", "examples", "../http-core/src"]
         .iter()
-        .flat_map(|dir| std::fs::read_dir(crate_dir.join(dir)).unwrap())
-        .filter_map(|entry| entry.ok()?.metadata().ok()?.modified().ok())
+        .map(|dir| newest_in(&crate_dir.join(dir)))
         .max()
         .unwrap_or(SystemTime::UNIX_EPOCH);
     assert!(
@@ -39,6 +39,23 @@ pub fn example_binary() -> PathBuf {
         binary.display()
     );
     binary
+}
+
+/// When the newest file under `dir` (its folders included) was modified.
+fn newest_in(dir: &Path) -> SystemTime {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .filter_map(|entry| {
+            let entry = entry.ok()?;
+            let metadata = entry.metadata().ok()?;
+            if metadata.is_dir() {
+                Some(newest_in(&entry.path()))
+            } else {
+                metadata.modified().ok()
+            }
+        })
+        .max()
+        .unwrap_or(SystemTime::UNIX_EPOCH)
 }
 
 /// One running instance of the example server, killed on drop.

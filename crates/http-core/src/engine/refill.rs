@@ -1,0 +1,89 @@
+//! [`Refill`]: how a policy's quota comes back once consumed, and the waits
+//! computed from it: `t` (draft-ietf-httpapi-ratelimit-headers), the wait
+//! until more quota is available than `r` says, never shorter than the real
+//! one; zero when the policy is full (nothing more will come).
+//!
+//! A [`Decision`] says how much remains, the wait before a refused request
+//! passes, and the wait until the key is full again (`reset_after`). From
+//! those alone `t` is exact where units come back on a known schedule: one
+//! every interval for the steady refills (GCRA, token bucket, leaky meter
+//! and queue: the next unit is back a whole number of intervals before the
+//! key is full), all at once at the fixed window's end. The sliding log and
+//! counter give units back one by one before the key is full, on a schedule
+//! only their state knows (a 4 per 20 s counter is full 40 s after a burst,
+//! yet its first unit is back after 25 s): their limiter is asked (the
+//! engine's `next`). Any other algorithm gets `reset_after`: late, never
+//! early.
+
+use std::time::Duration;
+
+use ratelab_core::{Decision, Quota};
+
+/// How a policy's quota comes back after it was consumed: what `t` (the wait
+/// until more quota is available) can be computed from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Refill {
+    /// One unit every `interval` µs, continuously: GCRA, token bucket, leaky
+    /// meter and queue. The next unit is back `(limit - remaining - 1) ×
+    /// interval` before the key is full.
+    Steady { interval: u64 },
+    /// Everything at once when the window ends (the fixed window): the key
+    /// is full then.
+    Window,
+    /// Unit by unit before the key is full, on a schedule only the state
+    /// knows (the sliding log and counter): a peek says when.
+    Sliding,
+    /// Any other way (an algorithm this crate does not know): only the
+    /// moment the key is full again is known for sure.
+    Other,
+}
+
+impl Refill {
+    /// The refill of the algorithm named `algorithm` on `quota`.
+    pub(crate) fn of(algorithm: &str, quota: &Quota) -> Self {
+        match algorithm {
+            "gcra" | "token-bucket" | "leaky-meter" | "leaky-queue" => Refill::Steady {
+                interval: quota.emission_interval_micros(),
+            },
+            "fixed-window" => Refill::Window,
+            "sliding-log" | "sliding-counter" => Refill::Sliding,
+            _ => Refill::Other,
+        }
+    }
+}
+
+/// `t` from the decision alone (see the module docs): exact for the steady
+/// refills, the fixed window, and a refused unit request (its
+/// `retry_after`); the wait until full otherwise.
+pub(crate) fn derived(decision: &Decision, refill: Refill, cost: u32) -> Duration {
+    if decision.remaining >= decision.limit {
+        return Duration::ZERO;
+    }
+    if !decision.allowed && cost == 1 && !decision.retry_after().is_zero() {
+        return decision.retry_after();
+    }
+    wait_for(decision, refill, decision.remaining + 1)
+}
+
+/// The wait until `units` are available, from a decision that says how many
+/// are now: exact for a steady refill (the n-th unit is back
+/// `(limit - n) × interval` before the key is full) and for the fixed
+/// window, else the wait until the key is full. Never shorter than the real
+/// wait.
+pub(crate) fn wait_for(decision: &Decision, refill: Refill, units: u64) -> Duration {
+    if decision.remaining >= units {
+        return Duration::ZERO;
+    }
+    match refill {
+        Refill::Steady { interval } => {
+            let before_full = decision
+                .limit
+                .saturating_sub(units)
+                .saturating_mul(interval);
+            decision
+                .reset_after()
+                .saturating_sub(Duration::from_micros(before_full))
+        }
+        Refill::Window | Refill::Sliding | Refill::Other => decision.reset_after(),
+    }
+}

@@ -1,0 +1,119 @@
+//! Which policies apply to a request: each policy compiled once (routes
+//! parsed, header item built), then matched against every request head.
+
+use std::borrow::Cow;
+use std::sync::Arc;
+
+use http::request::Parts;
+use ratelab_core::{LogGate, ceil_secs};
+
+use crate::client::Client;
+use crate::config::ConfigError;
+use crate::engine::{Check, Refill};
+use crate::policy::{Cost, Count, Policy};
+use crate::response::PolicyItem;
+use crate::route::Route;
+
+/// A policy as the [`Limits`](crate::Limits) run it.
+#[derive(Debug)]
+pub(crate) struct Compiled {
+    /// Shared with the checks of the requests it applies to.
+    pub(crate) policy: Arc<Policy>,
+    routes: Vec<Route>,
+    /// Its `RateLimit-Policy` item.
+    pub(crate) item: PolicyItem,
+    /// How its quota comes back, for `t`.
+    pub(crate) refill: Refill,
+    /// Throttles the log lines of its limiter's failures.
+    pub(crate) log_gate: LogGate,
+}
+
+impl Compiled {
+    /// `policy`, whose checked name is `name`, or what is wrong with its
+    /// routes.
+    pub(crate) fn new(policy: Policy, name: sfv::String) -> Result<Self, ConfigError> {
+        let routes = policy
+            .routes
+            .iter()
+            .map(|(method, pattern)| Route::new(method.clone(), pattern))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|source| ConfigError::Route {
+                policy: policy.name.clone(),
+                source,
+            })?;
+        let quota = policy.limiter.quota();
+        let item = PolicyItem::new(
+            &name,
+            u64::from(quota.burst()),
+            // Rounded up, at least 1 s: the advertised rate is never
+            // faster than the real one.
+            ceil_secs(quota.window()).max(1),
+        );
+        let refill = Refill::of(policy.limiter.algorithm_name(), &quota);
+        if policy.settle.is_some() && !policy.refunds {
+            return Err(ConfigError::CannotSettle(policy.name.clone()));
+        }
+        Ok(Compiled {
+            policy: Arc::new(policy),
+            routes,
+            item,
+            refill,
+            log_gate: LogGate::default(),
+        })
+    }
+
+    /// The policy's check of the request, if the policy applies to it (see
+    /// [`Policy`], "Applies to"); `index` is the policy's position in the
+    /// [`Limits`](crate::Limits).
+    pub(crate) fn applies(&self, index: usize, parts: &Parts, client: &Client) -> Option<Check> {
+        let policy = &self.policy;
+        if !self.routes.is_empty()
+            && !self
+                .routes
+                .iter()
+                .any(|r| r.matches(&parts.method, parts.uri.path()))
+        {
+            return None;
+        }
+        if !policy.plans.is_empty()
+            && !client
+                .plan()
+                .is_some_and(|plan| policy.plans.iter().any(|p| p == plan))
+        {
+            return None;
+        }
+        if let Some(when) = &policy.when
+            && !when(parts, client)
+        {
+            return None;
+        }
+        let key = match &policy.key {
+            Some(key) => Cow::Owned(key(parts, client)?),
+            None => Cow::Borrowed(client.key()),
+        };
+        let cost = match &policy.cost {
+            Cost::Fixed(n) => *n,
+            Cost::With(f) => f(parts, client),
+        };
+        let check = Check::new(index, &self.policy, &key, cost, self.refill);
+        // Without receipts, a policy that counts only some responses can
+        // only peek now and count once the response says.
+        if policy.count != Count::All && !policy.refunds {
+            return Some(check.deferred());
+        }
+        Some(check)
+    }
+}
+
+/// The checks of every policy in `policies` that applies to the request, as
+/// the engine takes them (no list of its own).
+pub(crate) fn checks(
+    policies: &[Compiled],
+    parts: &Parts,
+    client: &Client,
+) -> impl Iterator<Item = Check> {
+    policies
+        .iter()
+        .enumerate()
+        .filter_map(|(i, c)| c.applies(i, parts, client))
+}

@@ -1,0 +1,392 @@
+//! The fields and bodies the [`Limits`](crate::Limits) write:
+//! `RateLimit-Policy` and `RateLimit` (draft-ietf-httpapi-ratelimit-headers-11,
+//! serialized with `sfv`), the legacy `X-RateLimit-*`, `Retry-After`, and
+//! RFC 9457 problem bodies.
+
+use bytes::Bytes;
+use http::header::{CONTENT_TYPE, RETRY_AFTER};
+use http::{HeaderMap, HeaderName, HeaderValue, Response, StatusCode};
+use sfv::ListSerializer;
+
+/// `RateLimit-Policy`: the quota policies that applied to the request.
+pub const RATELIMIT_POLICY: HeaderName = HeaderName::from_static("ratelimit-policy");
+/// `RateLimit`: the current service limit of each policy.
+pub const RATELIMIT: HeaderName = HeaderName::from_static("ratelimit");
+/// Legacy `X-RateLimit-Limit` (opt-in).
+pub const X_RATELIMIT_LIMIT: HeaderName = HeaderName::from_static("x-ratelimit-limit");
+/// Legacy `X-RateLimit-Remaining` (opt-in).
+pub const X_RATELIMIT_REMAINING: HeaderName = HeaderName::from_static("x-ratelimit-remaining");
+/// Legacy `X-RateLimit-Reset`, in seconds from now (opt-in).
+pub const X_RATELIMIT_RESET: HeaderName = HeaderName::from_static("x-ratelimit-reset");
+
+/// The problem type of a refusal (draft-ietf-httpapi-ratelimit-headers-11),
+/// whose `violated-policies` member names the policies.
+pub const QUOTA_EXCEEDED: &str = "https://iana.org/assignments/http-problem-types#quota-exceeded";
+
+/// The largest structured-field Integer (15 digits): values past it are
+/// clamped (no quota or wait comes near it).
+const INTEGER_MAX: u64 = 999_999_999_999_999;
+
+/// One policy's static description: `"name";q=..;w=..`, serialized once.
+#[derive(Debug, Clone)]
+pub(crate) struct PolicyItem {
+    pub(crate) q: u64,
+    pub(crate) w: u64,
+    /// The name as a structured-field String (quoted, escaped): the start of
+    /// both of the policy's items.
+    quoted: Box<str>,
+    /// The whole `RateLimit-Policy` item.
+    serialized: Box<str>,
+    /// The item alone, as a field value: what most responses carry, shared
+    /// rather than written again.
+    alone: Option<HeaderValue>,
+}
+
+impl PolicyItem {
+    /// The item of the policy `name` (a checked structured-field String),
+    /// with quota `q` over `w` seconds.
+    pub(crate) fn new(name: &sfv::String, q: u64, w: u64) -> Self {
+        let mut ser = ListSerializer::new();
+        let _ = ser.bare_item(&**name);
+        let quoted = ser.finish().unwrap_or_default();
+        let mut serialized = FieldValue::default();
+        serialized.push(quoted.as_bytes());
+        serialized.parameter(b";q=", q);
+        serialized.parameter(b";w=", w);
+        let alone = serialized.finish();
+        let serialized = String::from_utf8_lossy(serialized.as_bytes()).into();
+        PolicyItem {
+            q,
+            w,
+            quoted: quoted.into(),
+            serialized,
+            alone,
+        }
+    }
+
+    /// The name, serialized (quoted).
+    pub(crate) fn quoted(&self) -> &str {
+        &self.quoted
+    }
+}
+
+/// One policy's current state: `"name";r=..;t=..`.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct LimitItem<'a> {
+    /// The serialized name ([`PolicyItem::quoted`]).
+    pub(crate) name: &'a str,
+    pub(crate) r: u64,
+    pub(crate) t: u64,
+}
+
+/// A field value being written: on the stack, spilled to the heap only past
+/// [`FieldValue::STACK`] bytes. Written by hand rather than with `sfv`'s
+/// serializer, whose formatting machinery cost more per response than the
+/// rest of the layer: every piece is either serialized once with `sfv`
+/// ([`PolicyItem`]) or a list separator, a parameter key or an Integer.
+struct FieldValue {
+    stack: [u8; FieldValue::STACK],
+    len: usize,
+    heap: Vec<u8>,
+}
+
+impl Default for FieldValue {
+    fn default() -> Self {
+        FieldValue {
+            stack: [0; FieldValue::STACK],
+            len: 0,
+            heap: Vec::new(),
+        }
+    }
+}
+
+impl FieldValue {
+    const STACK: usize = 192;
+
+    fn push(&mut self, bytes: &[u8]) {
+        if self.heap.is_empty() && self.len + bytes.len() <= Self::STACK {
+            self.stack[self.len..self.len + bytes.len()].copy_from_slice(bytes);
+            self.len += bytes.len();
+            return;
+        }
+        if self.heap.is_empty() {
+            self.heap.extend_from_slice(&self.stack[..self.len]);
+        }
+        self.heap.extend_from_slice(bytes);
+    }
+
+    /// A list member's separator, before every member but the first.
+    fn separate(&mut self) {
+        if !self.as_bytes().is_empty() {
+            self.push(b", ");
+        }
+    }
+
+    /// `;<key>=<n>` (`key` given with its `;` and `=`), `n` a
+    /// structured-field Integer.
+    fn parameter(&mut self, key: &[u8], n: u64) {
+        self.push(key);
+        let mut n = n.min(INTEGER_MAX);
+        let mut digits = [0u8; 20];
+        let mut at = digits.len();
+        loop {
+            at -= 1;
+            #[allow(clippy::cast_possible_truncation)] // a digit
+            let digit = (n % 10) as u8;
+            digits[at] = b'0' + digit;
+            n /= 10;
+            if n == 0 {
+                break;
+            }
+        }
+        self.push(&digits[at..]);
+    }
+
+    fn as_bytes(&self) -> &[u8] {
+        if self.heap.is_empty() {
+            &self.stack[..self.len]
+        } else {
+            &self.heap
+        }
+    }
+
+    /// The value; `None` for an empty list (not a valid field value).
+    fn finish(&self) -> Option<HeaderValue> {
+        // Quoted names, separators and digits: always visible ASCII. (The
+        // value holds `Bytes`: a clone shares it.)
+        Some(self.as_bytes())
+            .filter(|bytes| !bytes.is_empty())
+            .and_then(|bytes| HeaderValue::from_bytes(bytes).ok())
+    }
+}
+
+/// The `RateLimit-Policy` value for `items`; `None` for no item (an empty
+/// list is not a valid field value).
+pub(crate) fn policy_field<'a>(
+    items: impl IntoIterator<Item = &'a PolicyItem>,
+) -> Option<HeaderValue> {
+    let mut items = items.into_iter();
+    let first = items.next()?;
+    let Some(second) = items.next() else {
+        return first.alone.clone();
+    };
+    let mut value = FieldValue::default();
+    for item in [first, second].into_iter().chain(items) {
+        value.separate();
+        value.push(item.serialized.as_bytes());
+    }
+    value.finish()
+}
+
+/// The `RateLimit` value for `items`; `None` for no item.
+pub(crate) fn limit_field<'a>(
+    items: impl IntoIterator<Item = LimitItem<'a>>,
+) -> Option<HeaderValue> {
+    let mut value = FieldValue::default();
+    for item in items {
+        value.separate();
+        value.push(item.name.as_bytes());
+        value.parameter(b";r=", item.r);
+        value.parameter(b";t=", item.t);
+    }
+    value.finish()
+}
+
+/// Appends the fields (a list may be split over several lines, so layers
+/// nested around one service each add their own).
+pub(crate) fn append_fields(
+    headers: &mut HeaderMap,
+    policy: Option<HeaderValue>,
+    limit: Option<HeaderValue>,
+) {
+    if let Some(value) = policy {
+        headers.append(RATELIMIT_POLICY, value);
+    }
+    if let Some(value) = limit {
+        headers.append(RATELIMIT, value);
+    }
+}
+
+/// Sets the legacy fields, replacing any set by an inner layer.
+pub(crate) fn set_legacy(headers: &mut HeaderMap, limit: u64, remaining: u64, reset: u64) {
+    headers.insert(X_RATELIMIT_LIMIT, HeaderValue::from(limit));
+    headers.insert(X_RATELIMIT_REMAINING, HeaderValue::from(remaining));
+    headers.insert(X_RATELIMIT_RESET, HeaderValue::from(reset));
+}
+
+/// An RFC 9457 problem: the standard members, then the extension member
+/// `list_name` with `policies`.
+#[derive(serde::Serialize)]
+struct Problem<'a> {
+    #[serde(rename = "type")]
+    kind: &'a str,
+    title: &'a str,
+    status: u16,
+    detail: &'a str,
+    #[serde(flatten)]
+    policies: std::collections::BTreeMap<&'a str, &'a [&'a str]>,
+}
+
+fn problem(
+    status: StatusCode,
+    kind: &str,
+    title: &str,
+    detail: &str,
+    list_name: &str,
+    policies: &[&str],
+) -> Response<Bytes> {
+    let body = Problem {
+        kind,
+        title,
+        status: status.as_u16(),
+        detail,
+        policies: [(list_name, policies)].into_iter().collect(),
+    };
+    let body = serde_json::to_vec(&body).unwrap_or_default();
+    let mut response = Response::new(Bytes::from(body));
+    *response.status_mut() = status;
+    response.headers_mut().insert(
+        CONTENT_TYPE,
+        HeaderValue::from_static("application/problem+json"),
+    );
+    response
+}
+
+/// `429 Too Many Requests`, with `Retry-After` when a wait helps.
+pub(crate) fn too_many_requests(
+    violated: &[&str],
+    detail: &str,
+    retry_after: Option<u64>,
+) -> Response<Bytes> {
+    let mut response = problem(
+        StatusCode::TOO_MANY_REQUESTS,
+        QUOTA_EXCEEDED,
+        "Request cannot be satisfied as assigned quota has been exceeded",
+        detail,
+        "violated-policies",
+        violated,
+    );
+    if let Some(secs) = retry_after {
+        response
+            .headers_mut()
+            .insert(RETRY_AFTER, HeaderValue::from(secs));
+    }
+    response
+}
+
+/// `503 Service Unavailable`: a policy that fails closed could not decide;
+/// with `Retry-After` when the limiter said when it could.
+pub(crate) fn unavailable(policies: &[&str], retry_after: Option<u64>) -> Response<Bytes> {
+    let mut response = problem(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "about:blank",
+        "Service Unavailable",
+        "The rate limiter could not decide whether this request is within its quota, \
+         and refuses it rather than let it pass unchecked. Try again later.",
+        "unavailable-policies",
+        policies,
+    );
+    if let Some(secs) = retry_after {
+        response
+            .headers_mut()
+            .insert(RETRY_AFTER, HeaderValue::from(secs));
+    }
+    response
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn item(name: &str, q: u64, w: u64) -> PolicyItem {
+        PolicyItem::new(&sfv::String::from_string(name.to_owned()).unwrap(), q, w)
+    }
+
+    /// What `sfv` serializes for `items`, each with its parameters.
+    fn with_sfv(items: &[(&str, [(&str, u64); 2])]) -> String {
+        let mut ser = ListSerializer::new();
+        for (name, params) in items {
+            let name = sfv::String::from_string((*name).to_owned()).unwrap();
+            let mut item = ser.bare_item(&name);
+            for (key, n) in params {
+                let n = sfv::Integer::try_from(*n).unwrap_or(sfv::Integer::MAX);
+                item = item.parameter(sfv::KeyRef::from_str(key).unwrap(), n);
+            }
+        }
+        ser.finish().unwrap()
+    }
+
+    #[test]
+    fn fields_serialize_as_sfv_does() {
+        let names = [
+            "a",
+            "burst",
+            "x.y-z_9",
+            "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._",
+        ];
+        for n in [
+            0,
+            1,
+            9,
+            10,
+            99,
+            1234567,
+            INTEGER_MAX - 1,
+            INTEGER_MAX,
+            INTEGER_MAX + 1,
+            u64::MAX,
+        ] {
+            let items: Vec<PolicyItem> = names.iter().map(|name| item(name, n, n / 3)).collect();
+            let expected: Vec<(&str, [(&str, u64); 2])> = names
+                .iter()
+                .map(|name| (*name, [("q", n), ("w", n / 3)]))
+                .collect();
+            assert_eq!(policy_field(&items).unwrap(), with_sfv(&expected));
+            assert_eq!(policy_field(&items[..1]).unwrap(), with_sfv(&expected[..1]));
+            let limits = items.iter().map(|i| LimitItem {
+                name: i.quoted(),
+                r: n / 7,
+                t: n,
+            });
+            let expected: Vec<(&str, [(&str, u64); 2])> = names
+                .iter()
+                .map(|name| (*name, [("r", n / 7), ("t", n)]))
+                .collect();
+            assert_eq!(limit_field(limits).unwrap(), with_sfv(&expected));
+        }
+    }
+
+    #[test]
+    fn fields_serialize_as_the_draft_shows() {
+        let items = [item("burst", 100, 60), item("daily", 1000, 86400)];
+        assert_eq!(
+            policy_field(&items).unwrap(),
+            r#""burst";q=100;w=60, "daily";q=1000;w=86400"#
+        );
+        assert_eq!(policy_field([]), None);
+        let limits = [LimitItem {
+            name: items[0].quoted(),
+            r: 42,
+            t: 17,
+        }];
+        assert_eq!(limit_field(limits).unwrap(), r#""burst";r=42;t=17"#);
+        let huge = [LimitItem {
+            name: items[0].quoted(),
+            r: u64::MAX,
+            t: 0,
+        }];
+        assert_eq!(
+            limit_field(huge).unwrap(),
+            r#""burst";r=999999999999999;t=0"#
+        );
+    }
+
+    #[test]
+    fn problem_body_members_in_order() {
+        let response = too_many_requests(&["login"], "slow down", Some(3));
+        assert_eq!(response.headers()[RETRY_AFTER], "3");
+        assert_eq!(response.headers()[CONTENT_TYPE], "application/problem+json");
+        let body = format!("{:?}", response.body());
+        assert!(body.contains("quota-exceeded"), "{body}");
+    }
+}
