@@ -15,7 +15,7 @@ use crate::{Clock, Decision, RateLimiter, SystemClock, WaitError};
 /// Cost 1 per call and no timeout by default. The waits sleep through the
 /// throttle's clock ([`Clock::sleep`]): give it the limiter's clock, so that
 /// on a [`ManualClock`](crate::ManualClock) a test runs in no time. The async
-/// counterpart for tower services is `ratelab_http::Throttle`.
+/// counterpart for tower services is `ratelab_throttle::Throttle`.
 ///
 /// ```
 /// use ratelab_core::{BlockingThrottle, RateLimiter, WaitError};
