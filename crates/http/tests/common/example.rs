@@ -21,8 +21,7 @@ pub fn example_binary() -> PathBuf {
             panic!(
                 "the example server is not built at {}: `cargo test -p ratelab-http` builds it \
                  before running the tests; with a target filter (`--test ...`), run \
-                 `cargo build -p ratelab-http --example server` first (with `--features redis` \
-                 for the tests on Redis)",
+                 `cargo build -p ratelab-http --example server` first",
                 binary.display()
             )
         });
