@@ -76,6 +76,7 @@
 #![forbid(unsafe_code)]
 
 mod algorithm;
+pub mod debt;
 mod decision;
 mod direct;
 mod divisor;
@@ -92,6 +93,7 @@ mod wait;
 pub use algorithm::{
     Algorithm, AtomicCell, LockedCell, StateCell, ensure_settles, forget_if_forgettable,
 };
+pub use debt::Debt;
 pub use decision::{Decision, ceil_secs};
 pub use direct::Direct;
 pub use divisor::Divisor;
@@ -106,7 +108,7 @@ pub use log_gate::LogGate;
 pub use quota::{Quota, QuotaError};
 pub use receipt::{
     Issuer, LEDGER_CEILING, Ledger, MAX_RECENT_SHIFTS, Receipt, Redeemed, Settlement, Shift,
-    Shifts, Stamp, debt_release, debt_reset,
+    Shifts, Stamp,
 };
 pub use throttle::BlockingThrottle;
 pub use time::{

@@ -38,9 +38,9 @@
 #![warn(missing_docs)]
 #![forbid(unsafe_code)]
 
+use ratelab_core::debt::{self, Debt};
 use ratelab_core::{
-    Algorithm, AtomicCell, Decision, Divisor, Error, Ledger, Quota, Settlement, Shifts, Stamp,
-    debt_release, debt_reset, ensure_fits, ensure_settles, forget_if_forgettable,
+    Algorithm, AtomicCell, Decision, Divisor, Error, Quota, Settlement, Shifts, Stamp, ensure_fits,
 };
 
 /// GCRA parameters derived from a [`Quota`]. See the crate docs.
@@ -143,11 +143,8 @@ impl Algorithm for Gcra {
     }
 
     #[inline]
-    fn stamp(&self, tat: &u64, ledger: &Shifts, _now: u64) -> Stamp {
-        Stamp {
-            at: *tat,
-            mark: ledger.total(),
-        }
+    fn stamp(&self, tat: &u64, ledger: &Shifts, now: u64) -> Stamp {
+        debt::stamp(self, tat, ledger, now)
     }
 
     #[inline]
@@ -158,32 +155,12 @@ impl Algorithm for Gcra {
         now: u64,
         settlement: Settlement,
     ) -> Result<Decision, Error> {
-        ensure_settles(&settlement, self.capacity())?;
-        let Settlement {
-            stamp,
-            charged,
-            actual,
-        } = settlement;
-        if actual < charged {
-            // What the admission still holds of its debt (see `Receipt`):
-            // never more than the TAT is ahead of now.
-            let unused = u64::from(charged - actual) * self.interval;
-            *tat -= debt_release(*tat, ledger, now, stamp, unused, self.tolerance);
-        } else if actual > charged {
-            // Debt beyond the tolerance is allowed here: later requests
-            // wait it out.
-            *tat = (*tat).max(now) + u64::from(actual - charged) * self.interval;
-        }
-        forget_if_forgettable(self, tat, ledger, now);
-        self.decide(tat, now, 0)
+        debt::settle(self, tat, ledger, now, settlement)
     }
 
     #[inline]
     fn reset(&self, tat: &mut u64, ledger: &mut Shifts, now: u64) {
-        debt_reset(*tat, ledger, now, self.tolerance);
-        // A TAT of now is full capacity, as a key never seen.
-        *tat = now;
-        forget_if_forgettable(self, tat, ledger, now);
+        debt::reset(self, tat, ledger, now);
     }
 
     #[inline]
@@ -191,15 +168,27 @@ impl Algorithm for Gcra {
         *tat
     }
 
-    /// Once a settlement moved other admissions (a ledger), the key is kept
-    /// a tolerance longer: no admission ends later than its instant plus
-    /// the tolerance, so no receipt of it can claim anything after that.
     #[inline]
     fn forgettable_at(&self, tat: &u64, ledger: &Shifts) -> u64 {
-        if ledger.is_empty() {
-            *tat
-        } else {
-            tat.saturating_add(self.tolerance)
-        }
+        debt::forgettable_at(self, tat, ledger)
+    }
+}
+
+/// The TAT is the instant the key is full again: a settlement sets it, a
+/// reset puts it at now (full capacity, as a key never seen).
+impl Debt for Gcra {
+    #[inline]
+    fn interval_micros(&self) -> u64 {
+        self.interval
+    }
+
+    #[inline]
+    fn tolerance_micros(&self) -> u64 {
+        self.tolerance
+    }
+
+    #[inline]
+    fn set_full_at(&self, tat: &mut u64, full_at: u64, _now: u64) {
+        *tat = full_at;
     }
 }
