@@ -86,6 +86,7 @@ mod limiter;
 mod log_gate;
 mod quota;
 pub mod receipt;
+pub mod remote;
 mod throttle;
 mod time;
 mod wait;
@@ -110,6 +111,7 @@ pub use receipt::{
     Issuer, LEDGER_CEILING, Ledger, MAX_RECENT_SHIFTS, Receipt, Redeemed, Settlement, Shift,
     Shifts, Stamp,
 };
+pub use remote::{RemoteForm, StringForm};
 pub use throttle::BlockingThrottle;
 pub use time::{
     Clock, CoarseClock, MAX_INSTANT_MICROS, MAX_SPAN_MICROS, ManualClock, SystemClock,

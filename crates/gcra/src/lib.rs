@@ -38,9 +38,12 @@
 #![warn(missing_docs)]
 #![forbid(unsafe_code)]
 
+mod remote;
+
 use ratelab_core::debt::{self, Debt};
 use ratelab_core::{
-    Algorithm, AtomicCell, Decision, Divisor, Error, Quota, Settlement, Shifts, Stamp, ensure_fits,
+    Algorithm, AtomicCell, Decision, Divisor, Error, Quota, RemoteForm, Settlement, Shifts, Stamp,
+    ensure_fits,
 };
 
 /// GCRA parameters derived from a [`Quota`]. See the crate docs.
@@ -99,7 +102,7 @@ impl Algorithm for Gcra {
 
     #[inline]
     fn name(&self) -> &'static str {
-        "gcra"
+        <Self as RemoteForm>::NAME
     }
 
     #[inline]

@@ -2,28 +2,29 @@
 
 use ratelab_core::debt::{self, Debt};
 use ratelab_core::{
-    Algorithm, Decision, Error, LockedCell, Quota, Settlement, Shifts, Stamp, ensure_fits,
+    Algorithm, Decision, Error, LockedCell, Quota, RemoteForm, Settlement, Shifts, Stamp,
+    ensure_fits,
 };
 
 /// Leaky bucket (meter) parameters derived from a [`Quota`]: refuses what
 /// would overflow. See the crate docs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct LeakyMeter {
-    quota: Quota,
-    capacity: u64,
+    pub(crate) quota: Quota,
+    pub(crate) capacity: u64,
     /// µs one unit of water takes to drain.
     interval: u64,
     /// µs a full bucket takes to drain: `capacity × interval`.
-    depth: u64,
+    pub(crate) depth: u64,
 }
 
 /// The water in a bucket, measured in the time it takes to drain.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Level {
     /// µs of draining left at `at`.
-    water: u64,
+    pub(crate) water: u64,
     /// When `water` was measured, µs. Never moves backwards.
-    at: u64,
+    pub(crate) at: u64,
 }
 
 impl Level {
@@ -68,7 +69,7 @@ impl Algorithm for LeakyMeter {
 
     #[inline]
     fn name(&self) -> &'static str {
-        "leaky-meter"
+        <Self as RemoteForm>::NAME
     }
 
     #[inline]

@@ -2,7 +2,8 @@
 
 use ratelab_core::debt::{self, Debt};
 use ratelab_core::{
-    Algorithm, AtomicCell, Decision, Error, Quota, Settlement, Shifts, Stamp, ensure_fits,
+    Algorithm, AtomicCell, Decision, Error, Quota, RemoteForm, Settlement, Shifts, Stamp,
+    ensure_fits,
 };
 
 /// Leaky bucket (queue) parameters derived from a [`Quota`]: admits into a
@@ -14,12 +15,12 @@ use ratelab_core::{
 /// `burst` units; `remaining` is the room left in it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct LeakyQueue {
-    quota: Quota,
-    capacity: u64,
+    pub(crate) quota: Quota,
+    pub(crate) capacity: u64,
     /// µs one unit occupies the output.
     interval: u64,
     /// µs of work the queue holds when full: `capacity × interval`.
-    depth: u64,
+    pub(crate) depth: u64,
 }
 
 impl LeakyQueue {
@@ -46,7 +47,7 @@ impl Algorithm for LeakyQueue {
 
     #[inline]
     fn name(&self) -> &'static str {
-        "leaky-queue"
+        <Self as RemoteForm>::NAME
     }
 
     #[inline]

@@ -6,58 +6,87 @@
 use std::fmt;
 use std::str::FromStr;
 
-#[cfg(not(feature = "redis"))]
-use ratelab_core::Algorithm;
-use ratelab_core::{Clock, Keyed, Quota, RateLimiter};
+use ratelab_core::{Algorithm, Clock, Keyed, Quota, RateLimiter, RemoteForm};
 
-use crate::{FixedWindow, Gcra, LeakyMeter, LeakyQueue, SlidingCounter, SlidingLog, TokenBucket};
+/// One row per algorithm: its feature, its type (the variant's name), and
+/// the variant's docs. The enum, [`AlgorithmKind::ALL`],
+/// [`AlgorithmKind::name`] (the algorithm's own
+/// [`RemoteForm::NAME`]) and [`AlgorithmKind::visit`] follow from it, each
+/// row present only with its feature.
+macro_rules! algorithm_kinds {
+    ($($(#[$doc:meta])* $feature:literal => $variant:ident,)*) => {
+        /// One of ratelab's algorithms (those of the enabled features).
+        ///
+        /// ```
+        /// use ratelab::{AlgorithmKind, ManualClock, Quota};
+        ///
+        /// let quota = Quota::per_second(5)?.with_burst(10)?;
+        /// for kind in AlgorithmKind::ALL {
+        ///     let limiter = kind.keyed(quota, ManualClock::new());
+        ///     assert_eq!(limiter.algorithm_name(), kind.name());
+        ///     assert!(limiter.check(b"client", 1)?.allowed);
+        /// }
+        /// assert_eq!("gcra".parse::<AlgorithmKind>()?, AlgorithmKind::Gcra);
+        /// # Ok::<(), Box<dyn std::error::Error>>(())
+        /// ```
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+        #[non_exhaustive]
+        pub enum AlgorithmKind {
+            $($(#[$doc])* #[cfg(feature = $feature)] $variant,)*
+        }
 
-/// One of ratelab's algorithms.
-///
-/// ```
-/// use ratelab::{AlgorithmKind, ManualClock, Quota};
-///
-/// let quota = Quota::per_second(5)?.with_burst(10)?;
-/// for kind in AlgorithmKind::ALL {
-///     let limiter = kind.keyed(quota, ManualClock::new());
-///     assert_eq!(limiter.algorithm_name(), kind.name());
-///     assert!(limiter.check(b"client", 1)?.allowed);
-/// }
-/// assert_eq!("gcra".parse::<AlgorithmKind>()?, AlgorithmKind::Gcra);
-/// # Ok::<(), Box<dyn std::error::Error>>(())
-/// ```
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-#[non_exhaustive]
-pub enum AlgorithmKind {
-    /// [`FixedWindow`].
-    FixedWindow,
-    /// [`SlidingLog`]: the exact sliding window.
-    SlidingLog,
-    /// [`SlidingCounter`].
-    SlidingCounter,
-    /// [`LeakyMeter`].
-    LeakyMeter,
-    /// [`LeakyQueue`].
-    LeakyQueue,
-    /// [`TokenBucket`].
-    TokenBucket,
-    /// [`Gcra`].
-    Gcra,
+        impl AlgorithmKind {
+            /// Every algorithm of the enabled features, in the order every
+            /// table and chart lists them.
+            pub const ALL: [AlgorithmKind; 0 $(+ cfg!(feature = $feature) as usize)*] = [
+                $(#[cfg(feature = $feature)] AlgorithmKind::$variant,)*
+            ];
+
+            /// The algorithm's short name, its
+            /// [`RemoteForm::NAME`] and [`Algorithm::name`]: `"gcra"`, ...
+            pub const fn name(self) -> &'static str {
+                match self {
+                    $(#[cfg(feature = $feature)]
+                    AlgorithmKind::$variant => <crate::$variant as RemoteForm>::NAME,)*
+                }
+            }
+
+            /// The algorithm built from `quota`, handed to `visitor`.
+            #[cfg_attr(not(any($(feature = $feature),*)), allow(unused_variables))]
+            pub fn visit<V: AlgorithmVisitor>(self, quota: Quota, visitor: V) -> V::Output {
+                match self {
+                    $(#[cfg(feature = $feature)]
+                    AlgorithmKind::$variant => visitor.visit(crate::$variant::new(quota)),)*
+                }
+            }
+        }
+    };
+}
+
+// Adding an algorithm: one row here (see the module docs for the rest).
+algorithm_kinds! {
+    /// [`FixedWindow`](crate::FixedWindow).
+    "fixed-window" => FixedWindow,
+    /// [`SlidingLog`](crate::SlidingLog): the exact sliding window.
+    "sliding-window" => SlidingLog,
+    /// [`SlidingCounter`](crate::SlidingCounter).
+    "sliding-window" => SlidingCounter,
+    /// [`LeakyMeter`](crate::LeakyMeter).
+    "leaky-bucket" => LeakyMeter,
+    /// [`LeakyQueue`](crate::LeakyQueue).
+    "leaky-bucket" => LeakyQueue,
+    /// [`TokenBucket`](crate::TokenBucket).
+    "token-bucket" => TokenBucket,
+    /// [`Gcra`](crate::Gcra).
+    "gcra" => Gcra,
 }
 
 /// What [`AlgorithmKind::visit`] hands a visitor: an algorithm with every
-/// ability ratelab gives one (and, with the `redis` feature, its script).
-#[cfg(not(feature = "redis"))]
-pub trait KnownAlgorithm: Algorithm + Clone + fmt::Debug {}
-#[cfg(not(feature = "redis"))]
-impl<A: Algorithm + Clone + fmt::Debug> KnownAlgorithm for A {}
-
-/// What [`AlgorithmKind::visit`] hands a visitor: an algorithm with every
-/// ability ratelab gives one, its Redis script included.
-#[cfg(feature = "redis")]
-pub trait KnownAlgorithm: ratelab_redis::RedisAlgorithm + fmt::Debug {}
-#[cfg(feature = "redis")]
-impl<A: ratelab_redis::RedisAlgorithm + fmt::Debug> KnownAlgorithm for A {}
+/// ability ratelab gives one: its decision logic, and its remote form (its
+/// script, parameters and stored state), which the Redis backend, the
+/// native module and the other languages' clients run.
+pub trait KnownAlgorithm: Algorithm + RemoteForm + fmt::Debug {}
+impl<A: Algorithm + RemoteForm + fmt::Debug> KnownAlgorithm for A {}
 
 /// Code run on an algorithm whose type is only known at run time: what a
 /// closure generic over the algorithm would be.
@@ -84,44 +113,6 @@ impl fmt::Display for UnknownAlgorithm {
 impl std::error::Error for UnknownAlgorithm {}
 
 impl AlgorithmKind {
-    /// Every algorithm, in the order every table and chart lists them.
-    pub const ALL: [AlgorithmKind; 7] = [
-        AlgorithmKind::FixedWindow,
-        AlgorithmKind::SlidingLog,
-        AlgorithmKind::SlidingCounter,
-        AlgorithmKind::LeakyMeter,
-        AlgorithmKind::LeakyQueue,
-        AlgorithmKind::TokenBucket,
-        AlgorithmKind::Gcra,
-    ];
-
-    /// The algorithm's short name, the same as its
-    /// [`Algorithm::name`](ratelab_core::Algorithm::name): `"gcra"`, ...
-    pub const fn name(self) -> &'static str {
-        match self {
-            AlgorithmKind::FixedWindow => "fixed-window",
-            AlgorithmKind::SlidingLog => "sliding-log",
-            AlgorithmKind::SlidingCounter => "sliding-counter",
-            AlgorithmKind::LeakyMeter => "leaky-meter",
-            AlgorithmKind::LeakyQueue => "leaky-queue",
-            AlgorithmKind::TokenBucket => "token-bucket",
-            AlgorithmKind::Gcra => "gcra",
-        }
-    }
-
-    /// The algorithm built from `quota`, handed to `visitor`.
-    pub fn visit<V: AlgorithmVisitor>(self, quota: Quota, visitor: V) -> V::Output {
-        match self {
-            AlgorithmKind::FixedWindow => visitor.visit(FixedWindow::new(quota)),
-            AlgorithmKind::SlidingLog => visitor.visit(SlidingLog::new(quota)),
-            AlgorithmKind::SlidingCounter => visitor.visit(SlidingCounter::new(quota)),
-            AlgorithmKind::LeakyMeter => visitor.visit(LeakyMeter::new(quota)),
-            AlgorithmKind::LeakyQueue => visitor.visit(LeakyQueue::new(quota)),
-            AlgorithmKind::TokenBucket => visitor.visit(TokenBucket::new(quota)),
-            AlgorithmKind::Gcra => visitor.visit(Gcra::new(quota)),
-        }
-    }
-
     /// A keyed in-memory limiter of this algorithm on `clock`.
     pub fn keyed<C: Clock + 'static>(self, quota: Quota, clock: C) -> Box<dyn RateLimiter> {
         struct BuildKeyed<C>(C);

@@ -79,19 +79,5 @@ pub use ratelab_token_bucket::{self as token_bucket, TokenBucket};
 #[doc = include_str!("../../../README.md")]
 pub struct ReadmeSnippets;
 
-#[cfg(all(
-    feature = "fixed-window",
-    feature = "sliding-window",
-    feature = "leaky-bucket",
-    feature = "token-bucket",
-    feature = "gcra"
-))]
 mod kind;
-#[cfg(all(
-    feature = "fixed-window",
-    feature = "sliding-window",
-    feature = "leaky-bucket",
-    feature = "token-bucket",
-    feature = "gcra"
-))]
 pub use kind::{AlgorithmKind, AlgorithmVisitor, KnownAlgorithm, UnknownAlgorithm};

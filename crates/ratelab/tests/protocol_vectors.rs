@@ -12,26 +12,12 @@
 use std::fmt::Write as _;
 use std::path::PathBuf;
 
-use ratelab::redis::{MAX_KEY_LEN, MAX_TTL_SLACK_MS, PROTOCOL_VERSION, redis_key};
+use ratelab::redis::{MAX_KEY_LEN, MAX_TTL_SLACK_MS, PROTOCOL_VERSION, RedisAlgorithm, redis_key};
 use ratelab::{AlgorithmKind, AlgorithmVisitor, KnownAlgorithm, Quota};
 use ratelab_testkit::redis::RedisServer;
 
 fn lua_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../lua")
-}
-
-/// The file each algorithm's script is made of, after the prologue.
-fn script_file(kind: AlgorithmKind) -> &'static str {
-    match kind {
-        AlgorithmKind::FixedWindow => "fixed_window.lua",
-        AlgorithmKind::SlidingLog => "sliding_log.lua",
-        AlgorithmKind::SlidingCounter => "sliding_counter.lua",
-        AlgorithmKind::LeakyMeter => "leaky_meter.lua",
-        AlgorithmKind::LeakyQueue => "leaky_queue.lua",
-        AlgorithmKind::TokenBucket => "token_bucket.lua",
-        AlgorithmKind::Gcra => "gcra.lua",
-        other => panic!("no script file known for {other}"),
-    }
 }
 
 /// (limit, period in µs, burst): the reference quota, a slow one, one whose
@@ -46,12 +32,13 @@ const QUOTAS: [(u32, u64, u32); 4] = [
 /// What the protocol needs to know of one algorithm on one quota.
 struct Entry {
     code: &'static str,
+    script_file: &'static str,
     params: Vec<u64>,
     capacity: u64,
     max_wait: u64,
     debt: bool,
     key_suffix: String,
-    source: &'static str,
+    source: String,
 }
 
 struct Describe;
@@ -61,13 +48,14 @@ impl AlgorithmVisitor for Describe {
 
     fn visit<A: KnownAlgorithm>(self, a: A) -> Entry {
         Entry {
-            code: a.code(),
-            params: a.script_params(),
+            code: A::CODE,
+            script_file: A::SCRIPT_FILE,
+            params: a.params().to_vec(),
             capacity: a.capacity(),
             max_wait: a.max_wait_micros(),
-            debt: a.is_debt(),
+            debt: A::DEBT,
             key_suffix: a.key_suffix(),
-            source: a.script().source(),
+            source: A::script(),
         }
     }
 }
@@ -157,7 +145,7 @@ fn vectors() -> String {
                  \"fingerprint_input\": \"v2:{}:{}\", \"key_suffix\": \"{}\"}}",
                 kind.name(),
                 e.code,
-                script_file(kind),
+                e.script_file,
                 join(&e.params),
                 e.capacity,
                 e.max_wait,
@@ -236,7 +224,7 @@ fn each_script_is_the_prologue_and_its_file() {
         let e = kind.visit(quota, Describe);
         assert_eq!(
             e.source,
-            read("prologue.lua") + &read(script_file(kind)),
+            read("prologue.lua") + &read(e.script_file),
             "{kind}"
         );
     }
@@ -251,7 +239,7 @@ fn another_protocol_version_is_a_clear_error() {
     let e = AlgorithmKind::Gcra.visit(quota, Describe);
     let mut call = |version: Option<&str>| -> redis::RedisResult<Vec<i64>> {
         let mut cmd = redis::cmd("EVAL");
-        cmd.arg(e.source).arg(1).arg("ratelab:{v}:gcra");
+        cmd.arg(&e.source).arg(1).arg("ratelab:{v}:gcra");
         if let Some(version) = version {
             cmd.arg(version);
         }

@@ -10,7 +10,7 @@ use std::sync::OnceLock;
 use std::time::Duration;
 
 use proptest::prelude::*;
-use ratelab::redis::{Connection, RedisLimiter, ScriptBackend};
+use ratelab::redis::{Connection, RedisAlgorithm, RedisLimiter, ScriptBackend};
 use ratelab::{
     AlgorithmKind, AlgorithmVisitor, AsyncRateLimiter, ErrorKind, Gcra, KnownAlgorithm,
     MAX_INSTANT_MICROS, ManualClock, Quota,
@@ -268,15 +268,38 @@ fn the_module_conforms_on_a_node_and_a_cluster() {
 }
 
 /// The module's command for `kind`.
-fn module_command(kind: AlgorithmKind) -> &'static str {
+fn module_command(kind: AlgorithmKind) -> String {
     struct Command;
     impl AlgorithmVisitor for Command {
-        type Output = &'static str;
-        fn visit<A: KnownAlgorithm>(self, algorithm: A) -> &'static str {
-            algorithm.module_command().expect("every algorithm has one")
+        type Output = String;
+        fn visit<A: KnownAlgorithm>(self, algorithm: A) -> String {
+            algorithm.module_command()
         }
     }
     kind.visit(Quota::per_second(1).unwrap(), Command)
+}
+
+/// The module runs every algorithm: an algorithm added to the workspace and
+/// not to the module's list is named here.
+#[test]
+fn the_module_has_a_command_for_every_algorithm() {
+    let server = RedisServer::start_with(&["--loadmodule", module_path().to_str().unwrap()]);
+    let client = redis::Client::open(server.url()).unwrap();
+    let mut connection = client.get_connection().unwrap();
+    for kind in AlgorithmKind::ALL {
+        let command = module_command(kind);
+        let info: redis::Value = redis::cmd("COMMAND")
+            .arg("INFO")
+            .arg(&command)
+            .query(&mut connection)
+            .unwrap();
+        let known = matches!(&info, redis::Value::Array(items) if items.iter().any(|i| *i != redis::Value::Nil));
+        assert!(
+            known,
+            "the module has no {command}: add {kind} to COMMANDS in \
+             crates/redis-module/src/native.rs, and its crate to crates/redis-module/Cargo.toml"
+        );
+    }
 }
 
 /// The pure logic's answers for `arrivals`.

@@ -14,7 +14,7 @@ use crate::limiter::{Inner, RedisLimiter};
 use crate::redis_clock::RedisClock;
 use crate::refusal_cache::RefusalCache;
 use crate::reply::Bounds;
-use crate::script::RedisAlgorithm;
+use crate::script::{RedisAlgorithm, Script};
 use crate::settings::{
     DEFAULT_BREAKER_COOL_DOWN, DEFAULT_BREAKER_THRESHOLD, DEFAULT_CLIENT_TTL_SLACK, DEFAULT_PREFIX,
     DEFAULT_TIMEOUT, FailurePolicy, TimeSource,
@@ -181,7 +181,8 @@ impl<A: RedisAlgorithm> RedisLimiterBuilder<A> {
         };
         let fallback = (self.failure == FailurePolicy::Fallback)
             .then(|| Keyed::with_clock(self.algorithm.clone(), fallback_clock));
-        let params = self.algorithm.script_params();
+        let params = self.algorithm.params();
+        let module_command = self.algorithm.module_command();
         let key_suffix = self.algorithm.key_suffix();
         let ttl_slack_ms = duration_to_micros(slack).div_ceil(1000);
         // The scripts accept written instants up to 1 s plus the slack ahead
@@ -193,7 +194,7 @@ impl<A: RedisAlgorithm> RedisLimiterBuilder<A> {
                 .max_wait_micros()
                 .saturating_add(1_000_000)
                 .saturating_add(ttl_slack_ms.saturating_mul(1000)),
-            debt: self.algorithm.is_debt(),
+            debt: A::DEBT,
         };
         RedisLimiter {
             inner: Arc::new(Inner {
@@ -201,6 +202,8 @@ impl<A: RedisAlgorithm> RedisLimiterBuilder<A> {
                 capacity: self.algorithm.capacity(),
                 algorithm: self.algorithm,
                 params,
+                script: Script::of::<A>(),
+                module_command,
                 key_suffix,
                 prefix: self.prefix,
                 timeout: self.timeout,

@@ -81,7 +81,6 @@
 #![forbid(unsafe_code)]
 
 mod alert;
-mod algorithms;
 mod backend;
 mod breaker;
 mod builder;
@@ -97,10 +96,6 @@ mod settings;
 mod stats;
 
 pub use alert::Alert;
-pub use algorithms::{
-    RedisFixedWindow, RedisGcra, RedisLeakyMeter, RedisLeakyQueue, RedisSlidingCounter,
-    RedisSlidingLog, RedisTokenBucket,
-};
 pub use backend::{MODULE_RECHECK, ScriptBackend};
 pub use builder::RedisLimiterBuilder;
 pub use connection::Connection;

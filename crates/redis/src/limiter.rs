@@ -7,6 +7,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use ratelab_core::remote::Params;
 use ratelab_core::{
     AsyncRateLimiter, CheckFuture, Clock, Decision, Error, Issuer, Keyed, Limiter, Quota, Receipt,
     ReceiptFuture, ResetFuture, Stamp, SystemClock, clamp_instant, ensure_fits,
@@ -25,7 +26,7 @@ use crate::key::redis_key;
 use crate::redis_clock::RedisClock;
 use crate::refusal_cache::RefusalCache;
 use crate::reply::{Asked, Bounds, decision_from_reply};
-use crate::script::{MAX_TTL_SLACK_MS, Op, RedisAlgorithm, ScriptArgs};
+use crate::script::{MAX_TTL_SLACK_MS, Op, RedisAlgorithm, Script, ScriptArgs};
 use crate::settings::{FailurePolicy, TimeSource};
 use crate::stats::{Counters, Stats};
 
@@ -48,7 +49,11 @@ pub(crate) struct Inner<A: RedisAlgorithm> {
     pub(crate) connection: Connection,
     pub(crate) algorithm: A,
     pub(crate) capacity: u64,
-    pub(crate) params: Vec<u64>,
+    pub(crate) params: Params,
+    /// The algorithm's script, its SHA1 computed once.
+    pub(crate) script: Script,
+    /// The native module's command for the algorithm.
+    pub(crate) module_command: String,
     pub(crate) prefix: String,
     pub(crate) timeout: Duration,
     pub(crate) time: TimeSource,
@@ -307,7 +312,7 @@ impl<A: RedisAlgorithm> Inner<A> {
     }
 
     /// [`Error::Unsupported`] for parameters Redis cannot hold
-    /// ([`RedisAlgorithm::unsupported`]) or a TTL slack the scripts refuse:
+    /// ([`RemoteForm::unsupported`](ratelab_core::RemoteForm::unsupported)) or a TTL slack the scripts refuse:
     /// refused here, before the script would answer `invalid arguments`.
     fn ensure_supported(&self) -> Result<(), Error> {
         if self.ttl_slack_ms > MAX_TTL_SLACK_MS {
@@ -420,10 +425,8 @@ impl<A: RedisAlgorithm> Inner<A> {
     /// so (under [`ScriptBackend::Auto`], when this server has it), else, or
     /// when the module turns out to be missing, to the script.
     async fn call(&self, key: &[u8], args: &ScriptArgs) -> Result<Value, Error> {
-        let command = self.algorithm.module_command();
-        if let Some(command) = command
-            && self.module_first().await?
-        {
+        let command = self.module_command.as_str();
+        if self.module_first().await? {
             let mut cmd = redis::cmd(command);
             cmd.arg(key).arg(args.as_slice());
             Counters::count(&self.counters.module_calls);
@@ -460,14 +463,9 @@ impl<A: RedisAlgorithm> Inner<A> {
                 }
                 Err(e) => return Err(classify(e)),
             }
-        } else if command.is_none() && self.backend == ScriptBackend::Module {
-            return Err(Error::Unsupported(
-                "the native module (this algorithm has no module command)",
-            ));
         }
         Counters::count(&self.counters.script_calls);
-        self.algorithm
-            .script()
+        self.script
             .invoke(&self.connection, key, args, || {
                 Counters::count(&self.counters.reloads);
             })

@@ -32,9 +32,12 @@
 #![warn(missing_docs)]
 #![forbid(unsafe_code)]
 
+mod remote;
+
 use ratelab_core::debt::{self, Debt};
 use ratelab_core::{
-    Algorithm, Decision, Error, LockedCell, Quota, Settlement, Shifts, Stamp, ensure_fits,
+    Algorithm, Decision, Error, LockedCell, Quota, RemoteForm, Settlement, Shifts, Stamp,
+    ensure_fits,
 };
 
 /// Token bucket parameters derived from a [`Quota`]. See the crate docs.
@@ -130,7 +133,7 @@ impl Algorithm for TokenBucket {
 
     #[inline]
     fn name(&self) -> &'static str {
-        "token-bucket"
+        <Self as RemoteForm>::NAME
     }
 
     #[inline]
