@@ -4,8 +4,9 @@
 //! This crate gathers the others behind features, so one dependency line is
 //! enough: the shared contract ([`Quota`], [`Decision`], [`RateLimiter`],
 //! [`Keyed`], [`Direct`], clocks, wait helpers) at the root, every algorithm
-//! (default features), [`redis`] (feature `redis`) and [`http`] (feature
-//! `http`). [`AlgorithmKind`] names every algorithm and builds any of them.
+//! (default features), [`redis`] (feature `redis`), [`resilience`] (the
+//! wrapper any store of limits gets: feature `resilience`, part of `redis`)
+//! and [`http`] (feature `http`). [`AlgorithmKind`] names every algorithm and builds any of them.
 //!
 //! ```
 //! use ratelab::{Gcra, Keyed, ManualClock, Quota};
@@ -49,8 +50,9 @@
 //! ```
 //!
 //! Features: `fixed-window`, `sliding-window`, `leaky-bucket`,
-//! `token-bucket`, `gcra` (the default: every algorithm), `redis`, `http`,
-//! `tokio` (async wait helpers), `full` (all of them).
+//! `token-bucket`, `gcra` (the default: every algorithm; any subset builds),
+//! `redis`, `resilience`, `http`, `tokio` (async wait helpers), `full` (all
+//! of them).
 
 #![warn(missing_docs)]
 #![forbid(unsafe_code)]
@@ -67,6 +69,8 @@ pub use ratelab_http as http;
 pub use ratelab_leaky_bucket::{self as leaky_bucket, LeakyMeter, LeakyQueue};
 #[cfg(feature = "redis")]
 pub use ratelab_redis as redis;
+#[cfg(feature = "resilience")]
+pub use ratelab_resilience as resilience;
 #[cfg(feature = "sliding-window")]
 pub use ratelab_sliding_window::{self as sliding_window, SlidingCounter, SlidingLog};
 #[cfg(feature = "token-bucket")]

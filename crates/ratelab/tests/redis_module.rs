@@ -143,7 +143,7 @@ fn auto_finds_the_module_and_its_absence() {
         let limiter = gcra(&on_with, ScriptBackend::Auto);
         let admitted = futures_count(&limiter, 5).await;
         assert_eq!(admitted, 3, "a burst of 3");
-        let stats = limiter.stats();
+        let stats = limiter.store().stats();
         assert_eq!((stats.module_calls, stats.script_calls), (5, 0));
         assert_eq!(calls(&with, "ratelab.gcra"), 5);
         assert_eq!(calls(&with, "ratelab.protocol"), 1, "asked once");
@@ -152,7 +152,7 @@ fn auto_finds_the_module_and_its_absence() {
 
         let limiter = gcra(&on_without, ScriptBackend::Auto);
         assert_eq!(futures_count(&limiter, 5).await, 3);
-        let stats = limiter.stats();
+        let stats = limiter.store().stats();
         assert_eq!((stats.module_calls, stats.script_calls), (0, 5));
         // Five, and the first one's NOSCRIPT before the script was loaded.
         assert!(calls(&without, "evalsha") >= 5);
@@ -171,7 +171,7 @@ fn auto_finds_the_module_and_its_absence() {
 
         let scripts = gcra(&on_with, ScriptBackend::Lua);
         assert_eq!(futures_count(&scripts, 5).await, 3);
-        let stats = scripts.stats();
+        let stats = scripts.store().stats();
         assert_eq!((stats.module_calls, stats.script_calls), (0, 5));
         assert!(calls(&with, "evalsha") >= 5);
         assert_eq!(calls(&with, "ratelab.gcra"), 5, "no more module calls");
@@ -208,9 +208,9 @@ fn a_module_that_goes_away_hands_over_to_the_scripts() {
         assert!(third.allowed);
         assert_eq!(third.remaining, 0, "the script read the module's state");
         assert!(!limiter.check(b"client", 1).await.unwrap().allowed);
-        let stats = limiter.stats();
-        assert_eq!((stats.module_calls, stats.script_calls), (3, 2));
-        assert_eq!(stats.answered, 4);
+        let calls = limiter.store().stats();
+        assert_eq!((calls.module_calls, calls.script_calls), (3, 2));
+        assert_eq!(limiter.stats().answered, 4);
     });
 }
 
