@@ -48,27 +48,23 @@ impl RemoteForm for SlidingLog {
     const SCRIPT: &'static str = include_str!("../lua/sliding_log.lua");
     const PARAMS: usize = 2;
     const SHAPE: Shape = Shape::SortedSet;
+    /// One member per unit: a log above [`MAX_STORED_LOG_LIMIT`] is refused.
+    const MAX_STORED_BURST: Option<(u32, &'static str)> = Some((
+        MAX_STORED_LOG_LIMIT,
+        "a sliding log above 10,000 units on Redis (one sorted-set member per unit); use the sliding counter",
+    ));
 
     /// The window `W` µs, the limit (the burst).
     fn params(&self) -> Params {
         Params::new(&[self.window, self.limit])
     }
 
-    /// One member per unit: a log above [`MAX_STORED_LOG_LIMIT`] is refused.
     fn from_params(params: &[u64]) -> Option<Self> {
-        remote::window_quota(params[0], params[1])
-            .filter(|q| q.burst() <= MAX_STORED_LOG_LIMIT)
-            .map(SlidingLog::new)
+        remote::window_quota(params[0], params[1]).map(SlidingLog::new)
     }
 
     fn max_wait_micros(&self) -> u64 {
         self.window
-    }
-
-    fn unsupported(&self) -> Option<&'static str> {
-        (self.limit > u64::from(MAX_STORED_LOG_LIMIT)).then_some(
-            "a sliding log above 10,000 units on Redis (one sorted-set member per unit); use the sliding counter",
-        )
     }
 
     fn out_of_range(&self, stored: &StoredOf<Self>) -> Option<String> {

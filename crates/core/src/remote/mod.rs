@@ -234,6 +234,12 @@ pub trait RemoteForm: Algorithm<Ledger: StoredLedger> + Clone {
     /// How a store keeps the state.
     const SHAPE: Shape;
 
+    /// The largest burst a store keeps for one key, and why, if there is
+    /// one (a sliding log keeps a member per unit): a larger one is
+    /// [`RemoteForm::unsupported`], refused before any call, and its
+    /// parameters are `invalid arguments` to the script. `None` by default.
+    const MAX_STORED_BURST: Option<(u32, &'static str)> = None;
+
     /// A debt (GCRA, token bucket, leaky meter and queue): its settlements
     /// charge whatever the room, so its waits may run past
     /// [`RemoteForm::max_wait_micros`] up to [`MAX_END`]; a settlement
@@ -258,11 +264,11 @@ pub trait RemoteForm: Algorithm<Ledger: StoredLedger> + Clone {
     /// [`RemoteForm::DEBT`]).
     fn max_wait_micros(&self) -> u64;
 
-    /// Why these parameters cannot run on a store, if they cannot (a
-    /// sliding log above what a store keeps per key): refused before any
-    /// call. `None` by default.
+    /// Why these parameters cannot run on a store, if they cannot: a burst
+    /// above [`RemoteForm::MAX_STORED_BURST`]. Refused before any call.
     fn unsupported(&self) -> Option<&'static str> {
-        None
+        let (max, why) = Self::MAX_STORED_BURST?;
+        (self.capacity() > u64::from(max)).then_some(why)
     }
 
     /// What in `stored`, after a settlement or a reset, is past one of the
@@ -280,14 +286,14 @@ pub trait RemoteForm: Algorithm<Ledger: StoredLedger> + Clone {
     fn decode(&self, value: &Value, now: u64, skew: u64) -> Result<StoredOf<Self>, String>;
 
     /// The algorithm a caller's `params` name, checked as the script checks
-    /// them: exactly [`RemoteForm::PARAMS`], some quota yielding them, and
-    /// every one as that quota gives it.
+    /// them: exactly [`RemoteForm::PARAMS`], some quota yielding them, every
+    /// one as that quota gives it, and a burst a store keeps.
     fn parse(params: &[u64]) -> Option<Self> {
         if params.len() != Self::PARAMS {
             return None;
         }
         let algorithm = Self::from_params(params)?;
-        (algorithm.params() == *params).then_some(algorithm)
+        (algorithm.params() == *params && algorithm.unsupported().is_none()).then_some(algorithm)
     }
 
     /// The script a store sends: [`PROLOGUE`] followed by
