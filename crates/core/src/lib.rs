@@ -4,8 +4,10 @@
 //! its decision logic once as an [`Algorithm`]: a pure function of
 //! `(state, now, cost)` on integer microseconds. This crate runs it in memory,
 //! as one bucket ([`Direct`]) or one bucket per key ([`Keyed`], a bounded,
-//! self-cleaning sharded map); `ratelab-redis` runs the same logic as a Lua
-//! script. Callers see [`RateLimiter`] (sync) or
+//! self-cleaning sharded map); each algorithm's [`RemoteForm`] (its key code,
+//! parameters, stored encoding and Lua script, described by its own crate)
+//! is how `ratelab-redis`, the native Redis module and the clients in other
+//! languages run the same logic. Callers see [`RateLimiter`] (sync) or
 //! [`AsyncRateLimiter`] (async; every `RateLimiter` is one), a [`Quota`] in,
 //! a [`Decision`] out, and time from a [`Clock`].
 //!

@@ -1,7 +1,65 @@
 //! [`AlgorithmKind`]: the one list of ratelab's algorithms, and the one place
 //! that builds each from a [`Quota`]. Everything that runs "every algorithm"
-//! (the comparison, the benches, the test suites) goes through it, so a new
-//! algorithm is its crate plus one arm here.
+//! (the Redis backend's tests, the native module's tests, the comparison, the
+//! benches, the protocol's generated files) goes through it.
+//!
+//! # Adding an algorithm
+//!
+//! An algorithm is its crate, its script and one row here. Written by hand,
+//! for an algorithm in a crate of its own (`ratelab-foo`):
+//!
+//! 1. **the crate**, `crates/foo`: the decision logic
+//!    ([`Algorithm`](ratelab_core::Algorithm); a debt implements
+//!    [`Debt`](ratelab_core::Debt) and gets its receipts from
+//!    `ratelab_core::debt`), its remote form ([`RemoteForm`], and
+//!    [`StringForm`](ratelab_core::StringForm) for a state kept in one
+//!    string) and its script, `crates/foo/lua/foo.lua`;
+//! 2. **the workspace** `Cargo.toml`: a member and a
+//!    `[workspace.dependencies]` line;
+//! 3. **this crate's** `Cargo.toml` (an optional dependency and its feature,
+//!    in the defaults) and `lib.rs` (the re-export);
+//! 4. **one row** in `algorithm_kinds!` below;
+//! 5. the native module's list, `COMMANDS` in
+//!    `crates/redis-module/src/native.rs`, and its `Cargo.toml`;
+//! 6. a conformance scenario (`crates/testkit/src/conformance.rs`: decisions
+//!    worked out by hand);
+//! 7. its colour in the comparison's charts (`COLORS` in
+//!    `crates/compare/src/charts.rs`);
+//! 8. its rows in `lua/README.md` (the scripts table, the State table) and in
+//!    the root `README.md`'s crate table;
+//! 9. what it admits at a window's edge (`EDGE` in
+//!    `crates/ratelab/tests/window_edge.rs`), and, unless it is a debt (whose
+//!    bound and model the tests derive), its bound and its model of kept
+//!    admissions where the tests and the comparison check them
+//!    (`lagging_clock.rs`, `settle_bound.rs` with `ratelab_testkit::kept`,
+//!    `crates/compare/src/scenario/window_edge.rs`).
+//!
+//! Then **`just regenerate`**: `lua/`'s link to the script, the clients' spec
+//! and vectors (`lua/clients/algorithms.json`, `vectors.json`) and the
+//! reference table of `lua/README.md`.
+//!
+//! Everything else follows: the Redis backend (`ratelab-redis` and the
+//! resilience wrapper are generic over [`RemoteForm`]), the module's command
+//! (its string command is generic; a sorted-set state would need code of its
+//! own), the module's and the facade's tests, compare's read-then-write
+//! limiter, every table and chart, the benches, and the Python and Node
+//! clients (which read `algorithms.json` at run time).
+//!
+//! **What checks what.** The compiler checks 1 to 3 once the row (4) exists:
+//! the row names the type (`crate::Foo`, re-exported by `lib.rs` from the
+//! dependency), under its feature (an undeclared feature is an
+//! `unexpected_cfgs` warning, an error under `just lint`), and the row's
+//! visitor requires the remote form ([`KnownAlgorithm`]). Nothing checks
+//! that the row exists: it is the registration. Tests name what is missing
+//! in 5 to 9 (`redis_module.rs`, `conformance.rs`, `charts.rs`,
+//! `protocol_vectors.rs`, `readme.rs`, `window_edge.rs`, and a panic naming
+//! the file for a bound or model a non-debt lacks), and in what `just
+//! regenerate` writes (`protocol_vectors.rs`). Three places name algorithms
+//! and fall back safely for a new one, unchecked: `ratelab-http`'s refill
+//! shape (`Refill::of`) and the clients' middlewares' list of sliding
+//! windows, which only make the `RateLimit` header's `t` more precise, and
+//! the benches' `constant_time` (an algorithm not O(1) per check is to be
+//! named there, as the sliding log is).
 
 use std::fmt;
 use std::str::FromStr;
@@ -113,6 +171,23 @@ impl fmt::Display for UnknownAlgorithm {
 impl std::error::Error for UnknownAlgorithm {}
 
 impl AlgorithmKind {
+    /// Whether the algorithm's state is a debt ([`RemoteForm::DEBT`]: GCRA,
+    /// the token bucket, the leaky meter and queue): full again at one
+    /// instant each admission moves `cost × T` later, so that at most
+    /// `burst + floor(t / T)` units pass in any interval `t`.
+    pub fn debt(self) -> bool {
+        struct Debt;
+        impl AlgorithmVisitor for Debt {
+            type Output = bool;
+            fn visit<A: KnownAlgorithm>(self, _: A) -> bool {
+                A::DEBT
+            }
+        }
+        // Any valid quota: the answer is the algorithm's, not the quota's.
+        let quota = Quota::new(1, std::time::Duration::from_secs(1)).expect("a valid quota");
+        self.visit(quota, Debt)
+    }
+
     /// A keyed in-memory limiter of this algorithm on `clock`.
     pub fn keyed<C: Clock + 'static>(self, quota: Quota, clock: C) -> Box<dyn RateLimiter> {
         struct BuildKeyed<C>(C);

@@ -325,10 +325,15 @@ fn spec_row(kind: AlgorithmKind) -> String {
         .map(|(k, times)| (QUANTITIES[k].0, times))
         .collect();
     let [(of, times)] = waits[..] else {
-        panic!("{name}: its longest wait is {waits:?} of the quantities the clients compute, not one");
+        panic!(
+            "{name}: its longest wait is {waits:?} of the quantities the clients compute, not one"
+        );
     };
     for (e, q) in &built {
-        assert_eq!(e.capacity, q[0], "{name}: the clients take the capacity to be the burst");
+        assert_eq!(
+            e.capacity, q[0],
+            "{name}: the clients take the capacity to be the burst"
+        );
     }
     let (max_burst, unsupported) = match e.max_stored_burst {
         Some((max, why)) => (max.to_string(), json_string(why.as_bytes()).unwrap()),
@@ -399,7 +404,15 @@ fn lua_holds_every_algorithm_s_script_and_its_rows() {
                 .find(|path| path.is_file())
                 .unwrap_or_else(|| panic!("{name}: no crates/*/lua/{file}"));
             let target = PathBuf::from("../crates")
-                .join(in_crate.parent().unwrap().parent().unwrap().file_name().unwrap())
+                .join(
+                    in_crate
+                        .parent()
+                        .unwrap()
+                        .parent()
+                        .unwrap()
+                        .file_name()
+                        .unwrap(),
+                )
                 .join("lua")
                 .join(file);
             #[cfg(unix)]
@@ -411,8 +424,12 @@ fn lua_holds_every_algorithm_s_script_and_its_rows() {
         if !readme.contains(&format!("\n| `{name}` | `{code}` | `{file}` |")) {
             missing.push(format!("its row in lua/README.md's scripts table (\"| `{name}` | `{code}` | `{file}` | ...\")"));
         }
-        if !readme.contains(&format!("\n| {name} | string,")) && !readme.contains(&format!("\n| {name} | sorted set |")) {
-            missing.push(format!("its row in lua/README.md's State table (\"| {name} | string, ...\")"));
+        if !readme.contains(&format!("\n| {name} | string,"))
+            && !readme.contains(&format!("\n| {name} | sorted set |"))
+        {
+            missing.push(format!(
+                "its row in lua/README.md's State table (\"| {name} | string, ...\")"
+            ));
         }
         let e = kind.visit(reference, Describe);
         let params = e.params.iter().map(u64::to_string).collect::<Vec<_>>();
@@ -426,7 +443,9 @@ fn lua_holds_every_algorithm_s_script_and_its_rows() {
         match readme.find(&start) {
             Some(at) => {
                 let line_start = at + 1;
-                let end = readme[line_start..].find('\n').map_or(readme.len(), |e| line_start + e);
+                let end = readme[line_start..]
+                    .find('\n')
+                    .map_or(readme.len(), |e| line_start + e);
                 if readme[line_start..end] != row {
                     if bless() {
                         readme.replace_range(line_start..end, &row);
@@ -437,12 +456,11 @@ fn lua_holds_every_algorithm_s_script_and_its_rows() {
             }
             None => missing.push(format!("{row} in lua/README.md's reference table")),
         }
-        if !missing.is_empty() {
-            panic!(
-                "{name}: missing {} (`just regenerate` makes the links and the reference rows)",
-                missing.join("; ")
-            );
-        }
+        assert!(
+            missing.is_empty(),
+            "{name}: missing {} (`just regenerate` makes the links and the reference rows)",
+            missing.join("; ")
+        );
     }
     if bless() {
         std::fs::write(&readme_path, readme).unwrap();

@@ -460,7 +460,10 @@ fn model(kind: AlgorithmKind, quota: Quota) -> Model {
                 steps: counter.steps(),
             }
         }
-        _ => Model::debt(quota),
+        _ if kind.debt() => Model::debt(quota),
+        other => {
+            panic!("{other}: no model of its kept history in crates/ratelab/tests/settle_bound.rs")
+        }
     }
 }
 
