@@ -394,6 +394,7 @@ fn lua_holds_every_algorithm_s_script_and_its_rows() {
     let mut readme = std::fs::read_to_string(&readme_path).unwrap();
     let reference = Quota::per_second(5).unwrap().with_burst(10).unwrap();
     let mut missing = Vec::new();
+    let mut previous: Option<&str> = None;
     for kind in AlgorithmKind::ALL {
         let (name, code, file) = kind.visit(quota, File);
         let link = lua_dir().join(file);
@@ -454,8 +455,16 @@ fn lua_holds_every_algorithm_s_script_and_its_rows() {
                     }
                 }
             }
+            // A new algorithm's row goes after the one listed before it.
+            None if bless() && previous.is_some() => {
+                let after = format!("\n| {} | `", previous.unwrap_or_default());
+                let at = readme.find(&after).expect("the previous algorithm's row") + 1;
+                let end = readme[at..].find('\n').map_or(readme.len(), |e| at + e);
+                readme.insert_str(end, &format!("\n{row}"));
+            }
             None => missing.push(format!("{row} in lua/README.md's reference table")),
         }
+        previous = Some(name);
         assert!(
             missing.is_empty(),
             "{name}: missing {} (`just regenerate` makes the links and the reference rows)",
@@ -469,7 +478,11 @@ fn lua_holds_every_algorithm_s_script_and_its_rows() {
 
 #[test]
 fn each_script_is_the_prologue_and_its_file() {
-    let read = |file: &str| std::fs::read_to_string(lua_dir().join(file)).unwrap();
+    let read = |file: &str| {
+        std::fs::read_to_string(lua_dir().join(file)).unwrap_or_else(|e| {
+            panic!("lua/{file}: {e} (`just regenerate` links a new algorithm's)")
+        })
+    };
     let quota = Quota::per_second(5).unwrap().with_burst(10).unwrap();
     for kind in AlgorithmKind::ALL {
         let e = kind.visit(quota, Describe);
