@@ -380,8 +380,48 @@ fn the_algorithms_spec_is_what_rust_computes() {
 /// (made by `just regenerate` for a new one), and `lua/README.md` has its
 /// rows: in the scripts table, in the State table, and (generated) in the
 /// reference quota's table.
+/// `lua/<file>`, a link to the algorithm crate's `lua/<file>`, made when
+/// blessing if it is missing (every test that reads `lua/` makes sure of it
+/// first: they run in parallel).
+fn link_scripts() {
+    struct File;
+    impl AlgorithmVisitor for File {
+        type Output = &'static str;
+        fn visit<A: KnownAlgorithm>(self, _: A) -> &'static str {
+            A::SCRIPT_FILE
+        }
+    }
+    if !bless() {
+        return;
+    }
+    for kind in AlgorithmKind::ALL {
+        let file = kind.visit(Quota::per_second(1).unwrap(), File);
+        let link = lua_dir().join(file);
+        if link.exists() {
+            continue;
+        }
+        let crate_dir = std::fs::read_dir(repo_dir().join("crates"))
+            .unwrap()
+            .map(|entry| entry.unwrap().path())
+            .find(|dir| dir.join("lua").join(file).is_file())
+            .unwrap_or_else(|| panic!("{kind}: no crates/*/lua/{file}"));
+        let target = PathBuf::from("../crates")
+            .join(crate_dir.file_name().unwrap())
+            .join("lua")
+            .join(file);
+        #[cfg(unix)]
+        match std::os::unix::fs::symlink(&target, &link) {
+            Err(e) if e.kind() != std::io::ErrorKind::AlreadyExists => {
+                panic!("cannot link {}: {e}", link.display())
+            }
+            _ => {}
+        }
+    }
+}
+
 #[test]
 fn lua_holds_every_algorithm_s_script_and_its_rows() {
+    link_scripts();
     struct File;
     impl AlgorithmVisitor for File {
         type Output = (&'static str, &'static str, &'static str);
@@ -398,38 +438,19 @@ fn lua_holds_every_algorithm_s_script_and_its_rows() {
     for kind in AlgorithmKind::ALL {
         let (name, code, file) = kind.visit(quota, File);
         let link = lua_dir().join(file);
-        if !link.exists() && bless() {
-            let in_crate = std::fs::read_dir(repo_dir().join("crates"))
-                .unwrap()
-                .map(|entry| entry.unwrap().path().join("lua").join(file))
-                .find(|path| path.is_file())
-                .unwrap_or_else(|| panic!("{name}: no crates/*/lua/{file}"));
-            let target = PathBuf::from("../crates")
-                .join(
-                    in_crate
-                        .parent()
-                        .unwrap()
-                        .parent()
-                        .unwrap()
-                        .file_name()
-                        .unwrap(),
-                )
-                .join("lua")
-                .join(file);
-            #[cfg(unix)]
-            std::os::unix::fs::symlink(&target, &link).unwrap();
-        }
         if !link.is_file() {
-            missing.push(format!("lua/{file}, a link to its crate's lua/{file}"));
+            missing.push(format!(
+                "{name}: lua/{file}, a link to its crate's lua/{file}"
+            ));
         }
         if !readme.contains(&format!("\n| `{name}` | `{code}` | `{file}` |")) {
-            missing.push(format!("its row in lua/README.md's scripts table (\"| `{name}` | `{code}` | `{file}` | ...\")"));
+            missing.push(format!("{name}: its row in lua/README.md's scripts table (\"| `{name}` | `{code}` | `{file}` | ...\")"));
         }
         if !readme.contains(&format!("\n| {name} | string,"))
             && !readme.contains(&format!("\n| {name} | sorted set |"))
         {
             missing.push(format!(
-                "its row in lua/README.md's State table (\"| {name} | string, ...\")"
+                "{name}: its row in lua/README.md's State table (\"| {name} | string, ...\")"
             ));
         }
         let e = kind.visit(reference, Describe);
@@ -451,7 +472,7 @@ fn lua_holds_every_algorithm_s_script_and_its_rows() {
                     if bless() {
                         readme.replace_range(line_start..end, &row);
                     } else {
-                        missing.push(format!("{row} in lua/README.md's reference table"));
+                        missing.push(format!("{name}: {row} in lua/README.md's reference table"));
                     }
                 }
             }
@@ -462,22 +483,23 @@ fn lua_holds_every_algorithm_s_script_and_its_rows() {
                 let end = readme[at..].find('\n').map_or(readme.len(), |e| at + e);
                 readme.insert_str(end, &format!("\n{row}"));
             }
-            None => missing.push(format!("{row} in lua/README.md's reference table")),
+            None => missing.push(format!("{name}: {row} in lua/README.md's reference table")),
         }
         previous = Some(name);
-        assert!(
-            missing.is_empty(),
-            "{name}: missing {} (`just regenerate` makes the links and the reference rows)",
-            missing.join("; ")
-        );
     }
     if bless() {
         std::fs::write(&readme_path, readme).unwrap();
     }
+    assert!(
+        missing.is_empty(),
+        "missing: {} (`just regenerate` makes the links and the reference rows)",
+        missing.join("; ")
+    );
 }
 
 #[test]
 fn each_script_is_the_prologue_and_its_file() {
+    link_scripts();
     let read = |file: &str| {
         std::fs::read_to_string(lua_dir().join(file)).unwrap_or_else(|e| {
             panic!("lua/{file}: {e} (`just regenerate` links a new algorithm's)")
