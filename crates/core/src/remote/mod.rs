@@ -27,14 +27,14 @@
 //!
 //! ```
 //! use ratelab_core::remote::{Params, rate_quota, window_quota};
-//! use ratelab_core::Quota;
 //!
-//! // 5 per second, bursts of 10: one unit every 200 ms.
-//! let quota = Quota::per_second(5)?.with_burst(10)?;
-//! assert_eq!(rate_quota(200_000, 10), Some(quota));
-//! // A window of 10 units per 2 s: the quota of 5 per second.
+//! // 10 units, one back every 200 ms: a quota of 5 per second, bursts of 10
+//! // (or any other with that rate and burst).
+//! let quota = rate_quota(200_000, 10).expect("a quota has them");
+//! assert_eq!((quota.emission_interval_micros(), quota.burst()), (200_000, 10));
+//! // A window of 10 units per 2 s (5 per second, or 10 per 2 s).
 //! assert_eq!(window_quota(2_000_000, 10).map(|q| q.window_micros()), Some(2_000_000));
-//! // No quota has a tolerance of zero units.
+//! // No quota has a burst of zero units.
 //! assert_eq!(rate_quota(200_000, 0), None);
 //! let params = Params::new(&[200_000, 2_000_000, 10]);
 //! assert_eq!(params.to_string(), "200000,2000000,10");
