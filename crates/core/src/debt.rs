@@ -10,13 +10,14 @@
 //! forgotten depend on nothing else: [`settle`], [`reset`], [`stamp`] and
 //! [`forgettable_at`] here are each algorithm's
 //! [`Algorithm::settle`], [`Algorithm::reset`], [`Algorithm::stamp`] and
-//! [`Algorithm::forgettable_at`]. An algorithm says only how it sets its
-//! full-again instant ([`Debt::set_full_at`]). The rule, and why it holds:
-//! the [`receipt`](crate::receipt) module.
+//! [`Algorithm::forgettable_at`], which [`debt_receipts!`](crate::debt_receipts)
+//! writes into its `impl Algorithm` block. An algorithm says only how it
+//! sets its full-again instant ([`Debt::set_full_at`]). The rule, and why it
+//! holds: the [`receipt`](crate::receipt) module.
 //!
 //! ```
-//! use ratelab_core::{Algorithm, Quota, Settlement, Shifts, Stamp};
-//! use ratelab_core::debt::{self, Debt};
+//! use ratelab_core::{Algorithm, Quota, Settlement, Shifts};
+//! use ratelab_core::debt::Debt;
 //! # use ratelab_core::{AtomicCell, Decision, Error, ensure_fits};
 //!
 //! /// The debt at its barest: the instant the key is full again.
@@ -48,12 +49,8 @@
 //!         Ok(Decision::admitted(self.capacity()))
 //!     }
 //!     fn full_at(&self, tat: &u64) -> u64 { *tat }
-//!     fn stamp(&self, tat: &u64, ledger: &Shifts, now: u64) -> Stamp { debt::stamp(self, tat, ledger, now) }
-//!     fn settle(&self, tat: &mut u64, ledger: &mut Shifts, now: u64, s: Settlement) -> Result<Decision, Error> {
-//!         debt::settle(self, tat, ledger, now, s)
-//!     }
-//!     fn reset(&self, tat: &mut u64, ledger: &mut Shifts, now: u64) { debt::reset(self, tat, ledger, now) }
-//!     fn forgettable_at(&self, tat: &u64, ledger: &Shifts) -> u64 { debt::forgettable_at(self, tat, ledger) }
+//!     // stamp, settle, reset and forgettable_at: a debt's.
+//!     ratelab_core::debt_receipts!();
 //! }
 //!
 //! let tat = Tat(Quota::per_second(10)?);
@@ -171,4 +168,46 @@ pub fn forgettable_at<A: Debt>(algorithm: &A, state: &A::State, ledger: &Shifts)
     } else {
         full_at.saturating_add(algorithm.tolerance_micros())
     }
+}
+
+/// Writes a [`Debt`]'s [`Algorithm::stamp`], [`Algorithm::settle`],
+/// [`Algorithm::reset`] and [`Algorithm::forgettable_at`] into its
+/// `impl Algorithm` block: each one the function of the [`debt`](self)
+/// module of the same name.
+///
+/// ```ignore
+/// impl Algorithm for Gcra {
+///     // ... decide, full_at ...
+///     ratelab_core::debt_receipts!();
+/// }
+/// ```
+#[macro_export]
+macro_rules! debt_receipts {
+    () => {
+        #[inline]
+        fn stamp(&self, state: &Self::State, ledger: &$crate::Shifts, now: u64) -> $crate::Stamp {
+            $crate::debt::stamp(self, state, ledger, now)
+        }
+
+        #[inline]
+        fn settle(
+            &self,
+            state: &mut Self::State,
+            ledger: &mut $crate::Shifts,
+            now: u64,
+            settlement: $crate::Settlement,
+        ) -> ::core::result::Result<$crate::Decision, $crate::Error> {
+            $crate::debt::settle(self, state, ledger, now, settlement)
+        }
+
+        #[inline]
+        fn reset(&self, state: &mut Self::State, ledger: &mut $crate::Shifts, now: u64) {
+            $crate::debt::reset(self, state, ledger, now);
+        }
+
+        #[inline]
+        fn forgettable_at(&self, state: &Self::State, ledger: &$crate::Shifts) -> u64 {
+            $crate::debt::forgettable_at(self, state, ledger)
+        }
+    };
 }

@@ -40,10 +40,9 @@
 
 mod remote;
 
-use ratelab_core::debt::{self, Debt};
+use ratelab_core::Debt;
 use ratelab_core::{
-    Algorithm, AtomicCell, Decision, Divisor, Error, Quota, RemoteForm, Settlement, Shifts, Stamp,
-    ensure_fits,
+    Algorithm, AtomicCell, Decision, Divisor, Error, Quota, RemoteForm, Shifts, ensure_fits,
 };
 
 /// GCRA parameters derived from a [`Quota`]. See the crate docs.
@@ -146,35 +145,12 @@ impl Algorithm for Gcra {
     }
 
     #[inline]
-    fn stamp(&self, tat: &u64, ledger: &Shifts, now: u64) -> Stamp {
-        debt::stamp(self, tat, ledger, now)
-    }
-
-    #[inline]
-    fn settle(
-        &self,
-        tat: &mut u64,
-        ledger: &mut Shifts,
-        now: u64,
-        settlement: Settlement,
-    ) -> Result<Decision, Error> {
-        debt::settle(self, tat, ledger, now, settlement)
-    }
-
-    #[inline]
-    fn reset(&self, tat: &mut u64, ledger: &mut Shifts, now: u64) {
-        debt::reset(self, tat, ledger, now);
-    }
-
-    #[inline]
     fn full_at(&self, tat: &u64) -> u64 {
         *tat
     }
 
-    #[inline]
-    fn forgettable_at(&self, tat: &u64, ledger: &Shifts) -> u64 {
-        debt::forgettable_at(self, tat, ledger)
-    }
+    // stamp, settle, reset and forgettable_at: a debt's (`ratelab_core::debt`).
+    ratelab_core::debt_receipts!();
 }
 
 /// The TAT is the instant the key is full again: a settlement sets it, a

@@ -1,9 +1,8 @@
 //! The leaky bucket as a meter.
 
-use ratelab_core::debt::{self, Debt};
+use ratelab_core::Debt;
 use ratelab_core::{
-    Algorithm, Decision, Error, LockedCell, Quota, RemoteForm, Settlement, Shifts, Stamp,
-    ensure_fits,
+    Algorithm, Decision, Error, LockedCell, Quota, RemoteForm, Shifts, ensure_fits,
 };
 
 /// Leaky bucket (meter) parameters derived from a [`Quota`]: refuses what
@@ -113,35 +112,12 @@ impl Algorithm for LeakyMeter {
     }
 
     #[inline]
-    fn stamp(&self, level: &Level, ledger: &Shifts, now: u64) -> Stamp {
-        debt::stamp(self, level, ledger, now)
-    }
-
-    #[inline]
-    fn settle(
-        &self,
-        level: &mut Level,
-        ledger: &mut Shifts,
-        now: u64,
-        settlement: Settlement,
-    ) -> Result<Decision, Error> {
-        debt::settle(self, level, ledger, now, settlement)
-    }
-
-    #[inline]
-    fn reset(&self, level: &mut Level, ledger: &mut Shifts, now: u64) {
-        debt::reset(self, level, ledger, now);
-    }
-
-    #[inline]
     fn full_at(&self, level: &Level) -> u64 {
         level.at + level.water
     }
 
-    #[inline]
-    fn forgettable_at(&self, level: &Level, ledger: &Shifts) -> u64 {
-        debt::forgettable_at(self, level, ledger)
-    }
+    // stamp, settle, reset and forgettable_at: a debt's (`ratelab_core::debt`).
+    ratelab_core::debt_receipts!();
 }
 
 /// The level is full again (empty of water) at `at + water`.

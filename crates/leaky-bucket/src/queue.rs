@@ -1,9 +1,8 @@
 //! The leaky bucket as a queue (shaper).
 
-use ratelab_core::debt::{self, Debt};
+use ratelab_core::Debt;
 use ratelab_core::{
-    Algorithm, AtomicCell, Decision, Error, Quota, RemoteForm, Settlement, Shifts, Stamp,
-    ensure_fits,
+    Algorithm, AtomicCell, Decision, Error, Quota, RemoteForm, Shifts, ensure_fits,
 };
 
 /// Leaky bucket (queue) parameters derived from a [`Quota`]: admits into a
@@ -94,35 +93,12 @@ impl Algorithm for LeakyQueue {
     }
 
     #[inline]
-    fn stamp(&self, next_free: &u64, ledger: &Shifts, now: u64) -> Stamp {
-        debt::stamp(self, next_free, ledger, now)
-    }
-
-    #[inline]
-    fn settle(
-        &self,
-        next_free: &mut u64,
-        ledger: &mut Shifts,
-        now: u64,
-        settlement: Settlement,
-    ) -> Result<Decision, Error> {
-        debt::settle(self, next_free, ledger, now, settlement)
-    }
-
-    #[inline]
-    fn reset(&self, next_free: &mut u64, ledger: &mut Shifts, now: u64) {
-        debt::reset(self, next_free, ledger, now);
-    }
-
-    #[inline]
     fn full_at(&self, next_free: &u64) -> u64 {
         *next_free
     }
 
-    #[inline]
-    fn forgettable_at(&self, next_free: &u64, ledger: &Shifts) -> u64 {
-        debt::forgettable_at(self, next_free, ledger)
-    }
+    // stamp, settle, reset and forgettable_at: a debt's (`ratelab_core::debt`).
+    ratelab_core::debt_receipts!();
 }
 
 /// The next free slot is the instant the queue is empty again: a settlement

@@ -87,7 +87,6 @@
 #![forbid(unsafe_code)]
 
 mod backend;
-mod builder;
 mod classify;
 mod connection;
 mod key;
@@ -99,10 +98,9 @@ mod settings;
 mod store;
 
 pub use backend::{MODULE_RECHECK, ScriptBackend};
-pub use builder::RedisLimiterBuilder;
 pub use connection::Connection;
 pub use key::{MAX_KEY_LEN, hash_tag, redis_key};
-pub use limiter::RedisLimiter;
+pub use limiter::{RedisLimiter, RedisLimiterBuilder};
 pub use redis::RedisError;
 pub use reply::InvalidReply;
 pub use script::{MAX_TTL_SLACK_MS, Op, PROTOCOL_VERSION, RedisAlgorithm, Script, ScriptArgs};

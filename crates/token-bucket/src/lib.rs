@@ -34,10 +34,9 @@
 
 mod remote;
 
-use ratelab_core::debt::{self, Debt};
+use ratelab_core::Debt;
 use ratelab_core::{
-    Algorithm, Decision, Error, LockedCell, Quota, RemoteForm, Settlement, Shifts, Stamp,
-    ensure_fits,
+    Algorithm, Decision, Error, LockedCell, Quota, RemoteForm, Shifts, ensure_fits,
 };
 
 /// Token bucket parameters derived from a [`Quota`]. See the crate docs.
@@ -182,35 +181,12 @@ impl Algorithm for TokenBucket {
     }
 
     #[inline]
-    fn stamp(&self, bucket: &Bucket, ledger: &Shifts, now: u64) -> Stamp {
-        debt::stamp(self, bucket, ledger, now)
-    }
-
-    #[inline]
-    fn settle(
-        &self,
-        bucket: &mut Bucket,
-        ledger: &mut Shifts,
-        now: u64,
-        settlement: Settlement,
-    ) -> Result<Decision, Error> {
-        debt::settle(self, bucket, ledger, now, settlement)
-    }
-
-    #[inline]
-    fn reset(&self, bucket: &mut Bucket, ledger: &mut Shifts, now: u64) {
-        debt::reset(self, bucket, ledger, now);
-    }
-
-    #[inline]
     fn full_at(&self, bucket: &Bucket) -> u64 {
         self.when_holding(bucket, self.capacity)
     }
 
-    #[inline]
-    fn forgettable_at(&self, bucket: &Bucket, ledger: &Shifts) -> u64 {
-        debt::forgettable_at(self, bucket, ledger)
-    }
+    // stamp, settle, reset and forgettable_at: a debt's (`ratelab_core::debt`).
+    ratelab_core::debt_receipts!();
 }
 
 /// The bucket is full again when it holds its capacity.
