@@ -33,7 +33,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use criterion::{BenchmarkId, Criterion, Throughput};
-use ratelab::redis::{Connection, DEFAULT_PREFIX, Op, RedisAlgorithm, ScriptArgs, redis_key};
+use ratelab::redis::{
+    Connection, DEFAULT_PREFIX, Op, RedisAlgorithm, Script, ScriptArgs, redis_key,
+};
 use ratelab::{AlgorithmKind, KnownAlgorithm};
 use ratelab_benches::algorithms::{admitted_share, assert_mostly_admits, quota};
 use ratelab_benches::redis_tools::parse_commandstats;
@@ -213,11 +215,9 @@ impl Bench<'_> {
     /// The module's and the script's commands for `algorithm`, on keys of
     /// their own.
     fn ratelab_sides<A: RedisAlgorithm>(&self, algorithm: &A) -> [Side; 2] {
-        let args = ScriptArgs::call(None, 1, 0, None, Op::Check, &algorithm.script_params());
-        let script = algorithm.script();
-        let command = algorithm
-            .module_command()
-            .unwrap_or_else(|| panic!("{}: no module command", algorithm.name()));
+        let args = ScriptArgs::call(None, 1, 0, None, Op::Check, &algorithm.params());
+        let script = Script::new(&A::script());
+        let command = algorithm.module_command();
         let key = |side: &str, i: usize| {
             redis_key(
                 DEFAULT_PREFIX,
@@ -227,7 +227,7 @@ impl Bench<'_> {
         };
         let module = (0..self.keys)
             .map(|i| {
-                let mut cmd = redis::cmd(command);
+                let mut cmd = redis::cmd(&command);
                 cmd.arg(key("module", i));
                 for arg in args.iter() {
                     cmd.arg(arg);
@@ -425,11 +425,8 @@ impl Visit for Bench<'_> {
         let name = algorithm.name();
         let rt = self.rt;
         rt.block_on(
-            self.connection.query::<String>(
-                redis::cmd("SCRIPT")
-                    .arg("LOAD")
-                    .arg(algorithm.script().source()),
-            ),
+            self.connection
+                .query::<String>(redis::cmd("SCRIPT").arg("LOAD").arg(A::script())),
         )
         .expect("SCRIPT LOAD");
         let mut sides: Vec<Side> = self.ratelab_sides(&algorithm).into();

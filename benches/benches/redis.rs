@@ -27,7 +27,7 @@ use std::time::{Duration, Instant};
 use criterion::{Criterion, Throughput};
 use ratelab::KnownAlgorithm;
 use ratelab::redis::{
-    Connection, DEFAULT_PREFIX, Op, RedisAlgorithm, RedisLimiter, ScriptArgs, redis_key,
+    Connection, DEFAULT_PREFIX, Op, RedisAlgorithm, RedisLimiter, Script, ScriptArgs, redis_key,
 };
 use ratelab_benches::algorithms::{admitted_share, assert_mostly_admits};
 use ratelab_benches::redis_tools::{
@@ -201,8 +201,9 @@ impl Bench<'_> {
     /// the source, one task.
     fn raw<A: RedisAlgorithm>(&mut self, algorithm: &A) {
         let name = algorithm.name();
-        let script = algorithm.script();
-        let params = algorithm.script_params();
+        let source = A::script();
+        let script = Script::new(&source);
+        let params = algorithm.params();
         let redis_keys: Vec<Vec<u8>> = self
             .keys
             .iter()
@@ -210,10 +211,8 @@ impl Bench<'_> {
             .collect();
         let connection = &self.single;
         let rt = self.rt;
-        rt.block_on(
-            connection.query::<String>(redis::cmd("SCRIPT").arg("LOAD").arg(script.source())),
-        )
-        .expect("SCRIPT LOAD");
+        rt.block_on(connection.query::<String>(redis::cmd("SCRIPT").arg("LOAD").arg(&source)))
+            .expect("SCRIPT LOAD");
         for (group, sha) in [("redis-evalsha", true), ("redis-eval", false)] {
             let mut g = self.c.benchmark_group(group);
             g.throughput(Throughput::Elements(1));
@@ -229,7 +228,7 @@ impl Bench<'_> {
                         cmd
                     } else {
                         let mut cmd = redis::cmd("EVAL");
-                        cmd.arg(script.source());
+                        cmd.arg(&source);
                         cmd
                     };
                     // The limiter's own arguments: Redis TIME, cost 1, no
@@ -524,11 +523,11 @@ fn benchmark_command<A: RedisAlgorithm>(algorithm: &A) -> Vec<String> {
     );
     let mut command = vec![
         "EVALSHA".to_owned(),
-        algorithm.script().sha().to_owned(),
+        Script::new(&A::script()).sha().to_owned(),
         "1".to_owned(),
         String::from_utf8(key).expect("an ASCII key"),
     ];
-    let args = ScriptArgs::call(None, 1, 0, None, Op::Check, &algorithm.script_params());
+    let args = ScriptArgs::call(None, 1, 0, None, Op::Check, &algorithm.params());
     command.extend(
         args.iter()
             .map(|arg| String::from_utf8(arg.to_vec()).expect("ASCII arguments")),

@@ -36,18 +36,34 @@ pub fn register_font() {
 pub type Drawn = Result<(), Box<dyn Error>>;
 
 /// The colour of each algorithm, the same in every chart (Okabe–Ito, safe
-/// for colour-blind readers).
+/// for colour-blind readers). An algorithm added without one is drawn in
+/// [`UNLISTED`] (never black, the colour of the axes and limits), and
+/// `every_algorithm_has_its_colour_and_label` fails, naming it.
+const COLORS: [(AlgorithmKind, RGBColor); 7] = [
+    (AlgorithmKind::FixedWindow, RGBColor(213, 94, 0)),
+    (AlgorithmKind::SlidingLog, RGBColor(0, 114, 178)),
+    (AlgorithmKind::SlidingCounter, RGBColor(86, 180, 233)),
+    (AlgorithmKind::LeakyMeter, RGBColor(0, 158, 115)),
+    (AlgorithmKind::LeakyQueue, RGBColor(204, 121, 167)),
+    (AlgorithmKind::TokenBucket, RGBColor(230, 159, 0)),
+    (AlgorithmKind::Gcra, RGBColor(90, 90, 90)),
+];
+
+/// What an algorithm without a colour of its own is drawn in: a light grey
+/// no algorithm has.
+const UNLISTED: RGBColor = RGBColor(170, 170, 170);
+
+/// The colour of the algorithm named `name` in every chart.
 pub fn color(name: &str) -> RGBColor {
-    match name.parse() {
-        Ok(AlgorithmKind::FixedWindow) => RGBColor(213, 94, 0),
-        Ok(AlgorithmKind::SlidingLog) => RGBColor(0, 114, 178),
-        Ok(AlgorithmKind::SlidingCounter) => RGBColor(86, 180, 233),
-        Ok(AlgorithmKind::LeakyMeter) => RGBColor(0, 158, 115),
-        Ok(AlgorithmKind::LeakyQueue) => RGBColor(204, 121, 167),
-        Ok(AlgorithmKind::TokenBucket) => RGBColor(230, 159, 0),
-        Ok(AlgorithmKind::Gcra) => RGBColor(90, 90, 90),
-        _ => RGBColor(0, 0, 0),
-    }
+    COLORS
+        .iter()
+        .find(|(kind, _)| kind.name() == name)
+        .map_or(UNLISTED, |&(_, color)| color)
+}
+
+/// The label of `kind` in every chart and table: its own name.
+pub fn label(kind: AlgorithmKind) -> &'static str {
+    kind.name()
 }
 
 /// Series colours for the grouped bars: the correct variant, the flawed
@@ -129,7 +145,7 @@ where
     for (i, kind) in AlgorithmKind::ALL.into_iter().enumerate() {
         let (x, y) = chart.backend_coord(&(i as f64, 0.0));
         area.draw(&Text::new(
-            kind.name().to_owned(),
+            label(kind).to_owned(),
             (x - base.0, y - base.1 + 10),
             font(14.0).pos(Pos::new(HPos::Center, VPos::Top)),
         ))?;
@@ -293,3 +309,26 @@ macro_rules! render {
     }};
 }
 pub(crate) use render;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_algorithm_has_its_colour_and_label() {
+        let mut seen = Vec::new();
+        for kind in AlgorithmKind::ALL {
+            let Some(&(_, colour)) = COLORS.iter().find(|(k, _)| *k == kind) else {
+                panic!("{kind} has no colour: add it to COLORS in crates/compare/src/charts.rs");
+            };
+            assert_ne!(colour, BLACK, "{kind} in black, the axes' colour");
+            assert_ne!(colour, UNLISTED, "{kind} in the colour of the unlisted");
+            assert!(!seen.contains(&colour), "{kind} shares its colour");
+            seen.push(colour);
+            assert!(!label(kind).is_empty(), "{kind} has no label");
+            assert_eq!(color(label(kind)), colour);
+        }
+        assert_eq!(color("an algorithm added later"), UNLISTED);
+        assert_ne!(UNLISTED, BLACK);
+    }
+}

@@ -4,8 +4,10 @@
 //! its decision logic once as an [`Algorithm`]: a pure function of
 //! `(state, now, cost)` on integer microseconds. This crate runs it in memory,
 //! as one bucket ([`Direct`]) or one bucket per key ([`Keyed`], a bounded,
-//! self-cleaning sharded map); `ratelab-redis` runs the same logic as a Lua
-//! script. Callers see [`RateLimiter`] (sync) or
+//! self-cleaning sharded map); each algorithm's [`RemoteForm`] (its key code,
+//! parameters, stored encoding and Lua script, described by its own crate)
+//! is how `ratelab-redis`, the native Redis module and the clients in other
+//! languages run the same logic. Callers see [`RateLimiter`] (sync) or
 //! [`AsyncRateLimiter`] (async; every `RateLimiter` is one), a [`Quota`] in,
 //! a [`Decision`] out, and time from a [`Clock`].
 //!
@@ -76,6 +78,7 @@
 #![forbid(unsafe_code)]
 
 mod algorithm;
+pub mod debt;
 mod decision;
 mod direct;
 mod divisor;
@@ -85,6 +88,7 @@ mod limiter;
 mod log_gate;
 mod quota;
 pub mod receipt;
+pub mod remote;
 mod throttle;
 mod time;
 mod wait;
@@ -92,6 +96,7 @@ mod wait;
 pub use algorithm::{
     Algorithm, AtomicCell, LockedCell, StateCell, ensure_settles, forget_if_forgettable,
 };
+pub use debt::Debt;
 pub use decision::{Decision, ceil_secs};
 pub use direct::Direct;
 pub use divisor::Divisor;
@@ -106,8 +111,9 @@ pub use log_gate::LogGate;
 pub use quota::{Quota, QuotaError};
 pub use receipt::{
     Issuer, LEDGER_CEILING, Ledger, MAX_RECENT_SHIFTS, Receipt, Redeemed, Settlement, Shift,
-    Shifts, Stamp, debt_release, debt_reset,
+    Shifts, Stamp,
 };
+pub use remote::{RemoteForm, StringForm};
 pub use throttle::BlockingThrottle;
 pub use time::{
     Clock, CoarseClock, MAX_INSTANT_MICROS, MAX_SPAN_MICROS, ManualClock, SystemClock,

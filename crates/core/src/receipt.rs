@@ -429,7 +429,7 @@ impl Ledger for Shifts {
 /// [module docs](self)). 0 for a stamp of another incarnation of the key, an
 /// end that has passed, an end later than the state's (not an admission of
 /// this state: a replay), or a shift the ledger cannot record.
-pub fn debt_release(
+pub(crate) fn debt_release(
     full_at: u64,
     ledger: &mut Shifts,
     now: u64,
@@ -465,7 +465,7 @@ pub fn debt_release(
 /// [module docs](self)). Unchanged when nothing can be outstanding; at the
 /// ceiling when the shift cannot be recorded (nothing is given back any
 /// more, until the key is forgotten).
-pub fn debt_reset(full_at: u64, ledger: &mut Shifts, now: u64, tolerance: u64) {
+pub(crate) fn debt_reset(full_at: u64, ledger: &mut Shifts, now: u64, tolerance: u64) {
     ledger.expire(full_at, now, tolerance);
     if ledger.is_empty() && full_at <= now {
         return;

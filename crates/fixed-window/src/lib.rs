@@ -33,9 +33,11 @@
 #![warn(missing_docs)]
 #![forbid(unsafe_code)]
 
+mod remote;
+
 use ratelab_core::{
-    Algorithm, Decision, Error, LockedCell, Quota, Settlement, Stamp, ensure_fits, ensure_settles,
-    forget_if_forgettable,
+    Algorithm, Decision, Error, LockedCell, Quota, RemoteForm, Settlement, Stamp, ensure_fits,
+    ensure_settles, forget_if_forgettable,
 };
 
 /// Fixed window parameters derived from a [`Quota`]. See the crate docs.
@@ -111,7 +113,7 @@ impl Algorithm for FixedWindow {
 
     #[inline]
     fn name(&self) -> &'static str {
-        "fixed-window"
+        <Self as RemoteForm>::NAME
     }
 
     #[inline]

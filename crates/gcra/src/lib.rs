@@ -38,9 +38,11 @@
 #![warn(missing_docs)]
 #![forbid(unsafe_code)]
 
+mod remote;
+
+use ratelab_core::Debt;
 use ratelab_core::{
-    Algorithm, AtomicCell, Decision, Divisor, Error, Ledger, Quota, Settlement, Shifts, Stamp,
-    debt_release, debt_reset, ensure_fits, ensure_settles, forget_if_forgettable,
+    Algorithm, AtomicCell, Decision, Divisor, Error, Quota, RemoteForm, Shifts, ensure_fits,
 };
 
 /// GCRA parameters derived from a [`Quota`]. See the crate docs.
@@ -99,7 +101,7 @@ impl Algorithm for Gcra {
 
     #[inline]
     fn name(&self) -> &'static str {
-        "gcra"
+        <Self as RemoteForm>::NAME
     }
 
     #[inline]
@@ -143,63 +145,29 @@ impl Algorithm for Gcra {
     }
 
     #[inline]
-    fn stamp(&self, tat: &u64, ledger: &Shifts, _now: u64) -> Stamp {
-        Stamp {
-            at: *tat,
-            mark: ledger.total(),
-        }
-    }
-
-    #[inline]
-    fn settle(
-        &self,
-        tat: &mut u64,
-        ledger: &mut Shifts,
-        now: u64,
-        settlement: Settlement,
-    ) -> Result<Decision, Error> {
-        ensure_settles(&settlement, self.capacity())?;
-        let Settlement {
-            stamp,
-            charged,
-            actual,
-        } = settlement;
-        if actual < charged {
-            // What the admission still holds of its debt (see `Receipt`):
-            // never more than the TAT is ahead of now.
-            let unused = u64::from(charged - actual) * self.interval;
-            *tat -= debt_release(*tat, ledger, now, stamp, unused, self.tolerance);
-        } else if actual > charged {
-            // Debt beyond the tolerance is allowed here: later requests
-            // wait it out.
-            *tat = (*tat).max(now) + u64::from(actual - charged) * self.interval;
-        }
-        forget_if_forgettable(self, tat, ledger, now);
-        self.decide(tat, now, 0)
-    }
-
-    #[inline]
-    fn reset(&self, tat: &mut u64, ledger: &mut Shifts, now: u64) {
-        debt_reset(*tat, ledger, now, self.tolerance);
-        // A TAT of now is full capacity, as a key never seen.
-        *tat = now;
-        forget_if_forgettable(self, tat, ledger, now);
-    }
-
-    #[inline]
     fn full_at(&self, tat: &u64) -> u64 {
         *tat
     }
 
-    /// Once a settlement moved other admissions (a ledger), the key is kept
-    /// a tolerance longer: no admission ends later than its instant plus
-    /// the tolerance, so no receipt of it can claim anything after that.
+    // stamp, settle, reset and forgettable_at: a debt's (`ratelab_core::debt`).
+    ratelab_core::debt_receipts!();
+}
+
+/// The TAT is the instant the key is full again: a settlement sets it, a
+/// reset puts it at now (full capacity, as a key never seen).
+impl Debt for Gcra {
     #[inline]
-    fn forgettable_at(&self, tat: &u64, ledger: &Shifts) -> u64 {
-        if ledger.is_empty() {
-            *tat
-        } else {
-            tat.saturating_add(self.tolerance)
-        }
+    fn interval_micros(&self) -> u64 {
+        self.interval
+    }
+
+    #[inline]
+    fn tolerance_micros(&self) -> u64 {
+        self.tolerance
+    }
+
+    #[inline]
+    fn set_full_at(&self, tat: &mut u64, full_at: u64, _now: u64) {
+        *tat = full_at;
     }
 }

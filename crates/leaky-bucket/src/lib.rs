@@ -43,6 +43,7 @@
 
 mod meter;
 mod queue;
+mod remote;
 
 pub use meter::{LeakyMeter, Level};
 pub use queue::LeakyQueue;

@@ -1,29 +1,29 @@
 //! The leaky bucket as a meter.
 
+use ratelab_core::Debt;
 use ratelab_core::{
-    Algorithm, Decision, Error, Ledger, LockedCell, Quota, Settlement, Shifts, Stamp, debt_release,
-    debt_reset, ensure_fits, ensure_settles, forget_if_forgettable,
+    Algorithm, Decision, Error, LockedCell, Quota, RemoteForm, Shifts, ensure_fits,
 };
 
 /// Leaky bucket (meter) parameters derived from a [`Quota`]: refuses what
 /// would overflow. See the crate docs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct LeakyMeter {
-    quota: Quota,
-    capacity: u64,
+    pub(crate) quota: Quota,
+    pub(crate) capacity: u64,
     /// µs one unit of water takes to drain.
     interval: u64,
     /// µs a full bucket takes to drain: `capacity × interval`.
-    depth: u64,
+    pub(crate) depth: u64,
 }
 
 /// The water in a bucket, measured in the time it takes to drain.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Level {
     /// µs of draining left at `at`.
-    water: u64,
+    pub(crate) water: u64,
     /// When `water` was measured, µs. Never moves backwards.
-    at: u64,
+    pub(crate) at: u64,
 }
 
 impl Level {
@@ -68,7 +68,7 @@ impl Algorithm for LeakyMeter {
 
     #[inline]
     fn name(&self) -> &'static str {
-        "leaky-meter"
+        <Self as RemoteForm>::NAME
     }
 
     #[inline]
@@ -112,69 +112,45 @@ impl Algorithm for LeakyMeter {
     }
 
     #[inline]
-    fn stamp(&self, level: &Level, ledger: &Shifts, _now: u64) -> Stamp {
-        Stamp {
-            at: self.full_at(level),
-            mark: ledger.total(),
-        }
-    }
-
-    #[inline]
-    fn settle(
-        &self,
-        level: &mut Level,
-        ledger: &mut Shifts,
-        now: u64,
-        settlement: Settlement,
-    ) -> Result<Decision, Error> {
-        ensure_settles(&settlement, self.capacity)?;
-        let Settlement {
-            stamp,
-            charged,
-            actual,
-        } = settlement;
-        let full_at = self.full_at(level);
-        // Drain to now first (a clock that went back drains nothing).
-        let at = level.at.max(now);
-        let water = level.water.saturating_sub(at - level.at);
-        let water = if actual < charged {
-            // Pour out what the admission still holds (see `Receipt`).
-            let unused = u64::from(charged - actual) * self.interval;
-            water.saturating_sub(debt_release(
-                full_at, ledger, now, stamp, unused, self.depth,
-            ))
-        } else {
-            // Beyond the depth if need be: debt that later requests wait out.
-            water + u64::from(actual - charged) * self.interval
-        };
-        *level = Level { water, at };
-        forget_if_forgettable(self, level, ledger, now);
-        self.decide(level, now, 0)
-    }
-
-    #[inline]
-    fn reset(&self, level: &mut Level, ledger: &mut Shifts, now: u64) {
-        debt_reset(self.full_at(level), ledger, now, self.depth);
-        *level = Level {
-            water: 0,
-            at: level.at.max(now),
-        };
-        forget_if_forgettable(self, level, ledger, now);
-    }
-
-    #[inline]
     fn full_at(&self, level: &Level) -> u64 {
         level.at + level.water
     }
 
-    /// A ledger keeps the key a depth longer (see `Gcra`'s).
+    // stamp, settle, reset and forgettable_at: a debt's (`ratelab_core::debt`).
+    ratelab_core::debt_receipts!();
+}
+
+/// The level is full again (empty of water) at `at + water`.
+impl Debt for LeakyMeter {
     #[inline]
-    fn forgettable_at(&self, level: &Level, ledger: &Shifts) -> u64 {
-        let full_at = self.full_at(level);
-        if ledger.is_empty() {
-            full_at
-        } else {
-            full_at.saturating_add(self.depth)
-        }
+    fn interval_micros(&self) -> u64 {
+        self.interval
+    }
+
+    #[inline]
+    fn tolerance_micros(&self) -> u64 {
+        self.depth
+    }
+
+    /// The water that drains by `full_at`, measured from the later of the
+    /// level's instant and now (a clock that went back drains nothing).
+    #[inline]
+    fn set_full_at(&self, level: &mut Level, full_at: u64, now: u64) {
+        let at = level.at.max(now);
+        *level = Level {
+            water: full_at.saturating_sub(at),
+            at,
+        };
+    }
+
+    /// A settlement drains the water to now first, whatever it settles: the
+    /// level's instant is the latest the key was written at.
+    #[inline]
+    fn catch_up(&self, level: &mut Level, now: u64) {
+        let at = level.at.max(now);
+        *level = Level {
+            water: level.water.saturating_sub(at - level.at),
+            at,
+        };
     }
 }

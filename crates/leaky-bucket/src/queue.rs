@@ -1,8 +1,8 @@
 //! The leaky bucket as a queue (shaper).
 
+use ratelab_core::Debt;
 use ratelab_core::{
-    Algorithm, AtomicCell, Decision, Error, Ledger, Quota, Settlement, Shifts, Stamp, debt_release,
-    debt_reset, ensure_fits, ensure_settles, forget_if_forgettable,
+    Algorithm, AtomicCell, Decision, Error, Quota, RemoteForm, Shifts, ensure_fits,
 };
 
 /// Leaky bucket (queue) parameters derived from a [`Quota`]: admits into a
@@ -14,12 +14,12 @@ use ratelab_core::{
 /// `burst` units; `remaining` is the room left in it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct LeakyQueue {
-    quota: Quota,
-    capacity: u64,
+    pub(crate) quota: Quota,
+    pub(crate) capacity: u64,
     /// µs one unit occupies the output.
     interval: u64,
     /// µs of work the queue holds when full: `capacity × interval`.
-    depth: u64,
+    pub(crate) depth: u64,
 }
 
 impl LeakyQueue {
@@ -46,7 +46,7 @@ impl Algorithm for LeakyQueue {
 
     #[inline]
     fn name(&self) -> &'static str {
-        "leaky-queue"
+        <Self as RemoteForm>::NAME
     }
 
     #[inline]
@@ -93,58 +93,29 @@ impl Algorithm for LeakyQueue {
     }
 
     #[inline]
-    fn stamp(&self, next_free: &u64, ledger: &Shifts, _now: u64) -> Stamp {
-        Stamp {
-            at: *next_free,
-            mark: ledger.total(),
-        }
-    }
-
-    #[inline]
-    fn settle(
-        &self,
-        next_free: &mut u64,
-        ledger: &mut Shifts,
-        now: u64,
-        settlement: Settlement,
-    ) -> Result<Decision, Error> {
-        ensure_settles(&settlement, self.capacity)?;
-        let Settlement {
-            stamp,
-            charged,
-            actual,
-        } = settlement;
-        if actual < charged {
-            // The slots the admission did not use, as far as they are still
-            // ahead (see `Receipt`): every later slot moves up with them.
-            let unused = u64::from(charged - actual) * self.interval;
-            *next_free -= debt_release(*next_free, ledger, now, stamp, unused, self.depth);
-        } else if actual > charged {
-            *next_free = (*next_free).max(now) + u64::from(actual - charged) * self.interval;
-        }
-        forget_if_forgettable(self, next_free, ledger, now);
-        self.decide(next_free, now, 0)
-    }
-
-    #[inline]
-    fn reset(&self, next_free: &mut u64, ledger: &mut Shifts, now: u64) {
-        debt_reset(*next_free, ledger, now, self.depth);
-        *next_free = now;
-        forget_if_forgettable(self, next_free, ledger, now);
-    }
-
-    #[inline]
     fn full_at(&self, next_free: &u64) -> u64 {
         *next_free
     }
 
-    /// A ledger keeps the key a depth longer (see `Gcra`'s).
+    // stamp, settle, reset and forgettable_at: a debt's (`ratelab_core::debt`).
+    ratelab_core::debt_receipts!();
+}
+
+/// The next free slot is the instant the queue is empty again: a settlement
+/// moves it (every later slot with it), a reset puts it at now.
+impl Debt for LeakyQueue {
     #[inline]
-    fn forgettable_at(&self, next_free: &u64, ledger: &Shifts) -> u64 {
-        if ledger.is_empty() {
-            *next_free
-        } else {
-            next_free.saturating_add(self.depth)
-        }
+    fn interval_micros(&self) -> u64 {
+        self.interval
+    }
+
+    #[inline]
+    fn tolerance_micros(&self) -> u64 {
+        self.depth
+    }
+
+    #[inline]
+    fn set_full_at(&self, next_free: &mut u64, full_at: u64, _now: u64) {
+        *next_free = full_at;
     }
 }

@@ -1,63 +1,150 @@
 //! [`AlgorithmKind`]: the one list of ratelab's algorithms, and the one place
 //! that builds each from a [`Quota`]. Everything that runs "every algorithm"
-//! (the comparison, the benches, the test suites) goes through it, so a new
-//! algorithm is its crate plus one arm here.
+//! (the Redis backend's tests, the native module's tests, the comparison, the
+//! benches, the protocol's generated files) goes through it.
+//!
+//! # Adding an algorithm
+//!
+//! An algorithm is its crate, its script and one row here. Written by hand,
+//! for an algorithm in a crate of its own (`ratelab-foo`):
+//!
+//! 1. **the crate**, `crates/foo`: the decision logic
+//!    ([`Algorithm`](ratelab_core::Algorithm); a debt implements
+//!    [`Debt`](ratelab_core::Debt) and gets its receipts from
+//!    `ratelab_core::debt`), its remote form ([`RemoteForm`], and
+//!    [`StringForm`](ratelab_core::StringForm) for a state kept in one
+//!    string) and its script, `crates/foo/lua/foo.lua`;
+//! 2. **the workspace** `Cargo.toml`: a member and a
+//!    `[workspace.dependencies]` line;
+//! 3. **this crate's** `Cargo.toml` (an optional dependency and its feature,
+//!    in the defaults) and `lib.rs` (the re-export);
+//! 4. **one row** in `algorithm_kinds!` below;
+//! 5. the native module's list, `COMMANDS` in
+//!    `crates/redis-module/src/native.rs`, and its `Cargo.toml`;
+//! 6. a conformance scenario (`crates/testkit/src/conformance.rs`: decisions
+//!    worked out by hand);
+//! 7. its colour in the comparison's charts (`COLORS` in
+//!    `crates/compare/src/charts.rs`);
+//! 8. its rows in `lua/README.md` (the scripts table, the State table) and in
+//!    the root `README.md`'s crate table;
+//! 9. what it admits at a window's edge (`EDGE` in
+//!    `crates/ratelab/tests/window_edge.rs`), and, unless it is a debt (whose
+//!    bound and model the tests derive), its bound and its model of kept
+//!    admissions where the tests and the comparison check them
+//!    (`lagging_clock.rs`, `settle_bound.rs` with `ratelab_testkit::kept`,
+//!    `crates/compare/src/scenario/window_edge.rs`).
+//!
+//! Then **`just regenerate`**: `lua/`'s link to the script, the clients' spec
+//! and vectors (`lua/clients/algorithms.json`, `vectors.json`) and the
+//! reference table of `lua/README.md`.
+//!
+//! Everything else follows: the Redis backend (`ratelab-redis` and the
+//! resilience wrapper are generic over [`RemoteForm`]), the module's command
+//! (its string command is generic; a sorted-set state would need code of its
+//! own), the module's and the facade's tests, compare's read-then-write
+//! limiter, every table and chart, the benches, and the Python and Node
+//! clients (which read `algorithms.json` at run time).
+//!
+//! **What checks what.** The compiler checks 1 to 3 once the row (4) exists:
+//! the row names the type (`crate::Foo`, re-exported by `lib.rs` from the
+//! dependency), under its feature (an undeclared feature is an
+//! `unexpected_cfgs` warning, an error under `just lint`), and the row's
+//! visitor requires the remote form ([`KnownAlgorithm`]). Nothing checks
+//! that the row exists: it is the registration. Tests name what is missing
+//! in 5 to 9 (`redis_module.rs`, `conformance.rs`, `charts.rs`,
+//! `protocol_vectors.rs`, `readme.rs`, `window_edge.rs`, and a panic naming
+//! the file for a bound or model a non-debt lacks), and in what `just
+//! regenerate` writes (`protocol_vectors.rs`). Three places name algorithms
+//! and fall back safely for a new one, unchecked: `ratelab-http`'s refill
+//! shape (`Refill::of`) and the clients' middlewares' list of sliding
+//! windows, which only make the `RateLimit` header's `t` more precise, and
+//! the benches' `constant_time` (an algorithm not O(1) per check is to be
+//! named there, as the sliding log is).
 
 use std::fmt;
 use std::str::FromStr;
 
-#[cfg(not(feature = "redis"))]
-use ratelab_core::Algorithm;
-use ratelab_core::{Clock, Keyed, Quota, RateLimiter};
+use ratelab_core::{Algorithm, Clock, Keyed, Quota, RateLimiter, RemoteForm};
 
-use crate::{FixedWindow, Gcra, LeakyMeter, LeakyQueue, SlidingCounter, SlidingLog, TokenBucket};
+/// One row per algorithm: its feature, its type (the variant's name), and
+/// the variant's docs. The enum, [`AlgorithmKind::ALL`],
+/// [`AlgorithmKind::name`] (the algorithm's own
+/// [`RemoteForm::NAME`]) and [`AlgorithmKind::visit`] follow from it, each
+/// row present only with its feature.
+macro_rules! algorithm_kinds {
+    ($($(#[$doc:meta])* $feature:literal => $variant:ident,)*) => {
+        /// One of ratelab's algorithms (those of the enabled features).
+        ///
+        /// ```
+        /// use ratelab::{AlgorithmKind, ManualClock, Quota};
+        ///
+        /// let quota = Quota::per_second(5)?.with_burst(10)?;
+        /// for kind in AlgorithmKind::ALL {
+        ///     let limiter = kind.keyed(quota, ManualClock::new());
+        ///     assert_eq!(limiter.algorithm_name(), kind.name());
+        ///     assert!(limiter.check(b"client", 1)?.allowed);
+        /// }
+        /// assert_eq!("gcra".parse::<AlgorithmKind>()?, AlgorithmKind::Gcra);
+        /// # Ok::<(), Box<dyn std::error::Error>>(())
+        /// ```
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+        #[non_exhaustive]
+        pub enum AlgorithmKind {
+            $($(#[$doc])* #[cfg(feature = $feature)] $variant,)*
+        }
 
-/// One of ratelab's algorithms.
-///
-/// ```
-/// use ratelab::{AlgorithmKind, ManualClock, Quota};
-///
-/// let quota = Quota::per_second(5)?.with_burst(10)?;
-/// for kind in AlgorithmKind::ALL {
-///     let limiter = kind.keyed(quota, ManualClock::new());
-///     assert_eq!(limiter.algorithm_name(), kind.name());
-///     assert!(limiter.check(b"client", 1)?.allowed);
-/// }
-/// assert_eq!("gcra".parse::<AlgorithmKind>()?, AlgorithmKind::Gcra);
-/// # Ok::<(), Box<dyn std::error::Error>>(())
-/// ```
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-#[non_exhaustive]
-pub enum AlgorithmKind {
-    /// [`FixedWindow`].
-    FixedWindow,
-    /// [`SlidingLog`]: the exact sliding window.
-    SlidingLog,
-    /// [`SlidingCounter`].
-    SlidingCounter,
-    /// [`LeakyMeter`].
-    LeakyMeter,
-    /// [`LeakyQueue`].
-    LeakyQueue,
-    /// [`TokenBucket`].
-    TokenBucket,
-    /// [`Gcra`].
-    Gcra,
+        impl AlgorithmKind {
+            /// Every algorithm of the enabled features, in the order every
+            /// table and chart lists them.
+            pub const ALL: [AlgorithmKind; 0 $(+ cfg!(feature = $feature) as usize)*] = [
+                $(#[cfg(feature = $feature)] AlgorithmKind::$variant,)*
+            ];
+
+            /// The algorithm's short name, its
+            /// [`RemoteForm::NAME`] and [`Algorithm::name`]: `"gcra"`, ...
+            pub const fn name(self) -> &'static str {
+                match self {
+                    $(#[cfg(feature = $feature)]
+                    AlgorithmKind::$variant => <crate::$variant as RemoteForm>::NAME,)*
+                }
+            }
+
+            /// The algorithm built from `quota`, handed to `visitor`.
+            #[cfg_attr(not(any($(feature = $feature),*)), allow(unused_variables))]
+            pub fn visit<V: AlgorithmVisitor>(self, quota: Quota, visitor: V) -> V::Output {
+                match self {
+                    $(#[cfg(feature = $feature)]
+                    AlgorithmKind::$variant => visitor.visit(crate::$variant::new(quota)),)*
+                }
+            }
+        }
+    };
+}
+
+// Adding an algorithm: one row here (see the module docs for the rest).
+algorithm_kinds! {
+    /// [`FixedWindow`](crate::FixedWindow).
+    "fixed-window" => FixedWindow,
+    /// [`SlidingLog`](crate::SlidingLog): the exact sliding window.
+    "sliding-window" => SlidingLog,
+    /// [`SlidingCounter`](crate::SlidingCounter).
+    "sliding-window" => SlidingCounter,
+    /// [`LeakyMeter`](crate::LeakyMeter).
+    "leaky-bucket" => LeakyMeter,
+    /// [`LeakyQueue`](crate::LeakyQueue).
+    "leaky-bucket" => LeakyQueue,
+    /// [`TokenBucket`](crate::TokenBucket).
+    "token-bucket" => TokenBucket,
+    /// [`Gcra`](crate::Gcra).
+    "gcra" => Gcra,
 }
 
 /// What [`AlgorithmKind::visit`] hands a visitor: an algorithm with every
-/// ability ratelab gives one (and, with the `redis` feature, its script).
-#[cfg(not(feature = "redis"))]
-pub trait KnownAlgorithm: Algorithm + Clone + fmt::Debug {}
-#[cfg(not(feature = "redis"))]
-impl<A: Algorithm + Clone + fmt::Debug> KnownAlgorithm for A {}
-
-/// What [`AlgorithmKind::visit`] hands a visitor: an algorithm with every
-/// ability ratelab gives one, its Redis script included.
-#[cfg(feature = "redis")]
-pub trait KnownAlgorithm: ratelab_redis::RedisAlgorithm + fmt::Debug {}
-#[cfg(feature = "redis")]
-impl<A: ratelab_redis::RedisAlgorithm + fmt::Debug> KnownAlgorithm for A {}
+/// ability ratelab gives one: its decision logic, and its remote form (its
+/// script, parameters and stored state), which the Redis backend, the
+/// native module and the other languages' clients run.
+pub trait KnownAlgorithm: Algorithm + RemoteForm + fmt::Debug {}
+impl<A: Algorithm + RemoteForm + fmt::Debug> KnownAlgorithm for A {}
 
 /// Code run on an algorithm whose type is only known at run time: what a
 /// closure generic over the algorithm would be.
@@ -84,42 +171,21 @@ impl fmt::Display for UnknownAlgorithm {
 impl std::error::Error for UnknownAlgorithm {}
 
 impl AlgorithmKind {
-    /// Every algorithm, in the order every table and chart lists them.
-    pub const ALL: [AlgorithmKind; 7] = [
-        AlgorithmKind::FixedWindow,
-        AlgorithmKind::SlidingLog,
-        AlgorithmKind::SlidingCounter,
-        AlgorithmKind::LeakyMeter,
-        AlgorithmKind::LeakyQueue,
-        AlgorithmKind::TokenBucket,
-        AlgorithmKind::Gcra,
-    ];
-
-    /// The algorithm's short name, the same as its
-    /// [`Algorithm::name`](ratelab_core::Algorithm::name): `"gcra"`, ...
-    pub const fn name(self) -> &'static str {
-        match self {
-            AlgorithmKind::FixedWindow => "fixed-window",
-            AlgorithmKind::SlidingLog => "sliding-log",
-            AlgorithmKind::SlidingCounter => "sliding-counter",
-            AlgorithmKind::LeakyMeter => "leaky-meter",
-            AlgorithmKind::LeakyQueue => "leaky-queue",
-            AlgorithmKind::TokenBucket => "token-bucket",
-            AlgorithmKind::Gcra => "gcra",
+    /// Whether the algorithm's state is a debt ([`RemoteForm::DEBT`]: GCRA,
+    /// the token bucket, the leaky meter and queue): full again at one
+    /// instant each admission moves `cost × T` later, so that at most
+    /// `burst + floor(t / T)` units pass in any interval `t`.
+    pub fn debt(self) -> bool {
+        struct Debt;
+        impl AlgorithmVisitor for Debt {
+            type Output = bool;
+            fn visit<A: KnownAlgorithm>(self, _: A) -> bool {
+                A::DEBT
+            }
         }
-    }
-
-    /// The algorithm built from `quota`, handed to `visitor`.
-    pub fn visit<V: AlgorithmVisitor>(self, quota: Quota, visitor: V) -> V::Output {
-        match self {
-            AlgorithmKind::FixedWindow => visitor.visit(FixedWindow::new(quota)),
-            AlgorithmKind::SlidingLog => visitor.visit(SlidingLog::new(quota)),
-            AlgorithmKind::SlidingCounter => visitor.visit(SlidingCounter::new(quota)),
-            AlgorithmKind::LeakyMeter => visitor.visit(LeakyMeter::new(quota)),
-            AlgorithmKind::LeakyQueue => visitor.visit(LeakyQueue::new(quota)),
-            AlgorithmKind::TokenBucket => visitor.visit(TokenBucket::new(quota)),
-            AlgorithmKind::Gcra => visitor.visit(Gcra::new(quota)),
-        }
+        // Any valid quota: the answer is the algorithm's, not the quota's.
+        let quota = Quota::new(1, std::time::Duration::from_secs(1)).expect("a valid quota");
+        self.visit(quota, Debt)
     }
 
     /// A keyed in-memory limiter of this algorithm on `clock`.

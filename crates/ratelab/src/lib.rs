@@ -4,11 +4,12 @@
 //! This crate gathers the others behind features, so one dependency line is
 //! enough: the shared contract ([`Quota`], [`Decision`], [`RateLimiter`],
 //! [`Keyed`], [`Direct`], clocks, wait helpers) at the root, every algorithm
-//! (default features), [`redis`] (feature `redis`), [`http`] (feature
-//! `http`, the tower layer; `axum` for axum's connect info), [`http_core`]
-//! (feature `http-core`, the same decisions for any other server) and
-//! [`throttle`] (feature `throttle`, the client side). [`AlgorithmKind`]
-//! names every algorithm and builds any of them.
+//! (default features), [`redis`] (feature `redis`), [`resilience`] (the
+//! wrapper any store of limits gets: feature `resilience`, part of
+//! `redis`), [`http`] (feature `http`, the tower layer; `axum` for axum's
+//! connect info), [`http_core`] (feature `http-core`, the same decisions for
+//! any other server) and [`throttle`] (feature `throttle`, the client side).
+//! [`AlgorithmKind`] names every algorithm and builds any of them.
 //!
 //! ```
 //! use ratelab::{Gcra, Keyed, ManualClock, Quota};
@@ -52,9 +53,9 @@
 //! ```
 //!
 //! Features: `fixed-window`, `sliding-window`, `leaky-bucket`,
-//! `token-bucket`, `gcra` (the default: every algorithm), `redis`, `http`,
-//! `axum`, `http-core`, `throttle`, `tokio` (async wait helpers), `full`
-//! (all of them).
+//! `token-bucket`, `gcra` (the default: every algorithm; any subset builds),
+//! `redis`, `resilience`, `http`, `axum`, `http-core`, `throttle`, `tokio`
+//! (async wait helpers), `full` (all of them).
 
 #![warn(missing_docs)]
 #![forbid(unsafe_code)]
@@ -73,6 +74,8 @@ pub use ratelab_http_core as http_core;
 pub use ratelab_leaky_bucket::{self as leaky_bucket, LeakyMeter, LeakyQueue};
 #[cfg(feature = "redis")]
 pub use ratelab_redis as redis;
+#[cfg(feature = "resilience")]
+pub use ratelab_resilience as resilience;
 #[cfg(feature = "sliding-window")]
 pub use ratelab_sliding_window::{self as sliding_window, SlidingCounter, SlidingLog};
 #[cfg(feature = "throttle")]
@@ -87,19 +90,5 @@ pub use ratelab_token_bucket::{self as token_bucket, TokenBucket};
 #[doc = include_str!("../../../README.md")]
 pub struct ReadmeSnippets;
 
-#[cfg(all(
-    feature = "fixed-window",
-    feature = "sliding-window",
-    feature = "leaky-bucket",
-    feature = "token-bucket",
-    feature = "gcra"
-))]
 mod kind;
-#[cfg(all(
-    feature = "fixed-window",
-    feature = "sliding-window",
-    feature = "leaky-bucket",
-    feature = "token-bucket",
-    feature = "gcra"
-))]
 pub use kind::{AlgorithmKind, AlgorithmVisitor, KnownAlgorithm, UnknownAlgorithm};

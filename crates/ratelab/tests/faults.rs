@@ -176,7 +176,7 @@ fn a_script_flush_mid_run_is_invisible_to_callers() {
         let (limiter, alerts) = limiter(connection, FailurePolicy::Error);
         // The script may or may not be on the server yet: count from here.
         assert!(limiter.check(b"warm", 1).await.unwrap().allowed);
-        let reloads = limiter.stats().reloads;
+        let reloads = limiter.store().stats().reloads;
         let mut admitted = 0;
         for i in 0..6 {
             if i == 2 || i == 4 {
@@ -185,7 +185,7 @@ fn a_script_flush_mid_run_is_invisible_to_callers() {
             admitted += u32::from(limiter.check(b"k", 1).await.unwrap().allowed);
         }
         assert_eq!(admitted, 3, "the quota held across the flushes");
-        assert_eq!(limiter.stats().reloads - reloads, 2);
+        assert_eq!(limiter.store().stats().reloads - reloads, 2);
         assert_eq!(alerts.load(Ordering::Relaxed), 0);
     });
 }

@@ -31,10 +31,12 @@ fn bound(kind: AlgorithmKind, algorithm: &impl Algorithm) -> Bound {
     match kind {
         AlgorithmKind::FixedWindow | AlgorithmKind::SlidingCounter => window(2),
         AlgorithmKind::SlidingLog => window(1),
-        _ => Bound::Bucket {
+        // A debt's bound.
+        _ if kind.debt() => Bound::Bucket {
             burst: algorithm.capacity(),
             interval: quota.emission_interval_micros(),
         },
+        other => panic!("{other}: no bound in crates/ratelab/tests/lagging_clock.rs"),
     }
 }
 

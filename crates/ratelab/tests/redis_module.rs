@@ -10,7 +10,7 @@ use std::sync::OnceLock;
 use std::time::Duration;
 
 use proptest::prelude::*;
-use ratelab::redis::{Connection, RedisLimiter, ScriptBackend};
+use ratelab::redis::{Connection, RedisAlgorithm, RedisLimiter, ScriptBackend};
 use ratelab::{
     AlgorithmKind, AlgorithmVisitor, AsyncRateLimiter, ErrorKind, Gcra, KnownAlgorithm,
     MAX_INSTANT_MICROS, ManualClock, Quota,
@@ -143,7 +143,7 @@ fn auto_finds_the_module_and_its_absence() {
         let limiter = gcra(&on_with, ScriptBackend::Auto);
         let admitted = futures_count(&limiter, 5).await;
         assert_eq!(admitted, 3, "a burst of 3");
-        let stats = limiter.stats();
+        let stats = limiter.store().stats();
         assert_eq!((stats.module_calls, stats.script_calls), (5, 0));
         assert_eq!(calls(&with, "ratelab.gcra"), 5);
         assert_eq!(calls(&with, "ratelab.protocol"), 1, "asked once");
@@ -152,7 +152,7 @@ fn auto_finds_the_module_and_its_absence() {
 
         let limiter = gcra(&on_without, ScriptBackend::Auto);
         assert_eq!(futures_count(&limiter, 5).await, 3);
-        let stats = limiter.stats();
+        let stats = limiter.store().stats();
         assert_eq!((stats.module_calls, stats.script_calls), (0, 5));
         // Five, and the first one's NOSCRIPT before the script was loaded.
         assert!(calls(&without, "evalsha") >= 5);
@@ -171,7 +171,7 @@ fn auto_finds_the_module_and_its_absence() {
 
         let scripts = gcra(&on_with, ScriptBackend::Lua);
         assert_eq!(futures_count(&scripts, 5).await, 3);
-        let stats = scripts.stats();
+        let stats = scripts.store().stats();
         assert_eq!((stats.module_calls, stats.script_calls), (0, 5));
         assert!(calls(&with, "evalsha") >= 5);
         assert_eq!(calls(&with, "ratelab.gcra"), 5, "no more module calls");
@@ -208,9 +208,9 @@ fn a_module_that_goes_away_hands_over_to_the_scripts() {
         assert!(third.allowed);
         assert_eq!(third.remaining, 0, "the script read the module's state");
         assert!(!limiter.check(b"client", 1).await.unwrap().allowed);
-        let stats = limiter.stats();
-        assert_eq!((stats.module_calls, stats.script_calls), (3, 2));
-        assert_eq!(stats.answered, 4);
+        let calls = limiter.store().stats();
+        assert_eq!((calls.module_calls, calls.script_calls), (3, 2));
+        assert_eq!(limiter.stats().answered, 4);
     });
 }
 
@@ -268,15 +268,38 @@ fn the_module_conforms_on_a_node_and_a_cluster() {
 }
 
 /// The module's command for `kind`.
-fn module_command(kind: AlgorithmKind) -> &'static str {
+fn module_command(kind: AlgorithmKind) -> String {
     struct Command;
     impl AlgorithmVisitor for Command {
-        type Output = &'static str;
-        fn visit<A: KnownAlgorithm>(self, algorithm: A) -> &'static str {
-            algorithm.module_command().expect("every algorithm has one")
+        type Output = String;
+        fn visit<A: KnownAlgorithm>(self, algorithm: A) -> String {
+            algorithm.module_command()
         }
     }
     kind.visit(Quota::per_second(1).unwrap(), Command)
+}
+
+/// The module runs every algorithm: an algorithm added to the workspace and
+/// not to the module's list is named here.
+#[test]
+fn the_module_has_a_command_for_every_algorithm() {
+    let server = RedisServer::start_with(&["--loadmodule", module_path().to_str().unwrap()]);
+    let client = redis::Client::open(server.url()).unwrap();
+    let mut connection = client.get_connection().unwrap();
+    for kind in AlgorithmKind::ALL {
+        let command = module_command(kind);
+        let info: redis::Value = redis::cmd("COMMAND")
+            .arg("INFO")
+            .arg(&command)
+            .query(&mut connection)
+            .unwrap();
+        let known = matches!(&info, redis::Value::Array(items) if items.iter().any(|i| *i != redis::Value::Nil));
+        assert!(
+            known,
+            "the module has no {command}: add {kind} to COMMANDS in \
+             crates/redis-module/src/native.rs, and its crate to crates/redis-module/Cargo.toml"
+        );
+    }
 }
 
 /// The pure logic's answers for `arrivals`.

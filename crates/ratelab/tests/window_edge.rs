@@ -26,6 +26,12 @@ const EDGE: [(AlgorithmKind, u64, u64); 7] = [
 
 #[test]
 fn twenty_pass_the_fixed_window_within_a_tenth_of_a_second() {
+    for kind in AlgorithmKind::ALL {
+        assert!(
+            EDGE.iter().any(|(k, _, _)| *k == kind),
+            "{kind}: what it admits at the window edge is not in EDGE (crates/ratelab/tests/window_edge.rs)"
+        );
+    }
     let quota = Quota::per_second(10).unwrap();
     for (name, expected, bound) in EDGE {
         let clock = ManualClock::new();

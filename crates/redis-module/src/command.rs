@@ -2,19 +2,20 @@
 //! `stamp`, `settle` and `reset`, write back what the script would write,
 //! answer what the script would answer.
 
-use std::io::Write as _;
 use std::sync::LazyLock;
 
-use ratelab_core::{Algorithm, Decision, Settlement, Stamp};
+use ratelab_core::remote::{
+    self, Encoded, MAX_LOG_UNITS, Stored, StoredLedger, StoredOf, StringForm,
+};
+use ratelab_core::{Algorithm, Decision, RemoteForm, Settlement, Stamp};
+use ratelab_sliding_window::remote::{FENCE_MEMBER, is_unit_member, write_unit_member};
 use ratelab_sliding_window::{Log, SlidingLog};
 
 use redis_module::{
     CallOptions, CallOptionsBuilder, CallReply, CallResult, Context, RedisError, RedisValue,
 };
 
-use crate::algorithms::{
-    Encoded, MAX_LOG_UNITS, MAX_TAIL, Params, SHIFT_SIZE, Stored, StoredOf, StringState,
-};
+use crate::algorithms::from_args;
 use crate::args::{Args, Op, split_op};
 use crate::lua::{self, show, show_bare};
 use crate::native;
@@ -117,7 +118,7 @@ struct Call<A> {
 /// Reads the arguments after the key as the prologue does, borrowing them,
 /// in its order: the version, the arguments it reads as integers (and the
 /// operation), the deadline, then the algorithm's own checks.
-fn prologue<A: Params>(argv: &[&[u8]]) -> Result<Call<A>, RedisError> {
+fn prologue<A: RemoteForm>(argv: &[&[u8]]) -> Result<Call<A>, RedisError> {
     crate::args::check_protocol(argv.first().copied()).map_err(RedisError::String)?;
     let (op, head, params) = split_op(&argv[1..]).ok_or_else(|| invalid(A::NAME))?;
     let parsed = Args::parse_parts(head, params).ok_or_else(|| invalid(A::NAME))?;
@@ -130,7 +131,7 @@ fn prologue<A: Params>(argv: &[&[u8]]) -> Result<Call<A>, RedisError> {
         Op::Settle { actual, .. } => Some(actual),
         _ => None,
     };
-    let algorithm = A::from_args(&parsed, actual).ok_or_else(|| invalid(A::NAME))?;
+    let algorithm = from_args::<A>(&parsed, actual).ok_or_else(|| invalid(A::NAME))?;
     let cost = u32::try_from(parsed.cost).map_err(|_| invalid(A::NAME))?;
     Ok(Call {
         algorithm,
@@ -170,7 +171,7 @@ fn prologue<A: Params>(argv: &[&[u8]]) -> Result<Call<A>, RedisError> {
 /// decodes the state and the ledger's total (all that `stamp` and
 /// `forgettable_at` read), and a check that writes puts the shifts' bytes
 /// back as they were, so that it costs what it costs on a key without.
-pub(crate) fn string_command<A: StringState>(
+pub(crate) fn string_command<A: StringForm>(
     ctx: &Context,
     key: native::KeyArg<'_>,
     argv: &[&[u8]],
@@ -322,7 +323,7 @@ struct Write<'a, A> {
     now: u64,
 }
 
-impl<A: StringState> Write<'_, A> {
+impl<A: StringForm> Write<'_, A> {
     /// Writes `stored`, decided at `at` (the latest instant written moves
     /// there), followed by `kept` (the shifts' bytes a check read and put
     /// back as they were), with the TTL until it can be forgotten; or
@@ -337,7 +338,8 @@ impl<A: StringState> Write<'_, A> {
         }
         stored.latest = stored.latest.max(at);
         let ttl = self.parsed.ttl_millis(forgettable - self.now);
-        let mut value = self.algorithm.encode(stored);
+        let mut value = self.algorithm.encode_fixed(stored);
+        stored.ledger.write_tail(&mut value);
         value.push(kept);
         native::open(self.ctx, self.key)
             .store(&value, ttl)
@@ -347,12 +349,10 @@ impl<A: StringState> Write<'_, A> {
 
 /// The state in a stored string, or the error that says what is wrong
 /// with it; and, unless `shifts` asks for a debt's shifts to be read into
-/// its ledger, their bytes as they are, to be written back after it.
-///
-/// A window's string is exactly [`StringState::SIZE`] bytes; a debt's is
-/// followed by 0 to 64 shifts of 24 bytes (the length is checked by every
-/// call, as the script checks it: it costs nothing).
-fn decode_stored<A: StringState>(
+/// its ledger, their bytes as they are, to be written back after it
+/// ([`remote::split_string`]: the length is checked by every call, as the
+/// script checks it, which costs nothing).
+fn decode_stored<A: StringForm>(
     algorithm: &A,
     key: native::KeyArg<'_>,
     raw: &[u8],
@@ -360,34 +360,12 @@ fn decode_stored<A: StringState>(
     skew: u64,
     shifts: bool,
 ) -> Result<(StoredOf<A>, Encoded), RedisError> {
-    let tail = raw.len().checked_sub(A::SIZE);
-    let sized = match tail {
-        Some(tail) if A::DEBT => tail % SHIFT_SIZE == 0 && tail <= MAX_TAIL,
-        Some(tail) => tail == 0,
-        None => false,
-    };
-    if !sized {
-        let what = if A::DEBT {
-            format!(
-                "{} bytes, not {} plus 24 per shift, up to 64: {}",
-                raw.len(),
-                A::SIZE,
-                show(raw)
-            )
-        } else {
-            format!("{} bytes, not {}: {}", raw.len(), A::SIZE, show(raw))
-        };
-        return Err(corrupt(A::NAME, key.bytes(), &what));
-    }
-    let (state, tail) = raw.split_at(A::SIZE);
-    let mut stored = algorithm
-        .decode(state, now, skew)
-        .map_err(|what| corrupt(A::NAME, key.bytes(), &what))?;
+    let corrupt_state = |what: String| corrupt(A::NAME, key.bytes(), &what);
+    let (mut stored, tail) =
+        remote::split_string(algorithm, raw, now, skew).map_err(corrupt_state)?;
     let mut kept = Encoded::new();
     if shifts {
-        algorithm
-            .read_shifts(&mut stored.ledger, tail)
-            .map_err(|what| corrupt(A::NAME, key.bytes(), &what))?;
+        stored.ledger.read_tail(tail).map_err(corrupt_state)?;
     } else {
         kept.push(tail);
     }
@@ -449,12 +427,7 @@ fn unit(member: &[u8], score: &[u8], latest: u64) -> Option<u64> {
     let at = lua::number(score)
         .and_then(lua::stored_integer)
         .filter(|&at| at <= latest)?;
-    let number = member
-        .strip_prefix(at.to_string().as_bytes())?
-        .strip_prefix(b":")?;
-    let well_formed = number.first().is_some_and(|d| (b'1'..=b'9').contains(d))
-        && number.iter().all(u8::is_ascii_digit);
-    well_formed.then_some(at)
+    is_unit_member(member, at).then_some(at)
 }
 
 /// `RATELAB.SLIDING-LOG key version now cost slack deadline op window
@@ -527,7 +500,7 @@ pub(crate) fn sliding_log(
     let mut total = u64::try_from(counted).unwrap_or(0);
     // The fence's score (fence - 1) while it fences: a live one, checked.
     let mut fence_score = None;
-    if let Some(text) = call(ctx, &READ, "ZSCORE", &[k, b"fence"])
+    if let Some(text) = call(ctx, &READ, "ZSCORE", &[k, FENCE_MEMBER])
         .ok()
         .as_ref()
         .and_then(bytes_reply)
@@ -567,7 +540,7 @@ pub(crate) fn sliding_log(
         let n = items.len();
         let at = |i: usize| items.get(i).cloned().flatten().unwrap_or_default();
         let (mut member, mut score) = (at(n.wrapping_sub(2)), at(n.wrapping_sub(1)));
-        if member == b"fence" {
+        if member == FENCE_MEMBER {
             (member, score) = (at(0), at(1));
         }
         unit(&member, &score, latest)
@@ -691,12 +664,16 @@ pub(crate) fn sliding_log(
                     let taken = (charged - actual).min(here);
                     // The last `taken` numbers of that instant go, checked
                     // first: they must be units the scripts wrote there.
-                    let names: Vec<String> = (here - taken + 1..=here)
-                        .map(|i| format!("{}:{i}", stamp.at))
+                    let names: Vec<Vec<u8>> = (here - taken + 1..=here)
+                        .map(|i| {
+                            let mut name = Vec::new();
+                            write_unit_member(&mut name, stamp.at, i).expect("writing to a Vec");
+                            name
+                        })
                         .collect();
                     for chunk in names.chunks(1000) {
                         let mut args: Vec<&[u8]> = vec![k];
-                        args.extend(chunk.iter().map(String::as_bytes));
+                        args.extend(chunk.iter().map(Vec::as_slice));
                         let scores = call(ctx, &READ, "ZMSCORE", &args)
                             .ok()
                             .as_ref()
@@ -714,14 +691,14 @@ pub(crate) fn sliding_log(
                                 .and_then(lua::number)
                                 .is_some_and(|s| s == stamp.at as f64);
                             if !there {
-                                let what = format!("no unit {}", show(name.as_bytes()));
+                                let what = format!("no unit {}", show(name));
                                 return Err(corrupt(NAME, k, &what));
                             }
                         }
                     }
                     for chunk in names.chunks(1000) {
                         let mut args: Vec<&[u8]> = vec![k];
-                        args.extend(chunk.iter().map(String::as_bytes));
+                        args.extend(chunk.iter().map(Vec::as_slice));
                         call(ctx, &READ, "ZREM", &args).map_err(|e| passed_on(&e))?;
                     }
                     total -= taken;
@@ -750,7 +727,7 @@ pub(crate) fn sliding_log(
                 let latest = newest.map_or(now, |newest| newest.max(now));
                 call(ctx, &READ, "DEL", &[k]).map_err(|e| passed_on(&e))?;
                 let at = latest.to_string();
-                call(ctx, &WRITE, "ZADD", &[k, at.as_bytes(), b"fence"])
+                call(ctx, &WRITE, "ZADD", &[k, at.as_bytes(), FENCE_MEMBER])
                     .map_err(|e| passed_on(&e))?;
                 let ttl = parsed.ttl_millis(latest + window - now).to_string();
                 call(ctx, &WRITE, "PEXPIRE", &[k, ttl.as_bytes()]).map_err(|e| passed_on(&e))?;
@@ -777,7 +754,7 @@ fn check_log_directly(
 ) -> Result<Option<Reply>, RedisError> {
     use native::Holds;
     let mut set = native::open(ctx, key);
-    if !matches!(set.holds(), Holds::Nothing | Holds::Zset) || set.has_member(b"fence") {
+    if !matches!(set.holds(), Holds::Nothing | Holds::Zset) || set.has_member(FENCE_MEMBER) {
         return Ok(None);
     }
     let limit = algorithm.capacity();
@@ -839,7 +816,7 @@ fn check_log_directly(
         let mut member = [0u8; 48];
         for n in first + 1..=first + u64::from(cost) {
             let mut cursor = std::io::Cursor::new(&mut member[..]);
-            write!(cursor, "{at}:{n}").expect("two u64 fit 48 bytes");
+            write_unit_member(&mut cursor, at, n).expect("two u64 fit 48 bytes");
             let len = usize::try_from(cursor.position()).expect("at most 48");
             set.add(at_signed, &member[..len])
                 .map_err(RedisError::String)?;
@@ -854,7 +831,7 @@ fn check_log_directly(
 /// [`unit`] of a member read from the set, with its score as a number.
 fn unit_of(member: &[u8], score: f64, latest: u64) -> Option<u64> {
     let at = lua::stored_integer(score).filter(|&at| at <= latest)?;
-    unit(member, at.to_string().as_bytes(), latest)
+    is_unit_member(member, at).then_some(at)
 }
 
 /// Adds `n` units at `at`, members `<at>:<first + 1>` onwards, in chunks of
@@ -862,13 +839,19 @@ fn unit_of(member: &[u8], score: f64, latest: u64) -> Option<u64> {
 fn add_units(ctx: &Context, k: &[u8], at: u64, first: u64, n: u64) -> Result<(), RedisError> {
     let at_text = at.to_string();
     let at_bytes = at_text.as_bytes();
-    let members: Vec<String> = (1..=n).map(|i| format!("{at}:{}", first + i)).collect();
+    let members: Vec<Vec<u8>> = (1..=n)
+        .map(|i| {
+            let mut member = Vec::new();
+            write_unit_member(&mut member, at, first + i).expect("writing to a Vec");
+            member
+        })
+        .collect();
     for chunk in members.chunks(1000) {
         let mut zadd: Vec<&[u8]> = Vec::with_capacity(1 + 2 * chunk.len());
         zadd.push(k);
         for member in chunk {
             zadd.push(at_bytes);
-            zadd.push(member.as_bytes());
+            zadd.push(member);
         }
         call(ctx, &WRITE, "ZADD", &zadd).map_err(|e| passed_on(&e))?;
     }

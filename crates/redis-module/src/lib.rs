@@ -5,7 +5,7 @@
 //!
 //! Load it with `redis-server --loadmodule target/release/libratelab_redis_module.so`
 //! (or `MODULE LOAD`). Each algorithm is one command, named after the
-//! algorithm ([`COMMANDS`]), that takes exactly what its Lua script takes
+//! algorithm ([`algorithms`], [`command`]), that takes exactly what its Lua script takes
 //! and answers exactly what it answers:
 //!
 //! ```text
@@ -28,7 +28,7 @@
 //! is added to every TTL (ms, at most 2^52 µs); `deadline` is the Unix µs
 //! (server clock) after which the call writes nothing and answers
 //! `ratelab expired: ...`, or `""`; the parameters are the script's
-//! (`ratelab_redis::RedisAlgorithm::script_params`), exactly as many.
+//! (`RemoteForm::params` of the algorithm's crate), exactly as many.
 //! Keys hold the scripts' own encodings, so the module and the scripts are
 //! interchangeable on the same keys, even mid-stream; the error replies
 //! (`ratelab <algorithm>: invalid arguments`,
@@ -39,9 +39,9 @@
 //!
 //! ```
 //! // What a client sends for an algorithm, by the algorithm's name.
-//! assert_eq!(ratelab_redis_module::command("gcra"), Some("RATELAB.GCRA"));
+//! assert_eq!(ratelab_redis_module::command("gcra").as_deref(), Some("RATELAB.GCRA"));
 //! assert_eq!(
-//!     ratelab_redis_module::command("sliding-log"),
+//!     ratelab_redis_module::command("sliding-log").as_deref(),
 //!     Some("RATELAB.SLIDING-LOG")
 //! );
 //! assert_eq!(ratelab_redis_module::command("nope"), None);
@@ -110,23 +110,18 @@ use redis_module::{Context, RedisResult, RedisString, RedisValue, Status, redis_
 /// call.
 pub const PROTOCOL: i64 = 4;
 
-/// Each algorithm's name (`Algorithm::name`) and its command.
-pub const COMMANDS: [(&str, &str); 7] = [
-    ("fixed-window", "RATELAB.FIXED-WINDOW"),
-    ("sliding-log", "RATELAB.SLIDING-LOG"),
-    ("sliding-counter", "RATELAB.SLIDING-COUNTER"),
-    ("leaky-meter", "RATELAB.LEAKY-METER"),
-    ("leaky-queue", "RATELAB.LEAKY-QUEUE"),
-    ("token-bucket", "RATELAB.TOKEN-BUCKET"),
-    ("gcra", "RATELAB.GCRA"),
-];
+/// The name of every algorithm the module runs (`Algorithm::name`), in the
+/// order its commands are registered.
+pub fn algorithms() -> impl Iterator<Item = &'static str> {
+    native::COMMANDS.iter().map(|command| command.algorithm)
+}
 
-/// The command that runs the algorithm named `algorithm`, if any.
-pub fn command(algorithm: &str) -> Option<&'static str> {
-    COMMANDS
-        .iter()
-        .find(|(name, _)| *name == algorithm)
-        .map(|&(_, command)| command)
+/// The command that runs the algorithm named `algorithm`
+/// (`RATELAB.<NAME>`), if the module runs it.
+pub fn command(algorithm: &str) -> Option<String> {
+    algorithms()
+        .any(|name| name == algorithm)
+        .then(|| ratelab_core::remote::command_name(algorithm))
 }
 
 fn protocol(_: &Context, _: Vec<RedisString>) -> RedisResult {

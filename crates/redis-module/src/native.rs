@@ -20,16 +20,15 @@
 use std::ffi::{c_char, c_int};
 use std::marker::PhantomData;
 
+use crate::args::unix_micros;
+use crate::command;
+use ratelab_core::{RemoteForm, StringForm};
 use ratelab_fixed_window::FixedWindow;
 use ratelab_gcra::Gcra;
 use ratelab_leaky_bucket::{LeakyMeter, LeakyQueue};
-use ratelab_sliding_window::SlidingCounter;
+use ratelab_sliding_window::{SlidingCounter, SlidingLog};
 use ratelab_token_bucket::TokenBucket;
 use redis_module::{Context, RedisError, RedisString, Status, raw};
-
-use crate::algorithms::StringState;
-use crate::args::unix_micros;
-use crate::command;
 
 /// The key argument of a call: the object Redis passed, and its bytes.
 #[derive(Debug, Clone, Copy)]
@@ -82,7 +81,7 @@ const ON_STACK: usize = 16;
 /// # Safety
 ///
 /// Called by Redis only, with its context and `argc` live arguments.
-unsafe extern "C" fn string_command<A: StringState>(
+unsafe extern "C" fn string_command<A: StringForm>(
     ctx: *mut raw::RedisModuleCtx,
     argv: *mut *mut raw::RedisModuleString,
     argc: c_int,
@@ -160,38 +159,47 @@ unsafe fn run(
     }
 }
 
-/// The commands registered here: name, function, flags. "write": a replica
-/// refuses it; a cluster routes it by its one key, the first argument.
-/// "fast": O(1), which the log is not (O(log n + cost)). No "deny-oom": as
-/// for a script, only a write is refused when memory is full.
-const COMMANDS: [(&std::ffi::CStr, raw::RedisModuleCmdFunc, &std::ffi::CStr); 7] = [
-    (
-        c"ratelab.fixed-window",
-        Some(string_command::<FixedWindow>),
-        FAST,
-    ),
-    (c"ratelab.sliding-log", Some(sliding_log_command), c"write"),
-    (
-        c"ratelab.sliding-counter",
-        Some(string_command::<SlidingCounter>),
-        FAST,
-    ),
-    (
-        c"ratelab.leaky-meter",
-        Some(string_command::<LeakyMeter>),
-        FAST,
-    ),
-    (
-        c"ratelab.leaky-queue",
-        Some(string_command::<LeakyQueue>),
-        FAST,
-    ),
-    (
-        c"ratelab.token-bucket",
-        Some(string_command::<TokenBucket>),
-        FAST,
-    ),
-    (c"ratelab.gcra", Some(string_command::<Gcra>), FAST),
+/// One algorithm's command: the algorithm's name (the command is
+/// `ratelab.<name>`), the function Redis calls, its flags.
+pub(crate) struct Command {
+    pub(crate) algorithm: &'static str,
+    function: raw::RedisModuleCmdFunc,
+    flags: &'static std::ffi::CStr,
+}
+
+impl Command {
+    /// The command of an algorithm whose state is one string: every
+    /// operation is the algorithm crate's own ([`command::string_command`]).
+    /// O(1).
+    const fn string<A: StringForm>() -> Command {
+        Command {
+            algorithm: A::NAME,
+            function: Some(string_command::<A>),
+            flags: FAST,
+        }
+    }
+}
+
+/// Every algorithm's command. "write": a replica refuses it; a cluster
+/// routes it by its one key, the first argument. "fast": O(1), which the
+/// log is not (O(log n + cost)). No "deny-oom": as for a script, only a
+/// write is refused when memory is full.
+///
+/// An algorithm added to the workspace is added here, with its crate in
+/// this crate's `Cargo.toml`; until it is, `crates/ratelab/tests/redis_module.rs`
+/// fails, naming it.
+pub(crate) const COMMANDS: [Command; 7] = [
+    Command::string::<FixedWindow>(),
+    Command {
+        algorithm: SlidingLog::NAME,
+        function: Some(sliding_log_command),
+        flags: c"write",
+    },
+    Command::string::<SlidingCounter>(),
+    Command::string::<LeakyMeter>(),
+    Command::string::<LeakyQueue>(),
+    Command::string::<TokenBucket>(),
+    Command::string::<Gcra>(),
 ];
 
 /// The flags of an O(1) command.
@@ -202,15 +210,18 @@ pub(crate) fn register(ctx: &Context, _args: &[RedisString]) -> Status {
     let Some(create) = (unsafe { raw::RedisModule_CreateCommand }) else {
         return Status::Err;
     };
-    for (name, function, flags) in COMMANDS {
-        // SAFETY: the context of OnLoad; static NUL-terminated names and
-        // flags; a function of the right signature.
+    for command in &COMMANDS {
+        let Ok(name) = std::ffi::CString::new(format!("ratelab.{}", command.algorithm)) else {
+            return Status::Err;
+        };
+        // SAFETY: the context of OnLoad; NUL-terminated names (Redis copies
+        // the name) and static flags; a function of the right signature.
         let status = unsafe {
             create(
                 ctx.get_raw(),
                 name.as_ptr(),
-                function,
-                flags.as_ptr(),
+                command.function,
+                command.flags.as_ptr(),
                 1,
                 1,
                 1,

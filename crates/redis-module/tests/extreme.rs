@@ -18,12 +18,14 @@ use std::time::Duration;
 
 use proptest::prelude::*;
 use proptest::test_runner::{Config, FileFailurePersistence, TestRunner};
+use ratelab::AlgorithmKind;
 use ratelab_core::{MAX_INSTANT_MICROS, MAX_SPAN_MICROS, Quota};
 use ratelab_sliding_window::MAX_STORED_LOG_LIMIT;
 
 use ratelab_core::Stamp;
 use support::{
-    Kind, Memory, Op, argv_op, connect, load_script, module_cmd, query, script_cmd, without_detail,
+    Memory, OnTheModule, Op, argv_op, connect, load_script, module_cmd, query, script_cmd,
+    without_detail,
 };
 
 /// A quota near some edge, or `None` if `Quota` refuses the draw.
@@ -104,7 +106,7 @@ fn extreme_quotas_decide_alike_in_memory_in_the_module_and_in_the_scripts() {
     let server = support::server();
     let connection = RefCell::new(connect(&server.url()));
     let case = Cell::new(0u64);
-    for kind in Kind::ALL {
+    for kind in AlgorithmKind::ALL {
         let sha = load_script(&mut connection.borrow_mut(), kind);
         let mut runner = TestRunner::new(Config {
             cases: 160,
@@ -148,11 +150,12 @@ fn extreme_quotas_decide_alike_in_memory_in_the_module_and_in_the_scripts() {
                 let args = argv_op(&op.arg(), &now.to_string(), cost, 3_600_000, "", &params);
                 // A sliding log keeps one member per unit on Redis: above
                 // its cap, both answer `invalid arguments`.
-                let expected = if kind == Kind::SlidingLog && quota.burst() > MAX_STORED_LOG_LIMIT {
-                    Err("ratelab sliding-log: invalid arguments".to_owned())
-                } else {
-                    memory.run(op, now, cost)
-                };
+                let expected =
+                    if kind == AlgorithmKind::SlidingLog && quota.burst() > MAX_STORED_LOG_LIMIT {
+                        Err("ratelab sliding-log: invalid arguments".to_owned())
+                    } else {
+                        memory.run(op, now, cost)
+                    };
                 if let (Op::Check, Ok(reply)) = (op, &expected)
                     && reply[0] == 1
                     && cost > 0

@@ -16,9 +16,12 @@ use std::time::Duration;
 
 use proptest::prelude::*;
 use proptest::test_runner::{Config, FileFailurePersistence, TestRunner};
+use ratelab::AlgorithmKind;
 use ratelab_core::{Quota, Stamp};
 
-use support::{Kind, Memory, Op, argv_op, connect, load_script, module_cmd, query, script_cmd};
+use support::{
+    Memory, OnTheModule, Op, argv_op, connect, load_script, module_cmd, query, script_cmd,
+};
 
 /// Keys live an hour past what their state needs: the virtual clock of the
 /// sequences must never meet a real expiry.
@@ -104,11 +107,9 @@ fn pttl(connection: &mut redis::Connection, key: &str) -> i64 {
 
 /// How many shifts follow a debt's state in `key` (0 for a window, or no
 /// key).
-fn shifts_stored(connection: &mut redis::Connection, kind: Kind, key: &str) -> usize {
-    let size = match kind {
-        Kind::TokenBucket => 28,
-        Kind::Gcra | Kind::LeakyMeter | Kind::LeakyQueue => 24,
-        _ => return 0,
+fn shifts_stored(connection: &mut redis::Connection, kind: AlgorithmKind, key: &str) -> usize {
+    let Some(size) = kind.fixed_size().filter(|_| kind.debt()) else {
+        return 0;
     };
     let len: usize = redis::cmd("STRLEN").arg(key).query(connection).unwrap();
     len.saturating_sub(size) / 24
@@ -119,7 +120,7 @@ fn checks_settlements_and_resets_answer_as_memory_and_as_the_scripts() {
     let server = support::server();
     let connection = RefCell::new(connect(&server.url()));
     let case = Cell::new(0u64);
-    for kind in Kind::ALL {
+    for kind in AlgorithmKind::ALL {
         let sha = load_script(&mut connection.borrow_mut(), kind);
         // Steps after which the key held shifts, and the most it held.
         let (tailed, most) = (Cell::new(0u64), Cell::new(0usize));
@@ -241,10 +242,7 @@ fn checks_settlements_and_resets_answer_as_memory_and_as_the_scripts() {
             tailed.get(),
             most.get()
         );
-        let debt = matches!(
-            kind,
-            Kind::Gcra | Kind::TokenBucket | Kind::LeakyMeter | Kind::LeakyQueue
-        );
+        let debt = kind.debt();
         assert!(
             !debt || tailed.get() > 0,
             "{}: no key had shifts",
@@ -270,12 +268,7 @@ fn many_refunds_out_of_order_answer_alike_past_the_kept_shifts() {
         x ^= x << 17;
         usize::try_from(x % n as u64).unwrap()
     };
-    for kind in [
-        Kind::Gcra,
-        Kind::TokenBucket,
-        Kind::LeakyMeter,
-        Kind::LeakyQueue,
-    ] {
+    for kind in AlgorithmKind::ALL.into_iter().filter(|kind| kind.debt()) {
         let sha = load_script(&mut connection, kind);
         let params = kind.params(quota);
         let (module_key, script_key) = (
@@ -348,7 +341,7 @@ fn older_versions_and_unknown_operations_are_refused_alike() {
     let server = support::server();
     let mut connection = connect(&server.url());
     let quota = Quota::per_second(5).unwrap().with_burst(10).unwrap();
-    for kind in Kind::ALL {
+    for kind in AlgorithmKind::ALL {
         let sha = load_script(&mut connection, kind);
         let params = kind.params(quota);
         let now = START.to_string();

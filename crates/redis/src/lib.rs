@@ -1,15 +1,21 @@
 //! The Redis backend of ratelab: every algorithm's decision, run atomically
-//! by a Lua script on Redis or Redis Cluster, so that any number of
-//! application instances share one limit.
+//! by a Lua script on Redis or Redis Cluster (or by ratelab's native module),
+//! so that any number of application instances share one limit.
 //!
-//! A [`RedisLimiter`] runs any [`RedisAlgorithm`] (this crate implements it
-//! for every algorithm of ratelab: each one's script, parameters and key code,
-//! so the algorithm crates know nothing of Redis) over a [`Connection`] to one node
-//! or a cluster: one `EVALSHA` per check, the time from Redis `TIME` (or the
-//! caller's clock: [`TimeSource`]), keys named by [`redis_key`] (braces in a
-//! user key never move the cluster hash tag), every key expiring when it is
-//! back to full capacity, a per-call timeout and a [`FailurePolicy`] for when
-//! Redis fails, with alerts a program can observe.
+//! A [`RedisStore`] runs any algorithm with a remote form
+//! ([`RemoteForm`](ratelab_core::RemoteForm): its script, parameters, key
+//! code and stored encoding, which each algorithm crate describes itself,
+//! so this crate knows no algorithm by name) over a [`Connection`] to one
+//! node or a cluster: one `EVALSHA` per call, the time from Redis `TIME` (or
+//! the caller's clock: [`TimeSource`]), keys named by [`redis_key`] (braces
+//! in a user key never move the cluster hash tag), every key expiring when
+//! it may be forgotten, and each call's deadline the caller's give-up
+//! instant on Redis's measured clock. A [`RedisLimiter`] is that store
+//! behind `ratelab-resilience`'s wrapper ([`Resilient`]): a per-call
+//! timeout, a circuit breaker, a [`FailurePolicy`] for when Redis fails
+//! (with an in-memory fallback), a cache of refusals, and alerts a program
+//! can observe. The wrapper is written once, for any store; this crate is
+//! the Redis part only.
 //!
 //! Nothing read from Redis is trusted. Each script checks the state it reads
 //! and answers `ratelab <algorithm>: corrupt state at <key>: <what>` for
@@ -80,37 +86,29 @@
 #![warn(missing_docs)]
 #![forbid(unsafe_code)]
 
-mod alert;
-mod algorithms;
 mod backend;
-mod breaker;
-mod builder;
+mod classify;
 mod connection;
-mod failure;
 mod key;
 mod limiter;
 mod redis_clock;
-mod refusal_cache;
 mod reply;
 mod script;
 mod settings;
-mod stats;
+mod store;
 
-pub use alert::Alert;
-pub use algorithms::{
-    RedisFixedWindow, RedisGcra, RedisLeakyMeter, RedisLeakyQueue, RedisSlidingCounter,
-    RedisSlidingLog, RedisTokenBucket,
-};
 pub use backend::{MODULE_RECHECK, ScriptBackend};
-pub use builder::RedisLimiterBuilder;
 pub use connection::Connection;
 pub use key::{MAX_KEY_LEN, hash_tag, redis_key};
-pub use limiter::RedisLimiter;
+pub use limiter::{RedisLimiter, RedisLimiterBuilder};
 pub use redis::RedisError;
 pub use reply::InvalidReply;
 pub use script::{MAX_TTL_SLACK_MS, Op, PROTOCOL_VERSION, RedisAlgorithm, Script, ScriptArgs};
-pub use settings::{
-    DEFAULT_BREAKER_COOL_DOWN, DEFAULT_BREAKER_THRESHOLD, DEFAULT_CLIENT_TTL_SLACK, DEFAULT_PREFIX,
-    DEFAULT_TIMEOUT, FailurePolicy, TimeSource,
+pub use settings::{DEFAULT_CLIENT_TTL_SLACK, DEFAULT_PREFIX, TimeSource};
+pub use store::{RedisStats, RedisStore, RedisStoreBuilder};
+// The resilience wrapper's, as a program using Redis configures and
+// observes it.
+pub use ratelab_resilience::{
+    Alert, DEFAULT_BREAKER_COOL_DOWN, DEFAULT_BREAKER_THRESHOLD, DEFAULT_TIMEOUT, FailurePolicy,
+    Resilience, Resilient, Stats, Store,
 };
-pub use stats::Stats;

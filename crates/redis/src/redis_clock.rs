@@ -30,8 +30,8 @@ use ratelab_core::{Error, duration_to_micros};
 use redis::Value;
 use redis::cluster_routing::{MultipleNodeRoutingInfo, RoutingInfo};
 
+use crate::classify::classify;
 use crate::connection::Connection;
-use crate::failure::classify;
 
 /// How old a sample may get before the next call measures again.
 pub(crate) const REFRESH: Duration = Duration::from_secs(5);

@@ -3,7 +3,10 @@
 
 use std::fmt;
 
-use ratelab_core::{Algorithm, Stamp};
+#[cfg(doc)]
+use ratelab_core::Algorithm;
+use ratelab_core::Stamp;
+use ratelab_core::remote::{self, RemoteForm};
 use redis::{ErrorKind, FromRedisValue, RedisResult, ServerErrorKind, ToRedisArgs};
 
 use crate::connection::Connection;
@@ -60,22 +63,20 @@ impl Op {
 /// A Lua script (the shared prologue followed by an algorithm's file) and
 /// its SHA1, as `EVALSHA` wants it.
 pub struct Script {
-    source: &'static str,
     script: redis::Script,
 }
 
 impl Script {
     /// The script `source`; its SHA1 is computed once, here.
-    pub fn new(source: &'static str) -> Self {
+    pub fn new(source: &str) -> Self {
         Script {
-            source,
             script: redis::Script::new(source),
         }
     }
 
-    /// The Lua source, as sent to Redis.
-    pub fn source(&self) -> &'static str {
-        self.source
+    /// `algorithm`'s script ([`RemoteForm::script`]).
+    pub fn of<A: RemoteForm>() -> Self {
+        Script::new(&A::script())
     }
 
     /// The SHA1 of the source, in hex.
@@ -173,90 +174,58 @@ impl ScriptArgs {
     }
 }
 
-/// An [`Algorithm`] that also runs as a Redis script.
+/// An algorithm as `ratelab-redis` runs it: every [`RemoteForm`] (its
+/// script, parameters, code and stored encoding, described by its own
+/// crate), with what Redis adds to it: the key suffix and the native
+/// module's command.
 ///
-/// The script mirrors [`Algorithm::decide`], [`Algorithm::stamp`],
-/// [`Algorithm::settle`] and [`Algorithm::reset`] exactly, in integer
-/// microseconds, on one key (`KEYS[1]`), and is called with
+/// The script ([`RemoteForm::script`]) mirrors [`Algorithm::decide`],
+/// [`Algorithm::stamp`], [`Algorithm::settle`] and [`Algorithm::reset`]
+/// exactly, in integer microseconds, on one key (`KEYS[1]`), and is called
+/// with
 /// `ARGV = [PROTOCOL_VERSION, now or "", cost, TTL slack in ms, deadline or "", op, params...]`,
-/// `op` an [`Op`], `params` being [`RedisAlgorithm::script_params`] and the deadline the Unix
-/// time in µs (on the Redis clock) after which the call must write nothing
-/// and answer `ratelab expired: ...`. It answers
+/// `op` an [`Op`], `params` being [`RemoteForm::params`] and the deadline the
+/// Unix time in µs (on the Redis clock) after which the call must write
+/// nothing and answer `ratelab expired: ...`. It answers
 /// `{allowed, limit, remaining, retry_after_us, reset_after_us, delay_us, stamp_at, stamp_mark}`,
 /// reads Redis `TIME` when `now` is empty, gives every key it writes a
 /// `PEXPIRE` of the time until the key may be forgotten
 /// ([`Algorithm::forgettable_at`], rounded up to the millisecond) plus the
 /// slack, and answers `ratelab <algorithm>: corrupt state at <key>: <what>`
 /// for stored state it could not have written.
-///
-/// This crate implements it for every algorithm of ratelab.
-pub trait RedisAlgorithm: Algorithm + Clone {
-    /// The Lua mirror of [`Algorithm::decide`].
-    fn script(&self) -> &'static Script;
-
+pub trait RedisAlgorithm: RemoteForm {
     /// The native ratelab module's command that runs this algorithm with the
     /// script's arguments, replies and stored encodings (`RATELAB.GCRA`,
-    /// ...), or `None` (the default) when there is none: the limiter then
-    /// always runs the script.
-    fn module_command(&self) -> Option<&'static str> {
-        None
-    }
-
-    /// Why these parameters cannot run on Redis, if they cannot: every
-    /// call then answers [`Error::Unsupported`](ratelab_core::Error) with
-    /// it, before any round trip. `None` (the default) for every quota but a
-    /// sliding log above
-    /// [`MAX_STORED_LOG_LIMIT`](ratelab_sliding_window::MAX_STORED_LOG_LIMIT).
-    fn unsupported(&self) -> Option<&'static str> {
-        None
-    }
-
-    /// The parameters the script takes after the protocol version, `now`,
-    /// `cost`, the slack and the deadline.
-    fn script_params(&self) -> Vec<u64>;
-
-    /// A short code for the algorithm (`gcra`, `tb`, ...), short because on
-    /// Redis the key name is a good part of the memory a key takes.
-    fn code(&self) -> &'static str;
-
-    /// The longest `retry_after`, `reset_after` or `delay` the script can
-    /// answer from state checks wrote, in µs, before any clock skew
-    /// allowance: replies beyond it are rejected as invalid (but for the
-    /// debt a settlement charged: see [`RedisAlgorithm::is_debt`]).
-    fn max_wait_micros(&self) -> u64;
-
-    /// The state is a debt (GCRA, token bucket, leaky meter and queue),
-    /// whose settlements charge whatever the room: its waits may then run
-    /// past [`RedisAlgorithm::max_wait_micros`], up to the protocol's
-    /// ceiling (a debt ending at 2^52 + 2^51 µs). A window's waits never
-    /// do. False by default.
-    fn is_debt(&self) -> bool {
-        false
+    /// ...).
+    fn module_command(&self) -> String {
+        remote::command_name(Self::NAME)
     }
 
     /// The last part of the Redis key, after the user key:
     /// `<code>:<fingerprint>`, where the fingerprint is the first 8 lowercase
     /// hex digits of the SHA-1 of `v2:<code>:<params>`, `params` being
-    /// [`RedisAlgorithm::script_params`] in decimal joined by commas, and
-    /// `v2` the version of the stored state's format. A changed quota (or
-    /// algorithm parameter, or state format) thus names new keys and starts
-    /// clean, instead of meeting state written otherwise.
+    /// [`RemoteForm::params`] in decimal joined by commas, and `v2` the
+    /// version of the stored state's format
+    /// ([`STATE_FORMAT`](ratelab_core::remote::STATE_FORMAT)). A changed
+    /// quota (or algorithm parameter, or state format) thus names new keys
+    /// and starts clean, instead of meeting state written otherwise.
     ///
     /// ```
-    /// use ratelab_core::Quota;
+    /// use ratelab_core::{Quota, RemoteForm};
     /// use ratelab_gcra::Gcra;
     /// use ratelab_redis::RedisAlgorithm;
     ///
     /// let gcra = Gcra::new(Quota::per_second(10)?);
-    /// assert_eq!(gcra.script_params(), [100_000, 1_000_000, 10]);
+    /// assert_eq!(*gcra.params(), [100_000, 1_000_000, 10]);
     /// // sha1("v2:gcra:100000,1000000,10") = "370e4f5674ad..."
     /// assert_eq!(gcra.key_suffix(), "gcra:370e4f56");
     /// # Ok::<(), ratelab_core::QuotaError>(())
     /// ```
     fn key_suffix(&self) -> String {
-        let params: Vec<String> = self.script_params().iter().map(u64::to_string).collect();
-        let input = format!("v2:{}:{}", self.code(), params.join(","));
+        let input = format!("{}:{}:{}", remote::STATE_FORMAT, Self::CODE, self.params());
         let digest = sha1_smol::Sha1::from(input.as_bytes()).digest().to_string();
-        format!("{}:{}", self.code(), &digest[..8])
+        format!("{}:{}", Self::CODE, &digest[..8])
     }
 }
+
+impl<A: RemoteForm> RedisAlgorithm for A {}

@@ -1,8 +1,8 @@
 //! The approximate sliding window: two counters, the previous one weighted.
 
 use ratelab_core::{
-    Algorithm, Decision, Error, LockedCell, Quota, Settlement, Stamp, ensure_fits, ensure_settles,
-    forget_if_forgettable,
+    Algorithm, Decision, Error, LockedCell, Quota, RemoteForm, Settlement, Stamp, ensure_fits,
+    ensure_settles, forget_if_forgettable,
 };
 
 /// The window position is measured in at most this many steps, so that
@@ -23,8 +23,8 @@ const MAX_STEPS: u64 = 1 << 16;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SlidingCounter {
     quota: Quota,
-    limit: u64,
-    window: u64,
+    pub(crate) limit: u64,
+    pub(crate) window: u64,
     /// µs per step of the window position.
     step: u64,
     /// Steps per window: `ceil(window / step)`.
@@ -36,11 +36,11 @@ pub struct SlidingCounter {
 pub struct Windows {
     /// The current window's index: it spans `[index × window, (index + 1) ×
     /// window)`. Never moves backwards.
-    index: u64,
+    pub(crate) index: u64,
     /// Units admitted in the previous window, `index − 1`.
-    previous: u64,
+    pub(crate) previous: u64,
     /// Units admitted in the current window.
-    current: u64,
+    pub(crate) current: u64,
 }
 
 impl Windows {
@@ -189,7 +189,7 @@ impl Algorithm for SlidingCounter {
 
     #[inline]
     fn name(&self) -> &'static str {
-        "sliding-counter"
+        <Self as RemoteForm>::NAME
     }
 
     #[inline]

@@ -43,6 +43,7 @@
 
 mod counter;
 mod log;
+pub mod remote;
 
 pub use counter::{SlidingCounter, Windows};
 pub use log::{Log, SlidingLog};

@@ -3,8 +3,8 @@
 use std::collections::VecDeque;
 
 use ratelab_core::{
-    Algorithm, Decision, Error, LockedCell, Quota, Settlement, Stamp, ensure_fits, ensure_settles,
-    forget_if_forgettable,
+    Algorithm, Decision, Error, LockedCell, Quota, RemoteForm, Settlement, Stamp, ensure_fits,
+    ensure_settles, forget_if_forgettable,
 };
 
 /// Sliding log parameters derived from a [`Quota`]: exact, O(limit) memory.
@@ -14,8 +14,8 @@ use ratelab_core::{
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SlidingLog {
     quota: Quota,
-    limit: u64,
-    window: u64,
+    pub(crate) limit: u64,
+    pub(crate) window: u64,
 }
 
 /// The units admitted within the last window, oldest first.
@@ -117,7 +117,7 @@ impl Algorithm for SlidingLog {
 
     #[inline]
     fn name(&self) -> &'static str {
-        "sliding-log"
+        <Self as RemoteForm>::NAME
     }
 
     #[inline]

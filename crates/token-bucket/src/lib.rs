@@ -32,9 +32,11 @@
 #![warn(missing_docs)]
 #![forbid(unsafe_code)]
 
+mod remote;
+
+use ratelab_core::Debt;
 use ratelab_core::{
-    Algorithm, Decision, Error, Ledger, LockedCell, Quota, Settlement, Shifts, Stamp, debt_release,
-    debt_reset, ensure_fits, ensure_settles, forget_if_forgettable,
+    Algorithm, Decision, Error, LockedCell, Quota, RemoteForm, Shifts, ensure_fits,
 };
 
 /// Token bucket parameters derived from a [`Quota`]. See the crate docs.
@@ -115,33 +117,6 @@ impl TokenBucket {
         }
     }
 
-    /// Makes `bucket` full again at `full_at`, as seen at `now`: the tokens
-    /// it lacks then, and the time since the last whole one (less than one
-    /// interval). Past empty, `last` moves ahead of now: no token arrives
-    /// before then, and the bucket decides as GCRA's TAT of `full_at` would.
-    #[inline]
-    fn set_full_at(&self, bucket: &mut Bucket, full_at: u64, now: u64) {
-        if full_at <= now {
-            *bucket = Bucket {
-                tokens: self.capacity,
-                last: now,
-            };
-            return;
-        }
-        let missing = (full_at - now).div_ceil(self.interval);
-        *bucket = if missing <= self.capacity {
-            Bucket {
-                tokens: self.capacity - missing,
-                last: full_at - missing * self.interval,
-            }
-        } else {
-            Bucket {
-                tokens: 0,
-                last: full_at - self.capacity * self.interval,
-            }
-        };
-    }
-
     /// The instant the bucket holds `tokens` tokens, given what it holds now.
     #[inline]
     fn when_holding(&self, bucket: &Bucket, tokens: u64) -> u64 {
@@ -157,7 +132,7 @@ impl Algorithm for TokenBucket {
 
     #[inline]
     fn name(&self) -> &'static str {
-        "token-bucket"
+        <Self as RemoteForm>::NAME
     }
 
     #[inline]
@@ -206,74 +181,50 @@ impl Algorithm for TokenBucket {
     }
 
     #[inline]
-    fn stamp(&self, bucket: &Bucket, ledger: &Shifts, _now: u64) -> Stamp {
-        Stamp {
-            at: self.full_at(bucket),
-            mark: ledger.total(),
-        }
-    }
-
-    #[inline]
-    fn settle(
-        &self,
-        bucket: &mut Bucket,
-        ledger: &mut Shifts,
-        now: u64,
-        settlement: Settlement,
-    ) -> Result<Decision, Error> {
-        ensure_settles(&settlement, self.capacity)?;
-        let Settlement {
-            stamp,
-            charged,
-            actual,
-        } = settlement;
-        let full_at = self.full_at(bucket);
-        if actual < charged {
-            // Full sooner by what the admission still holds (see `Receipt`).
-            let unused = u64::from(charged - actual) * self.interval;
-            let back = debt_release(
-                full_at,
-                ledger,
-                now,
-                stamp,
-                unused,
-                self.capacity * self.interval,
-            );
-            self.set_full_at(bucket, full_at - back, now);
-        } else if actual > charged {
-            // Past empty if need be: debt that later requests wait out.
-            let extra = u64::from(actual - charged) * self.interval;
-            self.set_full_at(bucket, full_at.max(now) + extra, now);
-        }
-        forget_if_forgettable(self, bucket, ledger, now);
-        self.decide(bucket, now, 0)
-    }
-
-    #[inline]
-    fn reset(&self, bucket: &mut Bucket, ledger: &mut Shifts, now: u64) {
-        debt_reset(
-            self.full_at(bucket),
-            ledger,
-            now,
-            self.capacity * self.interval,
-        );
-        self.set_full_at(bucket, now, now);
-        forget_if_forgettable(self, bucket, ledger, now);
-    }
-
-    #[inline]
     fn full_at(&self, bucket: &Bucket) -> u64 {
         self.when_holding(bucket, self.capacity)
     }
 
-    /// A ledger keeps the key a burst's time longer (see `Gcra`'s).
+    // stamp, settle, reset and forgettable_at: a debt's (`ratelab_core::debt`).
+    ratelab_core::debt_receipts!();
+}
+
+/// The bucket is full again when it holds its capacity.
+impl Debt for TokenBucket {
     #[inline]
-    fn forgettable_at(&self, bucket: &Bucket, ledger: &Shifts) -> u64 {
-        let full_at = self.full_at(bucket);
-        if ledger.is_empty() {
-            full_at
-        } else {
-            full_at.saturating_add(self.capacity * self.interval)
+    fn interval_micros(&self) -> u64 {
+        self.interval
+    }
+
+    #[inline]
+    fn tolerance_micros(&self) -> u64 {
+        self.capacity * self.interval
+    }
+
+    /// Makes `bucket` full again at `full_at`, as seen at `now`: the tokens
+    /// it lacks then, and the time since the last whole one (less than one
+    /// interval). Past empty, `last` moves ahead of now: no token arrives
+    /// before then, and the bucket decides as GCRA's TAT of `full_at` would.
+    #[inline]
+    fn set_full_at(&self, bucket: &mut Bucket, full_at: u64, now: u64) {
+        if full_at <= now {
+            *bucket = Bucket {
+                tokens: self.capacity,
+                last: now,
+            };
+            return;
         }
+        let missing = (full_at - now).div_ceil(self.interval);
+        *bucket = if missing <= self.capacity {
+            Bucket {
+                tokens: self.capacity - missing,
+                last: full_at - missing * self.interval,
+            }
+        } else {
+            Bucket {
+                tokens: 0,
+                last: full_at - self.capacity * self.interval,
+            }
+        };
     }
 }

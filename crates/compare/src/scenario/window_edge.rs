@@ -38,10 +38,12 @@ pub fn bound(kind: AlgorithmKind, quota: Quota) -> Bound {
             window,
             factor: 1,
         },
-        _ => Bound::Bucket {
+        // A debt's bound.
+        _ if kind.debt() => Bound::Bucket {
             burst: limit,
             interval: quota.emission_interval_micros(),
         },
+        other => panic!("{other}: no bound in crates/compare/src/scenario/window_edge.rs"),
     }
 }
 

@@ -1,18 +1,15 @@
 //! Shared by the module's integration tests: the built module, servers that
-//! load it, the Lua scripts it mirrors, and each algorithm's parameters.
+//! load it, the Lua scripts it mirrors, and each algorithm's parameters,
+//! every algorithm named by the facade's `AlgorithmKind` and described by
+//! its own crate's remote form.
 
 #![allow(dead_code, unreachable_pub)]
 
-use std::path::Path;
 use std::time::Duration;
 
-use ratelab_core::{Algorithm, Quota, Settlement, Shifts, Stamp};
-use ratelab_fixed_window::FixedWindow;
-use ratelab_gcra::Gcra;
-use ratelab_leaky_bucket::{LeakyMeter, LeakyQueue};
-use ratelab_sliding_window::{SlidingCounter, SlidingLog};
+use ratelab::remote::{Shape, Stored, Value};
+use ratelab::{AlgorithmKind, AlgorithmVisitor, KnownAlgorithm, Quota, Settlement, Stamp};
 use ratelab_testkit::redis::RedisServer;
-use ratelab_token_bucket::TokenBucket;
 
 pub use ratelab_testkit::redis::module_path;
 
@@ -69,101 +66,94 @@ pub fn error_text(e: &redis::RedisError) -> String {
     }
 }
 
-/// One algorithm as both sides run it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Kind {
-    FixedWindow,
-    SlidingLog,
-    SlidingCounter,
-    LeakyMeter,
-    LeakyQueue,
-    TokenBucket,
-    Gcra,
-}
-
-impl Kind {
-    pub const ALL: [Kind; 7] = [
-        Kind::FixedWindow,
-        Kind::SlidingLog,
-        Kind::SlidingCounter,
-        Kind::LeakyMeter,
-        Kind::LeakyQueue,
-        Kind::TokenBucket,
-        Kind::Gcra,
-    ];
-
-    pub fn name(self) -> &'static str {
-        match self {
-            Kind::FixedWindow => "fixed-window",
-            Kind::SlidingLog => "sliding-log",
-            Kind::SlidingCounter => "sliding-counter",
-            Kind::LeakyMeter => "leaky-meter",
-            Kind::LeakyQueue => "leaky-queue",
-            Kind::TokenBucket => "token-bucket",
-            Kind::Gcra => "gcra",
-        }
-    }
-
+/// What the module's tests ask of an algorithm named by the facade's
+/// [`AlgorithmKind`] (the one list of algorithms): each answer is the
+/// algorithm crate's own ([`RemoteForm`]).
+pub trait OnTheModule: Copy {
     /// The module's command.
-    pub fn command(self) -> &'static str {
-        ratelab_redis_module::command(self.name()).expect("every algorithm has a command")
-    }
-
-    /// The script's file in `lua/`.
-    pub fn script_file(self) -> &'static str {
-        match self {
-            Kind::FixedWindow => "fixed_window.lua",
-            Kind::SlidingLog => "sliding_log.lua",
-            Kind::SlidingCounter => "sliding_counter.lua",
-            Kind::LeakyMeter => "leaky_meter.lua",
-            Kind::LeakyQueue => "leaky_queue.lua",
-            Kind::TokenBucket => "token_bucket.lua",
-            Kind::Gcra => "gcra.lua",
-        }
-    }
+    fn command(self) -> String;
 
     /// The script as `ratelab-redis` sends it: the prologue, then the
     /// algorithm's file.
-    pub fn script(self) -> String {
-        let lua = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../lua");
-        let read = |file: &str| {
-            std::fs::read_to_string(lua.join(file))
-                .unwrap_or_else(|e| panic!("cannot read lua/{file}: {e}"))
-        };
-        read("prologue.lua") + &read(self.script_file())
+    fn script(self) -> String;
+
+    /// The script's parameters for `quota`.
+    fn params(self, quota: Quota) -> Vec<u64>;
+
+    /// A debt (its ledger's shifts follow its state).
+    fn debt(self) -> bool;
+
+    /// The length of the state's fixed part, for a state kept in a string
+    /// (`None` for the sliding log's sorted set).
+    fn fixed_size(self) -> Option<usize>;
+}
+
+impl OnTheModule for AlgorithmKind {
+    fn command(self) -> String {
+        ratelab_redis_module::command(self.name()).unwrap_or_else(|| {
+            panic!(
+                "the module runs no {self}: add it to COMMANDS in \
+                 crates/redis-module/src/native.rs"
+            )
+        })
     }
 
-    /// The script's parameters for `quota`, as `ratelab-redis` computes them
-    /// (`RedisAlgorithm::script_params`).
-    pub fn params(self, quota: Quota) -> Vec<u64> {
-        match self {
-            Kind::FixedWindow => {
-                let a = FixedWindow::new(quota);
-                vec![a.window_micros(), a.capacity()]
-            }
-            Kind::SlidingLog => {
-                let a = SlidingLog::new(quota);
-                vec![a.window_micros(), a.capacity()]
-            }
-            Kind::SlidingCounter => {
-                let a = SlidingCounter::new(quota);
-                vec![a.window_micros(), a.capacity(), a.step_micros(), a.steps()]
-            }
-            Kind::LeakyMeter | Kind::LeakyQueue => vec![
-                quota.emission_interval_micros(),
-                quota.burst_tolerance_micros(),
-                u64::from(quota.burst()),
-            ],
-            Kind::TokenBucket => {
-                let a = TokenBucket::new(quota);
-                vec![a.interval_micros(), a.capacity()]
-            }
-            Kind::Gcra => {
-                let a = Gcra::new(quota);
-                vec![a.interval_micros(), a.tolerance_micros(), a.capacity()]
+    fn script(self) -> String {
+        struct Script;
+        impl AlgorithmVisitor for Script {
+            type Output = String;
+            fn visit<A: KnownAlgorithm>(self, _: A) -> String {
+                A::script()
             }
         }
+        self.visit(any_quota(), Script)
     }
+
+    fn params(self, quota: Quota) -> Vec<u64> {
+        struct Params;
+        impl AlgorithmVisitor for Params {
+            type Output = Vec<u64>;
+            fn visit<A: KnownAlgorithm>(self, algorithm: A) -> Vec<u64> {
+                algorithm.params().to_vec()
+            }
+        }
+        self.visit(quota, Params)
+    }
+
+    fn debt(self) -> bool {
+        struct Debt;
+        impl AlgorithmVisitor for Debt {
+            type Output = bool;
+            fn visit<A: KnownAlgorithm>(self, _: A) -> bool {
+                A::DEBT
+            }
+        }
+        self.visit(any_quota(), Debt)
+    }
+
+    fn fixed_size(self) -> Option<usize> {
+        struct Size;
+        impl AlgorithmVisitor for Size {
+            type Output = Option<usize>;
+            fn visit<A: KnownAlgorithm>(self, algorithm: A) -> Option<usize> {
+                // A key never seen, as stored: the fixed part alone.
+                let fresh = Stored {
+                    state: algorithm.initial_state(),
+                    ledger: Default::default(),
+                    latest: 0,
+                };
+                match algorithm.encode(&fresh) {
+                    Value::String(raw) => Some(raw.len()),
+                    Value::SortedSet(_) => None,
+                }
+            }
+        }
+        self.visit(any_quota(), Size)
+    }
+}
+
+fn any_quota() -> Quota {
+    Quota::per_second(5).expect("a valid quota")
 }
 
 /// What a call does, as the scripts and the module take it.
@@ -205,131 +195,17 @@ pub struct Memory {
 }
 
 impl Memory {
-    pub fn new(kind: Kind, quota: Quota) -> Self {
-        fn boxed<A: Algorithm>(
-            algorithm: A,
-            debt: bool,
-            prunes: bool,
-            past_a_ceiling: fn(&A, &A::State, &A::Ledger) -> bool,
-        ) -> Box<dyn FnMut(Op, u64, u32) -> Reply> {
-            let mut state = algorithm.initial_state();
-            let mut ledger = A::Ledger::default();
-            // The latest instant the key was written at.
-            let mut latest = 0u64;
-            let name = algorithm.name();
-            Box::new(move |op, now, cost| {
-                let invalid = |_| format!("ratelab {name}: invalid arguments");
-                // What the call reads: a key whose state can be forgotten
-                // reads as a key never seen (it stays in Redis until a
-                // write deletes it, or it expires).
-                let held = algorithm.forgettable_at(&state, &ledger) > now;
-                let (mut st, mut led, lat) = if held {
-                    (state.clone(), ledger.clone(), latest)
-                } else {
-                    (algorithm.initial_state(), A::Ledger::default(), 0)
-                };
-                // Writes what the call leaves, decided at `at`, or deletes
-                // the key when it can be forgotten then.
-                let mut store = |st: A::State, led: A::Ledger, lat: u64, at: u64| {
-                    if algorithm.forgettable_at(&st, &led) <= at {
-                        state = algorithm.initial_state();
-                        (ledger, latest) = (A::Ledger::default(), 0);
-                    } else {
-                        state = st;
-                        (ledger, latest) = (led, lat.max(at));
-                    }
-                };
-                let (decision, stamp) = match op {
-                    Op::Check | Op::Peek => {
-                        let d = algorithm.decide(&mut st, now, cost).map_err(invalid)?;
-                        if op == Op::Check && d.allowed && cost > 0 {
-                            let stamp = algorithm.stamp(&st, &led, now);
-                            store(st, led, lat, now);
-                            (d, stamp)
-                        } else {
-                            // The sliding log's check prunes what left the
-                            // window, whatever it decides.
-                            if op == Op::Check && prunes {
-                                store(st, led, lat, now);
-                            }
-                            (d, Stamp::default())
-                        }
-                    }
-                    Op::Settle { actual, stamp } => {
-                        let at = if debt { now.max(lat) } else { now };
-                        let settlement = Settlement {
-                            stamp,
-                            charged: cost,
-                            actual,
-                        };
-                        let d = algorithm
-                            .settle(&mut st, &mut led, at, settlement)
-                            .map_err(invalid)?;
-                        // Past a ceiling: refused, nothing written.
-                        if past_a_ceiling(&algorithm, &st, &led) {
-                            return Err(format!("ratelab {name}: out of range"));
-                        }
-                        store(st, led, lat, at);
-                        (d, Stamp::default())
-                    }
-                    Op::Reset => {
-                        if held {
-                            algorithm.reset(&mut st, &mut led, now);
-                            if past_a_ceiling(&algorithm, &st, &led) {
-                                return Err(format!("ratelab {name}: out of range"));
-                            }
-                        }
-                        let d = algorithm.decide(&mut st.clone(), now, 0).map_err(invalid)?;
-                        store(st, led, lat, now);
-                        (d, Stamp::default())
-                    }
-                };
-                let micros = |d: Duration| i64::try_from(d.as_micros()).unwrap();
-                Ok(vec![
-                    i64::from(decision.allowed),
-                    i64::try_from(decision.limit).unwrap(),
-                    i64::try_from(decision.remaining).unwrap(),
-                    micros(decision.retry_after()),
-                    micros(decision.reset_after()),
-                    micros(decision.delay()),
-                    i64::try_from(stamp.at).unwrap(),
-                    i64::try_from(stamp.mark).unwrap(),
-                ])
-            })
+    pub fn new(kind: AlgorithmKind, quota: Quota) -> Self {
+        struct Build;
+        impl AlgorithmVisitor for Build {
+            type Output = Box<dyn FnMut(Op, u64, u32) -> Reply>;
+            fn visit<A: KnownAlgorithm>(self, algorithm: A) -> Self::Output {
+                boxed(algorithm)
+            }
         }
-        // The protocol's ceilings (lua/README.md, "State"): a debt's end,
-        // and a shift's position (a stamp's `at + mark`) below 2^53, exact
-        // in the scripts' doubles. The ledger's own ceiling is the
-        // algorithms' (`LEDGER_CEILING`).
-        const MAX_END: u64 = (1 << 52) + (1 << 51);
-        const MAX_COUNT: u64 = 1 << 36;
-        fn debt<A: Algorithm<Ledger = Shifts>>(
-            algorithm: &A,
-            state: &A::State,
-            ledger: &Shifts,
-        ) -> bool {
-            algorithm.full_at(state) > MAX_END
-                || ledger
-                    .recent()
-                    .iter()
-                    .any(|shift| shift.position >= 1 << 53)
+        Memory {
+            run: kind.visit(quota, Build),
         }
-        let run = match kind {
-            Kind::FixedWindow => boxed(FixedWindow::new(quota), false, false, |_, c, _| {
-                c.count() > MAX_COUNT
-            }),
-            Kind::SlidingLog => boxed(SlidingLog::new(quota), false, true, |_, l, _| {
-                l.total() > 100_000
-            }),
-            Kind::SlidingCounter => boxed(SlidingCounter::new(quota), false, false, |_, w, _| {
-                w.current() > MAX_COUNT
-            }),
-            Kind::LeakyMeter => boxed(LeakyMeter::new(quota), true, false, debt),
-            Kind::LeakyQueue => boxed(LeakyQueue::new(quota), true, false, debt),
-            Kind::TokenBucket => boxed(TokenBucket::new(quota), true, false, debt),
-            Kind::Gcra => boxed(Gcra::new(quota), true, false, debt),
-        };
-        Memory { run }
     }
 
     pub fn decide(&mut self, now: u64, cost: u32) -> Reply {
@@ -340,6 +216,108 @@ impl Memory {
     pub fn run(&mut self, op: Op, now: u64, cost: u32) -> Reply {
         (self.run)(op, now, cost)
     }
+}
+
+/// `algorithm` run as the scripts run it (see [`Memory`]).
+fn boxed<A: KnownAlgorithm>(algorithm: A) -> Box<dyn FnMut(Op, u64, u32) -> Reply> {
+    let debt = A::DEBT;
+    // The sliding log's check prunes what left the window, whatever it
+    // decides.
+    let prunes = A::SHAPE == Shape::SortedSet;
+    // Past one of the protocol's ceilings (lua/README.md, "State"), as the
+    // algorithm's remote form says.
+    let past_a_ceiling = |algorithm: &A, state: &A::State, ledger: &A::Ledger| {
+        let stored = Stored {
+            state: state.clone(),
+            ledger: ledger.clone(),
+            latest: 0,
+        };
+        algorithm.out_of_range(&stored).is_some()
+    };
+    let mut state = algorithm.initial_state();
+    let mut ledger = A::Ledger::default();
+    // The latest instant the key was written at.
+    let mut latest = 0u64;
+    let name = algorithm.name();
+    Box::new(move |op, now, cost| {
+        let invalid = |_| format!("ratelab {name}: invalid arguments");
+        // What the call reads: a key whose state can be forgotten
+        // reads as a key never seen (it stays in Redis until a
+        // write deletes it, or it expires).
+        let held = algorithm.forgettable_at(&state, &ledger) > now;
+        let (mut st, mut led, lat) = if held {
+            (state.clone(), ledger.clone(), latest)
+        } else {
+            (algorithm.initial_state(), A::Ledger::default(), 0)
+        };
+        // Writes what the call leaves, decided at `at`, or deletes
+        // the key when it can be forgotten then.
+        let mut store = |st: A::State, led: A::Ledger, lat: u64, at: u64| {
+            if algorithm.forgettable_at(&st, &led) <= at {
+                state = algorithm.initial_state();
+                (ledger, latest) = (A::Ledger::default(), 0);
+            } else {
+                state = st;
+                (ledger, latest) = (led, lat.max(at));
+            }
+        };
+        let (decision, stamp) = match op {
+            Op::Check | Op::Peek => {
+                let d = algorithm.decide(&mut st, now, cost).map_err(invalid)?;
+                if op == Op::Check && d.allowed && cost > 0 {
+                    let stamp = algorithm.stamp(&st, &led, now);
+                    store(st, led, lat, now);
+                    (d, stamp)
+                } else {
+                    // The sliding log's check prunes what left the
+                    // window, whatever it decides.
+                    if op == Op::Check && prunes {
+                        store(st, led, lat, now);
+                    }
+                    (d, Stamp::default())
+                }
+            }
+            Op::Settle { actual, stamp } => {
+                let at = if debt { now.max(lat) } else { now };
+                let settlement = Settlement {
+                    stamp,
+                    charged: cost,
+                    actual,
+                };
+                let d = algorithm
+                    .settle(&mut st, &mut led, at, settlement)
+                    .map_err(invalid)?;
+                // Past a ceiling: refused, nothing written.
+                if past_a_ceiling(&algorithm, &st, &led) {
+                    return Err(format!("ratelab {name}: out of range"));
+                }
+                store(st, led, lat, at);
+                (d, Stamp::default())
+            }
+            Op::Reset => {
+                if held {
+                    algorithm.reset(&mut st, &mut led, now);
+                    if past_a_ceiling(&algorithm, &st, &led) {
+                        return Err(format!("ratelab {name}: out of range"));
+                    }
+                }
+                let d = algorithm.decide(&mut st.clone(), now, 0).map_err(invalid)?;
+                store(st, led, lat, now);
+                (d, Stamp::default())
+            }
+        };
+        let micros = |d: Duration| i64::try_from(d.as_micros()).unwrap();
+        Ok(vec![
+            i64::from(decision.allowed),
+            i64::try_from(decision.limit).unwrap(),
+            i64::try_from(decision.remaining).unwrap(),
+            micros(decision.retry_after()),
+            micros(decision.reset_after()),
+            micros(decision.delay()),
+            i64::try_from(stamp.at).unwrap(),
+            i64::try_from(stamp.mark).unwrap(),
+        ])
+    })
 }
 
 /// `reply` with an `out of range` error's key and detail cut off: the
@@ -380,8 +358,8 @@ pub fn argv_op(
 }
 
 /// The module command for `key` and `argv`.
-pub fn module_cmd(kind: Kind, key: &str, argv: &[String]) -> redis::Cmd {
-    let mut cmd = redis::cmd(kind.command());
+pub fn module_cmd(kind: AlgorithmKind, key: &str, argv: &[String]) -> redis::Cmd {
+    let mut cmd = redis::cmd(&kind.command());
     cmd.arg(key).arg(argv);
     cmd
 }
@@ -394,7 +372,7 @@ pub fn script_cmd(sha: &str, key: &str, argv: &[String]) -> redis::Cmd {
 }
 
 /// Loads `kind`'s script, returns its SHA1.
-pub fn load_script(connection: &mut redis::Connection, kind: Kind) -> String {
+pub fn load_script(connection: &mut redis::Connection, kind: AlgorithmKind) -> String {
     redis::cmd("SCRIPT")
         .arg("LOAD")
         .arg(kind.script())

@@ -1,9 +1,11 @@
 // `npm pack` / `npm publish` step, in plain JavaScript so that it runs on a
 // fresh checkout: installs the dev dependencies if they are not there yet
 // (`npm ci`, as package-lock.json pins them), builds the TypeScript, and
-// copies the scripts from the repository's lua/ into this package's lua/,
-// so that a packed package ships the very files (the tests compare what the
-// client loads with lua/, byte for byte).
+// copies the scripts from the repository's lua/ (links to the algorithm
+// crates' files, followed) and the algorithms' spec (lua/clients/
+// algorithms.json) into this package's lua/, so that a packed package ships
+// the very files (the tests compare what the client loads with lua/, byte
+// for byte).
 
 import { execFileSync } from "node:child_process";
 import { copyFileSync, existsSync, mkdirSync, readdirSync } from "node:fs";
@@ -26,7 +28,8 @@ if (!existsSync(join(repoLua, "prologue.lua"))) {
   throw new Error(`prepack: ${repoLua} holds no prologue.lua: pack from ratelab's lua/clients/node`);
 }
 const target = join(root, "lua");
-mkdirSync(target, { recursive: true });
+mkdirSync(join(target, "clients"), { recursive: true });
 const files = readdirSync(repoLua).filter((f) => f.endsWith(".lua"));
 for (const file of files) copyFileSync(join(repoLua, file), join(target, file));
-console.error(`prepack: copied ${files.length} scripts from ${repoLua} to ${target}`);
+copyFileSync(join(repoLua, "clients", "algorithms.json"), join(target, "clients", "algorithms.json"));
+console.error(`prepack: copied ${files.length} scripts and algorithms.json from ${repoLua} to ${target}`);

@@ -445,7 +445,9 @@ export class Policy {
     this.q = quota.burst;
     this.w = Math.max(1, Math.ceil(quota.windowMicros / 1_000_000));
     const algorithm = l.algorithm?.name ?? "";
-    const steady = ["gcra", "token-bucket", "leaky-meter", "leaky-queue"].includes(algorithm);
+    // One unit back every interval: a debt (GCRA, the token bucket, the
+    // leaky buckets, as algorithms.json says).
+    const steady = l.algorithm?.debt ?? false;
     this.interval = steady ? quota.emissionIntervalMicros : undefined;
     this.sliding = ["sliding-log", "sliding-counter"].includes(algorithm);
     this.item = `"${name}";q=${Math.min(this.q, INTEGER_MAX)};w=${Math.min(this.w, INTEGER_MAX)}`;

@@ -31,6 +31,7 @@ export {
   redisKey,
   scriptSource,
   scriptSha,
+  specPath,
   type Algorithm,
   type AlgorithmName,
   type Key,

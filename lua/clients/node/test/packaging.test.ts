@@ -39,11 +39,16 @@ after(() => {
 
 describe("the npm package", () => {
   it("packs on a fresh checkout, installs into a fresh project, and works there", { timeout: 240_000 }, () => {
-    // A fresh checkout: lua/*.lua and the client's tracked files only.
+    // A fresh checkout: lua/*.lua (links to the crates' scripts, as the
+    // files they name), the algorithms' spec, and the client's tracked files
+    // only.
     const checkout = join(work, "checkout");
     const lua = join(checkout, "lua");
     mkdirSync(join(lua, "clients"), { recursive: true });
-    for (const f of readdirSync(LUA).filter((f) => f.endsWith(".lua"))) cpSync(join(LUA, f), join(lua, f));
+    for (const f of readdirSync(LUA).filter((f) => f.endsWith(".lua"))) {
+      cpSync(join(LUA, f), join(lua, f), { dereference: true });
+    }
+    cpSync(join(LUA, "clients", "algorithms.json"), join(lua, "clients", "algorithms.json"));
     const node = join(lua, "clients", "node");
     for (const entry of ["package.json", "package-lock.json", "tsconfig.json", "src", "test", "testing", "scripts", "README.md"]) {
       cpSync(join(NODE_DIR, entry), join(node, entry), { recursive: true });
@@ -53,6 +58,7 @@ describe("the npm package", () => {
     const paths = files.map((f) => f.path).sort();
     assert.ok(paths.includes("dist/src/index.d.ts") && paths.includes("dist/src/express.js"), paths.join(" "));
     assert.ok(paths.includes("lua/prologue.lua") && paths.includes("lua/gcra.lua"), paths.join(" "));
+    assert.ok(paths.includes("lua/clients/algorithms.json"), paths.join(" "));
     assert.ok(!paths.some((p) => p.startsWith("dist/test") || p.startsWith("src/")), paths.join(" "));
 
     // A fresh project that depends on the tarball.
@@ -94,5 +100,7 @@ redis.disconnect();
     for (const f of readdirSync(LUA).filter((f) => f.endsWith(".lua"))) {
       assert.deepEqual(readFileSync(join(shipped, f)), readFileSync(join(LUA, f)), f);
     }
+    const spec = join("clients", "algorithms.json");
+    assert.deepEqual(readFileSync(join(shipped, spec)), readFileSync(join(LUA, spec)));
   });
 });

@@ -18,6 +18,7 @@ import {
   luaDir,
   redisKey,
   scriptSource,
+  specPath,
   type AlgorithmName,
 } from "../src/index.js";
 import { LUA } from "../testing/redis_server.js";
@@ -81,6 +82,26 @@ describe("the shared test vectors", () => {
   });
 });
 
+describe("algorithms.json, the spec this client reads", () => {
+  const spec = JSON.parse(readFileSync(join(LUA, "clients", "algorithms.json"), "utf8")) as {
+    protocol_version: number;
+    algorithms: { name: string; script: string; params: string[] }[];
+  };
+
+  it("is what the client read: every algorithm, in Rust's order, of this protocol version", () => {
+    assert.equal(spec.protocol_version, PROTOCOL_VERSION);
+    assert.deepEqual(Object.keys(ALGORITHMS), spec.algorithms.map((a) => a.name));
+    assert.equal(resolve(specPath()), resolve(join(luaDir(), "clients", "algorithms.json")));
+  });
+
+  it("names a script in lua/ for every algorithm, and the vectors cover them all", () => {
+    for (const a of spec.algorithms) {
+      assert.ok(readFileSync(join(LUA, a.script)).length > 0, a.script);
+    }
+    assert.deepEqual(new Set(vectors.algorithms.map((v) => v.algorithm)), new Set(spec.algorithms.map((a) => a.name)));
+  });
+});
+
 describe("the scripts", () => {
   it("are the files in lua/, byte for byte", () => {
     const prologue = readFileSync(join(LUA, "prologue.lua"));
@@ -124,8 +145,9 @@ describe("a quota", () => {
 describe("a sliding log on Redis", () => {
   it("takes at most MAX_STORED_LOG_LIMIT units: one sorted-set member each", () => {
     assert.equal(MAX_STORED_LOG_LIMIT, 10_000);
-    assert.equal(algorithm("sliding-log", Quota.perHour(MAX_STORED_LOG_LIMIT)).capacity, 10_000);
-    assert.throws(() => algorithm("sliding-log", Quota.perHour(MAX_STORED_LOG_LIMIT + 1)), /sliding counter/);
+    const cap = MAX_STORED_LOG_LIMIT ?? assert.fail("algorithms.json gives the sliding log a cap");
+    assert.equal(algorithm("sliding-log", Quota.perHour(cap)).capacity, 10_000);
+    assert.throws(() => algorithm("sliding-log", Quota.perHour(cap + 1)), /sliding counter/);
     assert.throws(() => algorithm("sliding-log", Quota.perSecond(5, 4_000_000_000)), RangeError);
     // Other algorithms keep one value a key, whatever the burst.
     assert.equal(algorithm("sliding-counter", Quota.perHour(1_000_000)).capacity, 1_000_000);

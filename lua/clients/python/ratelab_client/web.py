@@ -430,12 +430,14 @@ class Policy:
         # Rounded up, at least 1 s: the advertised rate is never faster.
         self.q = quota.burst
         self.w = max(1, -(-quota.window_us // 1_000_000))
-        algorithm = getattr(getattr(limiter, "algorithm", None), "name", None)
+        described = getattr(limiter, "algorithm", None)
+        algorithm = getattr(described, "name", None)
         # How the quota comes back, for `t` (ratelab-http's `Refill`): one
-        # unit every interval, all at once at the window's end, or on a
-        # schedule only the limiter knows (it is asked, with a peek).
-        self.interval = (quota.emission_interval_us
-                         if algorithm in ("gcra", "token-bucket", "leaky-meter", "leaky-queue") else None)
+        # unit every interval (a debt: GCRA, the token bucket, the leaky
+        # buckets, as algorithms.json says), all at once at the window's end,
+        # or on a schedule only the limiter knows (it is asked, with a peek);
+        # any other algorithm, only when the key is full again.
+        self.interval = quota.emission_interval_us if getattr(described, "debt", False) else None
         self.sliding = algorithm in ("sliding-log", "sliding-counter")
         self.item = f'"{name}";q={min(self.q, INTEGER_MAX)};w={min(self.w, INTEGER_MAX)}'
 

@@ -25,6 +25,11 @@ import redis.cluster
 REPO = Path(__file__).resolve().parents[4]
 LUA = REPO / "lua"
 
+# The client these tests test is this checkout's, whatever another checkout
+# installed in editable mode (the packaging test installs its own wheel in a
+# virtual environment of its own).
+sys.path.insert(0, str(REPO / "lua" / "clients" / "python"))
+
 
 def _die_with_parent() -> None:
     # PR_SET_PDEATHSIG: the server gets SIGKILL when this process dies.

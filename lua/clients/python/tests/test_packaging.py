@@ -77,3 +77,5 @@ def test_the_wheel_installs_into_a_fresh_venv_and_works(tmp_path, server):
     assert shipped == installed.parent / "lua"
     for path in LUA.glob("*.lua"):
         assert (shipped / path.name).read_bytes() == path.read_bytes(), path.name
+    spec = Path("clients") / "algorithms.json"
+    assert (shipped / spec).read_bytes() == (LUA / spec).read_bytes()

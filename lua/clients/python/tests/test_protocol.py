@@ -18,7 +18,7 @@ from ratelab_client import (
     algorithm,
     redis_key,
 )
-from ratelab_client.protocol import lua_dir, script_source
+from ratelab_client.protocol import lua_dir, script_source, spec_path
 
 from conftest import LUA
 
@@ -49,6 +49,20 @@ def test_parameters_and_fingerprints_are_the_vectors(v):
 
 def test_every_algorithm_has_vectors():
     assert {v["algorithm"] for v in VECTORS["algorithms"]} == set(ALGORITHMS)
+
+
+SPEC = json.loads((LUA / "clients" / "algorithms.json").read_text(encoding="utf-8"))
+
+
+def test_the_algorithms_are_the_spec_s_in_rust_s_order():
+    # What the client read at import (lua/clients/algorithms.json, which
+    # crates/ratelab/tests/protocol_vectors.rs generates and checks).
+    assert SPEC["protocol_version"] == PROTOCOL_VERSION
+    assert list(ALGORITHMS) == [a["name"] for a in SPEC["algorithms"]]
+    assert spec_path().resolve() == (lua_dir() / "clients" / "algorithms.json").resolve()
+    for a in SPEC["algorithms"]:
+        assert (LUA / a["script"]).read_bytes(), a["script"]
+        assert ALGORITHMS[a["name"]] == (a["code"], a["script"])
 
 
 @pytest.mark.parametrize("v", VECTORS["keys"], ids=lambda v: v["key_hex"][:24] or "empty")

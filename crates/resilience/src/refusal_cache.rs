@@ -17,7 +17,7 @@ pub(crate) struct RefusalCache {
 struct Refusal {
     /// The cost refused: requests of exactly this cost are refused again.
     /// A bigger one would need a later `retry_after`, which only the
-    /// algorithm knows: it goes to Redis.
+    /// algorithm knows: it goes to the store.
     cost: u32,
     /// Until when, on the limiter's time source (µs).
     until: u64,
@@ -59,7 +59,7 @@ impl RefusalCache {
         self.entries.lock().remove(key);
     }
 
-    /// `now` was read before the request was sent: Redis decided no earlier,
+    /// `now` was read before the request was sent: the store decided no earlier,
     /// so `now + retry_after` is never later than the instant it named.
     pub(crate) fn remember(&self, key: &[u8], cost: u32, now: u64, decision: &Decision) {
         let mut entries = self.entries.lock();

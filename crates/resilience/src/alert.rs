@@ -23,7 +23,7 @@ pub struct Alert<'a> {
 }
 
 /// The callback a program registers with
-/// [`RedisLimiterBuilder::on_alert`](crate::RedisLimiterBuilder::on_alert).
+/// [`Resilience::on_alert`](crate::Resilience::on_alert).
 pub(crate) type AlertCallback = Arc<dyn Fn(&Alert<'_>) + Send + Sync>;
 
 /// Where a limiter's alerts go.

@@ -9,34 +9,26 @@ use crate::breaker::Snapshot;
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct Stats {
-    /// Checks answered by Redis.
+    /// Calls the store answered.
     pub answered: u64,
-    /// Checks that failed because Redis did not answer within the timeout.
+    /// Calls that failed because the store did not answer within the
+    /// timeout.
     pub timeouts: u64,
-    /// Checks that failed because the connection failed or a cluster slot
-    /// was moving or down (outages).
+    /// Calls that failed because the store was unreachable (the connection
+    /// failed, a cluster slot was moving or down: outages).
     pub errors: u64,
-    /// Checks that failed on a data error: a key of the wrong type, corrupt
-    /// state, a reply out of bounds, Redis out of memory.
+    /// Calls that failed on a data error: a key of the wrong type, corrupt
+    /// state, a reply out of bounds, a store out of memory.
     pub data_errors: u64,
-    /// Calls sent to the native ratelab module (`RATELAB.<ALGORITHM>`),
-    /// answered or not.
-    pub module_calls: u64,
-    /// Calls sent as a Lua script (`EVALSHA`), answered or not; a call the
-    /// module did not know (`ERR unknown command`) and resent as a script
-    /// counts in both.
-    pub script_calls: u64,
-    /// Scripts reloaded after `NOSCRIPT` (a flush, a restart, a failover).
-    pub reloads: u64,
     /// Refusals answered from the local cache, without a round trip.
     pub cached_refusals: u64,
-    /// Checks answered by the failure policy without calling Redis, because
-    /// the circuit breaker was open.
+    /// Calls answered by the failure policy without calling the store,
+    /// because the circuit breaker was open.
     pub short_circuited: u64,
     /// Times the circuit breaker opened.
     pub breaker_opened: u64,
-    /// The circuit breaker is open now: Redis is not called until a probe
-    /// succeeds.
+    /// The circuit breaker is open now: the store is not called until a
+    /// probe succeeds.
     pub breaker_open: bool,
     /// The time left before an open breaker lets a probe through (zero when
     /// closed, or when a probe may go now).
@@ -49,9 +41,6 @@ pub(crate) struct Counters {
     pub(crate) timeouts: AtomicU64,
     pub(crate) errors: AtomicU64,
     pub(crate) data_errors: AtomicU64,
-    pub(crate) reloads: AtomicU64,
-    pub(crate) module_calls: AtomicU64,
-    pub(crate) script_calls: AtomicU64,
     pub(crate) cached_refusals: AtomicU64,
 }
 
@@ -66,9 +55,6 @@ impl Counters {
             answered: self.answered.load(Ordering::Relaxed),
             timeouts: self.timeouts.load(Ordering::Relaxed),
             errors: self.errors.load(Ordering::Relaxed),
-            reloads: self.reloads.load(Ordering::Relaxed),
-            module_calls: self.module_calls.load(Ordering::Relaxed),
-            script_calls: self.script_calls.load(Ordering::Relaxed),
             cached_refusals: self.cached_refusals.load(Ordering::Relaxed),
         }
     }

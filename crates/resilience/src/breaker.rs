@@ -1,6 +1,6 @@
-//! A circuit breaker: after consecutive outage failures, Redis is not called
-//! for a cool-down and the failure policy answers at once, so that an outage
-//! does not cost every request the full timeout.
+//! A circuit breaker: after consecutive outage failures, the store is not
+//! called for a cool-down and the failure policy answers at once, so that an
+//! outage does not cost every request the full timeout.
 
 use std::time::{Duration, Instant};
 
@@ -21,7 +21,7 @@ pub(crate) struct Breaker {
 #[derive(Default)]
 struct State {
     consecutive: u32,
-    /// Open until then: no call to Redis before.
+    /// Open until then: no call to the store before.
     open_until: Option<Instant>,
     /// A probe is out, until then at the latest.
     probing_until: Option<Instant>,
@@ -29,7 +29,7 @@ struct State {
     short_circuited: u64,
 }
 
-/// Whether a check may call Redis.
+/// Whether a call may reach the store.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Permit {
     /// Closed: call.
@@ -82,7 +82,7 @@ impl Breaker {
         }
     }
 
-    /// Redis answered (a decision or a data error: it is up either way).
+    /// The store answered (a decision or a data error: it is up either way).
     pub(crate) fn success(&self) {
         let mut state = self.state.lock();
         state.consecutive = 0;

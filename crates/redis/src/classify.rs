@@ -1,13 +1,8 @@
-//! What a check answers when Redis failed or was too slow: outages and data
-//! errors told apart, then the [`FailurePolicy`], after an alert.
+//! Redis's errors told apart: an outage (the failure policy of the
+//! resilience wrapper applies) or a data error (returned).
 
-use ratelab_core::{Decision, Error, Receipt, duration_to_micros};
+use ratelab_core::Error;
 use redis::{ErrorKind, RedisError, ServerErrorKind};
-
-use crate::alert::Alert;
-use crate::limiter::Inner;
-use crate::script::RedisAlgorithm;
-use crate::settings::FailurePolicy;
 
 /// A Redis error as an outage ([`Error::Backend`]: the connection, a
 /// cluster moving or down, a server loading or busy) or a data error
@@ -47,72 +42,6 @@ pub(crate) fn classify(error: RedisError) -> Error {
     match (error.code(), error.detail()) {
         (Some(code), Some(detail)) => Error::data(format!("{code} {detail}")),
         _ => Error::data(error),
-    }
-}
-
-impl<A: RedisAlgorithm> Inner<A> {
-    /// Raises an alert for `error`, then answers as the policy says: the
-    /// policy applies to outages, and to data errors only when asked to.
-    /// With `receipt`, an admission the fallback decided has the fallback's
-    /// receipt; fail open charges nothing anywhere, so it has none.
-    pub(crate) fn on_failure(
-        &self,
-        key: &[u8],
-        cost: u32,
-        error: Error,
-        receipt: bool,
-    ) -> Result<(Decision, Option<Receipt>), Error> {
-        let policy = if error.is_unavailable() || self.policy_on_data_errors {
-            self.failure
-        } else {
-            FailurePolicy::Error
-        };
-        self.alerts.raise(
-            &Alert {
-                algorithm: self.algorithm.name(),
-                error: &error,
-                policy,
-            },
-            self.stats(),
-        );
-        let mut issued = None;
-        let decision = match policy {
-            FailurePolicy::Error => return Err(error),
-            // As a fresh key would answer: what is left after `cost`, and
-            // (the contract: full iff nothing is missing) the longest this
-            // algorithm takes to be full again when something is.
-            FailurePolicy::Allow => Decision::admitted(self.capacity)
-                .with_remaining(self.capacity - u64::from(cost))
-                .with_reset_after_micros(if cost == 0 {
-                    0
-                } else {
-                    self.algorithm.max_wait_micros().max(1)
-                }),
-            FailurePolicy::Deny => {
-                // An open breaker says when Redis is tried again; else the
-                // next check may find it back after a timeout at most.
-                let wait = match &error {
-                    Error::CircuitOpen(wait) => *wait,
-                    _ => self.timeout,
-                };
-                let retry = duration_to_micros(wait).max(1);
-                Decision::refused(self.capacity)
-                    .with_retry_after_micros(retry)
-                    .with_reset_after_micros(retry)
-            }
-            FailurePolicy::Fallback => match &self.fallback {
-                Some(fallback) if receipt => {
-                    let (decision, given) = fallback.check_with_receipt(key, cost)?;
-                    issued = given;
-                    decision
-                }
-                Some(fallback) => fallback.check(key, cost)?,
-                None => return Err(error),
-            },
-        };
-        // Told apart from Redis's own answers, so that a caller with its own
-        // failure mode (an HTTP policy) can let that mode win.
-        Ok((decision.degraded(), issued))
     }
 }
 

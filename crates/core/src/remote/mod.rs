@@ -1,0 +1,793 @@
+//! [`RemoteForm`]: an algorithm as a store outside this process runs it (the
+//! Redis scripts, ratelab's native Redis module, the clients in other
+//! languages), described once, by the algorithm's own crate.
+//!
+//! A remote store runs the algorithm's decision logic on state it keeps
+//! itself, one key per user key, and is called with numbers: the algorithm's
+//! parameters (derived from its [`Quota`]), the instant, the cost, the
+//! operation. The remote form is what such a store needs beyond
+//! [`Algorithm`]:
+//!
+//! - a short **code** that ends its keys (`gcra`, `tb`, ...) and a **name**
+//!   its errors and the module's command carry;
+//! - its **parameters** from a quota, and back: [`RemoteForm::from_params`]
+//!   builds the algorithm from the numbers a caller sent, refusing what no
+//!   quota yields, exactly as the scripts and the module refuse it;
+//! - the **encoding of its stored state**, the scripts' own byte for byte
+//!   (the State table of `lua/README.md`), checked as the scripts check it:
+//!   [`RemoteForm::encode`] and [`RemoteForm::decode`] for the whole value,
+//!   and, for a state kept in one string, [`StringForm`]'s parts that the
+//!   module reads in place;
+//! - its **script**: the algorithm's Lua file, which the store sends after
+//!   the shared [`PROLOGUE`].
+//!
+//! Nothing here talks to Redis: `ratelab-redis` and the module are generic
+//! over [`RemoteForm`], so an algorithm is its crate, its script and one arm
+//! of the facade's `AlgorithmKind`.
+//!
+//! ```
+//! use ratelab_core::remote::{Params, rate_quota, window_quota};
+//!
+//! // 10 units, one back every 200 ms: a quota of 5 per second, bursts of 10
+//! // (or any other with that rate and burst).
+//! let quota = rate_quota(200_000, 10).expect("a quota has them");
+//! assert_eq!((quota.emission_interval_micros(), quota.burst()), (200_000, 10));
+//! // A window of 10 units per 2 s (5 per second, or 10 per 2 s).
+//! assert_eq!(window_quota(2_000_000, 10).map(|q| q.window_micros()), Some(2_000_000));
+//! // No quota has a burst of zero units.
+//! assert_eq!(rate_quota(200_000, 0), None);
+//! let params = Params::new(&[200_000, 2_000_000, 10]);
+//! assert_eq!(params.to_string(), "200000,2000000,10");
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
+pub mod lua;
+
+use std::fmt;
+use std::time::Duration;
+
+#[cfg(doc)]
+use crate::LEDGER_CEILING;
+use crate::{Algorithm, Ledger, MAX_RECENT_SHIFTS, Quota, Shift, Shifts};
+
+/// The scripts' shared prologue (`lua/prologue.lua`): it reads the
+/// arguments, the clock and the deadline, and holds the helpers every
+/// algorithm's script uses. The script a store sends is this, followed
+/// immediately by the algorithm's [`RemoteForm::SCRIPT`].
+pub const PROLOGUE: &str = include_str!("../../lua/prologue.lua");
+
+/// The version of the stored states' format, the first part of every key's
+/// fingerprint input (`v2:<code>:<params>`): a new format names new keys, so
+/// that no script ever reads a state written in another.
+pub const STATE_FORMAT: &str = "v2";
+
+/// The most parameters an algorithm takes (the sliding counter's four).
+pub const MAX_PARAMS: usize = 4;
+
+/// The latest instant a debt may end at, µs: 2^52 + 2^51. Settlements
+/// charge debt whatever the room, once per receipt, so a key may owe far
+/// more than its capacity, up to this; with `now` at most 2^52 and a
+/// tolerance below 2^50 + 2^32, every sum the algorithms make stays below
+/// 2^53, exact in the scripts' doubles.
+pub const MAX_END: u64 = (1 << 52) + (1 << 51);
+
+/// The most units a window may count: 2^36 (times 65,536 steps, below 2^53).
+pub const MAX_COUNT: u64 = 1 << 36;
+
+/// The most units a sliding log may hold on a store (one sorted-set member
+/// each).
+pub const MAX_LOG_UNITS: u64 = 100_000;
+
+/// 2^53: numbers from it up are not exact in the scripts' doubles, so no
+/// stored number reaches it (a debt's shift recorded at such a position is
+/// out of range).
+pub const EXACT: u64 = 1 << 53;
+
+/// The bytes of one stored shift, after a debt's state: `struct '<ddd'`
+/// (before, position, at).
+pub const SHIFT_SIZE: usize = 24;
+
+/// The longest tail of shifts a debt's state may have.
+pub const MAX_TAIL: usize = SHIFT_SIZE * MAX_RECENT_SHIFTS;
+
+/// The longest fixed part of a stored string (the sliding counter's four
+/// doubles).
+const MAX_FIXED: usize = 32;
+
+/// The parameters a store is called with (`ARGV[7...]` of the scripts), at
+/// most [`MAX_PARAMS`], on the stack. Reads as a slice; displays as the key
+/// fingerprint joins them (`200000,2000000,10`).
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Params {
+    values: [u64; MAX_PARAMS],
+    len: usize,
+}
+
+impl Params {
+    /// `values`, in order.
+    ///
+    /// # Panics
+    ///
+    /// With more than [`MAX_PARAMS`] values: no algorithm takes them.
+    pub const fn new(values: &[u64]) -> Self {
+        assert!(values.len() <= MAX_PARAMS, "at most MAX_PARAMS parameters");
+        let mut out = [0; MAX_PARAMS];
+        let mut i = 0;
+        while i < values.len() {
+            out[i] = values[i];
+            i += 1;
+        }
+        Params {
+            values: out,
+            len: values.len(),
+        }
+    }
+}
+
+impl std::ops::Deref for Params {
+    type Target = [u64];
+
+    fn deref(&self) -> &[u64] {
+        &self.values[..self.len]
+    }
+}
+
+impl fmt::Debug for Params {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_list().entries(self.iter()).finish()
+    }
+}
+
+impl fmt::Display for Params {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, value) in self.iter().enumerate() {
+            if i > 0 {
+                f.write_str(",")?;
+            }
+            write!(f, "{value}")?;
+        }
+        Ok(())
+    }
+}
+
+impl PartialEq<[u64]> for Params {
+    fn eq(&self, other: &[u64]) -> bool {
+        **self == *other
+    }
+}
+
+/// What a store keeps under a key for an algorithm.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Shape {
+    /// One string: the state's fixed part ([`StringForm::SIZE`] bytes),
+    /// then a debt's recent shifts, [`SHIFT_SIZE`] bytes each.
+    String,
+    /// A sorted set (the sliding log: one member per admitted unit, scored
+    /// by the µs it was admitted at).
+    SortedSet,
+}
+
+/// A key's whole value as a store holds it, in the scripts' encoding.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Value {
+    /// [`Shape::String`]: the string's bytes.
+    String(Vec<u8>),
+    /// [`Shape::SortedSet`]: each member and its score (an integer: the
+    /// scripts score by µs), in no particular order.
+    SortedSet(Vec<(Vec<u8>, u64)>),
+}
+
+/// A key's state as a store keeps it: the algorithm's, its ledger (a debt's
+/// [`Shifts`], a window's fence), and the latest instant it was written at
+/// (the debts that keep one beside their state; 0 for the others).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Stored<S, L> {
+    /// The algorithm's state.
+    pub state: S,
+    /// Its ledger.
+    pub ledger: L,
+    /// The latest instant a check, settlement or reset wrote the key at, µs.
+    pub latest: u64,
+}
+
+/// The state an algorithm keeps for a key, as stored.
+pub type StoredOf<A> = Stored<<A as Algorithm>::State, <A as Algorithm>::Ledger>;
+
+/// An algorithm's remote form: what a store outside this process (the
+/// Redis scripts, the native module, the Python and Node clients) needs to
+/// run it, and how it stores its state. See the [module docs](self).
+///
+/// Contract for implementations:
+///
+/// - [`RemoteForm::params`] of an algorithm built from any quota builds it
+///   back through [`RemoteForm::from_params`], with the same parameters, and
+///   parameters no quota yields are refused (`None`), as the script refuses
+///   them (`invalid arguments`);
+/// - [`RemoteForm::decode`] reads back exactly what [`RemoteForm::encode`]
+///   writes, refuses everything else a script would refuse as `corrupt
+///   state`, and words the refusal as the script does;
+/// - [`RemoteForm::SCRIPT`] mirrors the algorithm's `decide`, `stamp`,
+///   `settle`, `reset` and `forgettable_at` exactly, on that encoding.
+pub trait RemoteForm: Algorithm<Ledger: StoredLedger> + Clone {
+    /// The algorithm's name ([`Algorithm::name`]): in the scripts' and the
+    /// module's error replies (`ratelab <name>: ...`) and in the module's
+    /// command ([`command_name`]).
+    const NAME: &'static str;
+
+    /// A short code that ends the algorithm's keys (`gcra`, `tb`, ...):
+    /// short, because on Redis the key's name is a good part of the memory
+    /// it takes.
+    const CODE: &'static str;
+
+    /// The script's file name (`gcra.lua`): in the algorithm crate's `lua/`
+    /// folder, and linked from the repository's `lua/`.
+    const SCRIPT_FILE: &'static str;
+
+    /// The script's source, the algorithm's Lua file: a store sends
+    /// [`PROLOGUE`] followed by it ([`RemoteForm::script`]).
+    const SCRIPT: &'static str;
+
+    /// How many parameters the script takes.
+    const PARAMS: usize;
+
+    /// How a store keeps the state.
+    const SHAPE: Shape;
+
+    /// The largest burst a store keeps for one key, and why, if there is
+    /// one (a sliding log keeps a member per unit): a larger one is
+    /// [`RemoteForm::unsupported`], refused before any call, and its
+    /// parameters are `invalid arguments` to the script. `None` by default.
+    const MAX_STORED_BURST: Option<(u32, &'static str)> = None;
+
+    /// A debt (GCRA, token bucket, leaky meter and queue): its settlements
+    /// charge whatever the room, so its waits may run past
+    /// [`RemoteForm::max_wait_micros`] up to [`MAX_END`]; a settlement
+    /// decides at the latest instant the key was written at; its ledger's
+    /// recent shifts follow its state.
+    const DEBT: bool = <Self::Ledger as StoredLedger>::SHIFTS;
+
+    /// The parameters the script takes, derived from the quota.
+    fn params(&self) -> Params;
+
+    /// The algorithm whose quota yields `params` (exactly
+    /// [`RemoteForm::PARAMS`] of them), if any: `None` for parameters no
+    /// quota yields, as the script answers `invalid arguments`. The
+    /// algorithm built may have other parameters where some are derived
+    /// from others (a tolerance from the burst): [`RemoteForm::parse`]
+    /// refuses those.
+    fn from_params(params: &[u64]) -> Option<Self>;
+
+    /// The longest `retry_after`, `reset_after` or `delay` a store answers
+    /// from state checks wrote, µs (before any clock skew allowance): a
+    /// reply beyond it is invalid, but for a debt's (see
+    /// [`RemoteForm::DEBT`]).
+    fn max_wait_micros(&self) -> u64;
+
+    /// Why these parameters cannot run on a store, if they cannot: a burst
+    /// above [`RemoteForm::MAX_STORED_BURST`]. Refused before any call.
+    fn unsupported(&self) -> Option<&'static str> {
+        let (max, why) = Self::MAX_STORED_BURST?;
+        (self.capacity() > u64::from(max)).then_some(why)
+    }
+
+    /// What in `stored`, after a settlement or a reset, is past one of the
+    /// protocol's ceilings ([`MAX_END`], [`MAX_COUNT`], [`MAX_LOG_UNITS`], a
+    /// shift's position at [`EXACT`]), worded as the script words it; the
+    /// store then answers `out of range` and writes nothing.
+    fn out_of_range(&self, stored: &StoredOf<Self>) -> Option<String>;
+
+    /// `stored` as the script writes it.
+    fn encode(&self, stored: &StoredOf<Self>) -> Value;
+
+    /// The state in `value`, read and checked as the script reads it at
+    /// `now` (instants may be up to `skew` µs ahead), or what is wrong with
+    /// it, worded as the script words it after `corrupt state at <key>: `.
+    fn decode(&self, value: &Value, now: u64, skew: u64) -> Result<StoredOf<Self>, String>;
+
+    /// The algorithm a caller's `params` name, checked as the script checks
+    /// them: exactly [`RemoteForm::PARAMS`], some quota yielding them, every
+    /// one as that quota gives it, and a burst a store keeps.
+    fn parse(params: &[u64]) -> Option<Self> {
+        if params.len() != Self::PARAMS {
+            return None;
+        }
+        let algorithm = Self::from_params(params)?;
+        (algorithm.params() == *params && algorithm.unsupported().is_none()).then_some(algorithm)
+    }
+
+    /// The script a store sends: [`PROLOGUE`] followed by
+    /// [`RemoteForm::SCRIPT`], no separator.
+    fn script() -> String {
+        let mut source = String::with_capacity(PROLOGUE.len() + Self::SCRIPT.len());
+        source.push_str(PROLOGUE);
+        source.push_str(Self::SCRIPT);
+        source
+    }
+}
+
+/// A [`RemoteForm`] whose state is one string ([`Shape::String`]): its fixed
+/// part, then a debt's shifts. These are the parts the native module reads
+/// and writes in place, without allocating; [`encode_string`] and
+/// [`decode_string`] put them together as [`RemoteForm::encode`] and
+/// [`RemoteForm::decode`].
+pub trait StringForm: RemoteForm {
+    /// The length of the fixed part: exact for a window's string; a debt's
+    /// is followed by 0 to [`MAX_RECENT_SHIFTS`] shifts of [`SHIFT_SIZE`]
+    /// bytes.
+    const SIZE: usize;
+
+    /// The state in `fixed` (the first [`StringForm::SIZE`] bytes), with a
+    /// ledger of its total only (the shifts that follow are read by
+    /// [`StoredLedger::read_tail`]), or what is wrong with it, worded as the
+    /// script words it.
+    fn decode_fixed(&self, fixed: &[u8], now: u64, skew: u64) -> Result<StoredOf<Self>, String>;
+
+    /// The fixed part of `stored`, as the script writes it.
+    fn encode_fixed(&self, stored: &StoredOf<Self>) -> Encoded;
+
+    /// The latest instant the key was written at (the leaky meter's is its
+    /// level's own instant).
+    fn latest(&self, stored: &StoredOf<Self>) -> u64 {
+        stored.latest
+    }
+
+    /// Whether a check of `cost` at `now` is admitted whatever the key
+    /// holds, knowing only that no instant in it is later than `latest`
+    /// (µs). `false` unless the algorithm can tell: the module then reads
+    /// the key in place, as its write will store it again.
+    fn admits_all_up_to(&self, latest: u64, now: u64, cost: u32) -> bool {
+        let _ = (latest, now, cost);
+        false
+    }
+}
+
+/// A ledger as a store keeps it: a debt's [`Shifts`] have their total in the
+/// state and their recent shifts after it; a window's fence (`u64`) is in
+/// the state, with nothing after.
+pub trait StoredLedger: Ledger {
+    /// Shifts follow the state (a debt's ledger).
+    const SHIFTS: bool;
+
+    /// Adds the shifts stored in `tail` (a whole number of them, at most
+    /// [`MAX_RECENT_SHIFTS`]) to this ledger, read with its total only; or
+    /// what is wrong with them, worded as the scripts word it. Nothing to
+    /// read for a window (its tail is empty).
+    fn read_tail(&mut self, tail: &[u8]) -> Result<(), String>;
+
+    /// Appends what follows the state: a debt's recent shifts.
+    fn write_tail(&self, out: &mut Encoded);
+}
+
+impl StoredLedger for u64 {
+    const SHIFTS: bool = false;
+
+    fn read_tail(&mut self, tail: &[u8]) -> Result<(), String> {
+        debug_assert!(tail.is_empty(), "a window's string has no tail");
+        Ok(())
+    }
+
+    fn write_tail(&self, _out: &mut Encoded) {}
+}
+
+impl StoredLedger for Shifts {
+    const SHIFTS: bool = true;
+
+    /// `read_shifts` of the prologue: each number an integer below 2^53,
+    /// each `before` below the next one's, the last one's below the total
+    /// (the order [`Shifts::from_parts`] accepts), checked in the script's
+    /// order, so that the first fault found is the one named.
+    fn read_tail(&mut self, tail: &[u8]) -> Result<(), String> {
+        let n = tail.len() / SHIFT_SIZE;
+        let total = self.total();
+        let mut recent: Vec<Shift> = Vec::with_capacity(n);
+        for (i, raw) in tail.chunks_exact(SHIFT_SIZE).enumerate() {
+            let values: [f64; 3] = doubles(raw);
+            let Some([before, position, at]) = integers(values) else {
+                let [before, position, at] = values;
+                return Err(format!(
+                    "shift {} of {n}: before {}, position {}, at {}",
+                    i + 1,
+                    lua::tostring(before),
+                    lua::tostring(position),
+                    lua::tostring(at)
+                ));
+            };
+            if let Some(previous) = recent.last()
+                && previous.before >= before
+            {
+                return Err(format!(
+                    "shift {i} of {n}: before {}, not below {before}",
+                    previous.before
+                ));
+            }
+            recent.push(Shift {
+                before,
+                position,
+                at,
+            });
+        }
+        if let Some(last) = recent.last()
+            && last.before >= total
+        {
+            return Err(format!(
+                "shift {n} of {n}: before {}, not below {total}",
+                last.before
+            ));
+        }
+        *self =
+            Shifts::from_parts(total, recent).ok_or_else(|| format!("{n} shifts out of order"))?;
+        Ok(())
+    }
+
+    fn write_tail(&self, out: &mut Encoded) {
+        for shift in self.recent() {
+            for value in [shift.before, shift.position, shift.at] {
+                out.push_double(value);
+            }
+        }
+    }
+}
+
+/// A stored string on the stack: at most 32 bytes of fixed part, then a
+/// debt's tail of shifts.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Encoded {
+    bytes: [u8; MAX_FIXED + MAX_TAIL],
+    len: usize,
+}
+
+impl Encoded {
+    /// Nothing yet.
+    pub const fn new() -> Encoded {
+        Encoded {
+            bytes: [0; MAX_FIXED + MAX_TAIL],
+            len: 0,
+        }
+    }
+
+    /// `values`, each a little-endian double (exact: every one an integer
+    /// below 2^53), as Lua's `struct.pack('<d...')` writes them.
+    pub fn doubles(values: &[u64]) -> Encoded {
+        let mut out = Encoded::new();
+        for &value in values {
+            out.push_double(value);
+        }
+        out
+    }
+
+    /// Appends `part`.
+    ///
+    /// # Panics
+    ///
+    /// Past a fixed part and a full tail of shifts: no state is longer.
+    pub fn push(&mut self, part: &[u8]) {
+        let end = self.len + part.len();
+        self.bytes[self.len..end].copy_from_slice(part);
+        self.len = end;
+    }
+
+    /// Appends `value` as a little-endian double.
+    pub fn push_double(&mut self, value: u64) {
+        self.push(&lua::double(value).to_le_bytes());
+    }
+}
+
+impl Default for Encoded {
+    fn default() -> Self {
+        Encoded::new()
+    }
+}
+
+impl std::ops::Deref for Encoded {
+    type Target = [u8];
+
+    fn deref(&self) -> &[u8] {
+        &self.bytes[..self.len]
+    }
+}
+
+impl fmt::Debug for Encoded {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Encoded({})", lua::show(self))
+    }
+}
+
+/// `N` little-endian doubles from `raw`, as Lua's `struct.unpack('<d...')`
+/// reads them.
+///
+/// # Panics
+///
+/// When `raw` holds fewer than `8 × N` bytes.
+pub fn doubles<const N: usize>(raw: &[u8]) -> [f64; N] {
+    std::array::from_fn(|i| {
+        f64::from_le_bytes(raw[8 * i..8 * i + 8].try_into().expect("eight bytes"))
+    })
+}
+
+/// Each of `values` as the integer it stores (`stored(x)` of the
+/// prologue), or `None` if one is no integer below 2^53.
+pub fn integers<const N: usize>(values: [f64; N]) -> Option<[u64; N]> {
+    let mut out = [0; N];
+    for (o, v) in out.iter_mut().zip(values) {
+        *o = lua::stored_integer(v)?;
+    }
+    Some(out)
+}
+
+/// A string as a store holds it, split as the scripts read it: the state
+/// (with a debt's ledger total only) and the bytes of a debt's shifts,
+/// unread; or what is wrong with it. A window's string is exactly
+/// [`StringForm::SIZE`] bytes; a debt's is followed by 0 to
+/// [`MAX_RECENT_SHIFTS`] shifts of [`SHIFT_SIZE`] bytes.
+pub fn split_string<'a, A: StringForm>(
+    algorithm: &A,
+    raw: &'a [u8],
+    now: u64,
+    skew: u64,
+) -> Result<(StoredOf<A>, &'a [u8]), String> {
+    let tail = raw.len().checked_sub(A::SIZE);
+    let sized = match tail {
+        Some(tail) if A::DEBT => tail % SHIFT_SIZE == 0 && tail <= MAX_TAIL,
+        Some(tail) => tail == 0,
+        None => false,
+    };
+    if !sized {
+        return Err(if A::DEBT {
+            format!(
+                "{} bytes, not {} plus 24 per shift, up to 64: {}",
+                raw.len(),
+                A::SIZE,
+                lua::show(raw)
+            )
+        } else {
+            format!("{} bytes, not {}: {}", raw.len(), A::SIZE, lua::show(raw))
+        });
+    }
+    let (fixed, tail) = raw.split_at(A::SIZE);
+    Ok((algorithm.decode_fixed(fixed, now, skew)?, tail))
+}
+
+/// [`RemoteForm::encode`] of a [`StringForm`]: the fixed part, then a
+/// debt's shifts.
+pub fn encode_string<A: StringForm>(algorithm: &A, stored: &StoredOf<A>) -> Value {
+    let mut out = algorithm.encode_fixed(stored);
+    stored.ledger.write_tail(&mut out);
+    Value::String(out.to_vec())
+}
+
+/// [`RemoteForm::decode`] of a [`StringForm`]: a string, sized, its fixed
+/// part and its shifts read and checked.
+pub fn decode_string<A: StringForm>(
+    algorithm: &A,
+    value: &Value,
+    now: u64,
+    skew: u64,
+) -> Result<StoredOf<A>, String> {
+    let Value::String(raw) = value else {
+        return Err("a zset, not a string".to_owned());
+    };
+    let (mut stored, tail) = split_string(algorithm, raw, now, skew)?;
+    stored.ledger.read_tail(tail)?;
+    Ok(stored)
+}
+
+/// The module's command for the algorithm named `name`: `RATELAB.` and the
+/// name in capitals (`RATELAB.GCRA`, `RATELAB.SLIDING-LOG`).
+pub fn command_name(name: &str) -> String {
+    format!("RATELAB.{}", name.to_ascii_uppercase())
+}
+
+/// A quota of `burst` units, one back every `interval` µs, if one exists:
+/// `burst` per a period that rounds to that interval (the prologue's
+/// `rate_ok`).
+pub fn rate_quota(interval: u64, burst: u64) -> Option<Quota> {
+    let burst32 = u32::try_from(burst).ok()?;
+    if interval == 0 || burst == 0 {
+        return None;
+    }
+    // `burst × T` itself, else the shortest period that rounds up to `T`
+    // (for a tolerance just past the longest period).
+    let candidates = [burst.checked_mul(interval)?, burst * (interval - 1) + 1];
+    candidates.into_iter().find_map(|period| {
+        Quota::new(burst32, Duration::from_micros(period))
+            .ok()
+            .filter(|q| q.emission_interval_micros() == interval && q.burst() == burst32)
+    })
+}
+
+/// A quota of `limit` units per window of `window` µs, if one exists (the
+/// prologue's `window_ok`).
+pub fn window_quota(window: u64, limit: u64) -> Option<Quota> {
+    let limit32 = u32::try_from(limit).ok()?;
+    Quota::new(limit32, Duration::from_micros(window))
+        .ok()
+        .filter(|q| q.window_micros() == window && q.burst() == limit32)
+}
+
+/// A debt's ledger of `total` with no shifts yet: `None` past
+/// [`LEDGER_CEILING`].
+pub fn ledger_total(total: u64) -> Option<Shifts> {
+    Shifts::from_parts(total, Vec::new())
+}
+
+/// The fixed part of a state that is one instant (GCRA's TAT, the leaky
+/// queue's next free slot), `struct '<ddd'`: the instant, the ledger's
+/// total, the latest instant written; `what` names the instant in the
+/// refusal.
+pub fn decode_instant(
+    fixed: &[u8],
+    now: u64,
+    skew: u64,
+    what: &str,
+) -> Result<Stored<u64, Shifts>, String> {
+    let values: [f64; 3] = doubles(fixed);
+    let Some((end, ledger, latest)) = integers(values)
+        .filter(|[end, _, _]| *end <= MAX_END)
+        .and_then(|[end, total, latest]| Some((end, ledger_total(total)?, latest)))
+    else {
+        let [end, ledger, latest] = values;
+        return Err(format!(
+            "{what} {}, ledger {}, written at {}",
+            lua::tostring(end),
+            lua::tostring(ledger),
+            lua::tostring(latest)
+        ));
+    };
+    if latest > now.saturating_add(skew) {
+        return Err(format!("written at {latest}, after now"));
+    }
+    Ok(Stored {
+        state: end,
+        ledger,
+        latest,
+    })
+}
+
+/// The fixed part [`decode_instant`] reads.
+pub fn encode_instant(stored: &Stored<u64, Shifts>) -> Encoded {
+    Encoded::doubles(&[stored.state, stored.ledger.total(), stored.latest])
+}
+
+/// What is past a ceiling in a debt's state that ends at `end`: the end
+/// itself, or a shift recorded at a position no double holds exactly (a
+/// stamp's `at + mark` from 2^53 up, which only ledgers grown by resets near
+/// the ceilings reach).
+pub fn debt_out_of_range(end: u64, ledger: &Shifts) -> Option<String> {
+    if end > MAX_END {
+        return Some(format!("debt until {end}, past 2^52 + 2^51"));
+    }
+    ledger
+        .recent()
+        .iter()
+        .any(|shift| shift.position >= EXACT)
+        .then(|| "a shift's position at 2^53 or past".to_owned())
+}
+
+/// A window that starts after now (beyond a stepped-back clock): never
+/// written with this window length, it would refuse until a far future.
+pub fn window_after_now(index: u64, window: u64, now: u64, skew: u64) -> bool {
+    u128::from(index) * u128::from(window) > u128::from(now) + u128::from(skew)
+}
+
+/// [`StringForm::admits_all_up_to`] of a state that is one instant, which a
+/// later instant never helps to admit (GCRA's theoretical arrival time, the
+/// leaky queue's next slot): the latest state possible is decided.
+pub fn admits_at_latest<A: Algorithm<State = u64>>(
+    algorithm: &A,
+    latest: u64,
+    now: u64,
+    cost: u32,
+) -> bool {
+    let mut latest = latest;
+    algorithm
+        .decide(&mut latest, now, cost)
+        .is_ok_and(|decision| decision.allowed)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn shifts(total: u64, recent: &[(u64, u64, u64)]) -> Shifts {
+        let recent = recent
+            .iter()
+            .map(|&(before, position, at)| Shift {
+                before,
+                position,
+                at,
+            })
+            .collect();
+        Shifts::from_parts(total, recent).expect("well ordered")
+    }
+
+    #[test]
+    fn shifts_are_read_as_from_parts_accepts_them() {
+        let le =
+            |values: &[f64]| -> Vec<u8> { values.iter().flat_map(|v| v.to_le_bytes()).collect() };
+        let read = |total: u64, tail: &[f64]| {
+            let mut ledger = ledger_total(total).unwrap();
+            ledger.read_tail(&le(tail)).map(|()| ledger)
+        };
+        assert_eq!(
+            read(10, &[2.0, 5.0, 7.0, 6.0, 0.0, 8.0]),
+            Ok(shifts(10, &[(2, 5, 7), (6, 0, 8)]))
+        );
+        assert_eq!(
+            read(10, &[2.0, 0.5, 7.0]),
+            Err("shift 1 of 1: before 2, position 0.5, at 7".to_owned())
+        );
+        assert_eq!(
+            read(10, &[2.0, 5.0, 7.0, 2.0, 0.0, 8.0]),
+            Err("shift 1 of 2: before 2, not below 2".to_owned())
+        );
+        assert_eq!(
+            read(10, &[10.0, 5.0, 7.0]),
+            Err("shift 1 of 1: before 10, not below 10".to_owned())
+        );
+        assert_eq!(
+            read(10, &[2.0, 5.0, 9_007_199_254_740_992.0]),
+            Err("shift 1 of 1: before 2, position 5, at 9.007199254741e+15".to_owned())
+        );
+        // Written back as read.
+        let ledger = shifts(10, &[(2, 5, 7), (6, 0, 8)]);
+        let mut out = Encoded::new();
+        ledger.write_tail(&mut out);
+        assert_eq!(*out, le(&[2.0, 5.0, 7.0, 6.0, 0.0, 8.0]));
+    }
+
+    #[test]
+    fn a_shift_no_double_holds_is_out_of_range() {
+        let at = |position| shifts(10, &[(2, position, 7)]);
+        assert_eq!(debt_out_of_range(5, &at(EXACT - 1)), None);
+        assert_eq!(
+            debt_out_of_range(5, &at(EXACT)),
+            Some("a shift's position at 2^53 or past".to_owned())
+        );
+        assert_eq!(
+            debt_out_of_range(MAX_END + 1, &Shifts::default()),
+            Some(format!("debt until {}, past 2^52 + 2^51", MAX_END + 1))
+        );
+    }
+
+    #[test]
+    fn an_instant_is_read_back_and_checked() {
+        let now = 1_700_000_000_000_000;
+        let stored = Stored {
+            state: now + 3,
+            ledger: shifts(9, &[]),
+            latest: now - 1,
+        };
+        let raw = encode_instant(&stored);
+        assert_eq!(raw.len(), 24);
+        assert_eq!(decode_instant(&raw, now, 0, "TAT"), Ok(stored.clone()));
+        // Written after now (beyond the skew): no clock of this key's got there.
+        let ahead = Stored {
+            latest: now + 2,
+            ..stored
+        };
+        assert_eq!(
+            decode_instant(&encode_instant(&ahead), now, 1, "TAT"),
+            Err(format!("written at {}, after now", now + 2))
+        );
+        let bad = Encoded::doubles(&[MAX_END + 1, 0, 0]);
+        assert!(
+            decode_instant(&bad, now, 0, "TAT")
+                .unwrap_err()
+                .starts_with("TAT ")
+        );
+    }
+
+    #[test]
+    fn no_quota_has_these_parameters() {
+        assert!(rate_quota(0, 10).is_none());
+        assert!(rate_quota(10, 1 << 32).is_none());
+        assert!(
+            window_quota(5, 10).is_none(),
+            "a window shorter than its limit"
+        );
+        assert_eq!(command_name("sliding-log"), "RATELAB.SLIDING-LOG");
+        assert_eq!(Params::new(&[1, 2]).to_string(), "1,2");
+        assert_eq!(format!("{:?}", Params::new(&[1, 2])), "[1, 2]");
+    }
+}

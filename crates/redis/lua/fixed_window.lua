@@ -1,1 +1,0 @@
-../../../lua/fixed_window.lua

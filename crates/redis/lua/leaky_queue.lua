@@ -1,1 +1,0 @@
-../../../lua/leaky_queue.lua

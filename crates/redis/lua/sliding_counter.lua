@@ -1,1 +1,0 @@
-../../../lua/sliding_counter.lua

@@ -1,1 +1,0 @@
-../../../lua/token_bucket.lua

@@ -1,0 +1,442 @@
+//! [`RedisStore`]: any [`RemoteForm`] on Redis, one script (or module)
+//! call per operation: the backend the resilience wrapper puts a
+//! [`RedisLimiter`](crate::RedisLimiter) around.
+
+use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use ratelab_core::remote::Params;
+use ratelab_core::{
+    Decision, Error, RemoteForm, Settlement, Stamp, clamp_instant, duration_to_micros,
+};
+use ratelab_resilience::Store;
+use redis::Value;
+
+use crate::backend::{
+    Detection, Route, ScriptBackend, is_other_version, is_unknown_command, probe,
+};
+use crate::classify::classify;
+use crate::connection::Connection;
+use crate::key::redis_key;
+use crate::redis_clock::RedisClock;
+use crate::reply::{Asked, Bounds, decision_from_reply};
+use crate::script::{MAX_TTL_SLACK_MS, Op, RedisAlgorithm, Script, ScriptArgs};
+use crate::settings::{DEFAULT_CLIENT_TTL_SLACK, DEFAULT_PREFIX, TimeSource};
+
+/// One algorithm's state on Redis: its keys, its script (or the native
+/// module's command), its replies checked, its clock. Each operation is one
+/// round trip: the native ratelab module's command where the server has it
+/// ([`ScriptBackend`]: detected, or forced by the builder), else `EVALSHA`
+/// (the script mirrors the in-memory decision exactly); after `NOSCRIPT`
+/// (`SCRIPT FLUSH`, a restart, a failover, a cluster node that never saw
+/// the script) it is loaded and the same call sent once more; the caller
+/// never notices.
+///
+/// A store does not time out, retry or fail open by itself: it is a
+/// [`Store`], and [`RedisLimiter`](crate::RedisLimiter) puts it behind
+/// `ratelab-resilience`'s wrapper. The instant the wrapper's caller gives
+/// up becomes each call's deadline, on Redis's clock (its offset from ours
+/// measured with `TIME`, not guessed): a call Redis runs later charges
+/// nothing.
+pub struct RedisStore<A: RemoteForm> {
+    connection: Connection,
+    algorithm: A,
+    params: Params,
+    /// The algorithm's script, its SHA1 computed once.
+    script: Script,
+    /// The native module's command for the algorithm.
+    module_command: String,
+    prefix: String,
+    key_suffix: String,
+    time: TimeSource,
+    ttl_slack_ms: u64,
+    bounds: Bounds,
+    /// Where Redis's clock stands against ours: each call's deadline.
+    redis_clock: RedisClock,
+    backend: ScriptBackend,
+    detection: Detection,
+    counters: Counters,
+}
+
+/// Counts of how a [`RedisStore`]'s calls went to Redis.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct RedisStats {
+    /// Calls sent to the native ratelab module (`RATELAB.<ALGORITHM>`),
+    /// answered or not.
+    pub module_calls: u64,
+    /// Calls sent as a Lua script (`EVALSHA`), answered or not; a call the
+    /// module did not know (`ERR unknown command`) and resent as a script
+    /// counts in both.
+    pub script_calls: u64,
+    /// Scripts reloaded after `NOSCRIPT` (a flush, a restart, a failover).
+    pub reloads: u64,
+}
+
+#[derive(Default)]
+struct Counters {
+    module_calls: AtomicU64,
+    script_calls: AtomicU64,
+    reloads: AtomicU64,
+}
+
+fn count(counter: &AtomicU64) {
+    counter.fetch_add(1, Ordering::Relaxed);
+}
+
+/// Builds a [`RedisStore`].
+pub struct RedisStoreBuilder<A: RemoteForm> {
+    connection: Connection,
+    algorithm: A,
+    prefix: String,
+    time: TimeSource,
+    ttl_slack: Option<Duration>,
+    backend: ScriptBackend,
+}
+
+impl<A: RemoteForm + fmt::Debug> fmt::Debug for RedisStoreBuilder<A> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RedisStoreBuilder")
+            .field("algorithm", &self.algorithm)
+            .field("prefix", &self.prefix)
+            .field("time", &self.time)
+            .field("backend", &self.backend)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<A: RemoteForm> RedisStoreBuilder<A> {
+    /// The prefix of every key (default [`DEFAULT_PREFIX`]).
+    pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.prefix = prefix.into();
+        self
+    }
+
+    /// Where "now" comes from (default [`TimeSource::Redis`]).
+    pub fn time_source(mut self, time: TimeSource) -> Self {
+        self.time = time;
+        self
+    }
+
+    /// Extra time every written key is kept beyond the time its state needs
+    /// (default: none with Redis time, [`DEFAULT_CLIENT_TTL_SLACK`] with a
+    /// client clock, which Redis's own clock may not follow).
+    ///
+    /// It is also how far back a clock may step: the scripts take an instant
+    /// the key was written at up to the slack plus one second ahead of now
+    /// (Redis clocks differ a little after a failover), and report state
+    /// further ahead as corrupt (no clock of this key's could have written
+    /// it). A simulation whose client clock steps back anywhere sets it to
+    /// [`MAX_INSTANT_MICROS`](ratelab_core::MAX_INSTANT_MICROS), the most the
+    /// scripts take ([`MAX_TTL_SLACK_MS`](crate::MAX_TTL_SLACK_MS): no clock
+    /// steps back further than its whole range). A larger slack is refused:
+    /// every call answers [`Error::Unsupported`] at once, before any round
+    /// trip.
+    pub fn ttl_slack(mut self, slack: Duration) -> Self {
+        self.ttl_slack = Some(slack);
+        self
+    }
+
+    /// What runs the decisions on Redis: the native ratelab module where the
+    /// server has it, else the Lua scripts (default [`ScriptBackend::Auto`]),
+    /// or always one of them. Both decide alike on the same keys.
+    pub fn backend(mut self, backend: ScriptBackend) -> Self {
+        self.backend = backend;
+        self
+    }
+
+    /// The time source configured so far.
+    pub(crate) fn time(&self) -> &TimeSource {
+        &self.time
+    }
+
+    /// The store.
+    pub fn build(self) -> RedisStore<A> {
+        let slack = self.ttl_slack.unwrap_or(match self.time {
+            TimeSource::Redis => Duration::ZERO,
+            TimeSource::Client(_) => DEFAULT_CLIENT_TTL_SLACK,
+        });
+        let ttl_slack_ms = duration_to_micros(slack).div_ceil(1000);
+        // The scripts accept written instants up to 1 s plus the slack ahead
+        // of now: replies may wait that much longer than from a fresh state.
+        let bounds = Bounds {
+            capacity: self.algorithm.capacity(),
+            max_wait: self
+                .algorithm
+                .max_wait_micros()
+                .saturating_add(1_000_000)
+                .saturating_add(ttl_slack_ms.saturating_mul(1000)),
+            debt: A::DEBT,
+        };
+        RedisStore {
+            params: self.algorithm.params(),
+            script: Script::of::<A>(),
+            module_command: self.algorithm.module_command(),
+            key_suffix: self.algorithm.key_suffix(),
+            connection: self.connection,
+            algorithm: self.algorithm,
+            prefix: self.prefix,
+            time: self.time,
+            ttl_slack_ms,
+            bounds,
+            redis_clock: RedisClock::default(),
+            backend: self.backend,
+            detection: Detection::new(),
+            counters: Counters::default(),
+        }
+    }
+}
+
+impl<A: RemoteForm> RedisStore<A> {
+    /// A builder for `algorithm` on `connection`.
+    pub fn builder(connection: Connection, algorithm: A) -> RedisStoreBuilder<A> {
+        RedisStoreBuilder {
+            connection,
+            algorithm,
+            prefix: DEFAULT_PREFIX.to_owned(),
+            time: TimeSource::Redis,
+            ttl_slack: None,
+            backend: ScriptBackend::Auto,
+        }
+    }
+
+    /// A store with every default: Redis time, the default prefix, the
+    /// module where the server has it.
+    pub fn new(connection: Connection, algorithm: A) -> Self {
+        Self::builder(connection, algorithm).build()
+    }
+
+    /// The connection.
+    pub fn connection(&self) -> &Connection {
+        &self.connection
+    }
+
+    /// The Redis key holding `key`'s state.
+    pub fn redis_key(&self, key: &[u8]) -> Vec<u8> {
+        redis_key(&self.prefix, key, &self.key_suffix)
+    }
+
+    /// How this store's calls went to Redis so far.
+    pub fn stats(&self) -> RedisStats {
+        RedisStats {
+            module_calls: self.counters.module_calls.load(Ordering::Relaxed),
+            script_calls: self.counters.script_calls.load(Ordering::Relaxed),
+            reloads: self.counters.reloads.load(Ordering::Relaxed),
+        }
+    }
+
+    /// `now` from the client's clock, or `None` for Redis `TIME`.
+    fn now(&self) -> Option<u64> {
+        match &self.time {
+            TimeSource::Redis => None,
+            TimeSource::Client(clock) => Some(clamp_instant(clock.now_micros())),
+        }
+    }
+
+    /// One call (the module's command or `EVALSHA`, as the backend says;
+    /// after `NOSCRIPT`, the script is loaded and the same call sent again),
+    /// its reply validated: the decision, and the stamp of an admission.
+    async fn run(
+        &self,
+        key: &[u8],
+        cost: u32,
+        op: Op,
+        give_up: Option<Instant>,
+    ) -> Result<(Decision, Stamp), Error> {
+        let redis_key = self.redis_key(key);
+        let now = self.now();
+        // Past this instant on Redis's clock the caller has given up: the
+        // script must not charge it. Measured, not guessed (`RedisClock`).
+        let deadline = match give_up {
+            Some(give_up) => Some(self.redis_clock.deadline(&self.connection, give_up).await?),
+            None => None,
+        };
+        let args = ScriptArgs::call(now, cost, self.ttl_slack_ms, deadline, op, &self.params);
+        let reply = self.call(&redis_key, &args).await?;
+        let asked = Asked {
+            stamps: op == Op::Check && cost > 0,
+            now,
+        };
+        decision_from_reply(A::NAME, &reply, self.bounds, asked).map_err(Error::data)
+    }
+
+    /// Sends `args` for `key` to the module's command when the backend says
+    /// so (under [`ScriptBackend::Auto`], when this server has it), else, or
+    /// when the module turns out to be missing, to the script.
+    async fn call(&self, key: &[u8], args: &ScriptArgs) -> Result<Value, Error> {
+        if self.module_first().await? {
+            let command = self.module_command.as_str();
+            let mut cmd = redis::cmd(command);
+            cmd.arg(key).arg(args.as_slice());
+            count(&self.counters.module_calls);
+            match self.connection.query::<Value>(&cmd).await {
+                Err(e) if is_unknown_command(&e) || is_other_version(&e) => {
+                    if self.backend != ScriptBackend::Auto {
+                        let what = if is_other_version(&e) {
+                            "speaks another protocol version"
+                        } else {
+                            "is not loaded"
+                        };
+                        return Err(Error::data(format!(
+                            "the ratelab module {what} on this Redis ({command} answered \
+                             \"{} {}\"): load this version's \
+                             (redis-server --loadmodule libratelab_redis_module.so) or use \
+                             ScriptBackend::Auto or ScriptBackend::Lua",
+                            e.code().unwrap_or_default(),
+                            e.detail().unwrap_or_default()
+                        )));
+                    }
+                    // Gone (a restart or failover onto a node without it),
+                    // never there on this cluster node, or of another
+                    // version (a cluster's nodes are probed by the command
+                    // itself): the script, which this client ships.
+                    self.detection.missing();
+                }
+                Ok(reply) => {
+                    if self.backend == ScriptBackend::Auto
+                        && self.detection.route() != Route::Module
+                    {
+                        self.detection.found();
+                    }
+                    return Ok(reply);
+                }
+                Err(e) => return Err(classify(e)),
+            }
+        }
+        count(&self.counters.script_calls);
+        self.script
+            .invoke(&self.connection, key, args, || {
+                count(&self.counters.reloads);
+            })
+            .await
+            .map_err(classify)
+    }
+
+    /// Whether the next call goes to the module first. Under
+    /// [`ScriptBackend::Auto`], a single node is asked `RATELAB.PROTOCOL`
+    /// once (again after [`MODULE_RECHECK`](crate::MODULE_RECHECK) when it
+    /// lacked the module); a cluster, whose keyless probe would reach one
+    /// random node, tries the module's command itself, routed by its key.
+    async fn module_first(&self) -> Result<bool, Error> {
+        match self.backend {
+            ScriptBackend::Lua => Ok(false),
+            ScriptBackend::Module => Ok(true),
+            ScriptBackend::Auto => match self.detection.route() {
+                Route::Module => Ok(true),
+                Route::Lua => Ok(false),
+                Route::Unknown => match &self.connection {
+                    Connection::Single(_) => {
+                        let found = probe(&self.connection).await.map_err(classify)?;
+                        if found {
+                            self.detection.found();
+                        } else {
+                            self.detection.missing();
+                        }
+                        Ok(found)
+                    }
+                    Connection::Cluster(_) => Ok(true),
+                },
+            },
+        }
+    }
+}
+
+impl<A: RemoteForm> Store for RedisStore<A> {
+    type Algorithm = A;
+
+    fn algorithm(&self) -> &A {
+        &self.algorithm
+    }
+
+    fn name(&self) -> &'static str {
+        "redis"
+    }
+
+    fn max_wait_micros(&self) -> u64 {
+        self.algorithm.max_wait_micros()
+    }
+
+    /// [`Error::Unsupported`] for parameters Redis cannot hold
+    /// ([`RemoteForm::unsupported`]) or a TTL slack the scripts refuse:
+    /// refused here, before the script would answer `invalid arguments`.
+    fn ensure_supported(&self) -> Result<(), Error> {
+        if self.ttl_slack_ms > MAX_TTL_SLACK_MS {
+            return Err(Error::Unsupported(
+                "a TTL slack above 2^52 µs (MAX_TTL_SLACK_MS), which the scripts refuse",
+            ));
+        }
+        match self.algorithm.unsupported() {
+            Some(why) => Err(Error::Unsupported(why)),
+            None => Ok(()),
+        }
+    }
+
+    async fn check(
+        &self,
+        key: &[u8],
+        cost: u32,
+        give_up: Option<Instant>,
+    ) -> Result<(Decision, Stamp), Error> {
+        self.run(key, cost, Op::Check, give_up).await
+    }
+
+    async fn peek(
+        &self,
+        key: &[u8],
+        cost: u32,
+        give_up: Option<Instant>,
+    ) -> Result<Decision, Error> {
+        self.run(key, cost, Op::Peek, give_up)
+            .await
+            .map(|(decision, _)| decision)
+    }
+
+    /// Decided by the script at the instant it runs (never before the
+    /// latest instant the key was written at, when a client clock went
+    /// back), from the stamp and the key's own state.
+    async fn settle(
+        &self,
+        key: &[u8],
+        settlement: Settlement,
+        give_up: Option<Instant>,
+    ) -> Result<Decision, Error> {
+        let op = Op::Settle {
+            actual: settlement.actual,
+            stamp: settlement.stamp,
+        };
+        self.run(key, settlement.charged, op, give_up)
+            .await
+            .map(|(decision, _)| decision)
+    }
+
+    /// A key that holds something a receipt could still claim keeps a
+    /// tombstone (the state of a key never seen, with its ledger or fence)
+    /// until none could: at most the burst's time for the debts, until the
+    /// window (the sliding counter: the window after it) ends for the
+    /// windows, a window for the sliding log, plus the TTL slack; and in a
+    /// window algorithm, admissions later in the same window cannot be
+    /// given back. Redis cannot know whether receipts are outstanding, so a
+    /// reset pays this even when none is. A key that holds nothing is left
+    /// alone.
+    async fn reset(&self, key: &[u8], give_up: Option<Instant>) -> Result<(), Error> {
+        self.run(key, 0, Op::Reset, give_up).await.map(drop)
+    }
+
+    /// A reconnection may reach another server: measure its clock again.
+    fn unavailable(&self) {
+        self.redis_clock.forget();
+    }
+}
+
+impl<A: RemoteForm + fmt::Debug> fmt::Debug for RedisStore<A> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RedisStore")
+            .field("algorithm", &self.algorithm)
+            .field("connection", &self.connection)
+            .field("prefix", &self.prefix)
+            .field("time", &self.time)
+            .field("backend", &self.backend)
+            .finish_non_exhaustive()
+    }
+}
