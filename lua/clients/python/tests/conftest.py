@@ -156,11 +156,11 @@ class RedisCluster:
             time.sleep(0.1)
         pytest.fail("the cluster did not come up", pytrace=False)
 
-    def client(self):
+    def client(self, socket_timeout: float = 0.1):
         # A synchronous cluster client routes each command itself: its own
         # socket timeouts bound the limiter's calls.
-        return redis.cluster.RedisCluster(host="127.0.0.1", port=self.nodes[0].port, socket_timeout=0.1,
-                                          socket_connect_timeout=0.1)
+        return redis.cluster.RedisCluster(host="127.0.0.1", port=self.nodes[0].port, socket_timeout=socket_timeout,
+                                          socket_connect_timeout=socket_timeout)
 
     def aclient(self):
         import redis.asyncio.cluster

@@ -55,7 +55,15 @@ def test_threads_through_a_pause(own_server, pause):
     limiter = Limiter(client, "gcra", QUOTA, prefix=prefix, breaker=(0, 0), quota_check_every=None)
     starts = schedule(pause)
     # Warm: a connection per thread, the script loaded, the clock sampled.
-    warm = [threading.Thread(target=limiter.check, args=(f"warm{i}", 0)) for i in range(len(starts))]
+    def warm_one(key: str) -> None:
+        for _ in range(20):  # a loaded machine may time a first check out
+            try:
+                limiter.check(key, 0)
+                return
+            except (Timeout, Expired):
+                continue
+
+    warm = [threading.Thread(target=warm_one, args=(f"warm{i}",)) for i in range(len(starts))]
     for t in warm:
         t.start()
     for t in warm:
@@ -92,6 +100,19 @@ def test_threads_through_a_pause(own_server, pause):
     client.close()
 
 
+async def warm_up(limiter, n: int) -> None:
+    """Opens ``n`` connections, loads the script and samples the clock. On a
+    loaded machine a first check may outlast the 100 ms timeout: the warm
+    keys are never asserted on, so such a check is simply tried again."""
+    for _ in range(20):
+        results = await asyncio.gather(*(limiter.check(f"warm{i}", 0) for i in range(n)), return_exceptions=True)
+        failed = [r for r in results if isinstance(r, BaseException)]
+        if not failed:
+            return
+        assert all(isinstance(r, (Timeout, Expired)) for r in failed), failed
+    raise AssertionError(f"the warm-up checks kept timing out: {failed}")
+
+
 @pytest.mark.parametrize("pause", [0.150, 0.300, 0.450])
 def test_tasks_through_a_pause(own_server, pause):
     async def scenario():
@@ -99,7 +120,7 @@ def test_tasks_through_a_pause(own_server, pause):
         prefix = f"apause{pause}"
         limiter = AsyncLimiter(client, "gcra", QUOTA, prefix=prefix, breaker=(0, 0), quota_check_every=None)
         starts = schedule(pause)
-        await asyncio.gather(*(limiter.check(f"warm{i}", 0) for i in range(len(starts))))
+        await warm_up(limiter, len(starts))
         outcomes = {}
 
         async def run(key: str, at: float) -> None:
