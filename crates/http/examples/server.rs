@@ -201,6 +201,10 @@ struct Args {
     /// plain HTTP (development only).
     #[arg(long)]
     insecure_cookie: bool,
+    /// The most a check waits for Redis, in milliseconds; then the route's
+    /// policy fails open or closed.
+    #[arg(long, value_name = "MS", default_value_t = 100)]
+    redis_timeout_ms: u64,
 }
 
 /// `text` if it is a proxy address or network; else the sentence saying why.
@@ -236,7 +240,8 @@ fn parse_quota(text: &str) -> Result<Quota, String> {
 /// Where the limiters keep their state.
 enum Backend {
     Memory,
-    Redis(Connection),
+    /// The connection, and each check's timeout.
+    Redis(Connection, Duration),
 }
 
 impl Backend {
@@ -252,10 +257,10 @@ impl Backend {
             }
             // Errors are returned to the layer, whose policies decide (fail
             // open or closed); the layer bounds each call by its own timeout.
-            Backend::Redis(connection) => {
+            Backend::Redis(connection, timeout) => {
                 let limiter = Arc::new(
                     RedisLimiter::builder(connection.clone(), Gcra::new(quota))
-                        .timeout(Duration::from_millis(100))
+                        .timeout(*timeout)
                         .build(),
                 );
                 let breaker = limiter.clone();
@@ -549,7 +554,11 @@ async fn serve(args: Args, config: Config) -> Result<(), Box<dyn std::error::Err
             let connection = Connection::single(&url)
                 .await
                 .map_err(|e| format!("cannot connect to Redis at {url}: {e}"))?;
-            (Backend::Redis(connection), format!("on Redis at {url}"))
+            let timeout = Duration::from_millis(args.redis_timeout_ms.max(1));
+            (
+                Backend::Redis(connection, timeout),
+                format!("on Redis at {url}"),
+            )
         }
         _ => (Backend::Memory, "in memory".to_owned()),
     };

@@ -24,6 +24,8 @@
 //!   0. A receipt is used once. Answers the decision after it.
 //! - `reset <algorithm> <key> <now>`: the key back to full capacity; answers
 //!   `{"ok":true}`.
+//! - `mismatches`: how many times this process's limiters found another
+//!   quota in a key's quota registry; answers `{"quota_mismatches":n}`.
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -46,6 +48,7 @@ trait Driven {
     fn peek<'a>(&'a self, key: &'a [u8], cost: u32) -> Answer<'a, Decision>;
     fn settle(&self, receipt: Receipt, actual: u32) -> Answer<'_, Decision>;
     fn reset<'a>(&'a self, key: &'a [u8]) -> Answer<'a, ()>;
+    fn quota_mismatches(&self) -> u64;
 }
 
 impl<A: RedisAlgorithm> Driven for RedisLimiter<A> {
@@ -60,6 +63,9 @@ impl<A: RedisAlgorithm> Driven for RedisLimiter<A> {
     }
     fn reset<'a>(&'a self, key: &'a [u8]) -> Answer<'a, ()> {
         Box::pin(RedisLimiter::reset(self, key))
+    }
+    fn quota_mismatches(&self) -> u64 {
+        self.store().stats().quota_mismatches
     }
 }
 
@@ -121,6 +127,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                     Err(e) => error_json(&e, "Usage"),
                 };
                 writeln!(out, "{answer}")?;
+                out.flush()?;
+                continue;
+            }
+            ["mismatches"] => {
+                let n: u64 = limiters.values().map(|l| l.quota_mismatches()).sum();
+                writeln!(out, r#"{{"quota_mismatches":{n}}}"#)?;
                 out.flush()?;
                 continue;
             }

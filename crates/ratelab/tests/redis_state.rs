@@ -1,7 +1,8 @@
 //! Nothing read from Redis is trusted: state no script could have written is
 //! an error naming the key (never a reset, an admit-all or an endless
-//! refusal), data errors are not outages, long keys are hashed, and a changed
-//! quota starts clean.
+//! refusal), data errors are not outages, long keys are hashed, a changed
+//! quota starts clean, and another limiter using a key with another quota is
+//! reported (the quota registry), never obeyed.
 
 mod common;
 
@@ -342,6 +343,8 @@ fn long_keys_take_bounded_memory_and_stay_apart() {
         let prefix = common::unique_prefix();
         let limiter = RedisLimiter::builder(connection.clone(), ratelab::Gcra::new(quota))
             .prefix(prefix.clone())
+            // Megabyte keys on a loaded machine: slowness is not tested here.
+            .timeout(Duration::from_secs(5))
             .build();
         let mut a = vec![b'x'; 1 << 20];
         let mut b = a.clone();
@@ -355,7 +358,9 @@ fn long_keys_take_bounded_memory_and_stay_apart() {
             .query(redis::cmd("KEYS").arg(format!("{prefix}:*")))
             .await
             .unwrap();
-        assert_eq!(keys.len(), 2);
+        // Both states, and the quota registry's entry of the first check
+        // (the limiter's first, then every 100th, records its quota).
+        assert_eq!(keys.len(), 3);
         for key in keys {
             assert!(key.len() < 100, "{}", String::from_utf8_lossy(&key));
             assert!(key.starts_with(format!("{prefix}:{{%H").as_bytes()));
@@ -590,5 +595,90 @@ fn a_ttl_slack_past_the_range_of_instants_is_refused_before_any_call() {
             .unwrap();
         let most = i64::try_from(MAX_TTL_SLACK_MS).unwrap() + 1_000;
         assert!(pttl > 0 && pttl <= most, "PTTL {pttl}");
+    });
+}
+
+/// Two limiters use one key with different quotas: each keeps its own state
+/// (the fingerprint names another Redis key), so the registry reports it to
+/// both, every time one records its quota after the other, and never
+/// changes a decision.
+#[test]
+fn another_quota_on_the_same_key_is_reported_never_obeyed() {
+    use ratelab::redis::QuotaMismatch;
+    use std::num::NonZeroU32;
+    use std::sync::Mutex;
+
+    let (_, runtime, connection) = common::shared();
+    runtime.block_on(async {
+        let prefix = common::unique_prefix();
+        let seen: Arc<Mutex<Vec<QuotaMismatch>>> = Arc::default();
+        let build = |quota: Quota, every: Option<u32>| {
+            let seen = seen.clone();
+            RedisLimiter::builder(connection.clone(), ratelab::Gcra::new(quota))
+                .prefix(prefix.clone())
+                .timeout(Duration::from_secs(5))
+                .quota_check_every(every.map(|n| NonZeroU32::new(n).unwrap()))
+                .on_quota_mismatch(move |m| seen.lock().unwrap().push(m.clone()))
+                .build()
+        };
+        let ten = Quota::per_second(10).unwrap();
+        let five = Quota::per_second(5).unwrap();
+        let a = build(ten, Some(1));
+        let same = build(ten, Some(1));
+        let b = build(five, Some(3));
+        let mismatches = |l: &RedisLimiter<ratelab::Gcra>| l.store().stats().quota_mismatches;
+
+        // The first check records; the same quota again is no mismatch.
+        assert_eq!(a.check(b"k", 1).await.unwrap().remaining, 9);
+        assert_eq!(same.check(b"k", 1).await.unwrap().remaining, 8);
+        assert_eq!((mismatches(&a), mismatches(&same)), (0, 0));
+        let registry = a.store().quota_registry_key(b"k");
+        assert_eq!(registry, format!("{prefix}:{{k}}:gcra:quota").as_bytes());
+        // In the key's slot; kept a minute (the quota's longest wait is less).
+        assert_eq!(
+            ratelab::redis::hash_tag(&registry),
+            ratelab::redis::hash_tag(&a.redis_key(b"k"))
+        );
+        let ttl: i64 = connection
+            .query(redis::cmd("PTTL").arg(&registry))
+            .await
+            .unwrap();
+        assert!((59_000..=60_000).contains(&ttl), "{ttl}");
+
+        // Another quota: its own bucket (5 left, not 3), and reported once.
+        assert_eq!(b.check(b"k", 1).await.unwrap().remaining, 4);
+        assert_eq!(mismatches(&b), 1);
+        {
+            let seen = seen.lock().unwrap();
+            assert_eq!(seen.len(), 1);
+            assert_eq!(seen[0].key, b"k");
+            assert_eq!(seen[0].ours, "v2:gcra:200000,1000000,5");
+            assert_eq!(seen[0].theirs, "v2:gcra:100000,1000000,10");
+        }
+        // b records again on its 4th check only (every 3rd after the
+        // first); a, recording on every check, meets b's entry once.
+        assert_eq!(a.check(b"k", 1).await.unwrap().remaining, 7);
+        assert_eq!(mismatches(&a), 1);
+        assert_eq!(a.check(b"k", 1).await.unwrap().remaining, 6);
+        assert_eq!(mismatches(&a), 1, "a's own entry now");
+        for left in [3, 2] {
+            assert_eq!(b.check(b"k", 1).await.unwrap().remaining, left);
+        }
+        assert_eq!(mismatches(&b), 1, "b's 2nd and 3rd checks do not record");
+        assert_eq!(b.check(b"k", 1).await.unwrap().remaining, 1);
+        assert_eq!(mismatches(&b), 2);
+        assert_eq!(seen.lock().unwrap().len(), 3);
+        // A limiter told never to record writes no registry entry.
+        let quiet = RedisLimiter::builder(connection.clone(), ratelab::Gcra::new(ten))
+            .prefix(prefix.clone())
+            .timeout(Duration::from_secs(5))
+            .quota_check_every(None)
+            .build();
+        assert!(quiet.check(b"other", 1).await.unwrap().allowed);
+        let exists: i64 = connection
+            .query(redis::cmd("EXISTS").arg(quiet.store().quota_registry_key(b"other")))
+            .await
+            .unwrap();
+        assert_eq!(exists, 0);
     });
 }

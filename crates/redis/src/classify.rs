@@ -30,11 +30,14 @@ pub(crate) fn classify(error: RedisError) -> Error {
         return Error::backend(error);
     }
     if error.code() == Some("ratelab") && error.detail().is_some_and(|d| d.starts_with("expired")) {
-        // The reply came back within the timeout, yet the script started
-        // after the deadline on Redis's clock: this host's clock is behind.
+        // The script started after the deadline on Redis's clock: the
+        // server (or this host, a loaded one polls its timer late) was too
+        // slow, or this host's clock moved against Redis's since it was
+        // measured. An outage either way, and nothing was charged.
         return Error::backend(format!(
-            "Redis ran a check after its deadline although it answered within the timeout: \
-             this host's clock is behind Redis's by more than the clock skew allowance ({error})"
+            "Redis ran the call after its deadline (the caller's give-up instant on Redis's \
+             measured clock): too slow, or a clock skew since the last measurement; nothing \
+             was charged ({error})"
         ));
     }
     // The server's own words, `<code> <detail>`: "ratelab gcra: corrupt
@@ -78,9 +81,9 @@ mod tests {
                 "{error}"
             );
         }
-        // An expired reply within the timeout: this host's clock is behind.
-        let skew = classify(server("ratelab", "expired: ran 5 us after its deadline"));
-        assert_eq!(skew.kind(), Kind::Backend);
-        assert!(skew.to_string().contains("clock skew"), "{skew}");
+        // An expired call: an outage, nothing charged.
+        let late = classify(server("ratelab", "expired: ran 5 us after its deadline"));
+        assert_eq!(late.kind(), Kind::Backend);
+        assert!(late.to_string().contains("nothing was charged"), "{late}");
     }
 }

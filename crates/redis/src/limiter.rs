@@ -3,6 +3,7 @@
 //! configures both.
 
 use std::fmt;
+use std::num::NonZeroU32;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -14,11 +15,16 @@ use ratelab_resilience::{Alert, FailurePolicy, Resilience, Resilient, Stats};
 
 use crate::backend::ScriptBackend;
 use crate::connection::Connection;
+use crate::registry::QuotaMismatch;
 use crate::settings::TimeSource;
 use crate::store::{RedisStore, RedisStoreBuilder};
 
 #[cfg(doc)]
+use crate::registry::DEFAULT_QUOTA_CHECK_EVERY;
+#[cfg(doc)]
 use crate::settings::{DEFAULT_CLIENT_TTL_SLACK, DEFAULT_PREFIX};
+#[cfg(doc)]
+use crate::store::RedisStats;
 #[cfg(doc)]
 use ratelab_resilience::{DEFAULT_BREAKER_COOL_DOWN, DEFAULT_BREAKER_THRESHOLD, DEFAULT_TIMEOUT};
 
@@ -287,6 +293,25 @@ impl<A: RemoteForm> RedisLimiterBuilder<A> {
     /// or always one of them. Both decide alike on the same keys.
     pub fn backend(mut self, backend: ScriptBackend) -> Self {
         self.store = self.store.backend(backend);
+        self
+    }
+
+    /// How often a check records this limiter's quota in the key's quota
+    /// registry, so that another limiter using the key with another quota
+    /// is caught (default [`DEFAULT_QUOTA_CHECK_EVERY`]; `None`: never):
+    /// [`RedisStoreBuilder::quota_check_every`].
+    pub fn quota_check_every(mut self, every: Option<NonZeroU32>) -> Self {
+        self.store = self.store.quota_check_every(every);
+        self
+    }
+
+    /// Called when a check finds another quota recorded for its key
+    /// ([`RedisStats::quota_mismatches`] counts them).
+    pub fn on_quota_mismatch(
+        mut self,
+        callback: impl Fn(&QuotaMismatch) + Send + Sync + 'static,
+    ) -> Self {
+        self.store = self.store.on_quota_mismatch(callback);
         self
     }
 

@@ -3,6 +3,8 @@
 //! [`RedisLimiter`](crate::RedisLimiter) around.
 
 use std::fmt;
+use std::num::NonZeroU32;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
@@ -20,6 +22,7 @@ use crate::classify::classify;
 use crate::connection::Connection;
 use crate::key::redis_key;
 use crate::redis_clock::RedisClock;
+use crate::registry::{DEFAULT_QUOTA_CHECK_EVERY, MismatchCallback, QuotaMismatch, QuotaRegistry};
 use crate::reply::{Asked, Bounds, decision_from_reply};
 use crate::script::{MAX_TTL_SLACK_MS, Op, RedisAlgorithm, Script, ScriptArgs};
 use crate::settings::{DEFAULT_CLIENT_TTL_SLACK, DEFAULT_PREFIX, TimeSource};
@@ -57,6 +60,7 @@ pub struct RedisStore<A: RemoteForm> {
     backend: ScriptBackend,
     detection: Detection,
     counters: Counters,
+    registry: QuotaRegistry,
 }
 
 /// Counts of how a [`RedisStore`]'s calls went to Redis.
@@ -72,6 +76,9 @@ pub struct RedisStats {
     pub script_calls: u64,
     /// Scripts reloaded after `NOSCRIPT` (a flush, a restart, a failover).
     pub reloads: u64,
+    /// Checks that found another quota recorded for their key
+    /// ([`RedisStoreBuilder::quota_check_every`]).
+    pub quota_mismatches: u64,
 }
 
 #[derive(Default)]
@@ -93,6 +100,8 @@ pub struct RedisStoreBuilder<A: RemoteForm> {
     time: TimeSource,
     ttl_slack: Option<Duration>,
     backend: ScriptBackend,
+    quota_check_every: Option<NonZeroU32>,
+    on_quota_mismatch: Option<MismatchCallback>,
 }
 
 impl<A: RemoteForm + fmt::Debug> fmt::Debug for RedisStoreBuilder<A> {
@@ -102,6 +111,7 @@ impl<A: RemoteForm + fmt::Debug> fmt::Debug for RedisStoreBuilder<A> {
             .field("prefix", &self.prefix)
             .field("time", &self.time)
             .field("backend", &self.backend)
+            .field("quota_check_every", &self.quota_check_every)
             .finish_non_exhaustive()
     }
 }
@@ -146,6 +156,38 @@ impl<A: RemoteForm> RedisStoreBuilder<A> {
         self
     }
 
+    /// How often a check records this limiter's quota in the key's quota
+    /// registry (default [`DEFAULT_QUOTA_CHECK_EVERY`]: the first check,
+    /// then every 100th; `None`: never).
+    ///
+    /// Two services that use one user key with different quotas do not
+    /// share a bucket: the fingerprint in the key names another Redis key,
+    /// and each caller silently gets both quotas. So a limiter writes its
+    /// quota (`v2:gcra:200000,2000000,10`) to
+    /// `<prefix>:{<key>}:<code>:quota` with `SET ... PX ... GET` (kept a
+    /// minute, or the quota's longest wait if longer), as the Python and
+    /// Node clients do. When the previous value was another quota, the
+    /// [`on_quota_mismatch`](Self::on_quota_mismatch) callback is called, a
+    /// `tracing` warning is logged (at most once a second) and
+    /// [`RedisStats::quota_mismatches`] counts it. Decisions are never
+    /// affected, and a failure of the registry's command is ignored. The
+    /// command goes before the check, on the same connection: one more
+    /// round trip every `every` checks.
+    pub fn quota_check_every(mut self, every: Option<NonZeroU32>) -> Self {
+        self.quota_check_every = every;
+        self
+    }
+
+    /// Called when a check finds another quota recorded for its key
+    /// ([`quota_check_every`](Self::quota_check_every)).
+    pub fn on_quota_mismatch(
+        mut self,
+        callback: impl Fn(&QuotaMismatch) + Send + Sync + 'static,
+    ) -> Self {
+        self.on_quota_mismatch = Some(Arc::new(callback));
+        self
+    }
+
     /// The time source configured so far.
     pub(crate) fn time(&self) -> &TimeSource {
         &self.time
@@ -170,6 +212,11 @@ impl<A: RemoteForm> RedisStoreBuilder<A> {
             debt: A::DEBT,
         };
         RedisStore {
+            registry: QuotaRegistry::new(
+                &self.algorithm,
+                self.quota_check_every,
+                self.on_quota_mismatch,
+            ),
             params: self.algorithm.params(),
             script: Script::of::<A>(),
             module_command: self.algorithm.module_command(),
@@ -198,6 +245,8 @@ impl<A: RemoteForm> RedisStore<A> {
             time: TimeSource::Redis,
             ttl_slack: None,
             backend: ScriptBackend::Auto,
+            quota_check_every: Some(DEFAULT_QUOTA_CHECK_EVERY),
+            on_quota_mismatch: None,
         }
     }
 
@@ -217,12 +266,19 @@ impl<A: RemoteForm> RedisStore<A> {
         redis_key(&self.prefix, key, &self.key_suffix)
     }
 
+    /// The Redis key of `key`'s quota registry for this algorithm
+    /// ([`RedisStoreBuilder::quota_check_every`]).
+    pub fn quota_registry_key(&self, key: &[u8]) -> Vec<u8> {
+        self.registry.key(&self.prefix, key)
+    }
+
     /// How this store's calls went to Redis so far.
     pub fn stats(&self) -> RedisStats {
         RedisStats {
             module_calls: self.counters.module_calls.load(Ordering::Relaxed),
             script_calls: self.counters.script_calls.load(Ordering::Relaxed),
             reloads: self.counters.reloads.load(Ordering::Relaxed),
+            quota_mismatches: self.registry.mismatches(),
         }
     }
 
@@ -378,6 +434,14 @@ impl<A: RemoteForm> Store for RedisStore<A> {
         cost: u32,
         give_up: Option<Instant>,
     ) -> Result<(Decision, Stamp), Error> {
+        // Before the check, not beside it: once the check is answered
+        // nothing else is waited for, so a caller that times out was never
+        // charged.
+        if self.registry.due() {
+            self.registry
+                .record(&self.connection, &self.prefix, key)
+                .await;
+        }
         self.run(key, cost, Op::Check, give_up).await
     }
 

@@ -86,7 +86,10 @@ impl Instance {
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit());
         if let Some(url) = redis_url {
-            command.env("REDIS_URL", url);
+            // A loaded test machine: slowness is not what these tests test.
+            command
+                .env("REDIS_URL", url)
+                .args(["--redis-timeout-ms", "2000"]);
         }
         let mut child = command.spawn().expect("cannot start the example server");
         let mut line = String::new();

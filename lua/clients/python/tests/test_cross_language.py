@@ -203,7 +203,7 @@ def test_three_languages_on_one_key_share_one_quota(drivers, client, prefix, nam
     print(f"{name}: {sum(d['allowed'] for d in shared)} of {len(steps)} checks, {admitted} units admitted")
     assert 0 < sum(d["allowed"] for d in shared) < len(steps)
     # The three wrote one key, the one the scheme names: no key of their own
-    # (besides the Python and Node clients' quota registry, `<code>:quota`).
+    # (besides every client's quota registry, `<code>:quota`).
     expected = {Limiter(client, name, Quota.per_second(5, burst=10), prefix=prefix).redis_key(k)
                 for k in ["shared", "rust-alone", "python-alone", "node-alone"]}
     state = {k for k in client.scan_iter(match=f"{prefix}:*") if not k.endswith(b":quota")}
@@ -361,3 +361,22 @@ def test_a_serialized_receipt_crosses_between_python_and_node(server, client, pr
     assert (back.key, back.cost) == (b"job", 3)
     assert limiter.refund(back).remaining == 10
     limiter.close()
+
+
+def test_another_quota_on_a_key_is_reported_across_rust_and_python(server, client, prefix, rust_binary):
+    # Python and Rust use one key with different quotas: separate buckets,
+    # and each finds the other's quota in the registry.
+    rust = Driver("rust", [str(rust_binary), server.url, prefix])
+    python = Limiter(client, "gcra", Quota.per_second(5, burst=10), prefix=prefix, quota_check_every=1)
+    try:
+        assert python.check("shared").remaining == 9
+        assert rust.send("quota 10 1000000 10") == {"ok": True}
+        # Rust's first check records its quota and meets Python's.
+        assert rust.send("check gcra shared 1 -")["remaining"] == 9
+        assert rust.send("mismatches") == {"quota_mismatches": 1}
+        assert python.check("shared").remaining == 8
+        assert python.stats().quota_mismatches == 1
+        assert client.get(f"{prefix}:{{shared}}:gcra:quota") == b"v2:gcra:200000,2000000,10"
+    finally:
+        rust.close()
+        python.close()
