@@ -49,7 +49,7 @@ lint:
 
 # After a deliberate protocol change or a new algorithm: rewrites what the other languages read from the Rust implementation (lua/clients/vectors.json and algorithms.json), lua/README.md's reference table, and lua/'s links to the algorithms' scripts.
 regenerate:
-    RATELAB_BLESS=1 cargo test --locked -p ratelab --test protocol_vectors
+    RATELAB_BLESS=1 cargo test --locked -p ratelab-tests --test protocol -- protocol_vectors::
 
 # Format the code in place.
 fmt:

@@ -27,7 +27,7 @@
 //! So the kept units obey each algorithm's own bound (a bucket's
 //! `burst + floor(t / T)` in any interval `t`, a window's limit per window),
 //! whatever the order and delay of checks, peeks, refunds and settlements,
-//! clock rewinds included. `crates/ratelab/tests/settle_bound.rs` checks it
+//! clock rewinds included. `crates/tests/tests/redis/settle_bound.rs` checks it
 //! against such a replay, in memory and on Redis (scripts and module).
 //!
 //! **Windows** (fixed window, sliding counter): the stamp is the admission's

@@ -184,7 +184,7 @@ impl Clock for SystemClock {
 /// the quota's spacing; a 100 per second quota on the default 1 ms
 /// resolution: one unit, at most, in some windows. Waits it reports may be
 /// up to the lag too short, so a client retrying at exactly `retry_after`
-/// may be refused once more. `ratelab`'s `tests/lagging_clock.rs` proves the
+/// may be refused once more. `crates/tests/tests/memory/lagging_clock.rs` proves the
 /// bound for every algorithm, and that the lag is needed in it.
 ///
 /// Choose [`SystemClock`] (or any precise [`Clock`]) when the bound must hold

@@ -76,7 +76,7 @@
 //! of it (never admitted beyond a quota: every admission went through the
 //! limiter's own atomic check). After the refunds, every policy holds
 //! exactly the cost of the requests that passed (the crate's
-//! `tests/all_or_nothing.rs` checks it against such an oracle, with
+//! `tests/it/all_or_nothing.rs` checks it against such an oracle, with
 //! requests sent all at once). What cannot be given back:
 //!
 //! - a limiter without receipts: it is charged last, only once every policy
@@ -272,7 +272,7 @@
 //!
 //! With plain hyper, wrap each connection's service in
 //! [`SetPeerAddr`](crate::SetPeerAddr) and the layer (see the crate's
-//! `tests/hyper.rs`). On Redis, build the policy's limiter with
+//! `tests/it/hyper.rs`). On Redis, build the policy's limiter with
 //! `ratelab_redis::RedisLimiter` instead of `Keyed`: everything else is the
 //! same, and every instance of the application shares the quota.
 //!
@@ -286,7 +286,7 @@
 //! then for a refusal `Refused::finish` on the response it sends
 //! ([`RateLimitInfo::problem_response`](crate::RateLimitInfo::problem_response)
 //! by default), and for a request that passes, once the response head is
-//! known, `Admitted::settle`. The crate's `tests/shared_cases.rs` runs the
+//! known, `Admitted::settle`. The crate's `tests/it/shared_cases.rs` runs the
 //! shared cases through a plain hyper `service_fn` driving the core this
 //! way, beside the layer, and requires the same bytes from both.
 //!

@@ -28,7 +28,7 @@
 //! 8. its rows in `lua/README.md` (the scripts table, the State table) and in
 //!    the root `README.md`'s crate table;
 //! 9. what it admits at a window's edge (`EDGE` in
-//!    `crates/ratelab/tests/window_edge.rs`), and, unless it is a debt (whose
+//!    `crates/tests/tests/memory/window_edge.rs`), and, unless it is a debt (whose
 //!    bound and model the tests derive), its bound and its model of kept
 //!    admissions where the tests and the comparison check them
 //!    (`lagging_clock.rs`, `settle_bound.rs` with `ratelab_testkit::kept`,
@@ -41,7 +41,7 @@
 //! Everything else follows: the Redis backend (`ratelab-redis` and the
 //! resilience wrapper are generic over [`RemoteForm`]), the module's command
 //! (its string command is generic; a sorted-set state would need code of its
-//! own), the module's and the facade's tests, compare's read-then-write
+//! own), the module's tests and the cross-algorithm tests (`crates/tests`), compare's read-then-write
 //! limiter, every table and chart, the benches, and the Python and Node
 //! clients (which read `algorithms.json` at run time).
 //!

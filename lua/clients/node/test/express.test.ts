@@ -2,7 +2,7 @@
 // dual-stack socket, requests from node:http bound to the peer address each
 // case names (127.0.0.x, ::1). The cases are lua/clients/http/cases.json,
 // which the ASGI middleware's tests and ratelab-http's
-// (crates/http/tests/shared_cases.rs) run too.
+// (crates/http/tests/it/shared_cases.rs) run too.
 
 import assert from "node:assert/strict";
 import { readFileSync } from "node:fs";

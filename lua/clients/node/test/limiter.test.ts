@@ -350,7 +350,7 @@ describe("peek, receipts and reset", () => {
   it("a replayed receipt gives back no more than the protocol says", async () => {
     // A receipt serialized for another process (a job queue) can be loaded any number of times: each load
     // is a receipt of its own. The scripts bound what the replays give back (lua/README.md, "What a
-    // replayed or forged stamp can do"); crates/ratelab/tests/settle_bound.rs checks the same from Rust.
+    // replayed or forged stamp can do"); crates/tests/tests/redis/settle_bound.rs checks the same from Rust.
     const second = 1_000_000;
     let now = T0;
     const p = prefix();

@@ -2,7 +2,7 @@
 a dual-stack socket, requests from httpx bound to the peer address each
 case names (127.0.0.x, ::1). The cases are lua/clients/http/cases.json,
 which the Express middleware's tests and ratelab-http's
-(crates/http/tests/shared_cases.rs) run too."""
+(crates/http/tests/it/shared_cases.rs) run too."""
 
 from __future__ import annotations
 

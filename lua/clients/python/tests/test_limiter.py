@@ -388,7 +388,7 @@ def test_a_replayed_receipt_gives_back_no_more_than_the_protocol_says(make, pref
     # A receipt serialized for another process (a job queue) can be loaded
     # any number of times: each load is a receipt of its own. The scripts
     # bound what the replays give back (lua/README.md, "What a replayed or
-    # forged stamp can do"); crates/ratelab/tests/settle_bound.rs checks the
+    # forged stamp can do"); crates/tests/tests/redis/settle_bound.rs checks the
     # same bounds from Rust.
     second = 1_000_000
     clock = Clock(T0)

@@ -56,7 +56,7 @@ SPEC = json.loads((LUA / "clients" / "algorithms.json").read_text(encoding="utf-
 
 def test_the_algorithms_are_the_spec_s_in_rust_s_order():
     # What the client read at import (lua/clients/algorithms.json, which
-    # crates/ratelab/tests/protocol_vectors.rs generates and checks).
+    # crates/tests/tests/protocol/protocol_vectors.rs generates and checks).
     assert SPEC["protocol_version"] == PROTOCOL_VERSION
     assert list(ALGORITHMS) == [a["name"] for a in SPEC["algorithms"]]
     assert spec_path().resolve() == (lua_dir() / "clients" / "algorithms.json").resolve()

@@ -1,0 +1,31 @@
+//! The conformance table, in memory: every in-memory limiter gives exactly
+//! the decisions worked out by hand.
+
+use crate::common;
+
+use ratelab::AlgorithmKind;
+
+use ratelab::{AsyncRateLimiter, ManualClock, Quota};
+use ratelab_testkit::conformance::{Factory, SCENARIOS, run};
+
+#[tokio::test]
+async fn every_in_memory_limiter_conforms() {
+    let memory = |name: &'static str,
+                  quota: Quota,
+                  clock: ManualClock|
+     -> Box<dyn AsyncRateLimiter> { Box::new(common::keyed(name, quota, clock)) };
+    let backends: [(&str, Factory<'_>); 1] = [("memory", &memory)];
+    let (failures, checked) = run(&backends).await;
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+    assert_eq!(
+        checked,
+        SCENARIOS.iter().map(|s| s.steps.len()).sum::<usize>()
+    );
+    // Every algorithm has a scenario.
+    for name in AlgorithmKind::ALL {
+        assert!(
+            SCENARIOS.iter().any(|s| s.algorithm == name.name()),
+            "{name} has no scenario"
+        );
+    }
+}
