@@ -9,14 +9,21 @@ default:
 # Everything CI checks: formatting, clippy on all targets, the docs, every test and doctest, packaging.
 test: lint test-only package
 
-# Every crate packages and builds from its packaged files alone, as from a registry (the Lua scripts included); the two unpublished binaries' crates are left out: nothing depends on them.
+# Every crate packages and builds from its packaged files alone, as from a registry (the Lua scripts included); the unpublished crates that nothing depends on (the compare and bench binaries, the cross-algorithm tests) are left out.
 package:
     #!/usr/bin/env bash
     set -euo pipefail
     # cargo verifies each crate against the others as registry crates, which it unpacks under CARGO_HOME and builds only once per version: start from nothing, or an earlier run's sources and builds would be verified instead.
-    rm -rf "${CARGO_HOME:-$HOME/.cargo}"/registry/src/-*/ratelab-* target/package-check
-    cargo package --workspace --locked --allow-dirty --target-dir target/package-check --exclude ratelab-compare --exclude ratelab-benches
-    rm -rf target/package-check
+    rm -rf "${CARGO_HOME:-$HOME/.cargo}"/registry/src/-*/ratelab-*
+    # cargo takes a registry crate's earlier build as fresh without reading its sources: forget the builds of the ratelab crates as registry crates (the units whose dep-info names them under registry/src/-*/), never the workspace's own.
+    for dep_info in $(grep -l -s "/registry/src/-[^/]*/ratelab-" target/debug/deps/*.d || true); do
+        unit=$(basename "$dep_info" .d)
+        rm -rf "target/debug/.fingerprint/${unit//_/-}"
+    done
+    # The verification builds in the workspace's own target directory, with the workspace's dev profile (a packaged manifest has no [profile]: without these two settings every dependency would be built again with full debug info), so that it reuses every dependency the other recipes built with the same features.
+    cargo package --workspace --locked --allow-dirty \
+        --config 'profile.dev.debug="line-tables-only"' --config 'profile.dev.package."*".debug=false' \
+        --exclude ratelab-compare --exclude ratelab-benches --exclude ratelab-tests
 
 # Every test and doctest of the workspace, every benchmark once in test mode, and the Python and Node clients' tests (needs redis-server, redis-cli and redis-benchmark on PATH).
 test-only: test-clients
