@@ -26,9 +26,16 @@ package:
         --exclude ratelab-compare --exclude ratelab-benches --exclude ratelab-tests
 
 # Every test and doctest of the workspace, every benchmark once in test mode, and the Python and Node clients' tests (needs redis-server, redis-cli and redis-benchmark on PATH).
-test-only: test-clients
+test-only: && test-clients
+    #!/usr/bin/env bash
+    set -euo pipefail
+    # One build of the workspace, one feature set: the tests load the native module this `cargo test --workspace` builds (a cdylib, left in deps/), rather than each building it again with the module's own features; the benchmarks run in test mode with the workspace's features (--workspace --bench '*', not -p); then the clients' tests, whose cross-language test builds the Rust example with the workspace's features too: a no-op by then.
+    case "$(uname)" in Darwin) module=libratelab_redis_module.dylib ;; *) module=libratelab_redis_module.so ;; esac
+    target="${CARGO_TARGET_DIR:-target}"
+    case "$target" in /*) ;; *) target="$PWD/$target" ;; esac
+    export RATELAB_MODULE_PATH="$target/debug/deps/$module"
     cargo test --workspace --locked
-    cargo test -p ratelab-benches --benches --locked
+    cargo test --workspace --locked --bench '*'
 
 # The Python and Node clients of the script protocol (lua/clients), each against a redis-server it starts; the cross-language test also builds the Rust example and the Node client (needs `npm ci` in lua/clients/node and `pip install -e 'lua/clients/python[test]'`, as .ci/run does).
 test-clients:
@@ -52,7 +59,8 @@ bench-quick *ARGS:
 lint:
     cargo fmt --all --check
     cargo clippy --workspace --all-targets --locked -- -D warnings
-    RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --locked
+    # What `cargo doc` documents by default (the libraries, and the one binary whose name no library has), and the examples: with them the docs need the dev-dependencies, so they resolve the same features as clippy and reuse its check of every dependency.
+    RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --locked --lib --bin bench-summary --examples
 
 # After a deliberate protocol change or a new algorithm: rewrites what the other languages read from the Rust implementation (lua/clients/vectors.json and algorithms.json), lua/README.md's reference table, and lua/'s links to the algorithms' scripts.
 regenerate:

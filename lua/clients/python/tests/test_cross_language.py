@@ -4,8 +4,9 @@ them alone), for every algorithm, with checks, peeks, settlements below and
 above the cost, refunds and resets interleaved; the reference table from
 each language; and every key they write is the one the key scheme names.
 
-The Rust side is the example ``protocol_client`` (built here with cargo, in
-``CARGO_TARGET_DIR`` or the workspace's ``target/``), the Node side
+The Rust side is the example ``protocol_client`` (built here with cargo, with
+the workspace's features, in ``CARGO_TARGET_DIR`` or the workspace's
+``target/``), the Node side
 ``dist/testing/protocol_client.js`` (built here with ``npm run build``;
 ``npm ci`` in lua/clients/node first). Both read the line protocol of
 crates/ratelab/examples/protocol_client.rs (``check <algorithm> <key> <cost>
@@ -52,7 +53,10 @@ def _cargo() -> str:
 
 @pytest.fixture(scope="session")
 def rust_binary() -> Path:
-    _run([_cargo(), "build", "--locked", "-p", "ratelab", "--example", "protocol_client"], REPO,
+    # With the workspace's features (every member's examples, not `-p ratelab`),
+    # so that after `cargo test --workspace` the build is a no-op instead of a
+    # second build of ratelab's dependency graph with other features.
+    _run([_cargo(), "build", "--locked", "--workspace", "--examples"], REPO,
          "building the Rust example")
     target = Path(os.environ.get("CARGO_TARGET_DIR") or REPO / "target")
     if not target.is_absolute():
