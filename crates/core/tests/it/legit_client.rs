@@ -1,6 +1,6 @@
 //! A light, legitimate client during a flood of distinct keys at ten times
 //! the table's size: how much of its traffic still passes. Printed with
-//! `cargo test -p ratelab-core --test legit_client -- --nocapture`.
+//! `cargo test -p ratelab-core --test it legit_client -- --nocapture`.
 
 // Small test figures (random draws below a few thousand, key counts).
 #![allow(clippy::cast_possible_truncation)]
