@@ -50,7 +50,7 @@ pub enum ForwardedHeader {
 /// are not text spoil only the element they are in), and a `Forwarded` line
 /// is split from its right end, so that a quote a client leaves open cannot
 /// run over the elements proxies append after it
-/// (`tests/forwarded_chain.rs`).
+/// (`tests/it/forwarded_chain.rs`).
 ///
 /// Addresses are compared in canonical form: an IPv4-mapped IPv6 address
 /// (`::ffff:10.0.0.1`, what a dual-stack socket reports for an IPv4 peer) is

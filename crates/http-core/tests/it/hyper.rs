@@ -2,7 +2,7 @@
 //! refusal, a policy that counts only failures, and a login guard's device
 //! cookie work through its four steps over real HTTP.
 
-mod common;
+use crate::common;
 
 use std::net::{Ipv4Addr, SocketAddr};
 use std::sync::Arc;
