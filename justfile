@@ -16,9 +16,10 @@ package:
     # cargo verifies each crate against the others as registry crates, which it unpacks under CARGO_HOME and builds only once per version: start from nothing, or an earlier run's sources and builds would be verified instead.
     rm -rf "${CARGO_HOME:-$HOME/.cargo}"/registry/src/-*/ratelab-*
     # cargo takes a registry crate's earlier build as fresh without reading its sources: forget the builds of the ratelab crates as registry crates (the units whose dep-info names them under registry/src/-*/), never the workspace's own.
-    for dep_info in $(grep -l -s "/registry/src/-[^/]*/ratelab-" target/debug/deps/*.d || true); do
+    target="${CARGO_TARGET_DIR:-target}"
+    for dep_info in $(grep -l -s "/registry/src/-[^/]*/ratelab-" "$target"/debug/deps/*.d || true); do
         unit=$(basename "$dep_info" .d)
-        rm -rf "target/debug/.fingerprint/${unit//_/-}"
+        rm -rf "$target/debug/.fingerprint/${unit//_/-}"
     done
     # The verification builds in the workspace's own target directory, with the workspace's dev profile (a packaged manifest has no [profile]: without these two settings every dependency would be built again with full debug info), so that it reuses every dependency the other recipes built with the same features.
     cargo package --workspace --locked --allow-dirty \
