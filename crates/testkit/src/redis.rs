@@ -425,6 +425,9 @@ fn start_panic(e: &StartError) -> String {
 /// (`<target>/<profile>/deps/<test>` -> `<target>/<profile>/`), built there
 /// first with `cargo build -p ratelab-redis-module` (a no-op when fresh), so
 /// that `cargo test` finds it whatever the target directory or profile.
+/// `just test` sets `$RATELAB_MODULE_PATH` to the library its `cargo test
+/// --workspace` built, so that the module is not built a second time with
+/// its own features.
 pub fn module_path() -> &'static Path {
     static PATH: OnceLock<PathBuf> = OnceLock::new();
     PATH.get_or_init(|| {
