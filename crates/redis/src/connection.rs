@@ -6,7 +6,8 @@ use std::time::Duration;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::cluster::ClusterClient;
 use redis::cluster_async::ClusterConnection;
-use redis::{Cmd, FromRedisValue, RedisResult};
+use redis::cluster_routing::{Route, SingleNodeRoutingInfo, SlotAddr};
+use redis::{Cmd, FromRedisValue, RedisResult, Value};
 
 /// A connection to Redis: either one node (multiplexed, reconnecting on its
 /// own after a failure) or a Redis Cluster (routing each key to its slot's
@@ -69,6 +70,56 @@ impl Connection {
             Connection::Single(manager) => cmd.query_async(&mut manager.clone()).await,
             Connection::Cluster(cluster) => cmd.query_async(&mut cluster.clone()).await,
         }
+    }
+
+    /// Runs `cmd`, a command on `key`, then `WAIT replicas timeout_ms` on
+    /// the same connection, in one pipeline: the command's reply (an error
+    /// reply as `Err`) and the number of replicas that acknowledged every
+    /// write made on that connection so far, the command's included.
+    ///
+    /// One pipeline, because `WAIT` counts the writes of its own
+    /// connection: sent on its own, it could reach a connection made again
+    /// in between, which has written nothing, and confirm at once a write
+    /// that was lost. On a cluster the pair goes to the master of `key`'s
+    /// slot (`WAIT` has no key to be routed by).
+    pub(crate) async fn query_then_wait(
+        &self,
+        cmd: &Cmd,
+        key: &[u8],
+        replicas: u32,
+        timeout_ms: u64,
+    ) -> RedisResult<(Value, i64)> {
+        let mut pipe = redis::pipe();
+        pipe.ignore_errors();
+        pipe.add_command(cmd.clone());
+        pipe.cmd("WAIT").arg(replicas).arg(timeout_ms);
+        let replies: Vec<Value> = match self {
+            Connection::Single(manager) => pipe.query_async(&mut manager.clone()).await?,
+            Connection::Cluster(cluster) => {
+                let node =
+                    SingleNodeRoutingInfo::SpecificNode(Route::with_key(key, SlotAddr::Master));
+                cluster.clone().route_pipeline(pipe, 0, 2, node).await?
+            }
+        };
+        let mut replies = replies.into_iter();
+        let (Some(reply), Some(acknowledged)) = (replies.next(), replies.next()) else {
+            return Err(redis::RedisError::from((
+                redis::ErrorKind::Parse,
+                "a pipeline of two commands did not answer two replies",
+            )));
+        };
+        let reply = reply.extract_error()?;
+        let acknowledged = match acknowledged.extract_error()? {
+            Value::Int(n) => n,
+            other => {
+                return Err(redis::RedisError::from((
+                    redis::ErrorKind::Parse,
+                    "WAIT did not answer an integer",
+                    format!("{other:?}"),
+                )));
+            }
+        };
+        Ok((reply, acknowledged))
     }
 
     /// Loads `script` (`SCRIPT LOAD`; on a cluster, on every master).

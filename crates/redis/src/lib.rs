@@ -82,6 +82,49 @@
 //! # })?;
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
+//!
+//! ## Replicas and failover
+//!
+//! Redis replicates asynchronously: a replica promoted after its master
+//! died (Sentinel, a Cluster's failover, `REPLICAOF NO ONE`) holds the
+//! keys as they were some `lag` ago, and the limiter admits again what the
+//! master had admitted in that time. What a failover can cost, beyond each
+//! algorithm's own bound, for one key:
+//!
+//! - every algorithm: at most what the master admitted after the last
+//!   write the replica received, plus the checks in flight at the kill
+//!   (admitted, their replication not yet sent). With a healthy replica
+//!   that is the in-flight part alone;
+//! - the debts (GCRA, token bucket, leaky meter and queue), whose state is
+//!   one instant or level: at most `rate × lag` (the refill of the lag),
+//!   never more than the burst (at worst, the promoted replica finds the
+//!   bucket full);
+//! - the windows (fixed window, sliding counter, sliding log): what the
+//!   master admitted during the lag, counted again. Nothing when the
+//!   window was spent before the lag began and ends after it; up to a
+//!   window's limit for each window that starts within the lag.
+//!
+//! `tests/failover.rs` measures it on real servers (a master, a replica
+//! fed through a relay that can be cut, the master killed while clients
+//! hammer one key, the replica promoted): at 100 units a second, GCRA
+//! re-admitted 0 with a healthy replica and 30 (`rate × lag`) with a
+//! replica 300 ms behind; the fixed window (50 a window) 0 when the lag
+//! fell inside a spent window and 50 when a window started within it.
+//!
+//! **Strict mode** closes it: [`RedisLimiterBuilder::replicas`]`(n,
+//! timeout)` counts an admission only once `n` replicas acknowledge it
+//! (`WAIT` after the write, on the same connection; on a cluster, on the
+//! key's master). When they do not within the timeout, the check fails as
+//! an outage and the failure policy answers (with
+//! [`FailurePolicy::Error`]: the error), the units staying charged on the
+//! master. The same scenarios then admit nothing beyond the bound. A
+//! failover must promote a replica that acknowledged: ask for as many
+//! replicas as could be promoted, or let Sentinel or the Cluster choose,
+//! which prefer the replica with the most data (after `replica-priority`).
+//! What it costs: a replica's acknowledgement per admission (on one
+//! machine's loopback, sequential checks took about as long as without it
+//! at the median, p99 up to 0.8 ms against 0.2 ms), and checks sharing the
+//! connection wait behind a `WAIT` that is waiting.
 
 #![warn(missing_docs)]
 #![forbid(unsafe_code)]

@@ -56,6 +56,9 @@ pub struct RedisStore<A: RemoteForm> {
     redis_clock: RedisClock,
     backend: ScriptBackend,
     detection: Detection,
+    /// Strict mode: the replicas every charge must reach, and how long to
+    /// wait for them.
+    replicas: Option<(u32, Duration)>,
     counters: Counters,
 }
 
@@ -72,6 +75,10 @@ pub struct RedisStats {
     pub script_calls: u64,
     /// Scripts reloaded after `NOSCRIPT` (a flush, a restart, a failover).
     pub reloads: u64,
+    /// In strict mode ([`RedisStoreBuilder::replicas`]), charges that
+    /// fewer replicas than asked for acknowledged in time: each was
+    /// answered as an outage ([`Error::Backend`]), its units left charged.
+    pub unconfirmed: u64,
 }
 
 #[derive(Default)]
@@ -79,6 +86,7 @@ struct Counters {
     module_calls: AtomicU64,
     script_calls: AtomicU64,
     reloads: AtomicU64,
+    unconfirmed: AtomicU64,
 }
 
 fn count(counter: &AtomicU64) {
@@ -93,6 +101,7 @@ pub struct RedisStoreBuilder<A: RemoteForm> {
     time: TimeSource,
     ttl_slack: Option<Duration>,
     backend: ScriptBackend,
+    replicas: Option<(u32, Duration)>,
 }
 
 impl<A: RemoteForm + fmt::Debug> fmt::Debug for RedisStoreBuilder<A> {
@@ -102,6 +111,7 @@ impl<A: RemoteForm + fmt::Debug> fmt::Debug for RedisStoreBuilder<A> {
             .field("prefix", &self.prefix)
             .field("time", &self.time)
             .field("backend", &self.backend)
+            .field("replicas", &self.replicas)
             .finish_non_exhaustive()
     }
 }
@@ -146,6 +156,39 @@ impl<A: RemoteForm> RedisStoreBuilder<A> {
         self
     }
 
+    /// Strict mode: a charge counts only once `replicas` replicas hold it.
+    /// Off by default (`0` turns it off).
+    ///
+    /// Redis replicates asynchronously: a failover onto a replica forgets
+    /// the admissions it had not received yet, and the limiter admits them
+    /// again (the bound, per algorithm: [Replicas and
+    /// failover](crate#replicas-and-failover)). In strict mode every check of a positive cost, and every
+    /// settlement that charges more than its check did, is followed on the
+    /// same connection by `WAIT replicas timeout` (a script cannot call
+    /// `WAIT`; on a cluster it goes to the master of the key's slot). When
+    /// fewer replicas acknowledge in time, the admission is not
+    /// trustworthy: the call fails as an outage ([`Error::Backend`],
+    /// counted in [`RedisStats::unconfirmed`]), so the limiter's failure
+    /// policy decides what the check answers (returns the error, denies,
+    /// admits, or asks the in-memory fallback) and an alert is raised; the
+    /// units stay charged on the master, which errs toward refusing. A
+    /// refusal needs no confirmation: it is answered as is. Settlements
+    /// that give back and resets are not waited for: losing one in a
+    /// failover only leaves more charged.
+    ///
+    /// The wait never outlasts the call's own deadline (the limiter's
+    /// timeout): it is `timeout` or the time left, whichever is shorter,
+    /// and at least 1 ms. Keep `timeout` below the limiter's timeout (and
+    /// below the connection's own 500 ms): an unconfirmed admission is
+    /// then told as one, and counted, rather than as a timeout. What it costs: a replica's acknowledgement per
+    /// check, a round trip between master and replica; and since `WAIT`
+    /// blocks its connection, checks sharing the connection wait their
+    /// turn behind it.
+    pub fn replicas(mut self, replicas: u32, timeout: Duration) -> Self {
+        self.replicas = (replicas > 0).then_some((replicas, timeout));
+        self
+    }
+
     /// The time source configured so far.
     pub(crate) fn time(&self) -> &TimeSource {
         &self.time
@@ -183,6 +226,7 @@ impl<A: RemoteForm> RedisStoreBuilder<A> {
             redis_clock: RedisClock::default(),
             backend: self.backend,
             detection: Detection::new(),
+            replicas: self.replicas,
             counters: Counters::default(),
         }
     }
@@ -198,6 +242,7 @@ impl<A: RemoteForm> RedisStore<A> {
             time: TimeSource::Redis,
             ttl_slack: None,
             backend: ScriptBackend::Auto,
+            replicas: None,
         }
     }
 
@@ -223,6 +268,7 @@ impl<A: RemoteForm> RedisStore<A> {
             module_calls: self.counters.module_calls.load(Ordering::Relaxed),
             script_calls: self.counters.script_calls.load(Ordering::Relaxed),
             reloads: self.counters.reloads.load(Ordering::Relaxed),
+            unconfirmed: self.counters.unconfirmed.load(Ordering::Relaxed),
         }
     }
 
@@ -237,6 +283,8 @@ impl<A: RemoteForm> RedisStore<A> {
     /// One call (the module's command or `EVALSHA`, as the backend says;
     /// after `NOSCRIPT`, the script is loaded and the same call sent again),
     /// its reply validated: the decision, and the stamp of an admission.
+    /// In strict mode, a call that may `charge` is followed by `WAIT`, and
+    /// a charge fewer replicas than asked acknowledged is an outage.
     async fn run(
         &self,
         key: &[u8],
@@ -244,6 +292,23 @@ impl<A: RemoteForm> RedisStore<A> {
         op: Op,
         give_up: Option<Instant>,
     ) -> Result<(Decision, Stamp), Error> {
+        let charges = match op {
+            Op::Check => cost > 0,
+            Op::Settle { actual, .. } => actual > cost,
+            Op::Peek | Op::Reset => false,
+        };
+        let wait = match self.replicas {
+            Some((replicas, timeout)) if charges => {
+                // Never past the caller's deadline: WAIT blocks the
+                // connection it shares with other calls.
+                let left = give_up.map_or(timeout, |g| {
+                    timeout.min(g.saturating_duration_since(Instant::now()))
+                });
+                let ms = u64::try_from(left.as_micros().div_ceil(1000)).unwrap_or(u64::MAX);
+                Some((replicas, ms.max(1)))
+            }
+            _ => None,
+        };
         let redis_key = self.redis_key(key);
         let now = self.now();
         // Past this instant on Redis's clock the caller has given up: the
@@ -253,24 +318,63 @@ impl<A: RemoteForm> RedisStore<A> {
             None => None,
         };
         let args = ScriptArgs::call(now, cost, self.ttl_slack_ms, deadline, op, &self.params);
-        let reply = self.call(&redis_key, &args).await?;
+        let (reply, acknowledged) = self.call(&redis_key, &args, wait).await?;
         let asked = Asked {
             stamps: op == Op::Check && cost > 0,
             now,
         };
-        decision_from_reply(A::NAME, &reply, self.bounds, asked).map_err(Error::data)
+        let (decision, stamp) =
+            decision_from_reply(A::NAME, &reply, self.bounds, asked).map_err(Error::data)?;
+        if let (Some((replicas, ms)), Some(acknowledged)) = (wait, acknowledged) {
+            // A refusal charged nothing: nothing to lose in a failover.
+            let charged = decision.allowed || op != Op::Check;
+            if charged && acknowledged < i64::from(replicas) {
+                count(&self.counters.unconfirmed);
+                return Err(Error::backend(format!(
+                    "{acknowledged} of the {replicas} replicas asked for acknowledged the {} \
+                     within {ms} ms: not counted as {} (strict mode; its units stay charged \
+                     on the master)",
+                    op.as_str(),
+                    if op == Op::Check {
+                        "an admission"
+                    } else {
+                        "settled"
+                    },
+                )));
+            }
+        }
+        Ok((decision, stamp))
     }
 
     /// Sends `args` for `key` to the module's command when the backend says
     /// so (under [`ScriptBackend::Auto`], when this server has it), else, or
     /// when the module turns out to be missing, to the script.
-    async fn call(&self, key: &[u8], args: &ScriptArgs) -> Result<Value, Error> {
+    /// With `wait` (replicas, ms), `WAIT` follows on the same connection:
+    /// the number of replicas that acknowledged comes with the reply.
+    async fn call(
+        &self,
+        key: &[u8],
+        args: &ScriptArgs,
+        wait: Option<(u32, u64)>,
+    ) -> Result<(Value, Option<i64>), Error> {
         if self.module_first().await? {
             let command = self.module_command.as_str();
             let mut cmd = redis::cmd(command);
             cmd.arg(key).arg(args.as_slice());
             count(&self.counters.module_calls);
-            match self.connection.query::<Value>(&cmd).await {
+            let result = match wait {
+                None => self
+                    .connection
+                    .query::<Value>(&cmd)
+                    .await
+                    .map(|v| (v, None)),
+                Some((replicas, ms)) => self
+                    .connection
+                    .query_then_wait(&cmd, key, replicas, ms)
+                    .await
+                    .map(|(v, n)| (v, Some(n))),
+            };
+            match result {
                 Err(e) if is_unknown_command(&e) || is_other_version(&e) => {
                     if self.backend != ScriptBackend::Auto {
                         let what = if is_other_version(&e) {
@@ -305,12 +409,20 @@ impl<A: RemoteForm> RedisStore<A> {
             }
         }
         count(&self.counters.script_calls);
-        self.script
-            .invoke(&self.connection, key, args, || {
-                count(&self.counters.reloads);
-            })
-            .await
-            .map_err(classify)
+        let reloaded = || count(&self.counters.reloads);
+        match wait {
+            None => self
+                .script
+                .invoke(&self.connection, key, args, reloaded)
+                .await
+                .map(|v| (v, None)),
+            Some(wait) => self
+                .script
+                .invoke_then_wait(&self.connection, key, args, wait, reloaded)
+                .await
+                .map(|(v, n)| (v, Some(n))),
+        }
+        .map_err(classify)
     }
 
     /// Whether the next call goes to the module first. Under
@@ -437,6 +549,7 @@ impl<A: RemoteForm + fmt::Debug> fmt::Debug for RedisStore<A> {
             .field("prefix", &self.prefix)
             .field("time", &self.time)
             .field("backend", &self.backend)
+            .field("replicas", &self.replicas)
             .finish_non_exhaustive()
     }
 }
