@@ -47,6 +47,8 @@ pub struct RedisStore<A: RemoteForm> {
     script: Script,
     /// The native module's command for the algorithm.
     module_command: String,
+    /// Its read-only twin, for peeks: a replica answers it.
+    peek_command: String,
     prefix: String,
     key_suffix: String,
     time: TimeSource,
@@ -56,6 +58,9 @@ pub struct RedisStore<A: RemoteForm> {
     redis_clock: RedisClock,
     backend: ScriptBackend,
     detection: Detection,
+    /// Whether the module has the read-only twins (one older than them
+    /// does not: its peeks go to the command itself).
+    peek_twin: Detection,
     /// Strict mode: the replicas every charge must reach, and how long to
     /// wait for them.
     replicas: Option<(u32, Duration)>,
@@ -215,6 +220,7 @@ impl<A: RemoteForm> RedisStoreBuilder<A> {
         RedisStore {
             params: self.algorithm.params(),
             script: Script::of::<A>(),
+            peek_command: format!("{}_RO", self.algorithm.module_command()),
             module_command: self.algorithm.module_command(),
             key_suffix: self.algorithm.key_suffix(),
             connection: self.connection,
@@ -226,6 +232,7 @@ impl<A: RemoteForm> RedisStoreBuilder<A> {
             redis_clock: RedisClock::default(),
             backend: self.backend,
             detection: Detection::new(),
+            peek_twin: Detection::new(),
             replicas: self.replicas,
             counters: Counters::default(),
         }
@@ -318,7 +325,7 @@ impl<A: RemoteForm> RedisStore<A> {
             None => None,
         };
         let args = ScriptArgs::call(now, cost, self.ttl_slack_ms, deadline, op, &self.params);
-        let (reply, acknowledged) = self.call(&redis_key, &args, wait).await?;
+        let (reply, acknowledged) = self.call(&redis_key, &args, op == Op::Peek, wait).await?;
         let asked = Asked {
             stamps: op == Op::Check && cost > 0,
             now,
@@ -349,16 +356,26 @@ impl<A: RemoteForm> RedisStore<A> {
     /// Sends `args` for `key` to the module's command when the backend says
     /// so (under [`ScriptBackend::Auto`], when this server has it), else, or
     /// when the module turns out to be missing, to the script.
-    /// With `wait` (replicas, ms), `WAIT` follows on the same connection:
-    /// the number of replicas that acknowledged comes with the reply.
+    /// A `peek` goes to the module's read-only twin
+    /// (`RATELAB.<ALGORITHM>_RO`, which a replica answers), or, from a
+    /// module older than the twins (`ERR unknown command`, re-checked after
+    /// [`MODULE_RECHECK`](crate::MODULE_RECHECK)), to its command. With
+    /// `wait` (replicas, ms), `WAIT` follows on the same connection: the
+    /// number of replicas that acknowledged comes with the reply.
     async fn call(
         &self,
         key: &[u8],
         args: &ScriptArgs,
+        peek: bool,
         wait: Option<(u32, u64)>,
     ) -> Result<(Value, Option<i64>), Error> {
-        if self.module_first().await? {
-            let command = self.module_command.as_str();
+        let mut twin = peek && self.peek_twin.route() != Route::Lua;
+        while self.module_first().await? {
+            let command = if twin {
+                self.peek_command.as_str()
+            } else {
+                self.module_command.as_str()
+            };
             let mut cmd = redis::cmd(command);
             cmd.arg(key).arg(args.as_slice());
             count(&self.counters.module_calls);
@@ -375,6 +392,13 @@ impl<A: RemoteForm> RedisStore<A> {
                     .map(|(v, n)| (v, Some(n))),
             };
             match result {
+                Err(e) if twin && is_unknown_command(&e) => {
+                    // A module older than the twins, or none: the command
+                    // itself says which.
+                    self.peek_twin.missing();
+                    twin = false;
+                    continue;
+                }
                 Err(e) if is_unknown_command(&e) || is_other_version(&e) => {
                     if self.backend != ScriptBackend::Auto {
                         let what = if is_other_version(&e) {
