@@ -6,8 +6,10 @@
 //! ([`RemoteForm`](ratelab_core::RemoteForm): its script, parameters, key
 //! code and stored encoding, which each algorithm crate describes itself,
 //! so this crate knows no algorithm by name) over a [`Connection`] to one
-//! node or a cluster: one `EVALSHA` per call, the time from Redis `TIME` (or
-//! the caller's clock: [`TimeSource`]), keys named by [`redis_key`] (braces
+//! node, a cluster, or the master Redis Sentinel names
+//! ([`Connection::sentinel`], found again after a failover): one `EVALSHA`
+//! per call, the time from Redis `TIME` (or the caller's clock:
+//! [`TimeSource`]), keys named by [`redis_key`] (braces
 //! in a user key never move the cluster hash tag), every key expiring when
 //! it may be forgotten, and each call's deadline the caller's give-up
 //! instant on Redis's measured clock. A [`RedisLimiter`] is that store
@@ -137,6 +139,7 @@ mod limiter;
 mod redis_clock;
 mod reply;
 mod script;
+mod sentinel;
 mod settings;
 mod store;
 
@@ -147,6 +150,7 @@ pub use limiter::{RedisLimiter, RedisLimiterBuilder};
 pub use redis::RedisError;
 pub use reply::InvalidReply;
 pub use script::{MAX_TTL_SLACK_MS, Op, PROTOCOL_VERSION, RedisAlgorithm, Script, ScriptArgs};
+pub use sentinel::SentinelMaster;
 pub use settings::{DEFAULT_CLIENT_TTL_SLACK, DEFAULT_PREFIX, TimeSource};
 pub use store::{RedisStats, RedisStore, RedisStoreBuilder};
 // The resilience wrapper's, as a program using Redis configures and

@@ -462,7 +462,7 @@ impl<A: RemoteForm> RedisStore<A> {
                 Route::Module => Ok(true),
                 Route::Lua => Ok(false),
                 Route::Unknown => match &self.connection {
-                    Connection::Single(_) => {
+                    Connection::Single(_) | Connection::Sentinel(_) => {
                         let found = probe(&self.connection).await.map_err(classify)?;
                         if found {
                             self.detection.found();
