@@ -112,6 +112,11 @@
 //! re-admitted 0 with a healthy replica and 30 (`rate × lag`) with a
 //! replica 300 ms behind; the fixed window (50 a window) 0 when the lag
 //! fell inside a spent window and 50 when a window started within it.
+//! `tests/cluster_failover.rs` kills a master of a Cluster with a replica
+//! each: the cluster promotes the replica (the key answered again within
+//! a few failed checks) and every admission strict mode confirmed is there.
+//! With Sentinel, [`Connection::sentinel`] follows the failover
+//! (`tests/sentinel.rs`, three real sentinels).
 //!
 //! **Strict mode** closes it: [`RedisLimiterBuilder::replicas`]`(n,
 //! timeout)` counts an admission only once `n` replicas acknowledge it

@@ -581,9 +581,22 @@ impl RedisCluster {
     /// Starts the cluster with `extra` arguments for every node, or says
     /// why it did not start.
     pub fn try_start_with(extra: &[&str]) -> Result<Self, StartError> {
+        Self::try_start_shaped(0, extra)
+    }
+
+    /// Starts the cluster with one replica for each of its three masters
+    /// (six nodes; `redis-cli --cluster create --cluster-replicas 1`), ready
+    /// when every node reports `cluster_state:ok` and every replica's link
+    /// is up; or panics saying why. A master killed is failed over to its
+    /// replica by the cluster itself (node timeout 2 s).
+    pub fn start_with_replicas(extra: &[&str]) -> Self {
+        Self::try_start_shaped(1, extra).unwrap_or_else(|e| panic!("{}", start_panic(&e)))
+    }
+
+    fn try_start_shaped(replicas: usize, extra: &[&str]) -> Result<Self, StartError> {
         let mut last_error = String::new();
         for _ in 0..10 {
-            match Self::start_once(extra) {
+            match Self::start_once(replicas, extra) {
                 Ok(cluster) => return Ok(cluster),
                 Err(e @ StartError::NotFound { .. }) => return Err(e),
                 Err(e) => last_error = e.to_string(),
@@ -594,12 +607,12 @@ impl RedisCluster {
         )))
     }
 
-    fn start_once(extra: &[&str]) -> Result<Self, StartError> {
+    fn start_once(replicas: usize, extra: &[&str]) -> Result<Self, StartError> {
         let failed = StartError::Failed;
         let dir = tempfile::tempdir().map_err(|e| failed(e.to_string()))?;
         // Each node needs its port and its bus port (port + 10000) free.
         let mut ports = Vec::new();
-        while ports.len() < 3 {
+        while ports.len() < 3 * (1 + replicas) {
             let port = free_port();
             if port < 55_535 && port_is_free(port + 10_000) && !ports.contains(&port) {
                 ports.push(port);
@@ -623,7 +636,7 @@ impl RedisCluster {
         let output = Command::new(find_binary("RATELAB_REDIS_CLI", "redis-cli")?)
             .args(["--cluster", "create"])
             .args(&addresses)
-            .args(["--cluster-replicas", "0", "--cluster-yes"])
+            .args(["--cluster-replicas", &replicas.to_string(), "--cluster-yes"])
             .stdin(Stdio::null())
             .output()
             .map_err(|e| failed(format!("cannot run redis-cli: {e}; {INSTALL_HINT}")))?;
@@ -638,7 +651,10 @@ impl RedisCluster {
         for node in &nodes {
             loop {
                 let info = node.command(&["CLUSTER", "INFO"]).unwrap_or_default();
-                if info.contains("cluster_state:ok") {
+                let replication = node.command(&["INFO", "replication"]).unwrap_or_default();
+                let linked = !replication.contains("role:slave")
+                    || replication.contains("master_link_status:up");
+                if info.contains("cluster_state:ok") && linked {
                     break;
                 }
                 if Instant::now() > deadline {
