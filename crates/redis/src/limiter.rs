@@ -310,6 +310,16 @@ impl<A: RemoteForm> RedisLimiterBuilder<A> {
         self
     }
 
+    /// Sends peeks to `connection` instead, a replica say
+    /// ([`RedisStoreBuilder::peek_from`]): it answers them (through the
+    /// module's read-only twins or the scripts) as of its lag, and spares
+    /// the master the reads. Everything else goes to the limiter's
+    /// connection.
+    pub fn peek_from(mut self, connection: Connection) -> Self {
+        self.store = self.store.peek_from(connection);
+        self
+    }
+
     /// The limiter.
     pub fn build(self) -> RedisLimiter<A> {
         // The fallback and the refusal cache read the clock Redis is told.

@@ -61,6 +61,8 @@ pub struct RedisStore<A: RemoteForm> {
     /// Whether the module has the read-only twins (one older than them
     /// does not: its peeks go to the command itself).
     peek_twin: Detection,
+    /// Where peeks go instead, if elsewhere (a replica).
+    peeks: Option<Peeks>,
     /// Strict mode: the replicas every charge must reach, and how long to
     /// wait for them.
     replicas: Option<(u32, Duration)>,
@@ -86,6 +88,22 @@ pub struct RedisStats {
     pub unconfirmed: u64,
 }
 
+/// Where a store sends its peeks when not to its connection: what it knows
+/// of that server's module.
+struct Peeks {
+    connection: Connection,
+    detection: Detection,
+    peek_twin: Detection,
+}
+
+/// A server calls go to, and what is known of its module.
+#[derive(Clone, Copy)]
+struct Target<'a> {
+    connection: &'a Connection,
+    detection: &'a Detection,
+    peek_twin: &'a Detection,
+}
+
 #[derive(Default)]
 struct Counters {
     module_calls: AtomicU64,
@@ -107,6 +125,7 @@ pub struct RedisStoreBuilder<A: RemoteForm> {
     ttl_slack: Option<Duration>,
     backend: ScriptBackend,
     replicas: Option<(u32, Duration)>,
+    peeks: Option<Connection>,
 }
 
 impl<A: RemoteForm + fmt::Debug> fmt::Debug for RedisStoreBuilder<A> {
@@ -194,6 +213,19 @@ impl<A: RemoteForm> RedisStoreBuilder<A> {
         self
     }
 
+    /// Sends peeks to `connection` instead (a replica, say): a peek writes
+    /// nothing, so a replica answers it, through the module's read-only
+    /// twins or the scripts, and the master is spared the reads. Its answer
+    /// is as old as the replica's lag: a check on the master may decide
+    /// otherwise. The module is detected there on its own (as for the
+    /// store's connection), and a peek there carries no deadline (it
+    /// charges nothing). Checks, settlements and resets still go to the
+    /// store's connection.
+    pub fn peek_from(mut self, connection: Connection) -> Self {
+        self.peeks = Some(connection);
+        self
+    }
+
     /// The time source configured so far.
     pub(crate) fn time(&self) -> &TimeSource {
         &self.time
@@ -233,6 +265,11 @@ impl<A: RemoteForm> RedisStoreBuilder<A> {
             backend: self.backend,
             detection: Detection::new(),
             peek_twin: Detection::new(),
+            peeks: self.peeks.map(|connection| Peeks {
+                connection,
+                detection: Detection::new(),
+                peek_twin: Detection::new(),
+            }),
             replicas: self.replicas,
             counters: Counters::default(),
         }
@@ -250,6 +287,7 @@ impl<A: RemoteForm> RedisStore<A> {
             ttl_slack: None,
             backend: ScriptBackend::Auto,
             replicas: None,
+            peeks: None,
         }
     }
 
@@ -318,14 +356,37 @@ impl<A: RemoteForm> RedisStore<A> {
         };
         let redis_key = self.redis_key(key);
         let now = self.now();
+        let (target, elsewhere) = match (&self.peeks, op) {
+            (Some(peeks), Op::Peek) => (
+                Target {
+                    connection: &peeks.connection,
+                    detection: &peeks.detection,
+                    peek_twin: &peeks.peek_twin,
+                },
+                true,
+            ),
+            _ => (
+                Target {
+                    connection: &self.connection,
+                    detection: &self.detection,
+                    peek_twin: &self.peek_twin,
+                },
+                false,
+            ),
+        };
         // Past this instant on Redis's clock the caller has given up: the
         // script must not charge it. Measured, not guessed (`RedisClock`).
+        // A peek elsewhere charges nothing, on a clock not measured.
         let deadline = match give_up {
-            Some(give_up) => Some(self.redis_clock.deadline(&self.connection, give_up).await?),
-            None => None,
+            Some(give_up) if !elsewhere => {
+                Some(self.redis_clock.deadline(&self.connection, give_up).await?)
+            }
+            _ => None,
         };
         let args = ScriptArgs::call(now, cost, self.ttl_slack_ms, deadline, op, &self.params);
-        let (reply, acknowledged) = self.call(&redis_key, &args, op == Op::Peek, wait).await?;
+        let (reply, acknowledged) = self
+            .call(target, &redis_key, &args, op == Op::Peek, wait)
+            .await?;
         let asked = Asked {
             stamps: op == Op::Check && cost > 0,
             now,
@@ -364,13 +425,19 @@ impl<A: RemoteForm> RedisStore<A> {
     /// number of replicas that acknowledged comes with the reply.
     async fn call(
         &self,
+        target: Target<'_>,
         key: &[u8],
         args: &ScriptArgs,
         peek: bool,
         wait: Option<(u32, u64)>,
     ) -> Result<(Value, Option<i64>), Error> {
-        let mut twin = peek && self.peek_twin.route() != Route::Lua;
-        while self.module_first().await? {
+        let Target {
+            connection,
+            detection,
+            peek_twin,
+        } = target;
+        let mut twin = peek && peek_twin.route() != Route::Lua;
+        while self.module_first(target).await? {
             let command = if twin {
                 self.peek_command.as_str()
             } else {
@@ -380,13 +447,8 @@ impl<A: RemoteForm> RedisStore<A> {
             cmd.arg(key).arg(args.as_slice());
             count(&self.counters.module_calls);
             let result = match wait {
-                None => self
-                    .connection
-                    .query::<Value>(&cmd)
-                    .await
-                    .map(|v| (v, None)),
-                Some((replicas, ms)) => self
-                    .connection
+                None => connection.query::<Value>(&cmd).await.map(|v| (v, None)),
+                Some((replicas, ms)) => connection
                     .query_then_wait(&cmd, key, replicas, ms)
                     .await
                     .map(|(v, n)| (v, Some(n))),
@@ -395,7 +457,7 @@ impl<A: RemoteForm> RedisStore<A> {
                 Err(e) if twin && is_unknown_command(&e) => {
                     // A module older than the twins, or none: the command
                     // itself says which.
-                    self.peek_twin.missing();
+                    peek_twin.missing();
                     twin = false;
                     continue;
                 }
@@ -419,13 +481,11 @@ impl<A: RemoteForm> RedisStore<A> {
                     // never there on this cluster node, or of another
                     // version (a cluster's nodes are probed by the command
                     // itself): the script, which this client ships.
-                    self.detection.missing();
+                    detection.missing();
                 }
                 Ok(reply) => {
-                    if self.backend == ScriptBackend::Auto
-                        && self.detection.route() != Route::Module
-                    {
-                        self.detection.found();
+                    if self.backend == ScriptBackend::Auto && detection.route() != Route::Module {
+                        detection.found();
                     }
                     return Ok(reply);
                 }
@@ -437,12 +497,12 @@ impl<A: RemoteForm> RedisStore<A> {
         match wait {
             None => self
                 .script
-                .invoke(&self.connection, key, args, reloaded)
+                .invoke(connection, key, args, reloaded)
                 .await
                 .map(|v| (v, None)),
             Some(wait) => self
                 .script
-                .invoke_then_wait(&self.connection, key, args, wait, reloaded)
+                .invoke_then_wait(connection, key, args, wait, reloaded)
                 .await
                 .map(|(v, n)| (v, Some(n))),
         }
@@ -454,20 +514,21 @@ impl<A: RemoteForm> RedisStore<A> {
     /// once (again after [`MODULE_RECHECK`](crate::MODULE_RECHECK) when it
     /// lacked the module); a cluster, whose keyless probe would reach one
     /// random node, tries the module's command itself, routed by its key.
-    async fn module_first(&self) -> Result<bool, Error> {
+    async fn module_first(&self, target: Target<'_>) -> Result<bool, Error> {
+        let detection = target.detection;
         match self.backend {
             ScriptBackend::Lua => Ok(false),
             ScriptBackend::Module => Ok(true),
-            ScriptBackend::Auto => match self.detection.route() {
+            ScriptBackend::Auto => match detection.route() {
                 Route::Module => Ok(true),
                 Route::Lua => Ok(false),
-                Route::Unknown => match &self.connection {
+                Route::Unknown => match target.connection {
                     Connection::Single(_) | Connection::Sentinel(_) => {
-                        let found = probe(&self.connection).await.map_err(classify)?;
+                        let found = probe(target.connection).await.map_err(classify)?;
                         if found {
-                            self.detection.found();
+                            detection.found();
                         } else {
-                            self.detection.missing();
+                            detection.missing();
                         }
                         Ok(found)
                     }

@@ -86,6 +86,62 @@ async fn a_replica_answers_peeks_through_the_module_as_through_the_scripts() {
     }
 }
 
+/// `INFO commandstats`: the calls of `command` on the server at `port`.
+fn calls(server: &RedisServer, command: &str) -> u64 {
+    let stats = server
+        .command(&["INFO", "commandstats"])
+        .unwrap_or_default();
+    let prefix = format!("cmdstat_{command}:calls=");
+    stats
+        .lines()
+        .find_map(|line| line.strip_prefix(&prefix))
+        .and_then(|rest| rest.split(',').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0)
+}
+
+#[tokio::test]
+async fn peeks_go_to_the_replica_when_asked() {
+    let module = module_path().to_str().expect("a UTF-8 path");
+    for with_module in [true, false] {
+        let extra: &[&str] = if with_module {
+            &["--loadmodule", module]
+        } else {
+            &[]
+        };
+        let master = RedisServer::start_with(extra);
+        let replica = RedisServer::start_replica_of(master.port(), extra);
+        let clock = Arc::new(ManualClock::starting_at(1_700_000_000_000_000));
+        let quota = Quota::per_second(10)
+            .and_then(|q| q.with_burst(20))
+            .expect("a quota");
+        let connection = Connection::single(&master.url()).await.expect("the master");
+        let on_replica = Connection::single(&replica.url())
+            .await
+            .expect("the replica");
+        let limiter = RedisLimiter::builder(connection, Gcra::new(quota))
+            .time_source(TimeSource::Client(clock.clone()))
+            .peek_from(on_replica)
+            .build();
+        for _ in 0..7 {
+            assert!(limiter.check(b"k", 1).await.expect("a check").allowed);
+        }
+        replica.wait_caught_up(master.port());
+        let peeked = limiter.peek(b"k", 1).await.expect("a peek");
+        assert!(peeked.allowed);
+        assert_eq!(peeked.remaining, 12);
+        let (read_only, script) = ("ratelab.gcra_ro", "evalsha");
+        if with_module {
+            assert_eq!(calls(&replica, read_only), 1);
+            assert_eq!(calls(&master, read_only), 0);
+        } else {
+            assert!(calls(&replica, script) >= 1);
+            // The master ran the seven checks, and no peek.
+            assert_eq!(calls(&master, script), 7 + 1, "a NOSCRIPT, then seven");
+        }
+    }
+}
+
 #[tokio::test]
 async fn without_the_module_a_peek_finds_the_scripts() {
     // A cluster's nodes without the module: the twin, then the command,
