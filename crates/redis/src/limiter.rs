@@ -301,10 +301,10 @@ impl<A: RemoteForm> RedisLimiterBuilder<A> {
     /// is raised, the wrapper's [`Stats::errors`] and the store's
     /// [`RedisStats::unconfirmed`](crate::RedisStats::unconfirmed) count it,
     /// and its units stay charged on the master (which errs toward
-    /// refusing). Refusals, settlements that give back and resets are not
-    /// waited for. Details and costs: [`RedisStoreBuilder::replicas`]; what
-    /// a failover costs without it: [Replicas and
-    /// failover](crate#replicas-and-failover).
+    /// refusing). A refusal is answered as is; settlements that give back,
+    /// resets and peeks are not waited for. Details and costs:
+    /// [`RedisStoreBuilder::replicas`]; what a failover costs without it:
+    /// [Replicas and failover](crate#replicas-and-failover).
     pub fn replicas(mut self, replicas: u32, timeout: Duration) -> Self {
         self.store = self.store.replicas(replicas, timeout);
         self

@@ -196,9 +196,11 @@ impl<A: RemoteForm> RedisStoreBuilder<A> {
     /// policy decides what the check answers (returns the error, denies,
     /// admits, or asks the in-memory fallback) and an alert is raised; the
     /// units stay charged on the master, which errs toward refusing. A
-    /// refusal needs no confirmation: it is answered as is. Settlements
-    /// that give back and resets are not waited for: losing one in a
-    /// failover only leaves more charged.
+    /// refusal needs no confirmation: it is answered as is (it still waits
+    /// with the `WAIT` sent beside it, before its answer was known, for the
+    /// connection's earlier writes). Peeks, settlements that give back and
+    /// resets are not waited for: losing one in a failover only leaves
+    /// more charged.
     ///
     /// The wait never outlasts the call's own deadline (the limiter's
     /// timeout): it is `timeout` or the time left, whichever is shorter,
