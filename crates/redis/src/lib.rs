@@ -110,8 +110,11 @@
 //! fed through a relay that can be cut, the master killed while clients
 //! hammer one key, the replica promoted): at 100 units a second, GCRA
 //! re-admitted 0 with a healthy replica and 30 (`rate × lag`) with a
-//! replica 300 ms behind; the fixed window (50 a window) 0 when the lag
-//! fell inside a spent window and 50 when a window started within it.
+//! replica 300 ms behind, and so did the token bucket and both leaky
+//! buckets; the fixed window (50 a window) 0 when the lag fell inside a
+//! spent window and 50 when a window started within it, the sliding log 50
+//! when its first units left within the lag (the sliding counter lost 5,
+//! within its own bound of twice the limit).
 //! `tests/cluster_failover.rs` kills a master of a Cluster with a replica
 //! each: the cluster promotes the replica (the key answered again within
 //! a few failed checks) and every admission strict mode confirmed is there.

@@ -24,10 +24,13 @@ use std::time::Duration;
 use ratelab_core::{Clock, ManualClock, Quota, RemoteForm};
 use ratelab_fixed_window::FixedWindow;
 use ratelab_gcra::Gcra;
+use ratelab_leaky_bucket::{LeakyMeter, LeakyQueue};
 use ratelab_redis::{Connection, FailurePolicy, RedisLimiter, TimeSource};
+use ratelab_sliding_window::{SlidingCounter, SlidingLog};
 use ratelab_testkit::oracle::{Admitted, Bound};
 use ratelab_testkit::redis::RedisServer;
 use ratelab_testkit::replication::Relay;
+use ratelab_token_bucket::TokenBucket;
 
 /// Concurrent clients, each with at most one check in flight: the most a
 /// kill can catch in flight.
@@ -202,12 +205,20 @@ fn bucket_excess(quota: Quota, admitted: &[Admitted]) -> u64 {
         burst: u64::from(quota.burst()),
         interval: quota.emission_interval_micros(),
     };
+    excess(bound, admitted)
+}
+
+/// Units admitted beyond `bound` in the worst interval of the run it
+/// speaks of.
+fn excess(bound: Bound, admitted: &[Admitted]) -> u64 {
     let mut worst = 0;
     for (i, first) in admitted.iter().enumerate() {
         let mut total = 0;
         for last in &admitted[i..] {
             total += last.units;
-            let allowed = bound.allowed_within(last.at - first.at).expect("a bucket");
+            let Some(allowed) = bound.allowed_within(last.at - first.at) else {
+                break;
+            };
             worst = worst.max(total.saturating_sub(allowed));
         }
     }
@@ -306,4 +317,66 @@ async fn fixed_window_loses_a_window_when_the_lag_holds_its_start() {
     let strict = window_excess(quota, &outcome.admitted);
     eprintln!("fixed window, strict, lag across a window's start: {strict} beyond the bound");
     assert_eq!(strict, 0, "{outcome:?}");
+}
+
+/// The other algorithms, a replica lagging: what the promoted replica
+/// admits beyond each one's own bound is at most what the master admitted
+/// after the cut, plus what was in flight (the bound every algorithm
+/// shares); the debts' at most `rate × lag` too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_algorithm_loses_at_most_what_the_master_admitted_in_the_lag() {
+    let debt = gcra_quota();
+    let bucket = Bound::Bucket {
+        burst: u64::from(debt.burst()),
+        interval: debt.emission_interval_micros(),
+    };
+    let window = window_quota();
+    let (limit, length) = (u64::from(window.limit()), window.window_micros());
+    let log = Bound::Window {
+        limit,
+        window: length,
+        factor: 1,
+    };
+    let counter = Bound::Window {
+        limit,
+        window: length,
+        factor: 2,
+    };
+    // The debts lag 300 ms; the windows 700 ms, over the second at which
+    // the first second's units leave them.
+    let outcomes = [
+        (
+            "token bucket",
+            bucket,
+            failover(TokenBucket::new(debt), false, 3).await,
+        ),
+        (
+            "leaky meter",
+            bucket,
+            failover(LeakyMeter::new(debt), false, 3).await,
+        ),
+        (
+            "leaky queue",
+            bucket,
+            failover(LeakyQueue::new(debt), false, 3).await,
+        ),
+        (
+            "sliding log",
+            log,
+            failover(SlidingLog::new(window), false, 7).await,
+        ),
+        (
+            "sliding counter",
+            counter,
+            failover(SlidingCounter::new(window), false, 7).await,
+        ),
+    ];
+    for (name, bound, outcome) in outcomes {
+        let beyond = excess(bound, &outcome.admitted);
+        eprintln!("{name}, lagging replica: {beyond} beyond the bound");
+        assert!(beyond <= outcome.after_cut + CLIENTS, "{name}: {outcome:?}");
+        if matches!(bound, Bound::Bucket { .. }) {
+            assert!(beyond <= 30 + CLIENTS, "{name}: {outcome:?}");
+        }
+    }
 }
