@@ -23,4 +23,5 @@ pub mod oracle;
 pub mod props;
 pub mod redis;
 pub mod redis_cell;
+pub mod replication;
 pub mod strategies;
