@@ -318,7 +318,10 @@ impl RedisServer {
             .args(["--port", &self.port.to_string()])
             .args(["--bind", "127.0.0.1"]);
         if self.sentinel.is_none() {
+            // No persistence; and a replica's full sync starts at once
+            // (Redis waits 5 s by default for more replicas to share it).
             server.args(["--save", "", "--appendonly", "no"]);
+            server.args(["--repl-diskless-sync-delay", "0"]);
         }
         let child = server
             .args(["--daemonize", "no"])
@@ -664,6 +667,31 @@ impl RedisCluster {
                     )));
                 }
                 std::thread::sleep(Duration::from_millis(50));
+            }
+        }
+        // After a full sync a master holds its stream back until the
+        // replica's first acknowledgement (up to a second): until then
+        // `WAIT` counts nothing. A write on the empty cluster that each
+        // master's replicas confirm proves the stream flows.
+        let masters = nodes.iter().filter(|node| {
+            replicas > 0
+                && node
+                    .command(&["ROLE"])
+                    .is_ok_and(|role| role.starts_with("master"))
+        });
+        for node in masters {
+            loop {
+                node.command(&["FLUSHALL"]).map_err(failed)?;
+                let acknowledged = node.command(&["WAIT", &replicas.to_string(), "100"]);
+                if acknowledged.as_deref() == Ok(replicas.to_string().as_str()) {
+                    break;
+                }
+                if Instant::now() > deadline {
+                    return Err(failed(format!(
+                        "the replicas of node {} never acknowledged a write: {acknowledged:?}",
+                        node.port
+                    )));
+                }
             }
         }
         Ok(RedisCluster { nodes, _dir: dir })

@@ -56,17 +56,34 @@ impl RedisServer {
 
     fn try_wait_caught_up(&self, master_port: u16) -> Result<(), String> {
         let deadline = Instant::now() + SYNC_TIMEOUT;
+        // After a full sync the master holds the stream back until the
+        // replica's first acknowledgement (up to a second): a `PUBLISH`,
+        // which the master propagates, proves the stream flows once the
+        // replica's offset has reached the master's.
+        let mut published = false;
         loop {
             let up = replication_field(self.port(), "master_link_status").as_deref() == Some("up");
+            // The master counts this replica (for `WAIT`) only once it holds
+            // it online, which it does a moment after the replica's side is.
+            let online = command(master_port, &["INFO", "replication"]).is_ok_and(|info| {
+                info.lines().any(|line| {
+                    line.starts_with("slave")
+                        && line.contains(&format!(",port={},", self.port()))
+                        && line.contains("state=online")
+                })
+            });
+            if up && online && !published {
+                published = command(master_port, &["PUBLISH", "ratelab-testkit:sync", "1"]).is_ok();
+            }
             let here = replication_field(self.port(), "slave_repl_offset");
             let there = replication_field(master_port, "master_repl_offset");
-            if up && here.is_some() && here == there {
+            if published && here.is_some() && here == there {
                 return Ok(());
             }
             if Instant::now() > deadline {
                 return Err(format!(
                     "the replica on port {} did not catch up with port {master_port} \
-                     (link up: {up}, offsets {here:?} and {there:?})",
+                     (link up: {up}, online there: {online}, offsets {here:?} and {there:?})",
                     self.port()
                 ));
             }
