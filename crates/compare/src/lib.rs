@@ -407,9 +407,7 @@ fn meta(config: &Config, redis: Option<&RedisEnv>) -> Meta {
         quick: config.quick,
         repeats: config.repeats,
         commit: commit(),
-        date: jiff::ZonedDateTime::now()
-            .strftime("%Y-%m-%d %H:%M:%S %Z")
-            .to_string(),
+        date: utc_now(),
         machine: machine(),
         build: format!(
             "ratelab-compare {} ({} build)",
@@ -449,6 +447,36 @@ fn commit() -> String {
     }
 }
 
+/// The time now in UTC, `2026-12-01 04:28:41 UTC`: a date library for one
+/// line of the report would cost the build more than this.
+fn utc_now() -> String {
+    let secs = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    utc_date(secs)
+}
+
+/// `secs` since 1970 as a UTC date and time (Howard Hinnant's
+/// days-to-civil algorithm).
+fn utc_date(secs: u64) -> String {
+    let (days, rest) = (secs / 86_400, secs % 86_400);
+    let z = i64::try_from(days).unwrap_or(0) + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02} {:02}:{:02}:{:02} UTC",
+        rest / 3_600,
+        rest % 3_600 / 60,
+        rest % 60
+    )
+}
+
 /// CPU model, logical cores, OS and kernel.
 fn machine() -> String {
     let cpu = std::fs::read_to_string("/proc/cpuinfo")
@@ -467,4 +495,14 @@ fn machine() -> String {
         "{cpu}, {cores} logical cores, {}{kernel}",
         std::env::consts::OS
     )
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn dates_are_utc_calendar_dates() {
+        assert_eq!(super::utc_date(0), "1970-01-01 00:00:00 UTC");
+        assert_eq!(super::utc_date(951_782_400), "2000-02-29 00:00:00 UTC");
+        assert_eq!(super::utc_date(1_796_099_321), "2026-12-01 04:28:41 UTC");
+    }
 }
