@@ -219,6 +219,15 @@ impl Results {
             traffic: Option<&'a scenario::traffic::Traffic>,
             light_traffic: Option<&'a scenario::light::LightTraffic>,
             smoothness: Option<&'a scenario::smoothness::Smoothness>,
+            // The flood's decisions; its heap bytes are measured, not simulated.
+            flood: Option<Vec<FloodDecisions<'a>>>,
+        }
+        #[derive(Serialize)]
+        struct FloodDecisions<'a> {
+            policy: &'a str,
+            factor: u64,
+            admitted: u64,
+            flood_refused_pct: f64,
         }
         let d = Deterministic {
             seed: self.meta.seed,
@@ -231,6 +240,17 @@ impl Results {
             traffic: self.traffic.as_ref(),
             light_traffic: self.light_traffic.as_ref(),
             smoothness: self.smoothness.as_ref(),
+            flood: self.flood.as_ref().map(|f| {
+                f.points
+                    .iter()
+                    .map(|p| FloodDecisions {
+                        policy: &p.policy,
+                        factor: p.factor,
+                        admitted: p.admitted,
+                        flood_refused_pct: p.flood_refused_pct,
+                    })
+                    .collect()
+            }),
         };
         serde_json::to_string_pretty(&d).expect("plain data serializes")
     }

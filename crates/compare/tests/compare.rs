@@ -16,6 +16,8 @@ fn simulated_only(seed: u64) -> Config {
             ScenarioName::LoadBalancer,
             ScenarioName::Traffic,
             ScenarioName::Smoothness,
+            ScenarioName::LightTraffic,
+            ScenarioName::Flood,
         ],
         ..Config::quick(seed)
     }
@@ -30,6 +32,32 @@ fn deterministic_scenarios_give_the_same_output_twice() {
     assert_ne!(first.deterministic_json(), other.deterministic_json());
     // The generated guide is part of what must reproduce.
     assert_eq!(report::guide(&first), report::guide(&second));
+}
+
+/// The flood's decisions as two separate runs of the binary wrote them:
+/// each process hashes keys its own way unless the seed fixes it.
+fn flood_decisions(seed: &str) -> Vec<String> {
+    let dir = tempfile::tempdir().unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_ratelab-compare"))
+        .args(["--scenario", "flood", "--no-redis", "--quick", "--quiet"])
+        .args(["--seed", seed, "-o"])
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let csv = std::fs::read_to_string(dir.path().join("data").join("flood.csv")).unwrap();
+    // Every column but the last (heap bytes, measured rather than simulated).
+    csv.lines()
+        .map(|l| l.rsplit_once(',').unwrap().0.to_owned())
+        .collect()
+}
+
+#[test]
+fn the_same_seed_floods_alike_in_separate_processes() {
+    let first = flood_decisions("42");
+    assert!(first.len() > 10, "{first:?}");
+    assert_eq!(first, flood_decisions("42"));
+    assert_ne!(first, flood_decisions("7"), "another seed, other cells");
 }
 
 #[test]
