@@ -207,6 +207,33 @@ pub struct Results {
 }
 
 impl Results {
+    /// What in this report did not come from a committed state of the code
+    /// that wrote it: a dirty or unknown tree, figures read from another
+    /// commit's benchmarks. Said loudly at the top of the report and on the
+    /// terminal; empty when every figure is this clean commit's.
+    pub fn provenance_warnings(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        let commit = &self.meta.commit;
+        if commit.ends_with("-dirty") {
+            out.push(format!(
+                "This run was built from a tree with uncommitted changes (`{commit}`): no commit holds the code that produced these figures. Commit, then run `just compare` again."
+            ));
+        } else if !is_commit_hash(commit) {
+            out.push(format!(
+                "This run's commit is {commit}: nothing ties these figures to a version of the code."
+            ));
+        }
+        if let Some(bench) = self.cost.as_ref().and_then(|c| c.bench.as_ref())
+            && !bench.is_this_commit
+        {
+            out.push(format!(
+                "The Redis backends table of [Cost](#cost) (native module, Lua scripts, redis-cell) comes from `just bench` at commit {} ({}), NOT from this run's commit `{commit}`: code changed since may have moved it. Run `just bench` and then `just compare` to measure both at one commit.",
+                bench.commit, bench.date
+            ));
+        }
+        out
+    }
+
     /// The deterministic part of the results as JSON: identical for the same
     /// seed and configuration, run after run.
     pub fn deterministic_json(&self) -> String {
@@ -267,6 +294,8 @@ pub struct Context<'a> {
     pub atomic: Result<(), String>,
     /// Prefixes every Redis key of this run, so runs never share state.
     pub nonce: String,
+    /// The commit this run was built from, as [`Meta::commit`] says it.
+    pub commit: String,
     /// The current scenario's progress bar (hidden when not wanted).
     pub bar: indicatif::ProgressBar,
     /// What could not be done.
@@ -332,16 +361,18 @@ pub async fn run(config: &Config, redis: Option<&RedisEnv>) -> Result<Results, C
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_micros())
     );
+    let meta = meta(config, redis);
     let mut ctx = Context {
         config,
         redis,
         atomic,
         nonce,
+        commit: meta.commit.clone(),
         bar: indicatif::ProgressBar::hidden(),
         skipped: std::sync::Mutex::new(Vec::new()),
     };
     let mut results = Results {
-        meta: meta(config, redis),
+        meta,
         skipped: Vec::new(),
         reference: None,
         window_edge: None,
@@ -445,6 +476,11 @@ fn meta(config: &Config, redis: Option<&RedisEnv>) -> Meta {
         redis_version: redis.map(|r| r.version().to_owned()),
         durations: Vec::new(),
     }
+}
+
+/// Whether `s` is a bare commit hash (no `-dirty`, not `unknown`).
+pub fn is_commit_hash(s: &str) -> bool {
+    s.len() >= 7 && s.bytes().all(|b| b.is_ascii_hexdigit())
 }
 
 /// `git rev-parse --short HEAD`, marked `-dirty` when the tree has changes.

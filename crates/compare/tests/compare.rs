@@ -61,6 +61,41 @@ fn the_same_seed_floods_alike_in_separate_processes() {
 }
 
 #[test]
+fn figures_not_from_this_clean_commit_are_said_loudly() {
+    use ratelab_compare::scenario::cost::{BenchOrigin, Cost};
+    let title = "## ⚠ Not all of this report is this commit's";
+    let mut results = ratelab_compare::run_blocking(&simulated_only(1), None).unwrap();
+    results.meta.commit = "abc1234".into();
+    assert!(results.provenance_warnings().is_empty());
+    assert!(!report::readme(&results, &[]).contains(title));
+
+    results.meta.commit = "abc1234-dirty".into();
+    let readme = report::readme(&results, &[]);
+    assert!(readme.contains(title), "{readme}");
+    assert!(
+        readme.contains("uncommitted changes (`abc1234-dirty`)"),
+        "{readme}"
+    );
+
+    results.meta.commit = "abc1234".into();
+    results.cost = Some(Cost {
+        source: String::new(),
+        method: Vec::new(),
+        rows: Vec::new(),
+        backends: Vec::new(),
+        bench: Some(BenchOrigin {
+            commit: "6548f3778506".into(),
+            date: "2026-12-01T08:13:04Z".into(),
+            is_this_commit: false,
+        }),
+    });
+    let warnings = results.provenance_warnings();
+    assert_eq!(warnings.len(), 1, "{warnings:?}");
+    assert!(warnings[0].contains("commit 6548f3778506"), "{warnings:?}");
+    assert!(warnings[0].contains("NOT from this run's commit `abc1234`"));
+}
+
+#[test]
 fn without_redis_the_redis_parts_are_skipped_loudly() {
     let results = ratelab_compare::run_blocking(&simulated_only(1), None).unwrap();
     assert!(!results.skipped.is_empty());

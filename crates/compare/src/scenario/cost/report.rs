@@ -291,9 +291,25 @@ fn write_backends(out: &mut String, c: &Cost, charts: &[String]) {
     if c.backends.is_empty() {
         return;
     }
-    *out += "\nOn Redis, the same check through the Lua script, the native module \
-             and, for GCRA, redis-cell (from the benchmark summary; server µs per call, \
-             lower is better; checks per second, higher is better):\n\n";
+    let origin = c.bench.as_ref().map_or_else(
+        || "from the benchmark summary".to_owned(),
+        |b| {
+            if b.is_this_commit {
+                format!("from `just bench` at this commit, {}", b.date)
+            } else {
+                format!(
+                    "**⚠ not this run: from `just bench` at commit {}, {}**",
+                    b.commit, b.date
+                )
+            }
+        },
+    );
+    let _ = write!(
+        out,
+        "\nOn Redis, the same check through the Lua script, the native module \
+         and, for GCRA, redis-cell ({origin}; server µs per call, lower is better; \
+         checks per second, higher is better):\n\n"
+    );
     let lua = |algorithm: &str, pick: fn(&BackendRow) -> Option<f64>| {
         c.backends
             .iter()
