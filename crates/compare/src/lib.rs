@@ -32,6 +32,7 @@ pub mod peers;
 pub mod report;
 pub mod scenario;
 pub mod stats;
+pub mod use_cases;
 
 use std::path::PathBuf;
 use std::time::Instant;

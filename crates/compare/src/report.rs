@@ -140,7 +140,13 @@ numbers for the same seed, the real-time and Redis ones are repeated and reporte
     for line in guide(results) {
         let _ = writeln!(out, "- {line}");
     }
+    out += "\n## By use case\n\n";
+    out += "The questions users bring, each answered with the types to use; figures are this run's (section in brackets), the rest points to the test that proves it.\n\n";
+    for case in crate::use_cases::use_cases(results) {
+        let _ = writeln!(out, "### {}\n\n{}\n", case.question, case.answer);
+    }
     out += "\n## Contents\n\n";
+    out += "- [By use case](#by-use-case)\n";
     let parts = parts(results);
     for part in &parts {
         let title = part.scenario().title();
