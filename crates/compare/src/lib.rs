@@ -111,6 +111,8 @@ pub struct Config {
     pub bench_summary: Option<PathBuf>,
     /// The command line, for the report.
     pub command: String,
+    /// The commit to report the run as, instead of asking git (tests).
+    pub commit: Option<String>,
 }
 
 impl Config {
@@ -124,6 +126,7 @@ impl Config {
             progress: false,
             bench_summary: None,
             command: "ratelab-compare".into(),
+            commit: None,
         }
     }
 
@@ -458,7 +461,7 @@ fn meta(config: &Config, redis: Option<&RedisEnv>) -> Meta {
         seed: config.seed,
         quick: config.quick,
         repeats: config.repeats,
-        commit: commit(),
+        commit: config.commit.clone().unwrap_or_else(commit),
         date: utc_now(),
         machine: machine(),
         build: format!(

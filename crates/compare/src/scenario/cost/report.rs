@@ -65,11 +65,21 @@ impl Part for Cost {
             .collect();
         let none = no_whiskers();
         let has_redis = us.iter().any(Option::is_some);
-        render!(canvas, "cost", (1300, 1300), |root| {
-            let parts = root.split_evenly((3, 1));
+        // Where the in-memory times come from decides what the title says.
+        let from_bench = c
+            .rows
+            .iter()
+            .any(|r| r.memory_ns_per_check.is_some_and(|f| f.from_bench));
+        let memory_title = if from_bench {
+            "Time per check in memory, ns (keyed, 100,000 keys; from the benchmarks)".to_owned()
+        } else {
+            format!("Time per check in memory, ns (keyed, {HOT_KEYS} keys in turn; this run)")
+        };
+        render!(canvas, "cost", (1300, 900), |root| {
+            let parts = root.split_evenly((2, 1));
             grouped_bars(
                 &parts[0],
-                "Time per check in memory (keyed, 1,000 keys)",
+                &memory_title,
                 "ns per check",
                 &[Bars {
                     label: "memory",
@@ -84,7 +94,7 @@ impl Part for Cost {
                 if has_redis {
                     grouped_bars(
                         &parts[1],
-                        "Time per Redis call, one task (median, round trip included)",
+                        "Time per Redis call, µs (one task, median, round trip included)",
                         "µs per call",
                         &[Bars {
                             label: "redis",
@@ -103,30 +113,30 @@ impl Part for Cost {
                     )
                 }
             })
-            .and_then(|()| {
-                let mut series = vec![Bars {
-                    label: "memory",
-                    color: GOOD,
-                    values: mem.clone(),
+        });
+        render!(canvas, "cost-memory", (1300, 500), |root| {
+            let mut series = vec![Bars {
+                label: "memory (heap bytes)",
+                color: GOOD,
+                values: mem.clone(),
+                whiskers: none.clone(),
+            }];
+            if red.iter().any(Option::is_some) {
+                series.push(Bars {
+                    label: "redis (used_memory growth)",
+                    color: THIRD,
+                    values: red.clone(),
                     whiskers: none.clone(),
-                }];
-                if red.iter().any(Option::is_some) {
-                    series.push(Bars {
-                        label: "redis",
-                        color: THIRD,
-                        values: red.clone(),
-                        whiskers: none.clone(),
-                    });
-                }
-                grouped_bars(
-                    &parts[2],
-                    "Memory per key, each key at its fullest (burst of 10 used)",
-                    "bytes per key",
-                    &series,
-                    None,
-                    0,
-                )
-            })
+                });
+            }
+            grouped_bars(
+                &root,
+                "Bytes per key, each key at its fullest (burst of 10 used)",
+                "bytes per key",
+                &series,
+                None,
+                0,
+            )
         });
         if !c.backends.is_empty() {
             draw_backends(c, canvas)?;
@@ -221,7 +231,18 @@ fn write_section(out: &mut String, c: &Cost, charts: &[String]) {
     for m in &c.method {
         let _ = writeln!(out, "- {m}");
     }
-    chart(out, charts, "cost", "Cost per check and per key");
+    chart(
+        out,
+        charts,
+        "cost",
+        "Time per check, in memory and on Redis",
+    );
+    chart(
+        out,
+        charts,
+        "cost-memory",
+        "Bytes per key, in memory and on Redis",
+    );
 }
 
 /// `cost-backends`: server µs per call of each algorithm through the Lua

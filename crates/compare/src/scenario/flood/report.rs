@@ -128,7 +128,7 @@ where
         ),
         (
             &right,
-            "Heap held by the store, per key slot",
+            "Heap held by the store, per key slot (once flooded)",
             "bytes per key slot",
             |p| p.heap_bytes_per_slot,
         ),
@@ -155,8 +155,12 @@ where
             .axis_desc_style(font(14.0))
             .draw()?;
         for (policy, c) in policies.iter().zip(colors) {
+            // Without a flood the table is nearly empty: its heap per slot
+            // says nothing about the store, so the heap panel starts at 1.
+            let heap = y_desc.starts_with("bytes");
             let points: Vec<(f64, f64)> = series(policy)
                 .into_iter()
+                .filter(|p| !(heap && p.factor == 0))
                 .map(|p| (p.factor as f64, value(p)))
                 .collect();
             chart
