@@ -181,7 +181,8 @@ fn run(cli: Cli) -> Result<(), ratelab_compare::CompareError> {
     if !warnings.is_empty() {
         let mut lines = vec!["NOT ALL OF THIS REPORT IS THIS COMMIT'S:".to_owned()];
         for w in &warnings {
-            lines.extend(wrap(&format!("- {}", w.replace('`', "")), 88));
+            let plain = w.replace('`', "").replace("[Cost](#cost)", "Cost");
+            lines.extend(wrap(&format!("- {plain}"), 88));
         }
         banner(&lines);
     }

@@ -81,10 +81,15 @@ pub fn version() -> String {
             "redis-cell of version unknown (${PATH_ENV}={})",
             path.display()
         ),
-        Source::Peer(path) => format!(
-            "redis-cell {PEER_VERSION} (upstream tree at {})",
-            path.canonicalize().unwrap_or(path).display()
-        ),
+        Source::Peer(path) => match std::env::var_os(SOURCE_ENV) {
+            Some(_) => format!(
+                "redis-cell {PEER_VERSION} (upstream tree at {})",
+                path.display()
+            ),
+            None => format!(
+                "redis-cell {PEER_VERSION} (upstream tree at ../shared/peers/redis-cell-{PEER_VERSION})"
+            ),
+        },
         Source::CratesIo => format!(
             "redis-cell {CRATES_IO_VERSION} (crates.io; {PEER_VERSION} is not published there and ../shared/peers/redis-cell-{PEER_VERSION} is absent)"
         ),

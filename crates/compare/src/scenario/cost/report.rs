@@ -282,28 +282,37 @@ fn draw_backends(c: &Cost, canvas: &mut Canvas) -> Result<(), CompareError> {
     };
     let hot = bars(&series(|b| b.server_us_hot));
     let many = bars(&series(|b| b.server_us_100k));
+    // Whose figures these are, in the titles: the benches', maybe of
+    // another commit.
+    let origin = c.bench.as_ref().map_or_else(String::new, |b| {
+        if b.is_this_commit {
+            " (`just bench`, this commit)".to_owned()
+        } else {
+            format!(
+                " (`just bench` at {}, NOT this run's commit)",
+                short_commits(&b.commit)
+            )
+        }
+    });
+    let hot_title = format!("Redis server time per check, µs, one hot key{origin}");
+    let many_title = format!("Redis server time per check, µs, 100,000 keys{origin}");
     render!(canvas, "cost-backends", (1300, 900), |root| {
         let parts = root.split_evenly((2, 1));
-        grouped_bars(
-            &parts[0],
-            "Redis server time per check, one hot key",
-            "server µs per call",
-            &hot,
-            None,
-            1,
-        )
-        .and_then(|()| {
-            grouped_bars(
-                &parts[1],
-                "Redis server time per check, 100,000 keys",
-                "server µs per call",
-                &many,
-                None,
-                1,
-            )
+        grouped_bars(&parts[0], &hot_title, "server µs per call", &hot, None, 1).and_then(|()| {
+            grouped_bars(&parts[1], &many_title, "server µs per call", &many, None, 1)
         })
     });
     Ok(())
+}
+
+/// `6548f3778506, d14ec9c36046` as `6548f37, d14ec9c`: short enough for a
+/// chart's title.
+fn short_commits(commits: &str) -> String {
+    commits
+        .split(',')
+        .map(|c| c.trim().chars().take(7).collect::<String>())
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// The Redis backends side by side: the Lua script, the native module and
