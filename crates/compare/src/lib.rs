@@ -461,7 +461,10 @@ fn meta(config: &Config, redis: Option<&RedisEnv>) -> Meta {
         seed: config.seed,
         quick: config.quick,
         repeats: config.repeats,
-        commit: config.commit.clone().unwrap_or_else(commit),
+        commit: config
+            .commit
+            .clone()
+            .unwrap_or_else(|| current_commit(None)),
         date: utc_now(),
         machine: machine(),
         build: format!(
@@ -487,8 +490,10 @@ pub fn is_commit_hash(s: &str) -> bool {
     s.len() >= 7 && s.bytes().all(|b| b.is_ascii_hexdigit())
 }
 
-/// `git rev-parse --short HEAD`, marked `-dirty` when the tree has changes.
-fn commit() -> String {
+/// `git rev-parse --short HEAD`, marked `-dirty` when the tree has changes
+/// outside `report_dir` (the report's own files, which every run rewrites,
+/// do not make the code that wrote them another).
+pub fn current_commit(report_dir: Option<&std::path::Path>) -> String {
     let git = |args: &[&str]| {
         std::process::Command::new("git")
             .args(args)
@@ -499,8 +504,10 @@ fn commit() -> String {
     };
     match git(&["rev-parse", "--short", "HEAD"]) {
         Some(hash) => {
-            let dirty = git(&["status", "--porcelain", "--untracked-files=no"])
-                .is_some_and(|s| !s.is_empty());
+            let exclude = report_dir.map(|d| format!(":(exclude){}", d.display()));
+            let mut args = vec!["status", "--porcelain", "--untracked-files=no", "--", "."];
+            args.extend(exclude.as_deref());
+            let dirty = git(&args).is_some_and(|s| !s.is_empty());
             if dirty { format!("{hash}-dirty") } else { hash }
         }
         None => "unknown (not a git checkout)".into(),

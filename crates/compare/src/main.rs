@@ -127,7 +127,7 @@ fn run(cli: Cli) -> Result<(), ratelab_compare::CompareError> {
                 .unwrap_or_else(|| cli.out.join(ratelab_compare::scenario::cost::SUMMARY_PATH)),
         ),
         command,
-        commit: None,
+        commit: Some(ratelab_compare::current_commit(Some(&cli.out))),
     };
     let runtime = ratelab_compare::runtime()?;
     let choice = runtime.block_on(backend::resolve(cli.redis_url.clone(), cli.no_redis))?;
