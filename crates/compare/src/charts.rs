@@ -290,6 +290,10 @@ pub fn write_png(path: &Path, size: (u32, u32), rgb: &[u8]) -> Result<(), Box<dy
     let mut encoder = png::Encoder::new(file, size.0, size.1);
     encoder.set_color(png::ColorType::Rgb);
     encoder.set_depth(png::BitDepth::Eight);
+    // Flat colours and straight lines: per-row adaptive filters and the best
+    // compression keep a chart a few hundred kB in the repository.
+    encoder.set_adaptive_filter(png::AdaptiveFilterType::Adaptive);
+    encoder.set_compression(png::Compression::Best);
     let mut writer = encoder.write_header()?;
     writer.write_image_data(rgb)?;
     writer.finish()?;
