@@ -76,7 +76,7 @@ fn api_quotas(results: &Results) -> UseCase {
     {
         let _ = write!(
             a,
-            " `FixedWindow` resets at a calendar edge, and either side of an edge it admitted {} for a limit of {} [Window edge]: a daily fixed window can let a client spend two days' quota around midnight.",
+            " `FixedWindow` counts in windows with fixed edges, and either side of an edge it admitted {} for a limit of {} [Window edge]: a daily fixed window can let a client spend two days' quota within minutes of an edge.",
             fixed.total, w.limit
         );
     }
