@@ -43,9 +43,9 @@ test-clients:
     cd lua/clients/node && npm test
     python3 -m pytest lua/clients/python
 
-# Every algorithm through the same scenarios; writes reports/README.md, charts and data (starts a throwaway redis-server if one is on PATH, or uses REDIS_URL).
+# Every algorithm through the same scenarios; writes reports/README.md, charts and data (starts a throwaway redis-server if one is on PATH, or uses REDIS_URL). A fresh clone builds it in a few minutes (the `compare` profile: release without debug info).
 compare *ARGS:
-    cargo run --release --locked -p ratelab-compare -- {{ARGS}}
+    cargo run --profile compare --locked -p ratelab-compare -- {{ARGS}}
 
 # Benchmarks: every algorithm in memory against governor, and on Redis against redis-benchmark (starts its own Redis); writes reports/bench/ and prints the tables. Arguments go to criterion (a filter, --measurement-time 10).
 bench *ARGS:

@@ -81,7 +81,7 @@ fn main() {
     match &cell {
         Ok(library) => {
             args.extend(["--loadmodule".to_owned(), path_arg(library)]);
-            rec.meta("redis_cell", format!("redis-cell {}", redis_cell::VERSION));
+            rec.meta("redis_cell", redis_cell::version());
         }
         Err(why) => {
             eprintln!(

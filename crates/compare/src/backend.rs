@@ -36,6 +36,8 @@ pub struct RedisEnv {
     /// Whether redis-cell (`CL.THROTTLE`) answers on this server, and if
     /// not, why.
     redis_cell: Result<(), String>,
+    /// Which redis-cell the server loaded, as far as this run knows.
+    redis_cell_version: String,
     /// Kept alive for the run when we started it; killed on drop.
     _server: Option<RedisServer>,
 }
@@ -102,6 +104,8 @@ pub async fn resolve(url: Option<String>, no_redis: bool) -> Result<RedisChoice,
     let mut env = RedisEnv::connect(server.url(), origin, Some(server)).await?;
     if let Some(why) = cell_error {
         env.redis_cell = Err(why);
+    } else {
+        env.redis_cell_version = ratelab_testkit::redis_cell::version();
     }
     Ok(RedisChoice::Available(Box::new(env)))
 }
@@ -131,6 +135,9 @@ impl RedisEnv {
                     .map_or(0, |d| d.as_micros())
             ),
             redis_cell: Ok(()),
+            redis_cell_version: format!(
+                "redis-cell of a version this run cannot tell (loaded by the server at {url}; `MODULE LIST` says `ver 1` for every release)"
+            ),
             _server: server,
         };
         let mut conn = env.connection().await.map_err(|e| match e {
@@ -168,6 +175,12 @@ impl RedisEnv {
     /// says why not).
     pub fn redis_cell(&self) -> Result<(), &str> {
         self.redis_cell.as_ref().map(|_| ()).map_err(String::as_str)
+    }
+
+    /// Which redis-cell answers `CL.THROTTLE`: its version and where it
+    /// was built from, when this run loaded it.
+    pub fn redis_cell_version(&self) -> &str {
+        &self.redis_cell_version
     }
 
     /// A new connection of its own (one per simulated app instance).

@@ -32,6 +32,7 @@ pub mod peers;
 pub mod report;
 pub mod scenario;
 pub mod stats;
+pub mod use_cases;
 
 use std::path::PathBuf;
 use std::time::Instant;
@@ -110,6 +111,8 @@ pub struct Config {
     pub bench_summary: Option<PathBuf>,
     /// The command line, for the report.
     pub command: String,
+    /// The commit to report the run as, instead of asking git (tests).
+    pub commit: Option<String>,
 }
 
 impl Config {
@@ -123,6 +126,7 @@ impl Config {
             progress: false,
             bench_summary: None,
             command: "ratelab-compare".into(),
+            commit: None,
         }
     }
 
@@ -207,6 +211,33 @@ pub struct Results {
 }
 
 impl Results {
+    /// What in this report did not come from a committed state of the code
+    /// that wrote it: a dirty or unknown tree, figures read from another
+    /// commit's benchmarks. Said loudly at the top of the report and on the
+    /// terminal; empty when every figure is this clean commit's.
+    pub fn provenance_warnings(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        let commit = &self.meta.commit;
+        if commit.ends_with("-dirty") {
+            out.push(format!(
+                "This run was built from a tree with uncommitted changes (`{commit}`): no commit holds the code that produced these figures. Commit, then run `just compare` again."
+            ));
+        } else if !is_commit_hash(commit) {
+            out.push(format!(
+                "This run's commit is {commit}: nothing ties these figures to a version of the code."
+            ));
+        }
+        if let Some(bench) = self.cost.as_ref().and_then(|c| c.bench.as_ref())
+            && !bench.is_this_commit
+        {
+            out.push(format!(
+                "The Redis backends table of [Cost](#cost) (native module, Lua scripts, redis-cell) comes from `just bench` at commit {} ({}), NOT from this run's commit `{commit}`: code changed since may have moved it. Run `just bench` and then `just compare` to measure both at one commit.",
+                bench.commit, bench.date
+            ));
+        }
+        out
+    }
+
     /// The deterministic part of the results as JSON: identical for the same
     /// seed and configuration, run after run.
     pub fn deterministic_json(&self) -> String {
@@ -219,6 +250,15 @@ impl Results {
             traffic: Option<&'a scenario::traffic::Traffic>,
             light_traffic: Option<&'a scenario::light::LightTraffic>,
             smoothness: Option<&'a scenario::smoothness::Smoothness>,
+            // The flood's decisions; its heap bytes are measured, not simulated.
+            flood: Option<Vec<FloodDecisions<'a>>>,
+        }
+        #[derive(Serialize)]
+        struct FloodDecisions<'a> {
+            policy: &'a str,
+            factor: u64,
+            admitted: u64,
+            flood_refused_pct: f64,
         }
         let d = Deterministic {
             seed: self.meta.seed,
@@ -231,6 +271,17 @@ impl Results {
             traffic: self.traffic.as_ref(),
             light_traffic: self.light_traffic.as_ref(),
             smoothness: self.smoothness.as_ref(),
+            flood: self.flood.as_ref().map(|f| {
+                f.points
+                    .iter()
+                    .map(|p| FloodDecisions {
+                        policy: &p.policy,
+                        factor: p.factor,
+                        admitted: p.admitted,
+                        flood_refused_pct: p.flood_refused_pct,
+                    })
+                    .collect()
+            }),
         };
         serde_json::to_string_pretty(&d).expect("plain data serializes")
     }
@@ -247,6 +298,8 @@ pub struct Context<'a> {
     pub atomic: Result<(), String>,
     /// Prefixes every Redis key of this run, so runs never share state.
     pub nonce: String,
+    /// The commit this run was built from, as [`Meta::commit`] says it.
+    pub commit: String,
     /// The current scenario's progress bar (hidden when not wanted).
     pub bar: indicatif::ProgressBar,
     /// What could not be done.
@@ -312,16 +365,18 @@ pub async fn run(config: &Config, redis: Option<&RedisEnv>) -> Result<Results, C
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_micros())
     );
+    let meta = meta(config, redis);
     let mut ctx = Context {
         config,
         redis,
         atomic,
         nonce,
+        commit: meta.commit.clone(),
         bar: indicatif::ProgressBar::hidden(),
         skipped: std::sync::Mutex::new(Vec::new()),
     };
     let mut results = Results {
-        meta: meta(config, redis),
+        meta,
         skipped: Vec::new(),
         reference: None,
         window_edge: None,
@@ -406,10 +461,11 @@ fn meta(config: &Config, redis: Option<&RedisEnv>) -> Meta {
         seed: config.seed,
         quick: config.quick,
         repeats: config.repeats,
-        commit: commit(),
-        date: jiff::ZonedDateTime::now()
-            .strftime("%Y-%m-%d %H:%M:%S %Z")
-            .to_string(),
+        commit: config
+            .commit
+            .clone()
+            .unwrap_or_else(|| current_commit(None)),
+        date: utc_now(),
         machine: machine(),
         build: format!(
             "ratelab-compare {} ({} build)",
@@ -429,8 +485,15 @@ fn meta(config: &Config, redis: Option<&RedisEnv>) -> Meta {
     }
 }
 
-/// `git rev-parse --short HEAD`, marked `-dirty` when the tree has changes.
-fn commit() -> String {
+/// Whether `s` is a bare commit hash (no `-dirty`, not `unknown`).
+pub fn is_commit_hash(s: &str) -> bool {
+    s.len() >= 7 && s.bytes().all(|b| b.is_ascii_hexdigit())
+}
+
+/// `git rev-parse --short HEAD`, marked `-dirty` when the tree has changes
+/// outside `report_dir` (the report's own files, which every run rewrites,
+/// do not make the code that wrote them another).
+pub fn current_commit(report_dir: Option<&std::path::Path>) -> String {
     let git = |args: &[&str]| {
         std::process::Command::new("git")
             .args(args)
@@ -441,12 +504,44 @@ fn commit() -> String {
     };
     match git(&["rev-parse", "--short", "HEAD"]) {
         Some(hash) => {
-            let dirty = git(&["status", "--porcelain", "--untracked-files=no"])
-                .is_some_and(|s| !s.is_empty());
+            let exclude = report_dir.map(|d| format!(":(exclude){}", d.display()));
+            let mut args = vec!["status", "--porcelain", "--untracked-files=no", "--", "."];
+            args.extend(exclude.as_deref());
+            let dirty = git(&args).is_some_and(|s| !s.is_empty());
             if dirty { format!("{hash}-dirty") } else { hash }
         }
         None => "unknown (not a git checkout)".into(),
     }
+}
+
+/// The time now in UTC, `2026-12-01 04:28:41 UTC`: a date library for one
+/// line of the report would cost the build more than this.
+fn utc_now() -> String {
+    let secs = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    utc_date(secs)
+}
+
+/// `secs` since 1970 as a UTC date and time (Howard Hinnant's
+/// days-to-civil algorithm).
+fn utc_date(secs: u64) -> String {
+    let (days, rest) = (secs / 86_400, secs % 86_400);
+    let z = i64::try_from(days).unwrap_or(0) + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02} {:02}:{:02}:{:02} UTC",
+        rest / 3_600,
+        rest % 3_600 / 60,
+        rest % 60
+    )
 }
 
 /// CPU model, logical cores, OS and kernel.
@@ -467,4 +562,14 @@ fn machine() -> String {
         "{cpu}, {cores} logical cores, {}{kernel}",
         std::env::consts::OS
     )
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn dates_are_utc_calendar_dates() {
+        assert_eq!(super::utc_date(0), "1970-01-01 00:00:00 UTC");
+        assert_eq!(super::utc_date(951_782_400), "2000-02-29 00:00:00 UTC");
+        assert_eq!(super::utc_date(1_796_099_321), "2026-12-01 04:28:41 UTC");
+    }
 }

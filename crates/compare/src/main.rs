@@ -83,6 +83,24 @@ fn banner(lines: &[String]) {
     eprintln!("{rule}\n");
 }
 
+/// `text` in lines of at most `width` characters (longer words alone),
+/// continuation lines indented by two spaces.
+fn wrap(text: &str, width: usize) -> Vec<String> {
+    let mut lines = vec![String::new()];
+    for word in text.split_whitespace() {
+        let line = lines.last_mut().expect("never empty");
+        if !line.trim().is_empty() && line.chars().count() + 1 + word.chars().count() > width {
+            lines.push(format!("  {word}"));
+        } else {
+            if !line.is_empty() {
+                line.push(' ');
+            }
+            line.push_str(word);
+        }
+    }
+    lines
+}
+
 fn run(cli: Cli) -> Result<(), ratelab_compare::CompareError> {
     let scenarios = if cli.scenarios.is_empty() {
         ScenarioName::ALL.to_vec()
@@ -109,6 +127,7 @@ fn run(cli: Cli) -> Result<(), ratelab_compare::CompareError> {
                 .unwrap_or_else(|| cli.out.join(ratelab_compare::scenario::cost::SUMMARY_PATH)),
         ),
         command,
+        commit: Some(ratelab_compare::current_commit(Some(&cli.out))),
     };
     let runtime = ratelab_compare::runtime()?;
     let choice = runtime.block_on(backend::resolve(cli.redis_url.clone(), cli.no_redis))?;
@@ -156,6 +175,15 @@ fn run(cli: Cli) -> Result<(), ratelab_compare::CompareError> {
                 .next()
                 .unwrap_or("")
         ));
+        banner(&lines);
+    }
+    let warnings = results.provenance_warnings();
+    if !warnings.is_empty() {
+        let mut lines = vec!["NOT ALL OF THIS REPORT IS THIS COMMIT'S:".to_owned()];
+        for w in &warnings {
+            let plain = w.replace('`', "").replace("[Cost](#cost)", "Cost");
+            lines.extend(wrap(&format!("- {plain}"), 88));
+        }
         banner(&lines);
     }
     if let Some(r) = &results.reference {

@@ -16,6 +16,9 @@ fn simulated_only(seed: u64) -> Config {
             ScenarioName::LoadBalancer,
             ScenarioName::Traffic,
             ScenarioName::Smoothness,
+            // The flood's decisions reproduce too (in separate processes,
+            // below); its heap bytes, in the guide, count every test thread.
+            ScenarioName::LightTraffic,
         ],
         ..Config::quick(seed)
     }
@@ -30,6 +33,67 @@ fn deterministic_scenarios_give_the_same_output_twice() {
     assert_ne!(first.deterministic_json(), other.deterministic_json());
     // The generated guide is part of what must reproduce.
     assert_eq!(report::guide(&first), report::guide(&second));
+}
+
+/// The flood's decisions as two separate runs of the binary wrote them:
+/// each process hashes keys its own way unless the seed fixes it.
+fn flood_decisions(seed: &str) -> Vec<String> {
+    let dir = tempfile::tempdir().unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_ratelab-compare"))
+        .args(["--scenario", "flood", "--no-redis", "--quick", "--quiet"])
+        .args(["--seed", seed, "-o"])
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let csv = std::fs::read_to_string(dir.path().join("data").join("flood.csv")).unwrap();
+    // Every column but the last (heap bytes, measured rather than simulated).
+    csv.lines()
+        .map(|l| l.rsplit_once(',').unwrap().0.to_owned())
+        .collect()
+}
+
+#[test]
+fn the_same_seed_floods_alike_in_separate_processes() {
+    let first = flood_decisions("42");
+    assert!(first.len() > 10, "{first:?}");
+    assert_eq!(first, flood_decisions("42"));
+    assert_ne!(first, flood_decisions("7"), "another seed, other cells");
+}
+
+#[test]
+fn figures_not_from_this_clean_commit_are_said_loudly() {
+    use ratelab_compare::scenario::cost::{BenchOrigin, Cost};
+    let title = "## ⚠ Not all of this report is this commit's";
+    let mut results = ratelab_compare::run_blocking(&simulated_only(1), None).unwrap();
+    results.meta.commit = "abc1234".into();
+    assert!(results.provenance_warnings().is_empty());
+    assert!(!report::readme(&results, &[]).contains(title));
+
+    results.meta.commit = "abc1234-dirty".into();
+    let readme = report::readme(&results, &[]);
+    assert!(readme.contains(title), "{readme}");
+    assert!(
+        readme.contains("uncommitted changes (`abc1234-dirty`)"),
+        "{readme}"
+    );
+
+    results.meta.commit = "abc1234".into();
+    results.cost = Some(Cost {
+        source: String::new(),
+        method: Vec::new(),
+        rows: Vec::new(),
+        backends: Vec::new(),
+        bench: Some(BenchOrigin {
+            commit: "6548f3778506".into(),
+            date: "2026-12-01T08:13:04Z".into(),
+            is_this_commit: false,
+        }),
+    });
+    let warnings = results.provenance_warnings();
+    assert_eq!(warnings.len(), 1, "{warnings:?}");
+    assert!(warnings[0].contains("commit 6548f3778506"), "{warnings:?}");
+    assert!(warnings[0].contains("NOT from this run's commit `abc1234`"));
 }
 
 #[test]
@@ -159,10 +223,9 @@ fn the_report_has_every_chart_and_section_on_a_small_run() {
         "burst-timeline",
         "accuracy",
         "window-edge",
-        "concurrency",
-        "load-balancer",
         "smoothness",
         "cost",
+        "cost-memory",
         "flood",
         "outage",
     ] {
@@ -176,6 +239,13 @@ fn the_report_has_every_chart_and_section_on_a_small_run() {
             "{chart} inline"
         );
     }
+    // The race and the balancer say what they prove in a sentence, not in
+    // a wall of equal bars.
+    for chart in ["concurrency", "load-balancer"] {
+        assert!(!readme.contains(&format!("charts/{chart}.png")), "{chart}");
+    }
+    assert!(readme.contains("**What it shows:** read-then-write went over the limit"));
+    assert!(readme.contains("**What it shows:** the algorithm does not matter here"));
     for section in [
         "## What was run",
         "## Decision guide",
@@ -220,7 +290,7 @@ fn a_bench_summary_is_read_when_present() {
     let path = dir.path().join("summary.json");
     std::fs::write(
         &path,
-        r#"{"generated_by":"ratelab-benches","commit":"abc","results":[
+        r#"{"generated_by":"ratelab-benches","commit":"abc1234def0","results":[
             {"algorithm":"gcra","backend":"memory","ns_per_check":12.5,"bytes_per_key":48}],
             "rows":[
             {"group":"module-server-hot","algorithm":"gcra","backend":"redis-lua","metric":"usec_per_call","value":16.0},
@@ -229,12 +299,33 @@ fn a_bench_summary_is_read_when_present() {
             {"group":"module-server-hot","algorithm":"sliding-log","backend":"redis-module","metric":"usec_per_call","value":7.5}]}"#,
     )
     .unwrap();
+    // A summary of another commit: its figures stay out of the cost table.
     let config = Config {
         scenarios: vec![ScenarioName::Cost],
-        bench_summary: Some(path),
+        bench_summary: Some(path.clone()),
+        commit: Some("6548f37".into()),
         ..Config::quick(1)
     };
     let results = ratelab_compare::run_blocking(&config, None).unwrap();
+    assert_eq!(results.provenance_warnings().len(), 1);
+    let cost = results.cost.unwrap();
+    assert!(
+        cost.rows
+            .iter()
+            .all(|r| !r.memory_ns_per_check.unwrap().from_bench)
+    );
+    assert!(
+        cost.source.contains("not this run's `6548f37`"),
+        "{}",
+        cost.source
+    );
+    // A summary of this run's commit: its figures stand beside the run's.
+    let config = Config {
+        commit: Some("abc1234".into()),
+        ..config
+    };
+    let results = ratelab_compare::run_blocking(&config, None).unwrap();
+    assert!(results.provenance_warnings().is_empty());
     let cost = results.cost.unwrap();
     let gcra = cost.rows.iter().find(|r| r.algorithm == "gcra").unwrap();
     let figure = gcra.memory_ns_per_check.unwrap();

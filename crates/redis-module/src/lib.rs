@@ -24,6 +24,16 @@
 //! before gives anything back afterwards). An admission of a positive cost
 //! answers its stamp: what `Algorithm::stamp` gives, to send back with its
 //! settlement.
+//! Each command has a read-only twin, `RATELAB.<ALGORITHM>_RO` (as Redis
+//! has `EVALSHA_RO`): the same arguments and replies, for `peek` only
+//! (any other operation answers `ratelab <algorithm>:
+//! RATELAB.<ALGORITHM>_RO runs peeks only`, nothing read), flagged
+//! `readonly`, so that a replica answers it, as it answers a script that
+//! writes nothing, where it refuses the command itself (`READONLY`).
+//! `ratelab-redis` sends its peeks there, and to the command itself when a
+//! module older than the twins answers `ERR unknown command`: the twins
+//! change no argument, reply or encoding, so `RATELAB.PROTOCOL` still
+//! answers 4.
 //! `now` is the caller's instant in µs, or `""` for the server clock; `slack`
 //! is added to every TTL (ms, at most 2^52 µs); `deadline` is the Unix µs
 //! (server clock) after which the call writes nothing and answers

@@ -87,7 +87,29 @@ unsafe extern "C" fn string_command<A: StringForm>(
     argc: c_int,
 ) -> c_int {
     // SAFETY: as Redis called this function.
-    unsafe { run(ctx, argv, argc, command::string_command::<A>) }
+    unsafe { run(ctx, argv, argc, Access::Write, command::string_command::<A>) }
+}
+
+/// The read-only twin of [`string_command`]: peeks only.
+///
+/// # Safety
+///
+/// Called by Redis only, with its context and `argc` live arguments.
+unsafe extern "C" fn string_peek<A: StringForm>(
+    ctx: *mut raw::RedisModuleCtx,
+    argv: *mut *mut raw::RedisModuleString,
+    argc: c_int,
+) -> c_int {
+    // SAFETY: as Redis called this function.
+    unsafe {
+        run(
+            ctx,
+            argv,
+            argc,
+            Access::PeekOnly(A::NAME),
+            command::string_command::<A>,
+        )
+    }
 }
 
 /// The sliding log's command ([`command::sliding_log`]), as Redis calls it.
@@ -101,8 +123,44 @@ unsafe extern "C" fn sliding_log_command(
     argc: c_int,
 ) -> c_int {
     // SAFETY: as Redis called this function.
-    unsafe { run(ctx, argv, argc, command::sliding_log) }
+    unsafe { run(ctx, argv, argc, Access::Write, command::sliding_log) }
 }
+
+/// The read-only twin of [`sliding_log_command`]: peeks only.
+///
+/// # Safety
+///
+/// Called by Redis only, with its context and `argc` live arguments.
+unsafe extern "C" fn sliding_log_peek(
+    ctx: *mut raw::RedisModuleCtx,
+    argv: *mut *mut raw::RedisModuleString,
+    argc: c_int,
+) -> c_int {
+    // SAFETY: as Redis called this function.
+    unsafe {
+        run(
+            ctx,
+            argv,
+            argc,
+            Access::PeekOnly(SlidingLog::NAME),
+            command::sliding_log,
+        )
+    }
+}
+
+/// What a command may do: anything its operation asks, or (the read-only
+/// twin, `RATELAB.<ALGORITHM>_RO`) peek only, any other operation refused
+/// before anything is read.
+#[derive(Debug, Clone, Copy)]
+enum Access {
+    Write,
+    /// Peeks only, for the algorithm named so.
+    PeekOnly(&'static str),
+}
+
+/// Where `op` stands among the arguments after the key: version, now,
+/// cost, slack, deadline, op.
+const OP_INDEX: usize = 5;
 
 /// Runs a command on its key and the arguments after it, read in place,
 /// and writes its reply: the eight fields, or the error.
@@ -114,6 +172,7 @@ unsafe fn run(
     ctx: *mut raw::RedisModuleCtx,
     argv: *mut *mut raw::RedisModuleString,
     argc: c_int,
+    access: Access,
     command: impl FnOnce(&Context, KeyArg<'_>, &[&[u8]]) -> Result<command::Reply, RedisError>,
 ) -> c_int {
     let context = Context::new(ctx);
@@ -143,6 +202,14 @@ unsafe fn run(
         heap = rest.iter().map(|&arg| unsafe { bytes(arg) }).collect();
         &heap
     };
+    if let Access::PeekOnly(name) = access
+        && after_key.get(OP_INDEX).is_some_and(|&op| op != b"peek")
+    {
+        return context.reply(Err(RedisError::String(format!(
+            "ratelab {name}: RATELAB.{}_RO runs peeks only",
+            name.to_ascii_uppercase()
+        )))) as c_int;
+    }
     match command(&context, key, after_key) {
         Ok(fields) => {
             // SAFETY: replies on the context of the running command.
@@ -160,11 +227,14 @@ unsafe fn run(
 }
 
 /// One algorithm's command: the algorithm's name (the command is
-/// `ratelab.<name>`), the function Redis calls, its flags.
+/// `ratelab.<name>`), the function Redis calls, its flags; and its
+/// read-only twin for peeks (`ratelab.<name>_ro`), with its flags.
 pub(crate) struct Command {
     pub(crate) algorithm: &'static str,
     function: raw::RedisModuleCmdFunc,
     flags: &'static std::ffi::CStr,
+    peek: raw::RedisModuleCmdFunc,
+    peek_flags: &'static std::ffi::CStr,
 }
 
 impl Command {
@@ -176,6 +246,8 @@ impl Command {
             algorithm: A::NAME,
             function: Some(string_command::<A>),
             flags: FAST,
+            peek: Some(string_peek::<A>),
+            peek_flags: c"readonly fast",
         }
     }
 }
@@ -183,7 +255,10 @@ impl Command {
 /// Every algorithm's command. "write": a replica refuses it; a cluster
 /// routes it by its one key, the first argument. "fast": O(1), which the
 /// log is not (O(log n + cost)). No "deny-oom": as for a script, only a
-/// write is refused when memory is full.
+/// write is refused when memory is full. The read-only twin takes the same
+/// arguments and answers peeks only: "readonly", so that a replica answers
+/// it (and a client reading from replicas may send it there), as it
+/// answers a script that writes nothing.
 ///
 /// An algorithm added to the workspace is added here, with its crate in
 /// this crate's `Cargo.toml`; until it is, `crates/ratelab/tests/redis_module.rs`
@@ -194,6 +269,8 @@ pub(crate) const COMMANDS: [Command; 7] = [
         algorithm: SlidingLog::NAME,
         function: Some(sliding_log_command),
         flags: c"write",
+        peek: Some(sliding_log_peek),
+        peek_flags: c"readonly",
     },
     Command::string::<SlidingCounter>(),
     Command::string::<LeakyMeter>(),
@@ -211,25 +288,33 @@ pub(crate) fn register(ctx: &Context, _args: &[RedisString]) -> Status {
         return Status::Err;
     };
     for command in &COMMANDS {
-        let Ok(name) = std::ffi::CString::new(format!("ratelab.{}", command.algorithm)) else {
-            return Status::Err;
-        };
-        // SAFETY: the context of OnLoad; NUL-terminated names (Redis copies
-        // the name) and static flags; a function of the right signature.
-        let status = unsafe {
-            create(
-                ctx.get_raw(),
-                name.as_ptr(),
-                command.function,
-                command.flags.as_ptr(),
-                1,
-                1,
-                1,
-            )
-        };
-        if status != Status::Ok as c_int {
-            ctx.log_warning(&format!("ratelab: cannot register {name:?}"));
-            return Status::Err;
+        let twins = [
+            ("", command.function, command.flags),
+            ("_ro", command.peek, command.peek_flags),
+        ];
+        for (suffix, function, flags) in twins {
+            let Ok(name) = std::ffi::CString::new(format!("ratelab.{}{suffix}", command.algorithm))
+            else {
+                return Status::Err;
+            };
+            // SAFETY: the context of OnLoad; NUL-terminated names (Redis
+            // copies the name) and static flags; a function of the right
+            // signature.
+            let status = unsafe {
+                create(
+                    ctx.get_raw(),
+                    name.as_ptr(),
+                    function,
+                    flags.as_ptr(),
+                    1,
+                    1,
+                    1,
+                )
+            };
+            if status != Status::Ok as c_int {
+                ctx.log_warning(&format!("ratelab: cannot register {name:?}"));
+                return Status::Err;
+            }
         }
     }
     Status::Ok

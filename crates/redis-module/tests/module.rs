@@ -16,8 +16,8 @@ use ratelab_core::Quota;
 use ratelab_testkit::redis::RedisCluster;
 
 use support::{
-    Memory, OnTheModule, Reply, argv, connect, load_script, module_cmd, module_path, query,
-    script_cmd,
+    Memory, OnTheModule, Reply, argv, argv_op, connect, load_script, module_cmd, module_path,
+    query, script_cmd,
 };
 
 /// Keys live an hour past what their state needs: the virtual clock of the
@@ -283,8 +283,8 @@ fn server_time_deadlines_and_invalid_arguments_answer_as_the_scripts() {
             // A slack past 2^52 µs.
             argv(&now, 1, 4_503_599_627_372, "", &params),
             // A reset takes no cost; a settlement's actual fits too.
-            support::argv_op("reset", &now, 1, 0, "", &params),
-            support::argv_op("settle:11:0:0", &now, 1, 0, "", &params),
+            argv_op("reset", &now, 1, 0, "", &params),
+            argv_op("settle:11:0:0", &now, 1, 0, "", &params),
         ];
         let mut negative = argv(&now, 1, 0, "", &params);
         negative[2] = "-1".into();
@@ -776,6 +776,85 @@ fn a_replica_holds_what_its_master_holds() {
     // Nothing is left for the replica alone: the key counts match.
     let count = |c: &mut redis::Connection| -> i64 { redis::cmd("DBSIZE").query(c).unwrap() };
     assert_eq!(count(&mut copy), count(&mut connection));
+}
+
+/// Peeks through the read-only twins (`RATELAB.<ALGORITHM>_RO`, flagged
+/// `readonly`) answer on a replica, as the scripts answer there, and as
+/// the master answers; the write-flagged commands are refused there
+/// (`READONLY`), and a twin refuses any other operation than a peek,
+/// writing nothing.
+#[test]
+fn peeks_answer_on_a_replica_as_the_scripts_do() {
+    let master = support::server();
+    let module = module_path().to_str().expect("a UTF-8 path");
+    let replica = ratelab_testkit::redis::RedisServer::start_replica_of(
+        master.port(),
+        &["--loadmodule", module],
+    );
+    let mut connection = connect(&master.url());
+    let mut copy = connect(&replica.url());
+    let quota = Quota::per_second(5).unwrap().with_burst(10).unwrap();
+    let read_only = |kind: AlgorithmKind, key: &str, args: &[String]| {
+        let mut cmd = redis::cmd(&format!("{}_RO", kind.command()));
+        cmd.arg(key).arg(args);
+        cmd
+    };
+    for kind in AlgorithmKind::ALL {
+        let key = format!("peeked:{}", kind.name());
+        let params = kind.params(quota);
+        for (at, cost) in [(0, 4), (1_000, 3), (2_000, 9)] {
+            let now = (START + at).to_string();
+            query(
+                &mut connection,
+                &module_cmd(kind, &key, &argv(&now, cost, SLACK_MS, "", &params)),
+            )
+            .unwrap();
+        }
+        let acknowledged: i64 = redis::cmd("WAIT")
+            .arg(1)
+            .arg(5_000)
+            .query(&mut connection)
+            .unwrap();
+        assert_eq!(acknowledged, 1, "{}", kind.name());
+        let sha = load_script(&mut copy, kind);
+        for (at, cost) in [(2_000, 0), (2_000, 1), (400_000, 2), (3_000_000, 10)] {
+            let now = (START + at).to_string();
+            let args = argv_op("peek", &now, cost, SLACK_MS, "", &params);
+            let scripted = query(&mut copy, &script_cmd(&sha, &key, &args));
+            assert!(scripted.is_ok(), "{}: {scripted:?}", kind.name());
+            let on_replica = query(&mut copy, &read_only(kind, &key, &args));
+            assert_eq!(on_replica, scripted, "{} at {at}", kind.name());
+            let on_master = query(&mut connection, &read_only(kind, &key, &args));
+            assert_eq!(on_master, scripted, "{} at {at}", kind.name());
+            assert_eq!(
+                query(&mut connection, &module_cmd(kind, &key, &args)),
+                scripted,
+                "{} at {at}",
+                kind.name()
+            );
+            let refused = query(&mut copy, &module_cmd(kind, &key, &args)).unwrap_err();
+            assert!(
+                refused.starts_with("READONLY"),
+                "{}: {refused}",
+                kind.name()
+            );
+        }
+        // Any other operation is refused by the twin, before it is read.
+        let held = dump(&mut connection, &key);
+        for op in ["check", "reset", "settle:1:0:0"] {
+            let args = argv_op(op, &START.to_string(), 1, SLACK_MS, "", &params);
+            let refused = query(&mut connection, &read_only(kind, &key, &args)).unwrap_err();
+            assert_eq!(
+                refused,
+                format!(
+                    "ratelab {}: {}_RO runs peeks only",
+                    kind.name(),
+                    kind.command()
+                ),
+            );
+        }
+        assert_eq!(dump(&mut connection, &key), held, "{}", kind.name());
+    }
 }
 
 /// A server out of memory refuses every write a check would make, with

@@ -18,7 +18,10 @@ use crate::script::PROTOCOL_VERSION;
 /// scripts' arguments, answers their replies and errors, and stores their
 /// encodings: the two are interchangeable on the same keys, and a limiter
 /// decides alike on either. The module only saves server time (no Lua
-/// interpreter).
+/// interpreter). A peek goes to the module's read-only twin
+/// (`RATELAB.<ALGORITHM>_RO`), which a replica answers as it answers the
+/// scripts; a module older than the twins gets it on its command, as
+/// before.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[non_exhaustive]
 pub enum ScriptBackend {

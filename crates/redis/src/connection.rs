@@ -1,4 +1,5 @@
-//! [`Connection`]: a single Redis node or a Redis Cluster, behind one type.
+//! [`Connection`]: a single Redis node, a Redis Cluster, or the master
+//! Redis Sentinel names, behind one type.
 
 use std::fmt;
 use std::time::Duration;
@@ -6,18 +7,25 @@ use std::time::Duration;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::cluster::ClusterClient;
 use redis::cluster_async::ClusterConnection;
-use redis::{Cmd, FromRedisValue, RedisResult};
+use redis::cluster_routing::{Route, SingleNodeRoutingInfo, SlotAddr};
+use redis::{Cmd, FromRedisValue, RedisResult, Value};
 
-/// A connection to Redis: either one node (multiplexed, reconnecting on its
-/// own after a failure) or a Redis Cluster (routing each key to its slot's
-/// master, following MOVED/ASK). Cloning is cheap and shares the connection:
-/// many tasks pipeline their commands over it.
+use crate::sentinel::SentinelMaster;
+
+/// A connection to Redis: one node (multiplexed, reconnecting on its own
+/// after a failure), a Redis Cluster (routing each key to its slot's
+/// master, following MOVED/ASK), or the master of a service Redis Sentinel
+/// watches (found again through the sentinels after a failover). Cloning is
+/// cheap and shares the connection: many tasks pipeline their commands over
+/// it.
 #[derive(Clone)]
 pub enum Connection {
     /// One node, through a reconnecting multiplexed connection.
     Single(ConnectionManager),
     /// A Redis Cluster.
     Cluster(ClusterConnection),
+    /// The master Redis Sentinel names ([`Connection::sentinel`]).
+    Sentinel(SentinelMaster),
 }
 
 /// How long to wait for a TCP connection to Redis, when (re)connecting.
@@ -63,12 +71,90 @@ impl Connection {
         Ok(Connection::Cluster(client.get_async_connection().await?))
     }
 
+    /// Connects to the master of `service` (the name the sentinels'
+    /// `sentinel monitor` gives it) as Redis Sentinel names it: `sentinels`
+    /// are the URLs of Sentinel nodes (`redis://host:26379`), asked in
+    /// turn. Now: no sentinel answering, or no master, is an error here.
+    ///
+    /// After a failover, the first call that finds the old master gone
+    /// (the connection lost or refused, a timeout, or `READONLY` from a
+    /// master demoted to a replica) fails as an outage (the limiter's
+    /// failure policy answers it), and the next call asks the sentinels
+    /// again and goes to the master they promoted. What the failover may
+    /// have lost, and strict mode: [Replicas and
+    /// failover](crate#replicas-and-failover).
+    pub async fn sentinel<S: AsRef<str>>(sentinels: &[S], service: &str) -> RedisResult<Self> {
+        let urls = sentinels.iter().map(|u| u.as_ref().to_owned()).collect();
+        Ok(Connection::Sentinel(
+            SentinelMaster::connect(urls, service.to_owned(), CONNECT_TIMEOUT).await?,
+        ))
+    }
+
     /// Runs one command.
     pub async fn query<T: FromRedisValue>(&self, cmd: &Cmd) -> RedisResult<T> {
         match self {
             Connection::Single(manager) => cmd.query_async(&mut manager.clone()).await,
             Connection::Cluster(cluster) => cmd.query_async(&mut cluster.clone()).await,
+            Connection::Sentinel(master) => {
+                let mut connection = master.connection().await?;
+                master.after(cmd.query_async(&mut connection).await)
+            }
         }
+    }
+
+    /// Runs `cmd`, a command on `key`, then `WAIT replicas timeout_ms` on
+    /// the same connection, in one pipeline: the command's reply (an error
+    /// reply as `Err`) and the number of replicas that acknowledged every
+    /// write made on that connection so far, the command's included.
+    ///
+    /// One pipeline, because `WAIT` counts the writes of its own
+    /// connection: sent on its own, it could reach a connection made again
+    /// in between, which has written nothing, and confirm at once a write
+    /// that was lost. On a cluster the pair goes to the master of `key`'s
+    /// slot (`WAIT` has no key to be routed by).
+    pub(crate) async fn query_then_wait(
+        &self,
+        cmd: &Cmd,
+        key: &[u8],
+        replicas: u32,
+        timeout_ms: u64,
+    ) -> RedisResult<(Value, i64)> {
+        let mut pipe = redis::pipe();
+        pipe.ignore_errors();
+        pipe.add_command(cmd.clone());
+        pipe.cmd("WAIT").arg(replicas).arg(timeout_ms);
+        let replies: Vec<Value> = match self {
+            Connection::Single(manager) => pipe.query_async(&mut manager.clone()).await?,
+            Connection::Cluster(cluster) => {
+                let node =
+                    SingleNodeRoutingInfo::SpecificNode(Route::with_key(key, SlotAddr::Master));
+                cluster.clone().route_pipeline(pipe, 0, 2, node).await?
+            }
+            Connection::Sentinel(master) => {
+                let mut connection = master.connection().await?;
+                master.after(pipe.query_async(&mut connection).await)?
+            }
+        };
+        let mut replies = replies.into_iter();
+        let (Some(reply), Some(acknowledged)) = (replies.next(), replies.next()) else {
+            return Err(redis::RedisError::from((
+                redis::ErrorKind::Parse,
+                "a pipeline of two commands did not answer two replies",
+            )));
+        };
+        // An error reply (`READONLY` from a demoted master) came as a value.
+        let reply = self.after(reply.extract_error())?;
+        let acknowledged = match acknowledged.extract_error()? {
+            Value::Int(n) => n,
+            other => {
+                return Err(redis::RedisError::from((
+                    redis::ErrorKind::Parse,
+                    "WAIT did not answer an integer",
+                    format!("{other:?}"),
+                )));
+            }
+        };
+        Ok((reply, acknowledged))
     }
 
     /// Loads `script` (`SCRIPT LOAD`; on a cluster, on every master).
@@ -76,14 +162,28 @@ impl Connection {
         match self {
             Connection::Single(manager) => script.load_async(&mut manager.clone()).await,
             Connection::Cluster(cluster) => script.load_async(&mut cluster.clone()).await,
+            Connection::Sentinel(master) => {
+                let mut connection = master.connection().await?;
+                master.after(script.load_async(&mut connection).await)
+            }
         }
     }
 
-    /// `"single"` or `"cluster"`.
+    /// `result`, after a Sentinel connection has dropped a master that it
+    /// says is gone.
+    fn after<T>(&self, result: RedisResult<T>) -> RedisResult<T> {
+        match self {
+            Connection::Sentinel(master) => master.after(result),
+            _ => result,
+        }
+    }
+
+    /// `"single"`, `"cluster"` or `"sentinel"`.
     pub fn kind(&self) -> &'static str {
         match self {
             Connection::Single(_) => "single",
             Connection::Cluster(_) => "cluster",
+            Connection::Sentinel(_) => "sentinel",
         }
     }
 }

@@ -6,8 +6,10 @@
 //! ([`RemoteForm`](ratelab_core::RemoteForm): its script, parameters, key
 //! code and stored encoding, which each algorithm crate describes itself,
 //! so this crate knows no algorithm by name) over a [`Connection`] to one
-//! node or a cluster: one `EVALSHA` per call, the time from Redis `TIME` (or
-//! the caller's clock: [`TimeSource`]), keys named by [`redis_key`] (braces
+//! node, a cluster, or the master Redis Sentinel names
+//! ([`Connection::sentinel`], found again after a failover): one `EVALSHA`
+//! per call, the time from Redis `TIME` (or the caller's clock:
+//! [`TimeSource`]), keys named by [`redis_key`] (braces
 //! in a user key never move the cluster hash tag), every key expiring when
 //! it may be forgotten, and each call's deadline the caller's give-up
 //! instant on Redis's measured clock. A [`RedisLimiter`] is that store
@@ -82,6 +84,57 @@
 //! # })?;
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
+//!
+//! ## Replicas and failover
+//!
+//! Redis replicates asynchronously: a replica promoted after its master
+//! died (Sentinel, a Cluster's failover, `REPLICAOF NO ONE`) holds the
+//! keys as they were some `lag` ago, and the limiter admits again what the
+//! master had admitted in that time. What a failover can cost, beyond each
+//! algorithm's own bound, for one key:
+//!
+//! - every algorithm: at most what the master admitted after the last
+//!   write the replica received, plus the checks in flight at the kill
+//!   (admitted, their replication not yet sent). With a healthy replica
+//!   that is the in-flight part alone;
+//! - the debts (GCRA, token bucket, leaky meter and queue), whose state is
+//!   one instant or level: at most `rate × lag` (the refill of the lag),
+//!   never more than the burst (at worst, the promoted replica finds the
+//!   bucket full);
+//! - the windows (fixed window, sliding counter, sliding log): what the
+//!   master admitted during the lag, counted again. Nothing when the
+//!   window was spent before the lag began and ends after it; up to a
+//!   window's limit for each window that starts within the lag.
+//!
+//! `tests/failover.rs` measures it on real servers (a master, a replica
+//! fed through a relay that can be cut, the master killed while clients
+//! hammer one key, the replica promoted): at 100 units a second, GCRA
+//! re-admitted 0 with a healthy replica and 30 (`rate × lag`) with a
+//! replica 300 ms behind, and so did the token bucket and both leaky
+//! buckets; the fixed window (50 a window) 0 when the lag fell inside a
+//! spent window and 50 when a window started within it, the sliding log 50
+//! when its first units left within the lag (the sliding counter lost 5,
+//! within its own bound of twice the limit).
+//! `tests/cluster_failover.rs` kills a master of a Cluster with a replica
+//! each: the cluster promotes the replica (the key answered again within
+//! a few failed checks) and every admission strict mode confirmed is there.
+//! With Sentinel, [`Connection::sentinel`] follows the failover
+//! (`tests/sentinel.rs`, three real sentinels).
+//!
+//! **Strict mode** closes it: [`RedisLimiterBuilder::replicas`]`(n,
+//! timeout)` counts an admission only once `n` replicas acknowledge it
+//! (`WAIT` after the write, on the same connection; on a cluster, on the
+//! key's master). When they do not within the timeout, the check fails as
+//! an outage and the failure policy answers (with
+//! [`FailurePolicy::Error`]: the error), the units staying charged on the
+//! master. The same scenarios then admit nothing beyond the bound. A
+//! failover must promote a replica that acknowledged: ask for as many
+//! replicas as could be promoted, or let Sentinel or the Cluster choose,
+//! which prefer the replica with the most data (after `replica-priority`).
+//! What it costs: a replica's acknowledgement per admission (on one
+//! machine's loopback, sequential checks took about as long as without it
+//! at the median, p99 up to 0.8 ms against 0.2 ms), and checks sharing the
+//! connection wait behind a `WAIT` that is waiting.
 
 #![warn(missing_docs)]
 #![forbid(unsafe_code)]
@@ -95,6 +148,7 @@ mod redis_clock;
 mod registry;
 mod reply;
 mod script;
+mod sentinel;
 mod settings;
 mod store;
 
@@ -106,6 +160,7 @@ pub use redis::RedisError;
 pub use registry::{DEFAULT_QUOTA_CHECK_EVERY, QuotaMismatch};
 pub use reply::InvalidReply;
 pub use script::{MAX_TTL_SLACK_MS, Op, PROTOCOL_VERSION, RedisAlgorithm, Script, ScriptArgs};
+pub use sentinel::SentinelMaster;
 pub use settings::{DEFAULT_CLIENT_TTL_SLACK, DEFAULT_PREFIX, TimeSource};
 pub use store::{RedisStats, RedisStore, RedisStoreBuilder};
 // The resilience wrapper's, as a program using Redis configures and

@@ -315,6 +315,36 @@ impl<A: RemoteForm> RedisLimiterBuilder<A> {
         self
     }
 
+    /// Strict mode: an admission counts only once `replicas` replicas
+    /// acknowledge it (`WAIT` after it, on the same connection), within
+    /// `timeout` or what is left of the call's own timeout, whichever is
+    /// shorter. Off by default; `0` turns it off.
+    ///
+    /// When fewer replicas acknowledge in time, the check fails as an
+    /// outage ([`Error::Backend`]): the failure policy
+    /// ([`on_failure`](Self::on_failure)) decides what it answers, an alert
+    /// is raised, the wrapper's [`Stats::errors`] and the store's
+    /// [`RedisStats::unconfirmed`](crate::RedisStats::unconfirmed) count it,
+    /// and its units stay charged on the master (which errs toward
+    /// refusing). A refusal is answered as is; settlements that give back,
+    /// resets and peeks are not waited for. Details and costs:
+    /// [`RedisStoreBuilder::replicas`]; what a failover costs without it:
+    /// [Replicas and failover](crate#replicas-and-failover).
+    pub fn replicas(mut self, replicas: u32, timeout: Duration) -> Self {
+        self.store = self.store.replicas(replicas, timeout);
+        self
+    }
+
+    /// Sends peeks to `connection` instead, a replica say
+    /// ([`RedisStoreBuilder::peek_from`]): it answers them (through the
+    /// module's read-only twins or the scripts) as of its lag, and spares
+    /// the master the reads. Everything else goes to the limiter's
+    /// connection.
+    pub fn peek_from(mut self, connection: Connection) -> Self {
+        self.store = self.store.peek_from(connection);
+        self
+    }
+
     /// The limiter.
     pub fn build(self) -> RedisLimiter<A> {
         // The fallback and the refusal cache read the clock Redis is told.

@@ -113,7 +113,7 @@ fn deadline_from(sample: Sample, give_up: u64, now: u64) -> u64 {
 async fn measure(connection: &Connection) -> Result<Sample, Error> {
     let before = Instant::now();
     let readings: Vec<u64> = match connection {
-        Connection::Single(_) => {
+        Connection::Single(_) | Connection::Sentinel(_) => {
             let (secs, micros): (u64, u64) = connection
                 .query(&redis::cmd("TIME"))
                 .await

@@ -7,7 +7,7 @@ use std::fmt;
 use ratelab_core::Algorithm;
 use ratelab_core::Stamp;
 use ratelab_core::remote::{self, RemoteForm};
-use redis::{ErrorKind, FromRedisValue, RedisResult, ServerErrorKind, ToRedisArgs};
+use redis::{ErrorKind, FromRedisValue, RedisResult, ServerErrorKind, ToRedisArgs, Value};
 
 use crate::connection::Connection;
 
@@ -95,8 +95,7 @@ impl Script {
         args: &ScriptArgs,
         on_reload: impl FnOnce(),
     ) -> RedisResult<T> {
-        let mut cmd = redis::cmd("EVALSHA");
-        cmd.arg(self.sha()).arg(1).arg(key).arg(&args.0);
+        let cmd = self.evalsha(key, args);
         match connection.query(&cmd).await {
             Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
                 on_reload();
@@ -105,6 +104,39 @@ impl Script {
             }
             other => other,
         }
+    }
+
+    /// [`Script::invoke`] followed by `WAIT replicas timeout_ms` on the
+    /// same connection ([`Connection::query_then_wait`]): the reply, and how
+    /// many replicas acknowledged the connection's writes.
+    pub(crate) async fn invoke_then_wait(
+        &self,
+        connection: &Connection,
+        key: &[u8],
+        args: &ScriptArgs,
+        (replicas, timeout_ms): (u32, u64),
+        on_reload: impl FnOnce(),
+    ) -> RedisResult<(Value, i64)> {
+        let cmd = self.evalsha(key, args);
+        match connection
+            .query_then_wait(&cmd, key, replicas, timeout_ms)
+            .await
+        {
+            Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
+                on_reload();
+                connection.load_script(&self.script).await?;
+                connection
+                    .query_then_wait(&cmd, key, replicas, timeout_ms)
+                    .await
+            }
+            other => other,
+        }
+    }
+
+    fn evalsha(&self, key: &[u8], args: &ScriptArgs) -> redis::Cmd {
+        let mut cmd = redis::cmd("EVALSHA");
+        cmd.arg(self.sha()).arg(1).arg(key).arg(&args.0);
+        cmd
     }
 }
 

@@ -50,6 +50,8 @@ pub struct RedisStore<A: RemoteForm> {
     script: Script,
     /// The native module's command for the algorithm.
     module_command: String,
+    /// Its read-only twin, for peeks: a replica answers it.
+    peek_command: String,
     prefix: String,
     key_suffix: String,
     time: TimeSource,
@@ -59,6 +61,14 @@ pub struct RedisStore<A: RemoteForm> {
     redis_clock: RedisClock,
     backend: ScriptBackend,
     detection: Detection,
+    /// Whether the module has the read-only twins (one older than them
+    /// does not: its peeks go to the command itself).
+    peek_twin: Detection,
+    /// Where peeks go instead, if elsewhere (a replica).
+    peeks: Option<Peeks>,
+    /// Strict mode: the replicas every charge must reach, and how long to
+    /// wait for them.
+    replicas: Option<(u32, Duration)>,
     counters: Counters,
     registry: QuotaRegistry,
 }
@@ -79,6 +89,26 @@ pub struct RedisStats {
     /// Checks that found another quota recorded for their key
     /// ([`RedisStoreBuilder::quota_check_every`]).
     pub quota_mismatches: u64,
+    /// In strict mode ([`RedisStoreBuilder::replicas`]), charges that
+    /// fewer replicas than asked for acknowledged in time: each was
+    /// answered as an outage ([`Error::Backend`]), its units left charged.
+    pub unconfirmed: u64,
+}
+
+/// Where a store sends its peeks when not to its connection: what it knows
+/// of that server's module.
+struct Peeks {
+    connection: Connection,
+    detection: Detection,
+    peek_twin: Detection,
+}
+
+/// A server calls go to, and what is known of its module.
+#[derive(Clone, Copy)]
+struct Target<'a> {
+    connection: &'a Connection,
+    detection: &'a Detection,
+    peek_twin: &'a Detection,
 }
 
 #[derive(Default)]
@@ -86,6 +116,7 @@ struct Counters {
     module_calls: AtomicU64,
     script_calls: AtomicU64,
     reloads: AtomicU64,
+    unconfirmed: AtomicU64,
 }
 
 fn count(counter: &AtomicU64) {
@@ -102,6 +133,8 @@ pub struct RedisStoreBuilder<A: RemoteForm> {
     backend: ScriptBackend,
     quota_check_every: Option<NonZeroU32>,
     on_quota_mismatch: Option<MismatchCallback>,
+    replicas: Option<(u32, Duration)>,
+    peeks: Option<Connection>,
 }
 
 impl<A: RemoteForm + fmt::Debug> fmt::Debug for RedisStoreBuilder<A> {
@@ -112,6 +145,7 @@ impl<A: RemoteForm + fmt::Debug> fmt::Debug for RedisStoreBuilder<A> {
             .field("time", &self.time)
             .field("backend", &self.backend)
             .field("quota_check_every", &self.quota_check_every)
+            .field("replicas", &self.replicas)
             .finish_non_exhaustive()
     }
 }
@@ -188,6 +222,54 @@ impl<A: RemoteForm> RedisStoreBuilder<A> {
         self
     }
 
+    /// Strict mode: a charge counts only once `replicas` replicas hold it.
+    /// Off by default (`0` turns it off).
+    ///
+    /// Redis replicates asynchronously: a failover onto a replica forgets
+    /// the admissions it had not received yet, and the limiter admits them
+    /// again (the bound, per algorithm: [Replicas and
+    /// failover](crate#replicas-and-failover)). In strict mode every check of a positive cost, and every
+    /// settlement that charges more than its check did, is followed on the
+    /// same connection by `WAIT replicas timeout` (a script cannot call
+    /// `WAIT`; on a cluster it goes to the master of the key's slot). When
+    /// fewer replicas acknowledge in time, the admission is not
+    /// trustworthy: the call fails as an outage ([`Error::Backend`],
+    /// counted in [`RedisStats::unconfirmed`]), so the limiter's failure
+    /// policy decides what the check answers (returns the error, denies,
+    /// admits, or asks the in-memory fallback) and an alert is raised; the
+    /// units stay charged on the master, which errs toward refusing. A
+    /// refusal needs no confirmation: it is answered as is (it still waits
+    /// with the `WAIT` sent beside it, before its answer was known, for the
+    /// connection's earlier writes). Peeks, settlements that give back and
+    /// resets are not waited for: losing one in a failover only leaves
+    /// more charged.
+    ///
+    /// The wait never outlasts the call's own deadline (the limiter's
+    /// timeout): it is `timeout` or the time left, whichever is shorter,
+    /// and at least 1 ms. Keep `timeout` below the limiter's timeout (and
+    /// below the connection's own 500 ms): an unconfirmed admission is
+    /// then told as one, and counted, rather than as a timeout. What it costs: a replica's acknowledgement per
+    /// check, a round trip between master and replica; and since `WAIT`
+    /// blocks its connection, checks sharing the connection wait their
+    /// turn behind it.
+    pub fn replicas(mut self, replicas: u32, timeout: Duration) -> Self {
+        self.replicas = (replicas > 0).then_some((replicas, timeout));
+        self
+    }
+
+    /// Sends peeks to `connection` instead (a replica, say): a peek writes
+    /// nothing, so a replica answers it, through the module's read-only
+    /// twins or the scripts, and the master is spared the reads. Its answer
+    /// is as old as the replica's lag: a check on the master may decide
+    /// otherwise. The module is detected there on its own (as for the
+    /// store's connection), and a peek there carries no deadline (it
+    /// charges nothing). Checks, settlements and resets still go to the
+    /// store's connection.
+    pub fn peek_from(mut self, connection: Connection) -> Self {
+        self.peeks = Some(connection);
+        self
+    }
+
     /// The time source configured so far.
     pub(crate) fn time(&self) -> &TimeSource {
         &self.time
@@ -219,6 +301,7 @@ impl<A: RemoteForm> RedisStoreBuilder<A> {
             ),
             params: self.algorithm.params(),
             script: Script::of::<A>(),
+            peek_command: format!("{}_RO", self.algorithm.module_command()),
             module_command: self.algorithm.module_command(),
             key_suffix: self.algorithm.key_suffix(),
             connection: self.connection,
@@ -230,6 +313,13 @@ impl<A: RemoteForm> RedisStoreBuilder<A> {
             redis_clock: RedisClock::default(),
             backend: self.backend,
             detection: Detection::new(),
+            peek_twin: Detection::new(),
+            peeks: self.peeks.map(|connection| Peeks {
+                connection,
+                detection: Detection::new(),
+                peek_twin: Detection::new(),
+            }),
+            replicas: self.replicas,
             counters: Counters::default(),
         }
     }
@@ -247,6 +337,8 @@ impl<A: RemoteForm> RedisStore<A> {
             backend: ScriptBackend::Auto,
             quota_check_every: Some(DEFAULT_QUOTA_CHECK_EVERY),
             on_quota_mismatch: None,
+            replicas: None,
+            peeks: None,
         }
     }
 
@@ -279,6 +371,7 @@ impl<A: RemoteForm> RedisStore<A> {
             script_calls: self.counters.script_calls.load(Ordering::Relaxed),
             reloads: self.counters.reloads.load(Ordering::Relaxed),
             quota_mismatches: self.registry.mismatches(),
+            unconfirmed: self.counters.unconfirmed.load(Ordering::Relaxed),
         }
     }
 
@@ -293,6 +386,8 @@ impl<A: RemoteForm> RedisStore<A> {
     /// One call (the module's command or `EVALSHA`, as the backend says;
     /// after `NOSCRIPT`, the script is loaded and the same call sent again),
     /// its reply validated: the decision, and the stamp of an admission.
+    /// In strict mode, a call that may `charge` is followed by `WAIT`, and
+    /// a charge fewer replicas than asked acknowledged is an outage.
     async fn run(
         &self,
         key: &[u8],
@@ -300,33 +395,130 @@ impl<A: RemoteForm> RedisStore<A> {
         op: Op,
         give_up: Option<Instant>,
     ) -> Result<(Decision, Stamp), Error> {
+        let charges = match op {
+            Op::Check => cost > 0,
+            Op::Settle { actual, .. } => actual > cost,
+            Op::Peek | Op::Reset => false,
+        };
+        let wait = match self.replicas {
+            Some((replicas, timeout)) if charges => {
+                // Never past the caller's deadline: WAIT blocks the
+                // connection it shares with other calls.
+                let left = give_up.map_or(timeout, |g| {
+                    timeout.min(g.saturating_duration_since(Instant::now()))
+                });
+                let ms = u64::try_from(left.as_micros().div_ceil(1000)).unwrap_or(u64::MAX);
+                Some((replicas, ms.max(1)))
+            }
+            _ => None,
+        };
         let redis_key = self.redis_key(key);
         let now = self.now();
+        let (target, elsewhere) = match (&self.peeks, op) {
+            (Some(peeks), Op::Peek) => (
+                Target {
+                    connection: &peeks.connection,
+                    detection: &peeks.detection,
+                    peek_twin: &peeks.peek_twin,
+                },
+                true,
+            ),
+            _ => (
+                Target {
+                    connection: &self.connection,
+                    detection: &self.detection,
+                    peek_twin: &self.peek_twin,
+                },
+                false,
+            ),
+        };
         // Past this instant on Redis's clock the caller has given up: the
         // script must not charge it. Measured, not guessed (`RedisClock`).
+        // A peek elsewhere charges nothing, on a clock not measured.
         let deadline = match give_up {
-            Some(give_up) => Some(self.redis_clock.deadline(&self.connection, give_up).await?),
-            None => None,
+            Some(give_up) if !elsewhere => {
+                Some(self.redis_clock.deadline(&self.connection, give_up).await?)
+            }
+            _ => None,
         };
         let args = ScriptArgs::call(now, cost, self.ttl_slack_ms, deadline, op, &self.params);
-        let reply = self.call(&redis_key, &args).await?;
+        let (reply, acknowledged) = self
+            .call(target, &redis_key, &args, op == Op::Peek, wait)
+            .await?;
         let asked = Asked {
             stamps: op == Op::Check && cost > 0,
             now,
         };
-        decision_from_reply(A::NAME, &reply, self.bounds, asked).map_err(Error::data)
+        let (decision, stamp) =
+            decision_from_reply(A::NAME, &reply, self.bounds, asked).map_err(Error::data)?;
+        if let (Some((replicas, ms)), Some(acknowledged)) = (wait, acknowledged) {
+            // A refusal charged nothing: nothing to lose in a failover.
+            let charged = decision.allowed || op != Op::Check;
+            if charged && acknowledged < i64::from(replicas) {
+                count(&self.counters.unconfirmed);
+                return Err(Error::backend(format!(
+                    "{acknowledged} of the {replicas} replicas asked for acknowledged the {} \
+                     within {ms} ms: not counted as {} (strict mode; its units stay charged \
+                     on the master)",
+                    op.as_str(),
+                    if op == Op::Check {
+                        "an admission"
+                    } else {
+                        "settled"
+                    },
+                )));
+            }
+        }
+        Ok((decision, stamp))
     }
 
     /// Sends `args` for `key` to the module's command when the backend says
     /// so (under [`ScriptBackend::Auto`], when this server has it), else, or
     /// when the module turns out to be missing, to the script.
-    async fn call(&self, key: &[u8], args: &ScriptArgs) -> Result<Value, Error> {
-        if self.module_first().await? {
-            let command = self.module_command.as_str();
+    /// A `peek` goes to the module's read-only twin
+    /// (`RATELAB.<ALGORITHM>_RO`, which a replica answers), or, from a
+    /// module older than the twins (`ERR unknown command`, re-checked after
+    /// [`MODULE_RECHECK`](crate::MODULE_RECHECK)), to its command. With
+    /// `wait` (replicas, ms), `WAIT` follows on the same connection: the
+    /// number of replicas that acknowledged comes with the reply.
+    async fn call(
+        &self,
+        target: Target<'_>,
+        key: &[u8],
+        args: &ScriptArgs,
+        peek: bool,
+        wait: Option<(u32, u64)>,
+    ) -> Result<(Value, Option<i64>), Error> {
+        let Target {
+            connection,
+            detection,
+            peek_twin,
+        } = target;
+        let mut twin = peek && peek_twin.route() != Route::Lua;
+        while self.module_first(target).await? {
+            let command = if twin {
+                self.peek_command.as_str()
+            } else {
+                self.module_command.as_str()
+            };
             let mut cmd = redis::cmd(command);
             cmd.arg(key).arg(args.as_slice());
             count(&self.counters.module_calls);
-            match self.connection.query::<Value>(&cmd).await {
+            let result = match wait {
+                None => connection.query::<Value>(&cmd).await.map(|v| (v, None)),
+                Some((replicas, ms)) => connection
+                    .query_then_wait(&cmd, key, replicas, ms)
+                    .await
+                    .map(|(v, n)| (v, Some(n))),
+            };
+            match result {
+                Err(e) if twin && is_unknown_command(&e) => {
+                    // A module older than the twins, or none: the command
+                    // itself says which.
+                    peek_twin.missing();
+                    twin = false;
+                    continue;
+                }
                 Err(e) if is_unknown_command(&e) || is_other_version(&e) => {
                     if self.backend != ScriptBackend::Auto {
                         let what = if is_other_version(&e) {
@@ -347,13 +539,11 @@ impl<A: RemoteForm> RedisStore<A> {
                     // never there on this cluster node, or of another
                     // version (a cluster's nodes are probed by the command
                     // itself): the script, which this client ships.
-                    self.detection.missing();
+                    detection.missing();
                 }
                 Ok(reply) => {
-                    if self.backend == ScriptBackend::Auto
-                        && self.detection.route() != Route::Module
-                    {
-                        self.detection.found();
+                    if self.backend == ScriptBackend::Auto && detection.route() != Route::Module {
+                        detection.found();
                     }
                     return Ok(reply);
                 }
@@ -361,12 +551,20 @@ impl<A: RemoteForm> RedisStore<A> {
             }
         }
         count(&self.counters.script_calls);
-        self.script
-            .invoke(&self.connection, key, args, || {
-                count(&self.counters.reloads);
-            })
-            .await
-            .map_err(classify)
+        let reloaded = || count(&self.counters.reloads);
+        match wait {
+            None => self
+                .script
+                .invoke(connection, key, args, reloaded)
+                .await
+                .map(|v| (v, None)),
+            Some(wait) => self
+                .script
+                .invoke_then_wait(connection, key, args, wait, reloaded)
+                .await
+                .map(|(v, n)| (v, Some(n))),
+        }
+        .map_err(classify)
     }
 
     /// Whether the next call goes to the module first. Under
@@ -374,20 +572,21 @@ impl<A: RemoteForm> RedisStore<A> {
     /// once (again after [`MODULE_RECHECK`](crate::MODULE_RECHECK) when it
     /// lacked the module); a cluster, whose keyless probe would reach one
     /// random node, tries the module's command itself, routed by its key.
-    async fn module_first(&self) -> Result<bool, Error> {
+    async fn module_first(&self, target: Target<'_>) -> Result<bool, Error> {
+        let detection = target.detection;
         match self.backend {
             ScriptBackend::Lua => Ok(false),
             ScriptBackend::Module => Ok(true),
-            ScriptBackend::Auto => match self.detection.route() {
+            ScriptBackend::Auto => match detection.route() {
                 Route::Module => Ok(true),
                 Route::Lua => Ok(false),
-                Route::Unknown => match &self.connection {
-                    Connection::Single(_) => {
-                        let found = probe(&self.connection).await.map_err(classify)?;
+                Route::Unknown => match target.connection {
+                    Connection::Single(_) | Connection::Sentinel(_) => {
+                        let found = probe(target.connection).await.map_err(classify)?;
                         if found {
-                            self.detection.found();
+                            detection.found();
                         } else {
-                            self.detection.missing();
+                            detection.missing();
                         }
                         Ok(found)
                     }
@@ -501,6 +700,7 @@ impl<A: RemoteForm + fmt::Debug> fmt::Debug for RedisStore<A> {
             .field("prefix", &self.prefix)
             .field("time", &self.time)
             .field("backend", &self.backend)
+            .field("replicas", &self.replicas)
             .finish_non_exhaustive()
     }
 }

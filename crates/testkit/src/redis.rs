@@ -185,6 +185,8 @@ pub struct RedisServer {
     port: u16,
     dir: tempfile::TempDir,
     extra: Vec<String>,
+    /// A Sentinel's configuration (`redis-server <file> --sentinel`).
+    sentinel: Option<String>,
 }
 
 impl RedisServer {
@@ -221,6 +223,7 @@ impl RedisServer {
                 dir: tempfile::tempdir()
                     .map_err(|e| StartError::Failed(format!("no temporary directory: {e}")))?,
                 extra: extra.clone(),
+                sentinel: None,
             };
             match server.spawn() {
                 Ok(()) => return Ok(server),
@@ -242,17 +245,86 @@ impl RedisServer {
             port,
             dir: tempfile::tempdir_in(dir).map_err(|e| StartError::Failed(e.to_string()))?,
             extra: extra.iter().map(|s| (*s).to_owned()).collect(),
+            sentinel: None,
         };
         server.spawn().map_err(StartError::Failed)?;
         Ok(server)
     }
 
+    /// Starts a Redis Sentinel (`redis-server <config> --sentinel`) on a
+    /// free port, watching the master on `master_port` as `service`: it
+    /// takes the master for down after `down_after_ms` without an answer,
+    /// and fails over when `quorum` sentinels agree. Or says why it did not
+    /// start.
+    pub fn try_start_sentinel(
+        master_port: u16,
+        service: &str,
+        quorum: u32,
+        down_after_ms: u64,
+    ) -> Result<Self, StartError> {
+        let binary = find_binary("RATELAB_REDIS_SERVER", "redis-server")?;
+        let config = format!(
+            "sentinel monitor {service} 127.0.0.1 {master_port} {quorum}\n\
+             sentinel down-after-milliseconds {service} {down_after_ms}\n\
+             sentinel failover-timeout {service} {}\n\
+             sentinel parallel-syncs {service} 1\n",
+            down_after_ms * 4
+        );
+        let mut last_error = String::new();
+        for _ in 0..10 {
+            let mut server = RedisServer {
+                child: None,
+                watchdog: None,
+                binary: binary.clone(),
+                port: free_port(),
+                dir: tempfile::tempdir()
+                    .map_err(|e| StartError::Failed(format!("no temporary directory: {e}")))?,
+                extra: Vec::new(),
+                sentinel: Some(config.clone()),
+            };
+            match server.spawn() {
+                Ok(()) => return Ok(server),
+                Err(e) => last_error = e,
+            }
+        }
+        Err(StartError::Failed(format!(
+            "redis-server --sentinel did not start after 10 tries: {last_error}"
+        )))
+    }
+
+    /// [`RedisServer::try_start_sentinel`], or a panic saying why.
+    pub fn start_sentinel(
+        master_port: u16,
+        service: &str,
+        quorum: u32,
+        down_after_ms: u64,
+    ) -> Self {
+        Self::try_start_sentinel(master_port, service, quorum, down_after_ms)
+            .unwrap_or_else(|e| panic!("{}", start_panic(&e)))
+    }
+
     fn spawn(&mut self) -> Result<(), String> {
         let log = self.log_path();
-        let child = Command::new(&self.binary)
+        let mut server = Command::new(&self.binary);
+        if let Some(config) = &self.sentinel {
+            // A sentinel rewrites its configuration: a file of its own, every
+            // time it starts.
+            let path = self.dir.path().join("sentinel.conf");
+            std::fs::write(&path, config)
+                .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+            server.arg(&path).arg("--sentinel");
+        }
+        server
             .args(["--port", &self.port.to_string()])
-            .args(["--bind", "127.0.0.1"])
-            .args(["--save", "", "--appendonly", "no", "--daemonize", "no"])
+            .args(["--bind", "127.0.0.1"]);
+        if self.sentinel.is_none() {
+            // No persistence; and a replica's full sync starts at once
+            // (Redis waits 5 s by default for more replicas to share it).
+            server.args(["--save", "", "--appendonly", "no"]);
+            server.args(["--repl-diskless-sync-delay", "0"]);
+        }
+        let child = server
+            .args(["--daemonize", "no"])
             .arg("--dir")
             .arg(self.dir.path())
             .arg("--logfile")
@@ -515,9 +587,22 @@ impl RedisCluster {
     /// Starts the cluster with `extra` arguments for every node, or says
     /// why it did not start.
     pub fn try_start_with(extra: &[&str]) -> Result<Self, StartError> {
+        Self::try_start_shaped(0, extra)
+    }
+
+    /// Starts the cluster with one replica for each of its three masters
+    /// (six nodes; `redis-cli --cluster create --cluster-replicas 1`), ready
+    /// when every node reports `cluster_state:ok` and every replica's link
+    /// is up; or panics saying why. A master killed is failed over to its
+    /// replica by the cluster itself (node timeout 2 s).
+    pub fn start_with_replicas(extra: &[&str]) -> Self {
+        Self::try_start_shaped(1, extra).unwrap_or_else(|e| panic!("{}", start_panic(&e)))
+    }
+
+    fn try_start_shaped(replicas: usize, extra: &[&str]) -> Result<Self, StartError> {
         let mut last_error = String::new();
         for _ in 0..10 {
-            match Self::start_once(extra) {
+            match Self::start_once(replicas, extra) {
                 Ok(cluster) => return Ok(cluster),
                 Err(e @ StartError::NotFound { .. }) => return Err(e),
                 Err(e) => last_error = e.to_string(),
@@ -528,12 +613,12 @@ impl RedisCluster {
         )))
     }
 
-    fn start_once(extra: &[&str]) -> Result<Self, StartError> {
+    fn start_once(replicas: usize, extra: &[&str]) -> Result<Self, StartError> {
         let failed = StartError::Failed;
         let dir = tempfile::tempdir().map_err(|e| failed(e.to_string()))?;
         // Each node needs its port and its bus port (port + 10000) free.
         let mut ports = Vec::new();
-        while ports.len() < 3 {
+        while ports.len() < 3 * (1 + replicas) {
             let port = free_port();
             if port < 55_535 && port_is_free(port + 10_000) && !ports.contains(&port) {
                 ports.push(port);
@@ -557,7 +642,7 @@ impl RedisCluster {
         let output = Command::new(find_binary("RATELAB_REDIS_CLI", "redis-cli")?)
             .args(["--cluster", "create"])
             .args(&addresses)
-            .args(["--cluster-replicas", "0", "--cluster-yes"])
+            .args(["--cluster-replicas", &replicas.to_string(), "--cluster-yes"])
             .stdin(Stdio::null())
             .output()
             .map_err(|e| failed(format!("cannot run redis-cli: {e}; {INSTALL_HINT}")))?;
@@ -572,7 +657,10 @@ impl RedisCluster {
         for node in &nodes {
             loop {
                 let info = node.command(&["CLUSTER", "INFO"]).unwrap_or_default();
-                if info.contains("cluster_state:ok") {
+                let replication = node.command(&["INFO", "replication"]).unwrap_or_default();
+                let linked = !replication.contains("role:slave")
+                    || replication.contains("master_link_status:up");
+                if info.contains("cluster_state:ok") && linked {
                     break;
                 }
                 if Instant::now() > deadline {
@@ -582,6 +670,31 @@ impl RedisCluster {
                     )));
                 }
                 std::thread::sleep(Duration::from_millis(50));
+            }
+        }
+        // After a full sync a master holds its stream back until the
+        // replica's first acknowledgement (up to a second): until then
+        // `WAIT` counts nothing. A write on the empty cluster that each
+        // master's replicas confirm proves the stream flows.
+        let masters = nodes.iter().filter(|node| {
+            replicas > 0
+                && node
+                    .command(&["ROLE"])
+                    .is_ok_and(|role| role.starts_with("master"))
+        });
+        for node in masters {
+            loop {
+                node.command(&["FLUSHALL"]).map_err(failed)?;
+                let acknowledged = node.command(&["WAIT", &replicas.to_string(), "100"]);
+                if acknowledged.as_deref() == Ok(replicas.to_string().as_str()) {
+                    break;
+                }
+                if Instant::now() > deadline {
+                    return Err(failed(format!(
+                        "the replicas of node {} never acknowledged a write: {acknowledged:?}",
+                        node.port
+                    )));
+                }
             }
         }
         Ok(RedisCluster { nodes, _dir: dir })

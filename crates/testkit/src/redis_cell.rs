@@ -3,11 +3,19 @@
 //! in one native command. The benches and the compare report load it beside
 //! ratelab's own module to measure both on one server.
 //!
-//! redis-cell 0.2.2 declares `crate-type = ["dylib"]`, which Redis cannot
-//! load; it builds unchanged as a `cdylib`. [`library`] builds it that way,
-//! once, from `crates/testkit/redis-cell/` (a standalone package, not a
-//! workspace member, whose committed `Cargo.lock` pins every dependency),
-//! into its own target directory, and returns the shared library's path.
+//! Which redis-cell: [`PEER_VERSION`] (0.5.0, which replicates
+//! `CL.THROTTLE` to replicas) from its upstream tree at
+//! `../shared/peers/redis-cell-0.5.0` beside the workspace when that folder
+//! is there (or at `$RATELAB_REDIS_CELL_SRC`), else [`CRATES_IO_VERSION`]
+//! (0.2.2, the newest crates.io serves) through `crates/testkit/redis-cell/`
+//! (a standalone package, not a workspace member, whose committed
+//! `Cargo.lock` pins every dependency). [`version`] says which one
+//! [`library`] builds, so that every report can print it beside its rows.
+//!
+//! Both declare `crate-type = ["dylib"]`, which Redis cannot load; they
+//! build unchanged as a `cdylib`. [`library`] builds the chosen one that
+//! way, once, into a target directory of its own, and returns the shared
+//! library's path.
 //!
 //! ```no_run
 //! use ratelab_testkit::redis::RedisServer;
@@ -22,25 +30,90 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::OnceLock;
 
-/// The redis-cell version the package pins.
-pub const VERSION: &str = "0.2.2";
+/// The redis-cell version `crates/testkit/redis-cell/` pins from crates.io.
+pub const CRATES_IO_VERSION: &str = "0.2.2";
+
+/// The redis-cell version of the upstream tree kept beside the workspace.
+pub const PEER_VERSION: &str = "0.5.0";
 
 /// Overrides the build: the path of a redis-cell shared library to use as is.
 pub const PATH_ENV: &str = "RATELAB_REDIS_CELL_PATH";
+
+/// Overrides where the redis-cell 0.5.0 source tree is looked for.
+pub const SOURCE_ENV: &str = "RATELAB_REDIS_CELL_SRC";
+
+/// Where redis-cell comes from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Source {
+    /// A library given in `$RATELAB_REDIS_CELL_PATH`, version unknown.
+    Given(PathBuf),
+    /// The upstream 0.5.0 tree at this path.
+    Peer(PathBuf),
+    /// 0.2.2 from crates.io, through the pinned package.
+    CratesIo,
+}
+
+/// Where [`library`] takes redis-cell from: `$RATELAB_REDIS_CELL_PATH`, else
+/// the 0.5.0 tree (`$RATELAB_REDIS_CELL_SRC`, else
+/// `../shared/peers/redis-cell-0.5.0` beside the workspace) when it has a
+/// `Cargo.toml`, else crates.io.
+pub fn source() -> Source {
+    if let Some(path) = std::env::var_os(PATH_ENV) {
+        return Source::Given(PathBuf::from(path));
+    }
+    let peer = std::env::var_os(SOURCE_ENV).map_or_else(
+        || Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/peers/redis-cell-0.5.0"),
+        PathBuf::from,
+    );
+    if peer.join("Cargo.toml").is_file() {
+        Source::Peer(peer)
+    } else {
+        Source::CratesIo
+    }
+}
+
+/// The redis-cell [`library`] builds, for a report's rows: `redis-cell
+/// 0.5.0 (upstream tree at ...)`, `redis-cell 0.2.2 (crates.io; ...)` or
+/// the library given.
+pub fn version() -> String {
+    match source() {
+        Source::Given(path) => format!(
+            "redis-cell of version unknown (${PATH_ENV}={})",
+            path.display()
+        ),
+        Source::Peer(path) => match std::env::var_os(SOURCE_ENV) {
+            Some(_) => format!(
+                "redis-cell {PEER_VERSION} (upstream tree at {})",
+                path.display()
+            ),
+            None => format!(
+                "redis-cell {PEER_VERSION} (upstream tree at ../shared/peers/redis-cell-{PEER_VERSION})"
+            ),
+        },
+        Source::CratesIo => format!(
+            "redis-cell {CRATES_IO_VERSION} (crates.io; {PEER_VERSION} is not published there and ../shared/peers/redis-cell-{PEER_VERSION} is absent)"
+        ),
+    }
+}
 
 /// The standalone package that pins redis-cell (`Cargo.toml`, `Cargo.lock`).
 pub fn manifest_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("redis-cell")
 }
 
-/// Where redis-cell is built: `redis-cell/` under `$CARGO_TARGET_DIR` when
+/// Where redis-cell is built: `redis-cell/` (crates.io) or
+/// `redis-cell-0.5.0/` (the upstream tree) under `$CARGO_TARGET_DIR` when
 /// set, else under the workspace's `target/`, so that it never shares a
-/// target directory (or a lock file) with the workspace itself.
+/// target directory (or a lock file) with the workspace itself, nor writes
+/// into the upstream tree.
 pub fn target_dir() -> PathBuf {
     let base = std::env::var_os("CARGO_TARGET_DIR")
         .map(PathBuf::from)
         .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target"));
-    base.join("redis-cell")
+    match source() {
+        Source::Peer(_) => base.join(format!("redis-cell-{PEER_VERSION}")),
+        Source::Given(_) | Source::CratesIo => base.join("redis-cell"),
+    }
 }
 
 /// redis-cell's shared library: `$RATELAB_REDIS_CELL_PATH` if set, else
@@ -57,18 +130,20 @@ pub fn library() -> Result<PathBuf, String> {
 }
 
 fn find_or_build() -> Result<PathBuf, String> {
-    if let Some(path) = std::env::var_os(PATH_ENV) {
-        let path = PathBuf::from(path);
-        return if path.is_file() {
-            Ok(path)
-        } else {
-            Err(format!(
-                "${PATH_ENV} is {}, but no such file exists",
-                path.display()
-            ))
-        };
-    }
-    let manifest = manifest_dir().join("Cargo.toml");
+    let (manifest, version) = match source() {
+        Source::Given(path) => {
+            return if path.is_file() {
+                Ok(path)
+            } else {
+                Err(format!(
+                    "${PATH_ENV} is {}, but no such file exists",
+                    path.display()
+                ))
+            };
+        }
+        Source::Peer(tree) => (tree.join("Cargo.toml"), PEER_VERSION),
+        Source::CratesIo => (manifest_dir().join("Cargo.toml"), CRATES_IO_VERSION),
+    };
     let target = target_dir();
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     let output = Command::new(&cargo)
@@ -85,13 +160,13 @@ fn find_or_build() -> Result<PathBuf, String> {
         .output()
         .map_err(|e| {
             format!(
-                "cannot run {} to build redis-cell {VERSION}: {e}",
+                "cannot run {} to build redis-cell {version}: {e}",
                 Path::new(&cargo).display()
             )
         })?;
     if !output.status.success() {
         return Err(format!(
-            "building redis-cell {VERSION} failed (cargo rustc --manifest-path {} \
+            "building redis-cell {version} failed (cargo rustc --manifest-path {} \
              -p redis-cell --release --lib --locked --crate-type cdylib, \
              target dir {}; it needs crates.io the first time): {}",
             manifest.display(),
@@ -108,7 +183,7 @@ fn find_or_build() -> Result<PathBuf, String> {
         Ok(library)
     } else {
         Err(format!(
-            "redis-cell {VERSION} was built but {} is missing",
+            "redis-cell {version} was built but {} is missing",
             library.display()
         ))
     }

@@ -4,7 +4,7 @@
 //! Redis. Time is frozen, so the only difference is where the count lives.
 //!
 //! Run twice: with in-process calls to the instances' limiters, and through
-//! real HTTP servers (one axum server per instance on loopback, each behind
+//! real HTTP servers (one hyper server per instance on loopback, each behind
 //! `ratelab-http`'s layer; a plain HTTP/1.1 client sends the requests in
 //! turn and counts the `200`s against the `429`s).
 
@@ -13,11 +13,17 @@ pub mod report;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use axum::Router;
-use axum::routing::get;
+use std::convert::Infallible;
+
+use bytes::Bytes;
+use http_body_util::Full;
+use hyper::server::conn::http1;
+use hyper_util::rt::TokioIo;
+use hyper_util::service::TowerToHyperService;
 use ratelab::AsyncRateLimiter;
-use ratelab::http::{Policy, RateLimitLayer};
+use ratelab::http::{Policy, RateLimitLayer, SetPeerAddr};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tower::{Layer, service_fn};
 
 use ratelab::{AlgorithmKind, ManualClock, Quota};
 use serde::Serialize;
@@ -145,7 +151,7 @@ pub async fn run(ctx: &Context<'_>) -> Result<LoadBalancer, CompareError> {
         limit: quota.burst(),
         requests: REQUESTS,
         instances: INSTANCES,
-        transport: "in-process calls to the instances' limiters, and real HTTP servers (axum + ratelab-http on loopback, one per instance)".into(),
+        transport: "in-process calls to the instances' limiters, and real HTTP servers (hyper + ratelab-http on loopback, one per instance)".into(),
         repeats,
         rows,
     })
@@ -155,7 +161,7 @@ fn io_error(what: &str, e: std::io::Error) -> CompareError {
     CompareError::Unavailable(format!("{what}: {e}"))
 }
 
-/// One HTTP server per limiter (axum behind `ratelab-http`'s layer, on a
+/// One HTTP server per limiter (hyper behind `ratelab-http`'s layer, on a
 /// loopback port); `requests` GETs sent to them in turn, one after the
 /// other; how many were answered `200`.
 async fn through_http(
@@ -169,9 +175,6 @@ async fn through_http(
             .policy(Policy::shared("default", limiter))
             .build()
             .map_err(|e| CompareError::Unavailable(format!("rate-limit layer: {e}")))?;
-        let app = Router::new()
-            .route("/", get(|| async { "ok" }))
-            .layer(layer);
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
             .map_err(|e| io_error("bind a loopback port", e))?;
@@ -181,11 +184,14 @@ async fn through_http(
                 .map_err(|e| io_error("read the bound port", e))?,
         );
         servers.push(tokio::spawn(async move {
-            axum::serve(
-                listener,
-                app.into_make_service_with_connect_info::<SocketAddr>(),
-            )
-            .await
+            while let Ok((stream, peer)) = listener.accept().await {
+                let service = SetPeerAddr::new(layer.layer(service_fn(ok)), peer);
+                tokio::spawn(async move {
+                    let _ = http1::Builder::new()
+                        .serve_connection(TokioIo::new(stream), TowerToHyperService::new(service))
+                        .await;
+                });
+            }
         }));
     }
     let mut admitted = 0;
@@ -210,6 +216,11 @@ async fn through_http(
         server.abort();
     }
     result.map(|()| admitted)
+}
+
+/// The application behind the limiter: `200 ok`.
+async fn ok<B>(_request: http::Request<B>) -> Result<http::Response<Full<Bytes>>, Infallible> {
+    Ok(http::Response::new(Full::new(Bytes::from_static(b"ok"))))
 }
 
 /// The status code of `GET /` on `address`.

@@ -212,6 +212,29 @@ pub struct Cost {
     /// The Redis backends side by side (Lua, module, redis-cell), from the
     /// benchmark summary; empty without one.
     pub backends: Vec<BackendRow>,
+    /// The benchmark summary read, when there was one.
+    pub bench: Option<BenchOrigin>,
+}
+
+/// Which benchmark run a summary holds.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct BenchOrigin {
+    /// The commit (or commits, one per bench) it measured.
+    pub commit: String,
+    /// When.
+    pub date: String,
+    /// Whether every bench in it measured this run's own clean commit: only
+    /// then do its figures stand in the cost table beside this run's.
+    pub is_this_commit: bool,
+}
+
+/// Whether a summary's `commits` (comma-separated, one per bench) all name
+/// `run_commit`, a clean commit.
+pub fn same_commit(commits: &str, run_commit: &str) -> bool {
+    crate::is_commit_hash(run_commit)
+        && commits.split(',').map(str::trim).all(|c| {
+            crate::is_commit_hash(c) && (c.starts_with(run_commit) || run_commit.starts_with(c))
+        })
 }
 
 /// Reads the summary at `path`: `Ok(None)` when there is none, `Err` with a
@@ -425,26 +448,44 @@ pub async fn run(ctx: &Context<'_>) -> Result<Cost, CompareError> {
             ),
         ),
         Some(Ok(Some(s))) => {
-            let note = format!(
-                "the benchmark summary at {} ({}, commit {}, {})",
-                summary_path
+            let origin = BenchOrigin {
+                commit: s.commit.clone().unwrap_or_else(|| "unknown".into()),
+                date: s.date.clone().unwrap_or_else(|| "undated".into()),
+                is_this_commit: s
+                    .commit
                     .as_deref()
-                    .map_or(String::new(), |p| p.display().to_string()),
-                s.generated_by.as_deref().unwrap_or("unknown tool"),
-                s.commit.as_deref().unwrap_or("unknown"),
-                s.date.as_deref().unwrap_or("undated"),
-            );
-            (Some(s), note)
+                    .is_some_and(|c| same_commit(c, &ctx.commit)),
+            };
+            let path = summary_path
+                .as_deref()
+                .map_or(String::new(), |p| p.display().to_string());
+            let note = if origin.is_this_commit {
+                format!(
+                    "the benchmark summary at {path} ({}, this commit, {})",
+                    s.generated_by.as_deref().unwrap_or("unknown tool"),
+                    origin.date,
+                )
+            } else {
+                format!(
+                    "no benchmark of this commit: the summary at {path} measured commit {} ({}), not this run's `{}`, so its figures are not used in this table",
+                    origin.commit, origin.date, ctx.commit
+                )
+            };
+            (Some((s, origin)), note)
         }
         Some(Err(reason)) => (None, format!("{reason}; measured here instead")),
     };
+    // Only a summary of this very commit stands beside this run's figures.
     let find = |name: &str, backend: &str| {
-        summary.as_ref().and_then(|s| {
-            s.results
-                .iter()
-                .find(|e| e.algorithm == name && e.backend == backend)
-                .cloned()
-        })
+        summary
+            .as_ref()
+            .filter(|(_, o)| o.is_this_commit)
+            .and_then(|(s, _)| {
+                s.results
+                    .iter()
+                    .find(|e| e.algorithm == name && e.backend == backend)
+                    .cloned()
+            })
     };
     let redis = ctx.atomic_or_skip(ScenarioName::Cost, "the Redis figures");
     ctx.bar
@@ -529,18 +570,19 @@ pub async fn run(ctx: &Context<'_>) -> Result<Cost, CompareError> {
         .flatten()
         .any(|f| !f.from_bench)
     });
-    let source = match (&summary, any_measured) {
-        (Some(_), false) => format!("Every figure comes from {summary_note}."),
-        (Some(_), true) => format!(
+    let used = summary.as_ref().is_some_and(|(_, o)| o.is_this_commit);
+    let source = match (used, any_measured) {
+        (true, false) => format!("Every figure comes from {summary_note}."),
+        (true, true) => format!(
             "Figures marked (b) come from {summary_note}; the rest were measured by this run (the summary lacked them)."
         ),
-        (None, _) => format!(
+        (false, _) => format!(
             "Every figure was measured by this run, briefly: {summary_note}. The benchmarks (`just bench`) measure longer and more carefully."
         ),
     };
     let bench_method = "Figures marked (b): as the benchmark report says (reports/bench/README.md, \"How these figures were produced\"): memory, time per check of a keyed limiter on 100,000 keys (on the default `SystemClock`), heap bytes per key at 100,000 keys; Redis, one task's time per call, 64 tasks' checks per second on one connection, `MEMORY USAGE` per key.".to_owned();
     let mut method = Vec::new();
-    if summary.is_some() {
+    if used {
         method.push(bench_method);
     }
     let measured_method = vec![
@@ -572,7 +614,10 @@ pub async fn run(ctx: &Context<'_>) -> Result<Cost, CompareError> {
                 .map(|m| format!("Measured here: {m}")),
         );
     }
-    let backends = summary.as_ref().map(backend_rows).unwrap_or_default();
+    let backends = summary
+        .as_ref()
+        .map(|(s, _)| backend_rows(s))
+        .unwrap_or_default();
     if !backends.is_empty() {
         method.push("Redis backends side by side (from the benchmark summary's `module` bench): one `redis-server` loading ratelab's native module and redis-cell; raw commands (`EVALSHA` of the script, `RATELAB.<ALGORITHM>`, redis-cell's `CL.THROTTLE` on the same GCRA quota) through one client, one multiplexed connection, 64 tasks; server µs per call from `INFO commandstats` over the run; one hot key and 100,000 keys, every check admitted.".to_owned());
     }
@@ -581,12 +626,24 @@ pub async fn run(ctx: &Context<'_>) -> Result<Cost, CompareError> {
         method,
         rows,
         backends,
+        bench: summary.map(|(_, origin)| origin),
     })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_a_summary_of_this_clean_commit_counts_as_this_runs() {
+        assert!(same_commit("927b29f1c2d3", "927b29f"));
+        assert!(same_commit("927b29f1c2d3, 927b29f", "927b29f"));
+        assert!(!same_commit("927b29f1c2d3, 6548f3778506", "927b29f"));
+        assert!(!same_commit("927b29f1c2d3", "927b29f-dirty"));
+        assert!(!same_commit("927b29f-dirty", "927b29f"));
+        assert!(!same_commit("unknown", "927b29f"));
+        assert!(!same_commit("927b29f", "unknown (not a git checkout)"));
+    }
 
     #[test]
     fn the_backends_come_from_the_summary_rows() {

@@ -103,6 +103,9 @@ pub struct Reference {
     pub redis_cell_rows: Vec<Row>,
     /// Why the redis-cell rows are missing, when they are.
     pub redis_cell_missing: Option<String>,
+    /// Which redis-cell made the rows (`redis-cell 0.5.0 (upstream tree
+    /// at ...)`), when there are any.
+    pub redis_cell_version: Option<String>,
     /// The token bucket as the article ran it: real clock, real wait.
     pub real_time_rows: Vec<Row>,
 }
@@ -233,6 +236,10 @@ pub async fn run(ctx: &Context<'_>) -> Result<Reference, CompareError> {
         rows,
         peer_rows,
         agreement,
+        redis_cell_version: ctx
+            .redis
+            .filter(|_| !redis_cell_rows.is_empty())
+            .map(|env| env.redis_cell_version().to_owned()),
         redis_cell_rows,
         redis_cell_missing,
         real_time_rows,

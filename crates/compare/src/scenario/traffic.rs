@@ -199,6 +199,16 @@ pub struct Outcome {
     pub max_in_window: u64,
     /// Clients for whom some trailing window held more than the limit.
     pub clients_over_limit: usize,
+    /// What the algorithm itself promises for one client within a window's
+    /// length (README, "What each algorithm promises"): the limit for the
+    /// sliding log, twice it for the fixed window (across an edge) and the
+    /// sliding counter, burst + window / T for the bucket family.
+    pub promised_in_window: u64,
+    /// Admissions beyond the algorithm's own promise, every client, every
+    /// span: its window per aligned window (fixed), per trailing window (the
+    /// logs and counter), `b + floor(t / T)` over every span `t` (the bucket
+    /// family, replayed through an exact GCRA).
+    pub beyond_promise: u64,
     /// Light clients.
     pub light: Class,
     /// Heavy hitters.
@@ -304,6 +314,8 @@ pub fn outcome_of(
         }
     }
     let maxima: Vec<u64> = history.iter().map(|h| max_within(h, window)).collect();
+    let promise = Promise::of(name, quota);
+    let beyond_promise = history.iter().map(|h| promise.broken(h)).sum();
     let class = |range: std::ops::Range<usize>| {
         let n = range.len();
         let (offered, admitted, fa, fr) = per_client[range]
@@ -351,8 +363,88 @@ pub fn outcome_of(
         wrong_pct: pct(false_admissions + false_refusals),
         max_in_window: maxima.iter().copied().max().unwrap_or(0),
         clients_over_limit: maxima.iter().filter(|&&m| m > limit).count(),
+        promised_in_window: promise.in_window(),
+        beyond_promise,
         heavy: class(0..population.heavy),
         light: class(population.heavy..clients),
+    }
+}
+
+/// What an algorithm promises one client (README, "What each algorithm
+/// promises"), with `b` the burst and `w` the window's length in µs.
+#[derive(Debug, Clone, Copy)]
+enum Promise {
+    /// At most `b` per window aligned on multiples of `w`.
+    Aligned { b: u64, w: u64 },
+    /// At most `max` in every trailing window of `w`.
+    Trailing { max: u64, w: u64 },
+    /// At most `b + floor(t / T)` over every span `t`.
+    Rate { b: u64, t: u64, w: u64 },
+}
+
+impl Promise {
+    /// The promise of the algorithm called `name` (a peer: GCRA's).
+    fn of(name: &str, quota: Quota) -> Self {
+        let (b, w) = (u64::from(quota.burst()), quota.window_micros());
+        let kind = AlgorithmKind::ALL.into_iter().find(|k| k.name() == name);
+        match kind {
+            Some(AlgorithmKind::FixedWindow) => Promise::Aligned { b, w },
+            Some(AlgorithmKind::SlidingLog) => Promise::Trailing { max: b, w },
+            Some(AlgorithmKind::SlidingCounter) => Promise::Trailing { max: 2 * b, w },
+            _ => Promise::Rate {
+                b,
+                t: quota.emission_interval_micros(),
+                w,
+            },
+        }
+    }
+
+    /// The most it allows within a window's length.
+    fn in_window(self) -> u64 {
+        match self {
+            Promise::Aligned { b, .. } => 2 * b,
+            Promise::Trailing { max, .. } => max,
+            Promise::Rate { b, t, w } => b + w / t,
+        }
+    }
+
+    /// Admissions of one client's `history` (in time order) beyond it.
+    fn broken(self, history: &[Admitted]) -> u64 {
+        let mut beyond = 0;
+        match self {
+            Promise::Aligned { b, w } => {
+                let (mut window, mut n) = (u64::MAX, 0);
+                for a in history {
+                    if a.at / w != window {
+                        (window, n) = (a.at / w, 0);
+                    }
+                    n += a.units;
+                    beyond += u64::from(n > b);
+                }
+            }
+            Promise::Trailing { max, w } => {
+                let mut recent = VecDeque::new();
+                for a in history {
+                    while recent.front().is_some_and(|&at| at + w <= a.at) {
+                        recent.pop_front();
+                    }
+                    recent.push_back(a.at);
+                    beyond += u64::from(recent.len() as u64 > max);
+                }
+            }
+            Promise::Rate { b, t, .. } => {
+                // GCRA's virtual schedule: n admissions within a span d
+                // conform iff n <= b + d / T, i.e. each arrives no earlier
+                // than TAT - (b - 1) T.
+                let tolerance = (b - 1) * t;
+                let mut tat = 0u64;
+                for a in history {
+                    beyond += u64::from(a.at + tolerance < tat);
+                    tat = tat.max(a.at) + t;
+                }
+            }
+        }
+        beyond
     }
 }
 

@@ -73,6 +73,7 @@ pub struct KeyedBuilder<A, C = SystemClock, K = ByteKey> {
     pub(super) max_keys: usize,
     pub(super) shards: Option<usize>,
     pub(super) flood: Option<FloodPolicy>,
+    pub(super) seed: Option<u64>,
     pub(super) keys: PhantomData<fn() -> K>,
 }
 
@@ -84,6 +85,7 @@ impl<A: Algorithm> KeyedBuilder<A> {
             max_keys: DEFAULT_MAX_KEYS,
             shards: None,
             flood: None,
+            seed: None,
             keys: PhantomData,
         }
     }
@@ -101,6 +103,7 @@ impl<A: Algorithm, C: Clock, K: Hash + Eq> KeyedBuilder<A, C, K> {
             max_keys: self.max_keys,
             shards: self.shards,
             flood: self.flood,
+            seed: self.seed,
             keys: PhantomData,
         }
     }
@@ -115,6 +118,7 @@ impl<A: Algorithm, C: Clock, K: Hash + Eq> KeyedBuilder<A, C, K> {
             max_keys: self.max_keys,
             shards: self.shards,
             flood: self.flood,
+            seed: self.seed,
             keys: PhantomData,
         }
     }
@@ -144,6 +148,19 @@ impl<A: Algorithm, C: Clock, K: Hash + Eq> KeyedBuilder<A, C, K> {
         self
     }
 
+    /// Seeds the hashes that spread keys over the shards and over the flood
+    /// sketch's cells, and the digests of long keys: the same seed, shard
+    /// count and calls give the same decisions in every process (for
+    /// simulations and tests; the shard count defaults from the machine's
+    /// cores, so set [`shards`](Self::shards) too for the same decisions on
+    /// every machine). Random by default, and leave it so in a service: a
+    /// client that knows the seed can aim its keys at one shard or at the
+    /// sketch cells another key uses.
+    pub fn seed(mut self, seed: u64) -> Self {
+        self.seed = Some(seed);
+        self
+    }
+
     /// The limiter.
     pub fn build(self) -> Keyed<A, C, K> {
         let shards = match self.shards {
@@ -153,7 +170,14 @@ impl<A: Algorithm, C: Clock, K: Hash + Eq> KeyedBuilder<A, C, K> {
         let flood = self
             .flood
             .unwrap_or(FloodPolicy::default_for(self.max_keys));
-        Keyed::from_parts(self.algorithm, self.clock, shards, self.max_keys, flood)
+        Keyed::from_parts(
+            self.algorithm,
+            self.clock,
+            shards,
+            self.max_keys,
+            flood,
+            self.seed,
+        )
     }
 }
 
@@ -176,6 +200,7 @@ impl<A: fmt::Debug, C: fmt::Debug, K> fmt::Debug for KeyedBuilder<A, C, K> {
             .field("max_keys", &self.max_keys)
             .field("shards", &self.shards)
             .field("flood", &self.flood)
+            .field("seed", &self.seed)
             .finish()
     }
 }

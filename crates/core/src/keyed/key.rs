@@ -1,7 +1,7 @@
 //! [`ByteKey`]: how a byte-string key is kept, so that a key's length never
 //! decides how much memory the store holds.
 
-use std::hash::{BuildHasher, Hash, Hasher, RandomState};
+use std::hash::{BuildHasher, DefaultHasher, Hash, Hasher, RandomState};
 
 /// Byte-string keys up to this many bytes are kept as they are; longer ones
 /// are kept as a 128-bit keyed digest (see [`ByteKey`]).
@@ -72,11 +72,34 @@ impl Probe<'_> {
 }
 
 /// Turns byte strings into [`Probe`]s, digesting long ones under a seed of
-/// its own.
+/// its own: random, or the one the limiter was built with.
 #[derive(Debug, Clone, Default)]
-pub(super) struct Digester(RandomState);
+pub(super) struct Digester {
+    random: RandomState,
+    seed: Option<u64>,
+}
 
 impl Digester {
+    /// Digests that are the same in every process for the same `seed`.
+    pub(super) fn seeded(seed: u64) -> Self {
+        Digester {
+            random: RandomState::new(),
+            seed: Some(seed),
+        }
+    }
+
+    fn hasher(&self) -> DefaultHasher {
+        match self.seed {
+            None => self.random.build_hasher(),
+            // SipHash under its fixed keys, keyed by the seed written first.
+            Some(seed) => {
+                let mut hasher = DefaultHasher::new();
+                hasher.write_u64(seed);
+                hasher
+            }
+        }
+    }
+
     #[inline]
     pub(super) fn probe<'a>(&self, key: &'a [u8]) -> Probe<'a> {
         if key.len() <= MAX_EXACT_KEY_LEN {
@@ -87,8 +110,8 @@ impl Digester {
     }
 
     fn digest(&self, key: &[u8]) -> [u64; 2] {
-        let mut low = self.0.build_hasher();
-        let mut high = self.0.build_hasher();
+        let mut low = self.hasher();
+        let mut high = self.hasher();
         low.write_u8(0);
         high.write_u8(1);
         for chunk in key.chunks(DIGEST_CHUNK) {
@@ -151,7 +174,10 @@ mod tests {
     fn a_stored_key_hashes_as_its_probe() {
         // The table stores no hash: a resize and the expiry index hash the
         // stored key, and must find what lookups of its probe find.
-        let (digester, hasher) = (Digester::default(), foldhash::fast::RandomState::default());
+        let (digester, hasher) = (
+            Digester::default(),
+            foldhash::fast::SeedableRandomState::default(),
+        );
         for len in [0, 1, MAX_EXACT_KEY_LEN, MAX_EXACT_KEY_LEN + 1, 5000] {
             let bytes = vec![3u8; len];
             let probe = digester.probe(&bytes);
@@ -168,5 +194,9 @@ mod tests {
         assert_ne!(a.digest(&key), first);
         assert_ne!(b.digest(&key), a.digest(&key));
         assert_ne!(first[0], first[1], "the two halves are independent");
+        // Seeded: the same seed, the same digest; another seed, another.
+        let (c, d) = (Digester::seeded(7), Digester::seeded(7));
+        assert_eq!(c.digest(&key), d.digest(&key));
+        assert_ne!(Digester::seeded(8).digest(&key), c.digest(&key));
     }
 }

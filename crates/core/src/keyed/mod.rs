@@ -130,7 +130,7 @@ const UPKEEP_PER_CHECK: usize = 2;
 pub struct Keyed<A: Algorithm, C = SystemClock, K = ByteKey> {
     algorithm: A,
     clock: C,
-    hasher: foldhash::fast::RandomState,
+    hasher: foldhash::fast::SeedableRandomState,
     digester: Digester,
     shards: Box<[ShardOf<A, K>]>,
     shard_mask: u64,
@@ -318,13 +318,26 @@ impl<A: Algorithm, C: Clock, K: Hash + Eq> Keyed<A, C, K> {
         shards: usize,
         max_keys: usize,
         flood: FloodPolicy,
+        seed: Option<u64>,
     ) -> Self {
         let (share, extra) = (max_keys / shards, max_keys % shards);
-        let hasher = foldhash::fast::RandomState::default();
+        let (hasher, digester) = match seed {
+            None => (
+                foldhash::fast::SeedableRandomState::random(),
+                Digester::default(),
+            ),
+            Some(seed) => (
+                foldhash::fast::SeedableRandomState::with_seed(
+                    seed,
+                    foldhash::SharedSeed::global_fixed(),
+                ),
+                Digester::seeded(seed),
+            ),
+        };
         Keyed {
             algorithm,
             clock,
-            digester: Digester::default(),
+            digester,
             shards: (0..shards)
                 .map(|i| {
                     Padded(Mutex::new(Shard::new(

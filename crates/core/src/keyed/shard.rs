@@ -79,11 +79,11 @@ pub(super) struct Shard<K, S, L> {
     empty: L,
     /// The limiter's hasher (the same seed): a key's hash here is the hash
     /// its lookups use.
-    hasher: foldhash::fast::RandomState,
+    hasher: foldhash::fast::SeedableRandomState,
 }
 
 impl<K: Hash, S, L: Ledger> Shard<K, S, L> {
-    pub(super) fn new(capacity: usize, hasher: foldhash::fast::RandomState) -> Self {
+    pub(super) fn new(capacity: usize, hasher: foldhash::fast::SeedableRandomState) -> Self {
         Shard {
             table: HashTable::new(),
             expiry: BinaryHeap::new(),

@@ -13,7 +13,7 @@ import { Redis, type RedisOptions } from "ioredis";
 /** lua/clients/node/dist/testing -> the repository's lua/. */
 export const LUA = resolve(fileURLToPath(new URL("../../../..", import.meta.url)));
 
-function freePort(): Promise<number> {
+export function freePort(): Promise<number> {
   return new Promise((ok, fail) => {
     const server = createServer();
     server.once("error", fail);

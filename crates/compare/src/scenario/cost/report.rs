@@ -65,11 +65,21 @@ impl Part for Cost {
             .collect();
         let none = no_whiskers();
         let has_redis = us.iter().any(Option::is_some);
-        render!(canvas, "cost", (1300, 1300), |root| {
-            let parts = root.split_evenly((3, 1));
+        // Where the in-memory times come from decides what the title says.
+        let from_bench = c
+            .rows
+            .iter()
+            .any(|r| r.memory_ns_per_check.is_some_and(|f| f.from_bench));
+        let memory_title = if from_bench {
+            "Time per check in memory, ns (keyed, 100,000 keys; from the benchmarks)".to_owned()
+        } else {
+            format!("Time per check in memory, ns (keyed, {HOT_KEYS} keys in turn; this run)")
+        };
+        render!(canvas, "cost", (1300, 900), |root| {
+            let parts = root.split_evenly((2, 1));
             grouped_bars(
                 &parts[0],
-                "Time per check in memory (keyed, 1,000 keys)",
+                &memory_title,
                 "ns per check",
                 &[Bars {
                     label: "memory",
@@ -84,7 +94,7 @@ impl Part for Cost {
                 if has_redis {
                     grouped_bars(
                         &parts[1],
-                        "Time per Redis call, one task (median, round trip included)",
+                        "Time per Redis call, µs (one task, median, round trip included)",
                         "µs per call",
                         &[Bars {
                             label: "redis",
@@ -103,30 +113,30 @@ impl Part for Cost {
                     )
                 }
             })
-            .and_then(|()| {
-                let mut series = vec![Bars {
-                    label: "memory",
-                    color: GOOD,
-                    values: mem.clone(),
+        });
+        render!(canvas, "cost-memory", (1300, 500), |root| {
+            let mut series = vec![Bars {
+                label: "memory (heap bytes)",
+                color: GOOD,
+                values: mem.clone(),
+                whiskers: none.clone(),
+            }];
+            if red.iter().any(Option::is_some) {
+                series.push(Bars {
+                    label: "redis (used_memory growth)",
+                    color: THIRD,
+                    values: red.clone(),
                     whiskers: none.clone(),
-                }];
-                if red.iter().any(Option::is_some) {
-                    series.push(Bars {
-                        label: "redis",
-                        color: THIRD,
-                        values: red.clone(),
-                        whiskers: none.clone(),
-                    });
-                }
-                grouped_bars(
-                    &parts[2],
-                    "Memory per key, each key at its fullest (burst of 10 used)",
-                    "bytes per key",
-                    &series,
-                    None,
-                    0,
-                )
-            })
+                });
+            }
+            grouped_bars(
+                &root,
+                "Bytes per key, each key at its fullest (burst of 10 used)",
+                "bytes per key",
+                &series,
+                None,
+                0,
+            )
         });
         if !c.backends.is_empty() {
             draw_backends(c, canvas)?;
@@ -221,7 +231,18 @@ fn write_section(out: &mut String, c: &Cost, charts: &[String]) {
     for m in &c.method {
         let _ = writeln!(out, "- {m}");
     }
-    chart(out, charts, "cost", "Cost per check and per key");
+    chart(
+        out,
+        charts,
+        "cost",
+        "Time per check, in memory and on Redis",
+    );
+    chart(
+        out,
+        charts,
+        "cost-memory",
+        "Bytes per key, in memory and on Redis",
+    );
 }
 
 /// `cost-backends`: server µs per call of each algorithm through the Lua
@@ -261,28 +282,37 @@ fn draw_backends(c: &Cost, canvas: &mut Canvas) -> Result<(), CompareError> {
     };
     let hot = bars(&series(|b| b.server_us_hot));
     let many = bars(&series(|b| b.server_us_100k));
+    // Whose figures these are, in the titles: the benches', maybe of
+    // another commit.
+    let origin = c.bench.as_ref().map_or_else(String::new, |b| {
+        if b.is_this_commit {
+            " (`just bench`, this commit)".to_owned()
+        } else {
+            format!(
+                " (`just bench` at {}, NOT this run's commit)",
+                short_commits(&b.commit)
+            )
+        }
+    });
+    let hot_title = format!("Redis server time per check, µs, one hot key{origin}");
+    let many_title = format!("Redis server time per check, µs, 100,000 keys{origin}");
     render!(canvas, "cost-backends", (1300, 900), |root| {
         let parts = root.split_evenly((2, 1));
-        grouped_bars(
-            &parts[0],
-            "Redis server time per check, one hot key",
-            "server µs per call",
-            &hot,
-            None,
-            1,
-        )
-        .and_then(|()| {
-            grouped_bars(
-                &parts[1],
-                "Redis server time per check, 100,000 keys",
-                "server µs per call",
-                &many,
-                None,
-                1,
-            )
+        grouped_bars(&parts[0], &hot_title, "server µs per call", &hot, None, 1).and_then(|()| {
+            grouped_bars(&parts[1], &many_title, "server µs per call", &many, None, 1)
         })
     });
     Ok(())
+}
+
+/// `6548f3778506, d14ec9c36046` as `6548f37, d14ec9c`: short enough for a
+/// chart's title.
+fn short_commits(commits: &str) -> String {
+    commits
+        .split(',')
+        .map(|c| c.trim().chars().take(7).collect::<String>())
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// The Redis backends side by side: the Lua script, the native module and
@@ -291,9 +321,26 @@ fn write_backends(out: &mut String, c: &Cost, charts: &[String]) {
     if c.backends.is_empty() {
         return;
     }
-    *out += "\nOn Redis, the same check through the Lua script, the native module \
-             and, for GCRA, redis-cell (from the benchmark summary; server µs per call, \
-             lower is better; checks per second, higher is better):\n\n";
+    let origin = c.bench.as_ref().map_or_else(
+        || "from the benchmark summary".to_owned(),
+        |b| {
+            if b.is_this_commit {
+                format!("from `just bench` at this commit, {}", b.date)
+            } else {
+                format!(
+                    "**⚠ not this run: from `just bench` at commit {}, {}**",
+                    b.commit, b.date
+                )
+            }
+        },
+    );
+    let _ = write!(
+        out,
+        "\nOn Redis, the same check through the Lua script, the native module \
+         and, for GCRA, redis-cell ({origin}; the summary does not record which redis-cell \
+         version the bench loaded; server µs per call, lower is better; checks per second, \
+         higher is better):\n\n"
+    );
     let lua = |algorithm: &str, pick: fn(&BackendRow) -> Option<f64>| {
         c.backends
             .iter()

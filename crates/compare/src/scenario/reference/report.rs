@@ -115,8 +115,15 @@ These rows run on a clock moved by hand, starting at a window boundary (the Redi
         } else {
             let _ = writeln!(
                 out,
-                "\n**redis-cell** (`CL.THROTTLE`, a native Redis module running GCRA, loaded into this run's `redis-server`) beside ratelab gcra on the same server, same quota (`CL.THROTTLE key 9 5 1 1`: its `max_burst` is the capacity less one). redis-cell reads the server's own clock, so both run on Redis time with a real one-second sleep between the rounds, one request after another. redis-cell reports `retry_after` in whole seconds **rounded down** (a 200 ms wait reads 0 s); ratelab rounds up for `Retry-After` (1 s) and keeps the exact wait:\n"
+                "\n**redis-cell** ({}; `CL.THROTTLE`, a native Redis module running GCRA, loaded into this run's `redis-server`) beside ratelab gcra on the same server, same quota (`CL.THROTTLE key 9 5 1 1`: its `max_burst` is the capacity less one). redis-cell reads the server's own clock, so both run on Redis time with a real one-second sleep between the rounds, one request after another. redis-cell reports `retry_after` in whole seconds **rounded down** (a 200 ms wait reads 0 s); ratelab rounds up for `Retry-After` (1 s) and keeps the exact wait:\n",
+                r.redis_cell_version.as_deref().unwrap_or("version unknown")
             );
+            // `redis-cell 0.5.0` beside its rows.
+            let cell_name = r
+                .redis_cell_version
+                .as_deref()
+                .and_then(|v| v.split(" (").next())
+                .unwrap_or("redis-cell");
             let rows: Vec<Vec<String>> = r
                 .redis_cell_rows
                 .iter()
@@ -128,7 +135,7 @@ These rows run on a clock moved by hand, starting at a window boundary (the Redi
                     };
                     vec![
                         if row.algorithm == "redis-cell" {
-                            "redis-cell (peer)".to_owned()
+                            format!("{} (peer)", cell_name)
                         } else {
                             format!("ratelab {}", row.algorithm)
                         },

@@ -177,12 +177,23 @@ where
         ))?
         .label("offered")
         .legend(|(x, y)| Rectangle::new([(x, y - 6), (x + 14, y + 6)], OFFERED.mix(0.5).filled()));
-    for (name, values) in &s.excerpt_output {
-        let c = color(name);
+    // Where the lines coincide (both at the rate, both at 0) the one drawn
+    // last hides the other: the leaky queue goes first as a wide pale band,
+    // every other line thin on top of it, so both stay visible.
+    let mut lines: Vec<&(String, Vec<f64>)> = s.excerpt_output.iter().collect();
+    lines.sort_by_key(|(name, _)| name != "leaky-queue");
+    for (name, values) in lines {
+        let (c, width) = if name == "leaky-queue" {
+            (color(name).mix(0.6), 9)
+        } else {
+            (color(name).mix(1.0), 2)
+        };
         chart
-            .draw_series(LineSeries::new(steps(values), c.stroke_width(3)))?
+            .draw_series(LineSeries::new(steps(values), c.stroke_width(width)))?
             .label(name.as_str())
-            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 14, y)], c.stroke_width(3)));
+            .legend(move |(x, y)| {
+                PathElement::new(vec![(x, y), (x + 14, y)], c.stroke_width(width))
+            });
     }
     chart
         .draw_series(DashedLineSeries::new(
