@@ -112,8 +112,8 @@ impl Part for Failover {
                         lagging.beyond_bound, lagging.after_cut, lagging.in_kill_step
                     ),
                     format!(
-                        "{} ({} unconfirmed, refused as errors)",
-                        strict.beyond_bound, strict.unconfirmed
+                        "{} ({} checks failed, {} of them admissions no replica confirmed)",
+                        strict.beyond_bound, strict.errors, strict.unconfirmed
                     ),
                 ])
             })
@@ -144,7 +144,7 @@ impl Part for Failover {
         let window = |name: &str| f.row(name, Case::Lagging).map_or(0, |r| r.beyond_bound);
         let _ = writeln!(
             out,
-            "\n**What a failover costs.** With a healthy replica, no algorithm admitted more than {} beyond its bound (what was in flight at the kill is all a healthy replica can miss). With a replica {} ms behind, the promoted replica admits again what the master admitted in the lag: the debts (gcra, token bucket, leaky meter and queue) up to {} (`rate × lag` = {}, never more than the burst); the fixed window {} and the sliding log {} (a window's limit: a window started within the lag), the sliding counter {} (within its own looser bound of twice the limit). Strict mode with the same lag: {} beyond the bound for every algorithm; what the master admitted after the cut went unconfirmed and the clients were told so (an error, as `FailurePolicy::Error` answers an outage).\n",
+            "\n**What a failover costs.** With a healthy replica, no algorithm admitted more than {} beyond its bound (what was in flight at the kill is all a healthy replica can miss). With a replica {} ms behind, the promoted replica admits again what the master admitted in the lag: the debts (gcra, token bucket, leaky meter and queue) up to {} (`rate × lag` = {}, never more than the burst); the fixed window {} and the sliding log {} (a window's limit: a window started within the lag), the sliding counter {} (within its own looser bound of twice the limit). Strict mode with the same lag: {} beyond the bound for every algorithm; nothing the master admitted after the cut was counted: the clients got an error instead (`FailurePolicy::Error` answers an outage), either because no replica confirmed their admission within the wait or because their check waited behind such a `WAIT` on the shared connection, or met the kill.\n",
             f.worst(Case::Healthy),
             f.lag_ms,
             debt_worst,
