@@ -460,6 +460,23 @@ pub fn guide(results: &Results) -> Vec<String> {
         }
     }
 
+    // Failover.
+    if let Some(f) = &results.failover
+        && let [without, strict] = &f.latency[..]
+    {
+        use crate::scenario::failover::Case;
+        lines.push(format!(
+            "**With replicas, turn strict mode on (`.replicas(1, timeout)`) where admitting a lag's worth twice is not acceptable**: after a failover to a replica {} ms behind, the algorithms admitted up to {} beyond their bound ({} with a healthy replica, {} in strict mode); strict mode moved a sequential check's median from {} µs to {} µs [Failover; the counts are on a hand-moved clock, the latency over {} rounds].",
+            f.lag_ms,
+            f.worst(Case::Lagging),
+            f.worst(Case::Healthy),
+            f.worst(Case::Strict),
+            num(without.p50.median, 1),
+            num(strict.p50.median, 1),
+            strict.p50.runs
+        ));
+    }
+
     // Redis cost against memory.
     if let Some(c) = &results.cost {
         let pairs: Vec<(f64, f64, f64)> = c

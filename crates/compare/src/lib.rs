@@ -208,6 +208,8 @@ pub struct Results {
     pub flood: Option<scenario::flood::Flood>,
     /// A Redis stall, with and without the breaker.
     pub outage: Option<scenario::outage::Outage>,
+    /// Masters killed, replicas promoted: over-admission and strict mode.
+    pub failover: Option<scenario::failover::Failover>,
 }
 
 impl Results {
@@ -388,6 +390,7 @@ pub async fn run(config: &Config, redis: Option<&RedisEnv>) -> Result<Results, C
         light_traffic: None,
         flood: None,
         outage: None,
+        failover: None,
     };
     let total = config.scenarios.len();
     for (i, &name) in config.scenarios.iter().enumerate() {
@@ -427,6 +430,7 @@ pub async fn run(config: &Config, redis: Option<&RedisEnv>) -> Result<Results, C
             }
             ScenarioName::Flood => results.flood = Some(scenario::flood::run(&ctx)),
             ScenarioName::Outage => results.outage = scenario::outage::run(&ctx).await?,
+            ScenarioName::Failover => results.failover = scenario::failover::run(&ctx).await?,
         }
         let secs = started.elapsed().as_secs_f64();
         ctx.bar.finish_and_clear();

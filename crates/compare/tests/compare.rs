@@ -5,6 +5,7 @@
 use std::process::Command;
 
 use ratelab_compare::backend::RedisEnv;
+use ratelab_compare::scenario::failover::Case;
 use ratelab_compare::{Config, ScenarioName, report};
 use ratelab_testkit::redis::RedisServer;
 
@@ -228,6 +229,7 @@ fn the_report_has_every_chart_and_section_on_a_small_run() {
         "cost-memory",
         "flood",
         "outage",
+        "failover",
     ] {
         for ext in ["svg", "png"] {
             let path = dir.path().join("charts").join(format!("{chart}.{ext}"));
@@ -259,6 +261,7 @@ fn the_report_has_every_chart_and_section_on_a_small_run() {
         "## Light traffic",
         "## Key flood",
         "## Redis outage",
+        "## Failover",
         "## Raw data",
     ] {
         assert!(readme.contains(section), "{section} missing");
@@ -277,8 +280,46 @@ fn the_report_has_every_chart_and_section_on_a_small_run() {
         "light-traffic.csv",
         "flood.csv",
         "outage.csv",
+        "failover.csv",
     ] {
         assert!(dir.path().join("data").join(data).is_file(), "{data}");
+    }
+    // A failover: the lag's admissions are counted again without strict
+    // mode, never with it; what the master admitted in the lag is a count
+    // on the hand-moved clock, the same every run.
+    let failover = results.failover.as_ref().unwrap();
+    assert_eq!(failover.rows.len(), 7 * Case::ALL.len());
+    for row in &failover.rows {
+        let name = row.algorithm.as_str();
+        match row.case {
+            Case::Healthy => assert!(row.beyond_bound <= failover.clients, "{row:?}"),
+            Case::Lagging => {
+                // Before the step of the kill: 6 steps of 5 for the
+                // debts; a window's 50 for the fixed window and the log.
+                let counted = row.after_cut - row.in_kill_step;
+                match name {
+                    "fixed-window" | "sliding-log" => assert_eq!(counted, 50, "{row:?}"),
+                    "sliding-counter" => {}
+                    _ => assert_eq!(counted, 30, "{row:?}"),
+                }
+                assert!(
+                    row.beyond_bound <= row.after_cut + failover.clients,
+                    "{row:?}"
+                );
+            }
+            Case::Strict => {
+                assert_eq!(row.beyond_bound, 0, "{row:?}");
+                assert_eq!(row.after_cut, 0, "{row:?}");
+            }
+        }
+    }
+    assert!(failover.worst(Case::Lagging) >= 30, "{failover:?}");
+    assert_eq!(failover.latency.len(), 2);
+    assert_eq!(failover.cell.is_empty(), !cell_built);
+    if let Some(cell) = failover.cell.first()
+        && cell.limiter.contains("0.5.0")
+    {
+        assert!(cell.beyond_bound <= failover.clients, "{cell:?}");
     }
     let guide = report::guide(&results);
     assert!(guide.len() >= 8, "{guide:#?}");

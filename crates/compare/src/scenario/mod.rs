@@ -4,6 +4,7 @@
 pub mod balancer;
 pub mod concurrency;
 pub mod cost;
+pub mod failover;
 pub mod flood;
 pub mod light;
 pub mod outage;
@@ -60,11 +61,15 @@ pub enum ScenarioName {
     /// A redis-server frozen for 3 s: per-check latency before, during and
     /// after, with the circuit breaker and without.
     Outage,
+    /// Real masters and replicas: what every algorithm admits beyond its
+    /// bound after a failover (healthy replica, lagging replica, strict
+    /// mode), the latency strict mode costs, and redis-cell beside GCRA.
+    Failover,
 }
 
 impl ScenarioName {
     /// Every scenario, in report order.
-    pub const ALL: [ScenarioName; 10] = [
+    pub const ALL: [ScenarioName; 11] = [
         ScenarioName::Reference,
         ScenarioName::WindowEdge,
         ScenarioName::Concurrency,
@@ -75,6 +80,7 @@ impl ScenarioName {
         ScenarioName::Cost,
         ScenarioName::Flood,
         ScenarioName::Outage,
+        ScenarioName::Failover,
     ];
 
     /// The name on the command line and in file names.
@@ -90,6 +96,7 @@ impl ScenarioName {
             ScenarioName::Cost => "cost",
             ScenarioName::Flood => "flood",
             ScenarioName::Outage => "outage",
+            ScenarioName::Failover => "failover",
         }
     }
 
@@ -106,6 +113,7 @@ impl ScenarioName {
             ScenarioName::Cost => "Cost",
             ScenarioName::Flood => "Key flood",
             ScenarioName::Outage => "Redis outage",
+            ScenarioName::Failover => "Failover",
         }
     }
 }
