@@ -43,7 +43,7 @@ fn api_quotas(results: &Results) -> UseCase {
     let mut a = String::from(
         "Put the count on Redis: `RedisLimiter::builder(connection, Gcra::new(quota))` (crate `ratelab-redis`), one per policy, behind `RateLimitLayer` with a `Policy` each (`Policy::new(\"pro-minute\", limiter).plan(\"pro\")`); every policy that matches a request applies, and a refusal by one consumes nothing from the others (",
     );
-    a += &test("http", "policies");
+    a += &test("http", "it/policies");
     a += ").";
     if let Some(b) = &results.load_balancer {
         let worst = b.rows.iter().map(|r| r.per_instance_memory).max();
@@ -93,7 +93,7 @@ fn api_quotas(results: &Results) -> UseCase {
         );
     }
     a += " The module or the scripts: `RedisLimiter` uses the native module where the server loaded it and the Lua scripts otherwise (`ScriptBackend::Auto`); both decide alike, decision for decision (";
-    a += &test("ratelab", "redis_module");
+    a += &test("tests", "redis/redis_module");
     a += ").";
     if let Some(c) = &results.cost {
         let pick = |backend: &str| {
@@ -143,8 +143,8 @@ fn api_quotas(results: &Results) -> UseCase {
 fn login(results: &Results) -> UseCase {
     let mut a = format!(
         "Use `LoginGuard` (crate `ratelab-http`): `LoginGuard::builder(secret).per_network(policy).per_account(policy)`. It counts failed attempts only (`Count::Failures`: a good password costs nothing), per account and client network (an IPv6 /64 is one network) and per account from all networks, and fails closed (`FailureMode::Closed`): when the limiter is down, attempts are refused rather than let through unlimited. A browser that logged in before carries a signed device cookie and is limited on its own, so attackers guessing an account never lock its owner out: the owner kept logging in while 10 and 100 networks guessed, in memory ({}) and on Redis ({}); this run does not measure it.",
-        test("http", "login_guard"),
-        test("http", "login_guard_redis")
+        test("http", "it/login_guard"),
+        test("http", "it/login_guard_redis")
     );
     if let Some(f) = &results.flood {
         let top = f.points.iter().map(|p| p.factor).max().unwrap_or(0);
@@ -175,7 +175,7 @@ fn client_throttle(results: &Results) -> UseCase {
     let mut a = format!(
         "To stay under someone else's limit (a scraper, an API client), wait for a turn instead of being refused: `BlockingThrottle::new(limiter).timeout(..)` and `throttle.call(|| ..)` in blocking code, or once with `wait_and_consume(&limiter, key, cost, timeout)` (both in `ratelab`); in async code `ratelab::throttle::Throttle::new(Arc::new(limiter), timeout)` and `throttle.run(request).await`, or `ThrottleLayer` around a tower client. A call that would wait past the timeout gives up without being sent. A throttled client stayed under a server's quota where an unthrottled one was refused ({}); waits sleep until the limiter says a retry passes ({}).",
         test("throttle", "client"),
-        test("ratelab", "wait")
+        test("tests", "memory/wait")
     );
     if let Some(s) = &results.smoothness {
         let find = |kind: AlgorithmKind| s.outputs.iter().find(|o| o.algorithm == kind.name());
@@ -201,9 +201,9 @@ fn client_throttle(results: &Results) -> UseCase {
 fn settled_cost() -> UseCase {
     let a = format!(
         "When the cost is known only after the response (LLM tokens per minute, bytes served), reserve an estimate and settle it: `let (decision, receipt) = limiter.check_with_receipt(key, estimate)?`, then `limiter.settle(receipt, actual)`; less gives the difference back, more becomes a debt the next requests wait out. Over HTTP, `Policy::settle_from_header(header)` (or `settle_with`) settles from the response ({}). The limiter decides from its own state and the receipt, never from a number the caller computed, so no order of refunds and settlements gets more than the quota, in memory ({}) and on Redis ({}). This run does not measure settling.",
-        test("http", "settle"),
-        test("ratelab", "receipts"),
-        test("ratelab", "settle_bound")
+        test("http", "it/settle"),
+        test("tests", "memory/receipts"),
+        test("tests", "redis/settle_bound")
     );
     UseCase {
         question: "A cost known only after the response",

@@ -261,7 +261,7 @@ impl Command {
 /// answers a script that writes nothing.
 ///
 /// An algorithm added to the workspace is added here, with its crate in
-/// this crate's `Cargo.toml`; until it is, `crates/ratelab/tests/redis_module.rs`
+/// this crate's `Cargo.toml`; until it is, `crates/tests/tests/redis/redis_module.rs`
 /// fails, naming it.
 pub(crate) const COMMANDS: [Command; 7] = [
     Command::string::<FixedWindow>(),

@@ -374,8 +374,8 @@ fn on_a_replica_a_check_is_an_outage_and_a_peek_answers() {
 
     let (_, runtime, _) = common::shared();
     let master = RedisServer::start();
-    let port = master.port().to_string();
-    let replica = RedisServer::start_with(&["--replicaof", "127.0.0.1", &port]);
+    // Caught up, and its master streaming to it: `WAIT` below counts it.
+    let replica = RedisServer::start_replica_of(master.port(), &[]);
     let quota = Quota::per_second(5).unwrap().with_burst(10).unwrap();
     runtime.block_on(async {
         let primary = Connection::single(&master.url()).await.unwrap();
