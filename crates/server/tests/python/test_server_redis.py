@@ -1,0 +1,46 @@
+"""On Redis: replicas share one count; when Redis is down, the failure
+policy answers, each as configured."""
+
+from __future__ import annotations
+
+import grpc
+import pytest
+
+from conftest import OK, OVER_LIMIT
+
+CONFIG = """\
+domain: api
+descriptors:
+  - key: client
+    rate_limit:
+      unit: minute
+      requests_per_unit: 3
+"""
+
+
+def test_replicas_share_one_count_on_redis(start, redis_server):
+    a = start({"api.yaml": CONFIG}, "--redis", redis_server.url)
+    b = start({"api.yaml": CONFIG}, "--redis", redis_server.url)
+    client = [("client", "c1")]
+    codes = [server.ask("api", client).overall_code for server in (a, b, a, b)]
+    assert codes == [OK, OK, OK, OVER_LIMIT]
+
+
+@pytest.mark.parametrize("policy", ["error", "allow", "deny"])
+def test_redis_down_answers_the_failure_policy(start, redis_server, policy):
+    server = start({"api.yaml": CONFIG}, "--redis", redis_server.url, "--on-redis-failure", policy,
+                   "--redis-timeout-ms", "300")
+    client = [("client", "c2")]
+    assert server.ask("api", client).overall_code == OK
+    redis_server.stop()
+    if policy == "error":
+        # UNAVAILABLE: Envoy's failure_mode_deny decides.
+        with pytest.raises(grpc.RpcError) as error:
+            server.ask("api", client)
+        assert error.value.code() == grpc.StatusCode.UNAVAILABLE
+        assert "backend" in error.value.details()
+    else:
+        answer = server.ask("api", client)
+        assert answer.overall_code == {"allow": OK, "deny": OVER_LIMIT}[policy]
+    metrics = server.metrics()
+    assert 'ratelab_server_errors{domain="api",descriptor="api.client"' in metrics, metrics
