@@ -27,6 +27,7 @@ test-only: test-clients
 test-clients:
     cd lua/clients/node && npm test
     python3 -m pytest lua/clients/python
+    python3 -m pytest crates/server/tests/python
 
 # Every algorithm through the same scenarios; writes reports/README.md, charts and data (starts a throwaway redis-server if one is on PATH, or uses REDIS_URL).
 compare *ARGS:
