@@ -4,6 +4,7 @@
 use std::io::Write;
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 use clap::{Parser, ValueEnum};
@@ -57,6 +58,10 @@ struct Args {
     /// milliseconds.
     #[arg(long, default_value_t = 1000)]
     reload_interval_ms: u64,
+    /// On SIGTERM or ctrl-c, how long calls in flight and connections are
+    /// given to finish before the server exits anyway, milliseconds.
+    #[arg(long, default_value_t = 10_000)]
+    shutdown_grace_ms: u64,
     /// Log lines as JSON objects (one per line) rather than text.
     #[arg(long)]
     log_json: bool,
@@ -199,21 +204,35 @@ async fn serve(args: Args) -> Result<(), Box<dyn std::error::Error>> {
     writeln!(stdout, "listening on {addr} (limits {where_})")?;
     stdout.flush()?;
 
-    let shutdown = async move {
-        shutdown_signal().await;
-        tracing::info!("shutting down: finishing the calls in flight");
-        health
-            .set_not_serving::<RateLimitServiceServer<Service>>()
-            .await;
+    let signalled = Arc::new(tokio::sync::Notify::new());
+    let shutdown = {
+        let signalled = signalled.clone();
+        async move {
+            shutdown_signal().await;
+            tracing::info!("shutting down: finishing the calls in flight");
+            health
+                .set_not_serving::<RateLimitServiceServer<Service>>()
+                .await;
+            signalled.notify_one();
+        }
     };
-    tonic::transport::Server::builder()
+    let serve = tonic::transport::Server::builder()
         .add_service(health_service)
         .add_service(RateLimitServiceServer::new(service))
         .serve_with_incoming_shutdown(
             tonic::transport::server::TcpIncoming::from(listener),
             shutdown,
-        )
-        .await?;
+        );
+    // Graceful, within a bound: a peer that keeps its connection open
+    // without answering the GOAWAY does not keep the process alive.
+    let grace = Duration::from_millis(args.shutdown_grace_ms);
+    tokio::select! {
+        served = serve => served?,
+        () = async {
+            signalled.notified().await;
+            tokio::time::sleep(grace).await;
+        } => tracing::warn!(?grace, "connections still open after the grace period: exiting"),
+    }
     tracing::info!("stopped");
     Ok(())
 }

@@ -123,7 +123,7 @@ class RateLimitServer:
         self.log = self.dir / "server.log"
         self.process = subprocess.Popen(
             [str(binary), "--config", str(self.config), "--listen", "127.0.0.1:0",
-             "--metrics", "127.0.0.1:0", "--reload-interval-ms", "200", *args],
+             "--metrics", "127.0.0.1:0", "--reload-interval-ms", "200", "--shutdown-grace-ms", "5000", *args],
             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=open(self.log, "w"),
             text=True, preexec_fn=_die_with_parent,
         )
@@ -169,7 +169,7 @@ class RateLimitServer:
             return response.read().decode()
 
     def stop(self) -> int:
-        self.channel.close()
+        # The channel stays open through the shutdown, as Envoy's would.
         if self.process.poll() is None:
             self.process.send_signal(signal.SIGTERM)
             try:
@@ -178,7 +178,10 @@ class RateLimitServer:
                 self.process.kill()
                 self.process.wait()
                 raise AssertionError("ratelab-server ignored SIGTERM for 10 s")
+        self.channel.close()
         self.process.stdout.close()
+        # Closed gracefully: not cut at the end of the grace period.
+        assert "after the grace period" not in self.log.read_text(), self.log.read_text()
         return self.process.returncode
 
 
