@@ -9,7 +9,9 @@
 //! (refusals a shadow limit did not enforce), `_errors` (by kind, a
 //! degraded answer from the failure policy included); and
 //! `ratelab_server_request_duration_seconds`, the latency of each
-//! `ShouldRateLimit` by domain and outcome.
+//! `ShouldRateLimit` by domain (empty for a domain not configured) and
+//! outcome (`ok`, or `error` for a gRPC error status). The reloads count as
+//! `ratelab_server_config_load_success` and `_errors`.
 
 use std::time::Duration;
 

@@ -421,7 +421,11 @@ impl RateLimitService for Service {
         let start = Instant::now();
         let request = request.into_inner();
         let answer = self.decide(&request).await;
-        crate::metrics::latency(&request.domain, start.elapsed(), answer.is_ok());
+        // Only configured domains name a series: a client cannot make the
+        // metrics grow without bound.
+        let known = self.config.read().domain(&request.domain).is_some();
+        let label = if known { request.domain.as_str() } else { "" };
+        crate::metrics::latency(label, start.elapsed(), answer.is_ok());
         match &answer {
             Ok(response) => tracing::debug!(
                 domain = %request.domain,
