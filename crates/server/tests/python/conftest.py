@@ -58,7 +58,7 @@ def server_binary() -> Path:
 class RedisServer:
     """A throwaway redis-server (``RATELAB_REDIS_SERVER`` or PATH)."""
 
-    def __init__(self) -> None:
+    def __init__(self, *extra: str) -> None:
         binary = os.environ.get("RATELAB_REDIS_SERVER") or shutil.which("redis-server")
         if not binary:
             pytest.fail(
@@ -72,7 +72,7 @@ class RedisServer:
             self.port = _free_port()
             self.process = subprocess.Popen(
                 [binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
-                 "--appendonly", "no", "--dir", self.dir, "--logfile", str(self.log)],
+                 "--appendonly", "no", "--dir", self.dir, "--logfile", str(self.log), *extra],
                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                 preexec_fn=_die_with_parent,
             )
@@ -208,6 +208,48 @@ def redis_server():
     s = RedisServer()
     yield s
     s.remove()
+
+
+class RedisCluster:
+    """Three masters with cluster mode on, joined by ``redis-cli --cluster
+    create``."""
+
+    def __init__(self) -> None:
+        self.nodes = [RedisServer("--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf")
+                      for _ in range(3)]
+        cli = shutil.which("redis-cli")
+        if not cli:
+            self.remove()
+            pytest.fail("redis-cli not found: install it (Debian/Ubuntu: sudo apt-get install "
+                        "redis-tools)", pytrace=False)
+        subprocess.run([cli, "--cluster", "create", *(f"127.0.0.1:{n.port}" for n in self.nodes),
+                        "--cluster-replicas", "0", "--cluster-yes"],
+                       check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + 20
+        while True:
+            info = subprocess.run([cli, "-p", str(self.nodes[0].port), "cluster", "info"],
+                                  capture_output=True, text=True).stdout
+            if "cluster_state:ok" in info:
+                return
+            if time.monotonic() > deadline:
+                self.remove()
+                pytest.fail("the cluster did not come up", pytrace=False)
+            time.sleep(0.1)
+
+    @property
+    def urls(self) -> list[str]:
+        return [n.url for n in self.nodes]
+
+    def remove(self) -> None:
+        for node in self.nodes:
+            node.remove()
+
+
+@pytest.fixture
+def redis_cluster():
+    c = RedisCluster()
+    yield c
+    c.remove()
 
 
 OK = rls_pb2.RateLimitResponse.OK

@@ -19,17 +19,31 @@ descriptors:
 
 
 def test_replicas_share_one_count_on_redis(start, redis_server):
-    a = start({"api.yaml": CONFIG}, "--redis", redis_server.url)
-    b = start({"api.yaml": CONFIG}, "--redis", redis_server.url)
+    args = ["--redis", redis_server.url, "--redis-timeout-ms", "2000"]
+    a = start({"api.yaml": CONFIG}, *args)
+    b = start({"api.yaml": CONFIG}, *args)
     client = [("client", "c1")]
     codes = [server.ask("api", client).overall_code for server in (a, b, a, b)]
     assert codes == [OK, OK, OK, OVER_LIMIT]
 
 
+def test_on_a_cluster_every_key_counts_once(start, redis_cluster):
+    args = [arg for url in redis_cluster.urls for arg in ("--redis", url)]
+    # Generous: a first call loads the script on a loaded machine.
+    args += ["--redis-timeout-ms", "2000"]
+    a = start({"api.yaml": CONFIG}, *args)
+    b = start({"api.yaml": CONFIG}, *args)
+    # Many clients: their keys spread over the three masters' slots.
+    for n in range(20):
+        client = [("client", f"c{n}")]
+        codes = [server.ask("api", client).overall_code for server in (a, b, a, b)]
+        assert codes == [OK, OK, OK, OVER_LIMIT], n
+
+
 @pytest.mark.parametrize("policy", ["error", "allow", "deny"])
 def test_redis_down_answers_the_failure_policy(start, redis_server, policy):
     server = start({"api.yaml": CONFIG}, "--redis", redis_server.url, "--on-redis-failure", policy,
-                   "--redis-timeout-ms", "300")
+                   "--redis-timeout-ms", "1000")
     client = [("client", "c2")]
     assert server.ask("api", client).overall_code == OK
     redis_server.stop()
