@@ -9,13 +9,13 @@ default:
 # Everything CI checks: formatting, clippy on all targets, the docs, every test and doctest, packaging.
 test: lint test-only package
 
-# Every crate packages and builds from its packaged files alone, as from a registry (the Lua scripts included); the two unpublished binaries' crates are left out: nothing depends on them.
+# Every crate packages and builds from its packaged files alone, as from a registry (the Lua scripts included); the unpublished binaries' crates are left out: nothing depends on them.
 package:
     #!/usr/bin/env bash
     set -euo pipefail
     # cargo verifies each crate against the others as registry crates, which it unpacks under CARGO_HOME and builds only once per version: start from nothing, or an earlier run's sources and builds would be verified instead.
     rm -rf "${CARGO_HOME:-$HOME/.cargo}"/registry/src/-*/ratelab-* target/package-check
-    cargo package --workspace --locked --allow-dirty --target-dir target/package-check --exclude ratelab-compare --exclude ratelab-benches
+    cargo package --workspace --locked --allow-dirty --target-dir target/package-check --exclude ratelab-compare --exclude ratelab-benches --exclude ratelab-server
     rm -rf target/package-check
 
 # Every test and doctest of the workspace, every benchmark once in test mode, and the Python and Node clients' tests (needs redis-server, redis-cli and redis-benchmark on PATH).
