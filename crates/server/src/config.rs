@@ -173,9 +173,15 @@ impl Limit {
     /// `requests_per_unit` per `unit`, all of it available at once (as a
     /// fixed window's is).
     pub fn quota(&self) -> Quota {
-        Quota::new(self.requests_per_unit, self.unit.duration())
-            .expect("requests_per_unit is checked positive when read")
+        quota(self.requests_per_unit, self.unit).expect("checked when the limit was made")
     }
+}
+
+/// `requests_per_unit` per `unit`, or why ratelab cannot count it (zero,
+/// or finer than a microsecond apart).
+pub fn quota(requests_per_unit: u32, unit: Unit) -> Result<Quota, String> {
+    Quota::new(requests_per_unit, unit.duration())
+        .map_err(|e| format!("{requests_per_unit} per {unit}: {e}"))
 }
 
 /// What a descriptor node holds.
@@ -393,6 +399,7 @@ fn build(
                     }
                     None => return Err(format!("{here}: rate_limit has no requests_per_unit")),
                 };
+                quota(requests_per_unit, unit).map_err(|e| format!("{here}: {e}"))?;
                 let algorithm = match &r.algorithm {
                     Some(name) => name
                         .parse::<AlgorithmKind>()
@@ -540,5 +547,11 @@ descriptors:
         let bad = "domain: d\ndescriptors:\n  - key: a\n  - key: a\n";
         let error = parse(Path::new("d.yaml"), bad).unwrap_err().to_string();
         assert!(error.contains("twice"), "{error}");
+        let bad = "domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: second, requests_per_unit: 4000000000}\n";
+        let error = parse(Path::new("d.yaml"), bad).unwrap_err().to_string();
+        assert!(
+            error.starts_with("d.yaml: d.a: 4000000000 per second"),
+            "{error}"
+        );
     }
 }

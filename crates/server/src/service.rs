@@ -309,11 +309,9 @@ impl Service {
             let unit = Unit::from_proto(over.unit).ok_or_else(|| {
                 Status::invalid_argument(format!("descriptor {i}: unknown unit {}", over.unit))
             })?;
-            if over.requests_per_unit == 0 {
-                return Err(Status::invalid_argument(format!(
-                    "descriptor {i}: an override of 0 requests per unit"
-                )));
-            }
+            crate::config::quota(over.requests_per_unit, unit).map_err(|e| {
+                Status::invalid_argument(format!("descriptor {i}: the limit override: {e}"))
+            })?;
             let configured = match found {
                 Some(Rule::Limited(limit)) => Some(limit),
                 _ => None,
