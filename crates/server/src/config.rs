@@ -171,9 +171,10 @@ pub struct Limit {
 
 impl Limit {
     /// `requests_per_unit` per `unit`, all of it available at once (as a
-    /// fixed window's is).
-    pub fn quota(&self) -> Quota {
-        quota(self.requests_per_unit, self.unit).expect("checked when the limit was made")
+    /// fixed window's is); an error for what ratelab cannot count (a limit
+    /// read from a file was checked already).
+    pub fn quota(&self) -> Result<Quota, String> {
+        quota(self.requests_per_unit, self.unit)
     }
 }
 

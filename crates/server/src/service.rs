@@ -125,16 +125,21 @@ impl Service {
         }
     }
 
-    fn limiter(&self, limit: &Limit) -> Counter {
+    fn limiter(&self, limit: &Limit) -> Result<Counter, Status> {
         let key = (limit.algorithm, limit.requests_per_unit, limit.unit);
         let mut limiters = self.limiters.lock();
-        limiters
-            .entry(key)
-            .or_insert_with(|| match &self.backend {
-                Backend::Memory => limit.algorithm.visit(limit.quota(), BuildMemory),
-                redis => limit.algorithm.visit(limit.quota(), BuildRedis(redis)),
-            })
-            .clone()
+        if let Some(limiter) = limiters.get(&key) {
+            return Ok(limiter.clone());
+        }
+        let quota = limit
+            .quota()
+            .map_err(|e| Status::invalid_argument(format!("{}: {e}", limit.name)))?;
+        let limiter = match &self.backend {
+            Backend::Memory => limit.algorithm.visit(quota, BuildMemory),
+            redis => limit.algorithm.visit(quota, BuildRedis(redis)),
+        };
+        limiters.insert(key, limiter.clone());
+        Ok(limiter)
     }
 
     /// The answer to `request`, or the status Envoy's `failure_mode_deny`
@@ -191,7 +196,8 @@ impl Service {
             let limit = &applied.limit;
             let key = counter_key(&request.domain, &applied.entries);
             let metric = crate::metrics::Labels::new(&request.domain, applied);
-            let decision = match self.limiter(limit).check_async(&key, *cost).await {
+            let limiter = self.limiter(limit)?;
+            let decision = match limiter.check_async(&key, *cost).await {
                 Ok(decision) => decision,
                 // More than the limit at once: over it, as a window would say.
                 Err(e) if e.kind() == ErrorKind::CostTooHigh => refused_whole(limit),

@@ -129,3 +129,28 @@ def test_bad_requests_are_invalid_arguments(start):
     with pytest.raises(grpc.RpcError) as error:
         server.ask("", [("tokens", "a")])
     assert error.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+
+
+def test_a_requests_limit_override(start):
+    from envoy.service.ratelimit.v3 import rls_pb2
+
+    server = start({"edge.yaml": CONFIG})
+
+    def ask(requests_per_unit: int):
+        request = rls_pb2.RateLimitRequest(domain="edge")
+        descriptor = request.descriptors.add()
+        descriptor.entries.add(key="tokens", value="carol")
+        descriptor.limit.requests_per_unit = requests_per_unit
+        descriptor.limit.unit = MINUTE
+        return server.stub.ShouldRateLimit(request, timeout=10)
+
+    # The override replaces the configured 10 a minute.
+    answers = [ask(2) for _ in range(3)]
+    assert [a.overall_code for a in answers] == [OK, OK, OVER_LIMIT]
+    assert answers[0].statuses[0].current_limit.requests_per_unit == 2
+    # What ratelab cannot count is refused, not a crash.
+    with pytest.raises(grpc.RpcError) as error:
+        ask(4_000_000_000)
+    assert error.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "limit override" in error.value.details()
+    assert ask(2).overall_code == OVER_LIMIT
