@@ -246,11 +246,7 @@ impl Service {
             limit_items.push(format!(
                 "{name};r={};t={}",
                 decision.remaining,
-                ceil_secs(if decision.allowed {
-                    decision.reset_after()
-                } else {
-                    decision.retry_after()
-                })
+                ceil_secs(next_unit(&decision, limit, *cost))
             ));
         }
         if self.headers && !policy_items.is_empty() {
@@ -361,6 +357,32 @@ fn refused_whole(limit: &Limit) -> Decision {
     Decision::refused(u64::from(limit.requests_per_unit))
         .with_retry_after_micros(unit)
         .with_reset_after_micros(unit)
+}
+
+/// The `RateLimit` field's `t`, as `ratelab-http` computes it: the wait
+/// until one more unit is available (0 when full; a refused unit request's
+/// `retry_after`); exact for the debts' steady refill and the fixed window,
+/// else the wait until full, never shorter than the real wait.
+fn next_unit(decision: &Decision, limit: &Limit, cost: u32) -> Duration {
+    if decision.remaining >= decision.limit {
+        return Duration::ZERO;
+    }
+    if !decision.allowed && cost == 1 && !decision.retry_after().is_zero() {
+        return decision.retry_after();
+    }
+    let units = decision.remaining + 1;
+    match limit.quota() {
+        Ok(quota) if limit.algorithm.debt() => {
+            let before_full = decision
+                .limit
+                .saturating_sub(units)
+                .saturating_mul(quota.emission_interval_micros());
+            decision
+                .reset_after()
+                .saturating_sub(Duration::from_micros(before_full))
+        }
+        _ => decision.reset_after(),
+    }
 }
 
 fn status(
