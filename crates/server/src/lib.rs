@@ -24,7 +24,7 @@
 //!   `error` (the default) returns gRPC `UNAVAILABLE`, which Envoy's
 //!   `failure_mode_deny` then decides; `allow` answers `OK`, `deny`
 //!   `OVER_LIMIT`, `fallback` counts in memory meanwhile.
-//! - [`watch`]: the reload, every second by the files' modification times;
+//! - [`Watch`]: the reload, every second by the files' modification times;
 //!   a configuration that fails to load is logged and the last good one
 //!   kept.
 //!
@@ -107,29 +107,46 @@ fn fingerprint(paths: &[PathBuf]) -> Fingerprint {
     print
 }
 
-/// Reloads `paths` into `shared` whenever a file changes (checked every
-/// `interval`), forever: a configuration that fails to load is logged,
-/// counted (`ratelab_server_config_load_errors`) and the last good one kept.
-pub async fn watch(paths: Vec<PathBuf>, shared: SharedConfig, interval: Duration) {
-    let mut last = fingerprint(&paths);
-    let mut ticker = tokio::time::interval(interval);
-    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        ticker.tick().await;
-        let now = fingerprint(&paths);
-        if now == last {
-            continue;
-        }
-        last = now;
-        match config::Config::load(&paths) {
-            Ok(config) => {
-                tracing::info!(domains = config.len(), "configuration reloaded");
-                ::metrics::counter!("ratelab_server_config_load_success").increment(1);
-                *shared.write() = Arc::new(config);
+/// The reloader: what the files are now, taken before the configuration
+/// is first read, so that a change made while it is read is seen.
+#[derive(Debug)]
+pub struct Watch {
+    paths: Vec<PathBuf>,
+    last: Fingerprint,
+}
+
+impl Watch {
+    /// Notes what `paths` are now (call it before reading them).
+    pub fn new(paths: Vec<PathBuf>) -> Self {
+        let last = fingerprint(&paths);
+        Watch { paths, last }
+    }
+
+    /// Reloads the files into `shared` whenever one changes (checked every
+    /// `interval`), forever: a configuration that fails to load is logged,
+    /// counted (`ratelab_server_config_load_errors`) and the last good one
+    /// kept.
+    pub async fn run(self, shared: SharedConfig, interval: Duration) {
+        let Watch { paths, mut last } = self;
+        let mut ticker = tokio::time::interval(interval);
+        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            ticker.tick().await;
+            let now = fingerprint(&paths);
+            if now == last {
+                continue;
             }
-            Err(error) => {
-                tracing::error!(%error, "configuration not reloaded: the last good one stays");
-                ::metrics::counter!("ratelab_server_config_load_errors").increment(1);
+            last = now;
+            match config::Config::load(&paths) {
+                Ok(config) => {
+                    tracing::info!(domains = config.len(), "configuration reloaded");
+                    ::metrics::counter!("ratelab_server_config_load_success").increment(1);
+                    *shared.write() = Arc::new(config);
+                }
+                Err(error) => {
+                    tracing::error!(%error, "configuration not reloaded: the last good one stays");
+                    ::metrics::counter!("ratelab_server_config_load_errors").increment(1);
+                }
             }
         }
     }

@@ -108,6 +108,7 @@ fn main() -> std::process::ExitCode {
 }
 
 async fn serve(args: Args) -> Result<(), Box<dyn std::error::Error>> {
+    let watch = ratelab_server::Watch::new(args.config.clone());
     let config = Config::load(&args.config)?;
     let shared = ratelab_server::shared(config);
 
@@ -182,8 +183,7 @@ async fn serve(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         });
     }
 
-    tokio::spawn(ratelab_server::watch(
-        args.config.clone(),
+    tokio::spawn(watch.run(
         shared.clone(),
         Duration::from_millis(args.reload_interval_ms.max(10)),
     ));

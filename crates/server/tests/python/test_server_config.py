@@ -75,3 +75,15 @@ def test_a_bad_configuration_at_start_names_the_file_and_line(server_binary, tmp
                          capture_output=True, text=True, timeout=30)
     assert run.returncode != 0
     assert "b.yml" in run.stderr and '"reload" is also in' in run.stderr, run.stderr
+
+
+def test_json_logs_are_one_object_a_line(start):
+    import json
+
+    server = start({"reload.yaml": LIMIT.format(n=1)}, "--log-json")
+    server.write("reload.yaml", BAD)
+    wait_for(lambda: "not reloaded" in server.log.read_text(), "the failed reload logged")
+    lines = [json.loads(line) for line in server.log.read_text().splitlines() if line]
+    failed = [line for line in lines if "not reloaded" in line["fields"]["message"]]
+    assert failed and failed[0]["level"] == "ERROR", lines
+    assert "reload.yaml:7:" in failed[0]["fields"]["error"], failed
