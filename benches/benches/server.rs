@@ -4,9 +4,14 @@
 //! called the same way (tonic server and client on one multi-thread tokio
 //! runtime, one `Channel`, one call at a time).
 //!
-//! Groups: `server/should-rate-limit`, functions `noop` (the floor: gRPC,
-//! HTTP/2 and protobuf alone) and `memory-gcra`; the difference is what the
-//! service adds. Before measuring, each answers one call, checked.
+//! Groups: `server/should-rate-limit` (one call at a time on one
+//! connection) and `server/should-rate-limit-64` (64 calls at once, eight
+//! on each of eight connections; the time is per call, the inverse of the
+//! throughput), each with the functions `noop` (the floor: gRPC, HTTP/2 and
+//! protobuf alone), `memory-gcra` and `redis-gcra` (a redis-server the
+//! testkit starts, scripts or module as `ScriptBackend::Auto` finds); the
+//! difference from the floor is what the service adds. Before measuring,
+//! each answers one call, checked.
 //!
 //! Run: `cargo bench -p ratelab-benches --bench server`.
 
@@ -50,22 +55,19 @@ impl RateLimitService for Noop {
     }
 }
 
-/// Serves `service` on a free loopback port; a client channel to it.
-fn serve<S: RateLimitService>(rt: &Runtime, service: S) -> RateLimitServiceClient<Channel> {
+/// Serves `service` on a free loopback port; its address.
+fn serve<S: RateLimitService>(rt: &Runtime, service: S) -> std::net::SocketAddr {
     rt.block_on(async {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         tokio::spawn(
             tonic::transport::Server::builder()
                 .add_service(RateLimitServiceServer::new(service))
-                .serve_with_incoming(tonic::transport::server::TcpIncoming::from(listener)),
+                .serve_with_incoming(
+                    tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true)),
+                ),
         );
-        let channel = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
-            .unwrap()
-            .connect()
-            .await
-            .unwrap();
-        RateLimitServiceClient::new(channel)
+        addr
     })
 }
 
@@ -89,27 +91,48 @@ fn server(c: &mut Criterion) {
         .enable_all()
         .build()
         .unwrap();
+    let redis = ratelab_testkit::redis::RedisServer::start();
+    let connection = rt
+        .block_on(ratelab::redis::Connection::single(&redis.url()))
+        .unwrap();
     let (name, domain) = config::parse("bench.yaml".as_ref(), CONFIG).unwrap();
     let shared = ratelab_server::shared(config::Config::from_domains([(name, domain)]));
-    let clients = [
-        ("noop", serve(&rt, Noop), false),
+    let redis_backend = Backend::Redis {
+        connection,
+        on_failure: ratelab::redis::FailurePolicy::Error,
+        timeout: Duration::from_secs(1),
+        prefix: "bench".into(),
+    };
+    // Eight connections to each.
+    let stacks: Vec<(&str, Vec<RateLimitServiceClient<Channel>>, bool)> = vec![
+        ("noop", connect(&rt, serve(&rt, Noop)), false),
         (
             "memory-gcra",
-            serve(&rt, Service::new(shared, Backend::Memory, true)),
+            connect(
+                &rt,
+                serve(&rt, Service::new(shared.clone(), Backend::Memory, true)),
+            ),
+            true,
+        ),
+        (
+            "redis-gcra",
+            connect(&rt, serve(&rt, Service::new(shared, redis_backend, true))),
             true,
         ),
     ];
+
     let mut group = c.benchmark_group("server/should-rate-limit");
     group.measurement_time(Duration::from_secs(3));
-    for (name, client, limited) in clients {
+    for (name, clients, limited) in &stacks {
         // No broken setup is timed.
         let answer = rt
-            .block_on(client.clone().should_rate_limit(request()))
+            .block_on(clients[0].clone().should_rate_limit(request()))
             .unwrap()
             .into_inner();
         assert_eq!(answer.overall_code, Code::Ok as i32, "{name}");
-        assert_eq!(answer.statuses.len(), usize::from(limited), "{name}");
-        group.bench_function(name, |b| {
+        assert_eq!(answer.statuses.len(), usize::from(*limited), "{name}");
+        let client = clients[0].clone();
+        group.bench_function(*name, |b| {
             b.to_async(&rt).iter(|| {
                 let mut client = client.clone();
                 async move { black_box(client.should_rate_limit(request()).await.unwrap()) }
@@ -117,6 +140,54 @@ fn server(c: &mut Criterion) {
         });
     }
     group.finish();
+
+    let mut group = c.benchmark_group("server/should-rate-limit-64");
+    group.measurement_time(Duration::from_secs(3));
+    for (name, clients, _) in &stacks {
+        group.bench_function(*name, |b| {
+            b.to_async(&rt).iter_custom(|iters| {
+                let clients = clients.clone();
+                async move {
+                    let batches = iters.div_ceil(64);
+                    let start = std::time::Instant::now();
+                    // Batches of 64 calls at once: 8 on each connection.
+                    for _ in 0..batches {
+                        let mut calls = tokio::task::JoinSet::new();
+                        for i in 0..64 {
+                            let mut client = clients[i % clients.len()].clone();
+                            calls.spawn(async move {
+                                client.should_rate_limit(request()).await.unwrap()
+                            });
+                        }
+                        while let Some(answer) = calls.join_next().await {
+                            black_box(answer.unwrap());
+                        }
+                    }
+                    // The time of `iters` calls, at the batches' rate.
+                    start
+                        .elapsed()
+                        .mul_f64(iters as f64 / (batches * 64) as f64)
+                }
+            });
+        });
+    }
+    group.finish();
+}
+
+/// Eight client connections to the server at `addr`.
+fn connect(rt: &Runtime, addr: std::net::SocketAddr) -> Vec<RateLimitServiceClient<Channel>> {
+    rt.block_on(async {
+        let mut clients = Vec::new();
+        for _ in 0..8 {
+            let channel = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
+                .unwrap()
+                .connect()
+                .await
+                .unwrap();
+            clients.push(RateLimitServiceClient::new(channel));
+        }
+        clients
+    })
 }
 
 criterion_group!(benches, server);

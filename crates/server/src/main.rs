@@ -220,7 +220,9 @@ async fn serve(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         .add_service(health_service)
         .add_service(RateLimitServiceServer::new(service))
         .serve_with_incoming_shutdown(
-            tonic::transport::server::TcpIncoming::from(listener),
+            // No Nagle: answers to calls multiplexed on one connection (as
+            // Envoy's are) are not held back waiting for an ACK.
+            tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true)),
             shutdown,
         );
     // Graceful, within a bound: a peer that keeps its connection open
