@@ -28,7 +28,10 @@ pub(crate) struct Labels {
 
 impl Labels {
     pub(crate) fn new(domain: &str, applied: &Applied) -> Self {
-        let descriptor = if applied.limit.detailed_metric {
+        let descriptor = if domain.is_empty() {
+            // A domain not configured: one series for all of them.
+            String::new()
+        } else if applied.limit.detailed_metric {
             let path: Vec<String> = applied
                 .entries
                 .iter()

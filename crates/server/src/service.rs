@@ -195,7 +195,13 @@ impl Service {
             };
             let limit = &applied.limit;
             let key = counter_key(&request.domain, &applied.entries);
-            let metric = crate::metrics::Labels::new(&request.domain, applied);
+            // A domain only a limit override knows is not a metric label.
+            let label = if domain.is_some() {
+                request.domain.as_str()
+            } else {
+                ""
+            };
+            let metric = crate::metrics::Labels::new(label, applied);
             let limiter = self.limiter(limit)?;
             let decision = match limiter.check_async(&key, *cost).await {
                 Ok(decision) => decision,
@@ -318,9 +324,14 @@ impl Service {
                 Some(Rule::Limited(limit)) => Some(limit),
                 _ => None,
             };
-            let path: Vec<String> = entries.iter().map(|(k, v)| format!("{k}_{v}")).collect();
+            // Named by the keys alone (or the configured limit's name): the
+            // values a client sends do not make new metric series.
+            let keys: Vec<&str> = entries.iter().map(|(k, _)| *k).collect();
             let limit = Limit {
-                name: format!("{domain_name}.{}", path.join(".")),
+                name: configured.map_or_else(
+                    || format!("{domain_name}.{}", keys.join(".")),
+                    |l| l.name.clone(),
+                ),
                 requests_per_unit: over.requests_per_unit,
                 unit,
                 algorithm: configured.map_or(AlgorithmKind::Gcra, |l| l.algorithm),

@@ -150,6 +150,7 @@ def test_a_requests_limit_override(start):
     answers = [ask(2) for _ in range(3)]
     assert [a.overall_code for a in answers] == [OK, OK, OVER_LIMIT]
     assert answers[0].statuses[0].current_limit.requests_per_unit == 2
+    assert answers[0].statuses[0].current_limit.name == "edge.tokens"
     # What ratelab cannot count is refused, not a crash.
     with pytest.raises(grpc.RpcError) as error:
         ask(4_000_000_000)
