@@ -66,20 +66,32 @@ class RedisServer:
                 "redis-server) or set RATELAB_REDIS_SERVER",
                 pytrace=False,
             )
+        self.binary = binary
+        self.extra = extra
         self.dir = tempfile.mkdtemp(prefix="ratelab-server-redis-")
         self.log = Path(self.dir) / "redis.log"
         for _ in range(10):
             self.port = _free_port()
-            self.process = subprocess.Popen(
-                [binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
-                 "--appendonly", "no", "--dir", self.dir, "--logfile", str(self.log), *extra],
-                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                preexec_fn=_die_with_parent,
-            )
-            if self._ready():
+            if self._spawn():
                 return
-            self.stop()
         pytest.fail(f"redis-server did not start; see {self.log}", pytrace=False)
+
+    def _spawn(self) -> bool:
+        self.process = subprocess.Popen(
+            [self.binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
+             "--appendonly", "no", "--dir", self.dir, "--logfile", str(self.log), *self.extra],
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            preexec_fn=_die_with_parent,
+        )
+        if self._ready():
+            return True
+        self.stop()
+        return False
+
+    def restart(self) -> None:
+        """Starts it again on the same port (after :meth:`stop`)."""
+        if not self._spawn():
+            pytest.fail(f"redis-server did not start again; see {self.log}", pytrace=False)
 
     def _ready(self) -> bool:
         deadline = time.monotonic() + 10

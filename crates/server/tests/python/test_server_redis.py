@@ -58,3 +58,27 @@ def test_redis_down_answers_the_failure_policy(start, redis_server, policy):
         assert answer.overall_code == {"allow": OK, "deny": OVER_LIMIT}[policy]
     metrics = server.metrics()
     assert 'ratelab_server_errors{domain="api",descriptor="api.client"' in metrics, metrics
+
+
+def test_the_server_counts_again_once_redis_is_back(start, redis_server):
+    import time
+
+    server = start({"api.yaml": CONFIG}, "--redis", redis_server.url, "--redis-timeout-ms", "1000")
+    client = [("client", "c3")]
+    assert server.ask("api", client).overall_code == OK
+    redis_server.stop()
+    with pytest.raises(grpc.RpcError):
+        server.ask("api", client)
+    redis_server.restart()
+    # The breaker's cool-down, then a fresh connection: within seconds.
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            answer = server.ask("api", client)
+            break
+        except grpc.RpcError as error:
+            assert error.code() == grpc.StatusCode.UNAVAILABLE, error
+            assert time.monotonic() < deadline, "Redis is back but the server does not count"
+            time.sleep(0.2)
+    # The restarted Redis is empty: the key starts anew.
+    assert (answer.overall_code, answer.statuses[0].limit_remaining) == (OK, 2)
