@@ -24,6 +24,13 @@
 //!   `error` (the default) returns gRPC `UNAVAILABLE`, which Envoy's
 //!   `failure_mode_deny` then decides; `allow` answers `OK`, `deny`
 //!   `OVER_LIMIT`, `fallback` counts in memory meanwhile.
+//! - What is refused rather than ignored: in the files, any field not
+//!   listed above; in a request, `is_negative_hits` (giving units back),
+//!   a `hits_addend` above `u32::MAX`, an empty domain or descriptor, and a
+//!   limit override ratelab cannot count (finer than a microsecond apart):
+//!   `INVALID_ARGUMENT`. Descriptors are counted one after another, each
+//!   admission kept even when a later descriptor refuses (as
+//!   envoyproxy/ratelimit does).
 //! - [`Watch`]: the reload, every second by the files' modification times;
 //!   a configuration that fails to load is logged and the last good one
 //!   kept.
