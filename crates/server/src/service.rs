@@ -482,6 +482,76 @@ impl RateLimitService for Service {
 mod tests {
     use super::*;
 
+    fn request(descriptors: &[&[(&str, &str)]]) -> RateLimitRequest {
+        use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
+        RateLimitRequest {
+            domain: "d".into(),
+            descriptors: descriptors
+                .iter()
+                .map(|entries| RateLimitDescriptor {
+                    entries: entries
+                        .iter()
+                        .map(|&(key, value)| Entry {
+                            key: key.into(),
+                            value: value.into(),
+                        })
+                        .collect(),
+                    ..Default::default()
+                })
+                .collect(),
+            hits_addend: 0,
+        }
+    }
+
+    #[tokio::test]
+    async fn a_limit_replaces_the_one_it_names() {
+        let yaml = "\
+domain: d
+descriptors:
+  - key: user
+    rate_limit: {name: per-user, unit: minute, requests_per_unit: 1}
+  - key: user
+    value: vip
+    descriptors:
+      - key: tier
+        rate_limit:
+          unit: minute
+          requests_per_unit: 3
+          replaces: [{name: per-user}]
+";
+        let (name, domain) = crate::config::parse("d.yaml".as_ref(), yaml).unwrap();
+        let config = crate::config::Config::from_domains([(name, domain)]);
+        let service = Service::new(crate::shared(config), Backend::Memory, false);
+        let vip = request(&[&[("user", "vip")], &[("user", "vip"), ("tier", "gold")]]);
+        for remaining in [2, 1, 0] {
+            let answer = service.decide(&vip).await.unwrap();
+            assert_eq!(answer.overall_code, Code::Ok as i32);
+            // The replaced limit neither counts nor refuses.
+            assert_eq!(answer.statuses[0].current_limit, None);
+            assert_eq!(answer.statuses[1].limit_remaining, remaining);
+        }
+        assert_eq!(
+            service.decide(&vip).await.unwrap().overall_code,
+            Code::OverLimit as i32
+        );
+        // Another user: the per-user limit applies. (`user: vip` alone
+        // matches its own node, which has no limit, as in the reference.)
+        let plain = request(&[&[("user", "ann")]]);
+        let answers = [
+            service.decide(&plain).await.unwrap().overall_code,
+            service.decide(&plain).await.unwrap().overall_code,
+        ];
+        assert_eq!(answers, [Code::Ok as i32, Code::OverLimit as i32]);
+        assert!(
+            service
+                .decide(&plain)
+                .await
+                .unwrap()
+                .response_headers_to_add
+                .is_empty()
+        );
+    }
+
     #[test]
     fn names_are_structured_field_strings() {
         assert_eq!(sf_string("a.b_c"), "\"a.b_c\"");
