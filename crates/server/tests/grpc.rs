@@ -31,21 +31,19 @@ impl Drop for Server {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn health_should_rate_limit_and_sigterm() {
-    let dir = tempfile::tempdir().unwrap();
-    let config = dir.path().join("rust.yaml");
-    std::fs::write(&config, CONFIG).unwrap();
+/// Starts the binary on `config` with `args`; the guard and a channel to it.
+async fn spawn(config: &std::path::Path, args: &[&str]) -> (Server, tonic::transport::Channel) {
     let mut child = Command::new(env!("CARGO_BIN_EXE_ratelab-server"))
         .arg("--config")
-        .arg(&config)
+        .arg(config)
         .args(["--listen", "127.0.0.1:0"])
+        .args(args)
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
     let stdout = child.stdout.take().unwrap();
-    let mut server = Server(child);
+    let server = Server(child);
     let mut line = String::new();
     BufReader::new(stdout).read_line(&mut line).unwrap();
     let addr = line
@@ -53,13 +51,74 @@ async fn health_should_rate_limit_and_sigterm() {
         .and_then(|rest| rest.split_whitespace().next())
         .unwrap_or_else(|| panic!("unexpected first line: {line:?}"))
         .to_owned();
-    let endpoint = format!("http://{addr}");
-
-    let channel = tonic::transport::Endpoint::from_shared(endpoint)
+    let channel = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
         .unwrap()
         .connect()
         .await
         .unwrap();
+    (server, channel)
+}
+
+fn request() -> RateLimitRequest {
+    RateLimitRequest {
+        domain: "rust".into(),
+        descriptors: vec![RateLimitDescriptor {
+            entries: vec![Entry {
+                key: "user".into(),
+                value: "ann".into(),
+            }],
+            ..Default::default()
+        }],
+        hits_addend: 0,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn through_redis_sentinel() {
+    let master = ratelab_testkit::redis::RedisServer::start();
+    let sentinel =
+        ratelab_testkit::redis::RedisServer::start_sentinel(master.port(), "rl", 1, 5000);
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("rust.yaml");
+    std::fs::write(&config, CONFIG).unwrap();
+    let url = sentinel.url();
+    let (_server, channel) = spawn(
+        &config,
+        &[
+            "--sentinel",
+            &url,
+            "--sentinel-service",
+            "rl",
+            "--redis-timeout-ms",
+            "2000",
+        ],
+    )
+    .await;
+    let mut client = RateLimitServiceClient::new(channel);
+    let mut codes = Vec::new();
+    for _ in 0..3 {
+        let answer = client
+            .should_rate_limit(request())
+            .await
+            .unwrap()
+            .into_inner();
+        codes.push(answer.overall_code);
+    }
+    assert_eq!(
+        codes,
+        [Code::Ok as i32, Code::Ok as i32, Code::OverLimit as i32]
+    );
+    // Counted on the master the sentinel names.
+    let keys = ratelab_testkit::redis::command(master.port(), &["DBSIZE"]).unwrap();
+    assert_ne!(keys.trim(), "0", "{keys}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn health_should_rate_limit_and_sigterm() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("rust.yaml");
+    std::fs::write(&config, CONFIG).unwrap();
+    let (mut server, channel) = spawn(&config, &[]).await;
     let mut health = HealthClient::new(channel.clone());
     let status = health
         .check(HealthCheckRequest {
@@ -72,17 +131,7 @@ async fn health_should_rate_limit_and_sigterm() {
     assert_eq!(status, ServingStatus::Serving as i32);
 
     let mut client = RateLimitServiceClient::new(channel);
-    let request = RateLimitRequest {
-        domain: "rust".into(),
-        descriptors: vec![RateLimitDescriptor {
-            entries: vec![Entry {
-                key: "user".into(),
-                value: "ann".into(),
-            }],
-            ..Default::default()
-        }],
-        hits_addend: 0,
-    };
+    let request = request();
     let mut codes = Vec::new();
     let mut remaining = Vec::new();
     for _ in 0..3 {
