@@ -9,7 +9,7 @@ default:
 # Everything CI checks: formatting, clippy on all targets, the docs, every test and doctest, packaging.
 test: lint test-only package
 
-# Every crate packages and builds from its packaged files alone, as from a registry (the Lua scripts included); the unpublished crates that nothing depends on (the compare and bench binaries, the cross-algorithm tests) are left out.
+# Every crate packages and builds from its packaged files alone, as from a registry (the Lua scripts included); the unpublished crates that nothing depends on (the compare, bench and server binaries, the cross-algorithm tests) are left out.
 package:
     #!/usr/bin/env bash
     set -euo pipefail
@@ -24,7 +24,7 @@ package:
     # The verification builds in the workspace's own target directory, with the workspace's dev profile (a packaged manifest has no [profile]: without these two settings every dependency would be built again with full debug info), so that it reuses every dependency the other recipes built with the same features.
     cargo package --workspace --locked --allow-dirty \
         --config 'profile.dev.debug="line-tables-only"' --config 'profile.dev.package."*".debug=false' \
-        --exclude ratelab-compare --exclude ratelab-benches --exclude ratelab-tests
+        --exclude ratelab-compare --exclude ratelab-benches --exclude ratelab-tests --exclude ratelab-server
 
 # Every test and doctest of the workspace, every benchmark once in test mode, and the Python and Node clients' tests (needs redis-server, redis-cli and redis-benchmark on PATH).
 test-only: && test-clients
@@ -38,10 +38,11 @@ test-only: && test-clients
     cargo test --workspace --locked
     cargo test --workspace --locked --bench '*'
 
-# The Python and Node clients of the script protocol (lua/clients), each against a redis-server it starts; the cross-language test also builds the Rust example and the Node client (needs `npm ci` in lua/clients/node and `pip install -e 'lua/clients/python[test]'`, as .ci/run does).
+# The Python and Node clients of the script protocol (lua/clients), each against a redis-server it starts, and ratelab-server driven by Python's grpcio; the cross-language test also builds the Rust example and the Node client (`scripts/setup` installs what they need).
 test-clients:
     cd lua/clients/node && npm test
     python3 -m pytest lua/clients/python
+    python3 -m pytest crates/server/tests/python
 
 # Every algorithm through the same scenarios; writes reports/README.md, charts and data (starts a throwaway redis-server if one is on PATH, or uses REDIS_URL). A fresh clone builds it in a few minutes (the `compare` profile: release without debug info).
 compare *ARGS:

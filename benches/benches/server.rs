@@ -1,0 +1,194 @@
+//! `ShouldRateLimit` through one gRPC connection over loopback: ratelab-server's
+//! service in memory (GCRA, one descriptor, a quota never exhausted) beside
+//! the floor, a no-op `RateLimitService` answering `OK` at once, served and
+//! called the same way (tonic server and client on one multi-thread tokio
+//! runtime, one `Channel`, one call at a time).
+//!
+//! Groups: `server/should-rate-limit` (one call at a time on one
+//! connection) and `server/should-rate-limit-64` (64 calls at once, eight
+//! on each of eight connections; the time is per call, the inverse of the
+//! throughput), each with the functions `noop` (the floor: gRPC, HTTP/2 and
+//! protobuf alone), `memory-gcra` and `redis-gcra` (a redis-server the
+//! testkit starts, scripts or module as `ScriptBackend::Auto` finds); the
+//! difference from the floor is what the service adds. Before measuring,
+//! each answers one call, checked.
+//!
+//! Run: `cargo bench -p ratelab-benches --bench server`.
+
+use std::hint::black_box;
+use std::time::Duration;
+
+use criterion::{Criterion, criterion_group, criterion_main};
+use envoy_types::pb::envoy::extensions::common::ratelimit::v3::{
+    RateLimitDescriptor, rate_limit_descriptor::Entry,
+};
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::{
+    RateLimitService, RateLimitServiceServer,
+};
+use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
+use ratelab_server::{Backend, Service, config};
+use tokio::runtime::Runtime;
+use tonic::transport::Channel;
+
+const CONFIG: &str = "\
+domain: bench
+descriptors:
+  - key: user
+    rate_limit: {unit: hour, requests_per_unit: 1000000000}
+";
+
+/// The floor: answers `OK` without looking.
+struct Noop;
+
+#[tonic::async_trait]
+impl RateLimitService for Noop {
+    async fn should_rate_limit(
+        &self,
+        _: tonic::Request<RateLimitRequest>,
+    ) -> Result<tonic::Response<RateLimitResponse>, tonic::Status> {
+        Ok(tonic::Response::new(RateLimitResponse {
+            overall_code: Code::Ok as i32,
+            ..Default::default()
+        }))
+    }
+}
+
+/// Serves `service` on a free loopback port; its address.
+fn serve<S: RateLimitService>(rt: &Runtime, service: S) -> std::net::SocketAddr {
+    rt.block_on(async {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(
+            tonic::transport::Server::builder()
+                .add_service(RateLimitServiceServer::new(service))
+                .serve_with_incoming(
+                    tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true)),
+                ),
+        );
+        addr
+    })
+}
+
+fn request() -> RateLimitRequest {
+    RateLimitRequest {
+        domain: "bench".into(),
+        descriptors: vec![RateLimitDescriptor {
+            entries: vec![Entry {
+                key: "user".into(),
+                value: "ann".into(),
+            }],
+            ..Default::default()
+        }],
+        hits_addend: 1,
+    }
+}
+
+fn server(c: &mut Criterion) {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let redis = ratelab_testkit::redis::RedisServer::start();
+    let connection = rt
+        .block_on(ratelab::redis::Connection::single(&redis.url()))
+        .unwrap();
+    let (name, domain) = config::parse("bench.yaml".as_ref(), CONFIG).unwrap();
+    let shared = ratelab_server::shared(config::Config::from_domains([(name, domain)]));
+    let redis_backend = Backend::Redis {
+        connection,
+        on_failure: ratelab::redis::FailurePolicy::Error,
+        timeout: Duration::from_secs(1),
+        prefix: "bench".into(),
+    };
+    // Eight connections to each.
+    let stacks: Vec<(&str, Vec<RateLimitServiceClient<Channel>>, bool)> = vec![
+        ("noop", connect(&rt, serve(&rt, Noop)), false),
+        (
+            "memory-gcra",
+            connect(
+                &rt,
+                serve(&rt, Service::new(shared.clone(), Backend::Memory, true)),
+            ),
+            true,
+        ),
+        (
+            "redis-gcra",
+            connect(&rt, serve(&rt, Service::new(shared, redis_backend, true))),
+            true,
+        ),
+    ];
+
+    let mut group = c.benchmark_group("server/should-rate-limit");
+    group.measurement_time(Duration::from_secs(3));
+    for (name, clients, limited) in &stacks {
+        // No broken setup is timed.
+        let answer = rt
+            .block_on(clients[0].clone().should_rate_limit(request()))
+            .unwrap()
+            .into_inner();
+        assert_eq!(answer.overall_code, Code::Ok as i32, "{name}");
+        assert_eq!(answer.statuses.len(), usize::from(*limited), "{name}");
+        let client = clients[0].clone();
+        group.bench_function(*name, |b| {
+            b.to_async(&rt).iter(|| {
+                let mut client = client.clone();
+                async move { black_box(client.should_rate_limit(request()).await.unwrap()) }
+            });
+        });
+    }
+    group.finish();
+
+    let mut group = c.benchmark_group("server/should-rate-limit-64");
+    group.measurement_time(Duration::from_secs(3));
+    for (name, clients, _) in &stacks {
+        group.bench_function(*name, |b| {
+            b.to_async(&rt).iter_custom(|iters| {
+                let clients = clients.clone();
+                async move {
+                    let batches = iters.div_ceil(64);
+                    let start = std::time::Instant::now();
+                    // Batches of 64 calls at once: 8 on each connection.
+                    for _ in 0..batches {
+                        let mut calls = tokio::task::JoinSet::new();
+                        for i in 0..64 {
+                            let mut client = clients[i % clients.len()].clone();
+                            calls.spawn(async move {
+                                client.should_rate_limit(request()).await.unwrap()
+                            });
+                        }
+                        while let Some(answer) = calls.join_next().await {
+                            black_box(answer.unwrap());
+                        }
+                    }
+                    // The time of `iters` calls, at the batches' rate.
+                    start
+                        .elapsed()
+                        .mul_f64(iters as f64 / (batches * 64) as f64)
+                }
+            });
+        });
+    }
+    group.finish();
+}
+
+/// Eight client connections to the server at `addr`.
+fn connect(rt: &Runtime, addr: std::net::SocketAddr) -> Vec<RateLimitServiceClient<Channel>> {
+    rt.block_on(async {
+        let mut clients = Vec::new();
+        for _ in 0..8 {
+            let channel = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
+                .unwrap()
+                .connect()
+                .await
+                .unwrap();
+            clients.push(RateLimitServiceClient::new(channel));
+        }
+        clients
+    })
+}
+
+criterion_group!(benches, server);
+criterion_main!(benches);
