@@ -674,25 +674,30 @@ impl RedisCluster {
         }
         // After a full sync a master holds its stream back until the
         // replica's first acknowledgement (up to a second): until then
-        // `WAIT` counts nothing. A write on the empty cluster that each
-        // master's replicas confirm proves the stream flows.
-        let masters = nodes.iter().filter(|node| {
-            replicas > 0
-                && node
-                    .command(&["ROLE"])
-                    .is_ok_and(|role| role.starts_with("master"))
-        });
-        for node in masters {
-            loop {
-                node.command(&["FLUSHALL"]).map_err(failed)?;
-                let acknowledged = node.command(&["WAIT", &replicas.to_string(), "100"]);
-                if acknowledged.as_deref() == Ok(replicas.to_string().as_str()) {
-                    break;
+        // `WAIT` counts nothing. Each replica counts as ready once a write
+        // on the empty cluster (FLUSHALL, which its master propagates) has
+        // reached it: its offset equals its master's, past 0.
+        for replica in &nodes {
+            let Some(master) = crate::replication::replication_field(replica.port, "master_port")
+                .and_then(|port| port.parse::<u16>().ok())
+            else {
+                continue;
+            };
+            'flowing: loop {
+                command(master, &["FLUSHALL"]).map_err(failed)?;
+                for _ in 0..10 {
+                    let here =
+                        crate::replication::replication_field(replica.port, "slave_repl_offset");
+                    let there = crate::replication::replication_field(master, "master_repl_offset");
+                    if here.is_some() && here == there && there.as_deref() != Some("0") {
+                        break 'flowing;
+                    }
+                    std::thread::sleep(Duration::from_millis(20));
                 }
                 if Instant::now() > deadline {
                     return Err(failed(format!(
-                        "the replicas of node {} never acknowledged a write: {acknowledged:?}",
-                        node.port
+                        "the replica on port {} never received its master's ({master}) stream",
+                        replica.port
                     )));
                 }
             }

@@ -61,6 +61,7 @@ impl RedisServer {
         // which the master propagates, proves the stream flows once the
         // replica's offset has reached the master's.
         let mut published = false;
+        let mut tick = 0u32;
         loop {
             let up = replication_field(self.port(), "master_link_status").as_deref() == Some("up");
             // The master counts this replica (for `WAIT`) only once it holds
@@ -72,12 +73,14 @@ impl RedisServer {
                         && line.contains("state=online")
                 })
             });
-            if up && online && !published {
+            // Again every 200 ms, until one is seen to arrive.
+            if up && online && (!published || tick.is_multiple_of(20)) {
                 published = command(master_port, &["PUBLISH", "ratelab-testkit:sync", "1"]).is_ok();
             }
+            tick += 1;
             let here = replication_field(self.port(), "slave_repl_offset");
             let there = replication_field(master_port, "master_repl_offset");
-            if published && here.is_some() && here == there {
+            if published && here.is_some() && here == there && there.as_deref() != Some("0") {
                 return Ok(());
             }
             if Instant::now() > deadline {
