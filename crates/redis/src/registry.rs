@@ -9,10 +9,11 @@ use std::num::NonZeroU32;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use ratelab_core::{LogGate, RemoteForm, remote};
+use ratelab_core::{LogGate, RemoteForm};
 
 use crate::connection::Connection;
 use crate::key::redis_key;
+use crate::script::RedisAlgorithm;
 
 /// How often a check records its quota by default: the first check, then
 /// every 100th.
@@ -75,12 +76,7 @@ impl QuotaRegistry {
             every,
             checks: AtomicU64::new(0),
             mismatches: AtomicU64::new(0),
-            ours: format!(
-                "{}:{}:{}",
-                remote::STATE_FORMAT,
-                A::CODE,
-                algorithm.params()
-            ),
+            ours: algorithm.fingerprint_input(),
             code: A::CODE,
             ttl_ms: MIN_REGISTRY_TTL_MS.max(algorithm.max_wait_micros().div_ceil(1000)),
             callback,

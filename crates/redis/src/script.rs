@@ -233,6 +233,23 @@ pub trait RedisAlgorithm: RemoteForm {
         remote::command_name(Self::NAME)
     }
 
+    /// `v2:<code>:<params>`: what the key's fingerprint hashes, and what
+    /// the quota registry records, unhashed, so that a reader sees both
+    /// quotas.
+    ///
+    /// ```
+    /// use ratelab_core::Quota;
+    /// use ratelab_gcra::Gcra;
+    /// use ratelab_redis::RedisAlgorithm;
+    ///
+    /// let gcra = Gcra::new(Quota::per_second(10)?);
+    /// assert_eq!(gcra.fingerprint_input(), "v2:gcra:100000,1000000,10");
+    /// # Ok::<(), ratelab_core::QuotaError>(())
+    /// ```
+    fn fingerprint_input(&self) -> String {
+        format!("{}:{}:{}", remote::STATE_FORMAT, Self::CODE, self.params())
+    }
+
     /// The last part of the Redis key, after the user key:
     /// `<code>:<fingerprint>`, where the fingerprint is the first 8 lowercase
     /// hex digits of the SHA-1 of `v2:<code>:<params>`, `params` being
@@ -254,7 +271,7 @@ pub trait RedisAlgorithm: RemoteForm {
     /// # Ok::<(), ratelab_core::QuotaError>(())
     /// ```
     fn key_suffix(&self) -> String {
-        let input = format!("{}:{}:{}", remote::STATE_FORMAT, Self::CODE, self.params());
+        let input = self.fingerprint_input();
         let digest = sha1_smol::Sha1::from(input.as_bytes()).digest().to_string();
         format!("{}:{}", Self::CODE, &digest[..8])
     }
