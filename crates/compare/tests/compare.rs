@@ -1,6 +1,6 @@
 //! The scenarios and the report, end to end: deterministic output, the
-//! article's figures on both backends, the window edge, every chart and
-//! section, and clear CLI errors.
+//! article's figures on both backends, the window edge, every chart,
+//! section and well-formed table, and clear CLI errors.
 
 use std::process::Command;
 
@@ -8,6 +8,8 @@ use ratelab_compare::backend::RedisEnv;
 use ratelab_compare::scenario::failover::Case;
 use ratelab_compare::{Config, ScenarioName, report};
 use ratelab_testkit::redis::RedisServer;
+
+mod tables;
 
 fn simulated_only(seed: u64) -> Config {
     Config {
@@ -217,9 +219,18 @@ fn the_report_has_every_chart_and_section_on_a_small_run() {
             .all(|r| r.shared_redis.unwrap().max <= 10.0)
     );
 
+    if cell_built {
+        let reference = results.reference.as_ref().unwrap();
+        assert_eq!(reference.redis_cell_rows.len(), 2, "{reference:?}");
+    }
+
     let dir = tempfile::tempdir().unwrap();
     report::write(&results, dir.path()).unwrap();
-    let readme = std::fs::read_to_string(dir.path().join("README.md")).unwrap();
+    let readme = std::fs::read_to_string(dir.path().join(report::README)).unwrap();
+    // Every table well formed; at least one per scenario (the guide has
+    // none).
+    let tables = tables::check_tables(&readme, "generated README.md");
+    assert!(tables >= results.meta.durations.len(), "{tables} tables");
     for chart in [
         "burst-timeline",
         "accuracy",
