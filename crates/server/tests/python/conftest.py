@@ -39,18 +39,22 @@ def _free_port() -> int:
 
 @pytest.fixture(scope="session")
 def server_binary() -> Path:
-    """``RATELAB_SERVER_BIN``, or the workspace's debug build."""
+    """``RATELAB_SERVER_BIN``, or the one ``cargo test --workspace`` builds."""
     if os.environ.get("RATELAB_SERVER_BIN"):
         return Path(os.environ["RATELAB_SERVER_BIN"])
+    # With the workspace's test features, as `just test` has just built it: a
+    # no-op there, where `-p ratelab-server` would build it again with others.
     out = subprocess.run(
-        ["cargo", "build", "--locked", "-p", "ratelab-server", "--bin", "ratelab-server",
+        ["cargo", "test", "--workspace", "--locked", "--no-run",
          "--message-format=json-render-diagnostics"],
         cwd=REPO, check=True, stdout=subprocess.PIPE, text=True,
     ).stdout
     for line in out.splitlines():
         message = json.loads(line)
+        # The binary itself, not its unit tests' harness of the same name.
         if message.get("reason") == "compiler-artifact" and message.get("executable") \
-                and message["target"]["name"] == "ratelab-server":
+                and message["target"]["name"] == "ratelab-server" \
+                and not message["profile"]["test"]:
             return Path(message["executable"])
     pytest.fail("cargo built no ratelab-server executable", pytrace=False)
 
