@@ -1,5 +1,7 @@
 //! `ShouldRateLimit`: each descriptor matched against the configuration,
-//! counted by its limit's algorithm, and answered as Envoy expects.
+//! counted by its limit's algorithm with a receipt, all or nothing (a
+//! request that is refused or fails gives every admission back), and
+//! answered as Envoy expects.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -361,9 +363,12 @@ impl Service {
         descriptor: &RateLimitDescriptor,
         request_cost: u32,
     ) -> Result<(Outcome, u32), Status> {
+        // Units go back only with the receipt of the request that took
+        // them: on a caller's word, any caller could raise its own quota.
         if descriptor.is_negative_hits {
             return Err(Status::invalid_argument(format!(
-                "descriptor {i}: is_negative_hits (giving units back) is not supported"
+                "descriptor {i}: is_negative_hits (giving units back) is refused: units go back \
+                 only with the receipt of the request that took them"
             )));
         }
         let cost = match &descriptor.hits_addend {

@@ -106,6 +106,21 @@ async fn a_refused_request_costs_nothing_in_its_other_descriptors() {
     );
 }
 
+/// `is_negative_hits` would give units back on the caller's word: refused,
+/// nothing counted.
+#[tokio::test]
+async fn negative_hits_are_refused() {
+    let service = service(&config(), Backend::Memory);
+    service.decide(&request("p", &[("a", 2)])).await.unwrap();
+    let mut give_back = request("p", &[("a", 0), ("a", 2)]);
+    give_back.descriptors[1].is_negative_hits = true;
+    let status = service.decide(&give_back).await.expect_err("refused");
+    assert_eq!(status.code(), tonic::Code::InvalidArgument, "{status:?}");
+    assert!(status.message().contains("receipt"), "{status:?}");
+    let after = service.decide(&request("p", &[("a", 0)])).await.unwrap();
+    assert_eq!(remaining(&after), [3]);
+}
+
 /// What the oracle expects of one request: the overall code and each
 /// descriptor's code and remaining; `used` is updated when it is kept.
 fn oracle(
