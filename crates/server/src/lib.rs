@@ -25,8 +25,9 @@
 //!   `failure_mode_deny` then decides; `allow` answers `OK`, `deny`
 //!   `OVER_LIMIT`, `fallback` counts in memory meanwhile.
 //! - All or nothing, unlike envoyproxy/ratelimit (which counts every
-//!   descriptor even when another refuses): every limited descriptor takes
-//!   its cost with a [receipt](ratelab::Receipt), and a request answered
+//!   descriptor even when another refuses): every limited descriptor of a
+//!   request that has several takes its cost with a
+//!   [receipt](ratelab::Receipt), and a request answered
 //!   `OVER_LIMIT` (a refusal outside shadow mode) or failing with an error
 //!   status gives back every admission before it is answered. A refused
 //!   request costs nothing in any of its descriptors; each status still

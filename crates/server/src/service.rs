@@ -14,13 +14,14 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{
 };
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitService;
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
+use futures::FutureExt;
 use futures::future::join_all;
 use parking_lot::Mutex;
 use ratelab::http_core::wait_for_next_unit;
 use ratelab::redis::{Connection, FailurePolicy, RedisLimiter};
 use ratelab::{
     AlgorithmKind, AlgorithmVisitor, AsyncRateLimiter, Decision, ErrorKind, Keyed, KnownAlgorithm,
-    Receipt, SystemClock, ceil_secs,
+    Receipt, ReceiptFuture, SystemClock, ceil_secs,
 };
 use tonic::{Request, Response, Status};
 
@@ -130,7 +131,7 @@ async fn give_back(domain: &str, receipts: Vec<(&Counted<'_>, Receipt)>) {
     for (c, result) in join_all(refunds).await {
         if let Err(e) = result {
             c.metric.error(e.kind());
-            tracing::warn!(domain = %domain, limit = %c.applied.limit.name, error = %e, "cannot give back what a refused request took: it stays taken");
+            tracing::warn!(domain = %domain, limit = %c.applied.limit.name, error = %e, "cannot give back what a refused or failed request took: it stays taken");
         }
     }
 }
@@ -229,12 +230,21 @@ impl Service {
         }
 
         // Every limited descriptor takes its cost with a receipt, all at
-        // once (in memory, one after another in the request's order).
-        let answers = join_all(
-            counted
-                .iter()
-                .map(|c| c.limiter.check_with_receipt_async(&c.key, c.cost)),
-        )
+        // once (in memory, one after another in the request's order). Alone,
+        // nothing else can refuse the request: a refusal takes nothing, so
+        // there is nothing to give back, and no receipt is kept for it.
+        let several = counted.len() > 1;
+        let answers = join_all(counted.iter().map(|c| -> ReceiptFuture<'_> {
+            if several {
+                c.limiter.check_with_receipt_async(&c.key, c.cost)
+            } else {
+                Box::pin(
+                    c.limiter
+                        .check_async(&c.key, c.cost)
+                        .map(|answer| answer.map(|decision| (decision, None))),
+                )
+            }
+        }))
         .await;
         let mut receipts = Vec::new();
         let mut decisions = Vec::with_capacity(counted.len());
