@@ -1,17 +1,27 @@
-//! `ShouldRateLimit` through one gRPC connection over loopback: ratelab-server's
-//! service in memory (GCRA, one descriptor, a quota never exhausted) beside
-//! the floor, a no-op `RateLimitService` answering `OK` at once, served and
-//! called the same way (tonic server and client on one multi-thread tokio
-//! runtime, one `Channel`, one call at a time).
+//! `ShouldRateLimit` through gRPC over loopback: ratelab-server's service
+//! (GCRA, one descriptor, a quota never exhausted) in memory, on Redis
+//! with the Lua scripts and on Redis with ratelab's native module, beside
+//! the floor, a no-op `RateLimitService` answering `OK` at once, all served
+//! and called the same way (tonic server and client on one multi-thread
+//! tokio runtime).
 //!
 //! Groups: `server/should-rate-limit` (one call at a time on one
 //! connection) and `server/should-rate-limit-64` (64 calls at once, eight
 //! on each of eight connections; the time is per call, the inverse of the
 //! throughput), each with the functions `noop` (the floor: gRPC, HTTP/2 and
-//! protobuf alone), `memory-gcra` and `redis-gcra` (a redis-server the
-//! testkit starts, scripts or module as `ScriptBackend::Auto` finds); the
+//! protobuf alone), `memory-gcra`, `redis-scripts-gcra` (a redis-server the
+//! testkit starts, without the module: `EVALSHA`) and `redis-module-gcra`
+//! (another, started with `--loadmodule` of ratelab's module:
+//! `RATELAB.GCRA`, which the server's `ScriptBackend::Auto` finds); the
 //! difference from the floor is what the service adds. Before measuring,
-//! each answers one call, checked.
+//! each answers one call, checked, and each Redis is checked to have run
+//! what its name says (`INFO commandstats`).
+//!
+//! The module is `ratelab_testkit::redis::module_path()`:
+//! `$RATELAB_MODULE_PATH` (as `just test` sets it) or, when unset (`just
+//! bench`), the module cargo builds into this bench's target directory. A
+//! module that cannot be built or loaded fails the bench, saying why; no
+//! row is skipped.
 //!
 //! Run: `cargo bench -p ratelab-benches --bench server`.
 
@@ -29,6 +39,7 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::{
 };
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use ratelab_server::{Backend, Service, config};
+use ratelab_testkit::redis::{RedisServer, module_path};
 use tokio::runtime::Runtime;
 use tonic::transport::Channel;
 
@@ -91,17 +102,44 @@ fn server(c: &mut Criterion) {
         .enable_all()
         .build()
         .unwrap();
-    let redis = ratelab_testkit::redis::RedisServer::start();
-    let connection = rt
-        .block_on(ratelab::redis::Connection::single(&redis.url()))
-        .unwrap();
     let (name, domain) = config::parse("bench.yaml".as_ref(), CONFIG).unwrap();
     let shared = ratelab_server::shared(config::Config::from_domains([(name, domain)]));
-    let redis_backend = Backend::Redis {
-        connection,
-        on_failure: ratelab::redis::FailurePolicy::Error,
-        timeout: Duration::from_secs(1),
-        prefix: "bench".into(),
+    // The module first: a module that cannot be found fails before any
+    // server starts.
+    let module = module_path();
+    // The scripts: a Redis without the module.
+    let scripts = RedisServer::start();
+    // The module: a Redis that loads it.
+    let module_arg = module
+        .to_str()
+        .unwrap_or_else(|| panic!("the module's path {} is not UTF-8", module.display()));
+    let with_module =
+        RedisServer::try_start_with(&["--loadmodule", module_arg]).unwrap_or_else(|e| {
+            panic!(
+                "redis-server did not start with ratelab's module {}: {e}",
+                module.display()
+            )
+        });
+    assert_eq!(
+        with_module.command(&["RATELAB.PROTOCOL"]),
+        Ok(ratelab::redis::PROTOCOL_VERSION.to_string()),
+        "ratelab's module {} did not load, or speaks another protocol",
+        module.display()
+    );
+    let on_redis = |server: &RedisServer| {
+        let connection = rt
+            .block_on(ratelab::redis::Connection::single(&server.url()))
+            .unwrap();
+        Service::new(
+            shared.clone(),
+            Backend::Redis {
+                connection,
+                on_failure: ratelab::redis::FailurePolicy::Error,
+                timeout: Duration::from_secs(1),
+                prefix: "bench".into(),
+            },
+            true,
+        )
     };
     // Eight connections to each.
     let stacks: Vec<(&str, Vec<RateLimitServiceClient<Channel>>, bool)> = vec![
@@ -115,8 +153,13 @@ fn server(c: &mut Criterion) {
             true,
         ),
         (
-            "redis-gcra",
-            connect(&rt, serve(&rt, Service::new(shared, redis_backend, true))),
+            "redis-scripts-gcra",
+            connect(&rt, serve(&rt, on_redis(&scripts))),
+            true,
+        ),
+        (
+            "redis-module-gcra",
+            connect(&rt, serve(&rt, on_redis(&with_module))),
             true,
         ),
     ];
@@ -131,6 +174,24 @@ fn server(c: &mut Criterion) {
             .into_inner();
         assert_eq!(answer.overall_code, Code::Ok as i32, "{name}");
         assert_eq!(answer.statuses.len(), usize::from(*limited), "{name}");
+        // Each Redis ran what the row's name says.
+        let ran = |server: &RedisServer, command: &str| {
+            let stats = server.command(&["INFO", "commandstats"]).unwrap();
+            stats
+                .lines()
+                .any(|l| l.starts_with(&format!("cmdstat_{command}:")))
+        };
+        match *name {
+            "redis-scripts-gcra" => assert!(
+                ran(&scripts, "evalsha") && !ran(&scripts, "ratelab.gcra"),
+                "{name}: the check did not run as a script"
+            ),
+            "redis-module-gcra" => assert!(
+                ran(&with_module, "ratelab.gcra") && !ran(&with_module, "evalsha"),
+                "{name}: the check did not run on the module"
+            ),
+            _ => {}
+        }
         let client = clients[0].clone();
         group.bench_function(*name, |b| {
             b.to_async(&rt).iter(|| {

@@ -103,6 +103,7 @@ pub mod telemetry;
 
 pub use client::{Client, ClientKind, Identity};
 pub use config::ConfigError;
+pub use engine::wait_for_next_unit;
 pub use failure::LimiterFailure;
 pub use headers::{Fields, HeaderStyle, LegacyReset};
 pub use identity::{Identify, PeerAddr};

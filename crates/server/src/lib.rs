@@ -24,13 +24,24 @@
 //!   `error` (the default) returns gRPC `UNAVAILABLE`, which Envoy's
 //!   `failure_mode_deny` then decides; `allow` answers `OK`, `deny`
 //!   `OVER_LIMIT`, `fallback` counts in memory meanwhile.
+//! - All or nothing, unlike envoyproxy/ratelimit (which counts every
+//!   descriptor even when another refuses): every limited descriptor of a
+//!   request that has several takes its cost with a
+//!   [receipt](ratelab::Receipt), and a request answered
+//!   `OVER_LIMIT` (a refusal outside shadow mode) or failing with an error
+//!   status gives back every admission before it is answered. A refused
+//!   request costs nothing in any of its descriptors; each status still
+//!   says what its own check decided (`limit_remaining` as it was then). A
+//!   shadow limit's refusal refuses nothing, so it gives nothing back. A
+//!   give-back that fails (Redis gone meanwhile) leaves its units taken,
+//!   logged and counted in `ratelab_server_errors`.
 //! - What is refused rather than ignored: in the files, any field not
-//!   listed above; in a request, `is_negative_hits` (giving units back),
-//!   a `hits_addend` above `u32::MAX`, an empty domain or descriptor, and a
-//!   limit override ratelab cannot count (finer than a microsecond apart):
-//!   `INVALID_ARGUMENT`. Descriptors are counted one after another, each
-//!   admission kept even when a later descriptor refuses (as
-//!   envoyproxy/ratelimit does).
+//!   listed above; in a request, a `hits_addend` above `u32::MAX`, an empty
+//!   domain or descriptor, a limit override ratelab cannot count (finer than
+//!   a microsecond apart), and `is_negative_hits` (a descriptor giving units
+//!   back): `INVALID_ARGUMENT`. Units are given back only with the receipt
+//!   of the request that took them; given back on a caller's word, they
+//!   would let any caller raise its own quota.
 //! - [`Watch`]: the reload, every second by the files' modification times;
 //!   a configuration that fails to load is logged and the last good one
 //!   kept.

@@ -7,7 +7,8 @@
 //! `_near_limit` (admitted with less than a fifth of the limit left, as
 //! envoyproxy/ratelimit counts it), `_within_limit`, `_shadow_mode`
 //! (refusals a shadow limit did not enforce), `_errors` (by kind, a
-//! degraded answer from the failure policy included); and
+//! degraded answer from the failure policy and a give-back that failed
+//! included); and
 //! `ratelab_server_request_duration_seconds`, the latency of each
 //! `ShouldRateLimit` by domain (empty for a domain not configured) and
 //! outcome (`ok`, or `error` for a gRPC error status). The reloads count as

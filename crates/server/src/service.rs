@@ -1,5 +1,7 @@
 //! `ShouldRateLimit`: each descriptor matched against the configuration,
-//! counted by its limit's algorithm, and answered as Envoy expects.
+//! counted by its limit's algorithm with a receipt, all or nothing (a
+//! request that is refused or fails gives every admission back), and
+//! answered as Envoy expects.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -12,11 +14,14 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{
 };
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitService;
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
+use futures::FutureExt;
+use futures::future::join_all;
 use parking_lot::Mutex;
+use ratelab::http_core::wait_for_next_unit;
 use ratelab::redis::{Connection, FailurePolicy, RedisLimiter};
 use ratelab::{
     AlgorithmKind, AlgorithmVisitor, AsyncRateLimiter, Decision, ErrorKind, Keyed, KnownAlgorithm,
-    SystemClock, ceil_secs,
+    Receipt, ReceiptFuture, SystemClock, ceil_secs,
 };
 use tonic::{Request, Response, Status};
 
@@ -102,6 +107,35 @@ pub(crate) struct Applied {
     pub(crate) entries: Vec<(String, String)>,
 }
 
+/// A limited descriptor being counted: where it is in the request, its
+/// limit, cost, limiter, counter key and metric labels.
+struct Counted<'a> {
+    index: usize,
+    applied: &'a Applied,
+    cost: u32,
+    limiter: Counter,
+    key: Vec<u8>,
+    metric: crate::metrics::Labels,
+}
+
+/// Gives back, all at once, what the admissions of a request that is not
+/// served took. A refund that fails leaves its units taken (logged and
+/// counted as an error): nothing retries it.
+async fn give_back(domain: &str, receipts: Vec<(&Counted<'_>, Receipt)>) {
+    if receipts.is_empty() {
+        return;
+    }
+    let refunds = receipts
+        .into_iter()
+        .map(|(c, receipt)| async move { (c, c.limiter.refund_async(receipt).await) });
+    for (c, result) in join_all(refunds).await {
+        if let Err(e) = result {
+            c.metric.error(e.kind());
+            tracing::warn!(domain = %domain, limit = %c.applied.limit.name, error = %e, "cannot give back what a refused or failed request took: it stays taken");
+        }
+    }
+}
+
 /// What applies to one descriptor.
 enum Outcome {
     /// No configured limit.
@@ -171,6 +205,79 @@ impl Service {
             .flatten()
             .collect();
 
+        // A domain only a limit override knows is not a metric label.
+        let label = if domain.is_some() {
+            request.domain.as_str()
+        } else {
+            ""
+        };
+        // Every limiter first: nothing is counted before the request is
+        // known to be countable.
+        let mut counted = Vec::new();
+        for (i, (outcome, cost)) in applied.iter().enumerate() {
+            if let Outcome::Limited(a) = outcome
+                && !replaced.contains(a.limit.name.as_str())
+            {
+                counted.push(Counted {
+                    index: i,
+                    applied: a,
+                    cost: *cost,
+                    limiter: self.limiter(&a.limit)?,
+                    key: counter_key(&request.domain, &a.entries),
+                    metric: crate::metrics::Labels::new(label, a),
+                });
+            }
+        }
+
+        // Every limited descriptor takes its cost with a receipt, all at
+        // once (in memory, one after another in the request's order). Alone,
+        // nothing else can refuse the request: a refusal takes nothing, so
+        // there is nothing to give back, and no receipt is kept for it.
+        let several = counted.len() > 1;
+        let answers = join_all(counted.iter().map(|c| -> ReceiptFuture<'_> {
+            if several {
+                c.limiter.check_with_receipt_async(&c.key, c.cost)
+            } else {
+                Box::pin(
+                    c.limiter
+                        .check_async(&c.key, c.cost)
+                        .map(|answer| answer.map(|decision| (decision, None))),
+                )
+            }
+        }))
+        .await;
+        let mut receipts = Vec::new();
+        let mut decisions = Vec::with_capacity(counted.len());
+        let mut failure = None;
+        for (c, answer) in counted.iter().zip(answers) {
+            match answer {
+                Ok((decision, receipt)) => {
+                    if let Some(receipt) = receipt {
+                        receipts.push((c, receipt));
+                    }
+                    decisions.push(decision);
+                }
+                // More than the limit at once: over it, as a window would say.
+                Err(e) if e.kind() == ErrorKind::CostTooHigh => {
+                    decisions.push(refused_whole(&c.applied.limit));
+                }
+                Err(e) => {
+                    c.metric.error(e.kind());
+                    tracing::warn!(domain = %request.domain, limit = %c.applied.limit.name, error = %e, "cannot decide");
+                    failure.get_or_insert(if e.is_unavailable() {
+                        Status::unavailable(e.to_string())
+                    } else {
+                        Status::internal(e.to_string())
+                    });
+                }
+            }
+        }
+        if let Some(status) = failure {
+            // Undecided: what the others took goes back.
+            give_back(&request.domain, receipts).await;
+            return Err(status);
+        }
+
         let mut response = RateLimitResponse {
             overall_code: Code::Ok as i32,
             ..Default::default()
@@ -178,50 +285,23 @@ impl Service {
         let mut policy_items = Vec::new();
         let mut limit_items = Vec::new();
         let mut retry_after: Option<Duration> = None;
-        for (applied, cost) in &applied {
-            let applied = match applied {
-                Outcome::Limited(a) if !replaced.contains(a.limit.name.as_str()) => a,
-                Outcome::Limited(_) | Outcome::None => {
-                    response.statuses.push(status(Code::Ok, None, 0, None));
-                    continue;
-                }
-                // What the reference answers for an unlimited descriptor.
-                Outcome::Unlimited => {
-                    response
-                        .statuses
-                        .push(status(Code::Ok, None, u32::MAX, None));
-                    continue;
-                }
+        let mut counted = counted.iter().zip(decisions).peekable();
+        for (i, (outcome, _)) in applied.iter().enumerate() {
+            let Some((c, decision)) = counted.next_if(|(c, _)| c.index == i) else {
+                response.statuses.push(match outcome {
+                    // What the reference answers for an unlimited descriptor.
+                    Outcome::Unlimited => status(Code::Ok, None, u32::MAX, None),
+                    // No limit, or one another limit replaces.
+                    Outcome::Limited(_) | Outcome::None => status(Code::Ok, None, 0, None),
+                });
+                continue;
             };
-            let limit = &applied.limit;
-            let key = counter_key(&request.domain, &applied.entries);
-            // A domain only a limit override knows is not a metric label.
-            let label = if domain.is_some() {
-                request.domain.as_str()
-            } else {
-                ""
-            };
-            let metric = crate::metrics::Labels::new(label, applied);
-            let limiter = self.limiter(limit)?;
-            let decision = match limiter.check_async(&key, *cost).await {
-                Ok(decision) => decision,
-                // More than the limit at once: over it, as a window would say.
-                Err(e) if e.kind() == ErrorKind::CostTooHigh => refused_whole(limit),
-                Err(e) => {
-                    metric.error(e.kind());
-                    tracing::warn!(domain = %request.domain, limit = %limit.name, error = %e, "cannot decide");
-                    return Err(if e.is_unavailable() {
-                        Status::unavailable(e.to_string())
-                    } else {
-                        Status::internal(e.to_string())
-                    });
-                }
-            };
+            let limit = &c.applied.limit;
             if decision.degraded {
-                metric.error(ErrorKind::Backend);
+                c.metric.error(ErrorKind::Backend);
                 tracing::warn!(domain = %request.domain, limit = %limit.name, allowed = decision.allowed, "the backend is failing: answered by the failure policy");
             }
-            metric.record(limit, *cost, &decision);
+            c.metric.record(limit, c.cost, &decision);
             let code = if decision.allowed || limit.shadow {
                 Code::Ok
             } else {
@@ -232,6 +312,8 @@ impl Service {
                 let wait = decision.retry_after();
                 retry_after = Some(retry_after.map_or(wait, |w| w.max(wait)));
             }
+            // Each descriptor's own check, as it decided: a refund below
+            // does not change what it said.
             let remaining = u32::try_from(decision.remaining).unwrap_or(u32::MAX);
             response.statuses.push(status(
                 code,
@@ -249,11 +331,21 @@ impl Service {
                 limit.requests_per_unit,
                 limit.unit.duration().as_secs()
             ));
+            let t = wait_for_next_unit(
+                &decision,
+                c.limiter.algorithm_name(),
+                &c.limiter.quota(),
+                c.cost,
+            );
             limit_items.push(format!(
                 "{name};r={};t={}",
                 decision.remaining,
-                ceil_secs(next_unit(&decision, limit, *cost))
+                ceil_secs(t)
             ));
+        }
+        if response.overall_code == Code::OverLimit as i32 {
+            // Refused: all or nothing, every admission goes back.
+            give_back(&request.domain, receipts).await;
         }
         if self.headers && !policy_items.is_empty() {
             let mut add = |key: &str, value: String| {
@@ -281,9 +373,12 @@ impl Service {
         descriptor: &RateLimitDescriptor,
         request_cost: u32,
     ) -> Result<(Outcome, u32), Status> {
+        // Units go back only with the receipt of the request that took
+        // them: on a caller's word, any caller could raise its own quota.
         if descriptor.is_negative_hits {
             return Err(Status::invalid_argument(format!(
-                "descriptor {i}: is_negative_hits (giving units back) is not supported"
+                "descriptor {i}: is_negative_hits (giving units back) is refused: units go back \
+                 only with the receipt of the request that took them"
             )));
         }
         let cost = match &descriptor.hits_addend {
@@ -368,32 +463,6 @@ fn refused_whole(limit: &Limit) -> Decision {
     Decision::refused(u64::from(limit.requests_per_unit))
         .with_retry_after_micros(unit)
         .with_reset_after_micros(unit)
-}
-
-/// The `RateLimit` field's `t`, as `ratelab-http` computes it: the wait
-/// until one more unit is available (0 when full; a refused unit request's
-/// `retry_after`); exact for the debts' steady refill and the fixed window,
-/// else the wait until full, never shorter than the real wait.
-fn next_unit(decision: &Decision, limit: &Limit, cost: u32) -> Duration {
-    if decision.remaining >= decision.limit {
-        return Duration::ZERO;
-    }
-    if !decision.allowed && cost == 1 && !decision.retry_after().is_zero() {
-        return decision.retry_after();
-    }
-    let units = decision.remaining + 1;
-    match limit.quota() {
-        Ok(quota) if limit.algorithm.debt() => {
-            let before_full = decision
-                .limit
-                .saturating_sub(units)
-                .saturating_mul(quota.emission_interval_micros());
-            decision
-                .reset_after()
-                .saturating_sub(Duration::from_micros(before_full))
-        }
-        _ => decision.reset_after(),
-    }
 }
 
 fn status(

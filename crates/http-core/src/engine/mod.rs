@@ -33,6 +33,7 @@ mod tests;
 pub(crate) use check::Check;
 pub(crate) use decide::Engine;
 pub(crate) use refill::Refill;
+pub use refill::wait_for_next_unit;
 pub(crate) use report::State;
 pub(crate) use settle::{pending, settle};
 pub(crate) use tally::{Outcome, Tally};

@@ -52,6 +52,47 @@ impl Refill {
     }
 }
 
+/// The `RateLimit` field's `t` for a check of `cost` that `decision`
+/// answered, from the decision alone: the wait until more quota is
+/// available than its `remaining` says (0 when the key is full), never
+/// shorter than the real wait. `algorithm` is the limiter's
+/// [`Limiter::algorithm_name`](ratelab_core::Limiter::algorithm_name) and
+/// `quota` its [`Limiter::quota`](ratelab_core::Limiter::quota).
+///
+/// Exact for the steady refills (GCRA, token bucket, leaky meter and
+/// queue: the next unit is back a whole number of emission intervals before
+/// the key is full), the fixed window (everything back at its end) and a
+/// refused check of one unit (its `retry_after`). For any other algorithm
+/// (the sliding log and counter give units back on a schedule only their
+/// state knows) it is the wait until the key is full: late, never early.
+/// ratelab-http's own fields ask a sliding limiter with a peek instead;
+/// this is what `t` is without that extra call, and what
+/// ratelab-server's fields say.
+///
+/// ```
+/// use ratelab_core::{Decision, Quota};
+/// use ratelab_http_core::wait_for_next_unit;
+/// use std::time::Duration;
+///
+/// // GCRA, 3 a minute: 1 left, full again in 40 s; one more is back in 20 s.
+/// let quota = Quota::per_minute(3)?;
+/// let decision = Decision::admitted(3)
+///     .with_remaining(1)
+///     .with_reset_after_micros(40_000_000);
+/// assert_eq!(wait_for_next_unit(&decision, "gcra", &quota, 1), Duration::from_secs(20));
+/// // The fixed window gives everything back at once, at its end.
+/// assert_eq!(wait_for_next_unit(&decision, "fixed-window", &quota, 1), Duration::from_secs(40));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub fn wait_for_next_unit(
+    decision: &Decision,
+    algorithm: &str,
+    quota: &Quota,
+    cost: u32,
+) -> Duration {
+    derived(decision, Refill::of(algorithm, quota), cost)
+}
+
 /// `t` from the decision alone (see the module docs): exact for the steady
 /// refills, the fixed window, and a refused unit request (its
 /// `retry_after`); the wait until full otherwise.

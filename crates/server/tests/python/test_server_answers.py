@@ -123,6 +123,29 @@ def test_hits_addend_is_the_cost(start):
     assert "ratelab_server_request_duration_seconds_bucket" in metrics
 
 
+def test_a_refused_request_costs_nothing_in_its_other_descriptors(start):
+    server = start({"edge.yaml": CONFIG})
+    addr = [("remote_address", "10.0.0.9")]
+    tokens = [("tokens", "dave")]
+    assert server.ask("edge", (tokens, 9)).statuses[0].limit_remaining == 1
+    # The address admits one, the tokens refuse two: the request is refused.
+    refused = server.ask("edge", addr, (tokens, 2))
+    assert refused.overall_code == OVER_LIMIT
+    # Each status is what its own check said...
+    assert [(s.code, s.limit_remaining) for s in refused.statuses] == [(OK, 2), (OVER_LIMIT, 1)]
+    # ...but the address was given back: its next request finds all 3.
+    after = server.ask("edge", addr)
+    assert (after.overall_code, after.statuses[0].limit_remaining) == (OK, 2)
+    # A shadow refusal refuses nothing, and gives nothing back.
+    free = [("plan", "free")]
+    server.ask("edge", free)
+    server.ask("edge", free)
+    shadowed = server.ask("edge", addr, free)
+    assert shadowed.overall_code == OK
+    assert [(s.code, s.limit_remaining) for s in shadowed.statuses] == [(OK, 1), (OK, 0)]
+    assert server.ask("edge", (addr, 0)).statuses[0].limit_remaining == 1
+
+
 def test_bad_requests_are_invalid_arguments(start):
     server = start({"edge.yaml": CONFIG})
     with pytest.raises(grpc.RpcError) as error:
