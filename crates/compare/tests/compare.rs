@@ -2,7 +2,7 @@
 //! article's figures on both backends, the window edge, every chart,
 //! section and well-formed table, and clear CLI errors.
 
-use std::process::Command;
+use std::process::{Command, Stdio};
 
 use ratelab_compare::backend::RedisEnv;
 use ratelab_compare::scenario::failover::Case;
@@ -38,30 +38,45 @@ fn deterministic_scenarios_give_the_same_output_twice() {
     assert_eq!(report::guide(&first), report::guide(&second));
 }
 
-/// The flood's decisions as two separate runs of the binary wrote them:
-/// each process hashes keys its own way unless the seed fixes it.
-fn flood_decisions(seed: &str) -> Vec<String> {
-    let dir = tempfile::tempdir().unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_ratelab-compare"))
-        .args(["--scenario", "flood", "--no-redis", "--quick", "--quiet"])
-        .args(["--seed", seed, "-o"])
-        .arg(dir.path())
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{out:?}");
-    let csv = std::fs::read_to_string(dir.path().join("data").join("flood.csv")).unwrap();
-    // Every column but the last (heap bytes, measured rather than simulated).
-    csv.lines()
-        .map(|l| l.rsplit_once(',').unwrap().0.to_owned())
+/// The flood's decisions as separate runs of the binary wrote them, one
+/// per seed, the processes side by side: each process hashes keys its own
+/// way unless the seed fixes it.
+fn flood_decisions(seeds: &[&str]) -> Vec<Vec<String>> {
+    let runs: Vec<_> = seeds
+        .iter()
+        .map(|seed| {
+            let dir = tempfile::tempdir().unwrap();
+            let child = Command::new(env!("CARGO_BIN_EXE_ratelab-compare"))
+                .args(["--scenario", "flood", "--no-redis", "--quick", "--quiet"])
+                .args(["--seed", seed, "-o"])
+                .arg(dir.path())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap();
+            (dir, child)
+        })
+        .collect();
+    runs.into_iter()
+        .map(|(dir, child)| {
+            let out = child.wait_with_output().unwrap();
+            assert!(out.status.success(), "{out:?}");
+            let csv = std::fs::read_to_string(dir.path().join("data").join("flood.csv")).unwrap();
+            // Every column but the last (heap bytes, measured rather than
+            // simulated).
+            csv.lines()
+                .map(|l| l.rsplit_once(',').unwrap().0.to_owned())
+                .collect()
+        })
         .collect()
 }
 
 #[test]
 fn the_same_seed_floods_alike_in_separate_processes() {
-    let first = flood_decisions("42");
-    assert!(first.len() > 10, "{first:?}");
-    assert_eq!(first, flood_decisions("42"));
-    assert_ne!(first, flood_decisions("7"), "another seed, other cells");
+    let runs = flood_decisions(&["42", "42", "7"]);
+    assert!(runs[0].len() > 10, "{:?}", runs[0]);
+    assert_eq!(runs[0], runs[1]);
+    assert_ne!(runs[0], runs[2], "another seed, other cells");
 }
 
 #[test]

@@ -49,7 +49,8 @@ async function primaryPort(): Promise<number> {
 }
 
 before(async () => {
-  primary = await RedisServer.start();
+  // Its replica syncs at once, not after the default 5 s wait for more.
+  primary = await RedisServer.start(["--repl-diskless-sync-delay", "0"]);
   replica = await RedisServer.start(["--replicaof", "127.0.0.1", String(primary.port)]);
   dir = mkdtempSync(join(tmpdir(), "ratelab-node-sentinel-"));
   sentinelPort = await freePort();

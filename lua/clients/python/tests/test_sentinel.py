@@ -31,7 +31,8 @@ class SentinelGroup:
     1, the primary judged down after 300 ms)."""
 
     def __init__(self) -> None:
-        self.primary = RedisServer()
+        # Its replica syncs at once, not after the default 5 s wait for more.
+        self.primary = RedisServer(extra=("--repl-diskless-sync-delay", "0"))
         self.replica = RedisServer(extra=("--replicaof", "127.0.0.1", str(self.primary.port)))
         binary = os.environ.get("RATELAB_REDIS_SERVER") or shutil.which("redis-server")
         self.dir = tempfile.mkdtemp(prefix="ratelab-py-sentinel-")
