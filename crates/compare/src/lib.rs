@@ -247,13 +247,20 @@ impl Results {
         struct Deterministic<'a> {
             seed: u64,
             reference: Option<&'a [scenario::reference::Row]>,
-            window_edge: Option<&'a scenario::window_edge::WindowEdge>,
+            // The manual-clock rows; the rows through the server ran on the
+            // real clock.
+            window_edge: Option<WindowEdgeDecisions<'a>>,
             load_balancer: Option<Vec<usize>>,
             traffic: Option<&'a scenario::traffic::Traffic>,
             light_traffic: Option<&'a scenario::light::LightTraffic>,
             smoothness: Option<&'a scenario::smoothness::Smoothness>,
             // The flood's decisions; its heap bytes are measured, not simulated.
             flood: Option<Vec<FloodDecisions<'a>>>,
+        }
+        #[derive(Serialize)]
+        struct WindowEdgeDecisions<'a> {
+            limit: u32,
+            rows: &'a [scenario::window_edge::Row],
         }
         #[derive(Serialize)]
         struct FloodDecisions<'a> {
@@ -265,7 +272,10 @@ impl Results {
         let d = Deterministic {
             seed: self.meta.seed,
             reference: self.reference.as_ref().map(|r| r.rows.as_slice()),
-            window_edge: self.window_edge.as_ref(),
+            window_edge: self.window_edge.as_ref().map(|w| WindowEdgeDecisions {
+                limit: w.limit,
+                rows: &w.rows,
+            }),
             load_balancer: self
                 .load_balancer
                 .as_ref()

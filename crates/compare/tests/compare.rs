@@ -6,6 +6,7 @@ use std::process::{Command, Stdio};
 
 use ratelab_compare::backend::RedisEnv;
 use ratelab_compare::scenario::failover::Case;
+use ratelab_compare::scenario::window_edge::WindowEdge;
 use ratelab_compare::{Config, ScenarioName, report};
 use ratelab_testkit::redis::RedisServer;
 
@@ -32,6 +33,10 @@ fn deterministic_scenarios_give_the_same_output_twice() {
     let first = ratelab_compare::run_blocking(&simulated_only(7), None).unwrap();
     let second = ratelab_compare::run_blocking(&simulated_only(7), None).unwrap();
     assert_eq!(first.deterministic_json(), second.deterministic_json());
+    // The window edge through ratelab-server ran on the real clock: its
+    // rows are in the results, not in what must reproduce.
+    assert!(!first.window_edge.as_ref().unwrap().server_rows.is_empty());
+    assert!(!first.deterministic_json().contains("server_rows"));
     let other = ratelab_compare::run_blocking(&simulated_only(8), None).unwrap();
     assert_ne!(first.deterministic_json(), other.deterministic_json());
     // The generated guide is part of what must reproduce.
@@ -123,6 +128,7 @@ fn without_redis_the_redis_parts_are_skipped_loudly() {
     assert!(readme.contains("redis-server"), "says how to enable it");
     let edge = results.window_edge.unwrap();
     assert!(edge.rows.iter().all(|r| r.backend == "memory"));
+    through_the_server(&edge, &["memory"]);
 }
 
 /// Runs `config` on a throwaway Redis server.
@@ -139,6 +145,49 @@ fn with_redis(config: &Config) -> ratelab_compare::Results {
             .unwrap();
         ratelab_compare::run(config, Some(&env)).await.unwrap()
     })
+}
+
+/// The window edge through ratelab-server, on each of `backends`: the
+/// fixed window spent its limit on both sides of an edge within a second,
+/// twice the limit; GCRA stayed within its own bound for the span it ran
+/// (counts only: the real clock decides where the bursts fall, never what
+/// is asserted of them).
+fn through_the_server(edge: &WindowEdge, backends: &[&str]) {
+    let limit = u64::from(edge.limit);
+    let mut seen: Vec<(&str, &str)> = edge
+        .server_rows
+        .iter()
+        .map(|r| (r.algorithm.as_str(), r.backend.as_str()))
+        .collect();
+    seen.sort_unstable();
+    let mut wanted: Vec<(&str, &str)> = backends
+        .iter()
+        .flat_map(|&b| [("fixed-window", b), ("gcra", b)])
+        .collect();
+    wanted.sort_unstable();
+    assert_eq!(seen, wanted, "{:?}", edge.server_rows);
+    for row in &edge.server_rows {
+        assert!(row.requests >= row.admitted, "{row:?}");
+        assert!(row.admitted as u64 <= row.own_bound, "{row:?}");
+        match row.algorithm.as_str() {
+            "fixed-window" => {
+                assert!(row.spent_both_windows && row.span_secs < 1.0, "{row:?}");
+                assert!(
+                    row.admitted as u64 > limit,
+                    "{row:?}: the fixed window's flaw"
+                );
+                assert_eq!(row.admitted as u64, 2 * limit, "{row:?}");
+            }
+            _ => {
+                // The burst at once, then one per emission interval; under
+                // a second, less than twice the limit.
+                assert!(row.admitted as u64 >= limit, "{row:?}");
+                if row.span_secs < 1.0 {
+                    assert!((row.admitted as u64) < 2 * limit, "{row:?}");
+                }
+            }
+        }
+    }
 }
 
 #[test]
@@ -204,6 +253,7 @@ fn the_reference_table_and_the_window_edge_on_both_backends() {
         assert_eq!(total("fixed-window"), 20, "{backend}");
         assert!(total("sliding-log") <= 10, "{backend}: the exact log");
     }
+    through_the_server(&edge, &["memory", "redis"]);
 }
 
 #[test]
@@ -274,6 +324,16 @@ fn the_report_has_every_chart_and_section_on_a_small_run() {
     }
     assert!(readme.contains("**What it shows:** read-then-write went over the limit"));
     assert!(readme.contains("**What it shows:** the algorithm does not matter here"));
+    through_the_server(results.window_edge.as_ref().unwrap(), &["memory", "redis"]);
+    assert!(readme.contains("### Through ratelab-server"), "{readme}");
+    assert!(
+        readme.contains(
+            "**What it shows:** through the server, the fixed window admitted 20 in memory and 20 on Redis within"
+        ),
+        "{readme}"
+    );
+    assert!(readme.contains("GCRA admitted"), "{readme}");
+    assert!(readme.contains("stayed within its own bound"), "{readme}");
     for section in [
         "## What was run",
         "## Decision guide",
@@ -297,6 +357,7 @@ fn the_report_has_every_chart_and_section_on_a_small_run() {
         "results.json",
         "reference.csv",
         "window-edge.csv",
+        "window-edge-server.csv",
         "concurrency.csv",
         "load-balancer.csv",
         "traffic.csv",

@@ -42,6 +42,8 @@
 //!   back): `INVALID_ARGUMENT`. Units are given back only with the receipt
 //!   of the request that took them; given back on a caller's word, they
 //!   would let any caller raise its own quota.
+//! - [`serve`]: the service and its health check on a listener of one's
+//!   own, until a shutdown future completes.
 //! - [`Watch`]: the reload, every second by the files' modification times;
 //!   a configuration that fails to load is logged and the last good one
 //!   kept.
@@ -89,6 +91,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitServiceServer;
 use parking_lot::RwLock;
 
 pub use metrics::LATENCY_BUCKETS;
@@ -100,6 +103,46 @@ pub type SharedConfig = Arc<RwLock<Arc<config::Config>>>;
 /// `config`, shared.
 pub fn shared(config: config::Config) -> SharedConfig {
     Arc::new(RwLock::new(Arc::new(config)))
+}
+
+/// Serves `service` (`ShouldRateLimit`, and `grpc.health.v1` saying it
+/// is serving) on `listener` until `shutdown` completes, then lets the
+/// calls in flight finish: the binary's gRPC server without its signals,
+/// metrics and reloader, for embedding it in a program of one's own.
+///
+/// ```no_run
+/// use ratelab_server::{Backend, Service, config};
+///
+/// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+/// let yaml = "domain: edge\ndescriptors:\n  - key: user\n    rate_limit: {unit: second, requests_per_unit: 10}\n";
+/// let (name, domain) = config::parse("edge.yaml".as_ref(), yaml)?;
+/// let config = ratelab_server::shared(config::Config::from_domains([(name, domain)]));
+/// let service = Service::new(config, Backend::Memory, true);
+/// let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+/// println!("on {}", listener.local_addr()?);
+/// ratelab_server::serve(listener, service, std::future::pending()).await?;
+/// # Ok(())
+/// # }
+/// ```
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    service: Service,
+    shutdown: impl Future<Output = ()> + Send,
+) -> Result<(), tonic::transport::Error> {
+    let (health, health_service) = tonic_health::server::health_reporter();
+    health
+        .set_serving::<RateLimitServiceServer<Service>>()
+        .await;
+    tonic::transport::Server::builder()
+        .add_service(health_service)
+        .add_service(RateLimitServiceServer::new(service))
+        .serve_with_incoming_shutdown(
+            // No Nagle: answers to calls multiplexed on one connection are
+            // not held back waiting for an ACK.
+            tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true)),
+            shutdown,
+        )
+        .await
 }
 
 /// What the files were when last read: each path, modification time and

@@ -27,7 +27,8 @@ pub enum ScenarioName {
     /// refusal indicates. Every algorithm, in memory and on Redis.
     Reference,
     /// 10 per second; 10 requests at 0.95 s and 10 at 1.05 s: how many pass
-    /// within 0.11 s (the fixed window's flaw).
+    /// within 0.11 s (the fixed window's flaw). Then the same edge through
+    /// ratelab-server over gRPC, on the real clock: fixed window and GCRA.
     WindowEdge,
     /// 20 simultaneous requests for a limit of 10 on a real Redis: each
     /// algorithm's atomic script against a read-then-write (GET, decide, SET)

@@ -2,8 +2,11 @@
 //! 1.05 s. A fixed window resets between them and admits all 20 within
 //! 0.11 s; the others keep their own bound. Same instants on every algorithm
 //! and backend (the Redis scripts get `now` from the same manual clock).
+//! Then the same edge through `ratelab-server` over gRPC, on the real clock
+//! ([`server`]).
 
 pub mod report;
+pub mod server;
 
 use ratelab::{AlgorithmKind, ManualClock, Quota};
 use ratelab_testkit::oracle::Bound;
@@ -71,6 +74,9 @@ pub struct WindowEdge {
     pub limit: u32,
     /// One row per algorithm and backend.
     pub rows: Vec<Row>,
+    /// Fixed window and GCRA through `ratelab-server`, on the real clock
+    /// (not deterministic: left out of [`crate::Results::deterministic_json`]).
+    pub server_rows: Vec<server::ServerRow>,
 }
 
 fn row(kind: AlgorithmKind, backend: &str, counts: [usize; 2], quota: Quota) -> Row {
@@ -89,8 +95,9 @@ fn row(kind: AlgorithmKind, backend: &str, counts: [usize; 2], quota: Quota) -> 
 pub async fn run(ctx: &Context<'_>) -> Result<WindowEdge, CompareError> {
     let quota = quota();
     let redis = ctx.atomic_or_skip(ScenarioName::WindowEdge, "the Redis rows");
+    let backends = 1 + usize::from(redis.is_some());
     ctx.bar
-        .set_length((AlgorithmKind::ALL.len() * (1 + usize::from(redis.is_some()))) as u64);
+        .set_length(((AlgorithmKind::ALL.len() + 1) * backends) as u64);
     let mut rows = Vec::new();
     for kind in AlgorithmKind::ALL {
         let name = kind.name();
@@ -120,8 +127,10 @@ pub async fn run(ctx: &Context<'_>) -> Result<WindowEdge, CompareError> {
             ctx.tick();
         }
     }
+    let server_rows = server::run(ctx, quota, redis).await?;
     Ok(WindowEdge {
         limit: quota.limit(),
         rows,
+        server_rows,
     })
 }
