@@ -91,6 +91,7 @@ pub mod receipt;
 pub mod remote;
 mod throttle;
 mod time;
+mod verdict;
 mod wait;
 
 pub use algorithm::{
@@ -119,6 +120,7 @@ pub use time::{
     Clock, CoarseClock, MAX_INSTANT_MICROS, MAX_SPAN_MICROS, ManualClock, SystemClock,
     clamp_instant, duration_to_micros,
 };
+pub use verdict::Verdict;
 #[cfg(feature = "tokio")]
 pub use wait::wait_and_consume_async;
 pub use wait::{MIN_RETRY_PAUSE, WaitError, wait_and_consume, wait_for, wait_for_on};
