@@ -228,7 +228,7 @@ impl Visit for Run {
         // The manual clock never moves: every check happens at the same
         // instant, which the bench quotas still admit for 10^7 checks.
         if let Some(upkeep) = self.upkeep.clone() {
-            self.ours(algorithm, GovernorClock::new(upkeep));
+            self.ours(algorithm, GovernorClock::monotonic(upkeep));
         } else if self.manual {
             self.ours(algorithm, ManualClock::starting_at(1_000_000));
         } else {
