@@ -71,7 +71,8 @@
 //! by hand, for tests and simulations.
 //!
 //! Next: [`Quota`] for what a quota means to each algorithm, [`Decision`] for
-//! what every field promises, [`Keyed`] for how keys are stored and
+//! what every field promises, [`Verdict`] for a lean check that computes the
+//! decision only when asked, [`Keyed`] for how keys are stored and
 //! forgotten, [`wait_and_consume`] to wait for a turn.
 
 #![warn(missing_docs)]
