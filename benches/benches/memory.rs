@@ -23,7 +23,8 @@
 //!   `memory-two-threads-keyed-upkeep` (two threads, each on its own half of
 //!   100,000 keys, one keyed limiter). One governor `QuantaUpkeepClock`
 //!   (quanta's `Instant::recent`, refreshed every millisecond) is read by
-//!   both: ratelab through [`GovernorClock`].
+//!   both: ratelab through [`GovernorClock::monotonic`] (quanta's readings
+//!   never go back, as ratelab's own `CoarseClock`'s, which says so too).
 //!
 //! Keyed groups on the same clock compare ratelab with governor on foldhash,
 //! ratelab's hasher. Quotas and fairness: see `ratelab_benches::algorithms`.
@@ -33,7 +34,9 @@
 //! targets' figures): the sides of a
 //! comparison (governor, GCRA, the token bucket) run in turn, the order
 //! rotating each round, the same checks each, and each side's figure is its
-//! median over the rounds. Criterion measures one side after another, half
+//! median over the rounds. GCRA's lean check (`check_lean`, read only for
+//! `allowed`: function `gcra-lean`) is a side of every paired group, beside
+//! its `check`. Criterion measures one side after another, half
 //! a minute apart across a group, and on this machine a figure moves by a
 //! third over that time with no change to the code; in turn, the drift
 //! falls on every side.
@@ -49,7 +52,7 @@ use governor::clock::{Clock as _, FakeRelativeClock, QuantaUpkeepClock};
 use governor::middleware::NoOpMiddleware;
 use ratelab::{
     Algorithm, AlgorithmKind, Clock, CoarseClock, Direct, Gcra, Keyed, KnownAlgorithm, ManualClock,
-    SystemClock, TokenBucket,
+    SystemClock, TokenBucket, Verdict,
 };
 use ratelab_benches::algorithms::{admitted_share, assert_mostly_admits, governor_quota, quota};
 use ratelab_benches::governor_clock::GovernorClock;
@@ -73,6 +76,18 @@ use ratelab_benches::{Metric, Mode, Recorder, Row, Setting, Visit, each_algorith
 #[inline(always)]
 fn observe<T>(result: T) {
     black_box(&result);
+}
+
+/// The row of GCRA's lean check (`check_lean`, `check_key_lean`), read only
+/// for `allowed`, as a gate in front of work reads it: the whole decision is
+/// never asked for, so it is never computed. governor's result is observed
+/// whole, as everywhere in this file (admitted, it is `Ok(())`).
+const LEAN: &str = "gcra-lean";
+
+/// What a caller of a lean check reads: whether the request passed.
+#[inline(always)]
+fn allowed<A: Algorithm>(verdict: Result<Verdict<'_, A>, ratelab::Error>) -> bool {
+    verdict.is_ok_and(|v| v.allowed())
 }
 
 /// The bound on keys tracked: well above the largest key set, so no shard
@@ -103,7 +118,7 @@ fn main() {
         &mode,
         "upkeep",
         || upkeep.clone(),
-        || GovernorClock::new(upkeep.clone()),
+        || GovernorClock::monotonic(upkeep.clone()),
     );
     contention(&mut c, &mut rec, &mode, &upkeep);
     keyed(
@@ -157,6 +172,34 @@ fn paired(
         }
     }
     let paired_group = format!("{group}-paired");
+    // The spread of each side against the first (governor), round by round:
+    // time / governor's time, or its throughput / governor's.
+    for (k, side) in sides.iter().enumerate().skip(1) {
+        let mut ratios: Vec<f64> = times[k]
+            .iter()
+            .zip(&times[0])
+            .map(|(ours, first)| {
+                if checks_per_iteration > 1 {
+                    first / ours
+                } else {
+                    ours / first
+                }
+            })
+            .collect();
+        ratios.sort_by(f64::total_cmp);
+        let quartile = |q: usize| ratios[(ratios.len() - 1) * q / 4];
+        eprintln!(
+            "{paired_group}/{}/{}: per round / {}: median {:.3}, quartiles {:.3} to {:.3}, range {:.3} to {:.3}",
+            side.function,
+            side.backend,
+            sides[0].backend,
+            median(&mut ratios.clone()),
+            quartile(1),
+            quartile(3),
+            quartile(0),
+            quartile(4),
+        );
+    }
     for (side, times) in sides.iter().zip(&mut times) {
         let ns_per_iteration = median(times);
         let (metric, value) = if checks_per_iteration > 1 {
@@ -179,18 +222,20 @@ fn paired(
     }
 }
 
-/// Paired rounds of governor's GCRA, ours and our token bucket on one key,
-/// each a check of its own closure: `threads` (one or two) each make `n`
-/// checks per run, in a loop compiled for that closure.
-fn paired_one_key<G, R, B>(
+/// Paired rounds of governor's GCRA, ours (`check`, and `check_lean` read
+/// only for `allowed`: `gcra-lean`) and our token bucket on one key, each a
+/// check of its own closure: `threads` (one or two) each make `n` checks per
+/// run, in a loop compiled for that closure.
+fn paired_one_key<G, R, L, B>(
     rec: &mut Recorder,
     mode: &Mode,
     group: &str,
     threads: u32,
-    (governor, gcra, bucket): (G, R, B),
+    (governor, gcra, lean, bucket): (G, R, L, B),
 ) where
     G: Fn() + Sync,
     R: Fn() + Sync,
+    L: Fn() + Sync,
     B: Fn() + Sync,
 {
     fn run<F: Fn() + Sync>(threads: u32, n: u64, check: &F) -> Duration {
@@ -215,6 +260,11 @@ fn paired_one_key<G, R, B>(
                 function: "gcra",
                 backend: "memory",
                 run: &mut |n| run(threads, n, &gcra),
+            },
+            Side {
+                function: LEAN,
+                backend: "memory",
+                run: &mut |n| run(threads, n, &lean),
             },
             Side {
                 function: "token-bucket",
@@ -262,9 +312,11 @@ fn paired_keyed<C: Clock>(
         |k: &u64| observe(gcra.check_key(k, black_box(1))),
         #[inline(always)]
         |k: &u64| observe(bucket.check_key(k, black_box(1))),
+        #[inline(always)]
+        |k: &u64| observe(allowed(gcra.check_key_lean(k, black_box(1)))),
     );
-    let mut cursors = [keys.cursor(), keys.cursor(), keys.cursor()];
-    let [first, second, third] = &mut cursors;
+    let mut cursors = [keys.cursor(), keys.cursor(), keys.cursor(), keys.cursor()];
+    let [first, second, third, fourth] = &mut cursors;
     paired(
         rec,
         mode,
@@ -280,6 +332,11 @@ fn paired_keyed<C: Clock>(
                 function: "gcra",
                 backend: "memory",
                 run: &mut |n| run(second, n, &ours.0),
+            },
+            Side {
+                function: LEAN,
+                backend: "memory",
+                run: &mut |n| run(fourth, n, &ours.2),
             },
             Side {
                 function: "token-bucket",
@@ -442,6 +499,8 @@ fn one_key(c: &mut Criterion, rec: &mut Recorder, mode: &Mode) {
             #[inline(always)]
             || observe(gcra.check(black_box(1))),
             #[inline(always)]
+            || observe(allowed(gcra.check_lean(black_box(1)))),
+            #[inline(always)]
             || observe(bucket.check(black_box(1))),
         ),
     );
@@ -560,6 +619,8 @@ fn two_threads(c: &mut Criterion, rec: &mut Recorder, mode: &Mode) {
             || observe(governor.check()),
             #[inline(always)]
             || observe(gcra.check(black_box(1))),
+            #[inline(always)]
+            || observe(allowed(gcra.check_lean(black_box(1)))),
             #[inline(always)]
             || observe(bucket.check(black_box(1))),
         ),
@@ -850,6 +911,8 @@ fn same_clock<GC, RC>(
                 #[inline(always)]
                 || observe(gcra.check(black_box(1))),
                 #[inline(always)]
+                || observe(allowed(gcra.check_lean(black_box(1)))),
+                #[inline(always)]
                 || observe(bucket.check(black_box(1))),
             ),
         );
@@ -1002,7 +1065,7 @@ fn contention(c: &mut Criterion, rec: &mut Recorder, mode: &Mode, upkeep: &Quant
             Metric::ChecksPerSec,
             2.0,
         );
-        let clock = || GovernorClock::new(upkeep.clone());
+        let clock = || GovernorClock::monotonic(upkeep.clone());
         let gcra = Direct::with_clock(
             Gcra::new(quota(Setting::OneKey, AlgorithmKind::Gcra)),
             clock(),
@@ -1055,6 +1118,8 @@ fn contention(c: &mut Criterion, rec: &mut Recorder, mode: &Mode, upkeep: &Quant
                 #[inline(always)]
                 || observe(gcra.check(black_box(1))),
                 #[inline(always)]
+                || observe(allowed(gcra.check_lean(black_box(1)))),
+                #[inline(always)]
                 || observe(bucket.check(black_box(1))),
             ),
         );
@@ -1101,7 +1166,7 @@ fn contention(c: &mut Criterion, rec: &mut Recorder, mode: &Mode, upkeep: &Quant
     );
     drop(governor);
     let gcra = Keyed::builder(Gcra::new(quota(Setting::ManyKeys, AlgorithmKind::Gcra)))
-        .clock(GovernorClock::new(upkeep.clone()))
+        .clock(GovernorClock::monotonic(upkeep.clone()))
         .keys()
         .max_keys(MAX_KEYS)
         .build();
@@ -1133,7 +1198,7 @@ fn contention(c: &mut Criterion, rec: &mut Recorder, mode: &Mode, upkeep: &Quant
         Setting::ManyKeys,
         AlgorithmKind::TokenBucket,
     )))
-    .clock(GovernorClock::new(upkeep.clone()))
+    .clock(GovernorClock::monotonic(upkeep.clone()))
     .keys()
     .max_keys(MAX_KEYS)
     .build();
@@ -1169,7 +1234,7 @@ fn contention(c: &mut Criterion, rec: &mut Recorder, mode: &Mode, upkeep: &Quant
     let governor: governor::RateLimiter<u64, _, _, NoOpMiddleware<_>> =
         governor::RateLimiter::new(governor_quota(Setting::ManyKeys), store, upkeep.clone());
     let gcra = Keyed::builder(Gcra::new(quota(Setting::ManyKeys, AlgorithmKind::Gcra)))
-        .clock(GovernorClock::new(upkeep.clone()))
+        .clock(GovernorClock::monotonic(upkeep.clone()))
         .keys()
         .max_keys(MAX_KEYS)
         .build();
@@ -1207,6 +1272,18 @@ fn contention(c: &mut Criterion, rec: &mut Recorder, mode: &Mode, upkeep: &Quant
                         &halves,
                         #[inline(always)]
                         |k| observe(gcra.check_key(k, 1)),
+                    )
+                },
+            },
+            Side {
+                function: LEAN,
+                backend: "memory",
+                run: &mut |n| {
+                    two_halves(
+                        n,
+                        &halves,
+                        #[inline(always)]
+                        |k| observe(allowed(gcra.check_key_lean(k, 1))),
                     )
                 },
             },

@@ -6,6 +6,7 @@
 //! hot_path <setting> <limiter> [checks] [--manual-clock]
 //!   setting:  direct | two-threads (direct, two threads at once) | keyed-100k | keyed-1m
 //!   limiter:  gcra | token-bucket | ... | governor | governor-foldhash (keyed)
+//!             | gcra-lean (GCRA's `check_lean`, read only for `allowed`)
 //!             | clock-instant | clock-system | clock-quanta (the clock read alone)
 //!   checks:   default 10,000,000; 0 runs the setup alone (to subtract it)
 //!   --manual-clock: ratelab's ManualClock / governor's FakeRelativeClock, which
@@ -33,7 +34,7 @@ use ratelab_benches::{Setting, Visit, each_algorithm};
 
 fn usage() -> ! {
     eprintln!(
-        "usage: hot_path <direct|two-threads|keyed-100k|keyed-1m> <algorithm|governor|governor-foldhash|clock-instant|clock-system|clock-quanta> [checks] [--manual-clock|--upkeep-clock]"
+        "usage: hot_path <direct|two-threads|keyed-100k|keyed-1m> <algorithm|gcra-lean|governor|governor-foldhash|clock-instant|clock-system|clock-quanta> [checks] [--manual-clock|--upkeep-clock]"
     );
     std::process::exit(2)
 }
@@ -60,9 +61,15 @@ fn main() {
         "keyed-1m" => Some(KeySet::new(1_000_000, 22)),
         _ => usage(),
     };
+    let lean = limiter == "gcra-lean";
     let mut run = Run {
         threads: if setting == "two-threads" { 2 } else { 1 },
-        wanted: limiter.clone(),
+        wanted: if lean {
+            "gcra".to_owned()
+        } else {
+            limiter.clone()
+        },
+        lean,
         keys,
         checks,
         manual,
@@ -126,6 +133,8 @@ struct Run {
     /// Threads checking the one `Direct` limiter at once.
     threads: usize,
     wanted: String,
+    /// The lean check (`check_lean`), read only for `allowed`.
+    lean: bool,
     keys: Option<KeySet>,
     checks: u64,
     manual: bool,
@@ -210,12 +219,22 @@ impl Run {
                 .keys()
                 .max_keys(4_000_000)
                 .build();
-            self.keyed(|k| limiter.check_key(k, 1).is_ok_and(|d| d.allowed));
+            if self.lean {
+                self.keyed(|k| limiter.check_key_lean(k, 1).is_ok_and(|v| v.allowed()));
+            } else {
+                self.keyed(|k| limiter.check_key(k, 1).is_ok_and(|d| d.allowed));
+            }
         } else {
             let limiter = Direct::with_clock(algorithm, clock);
-            self.ns = Some(time_threads(self.threads, self.checks, || {
-                sink(limiter.check(black_box(1)));
-            }));
+            if self.lean {
+                self.ns = Some(time_threads(self.threads, self.checks, || {
+                    sink(limiter.check_lean(black_box(1)).is_ok_and(|v| v.allowed()));
+                }));
+            } else {
+                self.ns = Some(time_threads(self.threads, self.checks, || {
+                    sink(limiter.check(black_box(1)));
+                }));
+            }
         }
     }
 }
@@ -228,7 +247,7 @@ impl Visit for Run {
         // The manual clock never moves: every check happens at the same
         // instant, which the bench quotas still admit for 10^7 checks.
         if let Some(upkeep) = self.upkeep.clone() {
-            self.ours(algorithm, GovernorClock::new(upkeep));
+            self.ours(algorithm, GovernorClock::monotonic(upkeep));
         } else if self.manual {
             self.ours(algorithm, ManualClock::starting_at(1_000_000));
         } else {

@@ -16,6 +16,9 @@ const UPKEEP: &str = "one governor `QuantaUpkeepClock` (1 ms) read by both";
 
 /// One line of the equal-terms table: a setting, its terms, and where its
 /// figures are.
+///
+/// Only GCRA is held to governor's figures (governor implements GCRA
+/// alone); the token bucket's figures stand beside our GCRA's.
 struct Setting {
     label: &'static str,
     clock: &'static str,
@@ -27,6 +30,11 @@ struct Setting {
     metric: &'static str,
     /// The target on GCRA / governor, with its comparison and bound.
     target: Option<(&'static str, &'static str, f64)>,
+    /// The target on GCRA's lean check (`gcra-lean`: `check_lean`, read
+    /// only for `allowed`) / governor, with the same comparison, bound 1:
+    /// where both sides run on equal terms (the same clock, or the same
+    /// kind of clock read, and the same hasher).
+    lean: Option<&'static str>,
 }
 
 const SETTINGS: [Setting; 12] = [
@@ -38,6 +46,7 @@ const SETTINGS: [Setting; 12] = [
         governor: "gcra",
         metric: "ns_per_check",
         target: Some(("one key, default clocks: ours / governor", LE, 0.8)),
+        lean: Some("one key, default clocks: ours lean / governor"),
     },
     Setting {
         label: "keyed 100k",
@@ -51,6 +60,7 @@ const SETTINGS: [Setting; 12] = [
             LE,
             0.8,
         )),
+        lean: None,
     },
     Setting {
         label: "keyed 1M",
@@ -64,6 +74,7 @@ const SETTINGS: [Setting; 12] = [
             LE,
             0.8,
         )),
+        lean: None,
     },
     Setting {
         label: "one key",
@@ -73,6 +84,7 @@ const SETTINGS: [Setting; 12] = [
         governor: "gcra",
         metric: "ns_per_check",
         target: Some(("one key, same clock, frozen: ours / governor", LE, 1.0)),
+        lean: Some("one key, same clock, frozen: ours lean / governor"),
     },
     Setting {
         label: "keyed 100k",
@@ -86,6 +98,7 @@ const SETTINGS: [Setting; 12] = [
             LE,
             1.0,
         )),
+        lean: Some("keyed, same clock (frozen) and hasher: ours lean / governor"),
     },
     Setting {
         label: "keyed 1M",
@@ -99,6 +112,7 @@ const SETTINGS: [Setting; 12] = [
             LE,
             1.0,
         )),
+        lean: Some("keyed, same clock (frozen) and hasher: ours lean / governor"),
     },
     Setting {
         label: "one key",
@@ -108,6 +122,7 @@ const SETTINGS: [Setting; 12] = [
         governor: "gcra",
         metric: "ns_per_check",
         target: Some(("one key, same clock, upkept: ours / governor", LE, 1.0)),
+        lean: Some("one key, same clock, upkept: ours lean / governor"),
     },
     Setting {
         label: "keyed 100k",
@@ -121,6 +136,7 @@ const SETTINGS: [Setting; 12] = [
             LE,
             1.0,
         )),
+        lean: Some("keyed, same clock (upkept) and hasher: ours lean / governor"),
     },
     Setting {
         label: "keyed 1M",
@@ -134,6 +150,7 @@ const SETTINGS: [Setting; 12] = [
             LE,
             1.0,
         )),
+        lean: Some("keyed, same clock (upkept) and hasher: ours lean / governor"),
     },
     Setting {
         label: "two threads, one key",
@@ -147,6 +164,7 @@ const SETTINGS: [Setting; 12] = [
             GE,
             1.0,
         )),
+        lean: Some("two threads, one key, default clocks: ours lean / governor throughput"),
     },
     Setting {
         label: "two threads, one key",
@@ -160,6 +178,7 @@ const SETTINGS: [Setting; 12] = [
             GE,
             1.0,
         )),
+        lean: Some("two threads, one key, same clock (upkept): ours lean / governor throughput"),
     },
     Setting {
         label: "two threads, each on its half of 100k keys",
@@ -173,11 +192,16 @@ const SETTINGS: [Setting; 12] = [
             GE,
             1.0,
         )),
+        lean: Some(
+            "two threads over distinct keys, same clock (upkept) and hasher: ours lean / governor throughput",
+        ),
     },
 ];
 
-/// This part's targets: GCRA against governor's GCRA in every setting, and
-/// the token bucket where ratelab's default is compared with governor's.
+/// This part's targets: GCRA against governor's GCRA in every setting, its
+/// `check` and, on equal terms, its lean check. Only GCRA: governor
+/// implements no other algorithm (the token bucket is held to our GCRA, in
+/// the `O(1) algorithm / our GCRA` targets).
 pub(super) fn targets(rows: &[Row], out: &mut Vec<Target>) {
     for setting in &SETTINGS {
         let Some((target, comparison, limit)) = setting.target else {
@@ -190,25 +214,33 @@ pub(super) fn targets(rows: &[Row], out: &mut Vec<Target>) {
             setting.group
         };
         let governor = get(rows, group, setting.governor, "governor", setting.metric);
-        let algorithms: &[&str] = if setting.clock == DEFAULT_CLOCKS {
-            &["gcra", "token-bucket"]
-        } else {
-            &["gcra"]
-        };
-        for algorithm in algorithms {
+        push_ratio(
+            out,
+            target,
+            group,
+            "gcra",
+            get(rows, group, "gcra", "memory", setting.metric),
+            governor,
+            comparison,
+            limit,
+        );
+        if let Some(lean) = setting.lean {
             push_ratio(
                 out,
-                target,
+                lean,
                 group,
-                algorithm,
-                get(rows, group, algorithm, "memory", setting.metric),
+                LEAN,
+                get(rows, group, LEAN, "memory", setting.metric),
                 governor,
                 comparison,
-                limit,
+                1.0,
             );
         }
     }
 }
+
+/// GCRA's lean check: `check_lean`, read only for `allowed`.
+const LEAN: &str = "gcra-lean";
 
 /// Where a group's paired rounds are recorded: the targets' figures when
 /// the run has them (see the `memory` bench).
@@ -218,9 +250,11 @@ fn paired_group(group: &str) -> String {
 
 /// This part's section of the README: every setting with its terms.
 pub(super) fn section(summary: &Summary) -> String {
-    let present = SETTINGS
-        .iter()
-        .any(|s| summary.get(s.group, "gcra", "memory", s.metric).is_some());
+    let present = SETTINGS.iter().any(|s| {
+        [s.group, &paired_group(s.group)]
+            .iter()
+            .any(|group| summary.get(group, "gcra", "memory", s.metric).is_some())
+    });
     if !present {
         return String::new();
     }
@@ -230,6 +264,11 @@ pub(super) fn section(summary: &Summary) -> String {
          hasher each side uses. Time per check (ns, lower is better) or, with \
          two threads, checks per second (higher is better); `gcra / governor` \
          is the ratio of the two GCRAs (time, or throughput with two threads). \
+         `gcra lean` is GCRA's lean check (`check_lean`, read only for \
+         `allowed`; the whole decision computed only when asked, as \
+         governor's `NotUntil` computes its wait). governor implements GCRA \
+         alone: the token bucket is shown against our GCRA, not held to \
+         governor's figures. \
          Lines marked (paired) come from paired rounds: the sides run in turn, \
          the order rotating, 21 rounds, each side's median; criterion's figures \
          for those groups are in the tables above. On this machine a figure \
@@ -237,8 +276,8 @@ pub(super) fn section(summary: &Summary) -> String {
          group with no change to the code, so only figures taken in turn are \
          compared.\n\n",
     );
-    out.push_str("| setting | clocks | hashers | unit | gcra | token-bucket | governor | gcra / governor |\n");
-    out.push_str("|---|---|---|---|---:|---:|---:|---:|\n");
+    out.push_str("| setting | clocks | hashers | unit | gcra | gcra lean | governor | gcra / governor | gcra lean / governor | token-bucket | token-bucket / gcra |\n");
+    out.push_str("|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|\n");
     for s in &SETTINGS {
         // The paired rounds where the run has them, as the targets read.
         let paired = paired_group(s.group);
@@ -249,10 +288,14 @@ pub(super) fn section(summary: &Summary) -> String {
         };
         let value = |algorithm, backend| summary.get(group, algorithm, backend, s.metric);
         let (gcra, governor) = (value("gcra", "memory"), value(s.governor, "governor"));
+        let (lean, bucket) = (value(LEAN, "memory"), value("token-bucket", "memory"));
         let format: fn(f64) -> String = if s.metric == "ns_per_check" { one } else { si };
+        // Each ratio of the same figure: time, or throughput.
+        let per =
+            |ours: Option<f64>, reference: Option<f64>| ours.zip(reference).map(|(a, b)| a / b);
         let _ = writeln!(
             out,
-            "| {} | {} | {} | {} | {} | {} | {} | {} |",
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
             label,
             s.clock,
             if s.hasher.is_empty() {
@@ -266,9 +309,12 @@ pub(super) fn section(summary: &Summary) -> String {
                 "checks/s"
             },
             cell(gcra, format),
-            cell(value("token-bucket", "memory"), format),
+            cell(lean, format),
             cell(governor, format),
-            cell(gcra.zip(governor).map(|(a, b)| a / b), three),
+            cell(per(gcra, governor), three),
+            cell(per(lean, governor), three),
+            cell(bucket, format),
+            cell(per(bucket, gcra), three),
         );
     }
     out
@@ -313,6 +359,53 @@ mod tests {
             .expect("the one-key target");
         assert_eq!(gcra.group, "memory-direct-paired");
         assert!((gcra.value - 0.8).abs() < 1e-9 && gcra.pass, "{gcra:?}");
+    }
+
+    #[test]
+    fn the_lean_check_is_judged_and_the_token_bucket_stands_beside_our_gcra() {
+        let paired = |algorithm, backend, value| {
+            Row::new(
+                "memory-direct-upkeep-paired",
+                algorithm,
+                backend,
+                Metric::NsPerCheck,
+                value,
+            )
+        };
+        let rows = vec![
+            paired("gcra", "memory", 8.0),
+            paired("gcra-lean", "memory", 5.5),
+            paired("token-bucket", "memory", 10.0),
+            paired("gcra", "governor", 6.0),
+        ];
+        let mut targets = Vec::new();
+        super::targets(&rows, &mut targets);
+        let judged: Vec<(&str, bool)> = targets
+            .iter()
+            .map(|t| (t.algorithm.as_str(), t.pass))
+            .collect();
+        assert_eq!(
+            judged,
+            [("gcra", false), ("gcra-lean", true)],
+            "{targets:#?}"
+        );
+        assert!((targets[1].value - 5.5 / 6.0).abs() < 1e-9);
+        let summary = Summary::new(
+            String::new(),
+            String::new(),
+            super::super::Machine {
+                cpu: String::new(),
+                cores: 2,
+                load_average: Default::default(),
+            },
+            String::new(),
+            rows,
+        );
+        let section = section(&summary);
+        assert!(
+            section.contains("| 8.0 | 5.5 | 6.0 | 1.333 | 0.917 | 10.0 | 1.250 |"),
+            "{section}"
+        );
     }
 
     #[test]
@@ -373,6 +466,9 @@ mod tests {
         );
         let section = section(&summary);
         assert!(section.contains(UPKEEP) && section.contains("foldhash, both"));
-        assert!(section.contains("| 30.0 | – | 40.0 | 0.750 |"), "{section}");
+        assert!(
+            section.contains("| 30.0 | – | 40.0 | 0.750 | – | – | – |"),
+            "{section}"
+        );
     }
 }

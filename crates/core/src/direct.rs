@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use crate::algorithm::{Algorithm, StateCell};
 use crate::limiter::{Limiter, RateLimiter};
 use crate::time::{Clock, SystemClock, clamp_instant};
-use crate::{Decision, Error, Issuer, Quota, Receipt};
+use crate::{Decision, Error, Issuer, Quota, Receipt, Verdict};
 use parking_lot::Mutex;
 
 /// A single-bucket limiter: one state for every caller, no key.
@@ -141,6 +141,69 @@ impl<A: Algorithm, C: Clock> Direct<A, C> {
             let now = reading.max(self.hot.latest.load(Ordering::Acquire));
             self.algorithm.decide(state, now, cost)
         })
+    }
+
+    /// Decides a request of weight `cost` as [`Direct::check`] does, and
+    /// answers only whether it passed: the whole [`Decision`] is computed
+    /// when [`Verdict::decision`] asks for it. For a caller that reads only
+    /// `allowed` (a gate in front of work), the lean check costs no more
+    /// than the state change: for a one-word state (GCRA, the leaky queue)
+    /// no `remaining`, `retry_after` or `reset_after` is computed, and the
+    /// verdict is the state the check found, its instant and the cost. For
+    /// any other state the check builds its decision as [`Direct::check`]
+    /// does (see [`Verdict`]).
+    ///
+    /// ```
+    /// use ratelab_core::{Direct, ManualClock, Quota};
+    /// # use ratelab_core::{Algorithm, AtomicCell, Decision, Error};
+    /// # #[derive(Debug)]
+    /// # struct Allowance(Quota);
+    /// # impl Algorithm for Allowance {
+    /// #     type State = u64;
+    /// #     type Cell = AtomicCell;
+    /// #     type Ledger = u64;
+    /// #     fn name(&self) -> &'static str { "allowance" }
+    /// #     fn quota(&self) -> &Quota { &self.0 }
+    /// #     fn capacity(&self) -> u64 { self.0.burst().into() }
+    /// #     fn initial_state(&self) -> u64 { 0 }
+    /// #     fn decide(&self, used: &mut u64, _: u64, cost: u32) -> Result<Decision, Error> {
+    /// #         let (cost, cap) = (u64::from(cost), self.capacity());
+    /// #         if *used + cost > cap { return Ok(Decision::refused(cap).with_remaining(cap - *used)); }
+    /// #         *used += cost;
+    /// #         Ok(Decision::admitted(cap).with_remaining(cap - *used))
+    /// #     }
+    /// #     fn full_at(&self, used: &u64) -> u64 { if *used > 0 { u64::MAX } else { 0 } }
+    /// # }
+    /// let limiter = Direct::with_clock(Allowance(Quota::per_hour(2)?), ManualClock::new());
+    /// assert!(limiter.check_lean(2)?.allowed());
+    /// let refused = limiter.check_lean(1)?;
+    /// assert!(!refused.allowed());
+    /// assert_eq!(refused.decision(), limiter.check(1)?);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    #[inline(always)]
+    pub fn check_lean(&self, cost: u32) -> Result<Verdict<'_, A>, Error> {
+        if !<A::Cell as StateCell>::ONE_WORD {
+            return self.check(cost).map(Verdict::made);
+        }
+        // `check`'s one-word path, up to the state change: see there.
+        let reading = clamp_instant(self.clock.now_micros());
+        let mut at = if A::ORDER_FREE && self.clock.is_monotonic() {
+            self.advance_plain(reading)
+        } else {
+            self.publish(reading);
+            reading
+        };
+        let (before, allowed) = self.hot.cell.update(|state| {
+            if !A::ORDER_FREE || !self.clock.is_monotonic() {
+                at = reading.max(self.hot.latest.load(Ordering::Acquire));
+            }
+            let before = state.clone();
+            // Only `allowed` is read: the compiler drops the rest.
+            let allowed = self.algorithm.decide(state, at, cost).map(|d| d.allowed);
+            (before, allowed)
+        });
+        Ok(Verdict::replay(&self.algorithm, before, at, cost, allowed?))
     }
 
     /// The instant to decide at, `reading` or later, recorded as the latest

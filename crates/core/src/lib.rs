@@ -71,7 +71,8 @@
 //! by hand, for tests and simulations.
 //!
 //! Next: [`Quota`] for what a quota means to each algorithm, [`Decision`] for
-//! what every field promises, [`Keyed`] for how keys are stored and
+//! what every field promises, [`Verdict`] for a lean check that computes the
+//! decision only when asked, [`Keyed`] for how keys are stored and
 //! forgotten, [`wait_and_consume`] to wait for a turn.
 
 #![warn(missing_docs)]
@@ -91,6 +92,7 @@ pub mod receipt;
 pub mod remote;
 mod throttle;
 mod time;
+mod verdict;
 mod wait;
 
 pub use algorithm::{
@@ -119,6 +121,7 @@ pub use time::{
     Clock, CoarseClock, MAX_INSTANT_MICROS, MAX_SPAN_MICROS, ManualClock, SystemClock,
     clamp_instant, duration_to_micros,
 };
+pub use verdict::Verdict;
 #[cfg(feature = "tokio")]
 pub use wait::wait_and_consume_async;
 pub use wait::{MIN_RETRY_PAUSE, WaitError, wait_and_consume, wait_for, wait_for_on};

@@ -32,6 +32,11 @@
 //! // One bucket for everyone: a lock-free compare-and-swap on one word.
 //! let direct = Direct::with_clock(Gcra::new(quota), clock);
 //! assert!(direct.check(1)?.allowed);
+//! // A gate that reads only `allowed`: the lean check computes no more, and
+//! // gives the whole decision when asked.
+//! let verdict = direct.check_lean(1)?;
+//! assert!(verdict.allowed());
+//! assert_eq!(verdict.decision().remaining, 8);
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 

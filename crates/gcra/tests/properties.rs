@@ -3,7 +3,7 @@
 
 use proptest::prelude::*;
 use ratelab_gcra::Gcra;
-use ratelab_testkit::interleave::{in_memory, quota_and_ops};
+use ratelab_testkit::interleave::{in_memory, lean_in_memory, quota_and_ops};
 use ratelab_testkit::kept::Model;
 use ratelab_testkit::oracle::Bound;
 use ratelab_testkit::props::{all_properties, config, wild_clock_properties};
@@ -34,5 +34,21 @@ proptest! {
     #[test]
     fn settlements_keep_every_admission_within_what_was_kept((quota, ops) in quota_and_ops(60, 3)) {
         in_memory(&Gcra::new(quota), Model::debt(quota), &ops)?;
+    }
+}
+
+proptest! {
+    #![proptest_config(config(256))]
+
+    /// A lean check answers what a check does (whether it passed, and the
+    /// whole decision on demand), interleaved with checks, receipts and
+    /// their settlements, peeks and a clock that goes back, on one key and
+    /// on several; and what it admits stays within what was kept.
+    #[test]
+    fn a_lean_check_answers_what_a_check_does(
+        (quota, ops) in quota_and_ops(60, 3),
+        lean in any::<u64>(),
+    ) {
+        lean_in_memory(&Gcra::new(quota), Model::debt(quota), &ops, lean)?;
     }
 }

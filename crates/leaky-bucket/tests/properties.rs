@@ -5,7 +5,7 @@
 use proptest::prelude::*;
 use ratelab_core::{Algorithm, duration_to_micros};
 use ratelab_leaky_bucket::{LeakyMeter, LeakyQueue};
-use ratelab_testkit::interleave::{in_memory, quota_and_ops};
+use ratelab_testkit::interleave::{in_memory, lean_in_memory, quota_and_ops};
 use ratelab_testkit::kept::Model;
 use ratelab_testkit::oracle::Bound;
 use ratelab_testkit::props::{all_properties, config, simulate, wild_clock_properties};
@@ -78,5 +78,15 @@ proptest! {
     #[test]
     fn queue_settlements_keep_every_admission_within_what_was_kept((quota, ops) in quota_and_ops(60, 3)) {
         in_memory(&LeakyQueue::new(quota), Model::debt(quota), &ops)?;
+    }
+
+    /// The queue's state is one word: its lean check decides again on
+    /// demand, and answers what a check does (with its slot's delay).
+    #[test]
+    fn a_lean_check_of_the_queue_answers_what_a_check_does(
+        (quota, ops) in quota_and_ops(60, 3),
+        lean in any::<u64>(),
+    ) {
+        lean_in_memory(&LeakyQueue::new(quota), Model::debt(quota), &ops, lean)?;
     }
 }

@@ -6,7 +6,9 @@
 
 use proptest::prelude::*;
 use proptest::test_runner::TestCaseError;
-use ratelab_core::{Algorithm, Decision, Direct, Error, Keyed, ManualClock, Quota, Receipt};
+use ratelab_core::{
+    Algorithm, Decision, Direct, Error, Keyed, ManualClock, Quota, Receipt, Verdict,
+};
 
 use crate::kept::{Entry, History, Model};
 use crate::strategies::quotas;
@@ -319,8 +321,248 @@ pub fn in_memory<A: Algorithm + Clone>(
     ops: &[Op],
 ) -> Result<(), TestCaseError> {
     run(&InKeyed::new(algorithm.clone()), model, ops, 0)?;
-    let one_key: Vec<Op> = ops
+    run(&InDirect::new(algorithm.clone()), model, &one_key(ops), 0)
+}
+
+/// Two limiters of one algorithm on one clock, fed the same steps: the
+/// first checks lean ([`Keyed::check_lean`], [`Direct::check_lean`]) where
+/// the second checks, and every answer of the first must be the second's
+/// (whether it passed, and the whole decision computed on demand). Which
+/// checks are lean: bit `n % 64` of `lean` for the `n`-th check without a
+/// receipt (a check with one is made on both).
+/// As a [`Subject`], it answers what the first decided, so [`run`] holds its
+/// admissions to the kept history. A disagreement panics with both answers.
+#[derive(Debug)]
+pub struct LeanTwin<L> {
+    lean: L,
+    plain: L,
+    clock: ManualClock,
+    mask: u64,
+    checks: std::cell::Cell<u32>,
+    /// The second limiter's receipts, matched to the first's by what they
+    /// hold (twins issue receipts with the same key, cost and stamp, and
+    /// two such receipts settle alike).
+    receipts: std::cell::RefCell<Vec<Receipt>>,
+}
+
+/// The verdict of a lean check, as a whole decision.
+fn lean_decision<A: Algorithm>(verdict: Result<Verdict<'_, A>, Error>) -> Result<Decision, Error> {
+    verdict.map(|verdict| {
+        let decision = verdict.decision();
+        assert_eq!(
+            verdict.allowed(),
+            decision.allowed,
+            "a verdict's `allowed` is its decision's"
+        );
+        decision
+    })
+}
+
+/// Both answers, the same: decisions equal, or errors alike.
+fn agree(lean: Result<&Decision, &Error>, plain: Result<&Decision, &Error>, what: &str) {
+    match (lean, plain) {
+        (Ok(a), Ok(b)) => assert_eq!(a, b, "{what}: the lean check answers what a check does"),
+        (Err(a), Err(b)) => assert_eq!(format!("{a:?}"), format!("{b:?}"), "{what}"),
+        _ => panic!("{what}: lean {lean:?}, plain {plain:?}"),
+    }
+}
+
+impl<L> LeanTwin<L> {
+    /// Whether the next check is lean.
+    fn next_is_lean(&self) -> bool {
+        let n = self.checks.get();
+        self.checks.set(n.wrapping_add(1));
+        self.mask >> (n % 64) & 1 == 1
+    }
+
+    fn keep(&self, receipt: Option<Receipt>) {
+        self.receipts.borrow_mut().extend(receipt);
+    }
+
+    /// The second limiter's receipt held like `receipt`.
+    fn twin_of(&self, receipt: &Receipt) -> Receipt {
+        let mut receipts = self.receipts.borrow_mut();
+        let at = receipts
+            .iter()
+            .position(|r| {
+                (r.key(), r.cost(), r.stamp()) == (receipt.key(), receipt.cost(), receipt.stamp())
+            })
+            .unwrap_or_else(|| panic!("the twin issued no receipt like {receipt:?}"));
+        receipts.swap_remove(at)
+    }
+}
+
+impl<A: Algorithm + Clone> LeanTwin<Keyed<A, ManualClock>> {
+    /// Twin keyed limiters of one shard (as [`InKeyed`]), lean where `lean`
+    /// says. One seed for both: the order in which a shard forgets keys due
+    /// at the same instant follows their hashes, and with it what the
+    /// ledgers keep and the receipts' stamps.
+    pub fn keyed(algorithm: &A, lean: u64) -> Self {
+        let clock = ManualClock::new();
+        let build = || {
+            Keyed::builder(algorithm.clone())
+                .clock(clock.clone())
+                .shards(1)
+                .seed(0x1ea7)
+                .build()
+        };
+        LeanTwin {
+            lean: build(),
+            plain: build(),
+            clock,
+            mask: lean,
+            checks: std::cell::Cell::new(0),
+            receipts: std::cell::RefCell::new(Vec::new()),
+        }
+    }
+}
+
+impl<A: Algorithm + Clone> LeanTwin<Direct<A, ManualClock>> {
+    /// Twin single buckets (as [`InDirect`]), lean where `lean` says.
+    pub fn direct(algorithm: &A, lean: u64) -> Self {
+        let clock = ManualClock::new();
+        LeanTwin {
+            lean: Direct::with_clock(algorithm.clone(), clock.clone()),
+            plain: Direct::with_clock(algorithm.clone(), clock.clone()),
+            clock,
+            mask: lean,
+            checks: std::cell::Cell::new(0),
+            receipts: std::cell::RefCell::new(Vec::new()),
+        }
+    }
+}
+
+impl<A: Algorithm> Subject for LeanTwin<Keyed<A, ManualClock>> {
+    fn check(
+        &self,
+        key: u8,
+        cost: u32,
+        receipt: bool,
+    ) -> Result<(Decision, Option<Receipt>), Error> {
+        let key = [key];
+        if receipt {
+            let plain = self.plain.check_with_receipt(&key, cost);
+            let answer = self.lean.check_with_receipt(&key, cost);
+            agree(
+                answer.as_ref().map(|(d, _)| d),
+                plain.as_ref().map(|(d, _)| d),
+                "a check with a receipt",
+            );
+            self.keep(plain.ok().and_then(|(_, r)| r));
+            return answer;
+        }
+        let plain = self.plain.check(&key, cost);
+        let answer = if self.next_is_lean() {
+            lean_decision(self.lean.check_lean(&key, cost))
+        } else {
+            self.lean.check(&key, cost)
+        };
+        agree(answer.as_ref(), plain.as_ref(), "a check");
+        answer.map(|d| (d, None))
+    }
+    fn peek(&self, key: u8, cost: u32) -> Result<Decision, Error> {
+        let (answer, plain) = (self.lean.peek(&[key], cost), self.plain.peek(&[key], cost));
+        agree(answer.as_ref(), plain.as_ref(), "a peek");
+        answer
+    }
+    fn settle(&self, receipt: Receipt, actual: u32) -> Result<Decision, Error> {
+        let plain = self.plain.settle(self.twin_of(&receipt), actual);
+        let answer = self.lean.settle(receipt, actual);
+        agree(answer.as_ref(), plain.as_ref(), "a settlement");
+        answer
+    }
+    fn reset(&self, key: u8) {
+        self.lean.reset(&[key]);
+        self.plain.reset(&[key]);
+    }
+    fn set_clock(&self, micros: u64) {
+        self.clock.set(micros);
+    }
+    fn capacity(&self) -> u64 {
+        self.lean.algorithm().capacity()
+    }
+}
+
+impl<A: Algorithm> Subject for LeanTwin<Direct<A, ManualClock>> {
+    fn check(
+        &self,
+        _key: u8,
+        cost: u32,
+        receipt: bool,
+    ) -> Result<(Decision, Option<Receipt>), Error> {
+        if receipt {
+            let plain = self.plain.check_with_receipt(cost);
+            let answer = self.lean.check_with_receipt(cost);
+            agree(
+                answer.as_ref().map(|(d, _)| d),
+                plain.as_ref().map(|(d, _)| d),
+                "a check with a receipt",
+            );
+            self.keep(plain.ok().and_then(|(_, r)| r));
+            return answer;
+        }
+        let plain = self.plain.check(cost);
+        let answer = if self.next_is_lean() {
+            lean_decision(self.lean.check_lean(cost))
+        } else {
+            self.lean.check(cost)
+        };
+        agree(answer.as_ref(), plain.as_ref(), "a check");
+        answer.map(|d| (d, None))
+    }
+    fn peek(&self, _key: u8, cost: u32) -> Result<Decision, Error> {
+        let (answer, plain) = (self.lean.peek(cost), self.plain.peek(cost));
+        agree(answer.as_ref(), plain.as_ref(), "a peek");
+        answer
+    }
+    fn settle(&self, receipt: Receipt, actual: u32) -> Result<Decision, Error> {
+        let plain = self.plain.settle(self.twin_of(&receipt), actual);
+        let answer = self.lean.settle(receipt, actual);
+        agree(answer.as_ref(), plain.as_ref(), "a settlement");
+        answer
+    }
+    fn reset(&self, _key: u8) {
+        self.lean.reset();
+        self.plain.reset();
+    }
+    fn set_clock(&self, micros: u64) {
+        self.clock.set(micros);
+    }
+    fn capacity(&self) -> u64 {
+        self.lean.algorithm().capacity()
+    }
+}
+
+/// [`in_memory`] with lean checks: `ops` on [`LeanTwin`] keyed limiters
+/// (keys as the ops say) and single buckets (every op on one key), the
+/// checks `lean` marks lean, each answer the same as a check's and every
+/// admission within the kept history under `model`. A peek of cost 0
+/// becomes a check of cost 0 (the peek a check makes, which moves the
+/// limiter's time as any check does): lean ones among them too.
+pub fn lean_in_memory<A: Algorithm + Clone>(
+    algorithm: &A,
+    model: Model,
+    ops: &[Op],
+    lean: u64,
+) -> Result<(), TestCaseError> {
+    let ops: Vec<Op> = ops
         .iter()
+        .map(|op| match *op {
+            Op::Peek { key, cost: 0 } => Op::Check {
+                key,
+                cost: 0,
+                receipt: false,
+            },
+            other => other,
+        })
+        .collect();
+    run(&LeanTwin::keyed(algorithm, lean), model, &ops, 0)?;
+    run(&LeanTwin::direct(algorithm, lean), model, &one_key(&ops), 0)
+}
+
+/// `ops` with every key made key 0: a single bucket's steps.
+fn one_key(ops: &[Op]) -> Vec<Op> {
+    ops.iter()
         .map(|op| match *op {
             Op::Check { cost, receipt, .. } => Op::Check {
                 key: 0,
@@ -331,8 +573,7 @@ pub fn in_memory<A: Algorithm + Clone>(
             Op::Reset { .. } => Op::Reset { key: 0 },
             other => other,
         })
-        .collect();
-    run(&InDirect::new(algorithm.clone()), model, &one_key, 0)
+        .collect()
 }
 
 /// Threads racing checks with receipts, refunds and partial settlements on

@@ -3,7 +3,7 @@
 
 use proptest::prelude::*;
 use ratelab_core::Algorithm;
-use ratelab_testkit::interleave::{in_memory, quota_and_ops};
+use ratelab_testkit::interleave::{in_memory, lean_in_memory, quota_and_ops};
 use ratelab_testkit::kept::Model;
 use ratelab_testkit::oracle::Bound;
 use ratelab_testkit::props::{all_properties, config, wild_clock_properties};
@@ -35,5 +35,15 @@ proptest! {
     #[test]
     fn settlements_keep_every_admission_within_what_was_kept((quota, ops) in quota_and_ops(60, 3)) {
         in_memory(&TokenBucket::new(quota), Model::debt(quota), &ops)?;
+    }
+
+    /// The bucket's state is two words behind a lock: its lean check builds
+    /// the decision as a check does, and answers the same.
+    #[test]
+    fn a_lean_check_answers_what_a_check_does(
+        (quota, ops) in quota_and_ops(60, 3),
+        lean in any::<u64>(),
+    ) {
+        lean_in_memory(&TokenBucket::new(quota), Model::debt(quota), &ops, lean)?;
     }
 }

@@ -76,9 +76,10 @@ use shard::{Entry, Shard};
 use sketch::Sketch;
 
 use crate::algorithm::Algorithm;
+use crate::algorithm::StateCell;
 use crate::limiter::{Limiter, RateLimiter};
 use crate::time::{Clock, SystemClock, clamp_instant};
-use crate::{Decision, Error, Issuer, Quota, Receipt, Settlement, Stamp};
+use crate::{Decision, Error, Issuer, Quota, Receipt, Settlement, Stamp, Verdict};
 
 /// The default bound on the number of keys a [`Keyed`] limiter tracks.
 pub const DEFAULT_MAX_KEYS: usize = 1_000_000;
@@ -187,6 +188,53 @@ impl<A: Algorithm, C: Clock> Keyed<A, C, ByteKey> {
         self.decide::<false>(hash, |k| probe.matches(k), || probe.to_key(), cost)
     }
 
+    /// Decides as [`Keyed::check`] does, and answers only whether the
+    /// request passed: the whole [`Decision`] is computed when
+    /// [`Verdict::decision`] asks for it (see [`Direct::check_lean`]).
+    ///
+    /// ```
+    /// use ratelab_core::{Keyed, ManualClock, Quota};
+    /// # use ratelab_core::{Algorithm, AtomicCell, Decision, Error};
+    /// # #[derive(Debug)]
+    /// # struct Allowance(Quota);
+    /// # impl Algorithm for Allowance {
+    /// #     type State = u64;
+    /// #     type Cell = AtomicCell;
+    /// #     type Ledger = u64;
+    /// #     fn name(&self) -> &'static str { "allowance" }
+    /// #     fn quota(&self) -> &Quota { &self.0 }
+    /// #     fn capacity(&self) -> u64 { self.0.burst().into() }
+    /// #     fn initial_state(&self) -> u64 { 0 }
+    /// #     fn decide(&self, used: &mut u64, _: u64, cost: u32) -> Result<Decision, Error> {
+    /// #         let (cost, cap) = (u64::from(cost), self.capacity());
+    /// #         if *used + cost > cap { return Ok(Decision::refused(cap).with_remaining(cap - *used)); }
+    /// #         *used += cost;
+    /// #         Ok(Decision::admitted(cap).with_remaining(cap - *used))
+    /// #     }
+    /// #     fn full_at(&self, used: &u64) -> u64 { if *used > 0 { u64::MAX } else { 0 } }
+    /// # }
+    /// let limiter = Keyed::with_clock(Allowance(Quota::per_hour(2)?), ManualClock::new());
+    /// assert!(limiter.check_lean(b"ada", 1)?.allowed());
+    /// let verdict = limiter.check_lean(b"ada", 1)?;
+    /// assert_eq!(verdict.decision().remaining, 0);
+    /// assert!(!limiter.check_lean(b"ada", 1)?.allowed());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    ///
+    /// [`Direct::check_lean`]: crate::Direct::check_lean
+    #[inline]
+    pub fn check_lean(&self, key: &[u8], cost: u32) -> Result<Verdict<'_, A>, Error> {
+        let probe = self.digester.probe(key);
+        let hash = self.hasher.hash_one(probe);
+        self.decide_marked::<false, false, Verdict<'_, A>>(
+            hash,
+            |k| probe.matches(k),
+            || probe.to_key(),
+            cost,
+        )
+        .map(|(verdict, _)| verdict)
+    }
+
     /// Decides as [`Keyed::check`] does, with a [`Receipt`] for an admission
     /// of a positive cost (see [`RateLimiter::check_with_receipt`]).
     pub fn check_with_receipt(
@@ -196,8 +244,12 @@ impl<A: Algorithm, C: Clock> Keyed<A, C, ByteKey> {
     ) -> Result<(Decision, Option<Receipt>), Error> {
         let probe = self.digester.probe(key);
         let hash = self.hasher.hash_one(probe);
-        let (decision, mark) =
-            self.decide_marked::<false, true>(hash, |k| probe.matches(k), || probe.to_key(), cost)?;
+        let (decision, mark) = self.decide_marked::<false, true, Decision>(
+            hash,
+            |k| probe.matches(k),
+            || probe.to_key(),
+            cost,
+        )?;
         let receipt = match mark {
             Mark::None => None,
             Mark::Own(stamp) => Some(self.issuer.issue(key, cost, stamp)),
@@ -366,6 +418,24 @@ impl<A: Algorithm, C: Clock, K: Hash + Eq> Keyed<A, C, K> {
         self.decide::<false>(hash, |k| k.borrow() == key, || key.to_owned(), cost)
     }
 
+    /// Decides as [`Keyed::check_key`] does, and answers only whether the
+    /// request passed: see [`Keyed::check_lean`].
+    #[inline]
+    pub fn check_key_lean<Q>(&self, key: &Q, cost: u32) -> Result<Verdict<'_, A>, Error>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        let hash = self.hasher.hash_one(key);
+        self.decide_marked::<false, false, Verdict<'_, A>>(
+            hash,
+            |k| k.borrow() == key,
+            || key.to_owned(),
+            cost,
+        )
+        .map(|(verdict, _)| verdict)
+    }
+
     /// The decision a request of weight `cost` for `key` would get now,
     /// consuming nothing and storing nothing.
     pub fn peek_key<Q>(&self, key: &Q, cost: u32) -> Result<Decision, Error>
@@ -484,20 +554,20 @@ impl<A: Algorithm, C: Clock, K: Hash + Eq> Keyed<A, C, K> {
         to_key: impl FnOnce() -> K,
         cost: u32,
     ) -> Result<Decision, Error> {
-        self.decide_marked::<DRY, false>(hash, is_key, to_key, cost)
+        self.decide_marked::<DRY, false, Decision>(hash, is_key, to_key, cost)
             .map(|(decision, _)| decision)
     }
 
-    /// [`Keyed::decide`], and, when `MARK`, what the admission leaves for a
-    /// receipt.
+    /// [`Keyed::decide`], answering an `O` (a whole decision, or a lean
+    /// verdict), and, when `MARK`, what the admission leaves for a receipt.
     #[inline]
-    fn decide_marked<const DRY: bool, const MARK: bool>(
-        &self,
+    fn decide_marked<'s, const DRY: bool, const MARK: bool, O: Outcome<'s, A>>(
+        &'s self,
         hash: u64,
         is_key: impl Fn(&K) -> bool,
         to_key: impl FnOnce() -> K,
         cost: u32,
-    ) -> Result<(Decision, Mark), Error> {
+    ) -> Result<(O, Mark), Error> {
         // Read before locking: the clock is the slow part of a check.
         let now = clamp_instant(self.clock.now_micros());
         // hashbrown uses the low bits (bucket) and the top 7 (tag): pick the
@@ -515,14 +585,14 @@ impl<A: Algorithm, C: Clock, K: Hash + Eq> Keyed<A, C, K> {
             (now, now)
         };
         shard.forget_due(algorithm, upkeep, UPKEEP_PER_CHECK, Some(hash));
-        let admitted = |decision: &Decision| MARK && decision.allowed && cost > 0;
+        let admitted = |outcome: &O| MARK && outcome.allowed() && cost > 0;
 
         if let Some(entry) = shard.table.find_mut(hash, |e| is_key(&e.key)) {
             if DRY {
-                let decision = algorithm.decide(&mut entry.state.clone(), now, cost)?;
+                let decision = O::decide(algorithm, &mut entry.state.clone(), now, cost)?;
                 return Ok((decision, Mark::None));
             }
-            let decision = algorithm.decide(&mut entry.state, now, cost)?;
+            let decision = O::decide(algorithm, &mut entry.state, now, cost)?;
             if !admitted(&decision) {
                 return Ok((decision, Mark::None));
             }
@@ -544,13 +614,14 @@ impl<A: Algorithm, C: Clock, K: Hash + Eq> Keyed<A, C, K> {
                     Some(sketch) => sketch.peek(algorithm, hash, now, cost),
                     None => algorithm.decide(&mut algorithm.initial_state(), now, cost),
                 }?;
-                return Ok((decision, Mark::None));
+                return Ok((O::made(decision), Mark::None));
             }
             let width = self.sketch_cells_per_shard() / depth;
             let decision = shard
                 .sketch
                 .get_or_insert_with(|| Sketch::new(algorithm, width, depth))
                 .decide(algorithm, hash, now, cost)?;
+            let decision = O::made(decision);
             let mark = if admitted(&decision) {
                 Mark::Shared
             } else {
@@ -564,7 +635,7 @@ impl<A: Algorithm, C: Clock, K: Hash + Eq> Keyed<A, C, K> {
             .as_ref()
             .and_then(|sketch| sketch.seed(algorithm, hash, now))
             .unwrap_or_else(|| algorithm.initial_state());
-        let decision = algorithm.decide(&mut state, now, cost)?;
+        let decision = O::decide(algorithm, &mut state, now, cost)?;
         if algorithm.full_at(&state) <= now {
             // Nothing to remember: a peek, or a refusal of a full key.
             return Ok((decision, Mark::None));
@@ -711,5 +782,59 @@ impl<A: Algorithm + fmt::Debug, C: fmt::Debug, K> fmt::Debug for Keyed<A, C, K> 
             .field("max_keys", &self.max_keys)
             .field("flood", &self.flood)
             .finish_non_exhaustive()
+    }
+}
+
+/// What a check of the store answers: a whole [`Decision`], or a lean
+/// [`Verdict`] that computes it when asked.
+trait Outcome<'a, A: Algorithm>: Sized {
+    /// Decides a request of `cost` at `now` from `state`, changing it as
+    /// [`Algorithm::decide`] does.
+    fn decide(algorithm: &'a A, state: &mut A::State, now: u64, cost: u32) -> Result<Self, Error>;
+
+    /// The outcome of a decision already made whole (by the flood cells).
+    fn made(decision: Decision) -> Self;
+
+    /// The request passed.
+    fn allowed(&self) -> bool;
+}
+
+impl<'a, A: Algorithm> Outcome<'a, A> for Decision {
+    #[inline(always)]
+    fn decide(algorithm: &'a A, state: &mut A::State, now: u64, cost: u32) -> Result<Self, Error> {
+        algorithm.decide(state, now, cost)
+    }
+
+    #[inline(always)]
+    fn made(decision: Decision) -> Self {
+        decision
+    }
+
+    #[inline(always)]
+    fn allowed(&self) -> bool {
+        self.allowed
+    }
+}
+
+impl<'a, A: Algorithm> Outcome<'a, A> for Verdict<'a, A> {
+    #[inline(always)]
+    fn decide(algorithm: &'a A, state: &mut A::State, now: u64, cost: u32) -> Result<Self, Error> {
+        if <A::Cell as StateCell>::ONE_WORD {
+            let before = state.clone();
+            // Only `allowed` is read: the compiler drops the rest.
+            let allowed = algorithm.decide(state, now, cost)?.allowed;
+            return Ok(Verdict::replay(algorithm, before, now, cost, allowed));
+        }
+        algorithm.decide(state, now, cost).map(Verdict::made)
+    }
+
+    #[inline(always)]
+    fn made(decision: Decision) -> Self {
+        Verdict::made(decision)
+    }
+
+    #[inline(always)]
+    fn allowed(&self) -> bool {
+        Verdict::allowed(self)
     }
 }
