@@ -287,13 +287,15 @@ fn socket(rec: &mut Recorder, mode: &Mode, path: Path) {
             .filter_map(Round::server_ns_per_request)
             .collect();
         let mut busy: Vec<f64> = rounds.iter().filter_map(Round::server_busy).collect();
+        let mut client_busy: Vec<f64> = rounds.iter().filter_map(Round::client_busy).collect();
         if !server_ns.is_empty() {
             let ns = median(&mut server_ns);
             rec.push(Row::new(group, "gcra", stack, Metric::NsPerCheck, ns));
             eprintln!(
-                "{group}/{stack}: median of {} rounds: {per_sec:.0} requests/s, server {ns:.0} ns of CPU per request, on a CPU {:.0} % of the round",
+                "{group}/{stack}: median of {} rounds: {per_sec:.0} requests/s, server {ns:.0} ns of CPU per request, on a CPU {:.0} % of the round (the load generator {:.0} %)",
                 figures.len(),
-                median(&mut busy) * 100.0
+                median(&mut busy) * 100.0,
+                median(&mut client_busy) * 100.0,
             );
         }
     }

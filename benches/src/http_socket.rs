@@ -33,6 +33,8 @@ pub(crate) struct Round {
     /// The server thread's time on a CPU over the round (Linux; `None`
     /// elsewhere).
     pub(crate) server_cpu: Option<Duration>,
+    /// The load generator's time on a CPU over the round.
+    pub(crate) client_cpu: Option<Duration>,
 }
 
 impl Round {
@@ -59,6 +61,12 @@ impl Round {
     /// generator or the machine is).
     pub(crate) fn server_busy(&self) -> Option<f64> {
         self.server_cpu
+            .map(|cpu| cpu.as_secs_f64() / self.elapsed.as_secs_f64())
+    }
+
+    /// The share of the round the load generator spent on a CPU.
+    pub(crate) fn client_busy(&self) -> Option<f64> {
+        self.client_cpu
             .map(|cpu| cpu.as_secs_f64() / self.elapsed.as_secs_f64())
     }
 }
@@ -124,6 +132,7 @@ impl Client {
         let senders = std::mem::take(&mut self.apps[app]);
         let host = self.host[app].clone();
         let cpu_before = self.server_cpu();
+        let client_before = thread_cpu("/proc/thread-self/schedstat");
         let (senders, admitted, refused, elapsed) = self.rt.block_on(async move {
             let started = Instant::now();
             let deadline = started + duration;
@@ -158,6 +167,9 @@ impl Client {
             (back, admitted, refused, started.elapsed())
         });
         self.apps[app] = senders;
+        let client_cpu = client_before
+            .zip(thread_cpu("/proc/thread-self/schedstat"))
+            .map(|(before, after)| after.saturating_sub(before));
         let server_cpu = cpu_before
             .zip(self.server_cpu())
             .map(|(before, after)| after.saturating_sub(before));
@@ -166,15 +178,21 @@ impl Client {
             refused,
             elapsed,
             server_cpu,
+            client_cpu,
         }
     }
 
     /// The server thread's CPU time so far.
     fn server_cpu(&self) -> Option<Duration> {
-        let schedstat = std::fs::read_to_string(self.server_schedstat.as_ref()?).ok()?;
-        let ns = schedstat.split_whitespace().next()?.parse().ok()?;
-        Some(Duration::from_nanos(ns))
+        thread_cpu(self.server_schedstat.as_ref()?)
     }
+}
+
+/// A thread's time on a CPU so far, from its `schedstat` in `/proc`.
+fn thread_cpu(schedstat: impl AsRef<std::path::Path>) -> Option<Duration> {
+    let schedstat = std::fs::read_to_string(schedstat).ok()?;
+    let ns = schedstat.split_whitespace().next()?.parse().ok()?;
+    Some(Duration::from_nanos(ns))
 }
 
 /// Serves each of `apps` on its own loopback port from one thread, opens
