@@ -88,8 +88,8 @@ impl Compiled {
             return None;
         }
         let key = match &policy.key {
-            Some(key) => Cow::Owned(key(parts, client)?),
-            None => Cow::Borrowed(client.key()),
+            Some(key) => Cow::Owned(key(parts, client)?.into_bytes()),
+            None => Cow::Borrowed(client.key_bytes()),
         };
         let cost = match &policy.cost {
             Cost::Fixed(n) => *n,
