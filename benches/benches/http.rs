@@ -14,14 +14,18 @@
 //!   hyper HTTP/1.1 client with 16 keep-alive connections to each app,
 //!   each connection sending `GET /` as soon as the last response was read.
 //!   The two threads are pinned to two distinct cores (other processes may
-//!   still run there). Paired rounds: the stacks in turn, the order
-//!   rotating each round, each for the same time; each stack's figure is
+//!   still run there). Paired rounds (41 of 0.25 s; 11 of 0.15 s quick):
+//!   the stacks in turn, the order rotating each round, each for the same
+//!   time, after one round each to warm up; each stack's figure is
 //!   its median over the rounds: requests per second admitted (200) on the
 //!   admitted path, refused (429) on the refused path (the bare handler
 //!   admits all), and the server thread's CPU time per request (from
 //!   `/proc`, Linux). Printed too: each stack's ratio to tower_governor
-//!   round by round (median, quartiles, range), and the share of each round
-//!   the server thread was on a CPU (near 1: the server is the bottleneck).
+//!   round by round (median, quartiles, range), of requests per second and
+//!   of requests per second of the server's CPU time (which other processes
+//!   on the machine move less), and the share of each round the server
+//!   thread and the load generator were on a CPU (near 1: that thread is
+//!   the bottleneck; both well below: the machine is busy).
 //! - `http-in-process-admitted`, `http-in-process-refused` (criterion) and
 //!   `<group>-paired` (paired rounds, as above): in process, one thread.
 //!   Each app is an axum `Router` driven as a tower `Service` on a
@@ -203,8 +207,8 @@ fn socket(rec: &mut Recorder, mode: &Mode, path: Path) {
     if mode.criterion_only() || !mode.wants_any(group, STACKS.iter().copied()) {
         return;
     }
-    let rounds = mode.size(21, 7, 1);
-    let round_time = Duration::from_millis(mode.size(500, 200, 20));
+    let rounds = mode.size(41, 11, 1);
+    let round_time = Duration::from_millis(mode.size(250, 150, 20));
     let connections = mode.size(CONNECTIONS, CONNECTIONS, 2);
     let load_before = load_average();
     let (stacks, apps): (Vec<&str>, Vec<Router>) = apps(path).into_iter().unzip();
@@ -267,10 +271,28 @@ fn socket(rec: &mut Recorder, mode: &Mode, path: Path) {
         "{group}: {rounds} rounds of {round_time:?}, {connections} connections per stack; load average {load_before} before, {} after",
         load_average()
     );
+    // The server's CPU time per request, round by round: throughput while
+    // the server runs (the reference's time over this stack's), which the
+    // other processes on the machine move less than requests per second.
+    let server_ns: Vec<Vec<f64>> = rounds_of
+        .iter()
+        .map(|rounds| {
+            rounds
+                .iter()
+                .filter_map(Round::server_ns_per_request)
+                .collect()
+        })
+        .collect();
     for (k, stack) in stacks.iter().enumerate() {
         if k != reference {
             let spread = Spread::of_ratios(&figures[k], &figures[reference]);
             eprintln!("{group}/{stack}: requests/s per round / {REFERENCE}: {spread}");
+            if server_ns[k].len() == rounds && server_ns[reference].len() == rounds {
+                let spread = Spread::of_ratios(&server_ns[reference], &server_ns[k]);
+                eprintln!(
+                    "{group}/{stack}: requests per server CPU second per round / {REFERENCE}: {spread}"
+                );
+            }
         }
     }
     for ((stack, figures), rounds) in stacks.iter().zip(figures).zip(&mut rounds_of) {

@@ -201,8 +201,8 @@ generator, on another thread, is hyper's HTTP/1.1 client with 16 keep-alive
 connections to each app, each sending `GET /` as soon as its last response
 was read to the end. The two threads are pinned to two distinct cores (other
 processes on the machine still run there: see the load average). Paired
-rounds, 21 of half a second per stack (7 of 0.2 s quick), the order of the
-stacks rotating each round; each stack's figure is its median over the
+rounds, 41 of a quarter of a second per stack (11 of 0.15 s quick), the
+order of the stacks rotating each round; each stack's figure is its median over the
 rounds, and the bench prints each stack's ratio to tower_governor round by
 round (median, quartiles, range) and the share of each round the server
 thread was on a CPU. The server CPU column is the server thread's time on a
