@@ -20,7 +20,12 @@
 //!   its median over the rounds: requests per second admitted (200) on the
 //!   admitted path, refused (429) on the refused path (the bare handler
 //!   admits all), and the server thread's CPU time per request (from
-//!   `/proc`, Linux). Printed too: each stack's ratio to tower_governor
+//!   `/proc`, Linux). Recorded too, and printed: each stack's ratio to
+//!   tower_governor round by round (median and quartiles: metrics
+//!   `ratio_per_round`, `_q1`, `_q3`; what the targets judge, a drift of the
+//!   machine falling on both sides of each ratio), of requests per second,
+//!   and in `<group>-server-cpu` of requests per second of the server's CPU
+//!   time. Printed: each stack's ratio to tower_governor
 //!   round by round (median, quartiles, range), of requests per second and
 //!   of requests per second of the server's CPU time (which other processes
 //!   on the machine move less), and the share of each round the server
@@ -287,11 +292,20 @@ fn socket(rec: &mut Recorder, mode: &Mode, path: Path) {
         if k != reference {
             let spread = Spread::of_ratios(&figures[k], &figures[reference]);
             eprintln!("{group}/{stack}: requests/s per round / {REFERENCE}: {spread}");
+            for row in spread.rows(|metric, value| Row::new(group, "gcra", stack, metric, value)) {
+                rec.push(row);
+            }
             if server_ns[k].len() == rounds && server_ns[reference].len() == rounds {
                 let spread = Spread::of_ratios(&server_ns[reference], &server_ns[k]);
                 eprintln!(
                     "{group}/{stack}: requests per server CPU second per round / {REFERENCE}: {spread}"
                 );
+                let cpu_group = format!("{group}-server-cpu");
+                for row in
+                    spread.rows(|metric, value| Row::new(&cpu_group, "gcra", stack, metric, value))
+                {
+                    rec.push(row);
+                }
             }
         }
     }

@@ -250,6 +250,13 @@ pub enum Metric {
     UsecPerCall,
     /// Commands the server received per check.
     RoundTripsPerCheck,
+    /// A ratio to the group's reference side taken round by round in
+    /// paired rounds: its median.
+    RatioPerRound,
+    /// The same ratio's lower quartile.
+    RatioPerRoundLowerQuartile,
+    /// The same ratio's upper quartile.
+    RatioPerRoundUpperQuartile,
 }
 
 impl Metric {
@@ -261,6 +268,9 @@ impl Metric {
             Metric::BytesPerKey => "bytes_per_key",
             Metric::UsecPerCall => "usec_per_call",
             Metric::RoundTripsPerCheck => "round_trips_per_check",
+            Metric::RatioPerRound => "ratio_per_round",
+            Metric::RatioPerRoundLowerQuartile => "ratio_per_round_q1",
+            Metric::RatioPerRoundUpperQuartile => "ratio_per_round_q3",
         }
     }
 
@@ -272,6 +282,9 @@ impl Metric {
             Metric::BytesPerKey => "bytes",
             Metric::UsecPerCall => "us",
             Metric::RoundTripsPerCheck => "commands",
+            Metric::RatioPerRound
+            | Metric::RatioPerRoundLowerQuartile
+            | Metric::RatioPerRoundUpperQuartile => "ratio",
         }
     }
 }
@@ -550,6 +563,16 @@ pub struct Spread {
 }
 
 impl Spread {
+    /// The rows of this spread: its median and quartiles, as `row` makes
+    /// them from a metric and a value.
+    pub fn rows(&self, row: impl Fn(Metric, f64) -> Row) -> [Row; 3] {
+        [
+            row(Metric::RatioPerRound, self.median),
+            row(Metric::RatioPerRoundLowerQuartile, self.lower_quartile),
+            row(Metric::RatioPerRoundUpperQuartile, self.upper_quartile),
+        ]
+    }
+
     /// The spread of `ours[i] / reference[i]`, round by round.
     ///
     /// # Panics
