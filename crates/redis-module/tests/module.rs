@@ -630,6 +630,131 @@ fn a_shortened_ttl_buys_no_admission() {
     }
 }
 
+/// Two a hour: four checks within a few ms admit two, refuse two, and
+/// meet no window's edge.
+fn two_an_hour() -> Quota {
+    Quota::new(2, Duration::from_secs(3600)).unwrap()
+}
+
+/// The caller's clock and the server's (`""`): on the server's, a check
+/// opens its key to write before it knows whether it will.
+fn clocks() -> [String; 2] {
+    [START.to_string(), String::new()]
+}
+
+/// A check signals its key as modified (`WATCH`, client-side caching) when
+/// it writes, and only then, as the script does: a transaction that
+/// `WATCH`es the key is aborted by an admission and runs after a refusal.
+#[test]
+fn a_check_touches_watchers_only_when_it_writes() {
+    let server = support::server();
+    let mut connection = connect(&server.url());
+    let mut watcher = connect(&server.url());
+    for kind in AlgorithmKind::ALL {
+        let sha = load_script(&mut connection, kind);
+        let params = kind.params(two_an_hour());
+        for now in clocks() {
+            let mut runs = Vec::new();
+            for (by_module, key) in [(true, "watched:m"), (false, "watched:s")] {
+                let _: () = redis::cmd("DEL").arg(key).query(&mut connection).unwrap();
+                let mut run = Vec::new();
+                for _ in 0..4 {
+                    let _: () = redis::cmd("WATCH").arg(key).query(&mut watcher).unwrap();
+                    let args = argv(&now, 1, SLACK_MS, "", &params);
+                    let cmd = if by_module {
+                        module_cmd(kind, key, &args)
+                    } else {
+                        script_cmd(&sha, key, &args)
+                    };
+                    let allowed = query(&mut connection, &cmd).unwrap()[0] == 1;
+                    let exec: redis::Value = redis::pipe()
+                        .atomic()
+                        .cmd("PING")
+                        .query(&mut watcher)
+                        .unwrap();
+                    run.push((allowed, exec != redis::Value::Nil));
+                }
+                runs.push(run);
+            }
+            let name = kind.name();
+            assert_eq!(runs[0], runs[1], "{name}, now {now:?}: module, script");
+            assert_eq!(
+                runs[0],
+                [(true, false), (true, false), (false, true), (false, true)],
+                "{name}, now {now:?}: (allowed, the transaction ran)"
+            );
+        }
+    }
+}
+
+/// A check raises the keyspace events the script raises, `keymiss`
+/// included, event for event: on a key that holds nothing, an admission,
+/// a refusal, and a peek.
+#[test]
+fn a_check_raises_the_keyspace_events_of_the_script() {
+    let server = support::server();
+    let mut connection = connect(&server.url());
+    let _: () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("notify-keyspace-events")
+        .arg("EAm")
+        .query(&mut connection)
+        .unwrap();
+    let mut subscriber = connect(&server.url());
+    let mut events = subscriber.as_pubsub();
+    events.psubscribe("__keyevent@*__:*").unwrap();
+    events
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    // The events up to the `SET` of `end`, as `event key`.
+    let mut until_end = |connection: &mut redis::Connection| -> Vec<String> {
+        let _: () = redis::cmd("SET")
+            .arg("events:end")
+            .arg(1)
+            .query(connection)
+            .unwrap();
+        let mut seen = Vec::new();
+        loop {
+            let message = events.get_message().expect("an event within 10 s");
+            let channel = message.get_channel_name().to_owned();
+            let key: String = message.get_payload().unwrap();
+            if key == "events:end" {
+                return seen;
+            }
+            let event = channel.rsplit(':').next().unwrap_or_default().to_owned();
+            seen.push(format!("{event} {key}"));
+        }
+    };
+    for kind in AlgorithmKind::ALL {
+        let sha = load_script(&mut connection, kind);
+        let params = kind.params(two_an_hour());
+        for now in clocks() {
+            let mut runs = Vec::new();
+            for (by_module, key) in [(true, "events:k"), (false, "events:k")] {
+                let _: () = redis::cmd("DEL").arg(key).query(&mut connection).unwrap();
+                until_end(&mut connection);
+                for op in ["check", "check", "check", "peek"] {
+                    let args = argv_op(op, &now, 1, SLACK_MS, "", &params);
+                    let cmd = if by_module {
+                        module_cmd(kind, key, &args)
+                    } else {
+                        script_cmd(&sha, key, &args)
+                    };
+                    query(&mut connection, &cmd).unwrap();
+                }
+                runs.push(until_end(&mut connection));
+            }
+            let name = kind.name();
+            assert_eq!(runs[0], runs[1], "{name}, now {now:?}: module, script");
+            assert!(
+                runs[0].first().is_some_and(|e| e == "keymiss events:k"),
+                "{name}, now {now:?}: {:?}",
+                runs[0]
+            );
+        }
+    }
+}
+
 /// A three-master cluster whose nodes load the module: every key's command
 /// runs on the node that owns its slot (others answer MOVED, as for any
 /// command with a key) and decides as memory does.
