@@ -212,6 +212,9 @@ pub(crate) fn string_command<A: StringForm>(
             _ => Via::Get,
         },
     };
+    // The shifts' bytes a check puts back as they were (filled by the
+    // read, in place: a state on the stack is not moved about).
+    let mut kept = Encoded::new();
     let read = match (via, handle.as_mut()) {
         (Via::Nothing, Some(open)) => {
             // As a read of a key that holds nothing raises it.
@@ -227,6 +230,7 @@ pub(crate) fn string_command<A: StringForm>(
                 now,
                 parsed.skew(),
                 shifts,
+                &mut kept,
             )?)
         }
         (_, opened) => {
@@ -235,7 +239,7 @@ pub(crate) fn string_command<A: StringForm>(
             let held = opened.is_some() || native::open_to_read(ctx, key).is_some();
             handle = None;
             if held {
-                read_with_get(&algorithm, ctx, key, now, parsed.skew(), shifts)?
+                read_with_get(&algorithm, ctx, key, now, parsed.skew(), shifts, &mut kept)?
             } else {
                 None
             }
@@ -244,17 +248,15 @@ pub(crate) fn string_command<A: StringForm>(
     let exists = read.is_some();
     // Nothing it holds can still be claimed: a key never seen, with no
     // shifts to keep.
-    let held = read.filter(|(s, _)| algorithm.forgettable_at(&s.state, &s.ledger) > now);
+    let held = read.filter(|s| algorithm.forgettable_at(&s.state, &s.ledger) > now);
     let was_held = held.is_some();
-    let (mut stored, kept) = held.unwrap_or_else(|| {
-        (
-            Stored {
-                state: algorithm.initial_state(),
-                ledger: A::Ledger::default(),
-                latest: 0,
-            },
-            Encoded::new(),
-        )
+    let mut stored = held.unwrap_or_else(|| {
+        kept = Encoded::new();
+        Stored {
+            state: algorithm.initial_state(),
+            ledger: A::Ledger::default(),
+            latest: 0,
+        }
     });
     let write = Write {
         ctx,
@@ -341,10 +343,11 @@ fn read_with_get<A: StringForm>(
     now: u64,
     skew: u64,
     shifts: bool,
-) -> Result<Option<(StoredOf<A>, Encoded)>, RedisError> {
+    kept: &mut Encoded,
+) -> Result<Option<StoredOf<A>>, RedisError> {
     let stored = native::get(ctx, key);
     match stored.string() {
-        Ok(Some(raw)) => decode_stored(algorithm, key, raw, now, skew, shifts).map(Some),
+        Ok(Some(raw)) => decode_stored(algorithm, key, raw, now, skew, shifts, kept).map(Some),
         Ok(None) => Ok(None),
         Err(()) => {
             let what = format!("a {}, not a string", type_name(ctx, key.bytes()));
@@ -400,9 +403,9 @@ impl<'a, A: StringForm> Write<'a, A> {
 
 /// The state in a stored string, or the error that says what is wrong
 /// with it; and, unless `shifts` asks for a debt's shifts to be read into
-/// its ledger, their bytes as they are, to be written back after it
-/// ([`remote::split_string`]: the length is checked by every call, as the
-/// script checks it, which costs nothing).
+/// its ledger, their bytes as they are, added to `kept` (empty), to be
+/// written back after it ([`remote::split_string`]: the length is checked
+/// by every call, as the script checks it, which costs nothing).
 fn decode_stored<A: StringForm>(
     algorithm: &A,
     key: native::KeyArg<'_>,
@@ -410,17 +413,17 @@ fn decode_stored<A: StringForm>(
     now: u64,
     skew: u64,
     shifts: bool,
-) -> Result<(StoredOf<A>, Encoded), RedisError> {
+    kept: &mut Encoded,
+) -> Result<StoredOf<A>, RedisError> {
     let corrupt_state = |what: String| corrupt(A::NAME, key.bytes(), &what);
     let (mut stored, tail) =
         remote::split_string(algorithm, raw, now, skew).map_err(corrupt_state)?;
-    let mut kept = Encoded::new();
     if shifts {
         stored.ledger.read_tail(tail).map_err(corrupt_state)?;
     } else {
         kept.push(tail);
     }
-    Ok((stored, kept))
+    Ok(stored)
 }
 
 /// The latest instant (µs) a key expiring at Unix ms `expires_at` can start
