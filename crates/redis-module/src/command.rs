@@ -159,7 +159,8 @@ fn prologue<A: RemoteForm>(argv: &[&[u8]]) -> Result<Call<A>, RedisError> {
 /// (`RM_StringDMA`, even to read) turns an embedded string into a raw one,
 /// so a key would change encoding under a mere refusal. The state is
 /// written straight into the key (`RM_StringSet`, stored as `SET` stores
-/// it, and replicated as `SET ... PXAT`). What surrounds the calls copies
+/// it, and replicated as `SET ... PXAT`), or over the bytes a check read
+/// in place ([`native::Open::store`]). What surrounds the calls copies
 /// no argument, allocates nothing and writes the reply directly.
 ///
 /// Every operation is the algorithm crate's own: `decide` for checks and

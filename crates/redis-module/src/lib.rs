@@ -94,7 +94,13 @@
 //! and replicated as that `SET` (the very string stored, as `SET`
 //! propagates its argument): replicas and the AOF receive the effects a
 //! script would send, the same keyspace events are raised, and a server out
-//! of memory refuses the write as it refuses a script's.
+//! of memory refuses the write as it refuses a script's. A check that read
+//! its key in place writes its state over those bytes instead, when it has
+//! their length (no key deleted and added again, no string made): the
+//! bytes, the TTL, the memory taken, the replication, the events and the
+//! signal are still `SET`'s, but the key stays the raw string the read made
+//! of it, where `SET` would embed a string of up to 44 bytes (which only
+//! `OBJECT ENCODING` tells).
 //!
 //! The sliding log's sorted set is stored alike either way too
 //! (`RM_ZsetAdd` and `ZADD` both go through Redis's own `zsetAdd`), so its

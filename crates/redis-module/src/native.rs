@@ -481,6 +481,9 @@ pub(crate) struct Open<'a> {
     key: *mut raw::RedisModuleKey,
     /// Written through: signalled as modified when closed.
     written: bool,
+    /// The length of the string read in place (`read_in_place`), now a
+    /// raw string: a state of that length is written over it.
+    read_raw: Option<usize>,
 }
 
 /// What a key holds.
@@ -553,6 +556,7 @@ pub(crate) fn open<'a>(ctx: &'a Context, name: KeyArg<'a>) -> Open<'a> {
         name,
         key,
         written: false,
+        read_raw: None,
     }
 }
 
@@ -593,6 +597,7 @@ impl Open<'_> {
             if ptr.is_null() || len == 0 {
                 return &[];
             }
+            self.read_raw = Some(len);
             std::slice::from_raw_parts(ptr.cast::<u8>(), len)
         }
     }
@@ -606,12 +611,16 @@ impl Open<'_> {
     /// Stores `value` with a TTL of `ttl_ms`, as `SET key value PXAT at`
     /// does and replicates it, unless the server is out of memory. For
     /// values that are no decimal integer only: `SET` would store one as an
-    /// integer, a module's string stays a string.
+    /// integer, a module's string stays a string. Over the string read in
+    /// place when `value` has its length ([`Open::overwrite`]).
     pub(crate) fn store(&mut self, value: &[u8], ttl_ms: u64) -> Result<(), String> {
         if out_of_memory() {
             return Err(OOM.to_owned());
         }
         let at = expiry_at(ttl_ms);
+        if self.read_raw == Some(value.len()) {
+            return self.overwrite(value, at);
+        }
         let ctx = self.ctx.get_raw();
         // SAFETY: an open key; a string made here, whose reference is
         // released once (the key takes its own); the replicated command's
@@ -638,6 +647,46 @@ impl Open<'_> {
                 at,
             );
             api(raw::RedisModule_FreeString)(ctx, string);
+        }
+        self.notify(raw::REDISMODULE_NOTIFY_STRING, c"set");
+        self.notify(raw::REDISMODULE_NOTIFY_GENERIC, c"expire");
+        Ok(())
+    }
+
+    /// Writes `value` over the raw string of the same length read in place
+    /// (which that read made raw), expiring at Unix ms `at`: the bytes, the
+    /// TTL, the memory taken, the replication (`SET key value PXAT at`),
+    /// the events and the signal are `SET`'s; the key stays a raw string
+    /// where `SET` would embed a string of up to 44 bytes (only `OBJECT
+    /// ENCODING` tells). No key deleted and added again, no string made.
+    fn overwrite(&mut self, value: &[u8], at: i64) -> Result<(), String> {
+        let mode =
+            c_int::try_from(raw::REDISMODULE_READ | raw::REDISMODULE_WRITE).expect("small flags");
+        let ctx = self.ctx.get_raw();
+        let mut len = 0;
+        // SAFETY: an open key holding the raw string read in place, whose
+        // buffer (`len` bytes) is written within its length; the replicated
+        // command's format matches its arguments.
+        unsafe {
+            let ptr = api(raw::RedisModule_StringDMA)(self.key, &mut len, mode);
+            if ptr.is_null() || len != value.len() {
+                return Err("ratelab: cannot write the state".to_owned());
+            }
+            std::ptr::copy_nonoverlapping(value.as_ptr(), ptr.cast::<u8>(), len);
+            self.written = true;
+            if api(raw::RedisModule_SetAbsExpire)(self.key, at) != OK {
+                return Err("ratelab: cannot write the state".to_owned());
+            }
+            api(raw::RedisModule_Replicate)(
+                ctx,
+                c"SET".as_ptr(),
+                c"sbsl".as_ptr(),
+                self.name.object,
+                value.as_ptr().cast::<c_char>(),
+                value.len(),
+                pxat(),
+                at,
+            );
         }
         self.notify(raw::REDISMODULE_NOTIFY_STRING, c"set");
         self.notify(raw::REDISMODULE_NOTIFY_GENERIC, c"expire");
