@@ -82,7 +82,8 @@
 //! key opened to write as modified (`NO_IMPLICIT_SIGNAL_MODIFIED`) and
 //! signals a key when it writes it, so that a refusal, as a script's,
 //! aborts no transaction that `WATCH`es the key; and it raises the
-//! `keymiss` event a script's read of a key that holds nothing raises.
+//! `keymiss` event a script's read of a key that holds nothing raises (a
+//! key looked up to write counts no keyspace hit or miss in `INFO stats`).
 //! GCRA's and the leaky
 //! queue's state starts with one instant, and the key's expiry bounds it
 //! (every writer sets the TTL to the time until the key may be forgotten,
