@@ -8,19 +8,28 @@
 //!   its state is back to full capacity, where it decides exactly like a key
 //!   never seen. A key with no room in the table is decided by shared states
 //!   that can only over-count (below). Nothing a flood does erases a debt.
-//! - **Bounded in bytes.** At most `max_keys` keys are tracked exactly; a
-//!   byte-string key is kept as its bytes up to [`MAX_EXACT_KEY_LEN`] bytes,
+//! - **Bounded in bytes.** At most `max_keys` keys are tracked exactly, in
+//!   all shards together: the shards take their slots from one shared count,
+//!   so no key goes untracked while the table as a whole has room (each
+//!   shard also stops at its share plus a quarter plus 64, a margin that
+//!   keys spread by the random seed do not reach, so that its table is
+//!   bounded in bytes too). A byte-string key is kept as its bytes up to
+//!   [`MAX_EXACT_KEY_LEN`] bytes,
 //!   as a 128-bit keyed digest above ([`ByteKey`] documents the collision
 //!   probability). [`Keyed::memory_bound_bytes`] gives the bound, whatever
 //!   the keys' lengths.
-//! - **O(1) per check, also under a flood.** Each shard keeps an
-//!   expiry-ordered index (a min-heap of `(full_at, hash)`) beside its hash
-//!   table: finding a key to forget, or the wait until one can be, looks at
-//!   the index's top, never scans the table. Every check also forgets up to
-//!   two due keys, so idle keys go without a chore for the caller. The cost
-//!   is amortised O(log n) heap work per check, plus 16 bytes per key for
-//!   the index record (the table stores no hash: a resize or a due record
-//!   hashes the key again).
+//! - **O(1) per check, also under a flood.** Each shard keeps an expiry
+//!   index on its hash table's own buckets: a tree of minima, one leaf per
+//!   8 buckets, never later than the instant any key there may be
+//!   forgotten. Finding a key to forget, or the wait until one can be,
+//!   looks at the root and through one leaf's 8 buckets, never scans the
+//!   table; a shard whose table has no room asks the others only where
+//!   their root says a key may be due. Every check also forgets the due
+//!   keys of up to two leaves, so idle keys go without a chore for the
+//!   caller. The cost is amortised O(1) work per check (a leaf looked
+//!   through that forgets nothing was made early by a charge since), and
+//!   about 17 bytes per 8 buckets, 2 to 5 bytes per key: no record per key
+//!   (the table stores no hash either).
 //! - **New clients keep being served.** When a shard's table is full and no
 //!   key in it is back to full capacity, a new key is decided, by default,
 //!   by a fixed array of shared algorithm states ([`FloodPolicy::Sketch`]):
@@ -29,8 +38,11 @@
 //!   seen every admission of every key hashed to it, so it is at least as
 //!   indebted as each of them alone: it may refuse an innocent client whose
 //!   cell a heavy one shares, never admit a key past its bound. The cells
-//!   cost `size_of::<State>()` each, allocated per shard the first time its
-//!   table is full. **The trade-off:** the cells serve new keys as long as
+//!   cost `size_of::<State>()` each, reserved per shard the first time a
+//!   key of that shard finds no room, and written as the flood goes on: the
+//!   sketch starts with a few pages of cells and splits four per decision
+//!   (each new cell a copy of the one it splits from), so a flood's first
+//!   checks pay no page faults at random. **The trade-off:** the cells serve new keys as long as
 //!   each carries less than its quota, i.e. while the keys owing at once
 //!   beyond the table number fewer than about the cells (16 × `max_keys` by
 //!   default); a flood beyond that saturates them and new keys are refused
@@ -48,9 +60,8 @@
 //!   back ([`Algorithm::forgettable_at`]); the few keys whose ledger is not
 //!   0 keep it in a side table of the shard, counted in
 //!   [`Keyed::memory_bound_bytes`]. A settlement can lower the instant a
-//!   key may be forgotten, so it files one more index record; extra records
-//!   are dropped when due, or all at once by a rebuild when they outnumber
-//!   the keys (amortised O(1) per settlement).
+//!   key may be forgotten, so it lowers the key's leaf of the index with it
+//!   (O(log n) writes in a tree of a few bytes per key, no new record).
 //! - **Time never goes backwards** for a shard's keys and cells: a clock
 //!   that jumps back is time standing still, and so is [`Keyed::sweep`].
 //!
@@ -85,8 +96,9 @@ use crate::{Decision, Error, Issuer, Quota, Receipt, Settlement, Stamp, Verdict}
 /// The default bound on the number of keys a [`Keyed`] limiter tracks.
 pub const DEFAULT_MAX_KEYS: usize = 1_000_000;
 
-/// Due records every check looks at, at most: enough to forget idle keys as
-/// fast as traffic arrives, small enough to bound one check's work.
+/// Due leaves of the expiry index every check looks through, at most:
+/// enough to forget idle keys as fast as traffic arrives, small enough to
+/// bound one check's work.
 const UPKEEP_PER_CHECK: usize = 2;
 
 /// A limiter with one state per key, for many clients in one process.
@@ -125,7 +137,9 @@ const UPKEEP_PER_CHECK: usize = 2;
 /// (foldhash), each shard a [`hashbrown::HashTable`] and its expiry index
 /// behind one lock; a check holds one shard's lock for one lookup, one
 /// decision and a bounded upkeep. Two threads contend only when their keys
-/// share a shard.
+/// share a shard, or, for new and forgotten keys, on the one atomic count
+/// of tracked keys. A new key that finds the table as a whole full may
+/// look into other shards for a key to forget, one lock at a time.
 ///
 /// See the [module docs](self) for what is promised under a flood and what
 /// it costs.

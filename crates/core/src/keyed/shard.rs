@@ -246,8 +246,7 @@ impl<K: Hash, S, L: Ledger> Shard<K, S, L> {
         let before = self.root();
         let mut node = self.leaves + bucket / GROUP;
         if self.due[node] > at {
-            // Fits: below GROUP.
-            self.arg[bucket / GROUP] = (bucket % GROUP) as u8;
+            self.arg[bucket / GROUP] = offset(bucket);
         }
         while node >= 1 && self.due[node] > at {
             self.due[node] = at;
@@ -334,8 +333,7 @@ impl<K: Hash, S, L: Ledger> Shard<K, S, L> {
                 .min()
             {
                 due[self.leaves + leaf] = at;
-                // Fits: below GROUP.
-                arg[leaf] = (bucket - first) as u8;
+                arg[leaf] = offset(bucket);
             }
         }
         for node in (1..self.leaves).rev() {
@@ -508,8 +506,7 @@ impl<K: Hash, S, L: Ledger> Shard<K, S, L> {
             }
             if at < earliest {
                 earliest = at;
-                // Fits: below GROUP.
-                arg = (bucket - first) as u8;
+                arg = offset(bucket);
             }
         }
         self.budget.release(forgot);
@@ -617,6 +614,13 @@ impl<K: Hash, S, L: Ledger> Shard<K, S, L> {
             + size_of_val(&*self.arg)
             + self.sketch.as_ref().map_or(0, Sketch::bytes)
     }
+}
+
+/// Where `bucket` lies within its leaf's group.
+#[inline]
+fn offset(bucket: usize) -> u8 {
+    // Fits: below GROUP.
+    u8::try_from(bucket % GROUP).unwrap_or_default()
 }
 
 /// Heap bytes of the expiry index of a table of `buckets` buckets.
