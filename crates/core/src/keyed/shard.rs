@@ -471,7 +471,7 @@ impl<K: Hash, S, L: Ledger> Shard<K, S, L> {
     }
 
     /// Looks through leaf `leaf` at `now`: forgets (if `forget`) every key
-    /// there no receipt can use any more, except the one in bucket `spare`,
+    /// there no receipt can use any more, except those of hash `spare`,
     /// and sets the leaf to the exact earliest instant of the keys left.
     fn look<A: Algorithm<State = S, Ledger = L>>(
         &mut self,
@@ -479,7 +479,7 @@ impl<K: Hash, S, L: Ledger> Shard<K, S, L> {
         leaf: usize,
         now: u64,
         forget: bool,
-        spare: Option<usize>,
+        spare: Option<u64>,
     ) -> Look {
         let buckets = self.table.num_buckets();
         let (mut earliest, mut arg, mut forgot, mut blocked) = (NEVER, 0, 0, false);
@@ -490,7 +490,8 @@ impl<K: Hash, S, L: Ledger> Shard<K, S, L> {
             };
             let at = self.forgettable(algorithm, entry);
             if forget && at <= now {
-                if spare == Some(bucket) {
+                // Only a due key is hashed (the one a look usually finds).
+                if spare.is_some_and(|spare| self.hash_of(&entry.key) == spare) {
                     blocked = true;
                 } else {
                     let hash = (!self.ledgers.is_empty()).then(|| self.hash_of(&entry.key));
@@ -516,12 +517,12 @@ impl<K: Hash, S, L: Ledger> Shard<K, S, L> {
 
     /// Looks through the earliest leaf, if it is due at `now`: `Some(true)`
     /// if it forgot a key, `Some(false)` if it only set the leaf right,
-    /// `None` when nothing is due (or only the key in bucket `spare`).
+    /// `None` when nothing is due (or only keys of hash `spare`).
     fn pop_due<A: Algorithm<State = S, Ledger = L>>(
         &mut self,
         algorithm: &A,
         now: u64,
-        spare: Option<usize>,
+        spare: Option<u64>,
     ) -> Option<bool> {
         if self.root() > now {
             return None;
@@ -549,10 +550,6 @@ impl<K: Hash, S, L: Ledger> Shard<K, S, L> {
         if self.root() > now {
             return;
         }
-        let spare = spare.and_then(|hash| {
-            self.table
-                .find_bucket_index(hash, |e| self.hash_of(&e.key) == hash)
-        });
         for _ in 0..budget {
             if self.pop_due(algorithm, now, spare).is_none() {
                 return;
