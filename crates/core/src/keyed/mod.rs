@@ -19,8 +19,9 @@
 //!   probability). [`Keyed::memory_bound_bytes`] gives the bound, whatever
 //!   the keys' lengths.
 //! - **O(1) per check, also under a flood.** Each shard keeps an expiry
-//!   index on its hash table's own buckets: a tree of minima, one leaf per
-//!   8 buckets, never later than the instant any key there may be
+//!   index on its hash table's own buckets: a tree of minima (eight
+//!   children to a node, on one cache line), one leaf per 8 buckets, never
+//!   later than the instant any key there may be
 //!   forgotten. Finding a key to forget, or the wait until one can be,
 //!   looks at the root and through one leaf's 8 buckets, never scans the
 //!   table; a shard whose table has no room asks the others only where
@@ -28,8 +29,8 @@
 //!   keys of up to two leaves, so idle keys go without a chore for the
 //!   caller. The cost is amortised O(1) work per check (a leaf looked
 //!   through that forgets nothing was made early by a charge since), and
-//!   about 17 bytes per 8 buckets, 2 to 5 bytes per key: no record per key
-//!   (the table stores no hash either).
+//!   about 10 bytes per 8 buckets, 1.5 to 3 bytes per key: no record per
+//!   key (the table stores no hash either).
 //! - **New clients keep being served.** When a shard's table is full and no
 //!   key in it is back to full capacity, a new key is decided, by default,
 //!   by a fixed array of shared algorithm states ([`FloodPolicy::Sketch`]):
@@ -61,7 +62,7 @@
 //!   0 keep it in a side table of the shard, counted in
 //!   [`Keyed::memory_bound_bytes`]. A settlement can lower the instant a
 //!   key may be forgotten, so it lowers the key's leaf of the index with it
-//!   (O(log n) writes in a tree of a few bytes per key, no new record).
+//!   (a few writes on a path of the tree, no new record).
 //! - **Time never goes backwards** for a shard's keys and cells: a clock
 //!   that jumps back is time standing still, and so is [`Keyed::sweep`].
 //!
