@@ -68,7 +68,7 @@ fn a_settlement_before_the_first_interval_counts_from_instant_0() {
         (1_500..2_500).contains(&full_at),
         "full at {full_at}, asked 1,500"
     );
-    let mut probe = state.clone();
+    let mut probe = state;
     let now = bucket.decide(&mut probe, 200, 0).expect("a peek");
     assert_eq!(now.remaining, 1, "one token left at 200");
     assert!(!bucket.decide(&mut probe, 200, 2).expect("decides").allowed);
