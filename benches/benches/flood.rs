@@ -18,10 +18,19 @@
 //!   iteration; the tracked key's cost during the flood is this figure minus
 //!   `new-key-sketch`.
 //!
+//! - `flood/new-key-sketch-defaults`: the same flood with the settings a
+//!   user gets from `Keyed::builder(gcra)`: byte-string keys (16 bytes,
+//!   `client-` and the number in hex), the default shard count, the default
+//!   bound (1,000,000) and flood policy; only the clock is a
+//!   [`ManualClock`], standing still so that nothing comes due. Before it,
+//!   the first 65,536 flood keys are timed by themselves, in batches of
+//!   1,024 (printed: the mean, and the first, median and worst batch), to
+//!   show what the sketch's first touches cost.
+//!
 //! Run: `cargo bench -p ratelab-benches --bench flood`.
 
 use std::hint::black_box;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use ratelab_core::{FloodPolicy, Keyed, ManualClock, Quota};
@@ -48,6 +57,82 @@ fn full_store(
         assert!(limiter.check_key(&key, 1).unwrap().allowed);
     }
     (limiter, clock)
+}
+
+/// A 16-byte key: `client-` and `i` in hex.
+fn byte_key(i: u64) -> [u8; 16] {
+    let mut key = *b"client-000000000";
+    for (slot, shift) in key[7..].iter_mut().rev().zip((0..).step_by(4)) {
+        let digit = (i >> shift) & 0xf;
+        // Fits: a hex digit.
+        *slot = b"0123456789abcdef"[digit as usize];
+    }
+    key
+}
+
+/// A full store as `Keyed::builder(gcra)` makes it, on a manual clock.
+fn full_default_store() -> (Keyed<Gcra, ManualClock>, ManualClock) {
+    let clock = ManualClock::starting_at(1 << 40);
+    let quota = Quota::per_second(1).unwrap().with_burst(1).unwrap();
+    let limiter = Keyed::builder(Gcra::new(quota))
+        .clock(clock.clone())
+        .build();
+    for key in 0..TRACKED {
+        clock.advance(Duration::from_micros(1));
+        assert!(limiter.check(&byte_key(key), 1).unwrap().allowed);
+    }
+    assert_eq!(limiter.len() as u64, TRACKED, "every key is tracked");
+    (limiter, clock)
+}
+
+fn flood_at_defaults(c: &mut Criterion) {
+    let mut group = c.benchmark_group("flood");
+    group.sample_size(30);
+    let (limiter, _clock) = full_default_store();
+    println!(
+        "flood/new-key-sketch-defaults: 16-byte keys, {} shards (the default), max_keys {}, {:?}",
+        limiter.shards(),
+        limiter.max_keys(),
+        limiter.flood_policy(),
+    );
+    let mut next = TRACKED;
+    let (mut total, mut worst, mut worst_at) = (Duration::ZERO, Duration::ZERO, 0);
+    let mut batches = Vec::with_capacity(64);
+    let mut first_batch = Duration::ZERO;
+    for batch_index in 0..64 {
+        let start = Instant::now();
+        for _ in 0..1_024 {
+            next += 1;
+            black_box(&limiter.check(&byte_key(next), 1));
+        }
+        let batch = start.elapsed();
+        if batch_index == 0 {
+            first_batch = batch;
+        }
+        total += batch;
+        batches.push(batch);
+        if batch > worst {
+            (worst, worst_at) = (batch, batch_index);
+        }
+    }
+    batches.sort();
+    // A worst batch far above the median and the first batches is the
+    // scheduler taking the core away (a time slice is a few ms) on a loaded
+    // machine, not the store.
+    println!(
+        "flood/new-key-sketch-defaults: first 65,536 flood keys: {:.2} µs each; batches of 1,024: first {:.2}, median {:.2}, worst {:.2} µs each (batch {worst_at})",
+        total.as_secs_f64() * 1e6 / 65_536.0,
+        first_batch.as_secs_f64() * 1e6 / 1_024.0,
+        batches[32].as_secs_f64() * 1e6 / 1_024.0,
+        worst.as_secs_f64() * 1e6 / 1_024.0,
+    );
+    group.bench_function("new-key-sketch-defaults", |b| {
+        b.iter(|| {
+            next += 1;
+            black_box(&limiter.check(&byte_key(next), 1));
+        });
+    });
+    group.finish();
 }
 
 fn flood(c: &mut Criterion) {
@@ -104,5 +189,5 @@ fn flood(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, flood);
+criterion_group!(benches, flood_at_defaults, flood);
 criterion_main!(benches);

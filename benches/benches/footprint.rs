@@ -3,10 +3,18 @@
 //! after one check on each of N keys, minus before, divided by N.
 //!
 //! Not a criterion bench (nothing is timed). Groups `memory-footprint-100k`
-//! and `memory-footprint-1m`, metric `bytes_per_key`.
+//! and `memory-footprint-1m` (every algorithm, `max_keys` 4,000,000), and
+//! for GCRA `memory-footprint-100k-bound-n`, `-bound-2n` (and `-1m-`): the
+//! bound at the number of keys and at twice it. Metric `bytes_per_key`.
+//!
+//! Terms: `u64` keys drawn at random, one check each; ours with
+//! `Keyed::builder(..).keys::<u64>()` and its defaults otherwise (foldhash,
+//! the default shard count, the default flood policy); governor's
+//! `RateLimiter::keyed` (a `DashMap` with its default shard count and
+//! hasher). The hasher changes no byte.
 
-use ratelab::{Keyed, KnownAlgorithm, SystemClock};
-use ratelab_benches::algorithms::governor_quota;
+use ratelab::{AlgorithmKind, Keyed, KnownAlgorithm, SystemClock};
+use ratelab_benches::algorithms::{governor_quota, quota};
 use ratelab_benches::alloc::CountingAlloc;
 use ratelab_benches::keys::KeySet;
 use ratelab_benches::{Metric, Mode, Recorder, Row, Setting, Visit, each_algorithm};
@@ -34,6 +42,17 @@ fn main() {
             continue;
         }
         let keys = KeySet::new(n, 1);
+        println!(
+            "{group}: {n} u64 keys; ours: foldhash, {} shards (the default), max_keys 4,000,000, n and 2n; governor: RateLimiter::keyed",
+            Keyed::builder(ratelab_gcra::Gcra::new(quota(
+                Setting::ManyKeys,
+                AlgorithmKind::Gcra
+            )))
+            .keys::<u64>()
+            .max_keys(4_000_000)
+            .build()
+            .shards(),
+        );
         let governor = per_key(n, || {
             let limiter = governor::RateLimiter::keyed(governor_quota(Setting::ManyKeys));
             for key in &keys.keys {
@@ -55,8 +74,34 @@ fn main() {
                 rec: &mut rec,
                 group,
                 keys: &keys,
+                max_keys: 4_000_000,
             },
         );
+        // GCRA, the algorithm governor implements, with the bound at the
+        // number of keys and at twice it.
+        for (bound_group, max_keys) in [("bound-n", n), ("bound-2n", 2 * n)] {
+            let bound_group = format!("{group}-{bound_group}");
+            if !mode.wants_any(&bound_group, ["gcra"]) {
+                continue;
+            }
+            let mut footprint = Footprint {
+                rec: &mut rec,
+                group: &bound_group,
+                keys: &keys,
+                max_keys,
+            };
+            footprint.visit(ratelab_gcra::Gcra::new(quota(
+                Setting::ManyKeys,
+                AlgorithmKind::Gcra,
+            )));
+            rec.push(Row::new(
+                &bound_group,
+                "gcra",
+                "governor",
+                Metric::BytesPerKey,
+                governor,
+            ));
+        }
     }
     if mode.is_test() {
         println!("footprint: ok (test mode, nothing recorded)");
@@ -76,8 +121,9 @@ fn per_key<T>(n: usize, build: impl FnOnce() -> T) -> f64 {
 
 struct Footprint<'a> {
     rec: &'a mut Recorder,
-    group: &'static str,
+    group: &'a str,
     keys: &'a KeySet,
+    max_keys: usize,
 }
 
 impl Visit for Footprint<'_> {
@@ -88,7 +134,7 @@ impl Visit for Footprint<'_> {
             let limiter = Keyed::builder(algorithm)
                 .clock(SystemClock)
                 .keys()
-                .max_keys(4_000_000)
+                .max_keys(self.max_keys)
                 .build();
             for key in &self.keys.keys {
                 let decision = limiter.check_key(key, 1).expect("room for every key");

@@ -167,6 +167,15 @@ struct Side {
     admitted: fn(&[i64]) -> bool,
 }
 
+/// This thread's CPU time so far, µs, where the system tells it
+/// (`/proc/thread-self/schedstat` on Linux): the client's, as its runtime
+/// runs on this thread alone.
+fn client_cpu_usec() -> Option<f64> {
+    let stat = std::fs::read_to_string("/proc/thread-self/schedstat").ok()?;
+    let nanos: f64 = stat.split_whitespace().next()?.parse().ok()?;
+    Some(nanos / 1e3)
+}
+
 /// `checks` commands from [`TASKS`] tasks, over the commands in turn; the
 /// time they took.
 async fn concurrent(
@@ -321,6 +330,17 @@ impl Bench<'_> {
             .usec_per_call
     }
 
+    /// The server's main thread's CPU time so far, µs (`INFO cpu`).
+    fn server_cpu_usec(&self) -> Option<f64> {
+        let info = self.server.command(&["INFO", "cpu"]).ok()?;
+        let field = |key: &str| {
+            info.lines()
+                .find_map(|l| l.strip_prefix(key)?.strip_prefix(':'))
+                .and_then(|v| v.trim().parse::<f64>().ok())
+        };
+        Some((field("used_cpu_sys_main_thread")? + field("used_cpu_user_main_thread")?) * 1e6)
+    }
+
     fn paired_group(&self) -> String {
         format!("module-paired-{}", self.label)
     }
@@ -338,6 +358,14 @@ impl Bench<'_> {
         }
         let mut usec: [Vec<f64>; 2] = [Vec::new(), Vec::new()];
         let mut per_sec: [Vec<f64>; 2] = [Vec::new(), Vec::new()];
+        // CPU µs per check, server and client: which one the throughput of
+        // one connection waits on (time on a CPU, which the machine's load
+        // stretches less than the time the rounds take).
+        let mut server_cpu: [Vec<f64>; 2] = [Vec::new(), Vec::new()];
+        let mut client_cpu: [Vec<f64>; 2] = [Vec::new(), Vec::new()];
+        #[allow(clippy::cast_precision_loss)]
+        let per_check =
+            |before: Option<f64>, after: Option<f64>| Some((after? - before?) / checks as f64);
         for round in 0..rounds {
             let order = if round % 2 == 0 { [0, 1] } else { [1, 0] };
             for i in order {
@@ -345,11 +373,49 @@ impl Bench<'_> {
                 self.server
                     .command(&["CONFIG", "RESETSTAT"])
                     .expect("CONFIG RESETSTAT");
+                let (server_before, client_before) = (self.server_cpu_usec(), client_cpu_usec());
                 let took = rt.block_on(concurrent(connection, &side.commands, checks));
+                let (server_after, client_after) = (self.server_cpu_usec(), client_cpu_usec());
                 usec[i].push(self.usec_per_call(name, side));
                 #[allow(clippy::cast_precision_loss)]
                 per_sec[i].push(checks as f64 / took.as_secs_f64());
+                server_cpu[i].extend(per_check(server_before, server_after));
+                client_cpu[i].extend(per_check(client_before, client_after));
             }
+        }
+        for (i, side) in [a, b].into_iter().enumerate() {
+            if server_cpu[i].is_empty() || client_cpu[i].is_empty() {
+                continue;
+            }
+            eprintln!(
+                "{}/{name}/{}: CPU µs per check, median of {rounds} rounds: server {:.2} (main thread), client {:.2} (its one thread)",
+                self.paired_group(),
+                side.backend,
+                median(&mut server_cpu[i]),
+                median(&mut client_cpu[i]),
+            );
+        }
+        // The spread, round by round: the first side's server time and
+        // throughput over the second's in the same round.
+        for (what, figures) in [("server time", &usec), ("throughput", &per_sec)] {
+            let mut ratios: Vec<f64> = figures[0]
+                .iter()
+                .zip(&figures[1])
+                .map(|(first, second)| first / second)
+                .collect();
+            ratios.sort_by(f64::total_cmp);
+            let quartile = |q: usize| ratios[(ratios.len() - 1) * q / 4];
+            eprintln!(
+                "{}/{name}: {what} {} / {} per round: median {:.3}, quartiles {:.3} to {:.3}, range {:.3} to {:.3}",
+                self.paired_group(),
+                a.backend,
+                b.backend,
+                median(&mut ratios.clone()),
+                quartile(1),
+                quartile(3),
+                quartile(0),
+                quartile(4),
+            );
         }
         for (i, side) in [a, b].into_iter().enumerate() {
             let usec = median(&mut usec[i]);

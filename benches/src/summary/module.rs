@@ -104,10 +104,12 @@ pub(super) fn section(summary: &Summary) -> String {
          side, so that no side runs beside keys an earlier one left. redis-cell runs GCRA \
          only, on the same quota. The sliding log reads and writes its sorted set through \
          the module API's direct key access. The other algorithms do not read a key that \
-         holds nothing; GCRA and the leaky queue read their key in place when a check is \
-         sure to admit (the key's expiry bounds the instant it holds), every other call \
-         reads with `GET` (`RM_Call`); a binary state is written straight into the key, a \
-         decimal one (GCRA, the leaky queue) with `SET`, which stores it as an integer.\n\n",
+         holds nothing, and a check on the server's clock looks its key up once, to read \
+         and write; GCRA and the leaky queue read their key in place when a check is sure \
+         to admit (the key's expiry bounds the instant it holds) and write the new state \
+         over those bytes; every other call reads with `GET` (`RM_Call`) and writes the \
+         state straight into the key, stored as `SET` stores it. Every write is \
+         replicated as `SET key value PXAT at`.\n\n",
     );
     out.push_str(
         "| algorithm | backend | server µs, hot key | server µs, 100k keys | checks/s, hot key | checks/s, 100k keys |\n",

@@ -175,7 +175,7 @@ pub fn forgettable_at<A: Debt>(algorithm: &A, state: &A::State, ledger: &Shifts)
 /// `impl Algorithm` block: each one the function of the [`debt`](self)
 /// module of the same name.
 ///
-/// ```ignore
+/// ```text
 /// impl Algorithm for Gcra {
 ///     // ... decide, full_at ...
 ///     ratelab_core::debt_receipts!();

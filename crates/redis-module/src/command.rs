@@ -18,7 +18,7 @@ use redis_module::{
 use crate::algorithms::from_args;
 use crate::args::{Args, Op, split_op};
 use crate::lua::{self, show, show_bare};
-use crate::native;
+use crate::native::{self, Holds};
 
 /// Writes: replicated to replicas and the AOF as the commands themselves
 /// (as a script's effects are), refused when the server is out of memory
@@ -148,8 +148,10 @@ fn prologue<A: RemoteForm>(argv: &[&[u8]]) -> Result<Call<A>, RedisError> {
 /// (errors aside); a settlement or a reset of a debt with shifts holds them
 /// in a `Vec`.
 ///
-/// A key that holds nothing is not read. A check on the server's clock
-/// that admits whatever the key holds (GCRA's and the leaky queue's state
+/// A key that holds nothing is not read. A check of a positive cost on the
+/// server's clock opens its key to read and write at once, and writes
+/// through that handle: one lookup of the key, not two. Such a check that
+/// admits whatever the key holds (GCRA's and the leaky queue's state
 /// starts with one instant, and the key's expiry bounds it: see
 /// [`latest_instant`]) reads the string in place, since its write stores it
 /// again. Any other call reads it with `GET` through `RM_Call` ([`native`]),
@@ -157,7 +159,8 @@ fn prologue<A: RemoteForm>(argv: &[&[u8]]) -> Result<Call<A>, RedisError> {
 /// (`RM_StringDMA`, even to read) turns an embedded string into a raw one,
 /// so a key would change encoding under a mere refusal. The state is
 /// written straight into the key (`RM_StringSet`, stored as `SET` stores
-/// it, and replicated as `SET ... PXAT`). What surrounds the calls copies
+/// it, and replicated as `SET ... PXAT`), or over the bytes a check read
+/// in place ([`native::Open::store`]). What surrounds the calls copies
 /// no argument, allocates nothing and writes the reply directly.
 ///
 /// Every operation is the algorithm crate's own: `decide` for checks and
@@ -186,23 +189,41 @@ pub(crate) fn string_command<A: StringForm>(
 
     // Only a settlement or a reset reads a debt's shifts.
     let shifts = matches!(op, Op::Settle { .. } | Op::Reset);
+    // A check of a positive cost on the server's clock may write (unless
+    // memory is full, when a write is refused): it opens its key to read
+    // and write at once, one lookup for both. A key opened to write and
+    // left as it was signals nothing (`native::Open`).
+    let may_write =
+        op == Op::Check && cost > 0 && parsed.on_server_clock() && !native::out_of_memory();
+    let mut handle = may_write.then(|| native::open(ctx, key));
     // A check that will admit, whatever the key holds, reads it in place:
-    // its write is sure to store the state as `SET` does (unless memory is
-    // full, when the write is refused: then nothing may change the key).
-    // Any other call reads it with `GET`, which leaves the key as it is.
-    let read = match native::open_to_read(ctx, key) {
-        None => None,
-        Some(mut reading)
-            if op == Op::Check
-                && cost > 0
-                && parsed.on_server_clock()
-                && reading.is_string()
-                && !native::out_of_memory()
-                && reading.expires_at().is_some_and(|at| {
+    // its write is sure to store the state as `SET` does. Any other call
+    // reads it with `GET`, which leaves the key as it is.
+    let via = match &handle {
+        None => Via::Get,
+        Some(open) => match open.holds() {
+            Holds::Nothing => Via::Nothing,
+            Holds::String
+                if open.expires_at().is_some_and(|at| {
                     algorithm.admits_all_up_to(latest_instant(at), now, cost)
                 }) =>
-        {
-            let raw = reading.read_in_place();
+            {
+                Via::InPlace
+            }
+            _ => Via::Get,
+        },
+    };
+    // The shifts' bytes a check puts back as they were (filled by the
+    // read, in place: a state on the stack is not moved about).
+    let mut kept = Encoded::new();
+    let read = match (via, handle.as_mut()) {
+        (Via::Nothing, Some(open)) => {
+            // As a read of a key that holds nothing raises it.
+            open.notify_missed();
+            None
+        }
+        (Via::InPlace, Some(open)) => {
+            let raw = open.read_in_place();
             Some(decode_stored(
                 &algorithm,
                 key,
@@ -210,42 +231,33 @@ pub(crate) fn string_command<A: StringForm>(
                 now,
                 parsed.skew(),
                 shifts,
+                &mut kept,
             )?)
         }
-        Some(reading) => {
-            drop(reading);
-            let stored = native::get(ctx, key);
-            match stored.string() {
-                Ok(Some(raw)) => Some(decode_stored(
-                    &algorithm,
-                    key,
-                    raw,
-                    now,
-                    parsed.skew(),
-                    shifts,
-                )?),
-                Ok(None) => None,
-                Err(()) => {
-                    let what = format!("a {}, not a string", type_name(ctx, key.bytes()));
-                    return Err(corrupt(A::NAME, key.bytes(), &what));
-                }
+        (_, opened) => {
+            // The key opened to write is closed, unchanged: it holds
+            // something (`GET` reads it), unless nothing was opened.
+            let held = opened.is_some() || native::open_to_read(ctx, key).is_some();
+            handle = None;
+            if held {
+                read_with_get(&algorithm, ctx, key, now, parsed.skew(), shifts, &mut kept)?
+            } else {
+                None
             }
         }
     };
     let exists = read.is_some();
     // Nothing it holds can still be claimed: a key never seen, with no
     // shifts to keep.
-    let held = read.filter(|(s, _)| algorithm.forgettable_at(&s.state, &s.ledger) > now);
+    let held = read.filter(|s| algorithm.forgettable_at(&s.state, &s.ledger) > now);
     let was_held = held.is_some();
-    let (mut stored, kept) = held.unwrap_or_else(|| {
-        (
-            Stored {
-                state: algorithm.initial_state(),
-                ledger: A::Ledger::default(),
-                latest: 0,
-            },
-            Encoded::new(),
-        )
+    let mut stored = held.unwrap_or_else(|| {
+        kept = Encoded::new();
+        Stored {
+            state: algorithm.initial_state(),
+            ledger: A::Ledger::default(),
+            latest: 0,
+        }
     });
     let write = Write {
         ctx,
@@ -266,7 +278,7 @@ pub(crate) fn string_command<A: StringForm>(
             if op == Op::Check && decision.allowed && cost > 0 {
                 stored.state = state;
                 let stamp = algorithm.stamp(&stored.state, &stored.ledger, now);
-                write.store(&mut stored, &kept, now)?;
+                write.store(&mut stored, &kept, now, handle.take())?;
                 return Ok(stamped(&decision, stamp));
             }
             Ok(fields(&decision))
@@ -291,7 +303,7 @@ pub(crate) fn string_command<A: StringForm>(
             if let Some(what) = algorithm.out_of_range(&stored) {
                 return Err(out_of_range(A::NAME, key.bytes(), &what));
             }
-            write.store(&mut stored, &kept, at)?;
+            write.store(&mut stored, &kept, at, None)?;
             Ok(fields(&decision))
         }
         Op::Reset => {
@@ -303,11 +315,44 @@ pub(crate) fn string_command<A: StringForm>(
                     return Err(out_of_range(A::NAME, key.bytes(), &what));
                 }
             }
-            write.store(&mut stored, &kept, now)?;
+            write.store(&mut stored, &kept, now, None)?;
             let decision = algorithm
                 .decide(&mut stored.state.clone(), now, 0)
                 .map_err(|_| invalid(A::NAME))?;
             Ok(fields(&decision))
+        }
+    }
+}
+
+/// How a string command reads its key.
+#[derive(Debug, Clone, Copy)]
+enum Via {
+    /// The key, opened to write, holds nothing.
+    Nothing,
+    /// The key, opened to write, is read in place.
+    InPlace,
+    /// `GET`, if the key holds anything.
+    Get,
+}
+
+/// The state `GET` reads at `key` (`None` for no key), or the error that
+/// says what is wrong with it.
+fn read_with_get<A: StringForm>(
+    algorithm: &A,
+    ctx: &Context,
+    key: native::KeyArg<'_>,
+    now: u64,
+    skew: u64,
+    shifts: bool,
+    kept: &mut Encoded,
+) -> Result<Option<StoredOf<A>>, RedisError> {
+    let stored = native::get(ctx, key);
+    match stored.string() {
+        Ok(Some(raw)) => decode_stored(algorithm, key, raw, now, skew, shifts, kept).map(Some),
+        Ok(None) => Ok(None),
+        Err(()) => {
+            let what = format!("a {}, not a string", type_name(ctx, key.bytes()));
+            Err(corrupt(A::NAME, key.bytes(), &what))
         }
     }
 }
@@ -323,14 +368,23 @@ struct Write<'a, A> {
     now: u64,
 }
 
-impl<A: StringForm> Write<'_, A> {
+impl<'a, A: StringForm> Write<'a, A> {
     /// Writes `stored`, decided at `at` (the latest instant written moves
     /// there), followed by `kept` (the shifts' bytes a check read and put
     /// back as they were), with the TTL until it can be forgotten; or
     /// deletes the key when it can be forgotten at `at`, as the scripts do.
-    fn store(&self, stored: &mut StoredOf<A>, kept: &Encoded, at: u64) -> Result<(), RedisError> {
+    /// Through `handle` when the key is open already.
+    fn store(
+        &self,
+        stored: &mut StoredOf<A>,
+        kept: &Encoded,
+        at: u64,
+        handle: Option<native::Open<'a>>,
+    ) -> Result<(), RedisError> {
         let forgettable = self.algorithm.forgettable_at(&stored.state, &stored.ledger);
         if forgettable <= at {
+            // Closed before `DEL` frees what it points to.
+            drop(handle);
             if self.exists {
                 call(self.ctx, &READ, "DEL", &[self.key.bytes()]).map_err(|e| passed_on(&e))?;
             }
@@ -341,7 +395,8 @@ impl<A: StringForm> Write<'_, A> {
         let mut value = self.algorithm.encode_fixed(stored);
         stored.ledger.write_tail(&mut value);
         value.push(kept);
-        native::open(self.ctx, self.key)
+        handle
+            .unwrap_or_else(|| native::open(self.ctx, self.key))
             .store(&value, ttl)
             .map_err(RedisError::String)
     }
@@ -349,9 +404,9 @@ impl<A: StringForm> Write<'_, A> {
 
 /// The state in a stored string, or the error that says what is wrong
 /// with it; and, unless `shifts` asks for a debt's shifts to be read into
-/// its ledger, their bytes as they are, to be written back after it
-/// ([`remote::split_string`]: the length is checked by every call, as the
-/// script checks it, which costs nothing).
+/// its ledger, their bytes as they are, added to `kept` (empty), to be
+/// written back after it ([`remote::split_string`]: the length is checked
+/// by every call, as the script checks it, which costs nothing).
 fn decode_stored<A: StringForm>(
     algorithm: &A,
     key: native::KeyArg<'_>,
@@ -359,17 +414,17 @@ fn decode_stored<A: StringForm>(
     now: u64,
     skew: u64,
     shifts: bool,
-) -> Result<(StoredOf<A>, Encoded), RedisError> {
+    kept: &mut Encoded,
+) -> Result<StoredOf<A>, RedisError> {
     let corrupt_state = |what: String| corrupt(A::NAME, key.bytes(), &what);
     let (mut stored, tail) =
         remote::split_string(algorithm, raw, now, skew).map_err(corrupt_state)?;
-    let mut kept = Encoded::new();
     if shifts {
         stored.ledger.read_tail(tail).map_err(corrupt_state)?;
     } else {
         kept.push(tail);
     }
-    Ok((stored, kept))
+    Ok(stored)
 }
 
 /// The latest instant (µs) a key expiring at Unix ms `expires_at` can start
@@ -752,10 +807,16 @@ fn check_log_directly(
     now: u64,
     cost: u32,
 ) -> Result<Option<Reply>, RedisError> {
-    use native::Holds;
     let mut set = native::open(ctx, key);
     if !matches!(set.holds(), Holds::Nothing | Holds::Zset) || set.has_member(FENCE_MEMBER) {
         return Ok(None);
+    }
+    if set.holds() == Holds::Nothing {
+        // The script reads a log that holds nothing twice (`ZCARD`,
+        // `ZSCORE`), each read raising `keymiss`; a key opened to write
+        // raises none.
+        set.notify_missed();
+        set.notify_missed();
     }
     let limit = algorithm.capacity();
     let cutoff = i128::from(now) - i128::from(algorithm.window_micros());

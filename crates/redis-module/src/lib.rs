@@ -76,7 +76,15 @@
 //! raw one, even to read it, so a key would change encoding on a mere
 //! refusal. Two cases skip `GET`: a key that holds nothing is not read, and
 //! a check on the server's clock that is sure to admit reads its key in
-//! place, since its write stores the state again. GCRA's and the leaky
+//! place, since its write stores the state again. A check of a positive
+//! cost on the server's clock opens its key to read and write at once (one
+//! lookup where two were): the module opts out of Redis signalling every
+//! key opened to write as modified (`NO_IMPLICIT_SIGNAL_MODIFIED`) and
+//! signals a key when it writes it, so that a refusal, as a script's,
+//! aborts no transaction that `WATCH`es the key; and it raises the
+//! `keymiss` event a script's read of a key that holds nothing raises (a
+//! key looked up to write counts no keyspace hit or miss in `INFO stats`).
+//! GCRA's and the leaky
 //! queue's state starts with one instant, and the key's expiry bounds it
 //! (every writer sets the TTL to the time until the key may be forgotten,
 //! never before that instant, rounded up): when the latest instant that
@@ -84,9 +92,16 @@
 //! on the bytes read, so a stranger's `PEXPIRE` can only make a refusal
 //! read the key in place, never admit more. A state is written straight
 //! into the key (`RM_StringSet`), which stores it exactly as `SET` would,
-//! and replicated as that `SET`: replicas and the AOF receive the effects a
+//! and replicated as that `SET` (the very string stored, as `SET`
+//! propagates its argument): replicas and the AOF receive the effects a
 //! script would send, the same keyspace events are raised, and a server out
-//! of memory refuses the write as it refuses a script's.
+//! of memory refuses the write as it refuses a script's. A check that read
+//! its key in place writes its state over those bytes instead, when it has
+//! their length (no key deleted and added again, no string made): the
+//! bytes, the TTL, the memory taken, the replication, the events and the
+//! signal are still `SET`'s, but the key stays the raw string the read made
+//! of it, where `SET` would embed a string of up to 44 bytes (which only
+//! `OBJECT ENCODING` tells).
 //!
 //! The sliding log's sorted set is stored alike either way too
 //! (`RM_ZsetAdd` and `ZADD` both go through Redis's own `zsetAdd`), so its

@@ -19,6 +19,7 @@
 
 use std::ffi::{c_char, c_int};
 use std::marker::PhantomData;
+use std::sync::atomic::{AtomicPtr, Ordering};
 
 use crate::args::unix_micros;
 use crate::command;
@@ -282,11 +283,33 @@ pub(crate) const COMMANDS: [Command; 7] = [
 /// The flags of an O(1) command.
 const FAST: &std::ffi::CStr = c"write fast";
 
+/// `PXAT`, made once when the module loads (`register`) and kept: every
+/// state written is replicated with it.
+static PXAT: AtomicPtr<raw::RedisModuleString> = AtomicPtr::new(std::ptr::null_mut());
+
+/// [`PXAT`].
+fn pxat() -> *mut raw::RedisModuleString {
+    let pxat = PXAT.load(Ordering::Relaxed);
+    assert!(!pxat.is_null(), "PXAT is made when the module loads");
+    pxat
+}
+
 /// Registers the algorithms' commands (the module's `init`).
 pub(crate) fn register(ctx: &Context, _args: &[RedisString]) -> Status {
     let Some(create) = (unsafe { raw::RedisModule_CreateCommand }) else {
         return Status::Err;
     };
+    // A key opened to write signals as modified only when written through
+    // (`Open`'s drop), as a command signals only what it changes.
+    ctx.set_module_options(raw::ModuleOptions::NO_IMPLICIT_SIGNAL_MODIFIED);
+    // SAFETY: a string of no context (kept until the server exits), made
+    // from a static buffer Redis copies.
+    let pxat =
+        unsafe { api(raw::RedisModule_CreateString)(std::ptr::null_mut(), c"PXAT".as_ptr(), 4) };
+    if pxat.is_null() {
+        return Status::Err;
+    }
+    PXAT.store(pxat, Ordering::Relaxed);
     for command in &COMMANDS {
         let twins = [
             ("", command.function, command.flags),
@@ -445,12 +468,22 @@ pub(crate) mod log {
     }
 }
 
-/// A key opened for direct access (or an empty one), closed on drop.
+/// A key opened for direct access (or an empty one), closed on drop: then
+/// signalled as modified (`WATCH`, client tracking) if it was written
+/// through, and only then (the module sets
+/// `REDISMODULE_OPTION_NO_IMPLICIT_SIGNAL_MODIFIED`, so that a key opened
+/// to write and left as it was signals nothing, as a script's refusal
+/// signals nothing).
 #[derive(Debug)]
 pub(crate) struct Open<'a> {
     ctx: &'a Context,
     name: KeyArg<'a>,
     key: *mut raw::RedisModuleKey,
+    /// Written through: signalled as modified when closed.
+    written: bool,
+    /// The length of the string read in place (`read_in_place`), now a
+    /// raw string: a state of that length is written over it.
+    read_raw: Option<usize>,
 }
 
 /// What a key holds.
@@ -482,8 +515,8 @@ pub(crate) fn out_of_memory() -> bool {
     unsafe { api(raw::RedisModule_GetUsedMemoryRatio)() > 1.0 }
 }
 
-/// A key opened to read only, closed on drop. Closing it signals nothing
-/// (a key opened to write would invalidate the clients `WATCH`ing it).
+/// A key opened to read only (to tell whether it holds anything, raising
+/// `keymiss` when it does not, as `GET` would), closed on drop.
 #[derive(Debug)]
 pub(crate) struct Reading<'a> {
     key: *mut raw::RedisModuleKey,
@@ -504,12 +537,43 @@ pub(crate) fn open_to_read<'a>(ctx: &'a Context, name: KeyArg<'a>) -> Option<Rea
     })
 }
 
-impl Reading<'_> {
-    /// Whether the key holds a string.
-    pub(crate) fn is_string(&self) -> bool {
+impl Drop for Reading<'_> {
+    fn drop(&mut self) {
+        // SAFETY: a key opened by `open_to_read`, closed once.
+        unsafe { api(raw::RedisModule_CloseKey)(self.key) };
+    }
+}
+
+/// Opens `name` to read and write.
+pub(crate) fn open<'a>(ctx: &'a Context, name: KeyArg<'a>) -> Open<'a> {
+    let mode =
+        c_int::try_from(raw::REDISMODULE_READ | raw::REDISMODULE_WRITE).expect("small flags");
+    // SAFETY: the running command's context and one of its arguments; the
+    // handle is closed by `Open`'s drop, before the command returns.
+    let key = unsafe { api(raw::RedisModule_OpenKey)(ctx.get_raw(), name.object, mode) };
+    Open {
+        ctx,
+        name,
+        key,
+        written: false,
+        read_raw: None,
+    }
+}
+
+impl Open<'_> {
+    /// What the key holds.
+    pub(crate) fn holds(&self) -> Holds {
+        if self.key.is_null() {
+            return Holds::Other;
+        }
         // SAFETY: an open key.
         let kind = unsafe { api(raw::RedisModule_KeyType)(self.key) };
-        kind as isize == raw::REDISMODULE_KEYTYPE_STRING
+        match kind as isize {
+            raw::REDISMODULE_KEYTYPE_EMPTY => Holds::Nothing,
+            raw::REDISMODULE_KEYTYPE_STRING => Holds::String,
+            raw::REDISMODULE_KEYTYPE_ZSET => Holds::Zset,
+            _ => Holds::Other,
+        }
     }
 
     /// The Unix ms the key expires at, `None` when it has no TTL.
@@ -533,53 +597,30 @@ impl Reading<'_> {
             if ptr.is_null() || len == 0 {
                 return &[];
             }
+            self.read_raw = Some(len);
             std::slice::from_raw_parts(ptr.cast::<u8>(), len)
         }
     }
-}
 
-impl Drop for Reading<'_> {
-    fn drop(&mut self) {
-        // SAFETY: a key opened by `open_to_read`, closed once.
-        unsafe { api(raw::RedisModule_CloseKey)(self.key) };
-    }
-}
-
-/// Opens `name` to read and write.
-pub(crate) fn open<'a>(ctx: &'a Context, name: KeyArg<'a>) -> Open<'a> {
-    let mode =
-        c_int::try_from(raw::REDISMODULE_READ | raw::REDISMODULE_WRITE).expect("small flags");
-    // SAFETY: the running command's context and one of its arguments; the
-    // handle is closed by `Open`'s drop, before the command returns.
-    let key = unsafe { api(raw::RedisModule_OpenKey)(ctx.get_raw(), name.object, mode) };
-    Open { ctx, name, key }
-}
-
-impl Open<'_> {
-    /// What the key holds.
-    pub(crate) fn holds(&self) -> Holds {
-        if self.key.is_null() {
-            return Holds::Other;
-        }
-        // SAFETY: an open key.
-        let kind = unsafe { api(raw::RedisModule_KeyType)(self.key) };
-        match kind as isize {
-            raw::REDISMODULE_KEYTYPE_EMPTY => Holds::Nothing,
-            raw::REDISMODULE_KEYTYPE_STRING => Holds::String,
-            raw::REDISMODULE_KEYTYPE_ZSET => Holds::Zset,
-            _ => Holds::Other,
-        }
+    /// Raises `keymiss`, as reading a key that holds nothing does (`GET`,
+    /// or a key opened to read only): a key opened to write raises nothing.
+    pub(crate) fn notify_missed(&self) {
+        self.notify(raw::REDISMODULE_NOTIFY_KEY_MISS, c"keymiss");
     }
 
     /// Stores `value` with a TTL of `ttl_ms`, as `SET key value PXAT at`
     /// does and replicates it, unless the server is out of memory. For
     /// values that are no decimal integer only: `SET` would store one as an
-    /// integer, a module's string stays a string.
+    /// integer, a module's string stays a string. Over the string read in
+    /// place when `value` has its length ([`Open::overwrite`]).
     pub(crate) fn store(&mut self, value: &[u8], ttl_ms: u64) -> Result<(), String> {
         if out_of_memory() {
             return Err(OOM.to_owned());
         }
         let at = expiry_at(ttl_ms);
+        if self.read_raw == Some(value.len()) {
+            return self.overwrite(value, at);
+        }
         let ctx = self.ctx.get_raw();
         // SAFETY: an open key; a string made here, whose reference is
         // released once (the key takes its own); the replicated command's
@@ -588,18 +629,62 @@ impl Open<'_> {
             let string =
                 api(raw::RedisModule_CreateString)(ctx, value.as_ptr().cast(), value.len());
             let stored = api(raw::RedisModule_StringSet)(self.key, string);
-            api(raw::RedisModule_FreeString)(ctx, string);
+            self.written = true;
             if stored != OK || api(raw::RedisModule_SetAbsExpire)(self.key, at) != OK {
+                api(raw::RedisModule_FreeString)(ctx, string);
+                return Err("ratelab: cannot write the state".to_owned());
+            }
+            // The value stored goes to replicas and the AOF as the very
+            // string (as `SET` propagates its argument), and `PXAT` as the
+            // one made when the module loaded: no copies.
+            api(raw::RedisModule_Replicate)(
+                ctx,
+                c"SET".as_ptr(),
+                c"sssl".as_ptr(),
+                self.name.object,
+                string,
+                pxat(),
+                at,
+            );
+            api(raw::RedisModule_FreeString)(ctx, string);
+        }
+        self.notify(raw::REDISMODULE_NOTIFY_STRING, c"set");
+        self.notify(raw::REDISMODULE_NOTIFY_GENERIC, c"expire");
+        Ok(())
+    }
+
+    /// Writes `value` over the raw string of the same length read in place
+    /// (which that read made raw), expiring at Unix ms `at`: the bytes, the
+    /// TTL, the memory taken, the replication (`SET key value PXAT at`),
+    /// the events and the signal are `SET`'s; the key stays a raw string
+    /// where `SET` would embed a string of up to 44 bytes (only `OBJECT
+    /// ENCODING` tells). No key deleted and added again, no string made.
+    fn overwrite(&mut self, value: &[u8], at: i64) -> Result<(), String> {
+        let mode =
+            c_int::try_from(raw::REDISMODULE_READ | raw::REDISMODULE_WRITE).expect("small flags");
+        let ctx = self.ctx.get_raw();
+        let mut len = 0;
+        // SAFETY: an open key holding the raw string read in place, whose
+        // buffer (`len` bytes) is written within its length; the replicated
+        // command's format matches its arguments.
+        unsafe {
+            let ptr = api(raw::RedisModule_StringDMA)(self.key, &mut len, mode);
+            if ptr.is_null() || len != value.len() {
+                return Err("ratelab: cannot write the state".to_owned());
+            }
+            std::ptr::copy_nonoverlapping(value.as_ptr(), ptr.cast::<u8>(), len);
+            self.written = true;
+            if api(raw::RedisModule_SetAbsExpire)(self.key, at) != OK {
                 return Err("ratelab: cannot write the state".to_owned());
             }
             api(raw::RedisModule_Replicate)(
                 ctx,
                 c"SET".as_ptr(),
-                c"sbcl".as_ptr(),
+                c"sbsl".as_ptr(),
                 self.name.object,
                 value.as_ptr().cast::<c_char>(),
                 value.len(),
-                c"PXAT".as_ptr(),
+                pxat(),
                 at,
             );
         }
@@ -625,8 +710,14 @@ impl Open<'_> {
 impl Drop for Open<'_> {
     fn drop(&mut self) {
         if !self.key.is_null() {
-            // SAFETY: a key opened by `open`, closed once.
-            unsafe { api(raw::RedisModule_CloseKey)(self.key) };
+            // SAFETY: a key opened by `open`, closed once; the running
+            // command's context and key argument.
+            unsafe {
+                if self.written {
+                    api(raw::RedisModule_SignalModifiedKey)(self.ctx.get_raw(), self.name.object);
+                }
+                api(raw::RedisModule_CloseKey)(self.key);
+            }
         }
     }
 }
@@ -716,6 +807,7 @@ pub(crate) mod zset {
             if gone.is_empty() {
                 return 0;
             }
+            self.written = true;
             // SAFETY: an open sorted set and elements of it, each freed once.
             unsafe {
                 for &element in &gone {
@@ -833,6 +925,7 @@ pub(crate) mod zset {
                 let mut flags = 0;
                 let added = api(raw::RedisModule_ZsetAdd)(self.key, score, element, &mut flags);
                 api(raw::RedisModule_FreeString)(ctx, element);
+                self.written = true;
                 if added != OK {
                     return Err("ratelab sliding-log: cannot add to the log".to_owned());
                 }
@@ -857,6 +950,7 @@ pub(crate) mod zset {
             // SAFETY: an open key; the replicated command's format matches
             // its arguments.
             unsafe {
+                self.written = true;
                 if api(raw::RedisModule_SetAbsExpire)(self.key, at) != OK {
                     return Err("ratelab sliding-log: cannot expire the log".to_owned());
                 }

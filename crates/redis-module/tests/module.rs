@@ -526,10 +526,12 @@ fn stored_as(connection: &mut redis::Connection, key: &str) -> Stored {
 }
 
 /// On the server's clock, a check that is sure to admit reads its key in
-/// place, which makes Redis turn an embedded string into a raw one: it must
-/// happen only before a write that stores the state again. A burst then
-/// refusals, module and script side by side: after each check the two keys
-/// are stored alike (a refusal leaves an embedded string embedded).
+/// place, which makes Redis turn an embedded string into a raw one, and
+/// writes its state over it: it must happen only before such a write. A
+/// burst then refusals, module and script side by side: after each check
+/// the two keys take the same memory; the module's key is embedded until a
+/// check writes over it in place, raw after; and a refusal leaves either
+/// key as it was (an embedded string embedded).
 #[test]
 fn on_the_server_clock_a_refusal_leaves_the_key_as_the_script_does() {
     let server = support::server();
@@ -547,26 +549,45 @@ fn on_the_server_clock_a_refusal_leaves_the_key_as_the_script_does() {
             .query(&mut connection)
             .unwrap();
         let mut refused = 0;
+        let mut before: Option<(Stored, Stored)> = None;
+        let mut written_in_place = false;
         for check in 0..6 {
             let args = argv("", 1, 0, "", &params);
             let module = query(&mut connection, &module_cmd(kind, module_key, &args)).unwrap();
             let script = query(&mut connection, &script_cmd(&sha, script_key, &args)).unwrap();
-            assert_eq!(
-                module[0],
-                script[0],
-                "{}: check {check} decided apart",
-                kind.name()
-            );
+            let name = kind.name();
+            assert_eq!(module[0], script[0], "{name}: check {check} decided apart");
             refused += usize::from(module[0] == 0);
-            assert_eq!(
+            let (module_stored, script_stored) = (
                 stored_as(&mut connection, module_key),
                 stored_as(&mut connection, script_key),
-                "{}: stored apart after check {check} (allowed: {})",
-                kind.name(),
+            );
+            assert_eq!(
+                module_stored.0, script_stored.0,
+                "{name}: MEMORY USAGE apart after check {check} (allowed: {})",
                 module[0]
             );
+            // Overwritten in place (raw) or stored as `SET` stores it.
+            assert!(
+                module_stored.1 == script_stored.1 || module_stored.1 == "raw",
+                "{name}: {module_stored:?} and {script_stored:?} after check {check}"
+            );
+            if module[0] == 0
+                && let Some(before) = &before
+            {
+                assert_eq!(
+                    (&module_stored, &script_stored),
+                    (&before.0, &before.1),
+                    "{name}: refusal {check} changed how a key is stored"
+                );
+            }
+            written_in_place |= module_stored.1 == "raw";
+            before = Some((module_stored, script_stored));
         }
         assert!(refused >= 2, "{}: only {refused} refusals", kind.name());
+        // The states that start with one instant are read in place.
+        let in_place = matches!(kind, AlgorithmKind::Gcra | AlgorithmKind::LeakyQueue);
+        assert_eq!(written_in_place, in_place, "{}", kind.name());
     }
 }
 
@@ -627,6 +648,131 @@ fn a_shortened_ttl_buys_no_admission() {
         // leaves.
         let (_, encoding) = stored_as(&mut connection, &key);
         assert_eq!(encoding, "raw", "{}: not read in place", kind.name());
+    }
+}
+
+/// Two a hour: four checks within a few ms admit two, refuse two, and
+/// meet no window's edge.
+fn two_an_hour() -> Quota {
+    Quota::new(2, Duration::from_secs(3600)).unwrap()
+}
+
+/// The caller's clock and the server's (`""`): on the server's, a check
+/// opens its key to write before it knows whether it will.
+fn clocks() -> [String; 2] {
+    [START.to_string(), String::new()]
+}
+
+/// A check signals its key as modified (`WATCH`, client-side caching) when
+/// it writes, and only then, as the script does: a transaction that
+/// `WATCH`es the key is aborted by an admission and runs after a refusal.
+#[test]
+fn a_check_touches_watchers_only_when_it_writes() {
+    let server = support::server();
+    let mut connection = connect(&server.url());
+    let mut watcher = connect(&server.url());
+    for kind in AlgorithmKind::ALL {
+        let sha = load_script(&mut connection, kind);
+        let params = kind.params(two_an_hour());
+        for now in clocks() {
+            let mut runs = Vec::new();
+            for (by_module, key) in [(true, "watched:m"), (false, "watched:s")] {
+                let _: () = redis::cmd("DEL").arg(key).query(&mut connection).unwrap();
+                let mut run = Vec::new();
+                for _ in 0..4 {
+                    let _: () = redis::cmd("WATCH").arg(key).query(&mut watcher).unwrap();
+                    let args = argv(&now, 1, SLACK_MS, "", &params);
+                    let cmd = if by_module {
+                        module_cmd(kind, key, &args)
+                    } else {
+                        script_cmd(&sha, key, &args)
+                    };
+                    let allowed = query(&mut connection, &cmd).unwrap()[0] == 1;
+                    let exec: redis::Value = redis::pipe()
+                        .atomic()
+                        .cmd("PING")
+                        .query(&mut watcher)
+                        .unwrap();
+                    run.push((allowed, exec != redis::Value::Nil));
+                }
+                runs.push(run);
+            }
+            let name = kind.name();
+            assert_eq!(runs[0], runs[1], "{name}, now {now:?}: module, script");
+            assert_eq!(
+                runs[0],
+                [(true, false), (true, false), (false, true), (false, true)],
+                "{name}, now {now:?}: (allowed, the transaction ran)"
+            );
+        }
+    }
+}
+
+/// A check raises the keyspace events the script raises, `keymiss`
+/// included, event for event: on a key that holds nothing, an admission,
+/// a refusal, and a peek.
+#[test]
+fn a_check_raises_the_keyspace_events_of_the_script() {
+    let server = support::server();
+    let mut connection = connect(&server.url());
+    let _: () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("notify-keyspace-events")
+        .arg("EAm")
+        .query(&mut connection)
+        .unwrap();
+    let mut subscriber = connect(&server.url());
+    let mut events = subscriber.as_pubsub();
+    events.psubscribe("__keyevent@*__:*").unwrap();
+    events
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    // The events up to the `SET` of `end`, as `event key`.
+    let mut until_end = |connection: &mut redis::Connection| -> Vec<String> {
+        let _: () = redis::cmd("SET")
+            .arg("events:end")
+            .arg(1)
+            .query(connection)
+            .unwrap();
+        let mut seen = Vec::new();
+        loop {
+            let message = events.get_message().expect("an event within 10 s");
+            let channel = message.get_channel_name().to_owned();
+            let key: String = message.get_payload().unwrap();
+            if key == "events:end" {
+                return seen;
+            }
+            let event = channel.rsplit(':').next().unwrap_or_default().to_owned();
+            seen.push(format!("{event} {key}"));
+        }
+    };
+    for kind in AlgorithmKind::ALL {
+        let sha = load_script(&mut connection, kind);
+        let params = kind.params(two_an_hour());
+        for now in clocks() {
+            let mut runs = Vec::new();
+            for (by_module, key) in [(true, "events:k"), (false, "events:k")] {
+                let _: () = redis::cmd("DEL").arg(key).query(&mut connection).unwrap();
+                until_end(&mut connection);
+                for op in ["check", "check", "check", "peek"] {
+                    let args = argv_op(op, &now, 1, SLACK_MS, "", &params);
+                    let cmd = if by_module {
+                        module_cmd(kind, key, &args)
+                    } else {
+                        script_cmd(&sha, key, &args)
+                    };
+                    query(&mut connection, &cmd).unwrap();
+                }
+                runs.push(until_end(&mut connection));
+            }
+            let name = kind.name();
+            assert_eq!(runs[0], runs[1], "{name}, now {now:?}: module, script");
+            assert!(
+                runs[0].first().is_some_and(|e| e == "keymiss events:k"),
+                "{name}, now {now:?}: {:?}",
+                runs[0]
+            );
+        }
     }
 }
 
@@ -739,13 +885,30 @@ fn a_replica_holds_what_its_master_holds() {
         (1_500_001, 0),
         (5_000_000, 4),
     ];
-    for kind in AlgorithmKind::ALL {
-        let key = format!("replicated:{}", kind.name());
+    // Then the server's clock on a key of its own: checks that admit
+    // whatever the key holds write over it in place (GCRA, the leaky
+    // queue), and replicate as `SET` all the same.
+    for (kind, clock) in AlgorithmKind::ALL
+        .into_iter()
+        .flat_map(|kind| [(kind, false), (kind, true)])
+    {
+        let key = if clock {
+            format!("replicated-clock:{}", kind.name())
+        } else {
+            format!("replicated:{}", kind.name())
+        };
         let params = kind.params(quota);
-        for (at, cost) in steps {
-            let now = (START + at).to_string();
-            let args = argv(&now, cost, SLACK_MS, "", &params);
-            query(&mut connection, &module_cmd(kind, &key, &args)).unwrap();
+        if clock {
+            for cost in [1, 2, 1] {
+                let args = argv("", cost, SLACK_MS, "", &params);
+                query(&mut connection, &module_cmd(kind, &key, &args)).unwrap();
+            }
+        } else {
+            for (at, cost) in steps {
+                let now = (START + at).to_string();
+                let args = argv(&now, cost, SLACK_MS, "", &params);
+                query(&mut connection, &module_cmd(kind, &key, &args)).unwrap();
+            }
         }
         let acknowledged: i64 = redis::cmd("WAIT")
             .arg(1)

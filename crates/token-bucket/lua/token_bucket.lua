@@ -75,7 +75,9 @@ local function set_full_at(full_at, t)
   end
   local missing = math.ceil((full_at - t) / T)
   if missing <= cap then
-    tokens, last = cap - missing, full_at - missing * T
+    -- Before instant T the last whole token may fall before 0: count from 0 (full a
+    -- fraction of an interval later, never sooner), as the Rust implementation must.
+    tokens, last = cap - missing, math.max(full_at - missing * T, 0)
   else
     tokens, last = 0, full_at - cap * T
   end

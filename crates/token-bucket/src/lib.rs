@@ -218,7 +218,11 @@ impl Debt for TokenBucket {
         *bucket = if missing <= self.capacity {
             Bucket {
                 tokens: self.capacity - missing,
-                last: full_at - missing * self.interval,
+                // Before the clock's first interval has passed, the last
+                // whole token may fall before instant 0: the bucket then
+                // counts from 0, full a fraction of an interval after
+                // `full_at`, never before.
+                last: full_at.saturating_sub(missing * self.interval),
             }
         } else {
             Bucket {

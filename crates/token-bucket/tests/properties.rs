@@ -47,3 +47,32 @@ proptest! {
         lean_in_memory(&TokenBucket::new(quota), Model::debt(quota), &ops, lean)?;
     }
 }
+
+/// Early in a clock's life (before one interval has passed) a settlement can
+/// ask for a bucket full at an instant whose last whole token would fall
+/// before instant 0: the bucket counts from 0 instead, full at most one
+/// interval later, never sooner, and never wraps to a bucket locked for ages.
+#[test]
+fn a_settlement_before_the_first_interval_counts_from_instant_0() {
+    use ratelab_core::{Debt, Quota};
+    use std::time::Duration;
+
+    // 3 per 3 ms: a token every 1,000 µs.
+    let bucket = TokenBucket::new(Quota::new(3, Duration::from_millis(3)).expect("a quota"));
+    let mut state = bucket.initial_state();
+    // Full again at 1,500 seen at 200: two tokens missing, the last whole
+    // one at -500.
+    bucket.set_full_at(&mut state, 1_500, 200);
+    let full_at = bucket.full_at(&state);
+    assert!(
+        (1_500..2_500).contains(&full_at),
+        "full at {full_at}, asked 1,500"
+    );
+    let mut probe = state;
+    let now = bucket.decide(&mut probe, 200, 0).expect("a peek");
+    assert_eq!(now.remaining, 1, "one token left at 200");
+    assert!(!bucket.decide(&mut probe, 200, 2).expect("decides").allowed);
+    // Every token is back by the time it says.
+    let full = bucket.decide(&mut probe, full_at, 3).expect("decides");
+    assert!(full.allowed, "full at {full_at}");
+}

@@ -24,8 +24,10 @@ const MIN_KEYS_PER_DEFAULT_SHARD: usize = 64;
 #[non_exhaustive]
 pub enum FloodPolicy {
     /// Refuse the new key with [`Error::TooManyKeys`](crate::Error::TooManyKeys),
-    /// which says exactly when a slot frees. Every new client is shut out
-    /// for as long as the flood lasts.
+    /// which says exactly when a slot frees (the earliest over the shards
+    /// that could give the key one: each refusal looks at every shard's
+    /// index, one lock at a time). Every new client is shut out for as long
+    /// as the flood lasts.
     Refuse,
     /// Decide the new key with a fixed set of shared algorithm states (a
     /// sketch; see the [`Keyed`] docs): new clients keep being served as long
@@ -57,7 +59,8 @@ impl FloodPolicy {
     /// cells per key slot, one cell per key. Sized for a flood of ten tables'
     /// worth of owing keys (a light client keeps all of its share there;
     /// four cells per slot kept 42 %): 16 × `size_of::<State>()` bytes per
-    /// slot, 128 for GCRA, allocated only once a shard is full.
+    /// slot, 128 for GCRA, reserved only once the table is full and written
+    /// as the flood goes on.
     pub const fn default_for(max_keys: usize) -> Self {
         FloodPolicy::sketch(max_keys.saturating_mul(16), 1)
     }
@@ -124,8 +127,10 @@ impl<A: Algorithm, C: Clock, K: Hash + Eq> KeyedBuilder<A, C, K> {
     }
 
     /// Tracks at most `max_keys` keys exactly ([`DEFAULT_MAX_KEYS`] by
-    /// default). The bound is exactly this number: it is split over the
-    /// shards, the first `max_keys % shards` shards holding one more.
+    /// default). The bound is exactly this number, shared by the shards: a
+    /// new key gets a slot while fewer than `max_keys` keys are tracked in
+    /// all, unless its own shard already holds its share plus a quarter plus
+    /// 64 (which keys spread by a random seed do not reach).
     pub fn max_keys(mut self, max_keys: usize) -> Self {
         self.max_keys = max_keys;
         self
@@ -133,9 +138,9 @@ impl<A: Algorithm, C: Clock, K: Hash + Eq> KeyedBuilder<A, C, K> {
 
     /// Spreads the keys over `shards` locks, rounded up to a power of two and
     /// clamped to `1..=`[`MAX_SHARDS`]. By default four per core, fewer when
-    /// `max_keys` is small (at least 64 keys per shard). More shards than
-    /// `max_keys` leaves some shards with no room: their keys are always
-    /// decided by the flood policy.
+    /// `max_keys` is small (at least 64 keys per shard). The shards share
+    /// the bound, so any number of them leaves every key room while the
+    /// table as a whole has it.
     pub fn shards(mut self, shards: usize) -> Self {
         self.shards = Some(shards);
         self

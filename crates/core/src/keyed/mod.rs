@@ -8,19 +8,29 @@
 //!   its state is back to full capacity, where it decides exactly like a key
 //!   never seen. A key with no room in the table is decided by shared states
 //!   that can only over-count (below). Nothing a flood does erases a debt.
-//! - **Bounded in bytes.** At most `max_keys` keys are tracked exactly; a
-//!   byte-string key is kept as its bytes up to [`MAX_EXACT_KEY_LEN`] bytes,
+//! - **Bounded in bytes.** At most `max_keys` keys are tracked exactly, in
+//!   all shards together: the shards take their slots from one shared count,
+//!   so no key goes untracked while the table as a whole has room (each
+//!   shard also stops at its share plus a quarter plus 64, a margin that
+//!   keys spread by the random seed do not reach, so that its table is
+//!   bounded in bytes too). A byte-string key is kept as its bytes up to
+//!   [`MAX_EXACT_KEY_LEN`] bytes,
 //!   as a 128-bit keyed digest above ([`ByteKey`] documents the collision
 //!   probability). [`Keyed::memory_bound_bytes`] gives the bound, whatever
 //!   the keys' lengths.
-//! - **O(1) per check, also under a flood.** Each shard keeps an
-//!   expiry-ordered index (a min-heap of `(full_at, hash)`) beside its hash
-//!   table: finding a key to forget, or the wait until one can be, looks at
-//!   the index's top, never scans the table. Every check also forgets up to
-//!   two due keys, so idle keys go without a chore for the caller. The cost
-//!   is amortised O(log n) heap work per check, plus 16 bytes per key for
-//!   the index record (the table stores no hash: a resize or a due record
-//!   hashes the key again).
+//! - **O(1) per check, also under a flood.** Each shard keeps an expiry
+//!   index on its hash table's own buckets: a tree of minima (eight
+//!   children to a node, on one cache line), one leaf per 8 buckets, never
+//!   later than the instant any key there may be
+//!   forgotten. Finding a key to forget, or the wait until one can be,
+//!   looks at the root and through one leaf's 8 buckets, never scans the
+//!   table; a shard whose table has no room asks the others only where
+//!   their root says a key may be due. Every check also forgets the due
+//!   keys of up to two leaves, so idle keys go without a chore for the
+//!   caller. The cost is amortised O(1) work per check (a leaf looked
+//!   through that forgets nothing was made early by a charge since), and
+//!   about 10 bytes per 8 buckets, 1.5 to 3 bytes per key: no record per
+//!   key (the table stores no hash either).
 //! - **New clients keep being served.** When a shard's table is full and no
 //!   key in it is back to full capacity, a new key is decided, by default,
 //!   by a fixed array of shared algorithm states ([`FloodPolicy::Sketch`]):
@@ -29,8 +39,11 @@
 //!   seen every admission of every key hashed to it, so it is at least as
 //!   indebted as each of them alone: it may refuse an innocent client whose
 //!   cell a heavy one shares, never admit a key past its bound. The cells
-//!   cost `size_of::<State>()` each, allocated per shard the first time its
-//!   table is full. **The trade-off:** the cells serve new keys as long as
+//!   cost `size_of::<State>()` each, reserved per shard the first time a
+//!   key of that shard finds no room, and written as the flood goes on: the
+//!   sketch starts with a few pages of cells and splits four per decision
+//!   (each new cell a copy of the one it splits from), so a flood's first
+//!   checks pay no page faults at random. **The trade-off:** the cells serve new keys as long as
 //!   each carries less than its quota, i.e. while the keys owing at once
 //!   beyond the table number fewer than about the cells (16 × `max_keys` by
 //!   default); a flood beyond that saturates them and new keys are refused
@@ -48,9 +61,8 @@
 //!   back ([`Algorithm::forgettable_at`]); the few keys whose ledger is not
 //!   0 keep it in a side table of the shard, counted in
 //!   [`Keyed::memory_bound_bytes`]. A settlement can lower the instant a
-//!   key may be forgotten, so it files one more index record; extra records
-//!   are dropped when due, or all at once by a rebuild when they outnumber
-//!   the keys (amortised O(1) per settlement).
+//!   key may be forgotten, so it lowers the key's leaf of the index with it
+//!   (a few writes on a path of the tree, no new record).
 //! - **Time never goes backwards** for a shard's keys and cells: a clock
 //!   that jumps back is time standing still, and so is [`Keyed::sweep`].
 //!
@@ -65,6 +77,7 @@ mod sketch;
 use std::borrow::Borrow;
 use std::fmt;
 use std::hash::{BuildHasher, Hash};
+use std::sync::Arc;
 use std::time::Duration;
 
 use parking_lot::Mutex;
@@ -72,7 +85,7 @@ use parking_lot::Mutex;
 pub use builder::{FloodPolicy, KeyedBuilder, MAX_SHARDS};
 use key::Digester;
 pub use key::{ByteKey, MAX_EXACT_KEY_LEN};
-use shard::{Entry, Shard};
+use shard::{Budget, Entry, Shard};
 use sketch::Sketch;
 
 use crate::algorithm::Algorithm;
@@ -84,8 +97,9 @@ use crate::{Decision, Error, Issuer, Quota, Receipt, Settlement, Stamp, Verdict}
 /// The default bound on the number of keys a [`Keyed`] limiter tracks.
 pub const DEFAULT_MAX_KEYS: usize = 1_000_000;
 
-/// Due records every check looks at, at most: enough to forget idle keys as
-/// fast as traffic arrives, small enough to bound one check's work.
+/// Due leaves of the expiry index every check looks through, at most:
+/// enough to forget idle keys as fast as traffic arrives, small enough to
+/// bound one check's work.
 const UPKEEP_PER_CHECK: usize = 2;
 
 /// A limiter with one state per key, for many clients in one process.
@@ -124,7 +138,9 @@ const UPKEEP_PER_CHECK: usize = 2;
 /// (foldhash), each shard a [`hashbrown::HashTable`] and its expiry index
 /// behind one lock; a check holds one shard's lock for one lookup, one
 /// decision and a bounded upkeep. Two threads contend only when their keys
-/// share a shard.
+/// share a shard, or, for new and forgotten keys, on the one atomic count
+/// of tracked keys. A new key that finds the table as a whole full may
+/// look into other shards for a key to forget, one lock at a time.
 ///
 /// See the [module docs](self) for what is promised under a flood and what
 /// it costs.
@@ -135,6 +151,8 @@ pub struct Keyed<A: Algorithm, C = SystemClock, K = ByteKey> {
     digester: Digester,
     shards: Box<[ShardOf<A, K>]>,
     shard_mask: u64,
+    /// The key count the shards share, against `max_keys`.
+    budget: Arc<Budget>,
     max_keys: usize,
     flood: FloodPolicy,
     issuer: Issuer,
@@ -323,23 +341,34 @@ impl<A: Algorithm, C: Clock> Keyed<A, C, ByteKey> {
                 let keys = shard.capacity;
                 table_bound_bytes::<Entry<ByteKey, A::State>>(keys)
                     + table_bound_bytes::<(u64, u64)>(keys)
-                    // The index: one record per key, as many again from
-                    // refunds and resets before a compaction, doubled by
-                    // the heap's growth.
-                    + (4 * keys + 10) * size_of::<(u64, u64)>()
-                    + keys * KEY_ALLOCATION
+                    // The index: a few bytes per group of the table's buckets.
+                    + shard::index_bytes(table_bound_buckets(keys))
                     + self.sketch_cells_per_shard() * size_of::<A::State>()
             })
             .sum::<usize>()
+            // The keys' bytes: at most `max_keys` keys in all.
+            + self.max_keys * KEY_ALLOCATION
             + size_of_val(&*self.shards)
     }
 }
 
-/// The most bytes a hashbrown table of entries of type `T` allocates while
-/// holding at most `n` of them: the buckets for `n`, doubled once (a table
-/// churned by removals may grow once more before it rehashes in place), one
-/// control byte per bucket plus a group's worth, and alignment.
-fn table_bound_bytes<T>(n: usize) -> usize {
+/// The most keys one shard tracks: its share of `max_keys` and a margin
+/// that keys spread by a random seed do not reach (a quarter of the share
+/// and 64 more: hundreds of standard deviations at a million keys, tens at
+/// the smallest default shard), so that the shards share one budget in
+/// practice while each table stays bounded in bytes.
+fn shard_bound(max_keys: usize, shards: usize) -> usize {
+    let share = max_keys.div_ceil(shards);
+    share
+        .saturating_add(share / 4)
+        .saturating_add(64)
+        .min(max_keys)
+}
+
+/// The most buckets a hashbrown table allocates while holding at most `n`
+/// entries: the buckets for `n`, doubled once (a table churned by removals
+/// may grow once more before it rehashes in place).
+fn table_bound_buckets(n: usize) -> usize {
     if n == 0 {
         return 0;
     }
@@ -350,7 +379,18 @@ fn table_bound_bytes<T>(n: usize) -> usize {
     } else {
         (n * 8 / 7).next_power_of_two()
     };
-    let buckets = 2 * buckets;
+    2 * buckets
+}
+
+/// The most bytes a hashbrown table of entries of type `T` allocates while
+/// holding at most `n` of them: the buckets for `n`, doubled once (a table
+/// churned by removals may grow once more before it rehashes in place), one
+/// control byte per bucket plus a group's worth, and alignment.
+fn table_bound_bytes<T>(n: usize) -> usize {
+    if n == 0 {
+        return 0;
+    }
+    let buckets = table_bound_buckets(n);
     buckets * (size_of::<T>() + 1) + 16 + 16.max(align_of::<T>())
 }
 
@@ -372,7 +412,8 @@ impl<A: Algorithm, C: Clock, K: Hash + Eq> Keyed<A, C, K> {
         flood: FloodPolicy,
         seed: Option<u64>,
     ) -> Self {
-        let (share, extra) = (max_keys / shards, max_keys % shards);
+        let budget = Arc::new(Budget::new(max_keys, shards));
+        let own_bound = shard_bound(max_keys, shards);
         let (hasher, digester) = match seed {
             None => (
                 foldhash::fast::SeedableRandomState::random(),
@@ -393,7 +434,9 @@ impl<A: Algorithm, C: Clock, K: Hash + Eq> Keyed<A, C, K> {
             shards: (0..shards)
                 .map(|i| {
                     Padded(Mutex::new(Shard::new(
-                        share + usize::from(i < extra),
+                        own_bound,
+                        i,
+                        Arc::clone(&budget),
                         hasher.clone(),
                     )))
                 })
@@ -401,6 +444,7 @@ impl<A: Algorithm, C: Clock, K: Hash + Eq> Keyed<A, C, K> {
             // Fits: shards <= MAX_SHARDS.
             shard_mask: shards as u64 - 1,
             hasher,
+            budget,
             max_keys,
             flood,
             issuer: Issuer::new(),
@@ -467,7 +511,7 @@ impl<A: Algorithm, C: Clock, K: Hash + Eq> Keyed<A, C, K> {
     ) -> Result<Decision, Error> {
         let now = clamp_instant(self.clock.now_micros());
         let algorithm = &self.algorithm;
-        let shard = &self.shards[((hash >> 32) & self.shard_mask) as usize].0;
+        let shard = &self.shards[self.shard_of(hash)].0;
         let mut shard = shard.lock();
         let now = shard.advance(now);
         if let Some((entry, ledger)) = shard.entry_and_ledger(hash, &is_key) {
@@ -476,9 +520,9 @@ impl<A: Algorithm, C: Clock, K: Hash + Eq> Keyed<A, C, K> {
             let after = algorithm.forgettable_at(&entry.state, ledger);
             if after <= now {
                 // Nothing left to hold: a key never seen decides the same.
-                shard.remove(algorithm, hash, |e| is_key(&e.key));
+                shard.remove(hash, |e| is_key(&e.key));
             } else if after < before {
-                shard.refile(algorithm, after, hash);
+                shard.refile(after, hash, &is_key);
             }
             return Ok(decision);
         }
@@ -489,18 +533,21 @@ impl<A: Algorithm, C: Clock, K: Hash + Eq> Keyed<A, C, K> {
         let extra = settlement.actual.saturating_sub(settlement.charged);
         if extra > 0 {
             let charge = Settlement::charge(extra);
-            if !shard.is_full() || shard.make_room(algorithm, now) {
+            if shard.claim() || (shard.make_room(algorithm, now) && shard.claim()) {
                 let mut state = shard
                     .sketch
                     .as_ref()
                     .and_then(|sketch| sketch.seed(algorithm, hash, now))
                     .unwrap_or_else(|| algorithm.initial_state());
                 let mut ledger = A::Ledger::default();
-                let decision = algorithm.settle(&mut state, &mut ledger, now, charge)?;
-                if algorithm.forgettable_at(&state, &ledger) > now {
-                    shard.insert(algorithm, hash, to_key(), state);
+                let decision = algorithm.settle(&mut state, &mut ledger, now, charge);
+                match decision {
+                    Ok(_) if algorithm.forgettable_at(&state, &ledger) > now => {
+                        shard.insert(algorithm, hash, to_key(), state);
+                    }
+                    _ => shard.unclaim(),
                 }
-                return Ok(decision);
+                return decision;
             }
             if let FloodPolicy::Sketch { depth, .. } = self.flood {
                 let width = self.sketch_cells_per_shard() / depth;
@@ -520,13 +567,13 @@ impl<A: Algorithm, C: Clock, K: Hash + Eq> Keyed<A, C, K> {
     fn forget(&self, hash: u64, is_key: impl Fn(&K) -> bool) {
         let now = clamp_instant(self.clock.now_micros());
         let algorithm = &self.algorithm;
-        let shard = &self.shards[((hash >> 32) & self.shard_mask) as usize].0;
+        let shard = &self.shards[self.shard_of(hash)].0;
         let mut shard = shard.lock();
         let now = shard.advance(now);
         if !shard.has_receipts(hash) {
             // No receipt was issued for it since it was last forgotten:
             // nothing can claim anything back, so it is forgotten at once.
-            shard.remove(algorithm, hash, |e| is_key(&e.key));
+            shard.remove(hash, |e| is_key(&e.key));
             return;
         }
         let Some((entry, ledger)) = shard.entry_and_ledger(hash, &is_key) else {
@@ -535,9 +582,9 @@ impl<A: Algorithm, C: Clock, K: Hash + Eq> Keyed<A, C, K> {
         algorithm.reset(&mut entry.state, ledger, now);
         let after = algorithm.forgettable_at(&entry.state, ledger);
         if after <= now {
-            shard.remove(algorithm, hash, |e| is_key(&e.key));
+            shard.remove(hash, |e| is_key(&e.key));
         } else {
-            shard.refile(algorithm, after, hash);
+            shard.refile(after, hash, &is_key);
         }
     }
 
@@ -570,93 +617,171 @@ impl<A: Algorithm, C: Clock, K: Hash + Eq> Keyed<A, C, K> {
     ) -> Result<(O, Mark), Error> {
         // Read before locking: the clock is the slow part of a check.
         let now = clamp_instant(self.clock.now_micros());
-        // hashbrown uses the low bits (bucket) and the top 7 (tag): pick the
-        // shard from bits in between so both stay fully random within it.
-        let shard = &self.shards[((hash >> 32) & self.shard_mask) as usize].0;
-        let mut shard = shard.lock();
-        // A peek decides at the shard's time without moving it, and forgets
-        // keys only as of the time already recorded: after a clock went
-        // back, a later check must decide as if the peek never happened.
+        let own = self.shard_of(hash);
         let algorithm = &self.algorithm;
-        let (now, upkeep) = if DRY {
-            (now.max(shard.latest), shard.latest)
-        } else {
-            let now = shard.advance(now);
-            (now, now)
-        };
-        shard.forget_due(algorithm, upkeep, UPKEEP_PER_CHECK, Some(hash));
         let admitted = |outcome: &O| MARK && outcome.allowed() && cost > 0;
+        // Whether a key was looked for in the other shards (once per check),
+        // and (a peek) found.
+        let (mut asked_elsewhere, mut room_elsewhere) = (false, false);
+        loop {
+            let mut shard = self.shards[own].0.lock();
+            // A peek decides at the shard's time without moving it, and
+            // forgets keys only as of the time already recorded: after a
+            // clock went back, a later check must decide as if the peek
+            // never happened.
+            let (now, upkeep) = if DRY {
+                (now.max(shard.latest), shard.latest)
+            } else {
+                let now = shard.advance(now);
+                (now, now)
+            };
+            shard.forget_due(algorithm, upkeep, UPKEEP_PER_CHECK, Some(hash));
 
-        if let Some(entry) = shard.table.find_mut(hash, |e| is_key(&e.key)) {
-            if DRY {
-                let decision = O::decide(algorithm, &mut entry.state.clone(), now, cost)?;
+            if let Some(entry) = shard.table.find_mut(hash, |e| is_key(&e.key)) {
+                if DRY {
+                    let decision = O::decide(algorithm, &mut entry.state.clone(), now, cost)?;
+                    return Ok((decision, Mark::None));
+                }
+                let decision = O::decide(algorithm, &mut entry.state, now, cost)?;
+                if !admitted(&decision) {
+                    return Ok((decision, Mark::None));
+                }
+                let stamp = shard.stamp(algorithm, hash, &is_key, now);
+                return Ok((decision, stamp.map_or(Mark::None, Mark::Own)));
+            }
+
+            // A peek makes no room; it asks whether a check at its instant
+            // would (some key forgettable by then), and decides as that
+            // check. A check takes its slot at once (given back if the key
+            // is not stored).
+            let room = if DRY {
+                shard.has_room() || room_elsewhere || shard.next_room(algorithm, now) == Some(0)
+            } else {
+                shard.claim() || (shard.make_room(algorithm, upkeep) && shard.claim())
+            };
+            if !room && !asked_elsewhere && shard.below_own_bound() && self.any_other_due(own, now)
+            {
+                // Only the shared bound keeps the key out, and another shard
+                // may hold a key to forget: look there (never holding two
+                // shards' locks), then decide again.
+                drop(shard);
+                asked_elsewhere = true;
+                room_elsewhere = self.room_elsewhere::<DRY>(own, now);
+                continue;
+            }
+            if let (false, FloodPolicy::Sketch { depth, .. }) = (room, self.flood) {
+                if DRY {
+                    let decision = match &shard.sketch {
+                        Some(sketch) => sketch.peek(algorithm, hash, now, cost),
+                        None => algorithm.decide(&mut algorithm.initial_state(), now, cost),
+                    }?;
+                    return Ok((O::made(decision), Mark::None));
+                }
+                let width = self.sketch_cells_per_shard() / depth;
+                let decision = shard
+                    .sketch
+                    .get_or_insert_with(|| Sketch::new(algorithm, width, depth))
+                    .decide(algorithm, hash, now, cost)?;
+                let decision = O::made(decision);
+                let mark = if admitted(&decision) {
+                    Mark::Shared
+                } else {
+                    Mark::None
+                };
+                return Ok((decision, mark));
+            }
+            let claimed = room && !DRY;
+            // A key that was decided by the sketch starts from its cells' debt.
+            let mut state = shard
+                .sketch
+                .as_ref()
+                .and_then(|sketch| sketch.seed(algorithm, hash, now))
+                .unwrap_or_else(|| algorithm.initial_state());
+            let decision = match O::decide(algorithm, &mut state, now, cost) {
+                Ok(decision) => decision,
+                Err(error) => {
+                    if claimed {
+                        shard.unclaim();
+                    }
+                    return Err(error);
+                }
+            };
+            if algorithm.full_at(&state) <= now {
+                // Nothing to remember: a peek, or a refusal of a full key.
+                if claimed {
+                    shard.unclaim();
+                }
                 return Ok((decision, Mark::None));
             }
-            let decision = O::decide(algorithm, &mut entry.state, now, cost)?;
+            if !room {
+                let mut wait = shard.next_room(algorithm, now);
+                if shard.below_own_bound() {
+                    // A slot freed in any shard would do.
+                    drop(shard);
+                    wait = self.next_room_elsewhere(own, now, wait);
+                }
+                return Err(Error::TooManyKeys {
+                    max_keys: self.max_keys,
+                    // No key at all to wait for: a table given no room.
+                    retry_after: wait.map_or(Duration::MAX, Duration::from_micros),
+                });
+            }
+            if DRY {
+                return Ok((decision, Mark::None));
+            }
+            shard.insert(algorithm, hash, to_key(), state);
             if !admitted(&decision) {
                 return Ok((decision, Mark::None));
             }
             let stamp = shard.stamp(algorithm, hash, &is_key, now);
             return Ok((decision, stamp.map_or(Mark::None, Mark::Own)));
         }
+    }
 
-        // A peek makes no room; it asks whether a check at its instant
-        // would (some key forgettable by then), and decides as that check.
-        let room = !shard.is_full()
-            || if DRY {
-                shard.next_room(algorithm, now) == Some(0)
-            } else {
-                shard.make_room(algorithm, upkeep)
-            };
-        if let (false, FloodPolicy::Sketch { depth, .. }) = (room, self.flood) {
-            if DRY {
-                let decision = match &shard.sketch {
-                    Some(sketch) => sketch.peek(algorithm, hash, now, cost),
-                    None => algorithm.decide(&mut algorithm.initial_state(), now, cost),
-                }?;
-                return Ok((O::made(decision), Mark::None));
+    /// The shard of a key hashed to `hash`.
+    #[inline]
+    fn shard_of(&self, hash: u64) -> usize {
+        // hashbrown uses the low bits (bucket) and the top 7 (tag): pick the
+        // shard from bits in between so both stay fully random within it.
+        // Fits: the mask is below the number of shards.
+        ((hash >> 32) & self.shard_mask) as usize
+    }
+
+    /// Some shard other than `own` may hold a key forgettable at `now`
+    /// (its index says so, without its lock).
+    #[inline]
+    fn any_other_due(&self, own: usize, now: u64) -> bool {
+        (0..self.shards.len()).any(|i| i != own && self.budget.may_be_due(i, now))
+    }
+
+    /// Frees a slot in a shard other than `own` where a key is back to full
+    /// capacity at `now`, each shard at its own time as a check would see
+    /// it; a `DRY` run (a peek) only says whether a check would. Called with
+    /// no shard locked.
+    fn room_elsewhere<const DRY: bool>(&self, own: usize, now: u64) -> bool {
+        (0..self.shards.len()).any(|i| {
+            if i == own || !self.budget.may_be_due(i, now) {
+                return false;
             }
-            let width = self.sketch_cells_per_shard() / depth;
-            let decision = shard
-                .sketch
-                .get_or_insert_with(|| Sketch::new(algorithm, width, depth))
-                .decide(algorithm, hash, now, cost)?;
-            let decision = O::made(decision);
-            let mark = if admitted(&decision) {
-                Mark::Shared
+            let mut shard = self.shards[i].0.lock();
+            if DRY {
+                let at = now.max(shard.latest);
+                shard.next_room(&self.algorithm, at) == Some(0)
             } else {
-                Mark::None
-            };
-            return Ok((decision, mark));
-        }
-        // A key that was decided by the sketch starts from its cells' debt.
-        let mut state = shard
-            .sketch
-            .as_ref()
-            .and_then(|sketch| sketch.seed(algorithm, hash, now))
-            .unwrap_or_else(|| algorithm.initial_state());
-        let decision = O::decide(algorithm, &mut state, now, cost)?;
-        if algorithm.full_at(&state) <= now {
-            // Nothing to remember: a peek, or a refusal of a full key.
-            return Ok((decision, Mark::None));
-        }
-        if !room {
-            let wait = shard.next_room(algorithm, now);
-            return Err(Error::TooManyKeys {
-                max_keys: self.max_keys,
-                // No key at all to wait for: a shard given no room.
-                retry_after: wait.map_or(Duration::MAX, Duration::from_micros),
-            });
-        }
-        if DRY {
-            return Ok((decision, Mark::None));
-        }
-        shard.insert(algorithm, hash, to_key(), state);
-        if !admitted(&decision) {
-            return Ok((decision, Mark::None));
-        }
-        let stamp = shard.stamp(algorithm, hash, &is_key, now);
-        Ok((decision, stamp.map_or(Mark::None, Mark::Own)))
+                let at = shard.advance(now);
+                shard.make_room(&self.algorithm, at)
+            }
+        })
+    }
+
+    /// The earliest wait from `now` until a slot frees in any shard, given
+    /// `own`'s (`wait`). Called with no shard locked.
+    fn next_room_elsewhere(&self, own: usize, now: u64, wait: Option<u64>) -> Option<u64> {
+        (0..self.shards.len())
+            .filter(|&i| i != own)
+            .filter_map(|i| self.shards[i].0.lock().next_room(&self.algorithm, now))
+            .chain(wait)
+            .min()
     }
 
     fn sketch_cells_per_shard(&self) -> usize {

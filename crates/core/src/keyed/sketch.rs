@@ -17,41 +17,114 @@
 //! extra row is therefore one more cell that may refuse, and the default
 //! depth is 1.
 
+//!
+//! **Growing into its memory.** The cells are reserved at once, but used
+//! from a small prefix that grows by linear hashing: every decision splits
+//! [`SPLITS_PER_DECISION`] cells, each into itself and a new cell that
+//! starts as its copy (both have then seen every admission of every key
+//! that was mapped to the old one, so each still over-counts its keys).
+//! A flood therefore writes the reserved memory in address order, a page
+//! at a time, at most one new page every few hundred decisions, instead of
+//! faulting in pages at random on its first checks; and a small flood uses
+//! few cells. While it grows, the sketch has at least
+//! [`SPLITS_PER_DECISION`] cells per decision it has made.
+
 use crate::algorithm::Algorithm;
 use crate::{Decision, Error, Settlement};
 
 /// The most rows a sketch may have.
 pub(super) const MAX_DEPTH: usize = 8;
 
+/// Cells per row in use when the sketch is made (fewer if the row has
+/// fewer): a few pages.
+const INITIAL_CELLS: usize = 4096;
+
+/// Cells split per decision while the rows grow to their width.
+const SPLITS_PER_DECISION: usize = 4;
+
 pub(super) struct Sketch<S> {
-    cells: Box<[S]>,
+    /// `depth` rows, each reserved for `width` cells, the first `active`
+    /// of them in use.
+    rows: Box<[Vec<S>]>,
     width: usize,
     depth: usize,
+    /// Cells in use per row: `base <= active < 2 * base`, or `active ==
+    /// width` once grown.
+    active: usize,
+    /// The power of two linear hashing splits from: a hash picks among
+    /// `2 * base` cells, and one not in use yet falls back to its image
+    /// among the first `base`.
+    base: usize,
 }
 
 impl<S: Clone> Sketch<S> {
     /// `depth` rows of `width` cells, each in the algorithm's initial state.
     pub(super) fn new<A: Algorithm<State = S>>(algorithm: &A, width: usize, depth: usize) -> Self {
         let (width, depth) = (width.max(1), depth.clamp(1, MAX_DEPTH));
+        let active = width.min(INITIAL_CELLS);
+        let rows = (0..depth)
+            .map(|_| {
+                let mut row = Vec::with_capacity(width);
+                row.resize(active, algorithm.initial_state());
+                row
+            })
+            .collect();
         Sketch {
-            cells: vec![algorithm.initial_state(); width * depth].into_boxed_slice(),
+            rows,
             width,
             depth,
+            active,
+            base: prev_power_of_two(active),
         }
     }
 
-    /// The cell of row `row` for a key hashed to `hash`.
+    /// Splits up to [`SPLITS_PER_DECISION`] cells of every row.
     #[inline]
-    fn cell(&self, hash: u64, row: usize) -> usize {
+    fn grow(&mut self) {
+        for _ in 0..SPLITS_PER_DECISION {
+            if self.active == self.width {
+                return;
+            }
+            let from = self.active - self.base;
+            for row in &mut *self.rows {
+                let copy = row[from].clone();
+                row.push(copy);
+            }
+            self.active += 1;
+            if self.active == 2 * self.base {
+                self.base *= 2;
+            }
+        }
+    }
+
+    /// The cell of row `row` for a key hashed to `hash`: `(row, index)`.
+    #[inline]
+    fn cell(&self, hash: u64, row: usize) -> (usize, usize) {
         // The shard was chosen from some of the hash's bits, which every key
         // here shares: mix them all before picking cells. Double hashing
         // (Kirsch and Mitzenmacher) gives each row its own independent-enough
         // index from one 64-bit mix.
         let mixed = mix(hash);
         let (a, b) = (mixed & 0xffff_ffff, (mixed >> 32) | 1);
-        let index = a.wrapping_add((row as u64).wrapping_mul(b)) % self.width as u64;
-        // Fits: index < width, a usize.
-        row * self.width + usize::try_from(index).unwrap_or_default()
+        let h = mix(a.wrapping_add((row as u64).wrapping_mul(b)));
+        // Fits: masked below 2 * base, a usize.
+        let index = usize::try_from(h & (2 * self.base as u64 - 1)).unwrap_or_default();
+        let index = if index < self.active {
+            index
+        } else {
+            index & (self.base - 1)
+        };
+        (row, index)
+    }
+
+    #[inline]
+    fn at(&self, (row, index): (usize, usize)) -> &S {
+        &self.rows[row][index]
+    }
+
+    #[inline]
+    fn at_mut(&mut self, (row, index): (usize, usize)) -> &mut S {
+        &mut self.rows[row][index]
     }
 
     /// The state a key should start from if it now gets a slot of its own:
@@ -64,7 +137,7 @@ impl<S: Clone> Sketch<S> {
         now: u64,
     ) -> Option<S> {
         let cell = (0..self.depth)
-            .map(|row| &self.cells[self.cell(hash, row)])
+            .map(|row| self.at(self.cell(hash, row)))
             .min_by_key(|state| algorithm.full_at(state))?;
         (algorithm.full_at(cell) > now).then(|| cell.clone())
     }
@@ -77,14 +150,16 @@ impl<S: Clone> Sketch<S> {
         now: u64,
         cost: u32,
     ) -> Result<Decision, Error> {
-        // A copy of exactly this key's cells, one per row: with a width of
-        // one, its own cell choice maps row r to cell r.
+        // A copy of exactly this key's cells, one per row: with one cell
+        // per row, its own cell choice maps row r to cell 0 of row r.
         let mut copy = Sketch {
-            cells: (0..self.depth)
-                .map(|row| self.cells[self.cell(hash, row)].clone())
+            rows: (0..self.depth)
+                .map(|row| vec![self.at(self.cell(hash, row)).clone()])
                 .collect(),
             width: 1,
             depth: self.depth,
+            active: 1,
+            base: 1,
         };
         copy.decide(algorithm, hash, now, cost)
     }
@@ -97,15 +172,18 @@ impl<S: Clone> Sketch<S> {
         now: u64,
         cost: u32,
     ) -> Result<Decision, Error> {
+        // Splitting first: a key moved to a new cell finds there a copy of
+        // its old one, so it is decided as a peek now would decide it.
+        self.grow();
         if self.depth == 1 {
             let cell = self.cell(hash, 0);
             // A refusal leaves the state as it was (the algorithm contract).
-            return algorithm.decide(&mut self.cells[cell], now, cost);
+            return algorithm.decide(self.at_mut(cell), now, cost);
         }
         // First on copies: a refusal by any cell must change none.
         let mut combined: Option<Decision> = None;
         for row in 0..self.depth {
-            let mut state = self.cells[self.cell(hash, row)].clone();
+            let mut state = self.at(self.cell(hash, row)).clone();
             let decision = algorithm.decide(&mut state, now, cost)?;
             combined = Some(match combined {
                 None => decision,
@@ -117,7 +195,7 @@ impl<S: Clone> Sketch<S> {
             for row in 0..self.depth {
                 let cell = self.cell(hash, row);
                 // Deterministic: admits again, as it did on the copy.
-                algorithm.decide(&mut self.cells[cell], now, cost)?;
+                algorithm.decide(self.at_mut(cell), now, cost)?;
             }
         } else {
             // Nothing was charged: what remains, and when the key is full,
@@ -126,7 +204,7 @@ impl<S: Clone> Sketch<S> {
             combined.remaining = u64::MAX;
             combined.reset_after_micros = 0;
             for row in 0..self.depth {
-                let mut state = self.cells[self.cell(hash, row)].clone();
+                let mut state = self.at(self.cell(hash, row)).clone();
                 let peek = algorithm.decide(&mut state, now, 0)?;
                 combined.remaining = combined.remaining.min(peek.remaining);
                 combined.reset_after_micros =
@@ -153,7 +231,7 @@ impl<S: Clone> Sketch<S> {
             let cell = self.cell(hash, row);
             // Cells have no ledger: they are never given anything back.
             algorithm.settle(
-                &mut self.cells[cell],
+                self.at_mut(cell),
                 &mut A::Ledger::default(),
                 now,
                 settlement,
@@ -164,9 +242,13 @@ impl<S: Clone> Sketch<S> {
 }
 
 impl<S> Sketch<S> {
-    /// Heap bytes held by the cells themselves (not by what a state may own).
+    /// Heap bytes reserved for the cells (not what a state may own): every
+    /// row at its width, though only the cells in use are written.
     pub(super) fn bytes(&self) -> usize {
-        size_of_val(&*self.cells)
+        self.rows
+            .iter()
+            .map(|row| row.capacity() * size_of::<S>())
+            .sum()
     }
 }
 
@@ -188,6 +270,15 @@ fn strictest(a: Decision, b: Decision) -> Decision {
         0
     };
     d
+}
+
+/// The largest power of two no greater than `n` (1 for 0).
+fn prev_power_of_two(n: usize) -> usize {
+    if n <= 1 {
+        1
+    } else {
+        1 << (usize::BITS - 1 - n.leading_zeros())
+    }
 }
 
 /// The splitmix64 finaliser: every output bit depends on every input bit.

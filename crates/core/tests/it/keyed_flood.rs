@@ -290,3 +290,64 @@ fn the_same_seed_gives_the_same_decisions() {
     assert!(first.iter().any(|&a| !a), "the sketch saturated somewhere");
     assert_ne!(first, run(8), "another seed, other cells");
 }
+
+/// The sketch grows into its cells while the flood goes on (each new cell
+/// a copy of the one it splits from): a key that spent its quota in the
+/// cells is still refused after every cell has been split, and no key,
+/// heavy or new, passes its bound while the cells grow.
+#[test]
+fn a_growing_sketch_keeps_every_debt() {
+    for depth in [1, 2] {
+        let clock = ManualClock::starting_at(1 << 40);
+        // Ten a minute, all at once: nobody refills during the flood.
+        let toy = Toy::new(Quota::per_minute(10).unwrap());
+        let bound = toy.bound();
+        let limiter = Keyed::builder(toy)
+            .clock(clock.clone())
+            .max_keys(1)
+            .shards(1)
+            // Far more cells than the sketch starts with: it grows through
+            // the flood below.
+            .flood_policy(FloodPolicy::sketch(depth * 60_000, depth))
+            .build();
+        assert!(
+            limiter.check(b"holder", 1).unwrap().allowed,
+            "takes the one slot"
+        );
+        let mut spent = 0;
+        while limiter.check(b"heavy", 1).unwrap().allowed {
+            spent += 1;
+        }
+        assert_eq!(
+            spent, 10,
+            "depth {depth}: the heavy key's whole quota, in the cells"
+        );
+        let mut admitted: HashMap<u64, Vec<u64>> = HashMap::new();
+        for i in 0..40_000u64 {
+            clock.advance(Duration::from_micros(1));
+            if limiter.check(&key(i % 20_000), 1).unwrap().allowed {
+                admitted
+                    .entry(i % 20_000)
+                    .or_default()
+                    .push(clock.now_micros());
+            }
+            if i % 1_000 == 0 {
+                assert!(
+                    !limiter.check(b"heavy", 1).unwrap().allowed,
+                    "depth {depth}: the heavy key's debt survives the splits ({i} flood keys)"
+                );
+            }
+        }
+        assert!(!limiter.check(b"heavy", 1).unwrap().allowed);
+        assert!(
+            admitted.len() > 15_000,
+            "depth {depth}: the flood's keys are served ({} of 20,000)",
+            admitted.len()
+        );
+        for (k, log) in &admitted {
+            if let Some((from, to, count)) = bound.violation(log) {
+                panic!("depth {depth}: key {k} got {count} units in [{from}, {to}]");
+            }
+        }
+    }
+}

@@ -11,6 +11,7 @@ mod lagging_clock;
 mod peek;
 mod receipts;
 mod reference;
+mod store_budget;
 mod store_flood;
 mod store_rewind;
 mod store_settle;
