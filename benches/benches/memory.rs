@@ -57,7 +57,9 @@ use ratelab::{
 use ratelab_benches::algorithms::{admitted_share, assert_mostly_admits, governor_quota, quota};
 use ratelab_benches::governor_clock::GovernorClock;
 use ratelab_benches::keys::{Cursor, KeySet};
-use ratelab_benches::{Metric, Mode, Recorder, Row, Setting, Visit, each_algorithm, median};
+use ratelab_benches::{
+    Metric, Mode, Recorder, Row, Setting, Spread, Visit, each_algorithm, median, paired_rounds,
+};
 
 /// Observes a check's whole result where it lies, by reference: every field
 /// must be computed, and nothing is copied. Passing a `Decision` (48 bytes)
@@ -162,42 +164,23 @@ fn paired(
     }
     let rounds = mode.size(21, 7, 3);
     let iterations: u64 = mode.size(400_000, 150_000, 1_000);
-    let mut times: Vec<Vec<f64>> = vec![Vec::with_capacity(rounds); sides.len()];
-    for round in 0..rounds {
-        for k in 0..sides.len() {
-            let i = (round + k) % sides.len();
-            let took = (sides[i].run)(iterations);
-            #[allow(clippy::cast_precision_loss)]
-            times[i].push(took.as_secs_f64() * 1e9 / iterations as f64);
-        }
-    }
+    #[allow(clippy::cast_precision_loss)]
+    let per_run = iterations as f64;
+    let mut times = paired_rounds(rounds, sides.len(), |i| {
+        (sides[i].run)(iterations).as_secs_f64() * 1e9 / per_run
+    });
     let paired_group = format!("{group}-paired");
     // The spread of each side against the first (governor), round by round:
     // time / governor's time, or its throughput / governor's.
     for (k, side) in sides.iter().enumerate().skip(1) {
-        let mut ratios: Vec<f64> = times[k]
-            .iter()
-            .zip(&times[0])
-            .map(|(ours, first)| {
-                if checks_per_iteration > 1 {
-                    first / ours
-                } else {
-                    ours / first
-                }
-            })
-            .collect();
-        ratios.sort_by(f64::total_cmp);
-        let quartile = |q: usize| ratios[(ratios.len() - 1) * q / 4];
+        let spread = if checks_per_iteration > 1 {
+            Spread::of_ratios(&times[0], &times[k])
+        } else {
+            Spread::of_ratios(&times[k], &times[0])
+        };
         eprintln!(
-            "{paired_group}/{}/{}: per round / {}: median {:.3}, quartiles {:.3} to {:.3}, range {:.3} to {:.3}",
-            side.function,
-            side.backend,
-            sides[0].backend,
-            median(&mut ratios.clone()),
-            quartile(1),
-            quartile(3),
-            quartile(0),
-            quartile(4),
+            "{paired_group}/{}/{}: per round / {}: {spread}",
+            side.function, side.backend, sides[0].backend,
         );
     }
     for (side, times) in sides.iter().zip(&mut times) {

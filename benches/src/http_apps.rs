@@ -31,10 +31,21 @@ pub(crate) enum Path {
 }
 
 impl Path {
+    /// The in-process group (a diagnostic: the router, the layer and the
+    /// handler, with no socket and no HTTP parsing).
     pub(crate) fn group(self) -> &'static str {
         match self {
-            Path::Admitted => "http-admitted",
-            Path::Refused => "http-refused",
+            Path::Admitted => "http-in-process-admitted",
+            Path::Refused => "http-in-process-refused",
+        }
+    }
+
+    /// The group over loopback sockets (the targets' figures).
+    #[allow(dead_code, reason = "the bench's, not the example's")]
+    pub(crate) fn socket_group(self) -> &'static str {
+        match self {
+            Path::Admitted => "http-socket-admitted",
+            Path::Refused => "http-socket-refused",
         }
     }
 

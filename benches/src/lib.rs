@@ -31,4 +31,4 @@ pub mod run;
 pub mod summary;
 
 pub use algorithms::{NAMES, Setting, Visit, each_algorithm, each_algorithm_on_redis};
-pub use run::{Metric, Mode, Recorder, Row, criterion, median};
+pub use run::{Metric, Mode, Recorder, Row, Spread, criterion, median, paired_rounds};

@@ -250,6 +250,13 @@ pub enum Metric {
     UsecPerCall,
     /// Commands the server received per check.
     RoundTripsPerCheck,
+    /// A ratio to the group's reference side taken round by round in
+    /// paired rounds: its median.
+    RatioPerRound,
+    /// The same ratio's lower quartile.
+    RatioPerRoundLowerQuartile,
+    /// The same ratio's upper quartile.
+    RatioPerRoundUpperQuartile,
 }
 
 impl Metric {
@@ -261,6 +268,9 @@ impl Metric {
             Metric::BytesPerKey => "bytes_per_key",
             Metric::UsecPerCall => "usec_per_call",
             Metric::RoundTripsPerCheck => "round_trips_per_check",
+            Metric::RatioPerRound => "ratio_per_round",
+            Metric::RatioPerRoundLowerQuartile => "ratio_per_round_q1",
+            Metric::RatioPerRoundUpperQuartile => "ratio_per_round_q3",
         }
     }
 
@@ -272,6 +282,9 @@ impl Metric {
             Metric::BytesPerKey => "bytes",
             Metric::UsecPerCall => "us",
             Metric::RoundTripsPerCheck => "commands",
+            Metric::RatioPerRound
+            | Metric::RatioPerRoundLowerQuartile
+            | Metric::RatioPerRoundUpperQuartile => "ratio",
         }
     }
 }
@@ -513,6 +526,90 @@ pub fn median(values: &mut [f64]) -> f64 {
     }
 }
 
+/// Paired rounds: `rounds` times, each of `sides` runs once (`run(side)`,
+/// answering its figure for the round), the order rotating each round
+/// (ABC, BCA, CAB, ...), so that a drift of the machine's speed falls on
+/// every side alike. Answers each side's figures, round by round.
+pub fn paired_rounds<T>(
+    rounds: usize,
+    sides: usize,
+    mut run: impl FnMut(usize) -> T,
+) -> Vec<Vec<T>> {
+    let mut figures: Vec<Vec<T>> = (0..sides).map(|_| Vec::with_capacity(rounds)).collect();
+    for round in 0..rounds {
+        for k in 0..sides {
+            let i = (round + k) % sides;
+            figures[i].push(run(i));
+        }
+    }
+    figures
+}
+
+/// The spread of a ratio taken round by round in paired rounds: its median,
+/// quartiles and range.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Spread {
+    /// The median ([`median`]).
+    pub median: f64,
+    /// The lower quartile (the value a quarter of the way up the sorted
+    /// ratios).
+    pub lower_quartile: f64,
+    /// The upper quartile.
+    pub upper_quartile: f64,
+    /// The least ratio.
+    pub min: f64,
+    /// The greatest ratio.
+    pub max: f64,
+}
+
+impl Spread {
+    /// The rows of this spread: its median and quartiles, as `row` makes
+    /// them from a metric and a value.
+    pub fn rows(&self, row: impl Fn(Metric, f64) -> Row) -> [Row; 3] {
+        [
+            row(Metric::RatioPerRound, self.median),
+            row(Metric::RatioPerRoundLowerQuartile, self.lower_quartile),
+            row(Metric::RatioPerRoundUpperQuartile, self.upper_quartile),
+        ]
+    }
+
+    /// The spread of `ours[i] / reference[i]`, round by round.
+    ///
+    /// # Panics
+    ///
+    /// On no rounds.
+    pub fn of_ratios(ours: &[f64], reference: &[f64]) -> Self {
+        Self::of(ours.iter().zip(reference).map(|(a, b)| a / b).collect())
+    }
+
+    /// The spread of `ratios`.
+    ///
+    /// # Panics
+    ///
+    /// On no ratios.
+    pub fn of(mut ratios: Vec<f64>) -> Self {
+        ratios.sort_by(f64::total_cmp);
+        let quartile = |q: usize| ratios[(ratios.len() - 1) * q / 4];
+        Spread {
+            median: median(&mut ratios.clone()),
+            lower_quartile: quartile(1),
+            upper_quartile: quartile(3),
+            min: quartile(0),
+            max: quartile(4),
+        }
+    }
+}
+
+impl std::fmt::Display for Spread {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "median {:.3}, quartiles {:.3} to {:.3}, range {:.3} to {:.3}",
+            self.median, self.lower_quartile, self.upper_quartile, self.min, self.max
+        )
+    }
+}
+
 #[cfg(test)]
 mod median_tests {
     use super::median;
@@ -521,5 +618,28 @@ mod median_tests {
     fn the_middle_value_or_the_mean_of_the_middle_two() {
         assert_eq!(median(&mut [3.0, 1.0, 2.0]), 2.0);
         assert_eq!(median(&mut [4.0, 1.0, 3.0, 2.0]), 2.5);
+    }
+
+    #[test]
+    fn paired_rounds_rotate_the_order() {
+        let mut order = Vec::new();
+        let figures = super::paired_rounds(3, 3, |side| {
+            order.push(side);
+            order.len() as f64
+        });
+        assert_eq!(order, [0, 1, 2, 1, 2, 0, 2, 0, 1]);
+        assert_eq!(figures[0], [1.0, 6.0, 8.0]);
+    }
+
+    #[test]
+    fn the_spread_of_ratios_round_by_round() {
+        let spread = super::Spread::of_ratios(&[2.0, 3.0, 4.0, 10.0, 1.0], &[1.0; 5]);
+        assert_eq!(spread.median, 3.0);
+        assert_eq!((spread.lower_quartile, spread.upper_quartile), (2.0, 4.0));
+        assert_eq!((spread.min, spread.max), (1.0, 10.0));
+        assert_eq!(
+            spread.to_string(),
+            "median 3.000, quartiles 2.000 to 4.000, range 1.000 to 10.000"
+        );
     }
 }

@@ -126,11 +126,19 @@ impl Client {
     /// An anonymous client by IPv4 address, `ip:<address>`: the common
     /// case, written without the formatting machinery.
     pub(crate) fn anonymous_v4(v4: Ipv4Addr, plan: Option<Arc<str>>, ip: Option<IpAddr>) -> Self {
-        let mut key = KeyBuf::default();
-        let mut digits = [0; 15];
-        let _ = key.write_str("ip:");
-        let _ = key.write_str(Dotted(v4).write(&mut digits));
-        Self::anonymous_key(key, plan, ip)
+        // `ip:` and at most 15 digits and dots fit in place: no check of
+        // the bytes (ASCII) and no buffer of their own.
+        let mut bytes = [0; ClientKey::INLINE];
+        bytes[..3].copy_from_slice(b"ip:");
+        let len = 3 + Dotted(v4).write_into(&mut bytes[3..]);
+        Client {
+            kind: ClientKind::Ip,
+            key: ClientKey::in_place(bytes, len),
+            id_at: "ip:".len(),
+            plan,
+            ip,
+            ipv6_prefix: DEFAULT_IPV6_PREFIX,
+        }
     }
 
     fn anonymous_key(key: KeyBuf, plan: Option<Arc<str>>, ip: Option<IpAddr>) -> Self {
@@ -194,6 +202,12 @@ impl Client {
         // Only whole `str`s go into a key: UTF-8.
         std::str::from_utf8(&self.key).unwrap_or_default()
     }
+
+    /// [`Client::key`]'s bytes, read without checking them again (every
+    /// request's limiter key is built from them).
+    pub(crate) fn key_bytes(&self) -> &[u8] {
+        &self.key
+    }
 }
 
 impl fmt::Debug for Client {
@@ -217,6 +231,14 @@ struct Dotted(Ipv4Addr);
 impl Dotted {
     /// The address, written into `out`.
     fn write(self, out: &mut [u8; 15]) -> &str {
+        let len = self.write_into(out);
+        // Digits and dots: ASCII.
+        std::str::from_utf8(&out[..len]).unwrap_or_default()
+    }
+
+    /// The address, written at the start of `out` (at least 15 bytes):
+    /// its length.
+    fn write_into(self, out: &mut [u8]) -> usize {
         let mut len = 0;
         for (i, octet) in self.0.octets().into_iter().enumerate() {
             if i > 0 {
@@ -234,8 +256,7 @@ impl Dotted {
             out[len] = b'0' + octet % 10;
             len += 1;
         }
-        // Digits and dots: ASCII.
-        std::str::from_utf8(&out[..len]).unwrap_or_default()
+        len
     }
 }
 
@@ -376,6 +397,10 @@ mod tests {
         for n in (0..=u32::MAX).step_by(65_537) {
             let ip = Ipv4Addr::from(n);
             assert_eq!(Dotted(ip).to_string(), ip.to_string());
+            let client = Client::anonymous_v4(ip, None, Some(IpAddr::V4(ip)));
+            assert_eq!(client.key(), format!("ip:{ip}"));
+            assert_eq!(client.key_bytes(), client.key().as_bytes());
+            assert!(client.key.is_inline());
         }
     }
 }

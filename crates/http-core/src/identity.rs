@@ -195,16 +195,52 @@ impl Identify {
         self.resolve(parts, peer).with_ipv6_prefix(self.ipv6_prefix)
     }
 
+    /// The caller of a request read in place, from its `headers` and
+    /// `extensions`, for identities with no [peer
+    /// resolver](Identify::peer_addr) (which reads the whole head): the
+    /// peer address from a [`PeerAddr`] extension, else from `peer`.
+    pub(crate) fn client_in_place<P>(
+        &self,
+        headers: &http::HeaderMap,
+        extensions: &http::Extensions,
+        peer: P,
+    ) -> Client
+    where
+        P: FnOnce(&http::Extensions) -> Option<IpAddr>,
+    {
+        debug_assert!(self.peer.is_none(), "a peer resolver reads the whole head");
+        let ip = match extensions.get::<PeerAddr>() {
+            Some(PeerAddr(addr)) => Some(addr.ip()),
+            None => peer(extensions),
+        };
+        self.resolve_ip(headers, extensions, ip)
+            .with_ipv6_prefix(self.ipv6_prefix)
+    }
+
+    /// Whether identifying a client reads the request's headers and
+    /// extensions only (no [peer resolver](Identify::peer_addr)).
+    pub(crate) fn reads_in_place(&self) -> bool {
+        self.peer.is_none()
+    }
+
     fn resolve<P>(&self, parts: &Parts, peer: P) -> Client
     where
         P: FnOnce(&Parts) -> Option<IpAddr>,
     {
-        let ip = self
-            .peer_ip(parts)
-            .or_else(|| peer(parts))
-            .map(|peer| self.proxies.client_ip(peer, &parts.headers));
+        let ip = self.peer_ip(parts).or_else(|| peer(parts));
+        self.resolve_ip(&parts.headers, &parts.extensions, ip)
+    }
+
+    /// The caller, its connection's peer address being `ip`.
+    fn resolve_ip(
+        &self,
+        headers: &http::HeaderMap,
+        extensions: &http::Extensions,
+        ip: Option<IpAddr>,
+    ) -> Client {
+        let ip = ip.map(|peer| self.proxies.client_ip(peer, headers));
         if let Some((header, resolve)) = &self.api_key {
-            let key = parts.headers.get(header).and_then(|v| v.to_str().ok());
+            let key = headers.get(header).and_then(|v| v.to_str().ok());
             if let Some(identity) = key
                 .map(str::trim)
                 .filter(|k| !k.is_empty())
@@ -214,7 +250,7 @@ impl Identify {
             }
         }
         for resolve in &self.users {
-            if let Some(identity) = resolve(&parts.extensions) {
+            if let Some(identity) = resolve(extensions) {
                 return Client::identified(ClientKind::User, identity, ip);
             }
         }

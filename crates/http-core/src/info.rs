@@ -3,6 +3,7 @@
 //! express-rate-limit's `req.rateLimit`) and for refusal and
 //! unavailability responses.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -56,8 +57,8 @@ pub struct RateLimitInfo {
 #[derive(Debug, Clone)]
 #[non_exhaustive]
 pub struct PolicyStatus {
-    /// The policy's name.
-    pub name: String,
+    /// The policy's name (shared with the policy: no copy per request).
+    pub name: Arc<str>,
     /// `q`: the most units that pass at once.
     pub limit: u64,
     /// `w`: the window of `limit`, whole seconds.
@@ -94,7 +95,7 @@ impl RateLimitInfo {
                 let compiled = &policies[report.check.index];
                 let decision = report.decision().copied();
                 PolicyStatus {
-                    name: compiled.policy.name.clone(),
+                    name: compiled.name.clone(),
                     limit: compiled.item.q,
                     window_secs: compiled.item.w,
                     cost: report.check.cost,
@@ -135,7 +136,7 @@ impl RateLimitInfo {
 
     /// The status of the policy named `name`, if it applied.
     pub fn policy(&self, name: &str) -> Option<&PolicyStatus> {
-        self.policies.iter().find(|p| p.name == name)
+        self.policies.iter().find(|p| &*p.name == name)
     }
 
     /// The least `remaining` among the policies that answered: how many more
@@ -168,13 +169,13 @@ impl RateLimitInfo {
                     .policies
                     .iter()
                     .filter(|p| p.failure == Some(FailureMode::Closed))
-                    .map(|p| p.name.as_str())
+                    .map(|p| &*p.name)
                     .collect();
                 response::unavailable(&names, self.retry_after_secs())
             }
             _ => {
                 let violated = self.policies.iter().filter(|p| p.violated);
-                let names: Vec<&str> = violated.clone().map(|p| p.name.as_str()).collect();
+                let names: Vec<&str> = violated.clone().map(|p| &*p.name).collect();
                 let reasons: Vec<String> = violated
                     .map(|p| {
                         let name = &p.name;

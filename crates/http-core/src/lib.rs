@@ -72,7 +72,10 @@
 //!
 //! A request decided at once (one in-memory policy) need not await
 //! anything: [`Pending::decide_now`]; one whose response decides nothing
-//! has its fields at once: [`Admitted::fields`]. Next: [`Identify`] and
+//! has its fields at once: [`Admitted::fields`]; a server that holds the
+//! request whole need not take it apart:
+//! [`Limits::start_in_place`] and [`Limits::conclude_in_place`] read its
+//! headers and extensions when the limits need no more. Next: [`Identify`] and
 //! [`TrustedProxies`] for client identity, [`Policy`] for routes, plans,
 //! keys, costs, counting and [settlements](Policy::settle_with),
 //! [`LoginGuard`] for logins, [`LimitsBuilder`] for the fields and the

@@ -38,6 +38,9 @@ pub struct Limits {
     pub(crate) request_extensions: bool,
     pub(crate) alerts: Alerts,
     pub(crate) skip: Option<SkipFn>,
+    /// Every request is started from its headers and extensions alone (see
+    /// [`Limits::start_in_place`]).
+    pub(crate) in_place: bool,
 }
 
 /// Builds [`Limits`].
@@ -87,6 +90,12 @@ impl Limits {
     /// How clients are identified.
     pub fn identify(&self) -> &Identify {
         &self.identify
+    }
+
+    /// Whether [`Limits::start_in_place`] starts requests: the limits read
+    /// no more of a request than its headers and extensions.
+    pub fn starts_in_place(&self) -> bool {
+        self.in_place
     }
 
     /// The policies, in the order they were added (a login guard's three
@@ -206,7 +215,12 @@ impl LimitsBuilder {
             }
             policies.push(Compiled::new(policy, name)?);
         }
+        let in_place = self.skip.is_none()
+            && self.guards.is_empty()
+            && self.identify.reads_in_place()
+            && policies.iter().all(Compiled::reads_client_only);
         Ok(Limits {
+            in_place,
             identify: self.identify,
             policies,
             guards: self.guards,
@@ -227,6 +241,7 @@ impl fmt::Debug for Limits {
             .field("legacy_reset", &self.fields.legacy_reset)
             .field("request_extensions", &self.request_extensions)
             .field("skip", &self.skip.is_some())
+            .field("in_place", &self.in_place)
             .finish_non_exhaustive()
     }
 }

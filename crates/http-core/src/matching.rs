@@ -19,6 +19,8 @@ use crate::route::Route;
 pub(crate) struct Compiled {
     /// Shared with the checks of the requests it applies to.
     pub(crate) policy: Arc<Policy>,
+    /// The policy's name, shared with every [`RateLimitInfo`](crate::RateLimitInfo).
+    pub(crate) name: Arc<str>,
     routes: Vec<Route>,
     /// Its `RateLimit-Policy` item.
     pub(crate) item: PolicyItem,
@@ -54,6 +56,7 @@ impl Compiled {
             return Err(ConfigError::CannotSettle(policy.name.clone()));
         }
         Ok(Compiled {
+            name: Arc::from(policy.name.as_str()),
             policy: Arc::new(policy),
             routes,
             item,
@@ -75,11 +78,7 @@ impl Compiled {
         {
             return None;
         }
-        if !policy.plans.is_empty()
-            && !client
-                .plan()
-                .is_some_and(|plan| policy.plans.iter().any(|p| p == plan))
-        {
+        if !self.admits_plan(client) {
             return None;
         }
         if let Some(when) = &policy.when
@@ -88,20 +87,60 @@ impl Compiled {
             return None;
         }
         let key = match &policy.key {
-            Some(key) => Cow::Owned(key(parts, client)?),
-            None => Cow::Borrowed(client.key()),
+            Some(key) => Cow::Owned(key(parts, client)?.into_bytes()),
+            None => Cow::Borrowed(client.key_bytes()),
         };
         let cost = match &policy.cost {
             Cost::Fixed(n) => *n,
             Cost::With(f) => f(parts, client),
         };
-        let check = Check::new(index, &self.policy, &key, cost, self.refill);
+        Some(self.check(index, &key, cost))
+    }
+
+    /// Whether the policy reads nothing of a request but its client: no
+    /// routes, no predicate, no key or cost function. Then
+    /// [`Compiled::applies_to_client`] says what [`Compiled::applies`]
+    /// would.
+    pub(crate) fn reads_client_only(&self) -> bool {
+        let policy = &self.policy;
+        self.routes.is_empty()
+            && policy.when.is_none()
+            && policy.key.is_none()
+            && matches!(policy.cost, Cost::Fixed(_))
+    }
+
+    /// [`Compiled::applies`] for a policy that [reads the client
+    /// only](Compiled::reads_client_only); `None` for one that reads more.
+    pub(crate) fn applies_to_client(&self, index: usize, client: &Client) -> Option<Check> {
+        let Cost::Fixed(cost) = self.policy.cost else {
+            return None;
+        };
+        if !self.reads_client_only() || !self.admits_plan(client) {
+            return None;
+        }
+        Some(self.check(index, client.key_bytes(), cost))
+    }
+
+    /// Whether the policy applies to the client's plan (all plans when it
+    /// names none).
+    fn admits_plan(&self, client: &Client) -> bool {
+        let plans = &self.policy.plans;
+        plans.is_empty()
+            || client
+                .plan()
+                .is_some_and(|plan| plans.iter().any(|p| p == plan))
+    }
+
+    /// The policy's check of a request it applies to, under `key` at
+    /// `cost`.
+    fn check(&self, index: usize, key: &[u8], cost: u32) -> Check {
+        let check = Check::new(index, &self.policy, key, cost, self.refill);
         // Without receipts, a policy that counts only some responses can
         // only peek now and count once the response says.
-        if policy.count != Count::All && !policy.refunds {
-            return Some(check.deferred());
+        if self.policy.count != Count::All && !self.policy.refunds {
+            return check.deferred();
         }
-        Some(check)
+        check
     }
 }
 

@@ -20,7 +20,7 @@ use std::time::Duration;
 
 use http::header::{RETRY_AFTER, SET_COOKIE};
 use http::request::Parts;
-use http::{HeaderMap, HeaderValue, response};
+use http::{Extensions, HeaderMap, HeaderValue, response};
 
 use crate::client::Client;
 use crate::engine::{self, Engine, Outcome};
@@ -65,6 +65,45 @@ impl Limits {
         })
     }
 
+    /// [`Limits::start`] without the request's head taken apart, for a
+    /// server that holds the request whole (a tower layer): it reads the
+    /// request's `headers` and `extensions` only, and `peer` gives the
+    /// connection's peer address when no [`PeerAddr`](crate::PeerAddr)
+    /// extension does. The request is then the same [`Pending`] request as
+    /// [`Limits::start`] makes, to decide and
+    /// [conclude](Limits::conclude_in_place) the same way.
+    ///
+    /// `None` when the limits read more of a request than that: a
+    /// [skip](crate::LimitsBuilder::skip) predicate, a [login
+    /// guard](crate::LimitsBuilder::login_guard), a [peer
+    /// resolver](crate::Identify::peer_addr), or a policy with routes, a
+    /// predicate, a key or a cost function (then use [`Limits::start`]).
+    #[inline]
+    pub fn start_in_place<P>(
+        &self,
+        headers: &HeaderMap,
+        extensions: &Extensions,
+        peer: P,
+    ) -> Option<Pending>
+    where
+        P: FnOnce(&Extensions) -> Option<IpAddr>,
+    {
+        if !self.in_place {
+            return None;
+        }
+        let client = self.identify.client_in_place(headers, extensions, peer);
+        let checks = self
+            .policies
+            .iter()
+            .enumerate()
+            .filter_map(|(i, c)| c.applies_to_client(i, &client));
+        Some(Pending {
+            engine: Engine::new(checks),
+            client: Some(client),
+            attempt: None,
+        })
+    }
+
     /// The step after the decision: the alerts, the metrics and the
     /// counters; then, for a request that passes, [`Conclusion::Pass`], and
     /// the [`Client`] and its [`RateLimitInfo`] in the request's extensions
@@ -78,6 +117,22 @@ impl Limits {
     /// If the request was concluded before: a request is concluded once.
     #[inline]
     pub fn conclude<'p>(&self, verdict: Verdict<'p>, parts: &mut Parts) -> Conclusion<'p> {
+        self.conclude_in_place(verdict, &mut parts.extensions)
+    }
+
+    /// [`Limits::conclude`] for a request held whole: `extensions` are
+    /// the request's (a request [started in place](Limits::start_in_place)
+    /// or not).
+    ///
+    /// # Panics
+    ///
+    /// If the request was concluded before: a request is concluded once.
+    #[inline]
+    pub fn conclude_in_place<'p>(
+        &self,
+        verdict: Verdict<'p>,
+        extensions: &mut Extensions,
+    ) -> Conclusion<'p> {
         let pending = verdict.pending;
         let client = pending.client.take().expect("a request is concluded once");
         let tally = &pending.engine.tally;
@@ -89,8 +144,8 @@ impl Limits {
                 stats.count_allowed();
                 if self.request_extensions {
                     let info = RateLimitInfo::new(&self.policies, tally, client.clone());
-                    parts.extensions.insert(client);
-                    parts.extensions.insert(info);
+                    extensions.insert(client);
+                    extensions.insert(info);
                 }
                 return Conclusion::Pass(Admitted { pending });
             }

@@ -126,20 +126,7 @@ impl FieldValue {
     /// structured-field Integer.
     fn parameter(&mut self, key: &[u8], n: u64) {
         self.push(key);
-        let mut n = n.min(INTEGER_MAX);
-        let mut digits = [0u8; 20];
-        let mut at = digits.len();
-        loop {
-            at -= 1;
-            #[allow(clippy::cast_possible_truncation)] // a digit
-            let digit = (n % 10) as u8;
-            digits[at] = b'0' + digit;
-            n /= 10;
-            if n == 0 {
-                break;
-            }
-        }
-        self.push(&digits[at..]);
+        self.push(itoa::Buffer::new().format(n.min(INTEGER_MAX)).as_bytes());
     }
 
     fn as_bytes(&self) -> &[u8] {
@@ -182,14 +169,38 @@ pub(crate) fn policy_field<'a>(
 pub(crate) fn limit_field<'a>(
     items: impl IntoIterator<Item = LimitItem<'a>>,
 ) -> Option<HeaderValue> {
+    let mut items = items.into_iter();
+    let first = items.next()?;
+    let Some(second) = items.next() else {
+        return limit_alone(first);
+    };
     let mut value = FieldValue::default();
-    for item in items {
+    for item in [first, second].into_iter().chain(items) {
         value.separate();
         value.push(item.name.as_bytes());
         value.parameter(b";r=", item.r);
         value.parameter(b";t=", item.t);
     }
     value.finish()
+}
+
+/// The `RateLimit` value of one item (what most responses carry): written
+/// once, straight into the value's own buffer, sized exactly so that the
+/// value takes it as it is.
+fn limit_alone(item: LimitItem<'_>) -> Option<HeaderValue> {
+    let mut r = itoa::Buffer::new();
+    let r = r.format(item.r.min(INTEGER_MAX)).as_bytes();
+    let mut t = itoa::Buffer::new();
+    let t = t.format(item.t.min(INTEGER_MAX)).as_bytes();
+    let name = item.name.as_bytes();
+    let mut value = Vec::with_capacity(name.len() + 3 + r.len() + 3 + t.len());
+    value.extend_from_slice(name);
+    value.extend_from_slice(b";r=");
+    value.extend_from_slice(r);
+    value.extend_from_slice(b";t=");
+    value.extend_from_slice(t);
+    // Quoted names, separators and digits: always visible ASCII.
+    HeaderValue::from_maybe_shared(Bytes::from(value)).ok()
 }
 
 /// Appends the fields (a list may be split over several lines, so layers

@@ -4,6 +4,7 @@
 //! [`Limits`](crate::Limits) (every clone of every tower layer) reports into
 //! it. The names keep the `ratelab_http_` prefix whatever drives the core.
 
+use std::sync::OnceLock;
 use std::time::Duration;
 
 use metrics::{Key, Label, Level, Metadata};
@@ -49,6 +50,33 @@ static REQUESTS_ALLOWED: Key = Key::from_static_parts(REQUESTS, &ALLOWED);
 static REQUESTS_REFUSED: Key = Key::from_static_parts(REQUESTS, &REFUSED);
 static REQUESTS_UNAVAILABLE: Key = Key::from_static_parts(REQUESTS, &UNAVAILABLE);
 static REQUESTS_SKIPPED: Key = Key::from_static_parts(REQUESTS, &SKIPPED);
+
+/// A limiter call's start, for [`CallTimer::elapsed`]: one read of the
+/// time-stamp counter ([`quanta`]'s clock, calibrated once per process,
+/// read raw rather than through `quanta::Instant::now`, whose scaling and
+/// per-thread override check cost as much again).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct CallTimer(u64);
+
+impl CallTimer {
+    fn clock() -> &'static quanta::Clock {
+        static CLOCK: OnceLock<quanta::Clock> = OnceLock::new();
+        CLOCK.get_or_init(quanta::Clock::new)
+    }
+
+    /// Starts timing a call.
+    #[inline]
+    pub(crate) fn start() -> Self {
+        CallTimer(Self::clock().raw())
+    }
+
+    /// The time since [`CallTimer::start`].
+    #[inline]
+    pub(crate) fn elapsed(self) -> Duration {
+        let clock = Self::clock();
+        clock.delta(self.0, clock.raw())
+    }
+}
 
 fn counter(key: &Key) -> metrics::Counter {
     metrics::with_recorder(|recorder| recorder.register_counter(key, &METADATA))

@@ -286,7 +286,14 @@
 //! then for a refusal `Refused::finish` on the response it sends
 //! ([`RateLimitInfo::problem_response`](crate::RateLimitInfo::problem_response)
 //! by default), and for a request that passes, once the response head is
-//! known, `Admitted::settle`. The crate's `tests/it/shared_cases.rs` runs the
+//! known, `Admitted::settle`. A server that holds the request whole can
+//! start it with [`Limits::start_in_place`](crate::Limits::start_in_place)
+//! and conclude it with
+//! [`Limits::conclude_in_place`](crate::Limits::conclude_in_place) instead,
+//! which read its headers and extensions without taking it apart, when the
+//! limits need no more of it (the layer does: no skip, login guard, peer
+//! resolver, or policy with routes, a predicate, a key or a cost function).
+//! The crate's `tests/it/shared_cases.rs` runs the
 //! shared cases through a plain hyper `service_fn` driving the core this
 //! way, beside the layer, and requires the same bytes from both.
 //!

@@ -6,7 +6,6 @@ use std::net::{IpAddr, SocketAddr};
 use std::task::{Context, Poll};
 
 use http::Request;
-use http::request::Parts;
 use ratelab_http_core::PeerAddr;
 
 /// A service that inserts the connection's [`PeerAddr`] into every request,
@@ -65,16 +64,16 @@ where
 /// The peer address the server recorded, where the identity's resolver and
 /// a [`PeerAddr`] give none: axum's `ConnectInfo<SocketAddr>` (feature
 /// `axum`); none without the feature.
-pub(crate) fn connection_peer(parts: &Parts) -> Option<IpAddr> {
+pub(crate) fn connection_peer(extensions: &http::Extensions) -> Option<IpAddr> {
     #[cfg(feature = "axum")]
     {
         use axum::extract::ConnectInfo;
-        let ConnectInfo(addr) = parts.extensions.get::<ConnectInfo<SocketAddr>>()?;
+        let ConnectInfo(addr) = extensions.get::<ConnectInfo<SocketAddr>>()?;
         Some(addr.ip())
     }
     #[cfg(not(feature = "axum"))]
     {
-        let _ = parts;
+        let _ = extensions;
         None
     }
 }

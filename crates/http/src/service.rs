@@ -50,10 +50,55 @@ where
         self.inner.poll_ready(cx)
     }
 
-    fn call(&mut self, request: Request<ReqBody>) -> Self::Future {
+    fn call(&mut self, mut request: Request<ReqBody>) -> Self::Future {
+        let limits = &self.shared.limits;
+        // Limits that read no more of a request than its headers and
+        // extensions (no skip, login guard, peer resolver, or policy with
+        // routes, a predicate, a key or a cost function) take it as it is,
+        // and it goes on as it came: it is taken apart only to wait.
+        let started = limits.start_in_place(request.headers(), request.extensions(), |e| {
+            connection_peer(e)
+        });
+        let Some(mut pending) = started else {
+            return self.call_parts(request);
+        };
+        let Some(verdict) = pending.decide_now() else {
+            let (parts, body) = request.into_parts();
+            return later(&self.shared, &mut self.inner, pending, parts, body);
+        };
+        if verdict.outcome() == LimitOutcome::Allowed
+            && (!verdict.delay().is_zero() || verdict.waits_for_response())
+        {
+            let (parts, body) = request.into_parts();
+            return later(&self.shared, &mut self.inner, pending, parts, body);
+        }
+        match limits.conclude_in_place(verdict, request.extensions_mut()) {
+            Conclusion::Refuse(refused) => ResponseFuture::ready(self.shared.refusal(refused)),
+            Conclusion::Pass(admitted) => {
+                let fields = admitted.fields(limits);
+                ResponseFuture::passed(self.inner.call(request), Some(fields))
+            }
+        }
+    }
+}
+
+impl<S> RateLimit<S> {
+    /// [`Service::call`] for limits that read the whole request head: it
+    /// is taken apart, and put together again to pass.
+    fn call_parts<ReqBody, ResBody>(
+        &mut self,
+        request: Request<ReqBody>,
+    ) -> ResponseFuture<S::Future, ResBody, S::Error>
+    where
+        S: Service<Request<ReqBody>, Response = Response<ResBody>> + Clone + Send + 'static,
+        S::Future: Send,
+        ReqBody: Send + 'static,
+        ResBody: Send + 'static,
+    {
         let (mut parts, body) = request.into_parts();
         let limits = &self.shared.limits;
-        let Some(mut pending) = limits.start(&mut parts, connection_peer) else {
+        let peer = |parts: &Parts| connection_peer(&parts.extensions);
+        let Some(mut pending) = limits.start(&mut parts, peer) else {
             return ResponseFuture::passed(self.inner.call(Request::from_parts(parts, body)), None);
         };
         // One in-memory policy is decided here and now; a request refused

@@ -35,13 +35,13 @@ impl Check {
     pub(crate) fn new(
         index: usize,
         policy: &Arc<Policy>,
-        key: &str,
+        key: impl AsRef<[u8]>,
         cost: u32,
         refill: Refill,
     ) -> Self {
         // Prefixed with the policy name so that two policies on one limiter
         // (or one Redis) never share state.
-        let full = LimiterKey::concat(&[policy.name.as_bytes(), b":", key.as_bytes()]);
+        let full = LimiterKey::concat(&[policy.name.as_bytes(), b":", key.as_ref()]);
         Check {
             index,
             policy: policy.clone(),

@@ -75,7 +75,7 @@ impl Engine {
         }
         let check = &report.check;
         let policy = &check.policy;
-        let started = quanta::Instant::now();
+        let started = crate::telemetry::CallTimer::start();
         let Some(result) = policy.limiter.check_now(&check.key, check.charged()) else {
             return false;
         };

@@ -14,6 +14,7 @@ mod example_server_redis;
 mod headers;
 mod hyper;
 mod identity;
+mod in_place;
 mod login_guard;
 mod login_guard_redis;
 mod next_after;
