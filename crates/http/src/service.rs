@@ -14,7 +14,7 @@ use std::time::Duration;
 use http::request::Parts;
 use http::{Request, Response};
 use http_body_util::Either;
-use ratelab_http_core::{Admitted, Conclusion, LimitOutcome, Pending};
+use ratelab_http_core::{Admitted, Conclusion, LimitOutcome, Pending, Verdict};
 use tower::Service;
 
 use crate::future::{LimitedBody, ResponseFuture};
@@ -66,9 +66,7 @@ where
             let (parts, body) = request.into_parts();
             return later(&self.shared, &mut self.inner, pending, parts, body);
         };
-        if verdict.outcome() == LimitOutcome::Allowed
-            && (!verdict.delay().is_zero() || verdict.waits_for_response())
-        {
+        if must_wait(&verdict) {
             let (parts, body) = request.into_parts();
             return later(&self.shared, &mut self.inner, pending, parts, body);
         }
@@ -109,9 +107,7 @@ impl<S> RateLimit<S> {
         let Some(verdict) = pending.decide_now() else {
             return later(&self.shared, &mut self.inner, pending, parts, body);
         };
-        if verdict.outcome() == LimitOutcome::Allowed
-            && (!verdict.delay().is_zero() || verdict.waits_for_response())
-        {
+        if must_wait(&verdict) {
             return later(&self.shared, &mut self.inner, pending, parts, body);
         }
         match limits.conclude(verdict, &mut parts) {
@@ -123,6 +119,13 @@ impl<S> RateLimit<S> {
             }
         }
     }
+}
+
+/// A verdict decided at once that passes the request only after a wait:
+/// its queue slot's delay, or its response, to settle.
+fn must_wait(verdict: &Verdict<'_>) -> bool {
+    verdict.outcome() == LimitOutcome::Allowed
+        && (!verdict.delay().is_zero() || verdict.waits_for_response())
 }
 
 /// The response future of a request that waits for something: its

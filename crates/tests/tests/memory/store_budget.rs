@@ -15,6 +15,8 @@ use proptest::test_runner::FileFailurePersistence;
 use ratelab::{Error, FloodPolicy, Gcra, Keyed, ManualClock, Quota, Receipt};
 use ratelab_testkit::oracle::{Admitted, Bound};
 
+use super::store_flood::quota;
+
 #[derive(Debug, Clone)]
 enum Step {
     Advance(u64),
@@ -174,11 +176,6 @@ fn run(
         }
     }
     Ok(())
-}
-
-fn quota() -> impl Strategy<Value = Quota> {
-    (1..20u32, 1..5u32)
-        .prop_map(|(limit, burst)| Quota::per_second(limit).unwrap().with_burst(burst).unwrap())
 }
 
 proptest! {

@@ -90,7 +90,9 @@ fn run<A: Algorithm>(
     Ok(())
 }
 
-fn quota() -> impl Strategy<Value = Quota> {
+/// Small quotas, so that keys owe and refill within a few steps (also
+/// `store_budget`'s).
+pub(super) fn quota() -> impl Strategy<Value = Quota> {
     (1..20u32, 1..5u32)
         .prop_map(|(limit, burst)| Quota::per_second(limit).unwrap().with_burst(burst).unwrap())
 }
