@@ -32,9 +32,12 @@ pub enum FloodPolicy {
     /// Decide the new key with a fixed set of shared algorithm states (a
     /// sketch; see the [`Keyed`] docs): new clients keep being served as long
     /// as the cells are not saturated, and no key is ever admitted past its
-    /// bound. The default, with `cells = 16 × max_keys` and `depth = 1`.
+    /// bound. The default, with `cells` the power of two at or above
+    /// 16 × `max_keys` and `depth = 1`.
     Sketch {
-        /// Shared states in all, split over the shards like the keys.
+        /// Shared states in all, at most: split over the shards like the
+        /// keys, each shard's row rounded down to a power of two (the widths
+        /// at which every cell takes an equal share of keys).
         cells: usize,
         /// Cells per key (1 to 8): a request passes only if all of them
         /// admit it.
@@ -55,14 +58,20 @@ impl FloodPolicy {
         FloodPolicy::Sketch { cells, depth }
     }
 
-    /// The default for a table of `max_keys` keys: a sketch of sixteen
-    /// cells per key slot, one cell per key. Sized for a flood of ten tables'
-    /// worth of owing keys (a light client keeps all of its share there;
-    /// four cells per slot kept 42 %): 16 × `size_of::<State>()` bytes per
-    /// slot, 128 for GCRA, reserved only once the table is full and written
-    /// as the flood goes on.
+    /// The default for a table of `max_keys` keys: a sketch of at least
+    /// sixteen cells per key slot (16 × `max_keys` rounded up to a power of
+    /// two, so that the shards' rows use every cell), one cell per key.
+    /// Sized for a flood of ten tables' worth of owing keys (a light client
+    /// keeps all of its share there; four cells per slot kept 42 %): 16 to
+    /// 32 × `size_of::<State>()` bytes per slot, 128 to 256 for GCRA,
+    /// reserved only once the table is full and written as the flood goes
+    /// on.
     pub const fn default_for(max_keys: usize) -> Self {
-        FloodPolicy::sketch(max_keys.saturating_mul(16), 1)
+        let cells = match max_keys.saturating_mul(16).checked_next_power_of_two() {
+            Some(cells) => cells,
+            None => 1 << (usize::BITS - 1),
+        };
+        FloodPolicy::sketch(cells, 1)
     }
 }
 

@@ -45,8 +45,8 @@
 //!   (each new cell a copy of the one it splits from), so a flood's first
 //!   checks pay no page faults at random. **The trade-off:** the cells serve new keys as long as
 //!   each carries less than its quota, i.e. while the keys owing at once
-//!   beyond the table number fewer than about the cells (16 × `max_keys` by
-//!   default); a flood beyond that saturates them and new keys are refused
+//!   beyond the table number fewer than about the cells (16 × `max_keys`
+//!   or a little more by default); a flood beyond that saturates them and new keys are refused
 //!   (as ordinary refusals, with a `retry_after`). [`FloodPolicy::Refuse`]
 //!   is the old, stricter choice: every new key gets
 //!   [`Error::TooManyKeys`] until a slot frees, with the exact wait.
@@ -787,9 +787,10 @@ impl<A: Algorithm, C: Clock, K: Hash + Eq> Keyed<A, C, K> {
     fn sketch_cells_per_shard(&self) -> usize {
         match self.flood {
             FloodPolicy::Sketch { cells, depth } => {
-                // At least one cell per row; whole rows.
+                // At least one cell per row; whole rows, as the sketch sizes
+                // them.
                 let per_shard = cells.div_ceil(self.shards.len()).max(depth);
-                per_shard / depth * depth
+                sketch::row_width(per_shard / depth) * depth
             }
             FloodPolicy::Refuse => 0,
         }

@@ -27,7 +27,10 @@
 //! at a time, at most one new page every few hundred decisions, instead of
 //! faulting in pages at random on its first checks; and a small flood uses
 //! few cells. While it grows, the sketch has at least
-//! [`SPLITS_PER_DECISION`] cells per decision it has made.
+//! [`SPLITS_PER_DECISION`] cells per decision it has made. A row's width is
+//! a power of two ([`row_width`]): linear hashing spreads keys evenly only
+//! there; at any other width the cells it never split would each keep two
+//! cells' share of keys for good, and saturate first.
 
 use crate::algorithm::Algorithm;
 use crate::{Decision, Error, Settlement};
@@ -58,14 +61,20 @@ pub(super) struct Sketch<S> {
 }
 
 impl<S: Clone> Sketch<S> {
-    /// `depth` rows of `width` cells, each in the algorithm's initial state.
+    /// `depth` rows of [`row_width`]`(width)` cells, each in the
+    /// algorithm's initial state.
     pub(super) fn new<A: Algorithm<State = S>>(algorithm: &A, width: usize, depth: usize) -> Self {
-        let (width, depth) = (width.max(1), depth.clamp(1, MAX_DEPTH));
+        Self::of(&algorithm.initial_state(), width, depth)
+    }
+
+    /// [`Sketch::new`], every cell starting as `initial`.
+    fn of(initial: &S, width: usize, depth: usize) -> Self {
+        let (width, depth) = (row_width(width), depth.clamp(1, MAX_DEPTH));
         let active = width.min(INITIAL_CELLS);
         let rows = (0..depth)
             .map(|_| {
                 let mut row = Vec::with_capacity(width);
-                row.resize(active, algorithm.initial_state());
+                row.resize(active, initial.clone());
                 row
             })
             .collect();
@@ -272,6 +281,13 @@ fn strictest(a: Decision, b: Decision) -> Decision {
     d
 }
 
+/// The cells a row of at most `cells` has: the largest power of two no
+/// greater (1 for 0), the widths at which every cell takes an equal share of
+/// keys.
+pub(super) fn row_width(cells: usize) -> usize {
+    prev_power_of_two(cells)
+}
+
 /// The largest power of two no greater than `n` (1 for 0).
 fn prev_power_of_two(n: usize) -> usize {
     if n <= 1 {
@@ -289,4 +305,51 @@ fn mix(mut x: u64) -> u64 {
     x ^= x >> 27;
     x = x.wrapping_mul(0x94d0_49bb_1331_11eb);
     x ^ (x >> 31)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Widths asked for at and off powers of two, below and above
+    /// [`INITIAL_CELLS`] (grown by splits).
+    const WIDTHS: [usize; 7] = [1, 100, 1024, 1600, 2200, 5000, 9000];
+
+    #[test]
+    fn a_grown_sketch_spreads_keys_evenly_over_every_cell() {
+        const KEYS_PER_CELL: usize = 400;
+        for asked in WIDTHS {
+            for depth in [1, 2] {
+                let mut sketch = Sketch::of(&0u32, asked, depth);
+                while sketch.active < sketch.width {
+                    sketch.grow();
+                }
+                let width = sketch.width;
+                assert!(
+                    width <= asked.max(1) && 2 * width > asked,
+                    "{asked}: {width}"
+                );
+                assert_eq!(sketch.bytes(), width * depth * size_of::<u32>());
+                let mut hash = asked as u64;
+                for _ in 0..width * KEYS_PER_CELL {
+                    hash = mix(hash.wrapping_add(0x9e37_79b9_7f4a_7c15));
+                    for row in 0..depth {
+                        let cell = sketch.cell(hash, row);
+                        *sketch.at_mut(cell) += 1;
+                    }
+                }
+                // Binomial around 400: 20 per standard deviation, so 160
+                // either way is 8 of them; a cell left unsplit takes 800.
+                for (row, cells) in sketch.rows.iter().enumerate() {
+                    assert_eq!(cells.len(), width);
+                    for (index, &keys) in cells.iter().enumerate() {
+                        assert!(
+                            (240..=560).contains(&(keys as usize)),
+                            "width {asked} (rows of {width}), depth {depth}: cell {index} of row {row} has {keys} keys"
+                        );
+                    }
+                }
+            }
+        }
+    }
 }
