@@ -26,6 +26,9 @@
 //!   the first 65,536 flood keys are timed by themselves, in batches of
 //!   1,024 (printed: the mean, and the first, median and worst batch), to
 //!   show what the sketch's first touches cost.
+//! - `flood/refused-key-defaults`: the same with [`FloodPolicy::Refuse`]:
+//!   each new key gets `TooManyKeys` with the exact wait, which looks beyond
+//!   its own shard (the shards share one bound).
 //!
 //! Run: `cargo bench -p ratelab-benches --bench flood`.
 
@@ -33,7 +36,7 @@ use std::hint::black_box;
 use std::time::{Duration, Instant};
 
 use criterion::{Criterion, criterion_group, criterion_main};
-use ratelab_core::{FloodPolicy, Keyed, ManualClock, Quota};
+use ratelab_core::{Error, FloodPolicy, Keyed, ManualClock, Quota};
 use ratelab_gcra::Gcra;
 
 const TRACKED: u64 = 1_000_000;
@@ -70,13 +73,16 @@ fn byte_key(i: u64) -> [u8; 16] {
     key
 }
 
-/// A full store as `Keyed::builder(gcra)` makes it, on a manual clock.
-fn full_default_store() -> (Keyed<Gcra, ManualClock>, ManualClock) {
+/// A full store as `Keyed::builder(gcra)` makes it, on a manual clock, but
+/// for `policy` when given.
+fn full_default_store(policy: Option<FloodPolicy>) -> (Keyed<Gcra, ManualClock>, ManualClock) {
     let clock = ManualClock::starting_at(1 << 40);
     let quota = Quota::per_second(1).unwrap().with_burst(1).unwrap();
-    let limiter = Keyed::builder(Gcra::new(quota))
-        .clock(clock.clone())
-        .build();
+    let builder = Keyed::builder(Gcra::new(quota)).clock(clock.clone());
+    let limiter = match policy {
+        Some(policy) => builder.flood_policy(policy).build(),
+        None => builder.build(),
+    };
     for key in 0..TRACKED {
         clock.advance(Duration::from_micros(1));
         assert!(limiter.check(&byte_key(key), 1).unwrap().allowed);
@@ -88,7 +94,7 @@ fn full_default_store() -> (Keyed<Gcra, ManualClock>, ManualClock) {
 fn flood_at_defaults(c: &mut Criterion) {
     let mut group = c.benchmark_group("flood");
     group.sample_size(30);
-    let (limiter, _clock) = full_default_store();
+    let (limiter, _clock) = full_default_store(None);
     println!(
         "flood/new-key-sketch-defaults: 16-byte keys, {} shards (the default), max_keys {}, {:?}",
         limiter.shards(),
@@ -127,6 +133,20 @@ fn flood_at_defaults(c: &mut Criterion) {
         worst.as_secs_f64() * 1e6 / 1_024.0,
     );
     group.bench_function("new-key-sketch-defaults", |b| {
+        b.iter(|| {
+            next += 1;
+            black_box(&limiter.check(&byte_key(next), 1));
+        });
+    });
+    drop(limiter);
+
+    let (limiter, _clock) = full_default_store(Some(FloodPolicy::Refuse));
+    let mut next = TRACKED;
+    assert!(matches!(
+        limiter.check(&byte_key(next), 1),
+        Err(Error::TooManyKeys { .. })
+    ));
+    group.bench_function("refused-key-defaults", |b| {
         b.iter(|| {
             next += 1;
             black_box(&limiter.check(&byte_key(next), 1));

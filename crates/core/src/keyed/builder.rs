@@ -25,9 +25,11 @@ const MIN_KEYS_PER_DEFAULT_SHARD: usize = 64;
 pub enum FloodPolicy {
     /// Refuse the new key with [`Error::TooManyKeys`](crate::Error::TooManyKeys),
     /// which says exactly when a slot frees (the earliest over the shards
-    /// that could give the key one: each refusal looks at every shard's
-    /// index, one lock at a time). Every new client is shut out for as long
-    /// as the flood lasts.
+    /// that could give the key one: each refusal reads every shard's
+    /// earliest instant, published without its lock, and locks only the
+    /// shards that could free a slot sooner than the best found so far,
+    /// usually one). Every new client is shut out for as long as the flood
+    /// lasts.
     Refuse,
     /// Decide the new key with a fixed set of shared algorithm states (a
     /// sketch; see the [`Keyed`] docs): new clients keep being served as long

@@ -775,13 +775,28 @@ impl<A: Algorithm, C: Clock, K: Hash + Eq> Keyed<A, C, K> {
     }
 
     /// The earliest wait from `now` until a slot frees in any shard, given
-    /// `own`'s (`wait`). Called with no shard locked.
+    /// `own`'s (`wait`). Called with no shard locked. A shard whose index
+    /// (published without its lock, never later than its earliest key)
+    /// cannot beat the wait found so far is not locked: during a flood under
+    /// [`FloodPolicy::Refuse`], a refusal then usually locks one other shard,
+    /// not all of them.
     fn next_room_elsewhere(&self, own: usize, now: u64, wait: Option<u64>) -> Option<u64> {
-        (0..self.shards.len())
-            .filter(|&i| i != own)
-            .filter_map(|i| self.shards[i].0.lock().next_room(&self.algorithm, now))
-            .chain(wait)
-            .min()
+        let others = || (0..self.shards.len()).filter(move |&i| i != own);
+        // The likeliest first: the shard with the earliest hint.
+        let first = others().min_by_key(|&i| self.budget.hint(i));
+        let mut best = wait;
+        for i in first
+            .into_iter()
+            .chain(others().filter(|&i| Some(i) != first))
+        {
+            let hint = self.budget.hint(i);
+            if hint == shard::NEVER || best.is_some_and(|b| hint.saturating_sub(now) >= b) {
+                continue;
+            }
+            let found = self.shards[i].0.lock().next_room(&self.algorithm, now);
+            best = best.into_iter().chain(found).min();
+        }
+        best
     }
 
     fn sketch_cells_per_shard(&self) -> usize {

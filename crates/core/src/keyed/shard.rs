@@ -33,7 +33,7 @@ pub(super) struct Entry<K, S> {
 pub(super) const GROUP: usize = 8;
 
 /// "Nothing here is ever due": an empty leaf.
-const NEVER: u64 = u64::MAX;
+pub(super) const NEVER: u64 = u64::MAX;
 
 /// The number of keys tracked in all shards, against the bound they share:
 /// a key gets a slot wherever it lands, as long as the table as a whole has
@@ -83,7 +83,14 @@ impl Budget {
     /// Shard `shard` may hold a key forgettable at `now`.
     #[inline]
     pub(super) fn may_be_due(&self, shard: usize, now: u64) -> bool {
-        self.hints[shard].0.load(Ordering::Relaxed) <= now
+        self.hint(shard) <= now
+    }
+
+    /// The earliest instant a key of `shard` may be forgotten, or earlier;
+    /// [`NEVER`] when it holds none.
+    #[inline]
+    pub(super) fn hint(&self, shard: usize) -> u64 {
+        self.hints[shard].0.load(Ordering::Relaxed)
     }
 }
 

@@ -5,7 +5,7 @@
 //! receipts settled and refunded, sweeps and the clock jumping back and
 //! forth; and no key is admitted past GCRA's bound on the way (followed
 //! while the shards' times are known: with one shard, or until the clock
-//! first goes back).
+//! first goes back). A refusal for room says exactly when a slot frees.
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -98,7 +98,7 @@ fn run(
                             units: u64::from(cost),
                         });
                     }
-                    Err(Error::TooManyKeys { .. }) => {
+                    Err(Error::TooManyKeys { retry_after, .. }) => {
                         // Turned away for room: every slot is taken...
                         prop_assert_eq!(
                             limiter.len(),
@@ -119,6 +119,12 @@ fn run(
                                 "step {}: refused for room, yet a key was back to full capacity",
                                 i
                             );
+                            // ...and `retry_after` is exact: no slot frees a
+                            // microsecond before it, one does at it.
+                            if max_keys > 0 {
+                                exact_wait(&limiter, &clock, retry_after, max_keys, i)?;
+                                latest = latest.max(ratelab::Clock::now_micros(&clock));
+                            }
                         }
                     }
                     _ => {}
@@ -175,6 +181,42 @@ fn run(
             prop_assert!(false, "key {key}: {violation}");
         }
     }
+    Ok(())
+}
+
+/// Checks a refusal's `retry_after` against the table (every shard's time
+/// the clock's): sweeps a microsecond before it forget no key, and at it
+/// some key. Leaves the clock at the refusal's instant plus the wait.
+fn exact_wait(
+    limiter: &Keyed<Gcra, ManualClock>,
+    clock: &ManualClock,
+    retry_after: Duration,
+    max_keys: usize,
+    step: usize,
+) -> Result<(), TestCaseError> {
+    prop_assert!(
+        retry_after > Duration::ZERO && retry_after < Duration::from_secs(3_600),
+        "step {}: a full table of owing keys answered retry_after {:?}",
+        step,
+        retry_after
+    );
+    clock.advance(retry_after - Duration::from_micros(1));
+    limiter.sweep();
+    prop_assert_eq!(
+        limiter.len(),
+        max_keys,
+        "step {}: a slot freed before retry_after {:?}",
+        step,
+        retry_after
+    );
+    clock.advance(Duration::from_micros(1));
+    limiter.sweep();
+    prop_assert!(
+        limiter.len() < max_keys,
+        "step {}: no slot freed at retry_after {:?}",
+        step,
+        retry_after
+    );
     Ok(())
 }
 
