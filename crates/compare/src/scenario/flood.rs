@@ -69,6 +69,8 @@ pub struct Flood {
     pub clients: u64,
     /// Simulated seconds per point.
     pub seconds: u64,
+    /// The default sketch's cells, in all.
+    pub sketch_cells: usize,
     /// Every point, policy by policy.
     pub points: Vec<Point>,
 }
@@ -184,6 +186,10 @@ pub fn run(ctx: &Context<'_>) -> Flood {
         max_keys: MAX_KEYS,
         clients: CLIENTS,
         seconds,
+        sketch_cells: match FloodPolicy::default_for(MAX_KEYS) {
+            FloodPolicy::Sketch { cells, .. } => cells,
+            _ => 0,
+        },
         points,
     }
 }

@@ -34,12 +34,13 @@ impl Part for Flood {
         let mut out = String::new();
         let _ = writeln!(
             out,
-            "## {}\n\nA flood of distinct keys against the bounded in-memory store (`Keyed`, at most {} keys tracked one by one), quota {}. Every flood key sends one request and then owes for one second, so a flood of *n* tables' worth of new keys per second keeps *n* tables of keys owing at any moment; {} light, legitimate clients each ask once every 5 s (a fifth of their quota). Simulated time, {} s per point. The default policy decides keys beyond the table with a sketch of shared states (16 per key slot); `FloodPolicy::Refuse` refuses every new key until a slot frees. The store's hashing is seeded with the run's seed and its shards fixed at 8, so the same seed gives the same decisions in every run. Heap bytes are what the store held at the end of the run (counted by the process's allocator, which other threads also move: the median of three runs of each point), per key slot; they are measured, not simulated, and vary a little between runs.\n",
+            "## {}\n\nA flood of distinct keys against the bounded in-memory store (`Keyed`, at most {} keys tracked one by one), quota {}. Every flood key sends one request and then owes for one second, so a flood of *n* tables' worth of new keys per second keeps *n* tables of keys owing at any moment; {} light, legitimate clients each ask once every 5 s (a fifth of their quota). Simulated time, {} s per point. The default policy decides keys beyond the table with a sketch of {} shared states (16 per key slot, rounded up to a power of two); `FloodPolicy::Refuse` refuses every new key until a slot frees. The store's hashing is seeded with the run's seed and its shards fixed at 8, so the same seed gives the same decisions in every run. Heap bytes are what the store held at the end of the run (counted by the process's allocator, which other threads also move: the median of three runs of each point), per key slot; they are measured, not simulated, and vary a little between runs.\n",
             ScenarioName::Flood.title(),
             f.max_keys,
             f.quota,
             f.clients,
-            f.seconds
+            f.seconds,
+            f.sketch_cells
         );
         let rows: Vec<Vec<String>> = f
             .points
