@@ -64,10 +64,10 @@ impl FloodPolicy {
     /// sixteen cells per key slot (16 × `max_keys` rounded up to a power of
     /// two, so that the shards' rows use every cell), one cell per key.
     /// Sized for a flood of ten tables' worth of owing keys (a light client
-    /// keeps all of its share there; four cells per slot kept 42 %): 16 to
-    /// 32 × `size_of::<State>()` bytes per slot, 128 to 256 for GCRA,
-    /// reserved only once the table is full and written as the flood goes
-    /// on.
+    /// keeps all of its share there; four cells per slot kept about a
+    /// third): 16 to 32 × `size_of::<State>()` bytes per slot, 128 to 256
+    /// for GCRA, reserved only once the table is full and written as the
+    /// flood goes on.
     pub const fn default_for(max_keys: usize) -> Self {
         let cells = match max_keys.saturating_mul(16).checked_next_power_of_two() {
             Some(cells) => cells,

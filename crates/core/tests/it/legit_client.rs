@@ -75,8 +75,8 @@ fn light_clients_keep_being_served_through_a_flood() {
     let ten_deep = legit_share(10, Some(FloodPolicy::sketch(16 * MAX_KEYS, 2)));
     let ten_refuse = legit_share(10, Some(FloodPolicy::Refuse));
     println!("light clients' share admitted, {MAX_KEYS}-key table (alone: {alone:.3}):");
-    println!("  flood of 3x the table, default sketch (16 cells per key slot): {three_default:.3}");
-    println!("  flood of 10x the table, default sketch (16 cells per key slot): {ten_default:.3}");
+    println!("  flood of 3x the table, default sketch (2,048 cells): {three_default:.3}");
+    println!("  flood of 10x the table, default sketch (2,048 cells): {ten_default:.3}");
     println!("  flood of 10x the table, 4 cells per key slot, depth 1: {ten_small:.3}");
     println!("  flood of 10x the table, 16 cells per key slot, depth 2: {ten_deep:.3}");
     println!("  flood of 10x the table, refuse new keys: {ten_refuse:.3}");
