@@ -682,6 +682,7 @@ impl<K: Hash, S, L: Ledger> Shard<K, S, L> {
     /// cost. It keeps the key of `spare`'s hash (the key the check is
     /// about), and stops at it: that key is decided from its own state,
     /// which a peek at the same instant, forgetting nothing, sees too.
+    #[inline]
     pub(super) fn forget_due<A: Algorithm<State = S, Ledger = L>>(
         &mut self,
         algorithm: &A,
@@ -689,9 +690,21 @@ impl<K: Hash, S, L: Ledger> Shard<K, S, L> {
         budget: usize,
         spare: Option<u64>,
     ) {
+        // Nothing due is every check's case: no call for it.
         if self.root() > now {
             return;
         }
+        self.forget_some_due(algorithm, now, budget, spare);
+    }
+
+    #[inline(never)]
+    fn forget_some_due<A: Algorithm<State = S, Ledger = L>>(
+        &mut self,
+        algorithm: &A,
+        now: u64,
+        budget: usize,
+        spare: Option<u64>,
+    ) {
         for _ in 0..budget {
             if self.pop_due(algorithm, now, spare).is_none() {
                 return;
