@@ -3,9 +3,13 @@
 //! serialized with `sfv`), the legacy `X-RateLimit-*`, `Retry-After`, and
 //! RFC 9457 problem bodies.
 
+use std::fmt;
+use std::sync::LazyLock;
+
 use bytes::Bytes;
 use http::header::{CONTENT_TYPE, RETRY_AFTER};
 use http::{HeaderMap, HeaderName, HeaderValue, Response, StatusCode};
+use serde::{Serialize, Serializer};
 use sfv::ListSerializer;
 
 /// `RateLimit-Policy`: the quota policies that applied to the request.
@@ -225,35 +229,74 @@ pub(crate) fn set_legacy(headers: &mut HeaderMap, limit: u64, remaining: u64, re
     headers.insert(X_RATELIMIT_RESET, HeaderValue::from(reset));
 }
 
-/// An RFC 9457 problem: the standard members, then the extension member
-/// `list_name` with `policies`.
-#[derive(serde::Serialize)]
-struct Problem<'a> {
+/// The standard members of an RFC 9457 problem before its `detail`.
+#[derive(Serialize)]
+struct Head {
     #[serde(rename = "type")]
-    kind: &'a str,
-    title: &'a str,
+    kind: &'static str,
+    title: &'static str,
     status: u16,
-    detail: &'a str,
-    #[serde(flatten)]
-    policies: std::collections::BTreeMap<&'a str, &'a [&'a str]>,
 }
 
-fn problem(
+impl Head {
+    /// `{"type":…,"title":…,"status":…,"detail":` as `serde_json` writes
+    /// the whole problem: these members are the same in every body of a
+    /// status, so they are serialized once.
+    fn bytes(&self) -> Box<[u8]> {
+        let mut head = serde_json::to_vec(self).expect("three plain members serialize");
+        assert_eq!(head.pop(), Some(b'}'), "a JSON object");
+        head.extend_from_slice(br#","detail":"#);
+        head.into_boxed_slice()
+    }
+}
+
+/// A value written as the JSON string it displays as.
+struct Displayed<D>(D);
+
+impl<D: fmt::Display> Serialize for Displayed<D> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_str(&self.0)
+    }
+}
+
+/// Names written as a JSON array.
+struct Names<P>(P);
+
+impl<'a, P: Iterator<Item = &'a str> + Clone> Serialize for Names<P> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_seq(self.0.clone())
+    }
+}
+
+/// An RFC 9457 problem: `head` ([`Head::bytes`]), the `detail`, then the
+/// extension member `list_name` with `policies`. `serde_json` writes the
+/// variable members straight into the body, escaping `detail` as it is
+/// formatted: no string is built on the way (a client decides how many
+/// refusals there are).
+fn problem<'a>(
     status: StatusCode,
-    kind: &str,
-    title: &str,
-    detail: &str,
-    list_name: &str,
-    policies: &[&str],
+    head: &[u8],
+    detail: impl fmt::Display,
+    list_name: &'static str,
+    policies: impl Iterator<Item = &'a str> + Clone,
 ) -> Response<Bytes> {
-    let body = Problem {
-        kind,
-        title,
-        status: status.as_u16(),
-        detail,
-        policies: [(list_name, policies)].into_iter().collect(),
-    };
-    let body = serde_json::to_vec(&body).unwrap_or_default();
+    let mut body = Vec::with_capacity(320);
+    body.extend_from_slice(head);
+    let written = serde_json::to_writer(&mut body, &Displayed(detail))
+        .and_then(|()| {
+            body.push(b',');
+            serde_json::to_writer(&mut body, list_name)
+        })
+        .and_then(|()| {
+            body.push(b':');
+            serde_json::to_writer(&mut body, &Names(policies))
+        });
+    body.push(b'}');
+    // Writing to a Vec fails only if a Display impl does, and none here
+    // does: an empty body is never sent in practice.
+    if written.is_err() {
+        body.clear();
+    }
     let mut response = Response::new(Bytes::from(body));
     *response.status_mut() = status;
     response.headers_mut().insert(
@@ -264,15 +307,22 @@ fn problem(
 }
 
 /// `429 Too Many Requests`, with `Retry-After` when a wait helps.
-pub(crate) fn too_many_requests(
-    violated: &[&str],
-    detail: &str,
+pub(crate) fn too_many_requests<'a>(
+    violated: impl Iterator<Item = &'a str> + Clone,
+    detail: impl fmt::Display,
     retry_after: Option<u64>,
 ) -> Response<Bytes> {
+    static HEAD: LazyLock<Box<[u8]>> = LazyLock::new(|| {
+        Head {
+            kind: QUOTA_EXCEEDED,
+            title: "Request cannot be satisfied as assigned quota has been exceeded",
+            status: StatusCode::TOO_MANY_REQUESTS.as_u16(),
+        }
+        .bytes()
+    });
     let mut response = problem(
         StatusCode::TOO_MANY_REQUESTS,
-        QUOTA_EXCEEDED,
-        "Request cannot be satisfied as assigned quota has been exceeded",
+        &HEAD,
         detail,
         "violated-policies",
         violated,
@@ -287,11 +337,21 @@ pub(crate) fn too_many_requests(
 
 /// `503 Service Unavailable`: a policy that fails closed could not decide;
 /// with `Retry-After` when the limiter said when it could.
-pub(crate) fn unavailable(policies: &[&str], retry_after: Option<u64>) -> Response<Bytes> {
+pub(crate) fn unavailable<'a>(
+    policies: impl Iterator<Item = &'a str> + Clone,
+    retry_after: Option<u64>,
+) -> Response<Bytes> {
+    static HEAD: LazyLock<Box<[u8]>> = LazyLock::new(|| {
+        Head {
+            kind: "about:blank",
+            title: "Service Unavailable",
+            status: StatusCode::SERVICE_UNAVAILABLE.as_u16(),
+        }
+        .bytes()
+    });
     let mut response = problem(
         StatusCode::SERVICE_UNAVAILABLE,
-        "about:blank",
-        "Service Unavailable",
+        &HEAD,
         "The rate limiter could not decide whether this request is within its quota, \
          and refuses it rather than let it pass unchecked. Try again later.",
         "unavailable-policies",
@@ -394,7 +454,7 @@ mod tests {
 
     #[test]
     fn problem_body_members_in_order() {
-        let response = too_many_requests(&["login"], "slow down", Some(3));
+        let response = too_many_requests(["login"].into_iter(), "slow down", Some(3));
         assert_eq!(response.headers()[RETRY_AFTER], "3");
         assert_eq!(response.headers()[CONTENT_TYPE], "application/problem+json");
         let body = format!("{:?}", response.body());
