@@ -256,7 +256,9 @@ impl Backend {
                     .keys_tracked(move || tracked.len())
             }
             // Errors are returned to the layer, whose policies decide (fail
-            // open or closed); the layer bounds each call by its own timeout.
+            // open or closed). The layer bounds each policy's calls by its
+            // own timeout too (100 ms unless told): the same one, so that
+            // `--redis-timeout-ms` is the wait it says.
             Backend::Redis(connection, timeout) => {
                 let limiter = Arc::new(
                     RedisLimiter::builder(connection.clone(), Gcra::new(quota))
@@ -265,6 +267,7 @@ impl Backend {
                 );
                 let breaker = limiter.clone();
                 Policy::shared(name, limiter as Arc<dyn AsyncRateLimiter>)
+                    .timeout(*timeout)
                     .breaker_open(move || breaker.stats().breaker_open)
             }
         }

@@ -5,7 +5,7 @@
 
 use crate::common;
 
-use common::example::{Instance, burst_of_wrong_passwords, one_ipv6_network, round_robin};
+use common::example::{Instance, WRONG, burst_of_wrong_passwords, one_ipv6_network, round_robin};
 use common::localhost;
 use ratelab_testkit::redis::RedisServer;
 
@@ -44,4 +44,29 @@ async fn one_ipv6_network_gets_one_networks_guesses_on_redis() {
         &["--anonymous", "1000/h", "--trusted-proxy", "127.0.0.1"],
     );
     one_ipv6_network(server.addr, localhost()).await;
+}
+
+/// `--redis-timeout-ms` is the wait a check gets, for the layer's policies
+/// too (whose own bound is 100 ms unless told): with 2,000 ms, a wrong
+/// password checked while Redis holds every client for 400 ms is still
+/// decided (401), not refused by the fail-closed login policies (503).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_redis_is_waited_for_as_long_as_the_timeout_says() {
+    let redis = RedisServer::start();
+    let url = redis.url();
+    let server = Instance::start(Some(&url), &["--anonymous", "1000/h"]);
+    // Scripts loaded and connections made before Redis pauses.
+    let warm = common::send(server.addr, localhost(), "POST", "/login", &[WRONG]).await;
+    assert_eq!(warm.status, 401, "{warm:?}");
+    redis
+        .command(&["CLIENT", "PAUSE", "400", "ALL"])
+        .expect("CLIENT PAUSE");
+    let started = std::time::Instant::now();
+    let slow = common::send(server.addr, localhost(), "POST", "/login", &[WRONG]).await;
+    assert_eq!(slow.status, 401, "{slow:?}");
+    assert!(
+        started.elapsed() >= std::time::Duration::from_millis(300),
+        "decided before Redis answered: {:?}",
+        started.elapsed()
+    );
 }
