@@ -43,11 +43,12 @@
 //!   key of that shard finds no room, and written as the flood goes on: the
 //!   sketch starts with a few pages of cells and splits four per decision
 //!   (each new cell a copy of the one it splits from), so a flood's first
-//!   checks pay no page faults at random. **The trade-off:** the cells serve new keys as long as
-//!   each carries less than its quota, i.e. while the keys owing at once
-//!   beyond the table number fewer than about the cells (by default 16 ×
-//!   `max_keys` rounded up to a power of two); a flood beyond that saturates them and new keys are refused
-//!   (as ordinary refusals, with a `retry_after`). [`FloodPolicy::Refuse`]
+//!   checks pay no page faults at random. **The trade-off:** the cells
+//!   serve new keys as long as each carries less than its quota, i.e. while
+//!   the keys owing at once beyond the table number fewer than about the
+//!   cells (by default 16 × `max_keys` rounded up to a power of two); a
+//!   flood beyond that saturates them and new keys are refused (as ordinary
+//!   refusals, with a `retry_after`). [`FloodPolicy::Refuse`]
 //!   is the old, stricter choice: every new key gets
 //!   [`Error::TooManyKeys`] until a slot frees, with the exact wait.
 //!   A key later given a slot starts from its least indebted cell, so moving
