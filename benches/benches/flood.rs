@@ -30,12 +30,18 @@
 //!   each new key gets `TooManyKeys` with the exact wait, which looks beyond
 //!   its own shard (the shards share one bound).
 //!
+//! The two `-defaults` groups and the first flood keys' mean and worst
+//! batch are recorded for `bench-summary` (rows `flood`, `flood-first-keys`,
+//! `flood-first-keys-worst-batch`: ns per key), which holds them to the
+//! bound of 2 µs a new key.
+//!
 //! Run: `cargo bench -p ratelab-benches --bench flood`.
 
 use std::hint::black_box;
 use std::time::{Duration, Instant};
 
-use criterion::{Criterion, criterion_group, criterion_main};
+use criterion::Criterion;
+use ratelab_benches::{Metric, Mode, Recorder, Row};
 use ratelab_core::{Error, FloodPolicy, Keyed, ManualClock, Quota};
 use ratelab_gcra::Gcra;
 
@@ -91,7 +97,7 @@ fn full_default_store(policy: Option<FloodPolicy>) -> (Keyed<Gcra, ManualClock>,
     (limiter, clock)
 }
 
-fn flood_at_defaults(c: &mut Criterion) {
+fn flood_at_defaults(c: &mut Criterion, rec: &mut Recorder) {
     let mut group = c.benchmark_group("flood");
     group.sample_size(30);
     let (limiter, _clock) = full_default_store(None);
@@ -132,12 +138,34 @@ fn flood_at_defaults(c: &mut Criterion) {
         batches[32].as_secs_f64() * 1e6 / 1_024.0,
         worst.as_secs_f64() * 1e6 / 1_024.0,
     );
+    for (row_group, ns) in [
+        ("flood-first-keys", total.as_secs_f64() * 1e9 / 65_536.0),
+        (
+            "flood-first-keys-worst-batch",
+            worst.as_secs_f64() * 1e9 / 1_024.0,
+        ),
+    ] {
+        rec.push(Row::new(
+            row_group,
+            "gcra",
+            "memory",
+            Metric::NsPerCheck,
+            ns,
+        ));
+    }
     group.bench_function("new-key-sketch-defaults", |b| {
         b.iter(|| {
             next += 1;
             black_box(&limiter.check(&byte_key(next), 1));
         });
     });
+    rec.criterion(
+        "flood",
+        "new-key-sketch-defaults",
+        ("gcra", "new-key-sketch-defaults"),
+        Metric::NsPerCheck,
+        1.0,
+    );
     drop(limiter);
 
     let (limiter, _clock) = full_default_store(Some(FloodPolicy::Refuse));
@@ -152,6 +180,13 @@ fn flood_at_defaults(c: &mut Criterion) {
             black_box(&limiter.check(&byte_key(next), 1));
         });
     });
+    rec.criterion(
+        "flood",
+        "refused-key-defaults",
+        ("gcra", "refused-key-defaults"),
+        Metric::NsPerCheck,
+        1.0,
+    );
     group.finish();
 }
 
@@ -209,5 +244,26 @@ fn flood(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, flood_at_defaults, flood);
-criterion_main!(benches);
+fn main() {
+    let mode = Mode::from_args();
+    let mut c = ratelab_benches::criterion(&mode);
+    let mut rec = Recorder::new("flood", &mode);
+    // Each store takes seconds to fill: none for groups filtered out.
+    if mode.wants_any("flood", ["new-key-sketch-defaults", "refused-key-defaults"]) {
+        flood_at_defaults(&mut c, &mut rec);
+    }
+    if mode.wants_any(
+        "flood",
+        [
+            "new-key-one-due",
+            "new-key-sketch",
+            "tracked-key-during-flood",
+            "refused-key",
+            "tracked-key-no-flood",
+        ],
+    ) {
+        flood(&mut c);
+    }
+    c.final_summary();
+    rec.finish();
+}

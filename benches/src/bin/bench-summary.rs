@@ -15,7 +15,7 @@ use ratelab_benches::run::{RowsFile, rows_dir};
 use ratelab_benches::summary::{self, Machine, Summary};
 
 /// The bench binaries, in the order their rows are listed.
-const BINARIES: [&str; 5] = ["memory", "footprint", "redis", "module", "http"];
+const BINARIES: [&str; 6] = ["memory", "footprint", "flood", "redis", "module", "http"];
 
 fn main() -> ExitCode {
     let workspace = Path::new(env!("CARGO_MANIFEST_DIR"))

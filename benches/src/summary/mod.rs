@@ -40,6 +40,7 @@ use crate::run::Row;
 
 // Each file adds its targets and its section of the README.
 mod clocks;
+mod flood;
 mod http;
 mod module;
 
@@ -161,7 +162,7 @@ pub(crate) fn get(
 }
 
 /// The bench groups, as the README names them.
-pub const GROUPS: [(&str, &str); 30] = [
+pub const GROUPS: [(&str, &str); 33] = [
     (
         "memory-direct",
         "one key (`Direct`), one thread, default clocks",
@@ -249,6 +250,18 @@ pub const GROUPS: [(&str, &str); 30] = [
     ("redis-round-trips", "commands received per check"),
     ("redis-memory", "MEMORY USAGE per key"),
     ("redis-benchmark", "redis-benchmark"),
+    (
+        "flood",
+        "a new key in a full 1M-key store at the defaults, the flood going on (`new-key-sketch-defaults`) or refused (`refused-key-defaults`)",
+    ),
+    (
+        "flood-first-keys",
+        "the first 65,536 keys of that flood, mean",
+    ),
+    (
+        "flood-first-keys-worst-batch",
+        "the first 65,536 keys of that flood, the worst batch of 1,024",
+    ),
 ];
 
 pub(crate) const LE: &str = "<=";
@@ -430,6 +443,7 @@ pub fn targets(rows: &[Row]) -> Vec<Target> {
     }
     module::targets(rows, &mut out);
     clocks::targets(rows, &mut out);
+    flood::targets(rows, &mut out);
     http::targets(rows, &mut out);
     out
 }
@@ -733,9 +747,11 @@ pub fn redis_tables(summary: &Summary) -> String {
 const METHOD: &str = "\
 ## How these figures were produced
 
-`just bench` runs `cargo bench -p ratelab-benches` (three bench binaries:
-`memory`, `footprint`, `redis`), then `cargo run --release -p ratelab-benches
---bin bench-summary`, which merges the rows the binaries left in
+`just bench` runs `cargo bench -p ratelab-benches` (the bench binaries
+`memory`, `footprint`, `flood`, `redis`, `module` and `http`, whose figures are
+here, and `server`, whose criterion figures stay in criterion's reports), then
+`cargo run --release -p ratelab-benches --bin bench-summary`, which merges the
+rows the binaries left in
 `<criterion home>/ratelab-rows/` into this folder and prints the tables.
 `RATELAB_BENCH_QUICK=1` makes every measurement shorter (same benches, noisier
 figures). Criterion's own reports are under `target/criterion/`.
@@ -888,6 +904,7 @@ pub fn readme(summary: &Summary) -> String {
     out.push_str(&redis_tables(summary));
     out.push_str(&module::section(summary));
     out.push_str(&clocks::section(summary));
+    out.push_str(&flood::section(summary));
     out.push_str(&http::section(summary));
     out.push('\n');
     out.push_str(METHOD);
