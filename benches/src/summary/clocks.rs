@@ -390,17 +390,7 @@ mod tests {
             "{targets:#?}"
         );
         assert!((targets[1].value - 5.5 / 6.0).abs() < 1e-9);
-        let summary = Summary::new(
-            String::new(),
-            String::new(),
-            super::super::Machine {
-                cpu: String::new(),
-                cores: 2,
-                load_average: Default::default(),
-            },
-            String::new(),
-            rows,
-        );
+        let summary = super::super::summary_of(rows);
         let section = section(&summary);
         assert!(
             section.contains("| 8.0 | 5.5 | 6.0 | 1.333 | 0.917 | 10.0 | 1.250 |"),
@@ -453,17 +443,7 @@ mod tests {
         assert_eq!(targets.len(), 2, "{targets:#?}");
         assert!((targets[0].value - 0.75).abs() < 1e-9 && targets[0].pass);
         assert!((targets[1].value - 0.9).abs() < 1e-9 && !targets[1].pass);
-        let summary = Summary::new(
-            String::new(),
-            String::new(),
-            super::super::Machine {
-                cpu: String::new(),
-                cores: 2,
-                load_average: Default::default(),
-            },
-            String::new(),
-            rows,
-        );
+        let summary = super::super::summary_of(rows);
         let section = section(&summary);
         assert!(section.contains(UPKEEP) && section.contains("foldhash, both"));
         assert!(

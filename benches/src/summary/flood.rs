@@ -111,17 +111,7 @@ mod tests {
         super::targets(&rows, &mut targets);
         let verdicts: Vec<(f64, bool)> = targets.iter().map(|t| (t.value, t.pass)).collect();
         assert_eq!(verdicts, [(2_400.0, false), (300.0, true)]);
-        let summary = Summary::new(
-            String::new(),
-            String::new(),
-            super::super::Machine {
-                cpu: String::new(),
-                cores: 2,
-                load_average: std::collections::BTreeMap::new(),
-            },
-            String::new(),
-            rows,
-        );
+        let summary = super::super::summary_of(rows);
         let text = section(&summary);
         assert!(
             text.contains("| the same, the worst batch of 1,024 | 9000.0 |"),
@@ -138,17 +128,7 @@ mod tests {
         let mut targets = Vec::new();
         super::targets(&[], &mut targets);
         assert!(targets.is_empty());
-        let summary = Summary::new(
-            String::new(),
-            String::new(),
-            super::super::Machine {
-                cpu: String::new(),
-                cores: 2,
-                load_average: std::collections::BTreeMap::new(),
-            },
-            String::new(),
-            Vec::new(),
-        );
+        let summary = super::super::summary_of(Vec::new());
         assert_eq!(section(&summary), "");
     }
 }

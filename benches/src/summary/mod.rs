@@ -161,6 +161,22 @@ pub(crate) fn get(
         .map(|r| r.value)
 }
 
+/// A summary of `rows` alone, for the tests of a part's section.
+#[cfg(test)]
+pub(crate) fn summary_of(rows: Vec<Row>) -> Summary {
+    Summary::new(
+        String::new(),
+        String::new(),
+        Machine {
+            cpu: String::new(),
+            cores: 2,
+            load_average: BTreeMap::new(),
+        },
+        String::new(),
+        rows,
+    )
+}
+
 /// The bench groups, as the README names them.
 pub const GROUPS: [(&str, &str); 33] = [
     (
