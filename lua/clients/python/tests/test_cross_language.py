@@ -380,7 +380,7 @@ def test_another_quota_on_a_key_is_reported_across_rust_and_python(server, clien
         assert rust.send("mismatches") == {"quota_mismatches": 1}
         assert python.check("shared").remaining == 8
         assert python.stats().quota_mismatches == 1
-        assert client.get(f"{prefix}:{{shared}}:gcra:quota") == b"v2:gcra:200000,2000000,10"
+        assert client.get(f"{prefix}:{{shared}}:gcra:quota") == b"v3:gcra:200000,2000000,10"
     finally:
         rust.close()
         python.close()
