@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -11,6 +12,17 @@ import (
 	"github.com/ratelab/ratelab/lua/clients/go/internal/redistest"
 	"github.com/redis/go-redis/v9"
 )
+
+// TestMain silences go-redis's own log (every refused dial of the outage
+// tests): the tests assert what the limiter reports.
+func TestMain(m *testing.M) {
+	redis.SetLogger(silentLogger{})
+	os.Exit(m.Run())
+}
+
+type silentLogger struct{}
+
+func (silentLogger) Printf(context.Context, string, ...any) {}
 
 // T0 is the caller's clock of the tests that pass one, µs since the epoch.
 const T0 = 1_700_000_000_000_000

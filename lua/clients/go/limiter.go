@@ -49,6 +49,9 @@ type Limiter struct {
 	rclock    redisClock
 	detection detection
 	peekTwin  detection
+	// inFlight counts the calls' goroutines still running (a call whose
+	// caller gave up may still be waiting for its reply).
+	inFlight atomic.Int64
 }
 
 // NewLimiter is a limiter of algorithm name on quota, on client: a
@@ -498,7 +501,9 @@ func (l *Limiter) exchange(ctx context.Context, c *call) (any, error) {
 		opCtx, cancel = context.WithDeadline(opCtx, c.giveUp.Add(l.lateGrace))
 	}
 	f := &flight{done: make(chan result, 1)}
+	l.inFlight.Add(1)
 	go func() {
+		defer l.inFlight.Add(-1)
 		defer cancel()
 		reply, err := l.flow(opCtx, c, f)
 		if f.state.CompareAndSwap(inFlight, delivered) {
