@@ -157,14 +157,12 @@ func (d *driver) answer(line string) map[string]any {
 		}
 		return map[string]any{"quota_mismatches": n}
 	}
-	var name, what, number, at, count string
+	var name, what, number, at string
 	switch {
 	case (command == "check" || command == "peek" || command == "settle") && len(args) == 4:
 		name, what, number, at = args[0], args[1], args[2], args[3]
 	case (command == "refund" || command == "reset") && len(args) == 3:
 		name, what, number, at = args[0], args[1], "0", args[2]
-	case command == "burst" && len(args) == 5:
-		name, what, number, at, count = args[0], args[1], args[2], args[3], args[4]
 	default:
 		return usage(line)
 	}
@@ -188,22 +186,6 @@ func (d *driver) answer(line string) map[string]any {
 	switch command {
 	case "check":
 		return d.check(ctx, l, id, what, n)
-	case "burst":
-		times, err := strconv.Atoi(count)
-		if err != nil || times < 1 {
-			return map[string]any{"error": "burst needs a count", "kind": "Usage"}
-		}
-		answers := make([]map[string]any, times)
-		var wg sync.WaitGroup
-		for i := range times {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				answers[i] = d.check(ctx, l, id, what, n)
-			}()
-		}
-		wg.Wait()
-		return map[string]any{"decisions": answers}
 	case "peek":
 		decision, err := l.Peek(ctx, what, n)
 		if err != nil {
