@@ -140,6 +140,14 @@ func (q Quota) windowMicros() uint64 {
 	return quotient
 }
 
+// Interval is T = ceil(period / limit): one unit comes back every
+// interval (rounded up: never faster than asked).
+func (q Quota) Interval() time.Duration { return micros(q.intervalMicros()) }
+
+// Window is the window algorithms' window, ceil(period × burst / limit):
+// burst units per window, the buckets' capacity and long-run rate.
+func (q Quota) Window() time.Duration { return micros(q.windowMicros()) }
+
 func (q Quota) String() string {
 	return fmt.Sprintf("%d per %v (burst %d)", q.limit, q.period, q.effectiveBurst())
 }
