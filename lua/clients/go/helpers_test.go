@@ -90,3 +90,6 @@ func mustErr(t *testing.T, err error, kind error) {
 }
 
 var debts = []AlgorithmName{TokenBucket, GCRA, LeakyMeter, LeakyQueue}
+
+// downClientNoIO is a client no test sends anything to.
+func downClientNoIO() *redis.Client { return redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"}) }

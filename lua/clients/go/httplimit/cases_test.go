@@ -13,6 +13,7 @@ import (
 	"reflect"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -289,5 +290,130 @@ func TestMemberOrderSeesEveryMember(t *testing.T) {
 	got := memberOrder([]byte(`{"type":"x","list":["a","b"],"status":429,"o":{"k":1},"last":"y"}`))
 	if !reflect.DeepEqual(got, []string{"type", "list", "status", "o", "last"}) {
 		t.Fatal(got)
+	}
+}
+
+// gated holds every check until n are waiting (or 3 s pass): every
+// request's decision overlaps every other's.
+type gated struct {
+	*ratelab.Limiter
+	arrived atomic.Int64
+	n       int64
+	open    chan struct{}
+	once    sync.Once
+}
+
+func (g *gated) Check(ctx context.Context, key string, cost int) (ratelab.Decision, error) {
+	if g.arrived.Add(1) == g.n {
+		g.once.Do(func() { close(g.open) })
+	}
+	select {
+	case <-g.open:
+	case <-time.After(3 * time.Second):
+	}
+	return g.Limiter.Check(ctx, key, cost)
+}
+
+func TestSeveralPoliciesAreAllOrNothingUnderConcurrency(t *testing.T) {
+	// 30 requests at once under a narrow policy (3 per hour) and three wide
+	// ones (100 per hour: a fixed window, a sliding log, a GCRA): each wide
+	// one ends up holding exactly the 3 requests that passed; what it took
+	// for the 27 the narrow policy refused was given back by receipt.
+	s := redistest.Start(t)
+	client := s.Client(t)
+	opts := []ratelab.Option{ratelab.WithPrefix("together"), ratelab.WithClock(func() time.Time { return time.UnixMicro(1_700_000_000_000_000) }),
+		ratelab.WithQuotaCheckEvery(0), ratelab.WithLogger(nil), ratelab.WithTimeout(5 * time.Second)}
+	limiter := func(name ratelab.AlgorithmName, limit int) *ratelab.Limiter {
+		l, err := ratelab.NewLimiter(client, name, ratelab.PerHour(limit), opts...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return l
+	}
+	narrow := &gated{Limiter: limiter(ratelab.GCRA, 3), n: 30, open: make(chan struct{})}
+	wide := map[string]ratelab.AlgorithmName{"wide-fw": ratelab.FixedWindow, "wide-sl": ratelab.SlidingLog, "wide-gcra": ratelab.GCRA}
+	policies := []*Policy{MustPolicy("narrow", narrow, PolicyOptions{Timeout: 5 * time.Second})}
+	for _, name := range []string{"wide-fw", "wide-sl", "wide-gcra"} {
+		policies = append(policies, MustPolicy(name, limiter(wide[name], 100), PolicyOptions{Timeout: 5 * time.Second}))
+	}
+	mw, err := New(Options{Policies: policies, Logger: silent()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := serve(t, mw.Handler(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok") })))
+	statuses := make([]int, 30)
+	var wg sync.WaitGroup
+	for i := range statuses {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			resp := send(t, port, "GET", "/", "127.0.0.1", nil)
+			resp.Body.Close()
+			statuses[i] = resp.StatusCode
+		}()
+	}
+	wg.Wait()
+	count := map[int]int{}
+	for _, s := range statuses {
+		count[s]++
+	}
+	if count[200] != 3 || count[429] != 27 {
+		t.Fatalf("%v", statuses)
+	}
+	for name, algorithm := range wide {
+		d, err := limiter(algorithm, 100).Peek(context.Background(), name+":ip:127.0.0.1", 0)
+		if err != nil || d.Remaining != 97 {
+			t.Errorf("%s: %d left of 100 after 3 passed (%v)", name, d.Remaining, err)
+		}
+	}
+}
+
+func TestABadConfigurationIsAClearError(t *testing.T) {
+	s := redistest.Start(t)
+	limiter, _ := ratelab.NewLimiter(s.Client(t), ratelab.GCRA, ratelab.PerMinute(5))
+	cases := []struct {
+		err     error
+		message string
+	}{
+		{second(NewPolicy("a:b", limiter, PolicyOptions{})), `policy name "a:b"`},
+		{second(NewPolicy("p", limiter, PolicyOptions{Failure: 7})), "failure is FailOpen or FailClosed"},
+		{second(NewPolicy("p", limiter, PolicyOptions{Count: 9})), "count is CountAll"},
+		{second(NewPolicy("p", limiter, PolicyOptions{Routes: []Route{{"POST", "login"}}})), `invalid route pattern "login"`},
+		{second(NewPolicy("p", limiter, PolicyOptions{Routes: []Route{{"", "/{*rest}/x"}}})), "catch-all"},
+		{second(NewPolicy("p", limiter, PolicyOptions{Routes: []Route{{"", "/a{b}"}}})), "whole segment"},
+		{second(New(Options{Policies: []*Policy{MustPolicy("p", limiter, PolicyOptions{}), MustPolicy("p", limiter, PolicyOptions{})}})), `two policies are named "p"`},
+		{second(NewTrustedProxies([]string{"proxy.local"}, "")), "host names are not resolved"},
+		{second(NewTrustedProxies(nil, "x-real-ip")), "x-forwarded-for or forwarded"},
+	}
+	for _, c := range cases {
+		if c.err == nil || !strings.Contains(c.err.Error(), c.message) {
+			t.Errorf("%v, want %q", c.err, c.message)
+		}
+	}
+}
+
+func second[T any](_ T, err error) error { return err }
+
+func TestRoutesMatchAsAxumPatterns(t *testing.T) {
+	cases := []struct {
+		route        Route
+		method, path string
+		matches      bool
+	}{
+		{Route{"POST", "/login"}, "POST", "/login", true},
+		{Route{"POST", "/login"}, "GET", "/login", false},
+		{Route{"GET", "/"}, "HEAD", "/", true},
+		{Route{"", "/sms/{to}"}, "PUT", "/sms/123", true},
+		{Route{"", "/sms/{to}"}, "PUT", "/sms/", false},
+		{Route{"", "/sms/{to}"}, "PUT", "/sms/1/x", false},
+		{Route{"", "/files/{*rest}"}, "GET", "/files/", true},
+		{Route{"", "/files/{*rest}"}, "GET", "/files/a/b/c", true},
+		{Route{"", "/files/{*rest}"}, "GET", "/file", false},
+	}
+	for _, c := range cases {
+		r, err := compileRoute(c.route)
+		if err != nil || r.matches(c.method, c.path) != c.matches {
+			t.Errorf("%+v %s %s: %v (%v)", c.route, c.method, c.path, !c.matches, err)
+		}
 	}
 }
