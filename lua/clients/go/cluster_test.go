@@ -69,7 +69,7 @@ func TestAPausedMasterTimesACheckOutUncharged(t *testing.T) {
 	client := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cluster.Addrs()})
 	t.Cleanup(func() { client.Close() })
 	l := limiterOn(t, client, GCRA, reference, WithTimeout(200*time.Millisecond), WithBreaker(0, 0))
-	must(t)(l.Check(background(), "k", 0))
+	warm(t, l, "k", 0)
 	node, _ := client.MasterForKey(background(), l.RedisKey("k"))
 	var paused *redistest.Server
 	for _, n := range cluster.Nodes {
