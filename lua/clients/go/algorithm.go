@@ -47,13 +47,14 @@ type Algorithm struct {
 	Debt bool
 }
 
-// FingerprintInput is "v2:<code>:<params joined by commas>".
+// FingerprintInput is "<state format>:<code>:<params joined by commas>",
+// the state format being algorithms.json's ("v3").
 func (a Algorithm) FingerprintInput() string {
 	parts := make([]string, len(a.Params))
 	for i, p := range a.Params {
 		parts[i] = strconv.FormatUint(p, 10)
 	}
-	return "v2:" + a.Code + ":" + strings.Join(parts, ",")
+	return mustProtocol().spec.StateFormat + ":" + a.Code + ":" + strings.Join(parts, ",")
 }
 
 // KeySuffix is "<code>:<first 8 hex digits of the SHA-1 of the fingerprint
@@ -91,10 +92,17 @@ type protocol struct {
 	sources map[AlgorithmName]string
 }
 
+// speaks is the protocol version this client's code implements (its
+// arguments, replies and their checks): algorithms.json must be of it.
+const speaks = 5
+
 var loadProtocol = sync.OnceValues(func() (*protocol, error) {
 	s, err := spec.Load()
 	if err != nil {
 		return nil, err
+	}
+	if s.ProtocolVersion != speaks || s.StateFormat == "" {
+		return nil, fmt.Errorf("algorithms.json is of protocol version %d (state format %q), this client %d", s.ProtocolVersion, s.StateFormat, speaks)
 	}
 	prologue, err := spec.File("prologue.lua")
 	if err != nil {

@@ -120,7 +120,8 @@ func (l *Limiter) validate(reply any, o op, cost uint64, now *uint64) (Decision,
 		case l.algorithm.Debt:
 			good = at >= 1 && at <= MaxEnd
 		default:
-			good = mark == 0 && at <= MaxEnd
+			// A window's mark counts at least the admission's own units.
+			good = mark >= 1 && at <= MaxEnd
 		}
 		if !good || mark > maxExact {
 			return Decision{}, 0, 0, invalid("a stamp out of bounds")

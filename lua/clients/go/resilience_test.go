@@ -233,10 +233,10 @@ func TestAQuotaMismatchOnASharedKeyIsLoud(t *testing.T) {
 	theirs := limiterOn(t, client, GCRA, PerSecond(10), shared, WithQuotaCheckEvery(1))
 	must(t)(theirs.Check(background(), "k", 1))
 	d := must(t)(ours.Check(background(), "k", 1))
-	if d.Remaining != 9 || len(mismatches) != 1 || mismatches[0].Theirs != "v2:gcra:100000,1000000,10" || ours.Stats().QuotaMismatches != 1 {
+	if d.Remaining != 9 || len(mismatches) != 1 || mismatches[0].Theirs != "v3:gcra:100000,1000000,10" || ours.Stats().QuotaMismatches != 1 {
 		t.Fatalf("%+v %+v", d, mismatches)
 	}
-	if got := client.Get(background(), "shared-"+t.Name()+":{k}:gcra:quota").Val(); got != "v2:gcra:200000,2000000,10" {
+	if got := client.Get(background(), "shared-"+t.Name()+":{k}:gcra:quota").Val(); got != "v3:gcra:200000,2000000,10" {
 		t.Fatal(got)
 	}
 	// Peeks never record; by default one check in 100 does.

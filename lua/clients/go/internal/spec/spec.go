@@ -34,6 +34,7 @@ type Entry struct {
 // Spec is algorithms.json.
 type Spec struct {
 	ProtocolVersion int     `json:"protocol_version"`
+	StateFormat     string  `json:"state_format"`
 	MaxSteps        uint64  `json:"max_steps"`
 	Algorithms      []Entry `json:"algorithms"`
 }
