@@ -54,6 +54,10 @@ impl<A: RemoteForm> Limiter for ReadThenWrite<A> {
     fn backend(&self) -> &'static str {
         "redis (read-then-write, flawed)"
     }
+    /// The algorithm's: what it promises, and this limiter breaks.
+    fn bound(&self) -> ratelab::Bound {
+        self.algorithm.bound()
+    }
 }
 
 impl<A: RemoteForm> ReadThenWrite<A> {
@@ -216,6 +220,10 @@ impl Limiter for PerInstance {
     }
     fn backend(&self) -> &'static str {
         "memory per instance (flawed)"
+    }
+    /// Each instance's: what the balanced whole breaks.
+    fn bound(&self) -> ratelab::Bound {
+        self.instances[0].bound()
     }
 }
 

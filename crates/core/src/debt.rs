@@ -16,7 +16,7 @@
 //! holds: the [`receipt`](crate::receipt) module.
 //!
 //! ```
-//! use ratelab_core::{Algorithm, Quota, Settlement, Shifts};
+//! use ratelab_core::{Algorithm, Bound, Quota, Settlement, Shifts};
 //! use ratelab_core::debt::Debt;
 //! # use ratelab_core::{AtomicCell, Decision, Error, ensure_fits};
 //!
@@ -38,6 +38,7 @@
 //!     fn name(&self) -> &'static str { "tat" }
 //!     fn quota(&self) -> &Quota { &self.0 }
 //!     fn capacity(&self) -> u64 { self.0.burst().into() }
+//!     fn bound(&self) -> Bound { Bound::rate(&self.0) }
 //!     fn initial_state(&self) -> u64 { 0 }
 //!     fn decide(&self, tat: &mut u64, now: u64, cost: u32) -> Result<Decision, Error> {
 //!         let cost = ensure_fits(cost, self.capacity())?;

@@ -12,7 +12,7 @@
 //! a [`Decision`] out, and time from a [`Clock`].
 //!
 //! ```
-//! use ratelab_core::{Algorithm, AtomicCell, Decision, Error, Keyed, ManualClock, Quota, RateLimiter};
+//! use ratelab_core::{Algorithm, AtomicCell, Bound, Decision, Error, Keyed, ManualClock, Quota, RateLimiter};
 //! use std::time::Duration;
 //!
 //! /// A toy algorithm: `burst` units, never refilled before `period` of rest.
@@ -26,6 +26,7 @@
 //!     fn name(&self) -> &'static str { "allowance" }
 //!     fn quota(&self) -> &Quota { &self.0 }
 //!     fn capacity(&self) -> u64 { self.0.burst().into() }
+//!     fn bound(&self) -> Bound { Bound::Rate { burst: self.capacity(), interval: u64::MAX } }
 //!     fn initial_state(&self) -> u64 { 0 }
 //!     fn decide(&self, used: &mut u64, _now: u64, cost: u32) -> Result<Decision, Error> {
 //!         let cost = u64::from(cost);
@@ -79,6 +80,7 @@
 #![forbid(unsafe_code)]
 
 mod algorithm;
+mod bound;
 pub mod debt;
 mod decision;
 mod direct;
@@ -99,6 +101,7 @@ mod wait;
 pub use algorithm::{
     Algorithm, AtomicCell, LockedCell, StateCell, ensure_settles, forget_if_forgettable,
 };
+pub use bound::Bound;
 pub use debt::Debt;
 pub use decision::{Decision, ceil_secs};
 pub use direct::Direct;

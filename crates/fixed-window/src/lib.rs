@@ -36,7 +36,7 @@
 mod remote;
 
 use ratelab_core::{
-    Algorithm, Decision, Error, LockedCell, Quota, RemoteForm, Settlement, Spent, Stamp,
+    Algorithm, Bound, Decision, Error, LockedCell, Quota, RemoteForm, Settlement, Spent, Stamp,
     ensure_fits, ensure_settles, forget_if_forgettable,
 };
 
@@ -125,6 +125,14 @@ impl Algorithm for FixedWindow {
     #[inline]
     fn capacity(&self) -> u64 {
         self.limit
+    }
+
+    #[inline]
+    fn bound(&self) -> Bound {
+        Bound::AlignedWindow {
+            limit: self.limit,
+            window: self.window,
+        }
     }
 
     #[inline]

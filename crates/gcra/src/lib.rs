@@ -47,7 +47,7 @@ mod remote;
 
 use ratelab_core::Debt;
 use ratelab_core::{
-    Algorithm, AtomicCell, Decision, Divisor, Error, Quota, RemoteForm, Shifts, ensure_fits,
+    Algorithm, AtomicCell, Bound, Decision, Divisor, Error, Quota, RemoteForm, Shifts, ensure_fits,
 };
 
 /// GCRA parameters derived from a [`Quota`]. See the crate docs.
@@ -117,6 +117,11 @@ impl Algorithm for Gcra {
     #[inline]
     fn capacity(&self) -> u64 {
         u64::from(self.quota.burst())
+    }
+
+    #[inline]
+    fn bound(&self) -> Bound {
+        Bound::rate(&self.quota)
     }
 
     #[inline]

@@ -51,7 +51,7 @@ impl Compiled {
             // faster than the real one.
             ceil_secs(quota.window()).max(1),
         );
-        let refill = Refill::of(policy.limiter.algorithm_name(), &quota);
+        let refill = Refill::of(policy.limiter.bound());
         if policy.settle.is_some() && !policy.refunds {
             return Err(ConfigError::CannotSettle(policy.name.clone()));
         }

@@ -2,7 +2,7 @@
 
 use ratelab_core::Debt;
 use ratelab_core::{
-    Algorithm, Decision, Error, LockedCell, Quota, RemoteForm, Shifts, ensure_fits,
+    Algorithm, Bound, Decision, Error, LockedCell, Quota, RemoteForm, Shifts, ensure_fits,
 };
 
 /// Leaky bucket (meter) parameters derived from a [`Quota`]: refuses what
@@ -79,6 +79,11 @@ impl Algorithm for LeakyMeter {
     #[inline]
     fn capacity(&self) -> u64 {
         self.capacity
+    }
+
+    #[inline]
+    fn bound(&self) -> Bound {
+        Bound::rate(&self.quota)
     }
 
     #[inline]

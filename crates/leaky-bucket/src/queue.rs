@@ -2,7 +2,7 @@
 
 use ratelab_core::Debt;
 use ratelab_core::{
-    Algorithm, AtomicCell, Decision, Error, Quota, RemoteForm, Shifts, ensure_fits,
+    Algorithm, AtomicCell, Bound, Decision, Error, Quota, RemoteForm, Shifts, ensure_fits,
 };
 
 /// Leaky bucket (queue) parameters derived from a [`Quota`]: admits into a
@@ -57,6 +57,11 @@ impl Algorithm for LeakyQueue {
     #[inline]
     fn capacity(&self) -> u64 {
         self.capacity
+    }
+
+    #[inline]
+    fn bound(&self) -> Bound {
+        Bound::rate(&self.quota)
     }
 
     #[inline]

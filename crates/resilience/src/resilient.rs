@@ -9,9 +9,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use ratelab_core::{
-    Algorithm, AsyncRateLimiter, CheckFuture, Clock, Decision, Error, Issuer, Keyed, Limiter,
-    Quota, Receipt, ReceiptFuture, ResetFuture, Settlement, Stamp, SystemClock, clamp_instant,
-    duration_to_micros, ensure_fits,
+    Algorithm, AsyncRateLimiter, Bound, CheckFuture, Clock, Decision, Error, Issuer, Keyed,
+    Limiter, Quota, Receipt, ReceiptFuture, ResetFuture, Settlement, Stamp, SystemClock,
+    clamp_instant, duration_to_micros, ensure_fits,
 };
 
 use crate::alert::{Alert, AlertCallback, Alerts};
@@ -611,6 +611,10 @@ impl<S: Store> Limiter for Resilient<S> {
 
     fn backend(&self) -> &'static str {
         self.inner.store.name()
+    }
+
+    fn bound(&self) -> Bound {
+        self.algorithm().bound()
     }
 
     fn refunds(&self) -> bool {

@@ -1,7 +1,7 @@
 //! The approximate sliding window: two counters, the previous one weighted.
 
 use ratelab_core::{
-    Algorithm, Decision, Error, LockedCell, Quota, RemoteForm, Settlement, Spent, Stamp,
+    Algorithm, Bound, Decision, Error, LockedCell, Quota, RemoteForm, Settlement, Spent, Stamp,
     ensure_fits, ensure_settles, forget_if_forgettable,
 };
 
@@ -201,6 +201,16 @@ impl Algorithm for SlidingCounter {
     #[inline]
     fn capacity(&self) -> u64 {
         self.limit
+    }
+
+    #[inline]
+    fn bound(&self) -> Bound {
+        Bound::WeightedWindows {
+            limit: self.limit,
+            window: self.window,
+            step: self.step,
+            steps: self.steps,
+        }
     }
 
     #[inline]

@@ -3,7 +3,7 @@
 use std::collections::VecDeque;
 
 use ratelab_core::{
-    Algorithm, Decision, Error, LockedCell, Quota, RemoteForm, Settlement, Spent, Stamp,
+    Algorithm, Bound, Decision, Error, LockedCell, Quota, RemoteForm, Settlement, Spent, Stamp,
     ensure_fits, ensure_settles, forget_if_forgettable,
 };
 
@@ -135,6 +135,14 @@ impl Algorithm for SlidingLog {
     #[inline]
     fn capacity(&self) -> u64 {
         self.limit
+    }
+
+    #[inline]
+    fn bound(&self) -> Bound {
+        Bound::TrailingWindow {
+            limit: self.limit,
+            window: self.window,
+        }
     }
 
     #[inline]

@@ -13,7 +13,7 @@ use proptest::prelude::*;
 use proptest::test_runner::TestCaseError;
 use ratelab_core::{Algorithm, Decision, Error, Keyed, ManualClock, clamp_instant};
 
-use crate::oracle::{Admitted, Bound};
+use crate::oracle::{Admitted, Bound, Oracle};
 use crate::strategies::{Arrival, unwrapped};
 
 /// One decided request, with the key's state before and after.
@@ -335,6 +335,7 @@ pub fn all_properties<A: Algorithm + Clone>(
 where
     A::State: PartialEq + std::fmt::Debug,
 {
+    prop_assert_eq!(algorithm.bound(), bound, "the bound the algorithm declares");
     let steps = simulate(algorithm, arrivals);
     bound_holds(&steps, bound)?;
     fields_tell_the_truth(algorithm, &steps)?;
@@ -351,6 +352,7 @@ pub fn wild_clock_properties<A: Algorithm + Clone>(
     arrivals: &[Arrival],
     bound: Bound,
 ) -> Result<(), TestCaseError> {
+    prop_assert_eq!(algorithm.bound(), bound, "the bound the algorithm declares");
     bound_holds(&simulate(algorithm, arrivals), bound)?;
     bound_holds(&run_keyed(algorithm, arrivals), bound)
 }

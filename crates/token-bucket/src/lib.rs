@@ -36,7 +36,7 @@ mod remote;
 
 use ratelab_core::Debt;
 use ratelab_core::{
-    Algorithm, Decision, Error, LockedCell, Quota, RemoteForm, Shifts, ensure_fits,
+    Algorithm, Bound, Decision, Error, LockedCell, Quota, RemoteForm, Shifts, ensure_fits,
 };
 
 /// Token bucket parameters derived from a [`Quota`]. See the crate docs.
@@ -143,6 +143,11 @@ impl Algorithm for TokenBucket {
     #[inline]
     fn capacity(&self) -> u64 {
         self.capacity
+    }
+
+    #[inline]
+    fn bound(&self) -> Bound {
+        Bound::rate(&self.quota)
     }
 
     #[inline]

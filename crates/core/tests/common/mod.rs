@@ -58,6 +58,10 @@ impl Algorithm for Toy {
         u64::from(self.quota.burst())
     }
 
+    fn bound(&self) -> ratelab_core::Bound {
+        ratelab_core::Bound::rate(&self.quota)
+    }
+
     fn initial_state(&self) -> u64 {
         0
     }

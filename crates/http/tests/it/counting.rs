@@ -67,6 +67,9 @@ impl Limiter for Allowance {
     fn backend(&self) -> &'static str {
         "memory"
     }
+    fn bound(&self) -> ratelab_core::Bound {
+        ratelab_core::Bound::rate(&self.quota())
+    }
     fn refunds(&self) -> bool {
         true
     }
@@ -185,6 +188,9 @@ impl<L: RateLimiter> Limiter for NoReceipts<L> {
     }
     fn backend(&self) -> &'static str {
         self.0.backend()
+    }
+    fn bound(&self) -> ratelab_core::Bound {
+        self.0.bound()
     }
 }
 

@@ -26,7 +26,7 @@ use ratelab_server::{Backend, Service, config};
 use serde::Serialize;
 use tokio::time::Instant;
 
-use super::bound;
+use ratelab_testkit::oracle::Oracle;
 use crate::backend::RedisEnv;
 use crate::stats::round;
 use crate::{CompareError, Context};
@@ -153,7 +153,8 @@ fn row(
         requests: outcomes.len(),
         admitted: outcomes.iter().filter(|&&a| a).count(),
         span_secs: round(span.as_secs_f64(), 3),
-        own_bound: bound(kind, quota)
+        own_bound: kind
+            .bound(quota)
             .allowed_within(micros)
             .unwrap_or(u64::MAX),
         spent_both_windows,
