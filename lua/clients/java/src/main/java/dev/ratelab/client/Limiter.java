@@ -293,6 +293,16 @@ public final class Limiter {
         return out;
     }
 
+    /** A script's reply to {@code op} of {@code cost} (at the caller's {@code now}, if sent) as a decision, trusting nothing in it. */
+    Decision decision(Object reply, Op op, long cost, Long now) {
+        return core.validate(reply, op, cost, now).decision;
+    }
+
+    /** Commands sent and not answered yet, late ones and their give-backs included. */
+    long pending() {
+        return core.pending.get();
+    }
+
     /** What this limiter has done so far (shared by its views). */
     public Stats stats() {
         return core.stats();
@@ -502,6 +512,7 @@ public final class Limiter {
         }
         ScheduledFuture<?> cancel = timer;
         CompletableFuture<List<Object>> work;
+        core.pending.incrementAndGet();
         try {
             work = core.send(call);
         } catch (RuntimeException e) {
@@ -520,6 +531,7 @@ public final class Limiter {
             } else if (error == null) {
                 core.lateReply(call, reply);
             }
+            core.pending.decrementAndGet();
         });
         return out;
     }
@@ -635,6 +647,7 @@ public final class Limiter {
         final Detection detection = new Detection();
         final Detection peekTwin = new Detection();
         final AtomicLong checks = new AtomicLong();
+        final AtomicLong pending = new AtomicLong();
         final LongAdder answered = new LongAdder();
         final LongAdder timeouts = new LongAdder();
         final LongAdder errors = new LongAdder();
@@ -751,6 +764,11 @@ public final class Limiter {
                     return route(connection, call.op == Op.PEEK, call.redisKey, args);
                 });
             });
+        }
+
+        /** {@code work}, counted in {@link #pending} until it completes (counted in by the caller). */
+        private <T> CompletableFuture<T> tracked(CompletableFuture<T> work) {
+            return work.whenComplete((v, e) -> pending.decrementAndGet());
         }
 
         private CompletableFuture<Void> sampleTime(StatefulConnection<byte[], byte[]> connection) {
@@ -895,8 +913,8 @@ public final class Limiter {
                 return;
             }
             List<byte[]> args = arguments(call.cost, call.now, "settle:0:" + at + ":" + mark, null);
-            redis.connection()
-                    .thenCompose(connection -> route(connection, false, call.redisKey, args))
+            pending.incrementAndGet();
+            tracked(redis.connection().thenCompose(connection -> route(connection, false, call.redisKey, args)))
                     .whenComplete((refund, error) -> {
                         if (error == null) {
                             lateRefunds.increment();
