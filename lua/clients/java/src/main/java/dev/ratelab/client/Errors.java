@@ -28,6 +28,19 @@ final class Errors {
         return e;
     }
 
+    /** The future's value, or its failure unwrapped (a {@link RuntimeException} as it was thrown). */
+    static <T> T unwrapJoin(java.util.concurrent.CompletableFuture<T> future) {
+        try {
+            return future.join();
+        } catch (CompletionException e) {
+            Throwable cause = unwrap(e);
+            if (cause instanceof RuntimeException r) {
+                throw r;
+            }
+            throw e;
+        }
+    }
+
     /** {@code error} as this client's error. */
     static RatelabException classify(Throwable error) {
         Throwable e = unwrap(error);
