@@ -129,14 +129,17 @@ public final class Redis implements AutoCloseable {
                             .enablePeriodicRefresh(Duration.ofSeconds(30))
                             .build())
                     .autoReconnect(true)
-                    .disconnectedBehavior(ClientOptions.DisconnectedBehavior.REJECT_COMMANDS)
+                    // Node connections open on demand: a command waits for its node's (its deadline
+                    // bounds it; one that reaches Redis late expires there, charging nothing).
+                    .disconnectedBehavior(ClientOptions.DisconnectedBehavior.ACCEPT_COMMANDS)
                     .requestQueueSize(b.maxPending)
                     .socketOptions(socket)
                     .timeoutOptions(timeouts);
             // A command in flight when a connection dropped is never sent again.
             options.replayFilter(command -> true);
             cluster.setOptions(options.build());
-            cluster.addListener(listener);
+            // On a cluster the clock is sampled on every master and kept for its age alone: a node
+            // connection opened on demand is not another server.
         } else {
             this.cluster = null;
             this.single = RedisClient.create(resources);
@@ -298,7 +301,9 @@ public final class Redis implements AutoCloseable {
     private CompletableFuture<StatefulConnection<byte[], byte[]>> open() {
         CompletableFuture<StatefulConnection<byte[], byte[]>> f;
         if (cluster != null) {
-            f = (CompletableFuture) cluster.connectAsync(ByteArrayCodec.INSTANCE);
+            // The topology first (connectAsync needs it), read from the seeds.
+            f = (CompletableFuture) cluster.refreshPartitionsAsync().toCompletableFuture()
+                    .thenCompose(loaded -> cluster.connectAsync(ByteArrayCodec.INSTANCE));
         } else {
             f = (CompletableFuture) single.connectAsync(ByteArrayCodec.INSTANCE, uris.get(0)).toCompletableFuture();
         }
