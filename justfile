@@ -38,9 +38,18 @@ test-only: && test-clients
     cargo test --workspace --locked
     cargo test --workspace --locked --bench '*'
 
-# The Python and Node clients of the script protocol (lua/clients), each against a redis-server it starts, and ratelab-server driven by Python's grpcio; the cross-language test also builds the Rust example and the Node client (`scripts/setup` installs what they need).
+# The Python, Node and Java clients of the script protocol (lua/clients), each against redis-servers it starts, and ratelab-server driven by Python's grpcio; the cross-language test also builds the Rust example and the Node and Java clients (`scripts/setup` installs what they need).
 test-clients:
-    cd lua/clients/node && npm test
+    #!/usr/bin/env bash
+    set -euo pipefail
+    # The native module `cargo test --workspace` built (test-only's), for the clients' module tests.
+    case "$(uname)" in Darwin) module=libratelab_redis_module.dylib ;; *) module=libratelab_redis_module.so ;; esac
+    target="${CARGO_TARGET_DIR:-target}"
+    case "$target" in /*) ;; *) target="$PWD/$target" ;; esac
+    export RATELAB_MODULE_PATH="${RATELAB_MODULE_PATH:-$target/debug/deps/$module}"
+    (cd lua/clients/node && npm test)
+    # Maven prints each test class's counts; -ntp: no download progress.
+    (cd lua/clients/java && mvn -B -ntp test)
     python3 -m pytest lua/clients/python
     python3 -m pytest crates/server/tests/python
 

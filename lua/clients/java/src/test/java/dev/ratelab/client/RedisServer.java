@@ -68,14 +68,30 @@ final class RedisServer implements AutoCloseable {
         return start("--loadmodule", modulePath());
     }
 
+    /**
+     * {@code RATELAB_MODULE_PATH}, else the library {@code cargo test --workspace} leaves in the target
+     * directory ({@code CARGO_TARGET_DIR} or the repository's {@code target/}).
+     */
     static String modulePath() {
-        String path = System.getenv("RATELAB_MODULE_PATH");
-        if (path == null || path.isEmpty() || !Files.isRegularFile(Path.of(path))) {
-            fail("RATELAB_MODULE_PATH must name the native module's shared library (libratelab_redis_module.so): "
-                    + "`cargo build -p ratelab-redis-module` builds it in target/debug/ (`just test` sets it); it is "
-                    + (path == null ? "unset" : path));
+        String env = System.getenv("RATELAB_MODULE_PATH");
+        List<Path> candidates = new ArrayList<>();
+        if (env != null && !env.isEmpty()) {
+            candidates.add(Path.of(env));
+        } else {
+            Path repo = Repo.lua().getParent();
+            String target = System.getenv("CARGO_TARGET_DIR");
+            Path dir = target == null || target.isEmpty() ? repo.resolve("target") : repo.resolve(target);
+            candidates.add(dir.resolve("debug/deps/libratelab_redis_module.so"));
+            candidates.add(dir.resolve("debug/libratelab_redis_module.so"));
         }
-        return path;
+        for (Path p : candidates) {
+            if (Files.isRegularFile(p)) {
+                return p.toString();
+            }
+        }
+        fail("ratelab's native module not found (" + candidates + "): build it with `cargo build -p "
+                + "ratelab-redis-module` (just test does) or set RATELAB_MODULE_PATH");
+        return null;
     }
 
     static int freePort() throws IOException {
