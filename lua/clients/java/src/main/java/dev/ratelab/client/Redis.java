@@ -101,8 +101,12 @@ public final class Redis implements AutoCloseable {
     private volatile boolean closed;
 
     private Redis(Builder b) {
-        this.uris = List.copyOf(b.uris);
         this.connectTimeout = b.connectTimeout;
+        for (RedisURI uri : b.uris) {
+            // Lettuce bounds the handshake (HELLO, AUTH, the sentinels' answer) by the URI's timeout.
+            uri.setTimeout(connectTimeout);
+        }
+        this.uris = List.copyOf(b.uris);
         this.retryNanos = b.reconnectDelay.toNanos();
         this.ownResources = b.resources == null;
         this.resources = b.resources != null ? b.resources
@@ -183,7 +187,11 @@ public final class Redis implements AutoCloseable {
         return new Builder(false, List.of(RedisURI.create(uri)));
     }
 
-    /** A builder for one node or a Sentinel-managed primary, from a Lettuce {@link RedisURI} (credentials, TLS, database...). */
+    /**
+     * A builder for one node or a Sentinel-managed primary, from a Lettuce
+     * {@link RedisURI} (credentials, TLS, database...); its timeout becomes
+     * the connect timeout (Lettuce bounds the handshake by it).
+     */
     public static Builder builder(RedisURI uri) {
         return new Builder(false, List.of(uri));
     }
