@@ -454,3 +454,19 @@ def test_java_with_rust_python_and_node_decides_as_one_client(with_java, name):
 
 #: The algorithms of the reference table (the debts: one unit back every interval).
 ALGORITHMS_ARE_DEBTS = {name: True for name in ["token-bucket", "gcra", "leaky-meter", "leaky-queue"]}
+
+
+def test_a_serialized_receipt_crosses_between_python_and_java(server, client, prefix, java_build):
+    # A job queue whose producer is Python and whose worker is Java, and back.
+    limiter = Limiter(client, "gcra", Quota.per_second(5, burst=10), prefix=prefix, clock=lambda: T0)
+    text = limiter.check("job", 4).receipt.to_json()
+    hop = [*java_build[:-1], "dev.ratelab.client.ReceiptHop", server.url, prefix, str(T0), text]
+    result = subprocess.run(hop, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    answer = json.loads(result.stdout.strip().splitlines()[-1])
+    # Java gave back Python's 4, then took 3 and sent its own receipt.
+    assert (answer["remaining"], answer["taken"]) == (10, 7)
+    back = limiter.receipt_from_json(json.dumps(answer["receipt"]))
+    assert (back.key, back.cost) == (b"job", 3)
+    assert limiter.refund(back).remaining == 10
+    limiter.close()
