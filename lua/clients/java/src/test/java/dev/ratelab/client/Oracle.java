@@ -50,6 +50,8 @@ final class Oracle implements AutoCloseable {
         Path target = targetEnv == null || targetEnv.isEmpty() ? repo().resolve("target") : repo().resolve(targetEnv);
         Path binary = target.resolve("debug/examples/protocol_client");
         if (!BUILT) {
+            // Once per run, failed or not: a failure fails every oracle test alike.
+            BUILT = true;
             String cargo = System.getenv().getOrDefault("CARGO", "cargo");
             try {
                 Process build = new ProcessBuilder(cargo, "build", "--locked", "--workspace", "--examples")
@@ -63,7 +65,6 @@ final class Oracle implements AutoCloseable {
             } catch (InterruptedException e) {
                 throw new IllegalStateException(e);
             }
-            BUILT = true;
         }
         if (!Files.isExecutable(binary)) {
             fail("no Rust protocol_client at " + binary);

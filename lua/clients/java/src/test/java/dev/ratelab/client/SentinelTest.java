@@ -52,7 +52,8 @@ class SentinelTest {
                     }
                     // Every admission on the replica before the primary goes: this test is about finding
                     // the new primary, not about what asynchronous replication may lose.
-                    assertEquals(":1", primary.command("WAIT", "1", "5000"));
+                    long offset = replicationOffset(primary, "master_repl_offset");
+                    waitFor(() -> replicationOffset(replica, "slave_repl_offset") >= offset, "the replica did not catch up");
                     primary.kill();
                     int outages = 0;
                     long deadline = System.nanoTime() + Duration.ofSeconds(30).toNanos();
@@ -86,6 +87,19 @@ class SentinelTest {
         } catch (RuntimeException e) {
             return null;
         }
+    }
+
+    /** A field of {@code INFO replication}, or -1. */
+    private static long replicationOffset(RedisServer server, String field) {
+        String info = replicaInfo(server);
+        if (info != null) {
+            for (String line : info.split("\r?\n")) {
+                if (line.startsWith(field + ":")) {
+                    return Long.parseLong(line.substring(field.length() + 1).trim());
+                }
+            }
+        }
+        return -1;
     }
 
     private static int primaryPort(int sentinelPort) {
