@@ -16,6 +16,7 @@ import java.util.concurrent.CopyOnWriteArrayList;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.params.ParameterizedTest;
 import org.junit.jupiter.params.provider.MethodSource;
+import org.junit.jupiter.params.provider.ValueSource;
 
 /**
  * What the limiter does when Redis fails, is slow, restarts or stalls:
@@ -246,11 +247,14 @@ class ResilienceTest extends RedisTestBase {
         }
     }
 
-    @Test
-    void checksThatTimedOutThroughPausesAreNeverCharged() {
-        // Checks (timeout 100 ms) every 10 ms while the server is stopped (SIGSTOP) for 150, 300 and
-        // 450 ms: a stop may fall before a script runs (it expires) or after it ran and before its
-        // reply is written (the reply comes late, and the admission is given back).
+    @ParameterizedTest
+    @ValueSource(strings = {"SIGSTOP", "DEBUG SLEEP"})
+    void checksThatTimedOutThroughStallsAreNeverCharged(String stall) {
+        // Checks (timeout 100 ms) every 10 ms while the server stalls for 150, 300 and 450 ms: stopped
+        // (SIGSTOP), or asleep on a command of another connection (DEBUG SLEEP). A stall may fall
+        // before a script runs (it expires) or after it ran and before its reply is written (the
+        // reply comes late, and the admission is given back).
+        boolean stop = stall.equals("SIGSTOP");
         try (RedisServer s = RedisServer.start()) {
             Redis r = own(s.url());
             Limiter limiter = Limiter.builder(r, "gcra", SLOW).prefix(prefix).breaker(0, Duration.ZERO)
@@ -270,11 +274,19 @@ class ResilienceTest extends RedisTestBase {
                 while (System.nanoTime() - start < span) {
                     long at = (System.nanoTime() - start) / 1_000_000;
                     if (!paused && at >= 50) {
-                        s.pause();
+                        if (stop) {
+                            s.pause();
+                        } else {
+                            String seconds = String.valueOf(pause / 1000.0);
+                            Thread sleeper = new Thread(() -> s.command("DEBUG", "SLEEP", seconds));
+                            sleeper.start();
+                        }
                         paused = true;
                     }
                     if (paused && !resumed && at >= 50 + pause) {
-                        s.resume();
+                        if (stop) {
+                            s.resume();
+                        }
                         resumed = true;
                     }
                     String k = "p" + key++;
@@ -282,7 +294,7 @@ class ResilienceTest extends RedisTestBase {
                     calls.add(limiter.checkAsync(k, 1));
                     RedisServer.sleep(10);
                 }
-                if (!resumed) {
+                if (!resumed && stop) {
                     s.resume();
                 }
                 List<String> timedOut = new ArrayList<>();
@@ -299,14 +311,14 @@ class ResilienceTest extends RedisTestBase {
                 }
                 settled(limiter);
                 List<String> charged = timedOut.stream().filter(k -> peek.peek(k, 0).remaining() != 10).toList();
-                assertEquals(List.of(), charged, pause + " ms stop: checks charged after their caller gave up");
+                assertEquals(List.of(), charged, stall + " " + pause + " ms: checks charged after their caller gave up");
                 assertEquals(List.of(), answered.stream().filter(k -> peek.peek(k, 0).remaining() != 9).toList());
-                assertTrue(timedOut.size() >= 5, pause + " ms stop: " + timedOut.size() + " timed out");
                 timedOutTotal += timedOut.size();
-                System.out.println(pause + " ms stop: " + timedOut.size() + " timed out (none charged), "
+                System.out.println(stall + " " + pause + " ms: " + timedOut.size() + " timed out (none charged), "
                         + answered.size() + " answered; " + limiter.stats().lateRefunds() + " late admissions given back so far");
             }
-            assertTrue(timedOutTotal > 0);
+            // The stalls outlast the timeout: the test reaches what it is for.
+            assertTrue(timedOutTotal >= 10, stall + ": " + timedOutTotal + " timed out in all");
         }
     }
 
