@@ -1020,15 +1020,23 @@ public final class Limiter {
     }
 
     /** A command name Lettuce sends as is (the module's). */
-    record Keyword(String name) implements ProtocolKeyword {
+    static final class Keyword implements ProtocolKeyword {
+        private final String command;
+        private final byte[] bytes;
+
+        Keyword(String command) {
+            this.command = command;
+            this.bytes = command.getBytes(StandardCharsets.US_ASCII);
+        }
+
         @Override
         public byte[] getBytes() {
-            return name.getBytes(StandardCharsets.US_ASCII);
+            return bytes.clone();
         }
 
         @Override
         public String toString() {
-            return name;
+            return command;
         }
     }
 

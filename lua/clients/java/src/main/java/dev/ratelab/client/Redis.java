@@ -128,8 +128,8 @@ public final class Redis implements AutoCloseable {
             this.single = null;
             this.cluster = RedisClusterClient.create(resources, uris);
             ClusterClientOptions.Builder options = ClusterClientOptions.builder()
+                    // Adaptive refreshes (MOVED, ASK, reconnections, ...) are on by default; and every 30 s.
                     .topologyRefreshOptions(ClusterTopologyRefreshOptions.builder()
-                            .enableAllAdaptiveRefreshTriggers()
                             .enablePeriodicRefresh(Duration.ofSeconds(30))
                             .build())
                     .autoReconnect(true)

@@ -127,8 +127,12 @@ final class HttpFixture implements AutoCloseable {
     }
 
     @Override
-    public void close() throws Exception {
-        jetty.stop();
+    public void close() {
+        try {
+            jetty.stop();
+        } catch (Exception e) {
+            throw new IllegalStateException("Jetty did not stop", e);
+        }
     }
 
 }
