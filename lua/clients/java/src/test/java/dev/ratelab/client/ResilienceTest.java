@@ -182,7 +182,7 @@ class ResilienceTest extends RedisTestBase {
     void anAdmissionWhoseReplyComesAfterItsCallerGaveUpIsGivenBack(String name) throws Exception {
         try (StallingProxy proxy = new StallingProxy(server.port)) {
             Redis r = own(proxy.url());
-            Limiter limiter = Limiter.builder(r, name, SLOW).prefix(prefix).timeout(Duration.ofMillis(300))
+            Limiter limiter = Limiter.builder(r, name, SLOW).prefix(prefix).timeout(Duration.ofSeconds(1))
                     .breaker(0, Duration.ZERO).noQuotaCheck().build();
             // Warm: the script loaded, the module detected, the clock sampled.
             limiter.withTimeout(Duration.ofSeconds(5)).check("warm", 0);
@@ -212,7 +212,7 @@ class ResilienceTest extends RedisTestBase {
         // What the README says remains: the script ran, its reply never arrives (the connection is lost).
         try (StallingProxy proxy = new StallingProxy(server.port)) {
             Redis r = own(proxy.url());
-            Limiter limiter = Limiter.builder(r, "gcra", SLOW).prefix(prefix).timeout(Duration.ofMillis(300))
+            Limiter limiter = Limiter.builder(r, "gcra", SLOW).prefix(prefix).timeout(Duration.ofSeconds(1))
                     .breaker(0, Duration.ZERO).noQuotaCheck().build();
             limiter.withTimeout(Duration.ofSeconds(5)).check("warm", 0);
             proxy.hold();
