@@ -298,6 +298,11 @@ public final class Limiter {
         return core.validate(reply, op, cost, now).decision;
     }
 
+    /** The background warm-up of {@link Builder#build()}, completed either way. */
+    CompletableFuture<Void> warming() {
+        return core.warming;
+    }
+
     /** Commands sent and not answered yet, late ones and their give-backs included. */
     long pending() {
         return core.pending.get();
@@ -902,6 +907,26 @@ public final class Limiter {
         }
 
         /**
+         * What a first call would do before its script, done now in the
+         * background, so that no caller's deadline pays for it: the module
+         * detected, the script loaded, Redis's clock sampled. Failures are
+         * left for the calls to meet.
+         */
+        void warm() {
+            warming = redis.connection().thenCompose(connection -> {
+                RedisClusterAsyncCommands<byte[], byte[]> commands = Redis.commands(connection);
+                CompletableFuture<Boolean> module = moduleFirst(commands);
+                CompletableFuture<?> script = commands.scriptLoad(source).toCompletableFuture();
+                CompletableFuture<Void> clock = redis.clock().fresh(RedisClock.monotonicMicros())
+                        ? CompletableFuture.completedFuture(null) : sampleTime(connection);
+                return CompletableFuture.allOf(module, script, clock);
+            }).handle((done, error) -> null);
+        }
+
+        /** The warm-up, done or not (tests wait for it before flushing scripts). */
+        volatile CompletableFuture<Void> warming = CompletableFuture.completedFuture(null);
+
+        /**
          * A reply that came after its caller gave up: an admission it made is
          * given back by its stamp at once (a refund, with no deadline: giving
          * back is safe whenever it runs).
@@ -1204,6 +1229,7 @@ public final class Limiter {
          */
         public Limiter build() {
             Core core = new Core(this);
+            core.warm();
             return new Limiter(core, core.timeoutMicros, null);
         }
     }

@@ -88,6 +88,7 @@ class LimiterTest extends RedisTestBase {
     @Test
     void aFlushedScriptIsLoadedAgain() {
         Limiter limiter = limiter("gcra", QUOTA).clock(new Clock()).backend(Limiter.Backend.SCRIPT).build();
+        limiter.warming().join();
         limiter.check("k");
         raw.scriptFlush();
         assertEquals(8, limiter.check("k").remaining());

@@ -21,7 +21,9 @@ class ReadmeExamplesTest {
             List<Long> retries = new ArrayList<>();
             int admitted = 0;
             try (Redis redis = Redis.connect(server.url())) {
-                Limiter limiter = Limiter.builder(redis, "token-bucket", Quota.perSecond(5).withBurst(10)).build();
+                // As the README has it, with a timeout a loaded test machine keeps (the default is 100 ms).
+                Limiter limiter = Limiter.builder(redis, "token-bucket", Quota.perSecond(5).withBurst(10))
+                        .timeout(Duration.ofSeconds(5)).build();
                 for (int i = 0; i < 20; i++) {
                     Decision d = limiter.check("client-42");
                     if (!d.allowed()) {
@@ -39,7 +41,7 @@ class ReadmeExamplesTest {
     @Test
     void receiptsAndTheFilterAsTheReadmeBuildsThem() {
         try (RedisServer server = RedisServer.start(); Redis redis = Redis.connect(server.url())) {
-            Limiter limiter = Limiter.builder(redis, "gcra", Quota.perMinute(100)).build();
+            Limiter limiter = Limiter.builder(redis, "gcra", Quota.perMinute(100)).timeout(Duration.ofSeconds(5)).build();
             Decision d = limiter.check("client-42", 8);
             long[] after = {-1};
             d.receipt().ifPresent(receipt -> after[0] = limiter.settle(receipt, 3).remaining());
