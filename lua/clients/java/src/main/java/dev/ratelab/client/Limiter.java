@@ -477,7 +477,8 @@ public final class Limiter {
                 try {
                     out.complete(answered(call, reply));
                     return;
-                } catch (RatelabException e) {
+                } catch (RuntimeException e) {
+                    // A reply no script sends (classified as a data error): never a call left hanging.
                     error = e;
                 }
             }
