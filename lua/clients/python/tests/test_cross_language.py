@@ -340,7 +340,7 @@ import { Redis } from "ioredis";
 import { Limiter, Quota } from "%(index)s";
 const [url, prefix, text] = process.argv.slice(1);
 const redis = new Redis(url);
-const limiter = new Limiter(redis, "gcra", Quota.perSecond(5, 10), { prefix, clock: () => %(t0)d });
+const limiter = new Limiter(redis, "gcra", Quota.perSecond(5, 10), { prefix, clock: () => %(t0)d, timeoutMs: 5000 });
 const refunded = await limiter.refund(limiter.receiptFromJSON(text));
 const taken = await limiter.check("job", 3);
 console.log(JSON.stringify({ remaining: refunded.remaining, taken: taken.remaining, receipt: taken.receipt }));
