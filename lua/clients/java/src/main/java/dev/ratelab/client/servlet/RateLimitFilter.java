@@ -127,7 +127,9 @@ public final class RateLimitFilter implements Filter {
         }
         Client client = identify.client(request);
         String method = request.getMethod().toUpperCase(Locale.ROOT);
-        String path = request.getRequestURI();
+        // The path the container routes by (decoded, normalized, path parameters removed, within the
+        // application): `/login;x=1` or `/log%69n` reach the login servlet, and its policy too.
+        String path = request.getServletPath() + (request.getPathInfo() == null ? "" : request.getPathInfo());
         List<Report> reports = new ArrayList<>();
         for (Policy p : policies) {
             Report r = p.applies(request, method, path == null || path.isEmpty() ? "/" : path, client);

@@ -7,8 +7,10 @@ import java.util.Locale;
 /**
  * A method (null: any) and a path pattern in axum's syntax, as ratelab-http
  * matches them: literal segments, {@code {name}} for one non-empty segment,
- * {@code {*name}} last for the rest (even nothing). Matched against the raw
- * path; a {@code GET} route also matches {@code HEAD}.
+ * {@code {*name}} last for the rest (even nothing). The filter matches it
+ * against the path the container routes by (within the application,
+ * decoded, normalized, without path parameters); a {@code GET} route also
+ * matches {@code HEAD}.
  */
 public final class Route {
     private enum Kind { LITERAL, PARAM, REST }
