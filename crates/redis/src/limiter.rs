@@ -7,9 +7,10 @@ use std::num::NonZeroU32;
 use std::sync::Arc;
 use std::time::Duration;
 
+use ratelab_core::toolkit::RemoteForm;
 use ratelab_core::{
     AsyncRateLimiter, Bound, CheckFuture, Clock, Decision, Error, Limiter, Quota, Receipt,
-    ReceiptFuture, RemoteForm, ResetFuture, SystemClock,
+    ReceiptFuture, ResetFuture, SystemClock,
 };
 use ratelab_resilience::{Alert, FailurePolicy, Resilience, Resilient, Stats};
 

@@ -21,7 +21,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use ratelab_core::{Algorithm, Clock, ManualClock, Quota, RemoteForm};
+use ratelab_core::toolkit::RemoteForm;
+use ratelab_core::{Algorithm, Clock, ManualClock, Quota};
 use ratelab_fixed_window::FixedWindow;
 use ratelab_gcra::Gcra;
 use ratelab_leaky_bucket::{LeakyMeter, LeakyQueue};

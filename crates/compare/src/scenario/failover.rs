@@ -376,9 +376,7 @@ fn bound(kind: AlgorithmKind, quota: Quota) -> (String, Beyond) {
             format!("{limit} per aligned window"),
             Box::new(move |a: &[Admitted]| window_excess(limit, window, a)),
         ),
-        Bound::TrailingWindow { limit, .. } => {
-            (format!("{limit} in any window"), Box::new(beyond))
-        }
+        Bound::TrailingWindow { limit, .. } => (format!("{limit} in any window"), Box::new(beyond)),
         Bound::WeightedWindows { limit, .. } => {
             (format!("{} in any window", 2 * limit), Box::new(beyond))
         }

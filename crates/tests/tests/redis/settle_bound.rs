@@ -31,9 +31,10 @@ use proptest::test_runner::{Config, FileFailurePersistence, TestRunner};
 use ratelab::redis::{
     Connection, Op, RedisAlgorithm, RedisLimiter, Script, ScriptArgs, ScriptBackend, TimeSource,
 };
+use ratelab::toolkit::Stamp;
 use ratelab::{
     AlgorithmKind, AlgorithmVisitor, Clock, Decision, Error, KnownAlgorithm, ManualClock, Quota,
-    Receipt, Stamp,
+    Receipt,
 };
 use ratelab_testkit::interleave::{self, Subject, quota_and_ops};
 use ratelab_testkit::redis::{RedisServer, module_path};
@@ -505,7 +506,6 @@ fn a_window_stamp_gives_nothing_once_its_window_ended() {
         assert_eq!(reply[2], 0, "{backend:?}: an ended window gave back");
     }
 }
-
 
 /// A Redis limiter as the interleavings' [`Subject`]: keys are one byte,
 /// time is a manual clock the run sets.
