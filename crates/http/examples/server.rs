@@ -63,8 +63,8 @@ use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 use ratelab_core::{AsyncRateLimiter, Keyed, Quota};
 use ratelab_gcra::Gcra;
 use ratelab_http::{
-    Client, Identify, Identity, LoginAttempt, LoginGuard, MIN_SECRET_LEN, Policy, RateLimitLayer,
-    TrustedProxies,
+    Client, HeaderStyle, Identify, Identity, LoginAttempt, LoginGuard, MIN_SECRET_LEN, Policy,
+    RateLimitLayer, TrustedProxies,
 };
 use ratelab_redis::{Connection, RedisStore};
 use serde::Deserialize;
@@ -427,7 +427,11 @@ fn layer(
                 })
                 .fail_closed(),
         )
-        .legacy_headers(args.legacy_headers)
+        .headers(if args.legacy_headers {
+            HeaderStyle::DraftAndLegacy
+        } else {
+            HeaderStyle::Draft
+        })
         // Scrapes and health checks are not the clients being limited.
         .skip(|request| request.uri.path() == "/metrics")
         .build()?;

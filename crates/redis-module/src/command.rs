@@ -79,9 +79,9 @@ pub(crate) fn fields(decision: &Decision) -> Reply {
         i64::from(decision.allowed),
         int(decision.limit),
         int(decision.remaining),
-        int(decision.retry_after_micros()),
-        int(decision.reset_after_micros()),
-        int(decision.delay_micros()),
+        int(decision.retry_after_micros),
+        int(decision.reset_after_micros),
+        int(decision.delay_micros),
         0,
         0,
     ]

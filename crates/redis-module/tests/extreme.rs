@@ -17,7 +17,7 @@ use std::cell::{Cell, RefCell};
 use std::time::Duration;
 
 use proptest::prelude::*;
-use proptest::test_runner::{Config, FileFailurePersistence, TestRunner};
+use proptest::test_runner::{Config, TestRunner};
 use ratelab::AlgorithmKind;
 use ratelab_core::Quota;
 use ratelab_core::toolkit::{MAX_INSTANT_MICROS, MAX_SPAN_MICROS};
@@ -111,9 +111,7 @@ fn extreme_quotas_decide_alike_in_memory_in_the_module_and_in_the_scripts() {
         let sha = load_script(&mut connection.borrow_mut(), kind);
         let mut runner = TestRunner::new(Config {
             cases: 160,
-            failure_persistence: Some(Box::new(FileFailurePersistence::WithSource(
-                "proptest-regressions",
-            ))),
+            failure_persistence: Some(ratelab_testkit::props::regressions()),
             ..Config::default()
         });
         let strategy = extreme_quota().prop_flat_map(|quota| {

@@ -18,7 +18,6 @@ use axum::Router;
 use axum::routing::get;
 use common::{localhost, send, serve};
 use proptest::prelude::*;
-use proptest::test_runner::FileFailurePersistence;
 use ratelab_core::{
     AsyncRateLimiter, CheckFuture, Decision, Error, Keyed, Limiter, ManualClock, Quota, RateLimiter,
 };
@@ -250,7 +249,7 @@ fn cases() -> u32 {
 proptest! {
     #![proptest_config(ProptestConfig {
         cases: cases(),
-        failure_persistence: Some(Box::new(FileFailurePersistence::WithSource("proptest-regressions"))),
+        failure_persistence: Some(ratelab_testkit::props::regressions()),
         ..ProptestConfig::default()
     })]
 

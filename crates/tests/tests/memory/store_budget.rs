@@ -11,7 +11,6 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use proptest::prelude::*;
-use proptest::test_runner::FileFailurePersistence;
 use ratelab::{Error, FloodPolicy, Gcra, Keyed, ManualClock, Quota, Receipt};
 use ratelab_testkit::oracle::{Admitted, Bound, Oracle};
 
@@ -220,7 +219,7 @@ fn exact_wait(
 proptest! {
     #![proptest_config(ProptestConfig {
         cases: 256,
-        failure_persistence: Some(Box::new(FileFailurePersistence::WithSource("proptest-regressions"))),
+        failure_persistence: Some(ratelab_testkit::props::regressions()),
         ..ProptestConfig::default()
     })]
 

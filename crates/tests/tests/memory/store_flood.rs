@@ -6,7 +6,6 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use proptest::prelude::*;
-use proptest::test_runner::FileFailurePersistence;
 use ratelab::{
     Algorithm, FloodPolicy, Gcra, Keyed, LeakyMeter, ManualClock, Quota, SlidingLog, TokenBucket,
 };
@@ -104,7 +103,7 @@ fn bucket(quota: Quota) -> Bound {
 proptest! {
     #![proptest_config(ProptestConfig {
         cases: 128,
-        failure_persistence: Some(Box::new(FileFailurePersistence::WithSource("proptest-regressions"))),
+        failure_persistence: Some(ratelab_testkit::props::regressions()),
         ..ProptestConfig::default()
     })]
 

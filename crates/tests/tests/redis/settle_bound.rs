@@ -27,7 +27,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use proptest::prelude::*;
-use proptest::test_runner::{Config, FileFailurePersistence, TestRunner};
+use proptest::test_runner::{Config, TestRunner};
 use ratelab::redis::{
     Connection, Op, RedisLimiter, RedisStore, Script, ScriptArgs, ScriptBackend, TimeSource,
 };
@@ -567,9 +567,7 @@ fn settlements_on_redis_keep_every_admission_within_what_was_kept() {
         for backend in BACKENDS {
             let mut runner = TestRunner::new(Config {
                 cases: cases(),
-                failure_persistence: Some(Box::new(FileFailurePersistence::WithSource(
-                    "proptest-regressions",
-                ))),
+                failure_persistence: Some(ratelab_testkit::props::regressions()),
                 ..Config::default()
             });
             let result = runner.run(&quota_and_ops(40, 1), |(quota, ops)| {
