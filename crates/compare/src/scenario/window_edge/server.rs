@@ -28,10 +28,10 @@ use ratelab_server::{Backend, Service, config};
 use serde::Serialize;
 use tokio::time::Instant;
 
-use super::bound;
 use crate::backend::RedisEnv;
 use crate::stats::round;
 use crate::{CompareError, Context};
+use ratelab_testkit::oracle::Oracle;
 
 /// How long before the edge the first burst goes out: its answers must all
 /// be in before the edge, or the attempt is made again at the next edge.
@@ -172,9 +172,7 @@ fn row(
         requests: outcomes.len(),
         admitted: outcomes.iter().filter(|&&a| a).count(),
         span_secs: round(span.as_secs_f64(), 3),
-        own_bound: bound(kind, quota)
-            .allowed_within(micros)
-            .unwrap_or(u64::MAX),
+        own_bound: kind.bound(quota).allowed_within(micros).unwrap_or(u64::MAX),
         spent_both_windows,
         attempts,
     }
