@@ -984,13 +984,14 @@ fn a_replica_holds_what_its_master_holds() {
             kind.name()
         );
         // Both expire at the same instant: the two readings differ by the
-        // time between them, at most.
+        // time between them, and what each server's clock reading adds (a
+        // second at most, as before the time was measured).
         let before = Instant::now();
         let (ttl, replica_ttl) = (pttl(&mut connection, &key), pttl(&mut copy, &key));
-        let apart = millis_since(before);
+        let apart = millis_since(before) + 1_000;
         assert!(
             ttl > 0 && (ttl - replica_ttl).abs() <= apart,
-            "{}: PTTL {ttl} on the master, {replica_ttl} on the replica, read {apart} ms apart",
+            "{}: PTTL {ttl} on the master, {replica_ttl} on the replica, {apart} ms apart at most",
             kind.name()
         );
     }

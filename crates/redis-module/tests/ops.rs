@@ -210,9 +210,10 @@ fn checks_settlements_and_resets_answer_as_memory_and_as_the_scripts() {
                     let after = dump(connection, &module_key);
                     prop_assert_eq!(&after, &dump(connection, &script_key), "stores: {}", at);
                     // Set alike, written and read one after the other: the
-                    // two differ by no more than the time all that took.
+                    // two differ by 50 ms at most (each server reads its
+                    // clock its own way), and the time all that took.
                     let (m, s) = (pttl(connection, &module_key), pttl(connection, &script_key));
-                    let took = i64::try_from(sent.elapsed().as_millis()).unwrap_or(i64::MAX) + 1;
+                    let took = i64::try_from(sent.elapsed().as_millis()).unwrap_or(i64::MAX) + 50;
                     prop_assert!(
                         (m - s).abs() <= took,
                         "PTTL {} and {}, {} ms apart at most: {}",
