@@ -108,7 +108,7 @@ impl Build {
                     .backend(self.0.backend)
                     .prefix(self.0.prefix.clone())
                     .time_source(common::client_time(self.2))
-                    .timeout(Duration::from_secs(2));
+                    .timeout(common::PATIENT);
                 if self.0.any_clock {
                     builder = builder.ttl_slack(Duration::from_micros(MAX_INSTANT_MICROS));
                 }
@@ -119,12 +119,16 @@ impl Build {
     }
 }
 
+/// GCRA at 5 a second, a burst of 3, on a clock that stands still: no unit
+/// comes back between checks, however long they take.
 fn gcra(connection: &Connection, backend: ScriptBackend) -> RedisLimiter<Gcra> {
     let quota = Quota::per_second(5).unwrap().with_burst(3).unwrap();
+    let clock = ManualClock::starting_at(1_700_000_000_000_000);
     RedisStore::builder(connection.clone(), Gcra::new(quota))
         .backend(backend)
         .prefix(common::unique_prefix())
-        .timeout(Duration::from_secs(2))
+        .time_source(common::client_time(&clock))
+        .timeout(common::PATIENT)
         .build()
 }
 
