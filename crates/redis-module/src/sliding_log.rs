@@ -393,9 +393,10 @@ fn check_log_directly(
         return Ok(None);
     }
     if set.holds() == Holds::Nothing {
-        // The script reads a log that holds nothing twice (`ZCARD`,
-        // `ZSCORE`), each read raising `keymiss`; a key opened to write
-        // raises none.
+        // The script reads a log that holds nothing three times (`ZCARD`,
+        // the ledger's `ZRANGEBYSCORE`, the fence's `ZSCORE`), each read
+        // raising `keymiss`; a key opened to write raises none.
+        set.notify_missed();
         set.notify_missed();
         set.notify_missed();
     }
