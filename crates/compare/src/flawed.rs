@@ -10,10 +10,11 @@
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use ratelab::remote::{Shape, Stored, Value};
+use ratelab::toolkit::RemoteForm;
+use ratelab::toolkit::remote::{Shape, Stored, Value};
 use ratelab::{
     AlgorithmKind, AlgorithmVisitor, AsyncRateLimiter, CheckFuture, Clock, Error, KnownAlgorithm,
-    Limiter, ManualClock, Quota, RateLimiter, RemoteForm,
+    Limiter, ManualClock, Quota, RateLimiter,
 };
 use redis::aio::MultiplexedConnection;
 

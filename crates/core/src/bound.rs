@@ -113,9 +113,8 @@ impl Bound {
     pub const fn most_within(&self, t: u64) -> u64 {
         match *self {
             Bound::Rate { burst, interval } => burst.saturating_add(t / interval),
-            Bound::AlignedWindow { limit, window } | Bound::WeightedWindows { limit, window, .. } => {
-                limit.saturating_mul(t / window + 2)
-            }
+            Bound::AlignedWindow { limit, window }
+            | Bound::WeightedWindows { limit, window, .. } => limit.saturating_mul(t / window + 2),
             Bound::TrailingWindow { limit, window } => limit.saturating_mul(t / window + 1),
         }
     }

@@ -21,7 +21,8 @@ use parking_lot::Mutex;
 ///
 /// ```
 /// use ratelab_core::{Algorithm, Direct, ManualClock, Quota};
-/// # use ratelab_core::{AtomicCell, Bound, Decision, Error};
+/// # use ratelab_core::{Bound, Decision, Error};
+/// # use ratelab_core::toolkit::AtomicCell;
 /// # #[derive(Debug)]
 /// # struct Nothing(Quota);
 /// # impl Algorithm for Nothing {
@@ -156,7 +157,8 @@ impl<A: Algorithm, C: Clock> Direct<A, C> {
     ///
     /// ```
     /// use ratelab_core::{Direct, ManualClock, Quota};
-    /// # use ratelab_core::{Algorithm, AtomicCell, Bound, Decision, Error};
+    /// # use ratelab_core::{Algorithm, Bound, Decision, Error};
+    /// # use ratelab_core::toolkit::AtomicCell;
     /// # #[derive(Debug)]
     /// # struct Allowance(Quota);
     /// # impl Algorithm for Allowance {

@@ -80,7 +80,8 @@ pub trait RateLimiter: Limiter {
     ///
     /// ```
     /// use ratelab_core::{Keyed, ManualClock, Quota, RateLimiter};
-    /// # use ratelab_core::{Algorithm, Bound, Decision, Error, LockedCell, Settlement, Stamp};
+    /// # use ratelab_core::{Algorithm, Bound, Decision, Error};
+    /// # use ratelab_core::toolkit::{LockedCell, Settlement, Stamp};
     /// # /// A toy: `burst` units per key, never refilled.
     /// # #[derive(Debug)]
     /// # struct Allowance(Quota);

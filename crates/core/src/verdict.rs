@@ -25,7 +25,8 @@ use crate::{Algorithm, Decision};
 ///
 /// ```
 /// use ratelab_core::{Direct, ManualClock, Quota};
-/// # use ratelab_core::{Algorithm, AtomicCell, Bound, Decision, Error};
+/// # use ratelab_core::{Algorithm, Bound, Decision, Error};
+/// # use ratelab_core::toolkit::AtomicCell;
 /// # /// A toy: `burst` units, never refilled.
 /// # #[derive(Debug)]
 /// # struct Allowance(Quota);

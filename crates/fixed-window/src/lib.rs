@@ -35,10 +35,11 @@
 
 mod remote;
 
-use ratelab_core::{
-    Algorithm, Bound, Decision, Error, LockedCell, Quota, RemoteForm, Settlement, Spent, Stamp,
-    ensure_fits, ensure_settles, forget_if_forgettable,
+use ratelab_core::toolkit::{
+    LockedCell, RemoteForm, Settlement, Spent, Stamp, ensure_fits, ensure_settles,
+    forget_if_forgettable,
 };
+use ratelab_core::{Algorithm, Bound, Decision, Error, Quota};
 
 /// Fixed window parameters derived from a [`Quota`]. See the crate docs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -5,7 +5,8 @@ use std::borrow::Cow;
 use std::sync::Arc;
 
 use http::request::Parts;
-use ratelab_core::{LogGate, ceil_secs};
+use ratelab_core::ceil_secs;
+use ratelab_core::toolkit::LogGate;
 
 use crate::client::Client;
 use crate::config::ConfigError;

@@ -3,7 +3,8 @@
 //! every decision tells the truth, for every arrival sequence.
 
 use proptest::prelude::*;
-use ratelab_core::{Algorithm, duration_to_micros};
+use ratelab_core::Algorithm;
+use ratelab_core::toolkit::duration_to_micros;
 use ratelab_leaky_bucket::{LeakyMeter, LeakyQueue};
 use ratelab_testkit::interleave::{in_memory, lean_in_memory, quota_and_ops};
 use ratelab_testkit::oracle::Bound;

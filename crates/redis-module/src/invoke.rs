@@ -14,7 +14,7 @@
 
 use std::ffi::c_int;
 
-use ratelab_core::{RemoteForm, StringForm};
+use ratelab_core::toolkit::{RemoteForm, StringForm};
 use ratelab_sliding_window::SlidingLog;
 use redis_module::{Context, RedisError, Status, raw};
 

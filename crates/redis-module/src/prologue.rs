@@ -4,7 +4,7 @@
 //! the scripts check them. Its state's encoding, and the checks of what is
 //! read, are the algorithm crate's own ([`RemoteForm`]).
 
-use ratelab_core::RemoteForm;
+use ratelab_core::toolkit::RemoteForm;
 use redis_module::RedisError;
 
 use crate::args::{Args, Op, check_protocol, split_op};

@@ -9,7 +9,7 @@
 use std::ffi::{CStr, CString, c_int};
 
 use ratelab::{FixedWindow, Gcra, LeakyMeter, LeakyQueue, SlidingCounter, SlidingLog, TokenBucket};
-use ratelab_core::{RemoteForm, StringForm};
+use ratelab_core::toolkit::{RemoteForm, StringForm};
 use redis_module::{Context, RedisString, Status, raw};
 
 use crate::invoke::{sliding_log_command, sliding_log_peek, string_command, string_peek};

@@ -1,7 +1,8 @@
 //! What a command answers: the reply of a decision (the eight fields the
 //! scripts answer), and the scripts' error replies, word for word.
 
-use ratelab_core::{Decision, Stamp};
+use ratelab_core::Decision;
+use ratelab_core::toolkit::Stamp;
 use redis_module::RedisError;
 
 use crate::lua::show_bare;

@@ -2,8 +2,9 @@
 //! and written as the script reads and writes it, and decided on by the
 //! algorithm crate's own `decide`, `settle` and `reset`.
 
-use ratelab_core::remote::MAX_LOG_UNITS;
-use ratelab_core::{Algorithm, RemoteForm, Spent, Stamp};
+use ratelab_core::Algorithm;
+use ratelab_core::toolkit::remote::MAX_LOG_UNITS;
+use ratelab_core::toolkit::{RemoteForm, Spent, Stamp};
 use ratelab_sliding_window::remote::{
     FENCE_MEMBER, LEDGER_SCORE, is_unit_member, ledger_member, read_ledger_member,
     write_unit_member,

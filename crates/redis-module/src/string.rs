@@ -3,8 +3,8 @@
 //! `stamp`, `settle` and `reset`, write back what the script would write,
 //! answer what the script would answer.
 
-use ratelab_core::Settlement;
-use ratelab_core::remote::{self, Encoded, Stored, StoredLedger, StoredOf, StringForm};
+use ratelab_core::toolkit::Settlement;
+use ratelab_core::toolkit::remote::{self, Encoded, Stored, StoredLedger, StoredOf, StringForm};
 use redis_module::{Context, RedisError};
 
 use crate::args::{Args, Op};

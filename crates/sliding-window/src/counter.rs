@@ -1,9 +1,10 @@
 //! The approximate sliding window: two counters, the previous one weighted.
 
-use ratelab_core::{
-    Algorithm, Bound, Decision, Error, LockedCell, Quota, RemoteForm, Settlement, Spent, Stamp,
-    ensure_fits, ensure_settles, forget_if_forgettable,
+use ratelab_core::toolkit::{
+    LockedCell, RemoteForm, Settlement, Spent, Stamp, ensure_fits, ensure_settles,
+    forget_if_forgettable,
 };
+use ratelab_core::{Algorithm, Bound, Decision, Error, Quota};
 
 /// The window position is measured in at most this many steps, so that
 /// `limit × steps` stays below 2^48 and the arithmetic is exact in a Redis Lua

@@ -2,10 +2,11 @@
 
 use std::collections::VecDeque;
 
-use ratelab_core::{
-    Algorithm, Bound, Decision, Error, LockedCell, Quota, RemoteForm, Settlement, Spent, Stamp,
-    ensure_fits, ensure_settles, forget_if_forgettable,
+use ratelab_core::toolkit::{
+    LockedCell, RemoteForm, Settlement, Spent, Stamp, ensure_fits, ensure_settles,
+    forget_if_forgettable,
 };
+use ratelab_core::{Algorithm, Bound, Decision, Error, Quota};
 
 /// Sliding log parameters derived from a [`Quota`]: exact, O(limit) memory.
 /// See the crate docs.

@@ -7,8 +7,7 @@
 use proptest::prelude::*;
 use proptest::test_runner::TestCaseError;
 use ratelab_core::{
-    Bound,
-    Algorithm, Decision, Direct, Error, Keyed, ManualClock, Quota, Receipt, Verdict,
+    Algorithm, Bound, Decision, Direct, Error, Keyed, ManualClock, Quota, Receipt, Verdict,
 };
 
 use crate::kept::{Entry, History};

@@ -11,7 +11,8 @@ use std::collections::HashMap;
 
 use proptest::prelude::*;
 use proptest::test_runner::TestCaseError;
-use ratelab_core::{Algorithm, Decision, Error, Keyed, ManualClock, clamp_instant};
+use ratelab_core::toolkit::clamp_instant;
+use ratelab_core::{Algorithm, Decision, Error, Keyed, ManualClock};
 
 use crate::oracle::{Admitted, Bound, Oracle};
 use crate::strategies::{Arrival, unwrapped};
@@ -22,7 +23,7 @@ pub struct Step<S> {
     /// The request.
     pub arrival: Arrival,
     /// The clock reading the algorithm saw (clamped to
-    /// [`MAX_INSTANT_MICROS`](ratelab_core::MAX_INSTANT_MICROS)).
+    /// [`MAX_INSTANT_MICROS`](ratelab_core::toolkit::MAX_INSTANT_MICROS)).
     pub now: u64,
     /// The key's state before.
     pub before: S,

@@ -53,7 +53,8 @@ proptest! {
 /// interval later, never sooner, and never wraps to a bucket locked for ages.
 #[test]
 fn a_settlement_before_the_first_interval_counts_from_instant_0() {
-    use ratelab_core::{Debt, Quota};
+    use ratelab_core::Quota;
+    use ratelab_core::toolkit::Debt;
     use std::time::Duration;
 
     // 3 per 3 ms: a token every 1,000 µs.

@@ -278,7 +278,14 @@ pub fn outcome(
     let clients = population.heavy + population.light;
     let mut sim = algorithms::simulated(kind, quota, clients);
     let allowed = decisions(sim.as_mut(), arrivals);
-    outcome_of(kind.name(), kind.bound(quota), quota, population, arrivals, &allowed)
+    outcome_of(
+        kind.name(),
+        kind.bound(quota),
+        quota,
+        population,
+        arrivals,
+        &allowed,
+    )
 }
 
 /// The outcome of the decisions `allowed` (one per arrival) of `name`,
@@ -388,7 +395,10 @@ impl Promise {
     /// rate's promise is read over (the quota's window).
     fn of(bound: Bound, window: u64) -> Self {
         match bound {
-            Bound::AlignedWindow { limit, window } => Promise::Aligned { b: limit, w: window },
+            Bound::AlignedWindow { limit, window } => Promise::Aligned {
+                b: limit,
+                w: window,
+            },
             Bound::TrailingWindow { limit, window } => Promise::Trailing {
                 max: limit,
                 w: window,

@@ -106,7 +106,8 @@ const UPKEEP_PER_CHECK: usize = 2;
 /// A limiter with one state per key, for many clients in one process.
 ///
 /// ```
-/// use ratelab_core::{Algorithm, AtomicCell, Bound, Decision, Error, FloodPolicy, Keyed, ManualClock, Quota};
+/// use ratelab_core::{Algorithm, Bound, Decision, Error, FloodPolicy, Keyed, ManualClock, Quota};
+/// use ratelab_core::toolkit::AtomicCell;
 /// # #[derive(Debug)]
 /// # struct Once(Quota);
 /// # impl Algorithm for Once {
@@ -214,7 +215,8 @@ impl<A: Algorithm, C: Clock> Keyed<A, C, ByteKey> {
     ///
     /// ```
     /// use ratelab_core::{Keyed, ManualClock, Quota};
-    /// # use ratelab_core::{Algorithm, AtomicCell, Bound, Decision, Error};
+    /// # use ratelab_core::{Algorithm, Bound, Decision, Error};
+    /// # use ratelab_core::toolkit::AtomicCell;
     /// # #[derive(Debug)]
     /// # struct Allowance(Quota);
     /// # impl Algorithm for Allowance {

@@ -13,9 +13,7 @@
 //! This is why the default clock is the precise `SystemClock`.
 
 use proptest::prelude::*;
-use ratelab::{
-    AlgorithmKind, AlgorithmVisitor, Direct, Gcra, KnownAlgorithm, ManualClock, Quota,
-};
+use ratelab::{AlgorithmKind, AlgorithmVisitor, Direct, Gcra, KnownAlgorithm, ManualClock, Quota};
 use ratelab_testkit::oracle::{Bound, Oracle};
 use ratelab_testkit::props::{config, simulate};
 use ratelab_testkit::strategies::{Arrival, quota_and_arrivals};

@@ -37,7 +37,10 @@ fn twenty_pass_the_fixed_window_within_a_tenth_of_a_second() {
             }
         }
         assert_eq!(admitted, expected, "{kind} on the window edge");
-        assert!(admitted <= bound.most_within(span), "{kind} beyond its bound");
+        assert!(
+            admitted <= bound.most_within(span),
+            "{kind} beyond its bound"
+        );
         if kind == AlgorithmKind::FixedWindow {
             // The flaw: both windows' limits within 0.1 s.
             assert_eq!(admitted, 20);
