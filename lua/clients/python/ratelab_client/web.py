@@ -660,6 +660,12 @@ async def _bounded(policy: Policy, awaitable: Awaitable[Any]) -> Any:
         raise Timeout(f"the rate limiter did not answer within {policy.timeout * 1000:g} ms") from None
 
 
+async def _warm(limiters: Iterable[Any]) -> None:
+    warms = [limiter.warm() for limiter in limiters if inspect.iscoroutinefunction(getattr(limiter, "warm", None))]
+    if warms:
+        await asyncio.gather(*warms, return_exceptions=True)
+
+
 def _waits_for_response(report: Report) -> bool:
     return (report.policy.after_response and report.cost != 0 and report.admitted
             and report.receipt is not None)
@@ -740,6 +746,10 @@ class Engine:
     async def decide(self) -> Verdict:
         if not self.reports:
             return Verdict([], "pass", self.client)
+        # Setting up a limiter's connection is bounded by its own
+        # connect_timeout, not by the policy's: the first requests on a busy
+        # Redis are decided, not failed open.
+        await _warm({id(r.policy.limiter): r.policy.limiter for r in self.reports}.values())
         started = self.monotonic()
         for r in self.reports:
             # Every call of a policy for this request shares one deadline.
