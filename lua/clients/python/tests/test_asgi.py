@@ -28,7 +28,7 @@ from ratelab_client import AsyncLimiter, Limiter, Quota
 from ratelab_client.asgi import RateLimitMiddleware
 from ratelab_client.web import Identify, Policy, Request, TrustedProxies
 
-from conftest import LUA
+from conftest import LUA, wait_until
 
 CASES = json.loads((LUA / "clients" / "http" / "cases.json").read_text(encoding="utf-8"))
 METHODS = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"]
@@ -300,3 +300,24 @@ def test_a_burst_on_a_cold_limiter_is_decided_not_passed_unchecked(http_server, 
     releaser.join()
     assert (statuses, failures) == ([200] * 10 + [429] * 10, [])
     asyncio.run_coroutine_threadsafe(limiter.aclose(), loop).result(15)
+
+
+def test_an_admission_after_the_policys_timeout_is_given_back(http_server, own_server, proxy):
+    # The policy gives up (0.5 s) before the limiter does (5 s): the
+    # request is answered 503 (failing closed) while Redis's reply is held;
+    # the admission that reply brings is refunded when it comes.
+    clock = lambda: CASES["t0_us"]  # noqa: E731
+    limiter = AsyncLimiter(redis.asyncio.Redis(port=proxy.port), "gcra", Quota.per_hour(10), prefix="late-policy",
+                           clock=clock, quota_check_every=None, timeout=5.0)
+    port = serve_app(http_server, [Policy("default", limiter, failure="closed", timeout=0.5)])
+    assert send(port, GET).status_code == 200
+    direct = Limiter(redis.Redis(port=own_server.port), "gcra", Quota.per_hour(10), prefix="late-policy", clock=clock)
+    key = "default:ip:127.0.0.1"
+    assert direct.peek(key, 0).remaining == 9
+    proxy.hold_replies()
+    assert send(port, GET).status_code == 503
+    assert direct.peek(key, 0).remaining == 8  # the script ran: charged
+    proxy.release_replies()
+    wait_until(lambda: direct.peek(key, 0).remaining == 9, "the late admission was not given back")
+    direct.close()
+    asyncio.run_coroutine_threadsafe(limiter.aclose(), http_server[2]).result(15)
