@@ -6,6 +6,18 @@ import type { RatelabError } from "./errors.js";
 
 /** The default per-call timeout, ms (Rust: `DEFAULT_TIMEOUT`). */
 export const DEFAULT_TIMEOUT_MS = 100;
+/**
+ * The default bound on waiting for ioredis to connect (and for the first
+ * clock sample of a connection), ms: apart from the call's own timeout, so
+ * that connecting to a healthy but busy Redis is not an outage.
+ */
+export const DEFAULT_CONNECT_TIMEOUT_MS = 1000;
+/**
+ * How long, after its caller gave up, a check's reply is still awaited, ms:
+ * an admission that arrives within it is given back at once (a refund by its
+ * stamp); one later than that, or on a connection that is lost, stays charged.
+ */
+export const LATE_REPLY_WAIT_MS = 10_000;
 /** Consecutive outage failures that open the circuit breaker. */
 export const DEFAULT_BREAKER_THRESHOLD = 5;
 /** How long an open breaker keeps Redis uncalled before one probe, ms. */
@@ -53,6 +65,8 @@ export interface Stats {
   readonly clockSamples: number;
   /** Times another quota was found on a key this limiter uses. */
   readonly quotaMismatches: number;
+  /** Admissions whose reply came after their caller gave up, given back at once by their stamp. */
+  readonly lateRefunds: number;
 }
 
 /** One failure (or a quota mismatch), as the alert hook sees it. */
@@ -152,6 +166,7 @@ export class Counters {
   cachedRefusals = 0;
   clockSamples = 0;
   quotaMismatches = 0;
+  lateRefunds = 0;
 
   snapshot(breaker: Breaker): Stats {
     const [breakerOpen, coolDownLeftMs] = breaker.state();
@@ -169,6 +184,7 @@ export class Counters {
       coolDownLeftMs,
       clockSamples: this.clockSamples,
       quotaMismatches: this.quotaMismatches,
+      lateRefunds: this.lateRefunds,
     };
   }
 }

@@ -65,8 +65,9 @@ describe("the npm package", () => {
     const project = join(work, "project");
     mkdirSync(project);
     writeFileSync(join(project, "package.json"), JSON.stringify({ name: "smoke", private: true, type: "module" }));
-    // As a TypeScript project on Node has it: @types/node.
-    run("npm", ["install", "--no-audit", "--no-fund", join(work, filename), "@types/node@^20.19.43"], project);
+    // As a TypeScript project on Node has it: @types/node; and, to check every library's declarations
+    // (skipLibCheck off), the types ioredis's own declarations import without depending on them.
+    run("npm", ["install", "--no-audit", "--no-fund", join(work, filename), "@types/node@^20.19.43", "@types/redis-errors@^1.2.1"], project);
     writeFileSync(
       join(project, "smoke.ts"),
       `import { Redis } from "ioredis";
