@@ -336,6 +336,10 @@ def cluster():
     c.stop()
 
 
+#: The timeout of the limiters the cases make, unless they set theirs.
+PATIENT_TIMEOUT = 5.0
+
+
 class SyncView:
     """An :class:`~ratelab_client.AsyncLimiter` seen through the synchronous
     interface: each coroutine run to completion on the test's loop. The
@@ -371,6 +375,10 @@ class Flavors:
         from ratelab_client import AsyncLimiter, Limiter
 
         client = kwargs.pop("client", None) or self.client_for(server)
+        # What most cases decide on is Redis's answers, not how fast a loaded
+        # machine gets them: a timeout it cannot miss, unless the case sets
+        # its own (the cases about timeouts).
+        kwargs.setdefault("timeout", PATIENT_TIMEOUT)
         if self.loop is None:
             limiter = Limiter(client, *args, **kwargs)
         else:

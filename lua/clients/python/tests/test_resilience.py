@@ -76,7 +76,7 @@ def test_a_paused_redis_times_out_at_the_timeout(flavor, own_server):
     # answered while the server is still paused (it is resumed afterwards):
     # the limiter's timeout ended it, never before the timeout.
     limiter = flavor.limiter(own_server, "gcra", Quota.per_hour(10), prefix="paused",
-                             breaker=(10, 0.5))
+                             breaker=(10, 0.5), timeout=0.1)
     assert limiter.check("k").remaining == 9
     own_server.pause()
     took = []
@@ -124,7 +124,8 @@ def test_redis_down_fails_and_the_policies_answer(flavor, down_port):
     assert allow.peek("k", 0).reset_after_micros == 0
     assert allow.peek("k", 4).remaining == 6
 
-    deny = flavor.limiter(server, "gcra", QUOTA, on_failure=FailurePolicy.DENY, on_alert=alerts_into(seen))
+    deny = flavor.limiter(server, "gcra", QUOTA, on_failure=FailurePolicy.DENY, on_alert=alerts_into(seen),
+                          timeout=0.1)
     d = deny.check("k")
     # Retry after the timeout: the next check may find Redis back by then.
     assert (d.allowed, d.remaining, d.retry_after_micros, d.reset_after_micros, d.degraded) == (
@@ -145,7 +146,7 @@ def test_redis_down_fails_and_the_policies_answer(flavor, down_port):
 
 def test_a_settlement_during_an_outage_raises_and_the_admission_stays_charged(flavor, own_server):
     limiter = flavor.limiter(own_server, "gcra", QUOTA, prefix="outage", on_failure="allow", breaker=(0, 0),
-                             clock=Clock())
+                             clock=Clock(), timeout=0.5)
     receipt = limiter.check("k", 4).receipt
     own_server.pause()
     try:
