@@ -345,9 +345,11 @@ export class Limiter {
    * before its own timeout starts: ioredis connecting, and the first sample
    * of Redis's clock on the connection. Resolves true when ready, false
    * otherwise; never rejects. The Express middleware calls it before its
-   * policies' deadlines start; an application may at its start.
+   * policies' deadlines start; an application may at its start. Tries
+   * nothing while the breaker is open.
    */
   async warm(): Promise<boolean> {
+    if (this.breaker.state()[0]) return false;
     try {
       await this.setUp(this.timeoutMs !== null);
       return this.client.status === "ready";

@@ -17,8 +17,9 @@ import { describe, it } from "node:test";
 
 import express from "express";
 
-import { Limiter, Quota, Timeout, type Decision } from "../src/index.js";
+import { CircuitOpen, Limiter, Quota, Timeout, type Decision } from "../src/index.js";
 import { Policy, rateLimit, type Failure } from "../src/express.js";
+import { Breaker } from "../src/resilience.js";
 import { Proxy } from "../testing/proxy.js";
 import { RedisServer } from "../testing/redis_server.js";
 
@@ -106,6 +107,28 @@ describe("a cold start on a Redis slow to accept", () => {
       assert.deepEqual([statuses.sort(), failures.map((f) => f.error.message)], [[...Array(10).fill(200), ...Array(10).fill(429)], []]);
     } finally {
       await new Promise((ok) => http.close(ok));
+      client.disconnect();
+      await proxy.close();
+      server.stop();
+    }
+  });
+
+  it("tries nothing while the breaker is open", async () => {
+    // The middleware warms its limiters before every request: an open breaker must still answer at once,
+    // not wait for ioredis to connect (held here until the test ends).
+    const server = await RedisServer.start();
+    const proxy = await Proxy.start(server.port);
+    proxy.holdConnections();
+    const client = proxy.client();
+    try {
+      const limiter = new Limiter(client, "gcra", QUOTA, { connectTimeoutMs: 3_600_000, logger: null });
+      const breaker = new Breaker(1, 3_600_000, 1000);
+      breaker.failure(false);
+      (limiter as unknown as { breaker: Breaker }).breaker = breaker;
+      const hang = new Promise((ok) => setTimeout(() => ok("waited for the connection"), 10_000).unref());
+      assert.equal(await Promise.race([limiter.warm(), hang]), false);
+      await assert.rejects(Promise.race([limiter.check("k"), hang.then((why) => new Error(String(why)))]), CircuitOpen);
+    } finally {
       client.disconnect();
       await proxy.close();
       server.stop();

@@ -82,10 +82,9 @@ class _Pipe:
             return True
         sock = transport.get_extra_info("socket")
         try:
-            readable, _, _ = select.select([sock.fileno()], [], [], 0)
+            return not _readable(sock.fileno())
         except (OSError, ValueError, AttributeError):
             return False
-        return not readable
 
     def watch(self, reply: "asyncio.Future[Any]") -> None:
         """Its caller gave up on ``reply``: the connection is closed if it
@@ -178,6 +177,16 @@ class _Pipe:
             raise
         except BaseException as e:
             self.close(e)
+
+
+def _readable(fd: int) -> bool:
+    """Something to read on ``fd`` now (data, or the end of the stream)."""
+    if hasattr(select, "poll"):
+        poller = select.poll()
+        poller.register(fd, select.POLLIN)
+        return bool(poller.poll(0))
+    readable, _, _ = select.select([fd], [], [], 0)
+    return bool(readable)
 
 
 def _retrieve(future: "asyncio.Future[Any]") -> None:
@@ -527,7 +536,10 @@ class AsyncLimiter:
         has none, within ``connect_timeout``, so that the next calls start
         at once: at an application's start, or before a deadline that should
         not count connecting. True when it is ready; never raises for an
-        outage (the next call will)."""
+        outage (the next call will), and tries nothing while the breaker is
+        open."""
+        if self._core.breaker.state()[0]:
+            return False
         return await self._io.warm()
 
     async def aclose(self) -> None:

@@ -93,3 +93,26 @@ def test_setting_up_a_connection_is_bounded_by_the_connect_timeout(flavor, proxy
 def test_a_bad_connect_timeout_is_a_clear_error(flavor, server, value):
     with pytest.raises(ValueError, match="connect_timeout"):
         flavor.limiter(server, "gcra", QUOTA, connect_timeout=value)
+
+
+def test_warming_tries_nothing_while_the_breaker_is_open(proxy):
+    # The middleware warms its limiters before every request: an open
+    # breaker must still answer at once, with no connection attempted.
+    from ratelab_client import AsyncLimiter, CircuitOpen
+
+    async def scenario() -> None:
+        limiter = AsyncLimiter(proxy.aclient(), "gcra", QUOTA, connect_timeout=0.2, breaker=(1, 3600))
+        proxy.hold_connections()
+        assert await limiter.warm() is False  # held: not set up within 200 ms
+        assert len(proxy.accepted) == 1
+        with pytest.raises(Exception, match="could not connect"):
+            await limiter.check("k")  # the breaker opens
+        accepted = len(proxy.accepted)
+        assert await limiter.warm() is False
+        with pytest.raises(CircuitOpen):
+            await limiter.check("k")
+        assert len(proxy.accepted) == accepted
+        proxy.release_connections()
+        await limiter.aclose()
+
+    asyncio.run(scenario())
