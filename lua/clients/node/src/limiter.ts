@@ -350,6 +350,8 @@ export class Limiter {
    */
   async warm(): Promise<boolean> {
     if (this.breaker.state()[0]) return false;
+    // A stall: a call would not wait for connecting either.
+    if (this.owed > 0) return this.client.status === "ready";
     try {
       await this.setUp(this.timeoutMs !== null);
       return this.client.status === "ready";
@@ -594,7 +596,13 @@ export class Limiter {
       () => {
         this.counters.lateRefunds++;
       },
-      () => undefined,
+      (e: unknown) => {
+        this.counters.lateRefundsFailed++;
+        this.alerts.warn(
+          `ratelab ${this.algorithm.name}: a check that timed out was admitted after all, and could not be given back ` +
+            `(${String(e)}): it stays charged`,
+        );
+      },
     );
     this.track(work);
   }

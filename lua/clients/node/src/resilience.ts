@@ -13,11 +13,12 @@ export const DEFAULT_TIMEOUT_MS = 100;
  */
 export const DEFAULT_CONNECT_TIMEOUT_MS = 1000;
 /**
- * How long, after its caller gave up, a check's reply is still awaited, ms:
- * an admission that arrives within it is given back at once (a refund by its
- * stamp); one later than that, or on a connection that is lost, stays charged.
+ * How long, after its caller gave up, `settled()` waits for a check's late
+ * reply and its refund, ms (the Rust client's `LATE_REPLY_WAIT`). A reply
+ * that comes later is still given back when it comes; one on a connection
+ * that is lost stays charged.
  */
-export const LATE_REPLY_WAIT_MS = 10_000;
+export const LATE_REPLY_WAIT_MS = 30_000;
 /** Consecutive outage failures that open the circuit breaker. */
 export const DEFAULT_BREAKER_THRESHOLD = 5;
 /** How long an open breaker keeps Redis uncalled before one probe, ms. */
@@ -67,6 +68,8 @@ export interface Stats {
   readonly quotaMismatches: number;
   /** Admissions whose reply came after their caller gave up, given back at once by their stamp. */
   readonly lateRefunds: number;
+  /** Such admissions whose refund failed: they stay charged (a warning is logged). */
+  readonly lateRefundsFailed: number;
 }
 
 /** One failure (or a quota mismatch), as the alert hook sees it. */
@@ -167,6 +170,7 @@ export class Counters {
   clockSamples = 0;
   quotaMismatches = 0;
   lateRefunds = 0;
+  lateRefundsFailed = 0;
 
   snapshot(breaker: Breaker): Stats {
     const [breakerOpen, coolDownLeftMs] = breaker.state();
@@ -185,6 +189,7 @@ export class Counters {
       clockSamples: this.clockSamples,
       quotaMismatches: this.quotaMismatches,
       lateRefunds: this.lateRefunds,
+      lateRefundsFailed: this.lateRefundsFailed,
     };
   }
 }
@@ -203,6 +208,11 @@ export class Alerts {
     private readonly logger: Logger | null,
     private readonly clock: MillisClock = () => performance.now(),
   ) {}
+
+  /** A warning outside the alerts (the logger's, as it comes). */
+  warn(message: string): void {
+    this.logger?.warn(message);
+  }
 
   raise(alert: Alert, stats: Stats): void {
     if (this.hook) {

@@ -310,6 +310,10 @@ class _AsyncIO:
         late = list(self._late)
         if late:
             await asyncio.wait(late, timeout=LATE_REPLY_WAIT)
+        opening, self._opening = self._opening, None
+        if opening is not None and not opening.done() and opening.get_loop() is _running_loop():
+            opening.cancel()
+            await asyncio.gather(opening, return_exceptions=True)
         pipes = [p for p in [self._pipe, *self._old] if p is not None]
         self._pipe, self._old = None, []
         for pipe in pipes:
@@ -386,19 +390,27 @@ class _AsyncIO:
             return
         if refund is None:
             return
-        task = asyncio.get_running_loop().create_task(_bounded_by(self._refund(refund), LATE_REPLY_WAIT))
+        task = asyncio.get_running_loop().create_task(self._refund(refund))
         self._late.add(task)
         task.add_done_callback(self._late.discard)
         task.add_done_callback(_retrieve)
 
     async def _refund(self, refund: Call) -> None:
-        """Gives a late admission back: a settlement to 0 by its stamp."""
+        """Gives a late admission back: a settlement to 0 by its stamp,
+        within :data:`LATE_REPLY_WAIT`."""
+        try:
+            await _bounded_by(self._settle(refund), LATE_REPLY_WAIT)
+        except Exception as e:
+            self.core.late_refund_failed(refund, e)
+            return
+        self.core.counters.count("late_refunds")
+
+    async def _settle(self, refund: Call) -> None:
         if self.cluster:
             await self._drive(self.core.flow(refund), lambda command: self._cluster(command, refund))
         else:
             pipe = await self.pipe()
             await self._drive(self.core.flow(refund), lambda command: self._execute(pipe, command, refund))
-        self.core.counters.count("late_refunds")
 
     async def _cluster(self, command: Command, call: Call) -> Any:
         client = self.client

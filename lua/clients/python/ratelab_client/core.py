@@ -57,6 +57,7 @@ from .resilience import (
     FailurePolicy,
     RefusalCache,
     Stats,
+    logger,
 )
 
 #: By default every 100th check (and the first) also records the quota it
@@ -389,6 +390,12 @@ class Core:
         refund.give_up = None
         refund.actual, refund.stamp = 0, stamp
         return refund
+
+    def late_refund_failed(self, refund: Call, error: BaseException) -> None:
+        """A late admission could not be given back: it stays charged."""
+        self.counters.count("late_refunds_failed")
+        logger.warning("ratelab %s: a check that timed out was admitted after all, and could not be given "
+                       "back (%r): it stays charged", self.algorithm.name, error)
 
     def _record_quota(self, call: Call) -> Flow:
         ours = self.algorithm.fingerprint_input

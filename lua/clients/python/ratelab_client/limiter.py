@@ -284,13 +284,18 @@ class _SyncIO:
             except redis.exceptions.ResponseError:
                 reply = None  # expired, NOSCRIPT...: nothing was charged
             refund = None if reply is None else self.core.late_refund(call, reply)
-            if refund is not None:
-                drive(self.core.flow(refund), execute)
-                self.core.counters.count("late_refunds")
         except Exception:
             # No reply in time, or none readable: the charge stands.
             connection.disconnect()
             return
+        if refund is not None:
+            try:
+                drive(self.core.flow(refund), execute)
+            except Exception as e:
+                self.core.late_refund_failed(refund, e)
+                connection.disconnect()
+                return
+            self.core.counters.count("late_refunds")
         self._give(connection)
 
     def _cluster(self, command: Command, call: Call) -> Any:

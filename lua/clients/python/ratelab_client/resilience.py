@@ -19,10 +19,11 @@ DEFAULT_TIMEOUT = 0.1
 #: that connecting to a healthy but busy Redis is not an outage.
 DEFAULT_CONNECT_TIMEOUT = 1.0
 #: How long, after its caller gave up, a check's reply is still awaited in
-#: the background, in seconds: an admission that arrives within it is given
-#: back at once (a refund by its stamp); one later than that, or on a
-#: connection that is lost, stays charged.
-LATE_REPLY_WAIT = 10.0
+#: the background, in seconds (the Rust client's ``LATE_REPLY_WAIT``): an
+#: admission that arrives within it is given back at once (a refund by its
+#: stamp); one later than that, or on a connection that is lost, stays
+#: charged.
+LATE_REPLY_WAIT = 30.0
 #: Consecutive outage failures that open the circuit breaker.
 DEFAULT_BREAKER_THRESHOLD = 5
 #: How long an open breaker keeps Redis uncalled before one probe, seconds.
@@ -84,6 +85,9 @@ class Stats:
     #: Admissions whose reply came after their caller gave up, given back
     #: at once by their stamp (a check that timed out is not charged).
     late_refunds: int = 0
+    #: Such admissions whose refund failed: they stay charged (a warning is
+    #: logged).
+    late_refunds_failed: int = 0
 
 
 @dataclass(frozen=True)
@@ -190,6 +194,7 @@ class Counters:
     clock_samples: int = 0
     quota_mismatches: int = 0
     late_refunds: int = 0
+    late_refunds_failed: int = 0
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def count(self, name: str, n: int = 1) -> None:
@@ -214,6 +219,7 @@ class Counters:
                 clock_samples=self.clock_samples,
                 quota_mismatches=self.quota_mismatches,
                 late_refunds=self.late_refunds,
+                late_refunds_failed=self.late_refunds_failed,
             )
 
 
