@@ -77,13 +77,22 @@ export class RedisServer {
     this.process.kill("SIGKILL");
   }
 
+  /**
+   * A client reconnecting meanwhile may hold the port for a moment (a connection the kernel gave the
+   * port itself as its source): tried a few times.
+   */
   async restart(): Promise<void> {
-    if (this.process.exitCode === null && this.process.signalCode === null) {
-      await new Promise((ok) => this.process.once("exit", ok));
-    }
     const [binary, ...args] = this.args as [string, ...string[]];
-    this.process = RedisServer.spawn(binary, args);
-    if (!(await this.ready())) throw new Error(`redis-server did not start again; see ${join(this.dir, "redis.log")}`);
+    for (let attempt = 0; attempt < 20; attempt++) {
+      if (this.process.exitCode === null && this.process.signalCode === null) {
+        await new Promise((ok) => this.process.once("exit", ok));
+      }
+      this.process = RedisServer.spawn(binary, args);
+      if (await this.ready()) return;
+      this.kill();
+      await new Promise((ok) => setTimeout(ok, 100));
+    }
+    throw new Error(`redis-server did not start again on port ${this.port}; see ${join(this.dir, "redis.log")}`);
   }
 
   private async ready(): Promise<boolean> {

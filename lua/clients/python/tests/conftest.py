@@ -78,9 +78,16 @@ class RedisServer:
         return False
 
     def restart(self) -> None:
-        """Starts it again, empty, on the same port (after :meth:`stop`)."""
-        if not self._spawn():
-            pytest.fail(f"redis-server did not start again; see {self.log}", pytrace=False)
+        """Starts it again, empty, on the same port (after :meth:`stop`). A client
+        reconnecting meanwhile may hold the port for a moment (a connection
+        the kernel gave the port itself as its source): tried a few times.
+        """
+        for _ in range(20):
+            if self._spawn():
+                return
+            time.sleep(0.1)
+        log = self.log.read_text(errors="replace")[-2000:] if self.log.exists() else ""
+        pytest.fail(f"redis-server did not start again on port {self.port}:\n{log}", pytrace=False)
 
     def _ready(self) -> bool:
         deadline = time.monotonic() + 10

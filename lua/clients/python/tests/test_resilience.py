@@ -111,13 +111,15 @@ def test_connecting_to_a_paused_redis_times_out_too(flavor, own_server):
 
 
 def test_redis_down_fails_and_the_policies_answer(flavor, down_port):
+    # Connections are refused: with a connect timeout a loaded machine cannot
+    # reach first, that is the outage every call sees.
     server = DownServer(down_port)
     seen = []
-    error = flavor.limiter(server, "gcra", QUOTA, on_alert=alerts_into(seen))
+    error = flavor.limiter(server, "gcra", QUOTA, on_alert=alerts_into(seen), connect_timeout=30)
     with pytest.raises(BackendError):
         error.check("k")
 
-    allow = flavor.limiter(server, "gcra", QUOTA, on_failure="allow", on_alert=alerts_into(seen))
+    allow = flavor.limiter(server, "gcra", QUOTA, on_failure="allow", on_alert=alerts_into(seen), connect_timeout=30)
     d = allow.check("k", 3)
     assert (d.allowed, d.limit, d.remaining, d.retry_after_micros, d.degraded) == (True, 10, 7, 0, True)
     assert d.reset_after_micros == allow.algorithm.max_wait_us
@@ -125,7 +127,7 @@ def test_redis_down_fails_and_the_policies_answer(flavor, down_port):
     assert allow.peek("k", 4).remaining == 6
 
     deny = flavor.limiter(server, "gcra", QUOTA, on_failure=FailurePolicy.DENY, on_alert=alerts_into(seen),
-                          timeout=0.1)
+                          timeout=0.1, connect_timeout=30)
     d = deny.check("k")
     # Retry after the timeout: the next check may find Redis back by then.
     assert (d.allowed, d.remaining, d.retry_after_micros, d.reset_after_micros, d.degraded) == (
@@ -167,7 +169,7 @@ def test_the_breaker_opens_after_five_outages_then_one_probe_closes_it(flavor, o
     # breaker's cool-down ends when the test moves its clock.
     seen = []
     limiter = flavor.limiter(own_server, "token-bucket", QUOTA, prefix="breaker",
-                             on_failure="deny", breaker=(5, 0.3), on_alert=alerts_into(seen))
+                             on_failure="deny", breaker=(5, 0.3), on_alert=alerts_into(seen), connect_timeout=30)
     clock = manual_breaker_clock(limiter)
     assert limiter.check("k").allowed
     own_server.stop()
