@@ -39,7 +39,7 @@ const prefix = () => `nodetest${process.pid}-${next++}`;
  */
 class Limiter extends BaseLimiter {
   constructor(client: Redis, name: AlgorithmName, quota: Quota, options: LimiterOptions = {}) {
-    super(client, name, quota, { timeoutMs: 5000, ...options });
+    super(client, name, quota, { timeoutMs: 5000, connectTimeoutMs: 30_000, ...options });
   }
 }
 /** A decision without its receipt: what two decisions are compared on. */

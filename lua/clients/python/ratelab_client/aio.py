@@ -123,6 +123,8 @@ class _Pipe:
             reply = self._pending.popleft()
             if not reply.done():
                 reply.set_exception(failure)
+        if self.loop.is_closed():
+            return
         if self._reader is not asyncio.current_task():
             self._reader.cancel()
         self._spawn(self.connection.disconnect(nowait=True))
@@ -174,6 +176,11 @@ class _Pipe:
                     return
         except asyncio.CancelledError:
             self.close()
+            raise
+        except GeneratorExit:
+            # Collected with its event loop gone (a limiter never closed):
+            # nothing can be scheduled any more.
+            self.closed = True
             raise
         except BaseException as e:
             self.close(e)

@@ -343,8 +343,9 @@ def cluster():
     c.stop()
 
 
-#: The timeout of the limiters the cases make, unless they set theirs.
+#: The timeouts of the limiters the cases make, unless they set theirs.
 PATIENT_TIMEOUT = 5.0
+PATIENT_CONNECT_TIMEOUT = 30.0
 
 
 class SyncView:
@@ -386,6 +387,7 @@ class Flavors:
         # machine gets them: a timeout it cannot miss, unless the case sets
         # its own (the cases about timeouts).
         kwargs.setdefault("timeout", PATIENT_TIMEOUT)
+        kwargs.setdefault("connect_timeout", PATIENT_CONNECT_TIMEOUT)
         if self.loop is None:
             limiter = Limiter(client, *args, **kwargs)
         else:

@@ -28,7 +28,7 @@ from ratelab_client import AsyncLimiter, Limiter, Quota
 from ratelab_client.asgi import RateLimitMiddleware
 from ratelab_client.web import Identify, Policy, Request, TrustedProxies
 
-from conftest import LUA, wait_until
+from conftest import LUA, PATIENT_CONNECT_TIMEOUT, wait_until
 
 CASES = json.loads((LUA / "clients" / "http" / "cases.json").read_text(encoding="utf-8"))
 METHODS = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"]
@@ -87,7 +87,7 @@ def build_policy(spec: Dict[str, Any], server, down_port: int, prefix: str, cloc
     port = down_port if spec.get("redis") == "down" else server.port
     limiter = AsyncLimiter(redis.asyncio.Redis(port=port), spec["algorithm"],
                            Quota(q["limit"], q["period_us"], q["burst"]), prefix=prefix, clock=clock,
-                           quota_check_every=None, timeout=2.0)
+                           quota_check_every=None, timeout=2.0, connect_timeout=PATIENT_CONNECT_TIMEOUT)
     key = None
     if "key" in spec:
         header = spec["key"]["header"]
@@ -164,7 +164,7 @@ def test_all_or_nothing_under_concurrency(http_server, server, prefix):
 
     def limiter(algorithm, limit):
         return AsyncLimiter(redis.asyncio.Redis(port=server.port), algorithm, Quota.per_hour(limit), prefix=prefix,
-                            clock=clock, quota_check_every=None, timeout=5.0)
+                            clock=clock, quota_check_every=None, timeout=5.0, connect_timeout=PATIENT_CONNECT_TIMEOUT)
 
     class Gated(AsyncLimiter):
         """Its calls wait until all 30 requests are being decided (3 s at
@@ -185,7 +185,7 @@ def test_all_or_nothing_under_concurrency(http_server, server, prefix):
             return await super().check(key, cost)
 
     narrow = Gated(redis.asyncio.Redis(port=server.port), "gcra", Quota.per_hour(3), prefix=prefix, clock=clock,
-                   quota_check_every=None, timeout=5.0)
+                   quota_check_every=None, timeout=5.0, connect_timeout=PATIENT_CONNECT_TIMEOUT)
     wide = {"wide-fw": "fixed-window", "wide-sl": "sliding-log", "wide-gcra": "gcra"}
     policies = [Policy("narrow", narrow, timeout=5.0)] + [
         Policy(name, limiter(algorithm, 100), timeout=5.0) for name, algorithm in wide.items()]
@@ -262,7 +262,7 @@ def test_failing_closed_requests_are_decided_again_at_the_first_after_a_restart(
     # not answered 503.
     clock = lambda: CASES["t0_us"]  # noqa: E731
     limiter = AsyncLimiter(redis.asyncio.Redis(port=own_server.port), "gcra", Quota.per_hour(100), prefix="restart",
-                           clock=clock, quota_check_every=None, timeout=2.0)
+                           clock=clock, quota_check_every=None, timeout=2.0, connect_timeout=PATIENT_CONNECT_TIMEOUT)
     port = serve_app(http_server, [Policy("default", limiter, failure="closed", timeout=2.0)])
     assert [r.status_code for r in at_once(port, 20)] == [200] * 20
     own_server.stop()
@@ -308,7 +308,7 @@ def test_an_admission_after_the_policys_timeout_is_given_back(http_server, own_s
     # the admission that reply brings is refunded when it comes.
     clock = lambda: CASES["t0_us"]  # noqa: E731
     limiter = AsyncLimiter(redis.asyncio.Redis(port=proxy.port), "gcra", Quota.per_hour(10), prefix="late-policy",
-                           clock=clock, quota_check_every=None, timeout=5.0)
+                           clock=clock, quota_check_every=None, timeout=5.0, connect_timeout=PATIENT_CONNECT_TIMEOUT)
     port = serve_app(http_server, [Policy("default", limiter, failure="closed", timeout=0.5)])
     assert send(port, GET).status_code == 200
     direct = Limiter(redis.Redis(port=own_server.port), "gcra", Quota.per_hour(10), prefix="late-policy", clock=clock)
