@@ -164,8 +164,11 @@ class _SyncIO:
         with self._lock:
             self._closed = True
             late = list(self._late)
+        # Each late reply is awaited for at most LATE_REPLY_WAIT after its
+        # caller gave up: no longer than that from now, all together.
+        until = monotonic_us() + round(LATE_REPLY_WAIT * 1_000_000)
         for thread in late:
-            thread.join(LATE_REPLY_WAIT)
+            thread.join(max(0.0, (until - monotonic_us()) / 1_000_000))
         self._drop_idle()
 
     def run(self, flow: Any, call: Call) -> Any:
