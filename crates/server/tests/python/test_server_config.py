@@ -52,7 +52,7 @@ def test_reload_takes_a_new_limit_and_keeps_the_last_good_one(start):
     assert limit_of(server) == 5
 
     # A new file, a new domain.
-    server.write("other.yaml", "domain: other\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1}\n")
+    server.write("other.yaml", "domain: other\ndescriptors:\n  - key: k\n    rate_limit: {unit: hour, requests_per_unit: 1}\n")
     server.write("reload.yaml", LIMIT.format(n=2))
     wait_for(lambda: limit_of(server) == 2, "the fixed file")
     assert server.ask("other", [("k", "v")]).overall_code == OK
