@@ -488,6 +488,14 @@ impl<K: Hash, S, L: Ledger> Shard<K, S, L> {
 
     /// Stores a new key, in a slot [`Shard::claim`] took, and files it in
     /// the expiry index.
+    ///
+    /// A table with no spare slot first forgets every key due at the
+    /// shard's time: it grows only for keys that still hold something.
+    /// Checks of the keys it tracks do no upkeep (a client that comes back
+    /// finds its key in place), so this is where keys due since are swept
+    /// up when their room is wanted. Amortised O(1): each leaf looked
+    /// through forgets a key, paid for by its insertion, or was made early
+    /// by a charge since it was last set.
     pub(super) fn insert<A: Algorithm<State = S, Ledger = L>>(
         &mut self,
         algorithm: &A,
@@ -495,6 +503,9 @@ impl<K: Hash, S, L: Ledger> Shard<K, S, L> {
         key: K,
         state: S,
     ) {
+        if self.table.len() == self.table.capacity() {
+            self.forget_due(algorithm, self.latest, usize::MAX, None);
+        }
         let due = algorithm.forgettable_at(&state, self.ledger_of(hash));
         let hasher = &self.hasher;
         // A table with no spare slot rehashes on insertion, moving keys
@@ -678,10 +689,11 @@ impl<K: Hash, S, L: Ledger> Shard<K, S, L> {
     }
 
     /// Forgets keys no receipt can use any more at `now`, looking through no
-    /// more than `budget` due leaves: the upkeep every check pays, a bounded
-    /// cost. It keeps the key of `spare`'s hash (the key the check is
-    /// about), and stops at it: that key is decided from its own state,
-    /// which a peek at the same instant, forgetting nothing, sees too.
+    /// more than `budget` due leaves: the upkeep a check of an untracked key
+    /// pays, a bounded cost. It keeps the key of `spare`'s hash (the key the
+    /// check is about), and stops at it: that key is decided from its own
+    /// state, which a peek at the same instant, forgetting nothing, sees
+    /// too.
     #[inline]
     pub(super) fn forget_due<A: Algorithm<State = S, Ledger = L>>(
         &mut self,
