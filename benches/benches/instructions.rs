@@ -57,7 +57,7 @@ use governor::middleware::NoOpMiddleware;
 use governor::state::keyed::{DashMapStateStore, HashMapStateStore};
 use ratelab::{Algorithm, AlgorithmKind, Direct, Gcra, Keyed, KnownAlgorithm, ManualClock, Quota};
 use ratelab_benches::algorithms::{constant_time, governor_quota, quota};
-use ratelab_benches::keys::{KeySet, SplitMix64};
+use ratelab_benches::keys::visiting_order;
 use ratelab_benches::{Metric, Mode, Recorder, Row, Setting, Visit, each_algorithm};
 
 /// The argument that makes this binary one case's child under callgrind.
@@ -83,6 +83,7 @@ const HASHMAP: &str = "gcra-hashmap-foldhash";
 const LEAN: &str = "gcra-lean";
 /// Our GCRA with its cost as an argument, beside governor's `check_n`.
 const COST_ARGUMENT: &str = "gcra-cost-argument";
+const LEAN_COST_ARGUMENT: &str = "gcra-lean-cost-argument";
 const CHECK_N: &str = "gcra-check-n";
 
 /// One figure to count: its row.
@@ -124,6 +125,7 @@ fn cases() -> Vec<Case> {
         Case::new(DIRECT, CHECK_N, GOVERNOR),
         Case::new(DIRECT, LEAN, "memory"),
         Case::new(DIRECT, COST_ARGUMENT, "memory"),
+        Case::new(DIRECT, LEAN_COST_ARGUMENT, "memory"),
     ];
     let o1 = AlgorithmKind::ALL.into_iter().filter(|&k| constant_time(k));
     for kind in o1.clone() {
@@ -440,7 +442,7 @@ fn direct(case: &Case, plan: &Plan, clocks: &Clocks) {
                 |r| matches!(r, Ok(Ok(()))),
             );
         }
-        (_, LEAN | COST_ARGUMENT) => {
+        (_, LEAN | COST_ARGUMENT | LEAN_COST_ARGUMENT) => {
             let gcra = Gcra::new(quota(Setting::OneKey, AlgorithmKind::Gcra));
             let l = Direct::with_clock(gcra, clocks.ours.clone());
             if case.function == LEAN {
@@ -450,6 +452,15 @@ fn direct(case: &Case, plan: &Plan, clocks: &Clocks) {
                     &no_key,
                     none,
                     |_| l.check_lean(1).is_ok_and(|v| v.allowed()),
+                    |allowed| *allowed,
+                );
+            } else if case.function == LEAN_COST_ARGUMENT {
+                phases(
+                    case,
+                    plan,
+                    &no_key,
+                    none,
+                    |_| l.check_lean(black_box(1)).is_ok_and(|v| v.allowed()),
                     |allowed| *allowed,
                 );
             } else {
@@ -498,17 +509,6 @@ impl Visit for OneKey<'_> {
     }
 }
 
-/// The keys of a keyed case: `n` distinct random keys, visited in a
-/// random order that visits each once per round.
-fn round_order(n: usize) -> Vec<u64> {
-    let mut keys = KeySet::new(n, 0).keys;
-    let mut rng = SplitMix64::new(0x6f72_6465_72);
-    for i in (1..keys.len()).rev() {
-        keys.swap(i, rng.below(i + 1));
-    }
-    keys
-}
-
 /// The returning client's quota: 1,000 per second, burst 1,000.
 fn returning_quota() -> Quota {
     Quota::per_second(1_000).expect("a valid quota")
@@ -519,7 +519,7 @@ fn returning_governor_quota() -> governor::Quota {
 }
 
 fn keyed(case: &Case, plan: &Plan, clocks: &Clocks, setting: Setting, returning: bool) {
-    let keys = round_order(plan.keys);
+    let keys = visiting_order(plan.keys);
     let gq = if returning {
         returning_governor_quota()
     } else {

@@ -28,16 +28,20 @@
 //!   their root says a key may be due. A check of a key the table holds
 //!   is decided on that key's state alone, whether or not it is back to
 //!   full capacity (such a state decides exactly as a key never seen): a
+//!   key back to full capacity stays tracked for an idle grace (the
+//!   quota's period by default, [`KeyedBuilder::idle_grace`]), so that a
 //!   client that comes back after its bucket refilled finds its key in
-//!   place, and pays a lookup, as for any tracked key. A check of a key
-//!   the table does not hold (a new key, a peek at one) forgets the due
-//!   keys of up to two leaves, and a table with no spare slot forgets
-//!   every due key before it grows: idle keys go without a chore for the
-//!   caller, as fast as new keys come, and a table grows only for keys
-//!   that still hold something. The cost is amortised O(1) work per check
-//!   (a leaf looked through that forgets nothing was made early by a
-//!   charge since), and about 10 bytes per 8 buckets, 1.5 to 3 bytes per
-//!   key: no record per key (the table stores no hash either).
+//!   place and pays a lookup, as for any tracked key, and no upkeep. A
+//!   check of a key the table does not hold (a new key, a peek at one)
+//!   forgets the keys idle past the grace in up to two leaves, and a table
+//!   with no spare slot forgets every such key before it grows: idle keys
+//!   go without a chore for the caller, as fast as new keys come, and a
+//!   table grows only for keys that still hold something or may soon come
+//!   back. At the bound, any key back to full capacity makes room for a
+//!   new one, grace or not. The cost is amortised O(1) work per check (a
+//!   leaf looked through that forgets nothing was made early by a charge
+//!   since), and about 10 bytes per 8 buckets, 1.5 to 3 bytes per key: no
+//!   record per key (the table stores no hash either).
 //! - **New clients keep being served.** When a shard's table is full and no
 //!   key in it is back to full capacity, a new key is decided, by default,
 //!   by a fixed array of shared algorithm states ([`FloodPolicy::Sketch`]):
@@ -105,9 +109,9 @@ use crate::{Decision, Error, Issuer, Quota, Receipt, Settlement, Stamp, Verdict}
 /// The default bound on the number of keys a [`Keyed`] limiter tracks.
 pub const DEFAULT_MAX_KEYS: usize = 1_000_000;
 
-/// Due leaves of the expiry index a check of an untracked key looks
-/// through, at most: enough to forget idle keys as fast as new keys arrive,
-/// small enough to bound one check's work.
+/// Leaves of the expiry index a check of an untracked key looks through,
+/// at most: enough to forget idle keys as fast as new keys arrive, small
+/// enough to bound one check's work.
 const UPKEEP_PER_CHECK: usize = 2;
 
 /// A limiter with one state per key, for many clients in one process.
@@ -422,6 +426,7 @@ impl<A: Algorithm, C: Clock, K: Hash + Eq> Keyed<A, C, K> {
         max_keys: usize,
         flood: FloodPolicy,
         seed: Option<u64>,
+        idle_grace: u64,
     ) -> Self {
         let budget = Arc::new(Budget::new(max_keys, shards));
         let own_bound = shard_bound(max_keys, shards);
@@ -449,6 +454,7 @@ impl<A: Algorithm, C: Clock, K: Hash + Eq> Keyed<A, C, K> {
                         i,
                         Arc::clone(&budget),
                         hasher.clone(),
+                        idle_grace,
                     )))
                 })
                 .collect(),
@@ -712,11 +718,11 @@ impl<A: Algorithm, C: Clock, K: Hash + Eq> Keyed<A, C, K> {
                 let now = shard.advance(now);
                 (now, now)
             };
-            // A check of a key the table does not hold forgets what is due
-            // (a bounded amount): idle keys go without a chore, and as fast
-            // as new keys come. A peek forgets keys only as of the time
-            // already recorded.
-            shard.forget_due(algorithm, upkeep, UPKEEP_PER_CHECK, Some(hash));
+            // A check of a key the table does not hold forgets keys idle for
+            // longer than the grace (a bounded amount): idle keys go without
+            // a chore, and as fast as new keys come. A peek forgets keys only
+            // as of the time already recorded.
+            shard.forget_idle(algorithm, upkeep, UPKEEP_PER_CHECK, Some(hash));
             if asked_elsewhere
                 && let Some(outcome) =
                     self.decide_tracked::<DRY, MARK, O>(&mut shard, now, hash, &is_key, cost, mark)
@@ -884,8 +890,9 @@ impl<A: Algorithm, C: Clock, K: Hash + Eq> Keyed<A, C, K> {
         }
     }
 
-    /// The number of keys tracked exactly now (keys back to full capacity
-    /// may still be counted until their shard's upkeep reaches them).
+    /// The number of keys tracked exactly now: keys back to full capacity
+    /// are counted until their shard forgets them (past the idle grace, at
+    /// the next upkeep that reaches them; see [`KeyedBuilder::idle_grace`]).
     pub fn len(&self) -> usize {
         self.shards.iter().map(|s| s.0.lock().table.len()).sum()
     }

@@ -309,6 +309,11 @@ pub(super) struct Shard<K, S, L> {
     /// The limiter's hasher (the same seed): a key's hash here is the hash
     /// its lookups use.
     hasher: foldhash::fast::SeedableRandomState,
+    /// How long a key back to full capacity stays tracked while there is
+    /// room, µs (see [`KeyedBuilder::idle_grace`]).
+    ///
+    /// [`KeyedBuilder::idle_grace`]: super::KeyedBuilder::idle_grace
+    grace: u64,
 }
 
 /// What looking through one leaf found.
@@ -325,6 +330,7 @@ impl<K: Hash, S, L: Ledger> Shard<K, S, L> {
         index: usize,
         budget: Arc<Budget>,
         hasher: foldhash::fast::SeedableRandomState,
+        grace: u64,
     ) -> Self {
         Shard {
             table: HashTable::new(),
@@ -339,6 +345,7 @@ impl<K: Hash, S, L: Ledger> Shard<K, S, L> {
             ledgers: HashTable::new(),
             empty: L::default(),
             hasher,
+            grace,
         }
     }
 
@@ -489,13 +496,13 @@ impl<K: Hash, S, L: Ledger> Shard<K, S, L> {
     /// Stores a new key, in a slot [`Shard::claim`] took, and files it in
     /// the expiry index.
     ///
-    /// A table with no spare slot first forgets every key due at the
-    /// shard's time: it grows only for keys that still hold something.
-    /// Checks of the keys it tracks do no upkeep (a client that comes back
-    /// finds its key in place), so this is where keys due since are swept
-    /// up when their room is wanted. Amortised O(1): each leaf looked
-    /// through forgets a key, paid for by its insertion, or was made early
-    /// by a charge since it was last set.
+    /// A table with no spare slot first forgets every key idle for longer
+    /// than the grace: it grows only for keys that still hold something or
+    /// may soon come back. Checks of the keys it tracks do no upkeep (a
+    /// client that comes back finds its key in place), so this is where
+    /// idle keys are swept up when their room is wanted. Amortised O(1):
+    /// each leaf looked through forgets a key, paid for by its insertion,
+    /// or was made early by a charge since it was last set.
     pub(super) fn insert<A: Algorithm<State = S, Ledger = L>>(
         &mut self,
         algorithm: &A,
@@ -504,7 +511,7 @@ impl<K: Hash, S, L: Ledger> Shard<K, S, L> {
         state: S,
     ) {
         if self.table.len() == self.table.capacity() {
-            self.forget_due(algorithm, self.latest, usize::MAX, None);
+            self.forget_idle(algorithm, self.latest, usize::MAX, None);
         }
         let due = algorithm.forgettable_at(&state, self.ledger_of(hash));
         let hasher = &self.hasher;
@@ -707,6 +714,19 @@ impl<K: Hash, S, L: Ledger> Shard<K, S, L> {
             return;
         }
         self.forget_some_due(algorithm, now, budget, spare);
+    }
+
+    /// [`Shard::forget_due`] at `now` less the grace: forgets only keys
+    /// idle (back to full capacity) for longer than it.
+    #[inline]
+    pub(super) fn forget_idle<A: Algorithm<State = S, Ledger = L>>(
+        &mut self,
+        algorithm: &A,
+        now: u64,
+        budget: usize,
+        spare: Option<u64>,
+    ) {
+        self.forget_due(algorithm, now.saturating_sub(self.grace), budget, spare);
     }
 
     #[inline(never)]
