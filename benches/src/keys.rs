@@ -68,7 +68,7 @@ impl KeySet {
 /// back exactly `n` checks after its last visit.
 pub fn visiting_order(n: usize) -> Vec<u64> {
     let mut keys = KeySet::new(n, 0).keys;
-    let mut rng = SplitMix64::new(0x6f72_6465_72);
+    let mut rng = SplitMix64::new(0x006f_7264_6572);
     for i in (1..keys.len()).rev() {
         keys.swap(i, rng.below(i + 1));
     }

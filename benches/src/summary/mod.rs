@@ -42,6 +42,7 @@ use crate::run::Row;
 mod clocks;
 mod flood;
 mod http;
+mod instructions;
 mod module;
 
 /// The machine the figures were measured on.
@@ -65,6 +66,11 @@ pub struct Target {
     pub group: String,
     /// The algorithm held to it.
     pub algorithm: String,
+    /// The measure that judges it: `instructions` (callgrind's exact count,
+    /// the figure of record for CPU-bound work, which the machine's load
+    /// does not move), `time` (work bound by memory, a clock read, a socket
+    /// or contention, and throughput), `bytes` or `commands`.
+    pub judged_by: &'static str,
     /// The measured ratio (or figure, for absolute targets).
     pub value: f64,
     /// The bound.
@@ -73,6 +79,10 @@ pub struct Target {
     pub comparison: &'static str,
     /// Whether `value comparison limit` holds.
     pub pass: bool,
+    /// Beside a target judged by instructions, the time ratio of the same
+    /// comparison in this run, where one was measured: shown, not judged.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub time_beside: Option<f64>,
 }
 
 /// An entry of the summary's `results`, the shape `ratelab-compare` first
@@ -103,6 +113,9 @@ pub struct Summary {
     pub machine: Machine,
     /// The Redis server the Redis benches started.
     pub redis_version: String,
+    /// The outside tools the figures depend on, as the benches found them:
+    /// `redis-cell` (its version and where it was built from), `valgrind`.
+    pub tools: BTreeMap<String, String>,
     /// Every figure.
     pub rows: Vec<Row>,
     /// The targets, as ratios with pass or miss.
@@ -132,6 +145,7 @@ impl Summary {
             commit,
             machine,
             redis_version,
+            tools: BTreeMap::new(),
             rows,
             targets,
             generated_by: "ratelab-benches",
@@ -178,7 +192,7 @@ pub(crate) fn summary_of(rows: Vec<Row>) -> Summary {
 }
 
 /// The bench groups, as the README names them.
-pub const GROUPS: [(&str, &str); 33] = [
+pub const GROUPS: [(&str, &str); 40] = [
     (
         "memory-direct",
         "one key (`Direct`), one thread, default clocks",
@@ -227,6 +241,34 @@ pub const GROUPS: [(&str, &str); 33] = [
     (
         "memory-keyed-1m",
         "keyed, 1,000,000 keys, random access, default clocks",
+    ),
+    (
+        "memory-keyed-100k-returning",
+        "the returning client, 100,000 keys (1,000/s, each key back after its unit refilled), default clocks, foldhash (paired rounds only)",
+    ),
+    (
+        "memory-keyed-1m-returning",
+        "the returning client, 1,000,000 keys, default clocks, foldhash (paired rounds only)",
+    ),
+    (
+        "instructions-direct",
+        "instructions per check (callgrind): one key, frozen clock",
+    ),
+    (
+        "instructions-keyed-100k",
+        "instructions per check: keyed 100k, steady state, frozen clock, foldhash",
+    ),
+    (
+        "instructions-keyed-1m",
+        "instructions per check: keyed 1M, steady state, frozen clock, foldhash",
+    ),
+    (
+        "instructions-returning-100k",
+        "instructions per check: the returning client, 100k keys, the clock stepped 1 µs a check",
+    ),
+    (
+        "instructions-returning-1m",
+        "instructions per check: the returning client, 1M keys, the clock stepped 1 µs a check",
     ),
     (
         "memory-footprint-100k",
@@ -283,11 +325,36 @@ pub const GROUPS: [(&str, &str); 33] = [
 pub(crate) const LE: &str = "<=";
 pub(crate) const GE: &str = ">=";
 
-/// Adds one target: `ours / reference`, or `ours` alone when `reference` is
-/// NaN (an absolute bound); nothing when either figure is missing.
+/// The measures a target is judged by ([`Target::judged_by`]).
+pub(crate) const TIME: &str = "time";
+pub(crate) const INSTRUCTIONS: &str = "instructions";
+pub(crate) const BYTES: &str = "bytes";
+pub(crate) const COMMANDS: &str = "commands";
+
+/// Adds one target judged by time: see [`push_judged`].
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn push_ratio(
     out: &mut Vec<Target>,
+    target: &str,
+    group: &str,
+    algorithm: &str,
+    ours: Option<f64>,
+    reference: Option<f64>,
+    comparison: &'static str,
+    limit: f64,
+) {
+    push_judged(
+        out, TIME, target, group, algorithm, ours, reference, comparison, limit,
+    );
+}
+
+/// Adds one target judged by `judged_by`: `ours / reference`, or `ours`
+/// alone when `reference` is NaN (an absolute bound); nothing when either
+/// figure is missing.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn push_judged(
+    out: &mut Vec<Target>,
+    judged_by: &'static str,
     target: &str,
     group: &str,
     algorithm: &str,
@@ -308,6 +375,7 @@ pub(crate) fn push_ratio(
         target: target.to_owned(),
         group: group.to_owned(),
         algorithm: algorithm.to_owned(),
+        judged_by,
         value,
         limit,
         comparison,
@@ -316,21 +384,23 @@ pub(crate) fn push_ratio(
         } else {
             value >= limit
         },
+        time_beside: None,
     });
 }
 
 /// The performance targets that the rows allow to judge.
 pub fn targets(rows: &[Row]) -> Vec<Target> {
     let mut out = Vec::new();
-    let mut ratio = |target: &str,
+    let mut ratio = |judged_by: &'static str,
+                     target: &str,
                      group: &str,
                      algorithm: &str,
                      ours: Option<f64>,
                      reference: Option<f64>,
                      comparison: &'static str,
                      limit: f64| {
-        push_ratio(
-            &mut out, target, group, algorithm, ours, reference, comparison, limit,
+        push_judged(
+            &mut out, judged_by, target, group, algorithm, ours, reference, comparison, limit,
         );
     };
     let ns = |group: &str, algorithm: &str, backend: &str| {
@@ -342,7 +412,10 @@ pub fn targets(rows: &[Row]) -> Vec<Target> {
     let per_sec = |group: &str, algorithm: &str, backend: &str| {
         get(rows, group, algorithm, backend, "checks_per_sec")
     };
-    for plain in ["memory-direct", "memory-keyed-100k", "memory-keyed-1m"] {
+    // In time at a million keys, where memory decides; one key and 100k
+    // keys are CPU-bound, judged by their instruction counts
+    // (`instructions::targets`, with these time ratios beside).
+    for plain in ["memory-keyed-1m"] {
         let others = AlgorithmKind::ALL
             .into_iter()
             .filter(|&k| constant_time(k) && k != AlgorithmKind::Gcra);
@@ -358,6 +431,7 @@ pub fn targets(rows: &[Row]) -> Vec<Target> {
                 plain
             };
             ratio(
+                TIME,
                 "O(1) algorithm / our GCRA",
                 group,
                 algorithm,
@@ -380,6 +454,7 @@ pub fn targets(rows: &[Row]) -> Vec<Target> {
         "memory-footprint-1m-bound-2n",
     ] {
         ratio(
+            BYTES,
             "bytes per key: ours / governor keyed",
             group,
             "gcra",
@@ -392,6 +467,7 @@ pub fn targets(rows: &[Row]) -> Vec<Target> {
     for algorithm in NAMES {
         for backend in ["redis", "redis-cluster"] {
             ratio(
+                COMMANDS,
                 &format!("round trips per check ({backend})"),
                 "redis-round-trips",
                 algorithm,
@@ -426,6 +502,7 @@ pub fn targets(rows: &[Row]) -> Vec<Target> {
         // `redis-benchmark -c 1 -P 64` (one connection, 64 in flight).
         let group = paired("redis-paired-throughput-64", "redis-throughput-64");
         ratio(
+            TIME,
             "Redis throughput, one connection, 64 in flight: client / redis-benchmark -P 64",
             group,
             algorithm,
@@ -437,6 +514,7 @@ pub fn targets(rows: &[Row]) -> Vec<Target> {
         // And one request at a time on one connection on both sides.
         let group = paired("redis-paired-latency", "redis-latency");
         ratio(
+            TIME,
             "Redis, one connection, one in flight: redis-benchmark -c 1 time / client time",
             group,
             algorithm,
@@ -448,6 +526,7 @@ pub fn targets(rows: &[Row]) -> Vec<Target> {
     }
     for algorithm in ["gcra", "token-bucket"] {
         ratio(
+            BYTES,
             "Redis MEMORY USAGE per key, bytes",
             "redis-memory",
             algorithm,
@@ -457,6 +536,7 @@ pub fn targets(rows: &[Row]) -> Vec<Target> {
             100.0,
         );
     }
+    instructions::targets(rows, &mut out);
     module::targets(rows, &mut out);
     clocks::targets(rows, &mut out);
     flood::targets(rows, &mut out);
@@ -536,19 +616,23 @@ fn two(value: f64) -> String {
 /// The targets table, in Markdown.
 pub fn targets_table(summary: &Summary) -> String {
     let mut out = String::new();
-    out.push_str("| target | group | algorithm | measured | bound | |\n");
-    out.push_str("|---|---|---|---:|---:|---|\n");
+    out.push_str(
+        "| target | judged by | group | algorithm | measured | bound | | time ratio beside (not judged) |\n",
+    );
+    out.push_str("|---|---|---|---|---:|---:|---|---:|\n");
     for t in &summary.targets {
         let _ = writeln!(
             out,
-            "| {} | {} | {} | {} | {} {} | {} |",
+            "| {} | {} | {} | {} | {} | {} {} | {} | {} |",
             t.target,
+            t.judged_by,
             t.group,
             t.algorithm,
             three(t.value),
             t.comparison,
             t.limit,
-            if t.pass { "pass" } else { "**miss**" }
+            if t.pass { "pass" } else { "**miss**" },
+            t.time_beside.map_or_else(String::new, three),
         );
     }
     let passed = summary.targets.iter().filter(|t| t.pass).count();
@@ -896,6 +980,14 @@ pub fn readme(summary: &Summary) -> String {
         .iter()
         .map(|(k, v)| format!("{k}: {v}"))
         .collect();
+    let tools: Vec<String> = summary
+        .tools
+        .iter()
+        .map(|(tool, what)| format!("{tool}: {what}"))
+        .collect();
+    if !tools.is_empty() {
+        let _ = writeln!(out, "Tools: {}.\n", tools.join("; "));
+    }
     let _ = writeln!(
         out,
         "Measured {} at commit `{}` on {} ({} cores), Redis {}. Load averages (1, 5, 15 min): {}.\n",
@@ -916,6 +1008,7 @@ pub fn readme(summary: &Summary) -> String {
     out.push_str(&memory_table(summary));
     out.push_str("\n### Where the time goes\n\n");
     out.push_str(&clock_table(summary));
+    out.push_str(&instructions::section(summary));
     out.push_str("\n## Redis\n\n");
     out.push_str(&redis_tables(summary));
     out.push_str(&module::section(summary));
@@ -968,15 +1061,24 @@ mod tests {
     fn rows() -> Vec<Row> {
         vec![
             Row::new("memory-direct", "gcra", "memory", Metric::NsPerCheck, 20.0),
+            // A million keys, where memory decides: the O(1) algorithms are
+            // held to our GCRA in time there.
             Row::new(
-                "memory-direct",
+                "memory-keyed-1m",
+                "gcra",
+                "memory",
+                Metric::NsPerCheck,
+                20.0,
+            ),
+            Row::new(
+                "memory-keyed-1m",
                 "token-bucket",
                 "memory",
                 Metric::NsPerCheck,
                 30.0,
             ),
             Row::new(
-                "memory-direct",
+                "memory-keyed-1m",
                 "leaky-meter",
                 "memory",
                 Metric::NsPerCheck,
@@ -1044,16 +1146,25 @@ mod tests {
         assert!(!find("O(1)", "leaky-meter").pass, "50/20 > 2");
         let token = find("O(1)", "token-bucket");
         assert!((token.value - 1.5).abs() < 1e-9 && token.pass, "30/20");
+        assert_eq!(token.judged_by, TIME);
         assert!(find("round trips", "gcra").pass);
+        assert_eq!(find("round trips", "gcra").judged_by, COMMANDS);
         assert_eq!(find("Redis MEMORY", "gcra").value, 72.0);
+        assert_eq!(find("Redis MEMORY", "gcra").judged_by, BYTES);
         let ceiling = find("Redis throughput", "gcra");
         assert!((ceiling.value - 0.7).abs() < 1e-9 && !ceiling.pass);
         assert!(
             !targets.iter().any(|t| t.target.contains("-c 64")),
             "the unpipelined redis-benchmark is no target's reference"
         );
-        // Nothing is judged without its figures.
-        assert!(!targets.iter().any(|t| t.group == "memory-keyed-1m"));
+        // Nothing is judged without its figures; one key and 100k keys are
+        // CPU-bound, judged by instructions only.
+        assert!(!targets.iter().any(|t| t.group == "memory-keyed-100k"));
+        assert!(
+            !targets
+                .iter()
+                .any(|t| t.group == "memory-direct" && t.target.starts_with("O(1)"))
+        );
     }
 
     #[test]
@@ -1096,6 +1207,7 @@ mod tests {
         assert_eq!(json["results"][0]["algorithm"], "gcra");
         let readme = readme(&summary);
         assert!(readme.contains("| gcra | 20.0 |"), "{readme}");
+        assert!(readme.contains("| judged by |"), "{readme}");
         assert!(readme.contains("**miss**"));
     }
 
