@@ -46,6 +46,9 @@
 //! mode a missing valgrind fails the bench with how to install it.
 
 use std::hint::black_box;
+
+#[path = "../src/http_apps.rs"]
+mod http_apps;
 use std::num::NonZeroU32;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -74,6 +77,8 @@ const KEYED_100K: &str = "instructions-keyed-100k";
 const KEYED_1M: &str = "instructions-keyed-1m";
 const RETURNING_100K: &str = "instructions-returning-100k";
 const RETURNING_1M: &str = "instructions-returning-1m";
+const HTTP_ADMITTED: &str = "instructions-http-admitted";
+const HTTP_REFUSED: &str = "instructions-http-refused";
 
 /// governor's rows.
 const GOVERNOR: &str = "governor";
@@ -111,12 +116,25 @@ impl Case {
         let mut parts = id.split('/');
         let (group, function, backend) = (parts.next()?, parts.next()?, parts.next()?);
         let group = GROUPS.into_iter().find(|g| *g == group)?;
-        let backend = [GOVERNOR, "memory"].into_iter().find(|b| *b == backend)?;
+        let backend = [GOVERNOR, "memory", HTTP]
+            .into_iter()
+            .find(|b| *b == backend)?;
         Some(Case::new(group, function, backend))
     }
 }
 
-const GROUPS: [&str; 5] = [DIRECT, KEYED_100K, KEYED_1M, RETURNING_100K, RETURNING_1M];
+const GROUPS: [&str; 7] = [
+    DIRECT,
+    KEYED_100K,
+    KEYED_1M,
+    RETURNING_100K,
+    RETURNING_1M,
+    HTTP_ADMITTED,
+    HTTP_REFUSED,
+];
+
+/// The backend of the HTTP rows; the function is the stack.
+const HTTP: &str = "http";
 
 /// Every case, in the order they are counted.
 fn cases() -> Vec<Case> {
@@ -146,6 +164,11 @@ fn cases() -> Vec<Case> {
         out.push(Case::new(group, HASHMAP, GOVERNOR));
         out.push(Case::new(group, "gcra", "memory"));
         out.push(Case::new(group, LEAN, "memory"));
+    }
+    for group in [HTTP_ADMITTED, HTTP_REFUSED] {
+        for stack in http_apps::STACKS {
+            out.push(Case::new(group, stack, HTTP));
+        }
     }
     out
 }
@@ -303,6 +326,7 @@ impl Plan {
     fn checks(case: &Case) -> u64 {
         match case.group {
             DIRECT => 50_000,
+            HTTP_ADMITTED | HTTP_REFUSED => 5_000,
             KEYED_100K | RETURNING_100K => 100_000,
             _ => 250_000,
         }
@@ -324,7 +348,7 @@ impl Plan {
 
     fn keys(group: &str, test: bool) -> usize {
         match (group, test) {
-            (DIRECT, _) => 0,
+            (DIRECT | HTTP_ADMITTED | HTTP_REFUSED, _) => 0,
             (_, true) => 1_000,
             (KEYED_100K | RETURNING_100K, false) => 100_000,
             _ => 1_000_000,
@@ -411,6 +435,7 @@ fn run_case(case: &Case, plan: &Plan) {
     let clocks = Clocks::new();
     match case.group {
         DIRECT => direct(case, plan, &clocks),
+        HTTP_ADMITTED | HTTP_REFUSED => through_http(case, plan),
         KEYED_100K | KEYED_1M => keyed(case, plan, &clocks, Setting::ManyKeys, false),
         _ => keyed(case, plan, &clocks, Setting::ManyKeys, true),
     }
@@ -638,4 +663,40 @@ impl Visit for ManyKeys<'_> {
             |r| r.as_ref().is_ok_and(|d| d.allowed),
         );
     }
+}
+
+/// One request through the router of a stack (`http_apps`, the HTTP
+/// bench's apps: a bare axum handler, ratelab-http, tower_governor, each as
+/// it comes and as the other sends), the response's body read to its end:
+/// no socket and no HTTP parsing, which cost the same behind any layer.
+/// Each stack on its own default clock, as a user builds it.
+fn through_http(case: &Case, plan: &Plan) {
+    let path = if case.group == HTTP_ADMITTED {
+        http_apps::Path::Admitted
+    } else {
+        http_apps::Path::Refused
+    };
+    let mut app = http_apps::app(path, &case.function).expect("a stack");
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a runtime");
+    let want = match (path, case.function.as_str()) {
+        (http_apps::Path::Refused, "axum") => http::StatusCode::OK,
+        (http_apps::Path::Refused, _) => {
+            // The one request the refused path's quota holds.
+            rt.block_on(http_apps::exchange(&mut app));
+            http::StatusCode::TOO_MANY_REQUESTS
+        }
+        (http_apps::Path::Admitted, _) => http::StatusCode::OK,
+    };
+    let app = std::cell::RefCell::new(app);
+    phases(
+        case,
+        plan,
+        &[0],
+        || {},
+        |_| rt.block_on(http_apps::exchange(&mut app.borrow_mut())),
+        |(response, _)| response.status() == want,
+    );
 }
