@@ -69,6 +69,7 @@ fn main() {
     if !GROUPS
         .iter()
         .any(|g| mode.wants_any(g, ratelab_benches::NAMES))
+        && !mode.wants(MEMORY)
     {
         // Filtered out: no server to start.
         return;
@@ -131,8 +132,82 @@ fn main() {
             },
         );
     }
+    if cell.is_ok() && !mode.criterion_only() && mode.wants(MEMORY) {
+        memory_by_name_length(&mut rec, &rt, &server, &connection);
+    }
     c.final_summary();
     rec.finish();
+}
+
+/// The group prefix of `MEMORY USAGE` by key name length.
+const MEMORY: &str = "module-memory";
+
+/// Key name lengths, bytes, at which `MEMORY USAGE` is compared.
+const NAME_LENGTHS: [usize; 6] = [4, 8, 16, 32, 64, 128];
+
+/// `MEMORY USAGE` of a GCRA key the module wrote and of one redis-cell
+/// wrote, under names of the same length (`module-memory-name-<length>`,
+/// bytes): each key checked four times (stored, then updated in place),
+/// on the keyed quota.
+fn memory_by_name_length(
+    rec: &mut Recorder,
+    rt: &Runtime,
+    server: &RedisServer,
+    connection: &Connection,
+) {
+    let quota = quota(Setting::ManyKeys, AlgorithmKind::Gcra);
+    let gcra = ratelab::Gcra::new(quota);
+    server.command(&["FLUSHALL"]).expect("FLUSHALL");
+    for length in NAME_LENGTHS {
+        let name = |first: char| {
+            let mut name = String::from(first);
+            name.push_str(&"k".repeat(length - 1));
+            name
+        };
+        let (ours, theirs) = (name('m'), name('c'));
+        let module = module_check(&gcra, &ours);
+        let mut cell = redis::cmd("CL.THROTTLE");
+        cell.arg(&theirs)
+            .arg(quota.burst() - 1)
+            .arg(quota.limit())
+            .arg(quota.period().as_secs())
+            .arg(1);
+        for _ in 0..4 {
+            let reply: Vec<i64> = rt.block_on(connection.query(&module)).expect("a check");
+            assert_eq!(reply.first(), Some(&1), "the module admits");
+            let reply: Vec<i64> = rt.block_on(connection.query(&cell)).expect("a check");
+            assert_eq!(reply.first(), Some(&0), "redis-cell admits");
+        }
+        let group = format!("{MEMORY}-name-{length}");
+        for (key, backend) in [(&ours, MODULE), (&theirs, CELL)] {
+            let bytes: f64 = server
+                .command(&["MEMORY", "USAGE", key])
+                .expect("MEMORY USAGE")
+                .trim()
+                .parse()
+                .expect("MEMORY USAGE answers bytes");
+            eprintln!("{group}/gcra/{backend}: {bytes} bytes");
+            rec.push(Row::new(
+                &group,
+                "gcra",
+                backend,
+                Metric::BytesPerKey,
+                bytes,
+            ));
+        }
+    }
+    server.command(&["FLUSHALL"]).expect("FLUSHALL");
+}
+
+/// The module's check of `algorithm` (cost 1, the server's clock) on `key`.
+fn module_check<A: RedisAlgorithm>(algorithm: &A, key: &str) -> redis::Cmd {
+    let args = ScriptArgs::call(None, 1, 0, None, Op::Check, &algorithm.params());
+    let mut cmd = redis::cmd(&algorithm.module_command());
+    cmd.arg(key);
+    for arg in args.iter() {
+        cmd.arg(arg);
+    }
+    cmd
 }
 
 fn path_arg(path: &std::path::Path) -> String {

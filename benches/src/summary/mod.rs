@@ -192,7 +192,7 @@ pub(crate) fn summary_of(rows: Vec<Row>) -> Summary {
 }
 
 /// The bench groups, as the README names them.
-pub const GROUPS: [(&str, &str); 40] = [
+pub const GROUPS: [(&str, &str); 41] = [
     (
         "memory-direct",
         "one key (`Direct`), one thread, default clocks",
@@ -308,6 +308,10 @@ pub const GROUPS: [(&str, &str); 40] = [
     ("redis-round-trips", "commands received per check"),
     ("redis-memory", "MEMORY USAGE per key"),
     ("redis-benchmark", "redis-benchmark"),
+    (
+        "module-memory-name-<n>",
+        "MEMORY USAGE of one GCRA key, module and redis-cell, under a name of n bytes",
+    ),
     (
         "flood",
         "a new key in a full 1M-key store at the defaults, the flood going on (`new-key-sketch-defaults`) or refused (`refused-key-defaults`)",

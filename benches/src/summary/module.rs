@@ -175,11 +175,46 @@ pub(super) fn section(summary: &Summary) -> String {
             );
         }
     }
+    out.push_str(&memory_table(summary));
     if !has("redis-cell") {
         out.push_str(
             "\n**redis-cell: missing.** The module bench could not build or load it; the \
              reason is in the bench's output and in the `redis_cell` fact of its rows file \
              (`<criterion home>/ratelab-rows/module.json`).\n",
+        );
+    }
+    out
+}
+
+/// Key name lengths the module bench compares `MEMORY USAGE` at.
+const NAME_LENGTHS: [usize; 6] = [4, 8, 16, 32, 64, 128];
+
+/// `MEMORY USAGE` of a GCRA key by its name's length, module and
+/// redis-cell side by side (empty without those rows).
+fn memory_table(summary: &Summary) -> String {
+    let bytes = |length: usize, backend: &str| {
+        let group = format!("module-memory-name-{length}");
+        summary.get(&group, "gcra", backend, "bytes_per_key")
+    };
+    if NAME_LENGTHS
+        .iter()
+        .all(|&length| bytes(length, "redis-module").is_none())
+    {
+        return String::new();
+    }
+    let mut out = String::from(
+        "\n`MEMORY USAGE` of one GCRA key, written by the module and by redis-cell under \
+         names of the same length (each checked four times: stored, then updated in place; \
+         the module's value is 24 bytes, redis-cell's 19, and the allocator's size classes \
+         round both alike):\n\n",
+    );
+    out.push_str("| key name, bytes | module, bytes | redis-cell, bytes |\n|---:|---:|---:|\n");
+    for length in NAME_LENGTHS {
+        let _ = writeln!(
+            out,
+            "| {length} | {} | {} |",
+            cell(bytes(length, "redis-module"), |b| format!("{b:.0}")),
+            cell(bytes(length, "redis-cell"), |b| format!("{b:.0}")),
         );
     }
     out
