@@ -228,6 +228,9 @@ mod tests {
         fn backend(&self) -> &'static str {
             "later"
         }
+        fn bound(&self) -> ratelab_core::Bound {
+            self.0.bound()
+        }
     }
 
     impl AsyncRateLimiter for Later {

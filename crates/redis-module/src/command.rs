@@ -4,10 +4,11 @@
 
 use std::sync::LazyLock;
 
-use ratelab_core::remote::{
+use ratelab_core::toolkit::remote::{
     self, Encoded, MAX_LOG_UNITS, Stored, StoredLedger, StoredOf, StringForm,
 };
-use ratelab_core::{Algorithm, Decision, RemoteForm, Settlement, Spent, Stamp};
+use ratelab_core::toolkit::{RemoteForm, Settlement, Spent, Stamp};
+use ratelab_core::{Algorithm, Decision};
 use ratelab_sliding_window::remote::{
     FENCE_MEMBER, LEDGER_SCORE, is_unit_member, ledger_member, read_ledger_member,
     write_unit_member,

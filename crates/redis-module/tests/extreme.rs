@@ -19,10 +19,11 @@ use std::time::Duration;
 use proptest::prelude::*;
 use proptest::test_runner::{Config, FileFailurePersistence, TestRunner};
 use ratelab::AlgorithmKind;
-use ratelab_core::{MAX_INSTANT_MICROS, MAX_SPAN_MICROS, Quota};
+use ratelab_core::Quota;
+use ratelab_core::toolkit::{MAX_INSTANT_MICROS, MAX_SPAN_MICROS};
 use ratelab_sliding_window::MAX_STORED_LOG_LIMIT;
 
-use ratelab_core::Stamp;
+use ratelab_core::toolkit::Stamp;
 use support::{
     Memory, OnTheModule, Op, argv_op, connect, load_script, module_cmd, query, script_cmd,
     without_detail,

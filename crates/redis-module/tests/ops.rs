@@ -17,7 +17,8 @@ use std::time::Duration;
 use proptest::prelude::*;
 use proptest::test_runner::{Config, FileFailurePersistence, TestRunner};
 use ratelab::AlgorithmKind;
-use ratelab_core::{Quota, Stamp};
+use ratelab_core::Quota;
+use ratelab_core::toolkit::Stamp;
 
 use support::{
     Memory, OnTheModule, Op, argv_op, connect, load_script, module_cmd, query, script_cmd,

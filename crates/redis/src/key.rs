@@ -1,5 +1,5 @@
 //! The key scheme: `<prefix>:{<user key, escaped>}:<algorithm code>:<fingerprint>`
-//! (the code: each algorithm's [`RemoteForm::CODE`](ratelab_core::RemoteForm::CODE); the fingerprint:
+//! (the code: each algorithm's [`RemoteForm::CODE`](ratelab_core::toolkit::RemoteForm::CODE); the fingerprint:
 //! see [`RedisAlgorithm::key_suffix`](crate::RedisAlgorithm::key_suffix)).
 //!
 //! The user key is the Redis Cluster hash tag, so every key of one user key

@@ -3,7 +3,7 @@
 //! so that any number of application instances share one limit.
 //!
 //! A [`RedisStore`] runs any algorithm with a remote form
-//! ([`RemoteForm`](ratelab_core::RemoteForm): its script, parameters, key
+//! ([`RemoteForm`](ratelab_core::toolkit::RemoteForm): its script, parameters, key
 //! code and stored encoding, which each algorithm crate describes itself,
 //! so this crate knows no algorithm by name) over a [`Connection`] to one
 //! node, a cluster, or the master Redis Sentinel names

@@ -7,9 +7,10 @@ use std::num::NonZeroU32;
 use std::sync::Arc;
 use std::time::Duration;
 
+use ratelab_core::toolkit::RemoteForm;
 use ratelab_core::{
-    AsyncRateLimiter, CheckFuture, Clock, Decision, Error, Limiter, Quota, Receipt, ReceiptFuture,
-    RemoteForm, ResetFuture, SystemClock,
+    AsyncRateLimiter, Bound, CheckFuture, Clock, Decision, Error, Limiter, Quota, Receipt,
+    ReceiptFuture, ResetFuture, SystemClock,
 };
 use ratelab_resilience::{Alert, FailurePolicy, Resilience, Resilient, Stats};
 
@@ -158,6 +159,10 @@ impl<A: RemoteForm> Limiter for RedisLimiter<A> {
 
     fn backend(&self) -> &'static str {
         self.resilient.backend()
+    }
+
+    fn bound(&self) -> Bound {
+        self.resilient.bound()
     }
 
     fn refunds(&self) -> bool {

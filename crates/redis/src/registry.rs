@@ -9,7 +9,7 @@ use std::num::NonZeroU32;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use ratelab_core::{LogGate, RemoteForm};
+use ratelab_core::toolkit::{LogGate, RemoteForm};
 
 use crate::connection::Connection;
 use crate::key::redis_key;

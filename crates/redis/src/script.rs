@@ -5,8 +5,8 @@ use std::fmt;
 
 #[cfg(doc)]
 use ratelab_core::Algorithm;
-use ratelab_core::Stamp;
-use ratelab_core::remote::{self, RemoteForm};
+use ratelab_core::toolkit::Stamp;
+use ratelab_core::toolkit::remote::{self, RemoteForm};
 use redis::{ErrorKind, FromRedisValue, RedisResult, ServerErrorKind, ToRedisArgs, Value};
 
 use crate::connection::Connection;
@@ -255,12 +255,13 @@ pub trait RedisAlgorithm: RemoteForm {
     /// hex digits of the SHA-1 of `v3:<code>:<params>`, `params` being
     /// [`RemoteForm::params`] in decimal joined by commas, and `v3` the
     /// version of the stored state's format
-    /// ([`STATE_FORMAT`](ratelab_core::remote::STATE_FORMAT)). A changed
+    /// ([`STATE_FORMAT`](ratelab_core::toolkit::remote::STATE_FORMAT)). A changed
     /// quota (or algorithm parameter, or state format) thus names new keys
     /// and starts clean, instead of meeting state written otherwise.
     ///
     /// ```
-    /// use ratelab_core::{Quota, RemoteForm};
+    /// use ratelab_core::Quota;
+    /// use ratelab_core::toolkit::RemoteForm;
     /// use ratelab_gcra::Gcra;
     /// use ratelab_redis::RedisAlgorithm;
     ///

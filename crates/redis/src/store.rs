@@ -8,10 +8,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use ratelab_core::remote::Params;
-use ratelab_core::{
-    Decision, Error, RemoteForm, Settlement, Stamp, clamp_instant, duration_to_micros,
-};
+use ratelab_core::toolkit::remote::Params;
+use ratelab_core::toolkit::{RemoteForm, Settlement, Stamp, clamp_instant, duration_to_micros};
+use ratelab_core::{Decision, Error};
 use ratelab_resilience::Store;
 use redis::Value;
 
@@ -172,7 +171,7 @@ impl<A: RemoteForm> RedisStoreBuilder<A> {
     /// (Redis clocks differ a little after a failover), and report state
     /// further ahead as corrupt (no clock of this key's could have written
     /// it). A simulation whose client clock steps back anywhere sets it to
-    /// [`MAX_INSTANT_MICROS`](ratelab_core::MAX_INSTANT_MICROS), the most the
+    /// [`MAX_INSTANT_MICROS`](ratelab_core::toolkit::MAX_INSTANT_MICROS), the most the
     /// scripts take ([`MAX_TTL_SLACK_MS`](crate::MAX_TTL_SLACK_MS): no clock
     /// steps back further than its whole range). A larger slack is refused:
     /// every call answers [`Error::Unsupported`] at once, before any round

@@ -11,7 +11,7 @@ use ratelab_gcra::Gcra;
 use ratelab_redis::{Connection, RedisLimiter, ScriptBackend, TimeSource};
 use ratelab_testkit::redis::{RedisCluster, RedisServer, module_path};
 
-async fn limiter<A: ratelab_core::RemoteForm>(
+async fn limiter<A: ratelab_core::toolkit::RemoteForm>(
     url: &str,
     algorithm: A,
     backend: ScriptBackend,

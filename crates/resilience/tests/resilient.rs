@@ -9,10 +9,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use ratelab_core::{
-    Algorithm, AsyncRateLimiter, Decision, Error, ErrorKind, Limiter, Quota, Settlement, Shifts,
-    Stamp,
-};
+use ratelab_core::toolkit::{Settlement, Shifts, Stamp};
+use ratelab_core::{Algorithm, AsyncRateLimiter, Decision, Error, ErrorKind, Limiter, Quota};
 use ratelab_gcra::Gcra;
 use ratelab_resilience::{FailurePolicy, Resilience, Resilient, Store};
 

@@ -331,12 +331,7 @@ impl Service {
                 limit.requests_per_unit,
                 limit.unit.duration().as_secs()
             ));
-            let t = wait_for_next_unit(
-                &decision,
-                c.limiter.algorithm_name(),
-                &c.limiter.quota(),
-                c.cost,
-            );
+            let t = wait_for_next_unit(&decision, c.limiter.bound(), c.cost);
             limit_items.push(format!(
                 "{name};r={};t={}",
                 decision.remaining,

@@ -11,9 +11,10 @@ use std::collections::HashMap;
 
 use proptest::prelude::*;
 use proptest::test_runner::TestCaseError;
-use ratelab_core::{Algorithm, Decision, Error, Keyed, ManualClock, clamp_instant};
+use ratelab_core::toolkit::clamp_instant;
+use ratelab_core::{Algorithm, Decision, Error, Keyed, ManualClock};
 
-use crate::oracle::{Admitted, Bound};
+use crate::oracle::{Admitted, Bound, Oracle};
 use crate::strategies::{Arrival, unwrapped};
 
 /// One decided request, with the key's state before and after.
@@ -22,7 +23,7 @@ pub struct Step<S> {
     /// The request.
     pub arrival: Arrival,
     /// The clock reading the algorithm saw (clamped to
-    /// [`MAX_INSTANT_MICROS`](ratelab_core::MAX_INSTANT_MICROS)).
+    /// [`MAX_INSTANT_MICROS`](ratelab_core::toolkit::MAX_INSTANT_MICROS)).
     pub now: u64,
     /// The key's state before.
     pub before: S,
@@ -335,6 +336,7 @@ pub fn all_properties<A: Algorithm + Clone>(
 where
     A::State: PartialEq + std::fmt::Debug,
 {
+    prop_assert_eq!(algorithm.bound(), bound, "the bound the algorithm declares");
     let steps = simulate(algorithm, arrivals);
     bound_holds(&steps, bound)?;
     fields_tell_the_truth(algorithm, &steps)?;
@@ -351,6 +353,7 @@ pub fn wild_clock_properties<A: Algorithm + Clone>(
     arrivals: &[Arrival],
     bound: Bound,
 ) -> Result<(), TestCaseError> {
+    prop_assert_eq!(algorithm.bound(), bound, "the bound the algorithm declares");
     bound_holds(&simulate(algorithm, arrivals), bound)?;
     bound_holds(&run_keyed(algorithm, arrivals), bound)
 }

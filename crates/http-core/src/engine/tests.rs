@@ -52,6 +52,9 @@ impl Limiter for Recorded {
     fn backend(&self) -> &'static str {
         self.limiter.backend()
     }
+    fn bound(&self) -> ratelab_core::Bound {
+        self.limiter.bound()
+    }
     fn refunds(&self) -> bool {
         self.receipts
     }
@@ -103,6 +106,9 @@ impl Limiter for Down {
     }
     fn backend(&self) -> &'static str {
         "down"
+    }
+    fn bound(&self) -> ratelab_core::Bound {
+        ratelab_core::Bound::rate(&self.quota())
     }
 }
 
@@ -177,7 +183,7 @@ async fn decide(policies: &[(&Arc<Policy>, u32)]) -> Tally {
     let checks = policies
         .iter()
         .enumerate()
-        .map(|(i, &(policy, cost))| Check::new(i, policy, "alice", cost, Refill::Other));
+        .map(|(i, &(policy, cost))| Check::new(i, policy, "alice", cost, Refill::Window));
     let mut engine = Engine::new(checks);
     engine.decide().await;
     engine.tally
@@ -197,12 +203,12 @@ fn passed() -> Outcome {
 fn the_limiter_key_is_prefixed_with_the_policy_name() {
     let setup = Setup::new();
     let policy = setup.policy("login", per_minute(5));
-    let check = Check::new(3, &policy, "user:7", 2, Refill::Other);
+    let check = Check::new(3, &policy, "user:7", 2, Refill::Window);
     assert_eq!(&*check.key, b"login:user:7");
     assert_eq!((check.index, check.cost), (3, 2));
     // Past the inline room, the same bytes.
     let long = "k".repeat(100);
-    let check = Check::new(0, &policy, &long, 1, Refill::Other);
+    let check = Check::new(0, &policy, &long, 1, Refill::Window);
     assert_eq!(*check.key, *format!("login:{long}").as_bytes());
 }
 

@@ -74,6 +74,9 @@ impl Limiter for NoReceipts {
     fn backend(&self) -> &'static str {
         self.0.backend()
     }
+    fn bound(&self) -> ratelab_core::Bound {
+        self.0.bound()
+    }
 }
 
 impl RateLimiter for NoReceipts {
@@ -94,6 +97,9 @@ impl Limiter for Down {
     }
     fn backend(&self) -> &'static str {
         "down"
+    }
+    fn bound(&self) -> ratelab_core::Bound {
+        ratelab_core::Bound::rate(&self.quota())
     }
     fn refunds(&self) -> bool {
         true

@@ -9,9 +9,8 @@ use ratelab::AlgorithmKind;
 
 use proptest::prelude::*;
 use ratelab::redis::{Connection, RedisLimiter};
-use ratelab::{
-    AlgorithmVisitor, AsyncRateLimiter, KnownAlgorithm, MAX_INSTANT_MICROS, ManualClock, Quota,
-};
+use ratelab::toolkit::MAX_INSTANT_MICROS;
+use ratelab::{AlgorithmVisitor, AsyncRateLimiter, KnownAlgorithm, ManualClock, Quota};
 use ratelab_testkit::props::{Step, config, simulate};
 use ratelab_testkit::redis::RedisCluster;
 use ratelab_testkit::strategies::{Arrival, quota_and_arrivals, quota_and_wild_arrivals};

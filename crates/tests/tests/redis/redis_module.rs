@@ -11,9 +11,10 @@ use std::time::Duration;
 
 use proptest::prelude::*;
 use ratelab::redis::{Connection, RedisAlgorithm, RedisLimiter, ScriptBackend};
+use ratelab::toolkit::MAX_INSTANT_MICROS;
 use ratelab::{
     AlgorithmKind, AlgorithmVisitor, AsyncRateLimiter, ErrorKind, Gcra, KnownAlgorithm,
-    MAX_INSTANT_MICROS, ManualClock, Quota,
+    ManualClock, Quota,
 };
 use ratelab_testkit::conformance::{Factory, SCENARIOS, run};
 use ratelab_testkit::props::{Step, config, simulate};

@@ -75,12 +75,7 @@ fn agree(quota: Quota, arrivals: &[Arrival], ops: &[Op]) -> Result<(), TestCaseE
             let options = common::Options::new(common::client_time(&clock));
             let redis = common::redis(kind, quota, connection, &options);
             let window = quota.window_micros();
-            let windows = matches!(
-                kind,
-                AlgorithmKind::FixedWindow
-                    | AlgorithmKind::SlidingCounter
-                    | AlgorithmKind::SlidingLog
-            );
+            let windows = !kind.bound(quota).is_debt();
             // Per key: receipts outstanding (memory's, Redis's), and until
             // when checks ask for none (see the module docs).
             let mut outstanding: Vec<Vec<Pair>> = (0..=u8::MAX).map(|_| Vec::new()).collect();

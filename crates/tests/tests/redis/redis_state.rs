@@ -491,8 +491,9 @@ fn quota_changes_with_redis_time_never_lock_out() {
 /// the cap it runs.
 #[test]
 fn a_sliding_log_too_large_for_redis_is_refused_before_any_call() {
+    use ratelab::SlidingLog;
     use ratelab::sliding_window::MAX_STORED_LOG_LIMIT;
-    use ratelab::{RemoteForm, SlidingLog};
+    use ratelab::toolkit::RemoteForm;
 
     let (_, runtime, connection) = common::shared();
     runtime.block_on(async {
@@ -554,8 +555,9 @@ fn a_sliding_log_too_large_for_redis_is_refused_before_any_call() {
 /// it runs.
 #[test]
 fn a_ttl_slack_past_the_range_of_instants_is_refused_before_any_call() {
+    use ratelab::Gcra;
     use ratelab::redis::MAX_TTL_SLACK_MS;
-    use ratelab::{Gcra, MAX_INSTANT_MICROS};
+    use ratelab::toolkit::MAX_INSTANT_MICROS;
 
     let (_, runtime, connection) = common::shared();
     let quota = Quota::per_second(5).unwrap();

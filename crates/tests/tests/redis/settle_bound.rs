@@ -31,12 +31,12 @@ use proptest::test_runner::{Config, FileFailurePersistence, TestRunner};
 use ratelab::redis::{
     Connection, Op, RedisAlgorithm, RedisLimiter, Script, ScriptArgs, ScriptBackend, TimeSource,
 };
+use ratelab::toolkit::Stamp;
 use ratelab::{
     AlgorithmKind, AlgorithmVisitor, Clock, Decision, Error, KnownAlgorithm, ManualClock, Quota,
-    Receipt, SlidingCounter, Stamp,
+    Receipt,
 };
 use ratelab_testkit::interleave::{self, Subject, quota_and_ops};
-use ratelab_testkit::kept::Model;
 use ratelab_testkit::redis::{RedisServer, module_path};
 
 /// One server that loads the module, for every test of this file: the
@@ -507,32 +507,6 @@ fn a_window_stamp_gives_nothing_once_its_window_ended() {
     }
 }
 
-/// The oracle's model of `kind` on `quota`, as the algorithm crates'
-/// property tests build it.
-fn model(kind: AlgorithmKind, quota: Quota) -> Model {
-    let window = quota.window_micros();
-    let limit = u64::from(quota.burst());
-    match kind {
-        AlgorithmKind::FixedWindow => Model::Fixed { window, limit },
-        AlgorithmKind::SlidingLog => Model::Log { window, limit },
-        AlgorithmKind::SlidingCounter => {
-            let counter = SlidingCounter::new(quota);
-            Model::Counter {
-                window,
-                limit,
-                step: counter.step_micros(),
-                steps: counter.steps(),
-            }
-        }
-        _ if kind.debt() => Model::debt(quota),
-        other => {
-            panic!(
-                "{other}: no model of its kept history in crates/tests/tests/redis/settle_bound.rs"
-            )
-        }
-    }
-}
-
 /// A Redis limiter as the interleavings' [`Subject`]: keys are one byte,
 /// time is a manual clock the run sets.
 struct OnRedis<A: KnownAlgorithm> {
@@ -599,16 +573,17 @@ fn settlements_on_redis_keep_every_admission_within_what_was_kept() {
                 ..Config::default()
             });
             let result = runner.run(&quota_and_ops(40, 1), |(quota, ops)| {
-                struct Run<'a>(ScriptBackend, &'a [interleave::Op], Model);
+                struct Run<'a>(ScriptBackend, &'a [interleave::Op]);
                 impl AlgorithmVisitor for Run<'_> {
                     type Output = Result<(), TestCaseError>;
                     fn visit<A: KnownAlgorithm>(self, algorithm: A) -> Self::Output {
                         let clock = ManualClock::new();
+                        let bound = algorithm.bound();
                         let subject = OnRedis {
                             limiter: limiter(algorithm, self.0, &clock),
                             clock,
                         };
-                        interleave::run(&subject, self.2, self.1, 1_000_000_000)
+                        interleave::run(&subject, bound, self.1, 1_000_000_000)
                     }
                 }
                 // Monotonic: a step back is a step of 0.
@@ -619,7 +594,7 @@ fn settlements_on_redis_keep_every_admission_within_what_was_kept() {
                         other => other,
                     })
                     .collect();
-                kind.visit(quota, Run(backend, &ops, model(kind, quota)))
+                kind.visit(quota, Run(backend, &ops))
             });
             if let Err(e) = result {
                 panic!("{kind} on {backend:?}: {e}");

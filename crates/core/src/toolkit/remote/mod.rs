@@ -26,7 +26,7 @@
 //! of the facade's `AlgorithmKind`.
 //!
 //! ```
-//! use ratelab_core::remote::{Params, rate_quota, window_quota};
+//! use ratelab_core::toolkit::remote::{Params, rate_quota, window_quota};
 //!
 //! // 10 units, one back every 200 ms: a quota of 5 per second, bursts of 10
 //! // (or any other with that rate and burst).
@@ -57,7 +57,7 @@ use crate::{
 /// arguments, the clock and the deadline, and holds the helpers every
 /// algorithm's script uses. The script a store sends is this, followed
 /// immediately by the algorithm's [`RemoteForm::SCRIPT`].
-pub const PROLOGUE: &str = include_str!("../../lua/prologue.lua");
+pub const PROLOGUE: &str = include_str!("../../../lua/prologue.lua");
 
 /// The version of the stored states' format, the first part of every key's
 /// fingerprint input (`v3:<code>:<params>`): a new format names new keys, so
