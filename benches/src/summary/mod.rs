@@ -192,7 +192,7 @@ pub(crate) fn summary_of(rows: Vec<Row>) -> Summary {
 }
 
 /// The bench groups, as the README names them.
-pub const GROUPS: [(&str, &str); 41] = [
+pub const GROUPS: [(&str, &str); 45] = [
     (
         "memory-direct",
         "one key (`Direct`), one thread, default clocks",
@@ -308,6 +308,22 @@ pub const GROUPS: [(&str, &str); 41] = [
     ("redis-round-trips", "commands received per check"),
     ("redis-memory", "MEMORY USAGE per key"),
     ("redis-benchmark", "redis-benchmark"),
+    (
+        "module-paired-refused-hot",
+        "module GCRA and redis-cell refusing one key (1 per hour, burst 1, spent), paired rounds",
+    ),
+    (
+        "module-paired-refused-100k",
+        "the same over 100,000 keys, each spent",
+    ),
+    (
+        "module-instructions-admitted",
+        "instructions inside Redis's processCommand per call, one key, admitted (callgrind)",
+    ),
+    (
+        "module-instructions-refused",
+        "instructions inside Redis's processCommand per call, one key, refused (callgrind)",
+    ),
     (
         "module-memory-name-<n>",
         "MEMORY USAGE of one GCRA key, module and redis-cell, under a name of n bytes",
