@@ -29,6 +29,13 @@
 //! Keyed groups on the same clock compare ratelab with governor on foldhash,
 //! ratelab's hasher. Quotas and fairness: see `ratelab_benches::algorithms`.
 //!
+//! The returning client, in paired rounds only
+//! (`memory-keyed-100k-returning-paired`, `memory-keyed-1m-returning-paired`):
+//! 1,000/s, each side on its default clock, foldhash on both, the keys
+//! visited once per round, so that every key comes back after its unit
+//! refilled; governor's DashMap store and its `HashMapStateStore` against
+//! our GCRA's `check` and lean check.
+//!
 //! The one-key, keyed (GCRA, the token bucket and governor) and two-thread
 //! groups are measured once more in paired rounds (`<group>-paired`, the
 //! targets' figures): the sides of a

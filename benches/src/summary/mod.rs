@@ -868,13 +868,44 @@ const METHOD: &str = "\
 ## How these figures were produced
 
 `just bench` runs `cargo bench -p ratelab-benches` (the bench binaries
-`memory`, `footprint`, `flood`, `redis`, `module` and `http`, whose figures are
-here, and `server`, whose criterion figures stay in criterion's reports), then
+`memory`, `instructions`, `footprint`, `flood`, `redis`, `module` and `http`,
+whose figures are here, and `server`, whose criterion figures stay in
+criterion's reports), then
 `cargo run --release -p ratelab-benches --bin bench-summary`, which merges the
 rows the binaries left in
 `<criterion home>/ratelab-rows/` into this folder and prints the tables.
 `RATELAB_BENCH_QUICK=1` makes every measurement shorter (same benches, noisier
 figures). Criterion's own reports are under `target/criterion/`.
+
+**What judges a target.** The targets table says, for each target, the
+measure that judges it. Work bound by the CPU (one key, 100k keys, the
+returning client, the O(1) algorithms against our GCRA, an HTTP request in
+process, a call inside Redis) is judged by the **instructions** it runs,
+counted by callgrind, exact and unmoved by the machine's load: on this
+shared 2-core machine a time ratio lands on either side of a bound from one
+quiet run to the next. Its time ratio from the same run stands beside it,
+not judged. Work bound by memory (a million keys), by a clock read (each
+side on its default clock), by sockets or contention, and throughput, is
+judged by **time**; bytes and round trips by their counts.
+
+**Instructions.** The `instructions` bench runs each case in a process of
+its own under `valgrind --tool=callgrind --collect-atstart=no
+--toggle-collect=*counted*`: only the instructions of the function that
+makes one check (or one HTTP request) are counted, not building or filling
+the limiter, stepping the clock or choosing the key. N checks warm up, then
+N and 2N are counted (callgrind dumps at the end of each), and the figure
+is the difference over N. Terms: the same clock (a counter moved by hand,
+each library's own: ratelab's `ManualClock`, governor's
+`FakeRelativeClock`, stepped together outside the count), `u64` keys,
+foldhash on both, cost 1 as a literal on both sides (governor's `check()`
+and `check_key(&k)` have no cost argument), ratelab's cost as an argument
+beside governor's `check_n`. Inside Redis, a `redis-server` loading both
+modules runs under callgrind with `--toggle-collect=processCommand`;
+`callgrind_control` zeroes and dumps the counts around N and 2N calls. The
+counts of a library's code depend on how the compiler inlined it in the
+binary that counts it (governor's `check_n` counted 65 in one build and 116
+in another, when `measure_and_replace` stopped being inlined): figures from
+one build compare; figures across builds move by that much.
 
 **Timing.** Criterion, 1 s warm-up and 3 s of measurement per benchmark (quick:
 0.3 s and 1 s); the figure is the median of criterion's samples, in ns per
