@@ -44,9 +44,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use criterion::{BenchmarkId, Criterion, Throughput};
-use ratelab::redis::{
-    Connection, DEFAULT_PREFIX, Op, RedisAlgorithm, Script, ScriptArgs, redis_key,
-};
+use ratelab::redis::{Connection, DEFAULT_PREFIX, Op, Script, ScriptArgs, redis_key};
+use ratelab::toolkit::RemoteForm;
 use ratelab::{AlgorithmKind, KnownAlgorithm, Quota};
 use ratelab_benches::algorithms::{admitted_share, assert_mostly_admits, quota};
 use ratelab_benches::redis_tools::parse_commandstats;
@@ -436,7 +435,7 @@ fn cell_commands_named(quota: &Quota, keys: usize, cost: u32, prefix: &str) -> V
 }
 
 /// The module's check of `algorithm` (cost 1, the server's clock) on `key`.
-fn module_check<A: RedisAlgorithm>(algorithm: &A, key: &str) -> redis::Cmd {
+fn module_check<A: RemoteForm>(algorithm: &A, key: &str) -> redis::Cmd {
     let args = ScriptArgs::call(None, 1, 0, None, Op::Check, &algorithm.params());
     let mut cmd = redis::cmd(&algorithm.module_command());
     cmd.arg(key);
@@ -538,7 +537,7 @@ impl Bench<'_> {
 
     /// The module's and the script's commands for `algorithm`, on keys of
     /// their own.
-    fn ratelab_sides<A: RedisAlgorithm>(&self, algorithm: &A) -> [Side; 2] {
+    fn ratelab_sides<A: RemoteForm>(&self, algorithm: &A) -> [Side; 2] {
         let [module, lua] = self.ratelab_commands(algorithm, 1);
         let [module_fill, lua_fill] = self.ratelab_commands(algorithm, self.fill_cost());
         let command = algorithm.module_command();
@@ -573,11 +572,7 @@ impl Bench<'_> {
 
     /// The module's and the script's commands for `algorithm` at `cost`,
     /// one per key, on keys of their own.
-    fn ratelab_commands<A: RedisAlgorithm>(
-        &self,
-        algorithm: &A,
-        cost: u32,
-    ) -> [Vec<redis::Cmd>; 2] {
+    fn ratelab_commands<A: RemoteForm>(&self, algorithm: &A, cost: u32) -> [Vec<redis::Cmd>; 2] {
         let args = ScriptArgs::call(None, cost, 0, None, Op::Check, &algorithm.params());
         let script = Script::new(&A::script());
         let command = algorithm.module_command();

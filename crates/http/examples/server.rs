@@ -66,7 +66,7 @@ use ratelab_http::{
     Client, Identify, Identity, LoginAttempt, LoginGuard, MIN_SECRET_LEN, Policy, RateLimitLayer,
     TrustedProxies,
 };
-use ratelab_redis::{Connection, RedisLimiter};
+use ratelab_redis::{Connection, RedisStore};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
@@ -261,7 +261,7 @@ impl Backend {
             // `--redis-timeout-ms` is the wait it says.
             Backend::Redis(connection, timeout) => {
                 let limiter = Arc::new(
-                    RedisLimiter::builder(connection.clone(), Gcra::new(quota))
+                    RedisStore::builder(connection.clone(), Gcra::new(quota))
                         .timeout(*timeout)
                         .build(),
                 );

@@ -13,7 +13,6 @@ use ratelab_core::toolkit::{LogGate, RemoteForm};
 
 use crate::connection::Connection;
 use crate::key::redis_key;
-use crate::script::RedisAlgorithm;
 
 /// How often a check records its quota by default: the first check, then
 /// every 100th.

@@ -26,7 +26,7 @@ use ratelab_core::{Algorithm, Clock, ManualClock, Quota};
 use ratelab_fixed_window::FixedWindow;
 use ratelab_gcra::Gcra;
 use ratelab_leaky_bucket::{LeakyMeter, LeakyQueue};
-use ratelab_redis::{Connection, FailurePolicy, RedisLimiter, TimeSource};
+use ratelab_redis::{Connection, FailurePolicy, RedisLimiter, RedisStore, TimeSource};
 use ratelab_sliding_window::{SlidingCounter, SlidingLog};
 use ratelab_testkit::oracle::{Admitted, Bound, Oracle};
 use ratelab_testkit::redis::RedisServer;
@@ -102,7 +102,7 @@ fn limiter<A: RemoteForm>(
     clock: &Arc<ManualClock>,
     strict: bool,
 ) -> RedisLimiter<A> {
-    let mut builder = RedisLimiter::builder(connection, algorithm)
+    let mut builder = RedisStore::builder(connection, algorithm)
         .time_source(TimeSource::Client(clock.clone()))
         // A loaded machine must not turn a slow answer into a failure; no
         // breaker, so that every check reaches Redis.

@@ -18,7 +18,7 @@ use futures::FutureExt;
 use futures::future::join_all;
 use parking_lot::Mutex;
 use ratelab::http_core::wait_for_next_unit;
-use ratelab::redis::{Connection, FailurePolicy, RedisLimiter};
+use ratelab::redis::{Connection, FailurePolicy, RedisStore};
 use ratelab::{
     AlgorithmKind, AlgorithmVisitor, AsyncRateLimiter, Decision, ErrorKind, Keyed, KnownAlgorithm,
     Receipt, ReceiptFuture, SystemClock, ceil_secs,
@@ -91,7 +91,7 @@ impl AlgorithmVisitor for BuildRedis<'_> {
             unreachable!("only built for Redis")
         };
         Arc::new(
-            RedisLimiter::builder(connection.clone(), algorithm)
+            RedisStore::builder(connection.clone(), algorithm)
                 .on_failure(*on_failure)
                 .timeout(*timeout)
                 .prefix(prefix.clone())

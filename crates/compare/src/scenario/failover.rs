@@ -24,7 +24,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use ratelab::redis::{Connection, FailurePolicy, RedisLimiter, TimeSource};
+use ratelab::redis::{Connection, FailurePolicy, RedisStore, TimeSource};
 use ratelab::{
     AlgorithmKind, AlgorithmVisitor, AsyncRateLimiter, Clock, KnownAlgorithm, ManualClock, Quota,
 };
@@ -200,7 +200,7 @@ fn build(
     impl AlgorithmVisitor for Build {
         type Output = Built;
         fn visit<A: KnownAlgorithm>(self, algorithm: A) -> Built {
-            let mut builder = RedisLimiter::builder(self.connection, algorithm)
+            let mut builder = RedisStore::builder(self.connection, algorithm)
                 .time_source(self.time)
                 // A loaded machine must not turn a slow answer into a
                 // failure; no breaker, so that every check reaches Redis.

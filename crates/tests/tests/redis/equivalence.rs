@@ -8,7 +8,7 @@ use crate::common;
 use ratelab::AlgorithmKind;
 
 use proptest::prelude::*;
-use ratelab::redis::{Connection, RedisLimiter};
+use ratelab::redis::{Connection, RedisStore};
 use ratelab::toolkit::MAX_INSTANT_MICROS;
 use ratelab::{AlgorithmVisitor, AsyncRateLimiter, KnownAlgorithm, ManualClock, Quota};
 use ratelab_testkit::props::{Step, config, simulate};
@@ -48,7 +48,7 @@ fn trusting_any_clock(
         type Output = Box<dyn AsyncRateLimiter>;
         fn visit<A: KnownAlgorithm>(self, algorithm: A) -> Self::Output {
             Box::new(
-                RedisLimiter::builder(self.0.clone(), algorithm)
+                RedisStore::builder(self.0.clone(), algorithm)
                     .prefix(common::unique_prefix())
                     .time_source(common::client_time(self.1))
                     .timeout(std::time::Duration::from_secs(2))

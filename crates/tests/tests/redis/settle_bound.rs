@@ -29,7 +29,7 @@ use std::time::{Duration, Instant};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, FileFailurePersistence, TestRunner};
 use ratelab::redis::{
-    Connection, Op, RedisAlgorithm, RedisLimiter, Script, ScriptArgs, ScriptBackend, TimeSource,
+    Connection, Op, RedisLimiter, RedisStore, Script, ScriptArgs, ScriptBackend, TimeSource,
 };
 use ratelab::toolkit::Stamp;
 use ratelab::{
@@ -68,7 +68,7 @@ fn limiter<A: KnownAlgorithm>(
     clock: &ManualClock,
 ) -> RedisLimiter<A> {
     let (_, _, connection) = server();
-    RedisLimiter::builder(connection.clone(), algorithm)
+    RedisStore::builder(connection.clone(), algorithm)
         .backend(backend)
         .prefix(common::unique_prefix())
         .time_source(TimeSource::Client(Arc::new(clock.clone()) as Arc<dyn Clock>))
@@ -365,7 +365,7 @@ fn raw<A: KnownAlgorithm>(
 ) -> Vec<i64> {
     let algorithm = limiter.algorithm();
     let args = ScriptArgs::call(Some(now), cost, 60_000, None, op, &algorithm.params());
-    let redis_key = limiter.redis_key(key);
+    let redis_key = limiter.store().redis_key(key);
     block(async {
         match backend {
             ScriptBackend::Module => {
@@ -374,11 +374,11 @@ fn raw<A: KnownAlgorithm>(
                 for arg in args.iter() {
                     cmd.arg(arg);
                 }
-                limiter.connection().query(&cmd).await
+                limiter.store().connection().query(&cmd).await
             }
             _ => {
                 Script::of::<A>()
-                    .invoke(limiter.connection(), &redis_key, &args, || {})
+                    .invoke(limiter.store().connection(), &redis_key, &args, || {})
                     .await
             }
         }
