@@ -50,7 +50,7 @@
 //! ```
 //! use ratelab_core::Quota;
 //! use ratelab_gcra::Gcra;
-//! use ratelab_redis::{Connection, FailurePolicy, RedisLimiter};
+//! use ratelab_redis::{Connection, FailurePolicy, RedisStore};
 //! # let server = ratelab_testkit::redis::RedisServer::start();
 //! # let url = server.url();
 //!

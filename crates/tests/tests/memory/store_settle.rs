@@ -30,13 +30,19 @@ fn a_key_given_everything_back_or_reset_is_forgotten() {
     // At the instant of its check: the admission holds its whole debt.
     let after = limiter.refund(receipt.unwrap()).unwrap();
     assert_eq!((after.remaining, after.reset_after()), (3, Duration::ZERO));
-    assert_eq!(limiter.len(), 1);
+    // Full again, but its ledger records the give-back: the key is kept a
+    // tolerance (3 s) past its end, until no stamp of it could claim
+    // anything, and forgotten then.
+    assert_eq!(limiter.len(), 2);
     // No receipt was issued for `b`: a reset forgets it at once.
     limiter.reset(b"b");
-    assert!(limiter.is_empty());
+    assert_eq!(limiter.len(), 1);
     // A receipt of a key forgotten since (full again): nothing to give
     // back, and it answers as a peek of cost 0.
     let (_, receipt) = limiter.check_with_receipt(b"c", 1).unwrap();
+    clock.advance(Duration::from_secs(2));
+    limiter.sweep();
+    assert_eq!(limiter.len(), 1, "`a` is kept until 3 s, `c` was full at 1 s");
     clock.advance(Duration::from_secs(1));
     limiter.sweep();
     assert!(limiter.is_empty());
@@ -54,22 +60,27 @@ fn a_key_given_everything_back_or_reset_is_forgotten() {
 }
 
 #[test]
-fn a_refund_makes_the_wait_for_a_slot_shorter() {
+fn a_settled_key_is_kept_a_tolerance_and_the_wait_for_a_slot_says_so() {
     let clock = ManualClock::new();
     let limiter = store(2, &clock);
     let (a, receipt) = limiter.check_with_receipt(b"a", 3).unwrap(); // full again at 3 s
     assert!(a.allowed);
     assert!(limiter.check(b"b", 2).unwrap().allowed); // full again at 2 s
-    let wait = |limiter: &Keyed<Gcra, ManualClock>| match limiter.check(b"new", 1) {
+    let wait = |limiter: &Keyed<Gcra, ManualClock>| match limiter.peek(b"other", 1) {
         Err(Error::TooManyKeys { retry_after, .. }) => retry_after,
         other => panic!("expected no room, got {other:?}"),
     };
     assert_eq!(wait(&limiter), Duration::from_secs(2));
-    // `a` used 1 of its 3: full again at 1 s now, and the wait follows.
-    limiter.settle(receipt.unwrap(), 1).unwrap();
-    assert_eq!(wait(&limiter), Duration::from_secs(1));
-    clock.advance(Duration::from_secs(1));
+    // `a` used 1 of its 3: full again at 1 s now, and kept a tolerance
+    // (3 s) past that with its ledger, to 4 s: `b`'s slot frees first.
+    let after = limiter.settle(receipt.unwrap(), 1).unwrap();
+    assert_eq!(after.reset_after(), Duration::from_secs(1));
+    assert_eq!(wait(&limiter), Duration::from_secs(2));
+    clock.advance(Duration::from_secs(2));
     assert!(limiter.check(b"new", 1).unwrap().allowed);
+    // The table holds `a` (to 4 s) and `new` (full at 3 s): the next slot
+    // is `new`'s, 1 s away.
+    assert_eq!(wait(&limiter), Duration::from_secs(1));
 }
 
 #[test]
