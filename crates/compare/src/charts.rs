@@ -35,30 +35,39 @@ pub fn register_font() {
 /// What drawing one chart gives.
 pub type Drawn = Result<(), Box<dyn Error>>;
 
-/// The colour of each algorithm, the same in every chart (Okabe–Ito, safe
-/// for colour-blind readers). An algorithm added without one is drawn in
-/// [`UNLISTED`] (never black, the colour of the axes and limits), and
-/// `every_algorithm_has_its_colour_and_label` fails, naming it.
-const COLORS: [(AlgorithmKind, RGBColor); 7] = [
-    (AlgorithmKind::FixedWindow, RGBColor(213, 94, 0)),
-    (AlgorithmKind::SlidingLog, RGBColor(0, 114, 178)),
-    (AlgorithmKind::SlidingCounter, RGBColor(86, 180, 233)),
-    (AlgorithmKind::LeakyMeter, RGBColor(0, 158, 115)),
-    (AlgorithmKind::LeakyQueue, RGBColor(204, 121, 167)),
-    (AlgorithmKind::TokenBucket, RGBColor(230, 159, 0)),
-    (AlgorithmKind::Gcra, RGBColor(90, 90, 90)),
+/// The algorithms' colours, the same in every chart, taken in the order of
+/// [`AlgorithmKind::ALL`]: Okabe–Ito's (safe for colour-blind readers, never
+/// black, the colour of the axes and limits), then Tol's for algorithms
+/// added later. An algorithm joins the charts with its row; more rows than
+/// colours do not compile.
+const PALETTE: [RGBColor; 10] = [
+    RGBColor(213, 94, 0),
+    RGBColor(0, 114, 178),
+    RGBColor(86, 180, 233),
+    RGBColor(0, 158, 115),
+    RGBColor(204, 121, 167),
+    RGBColor(230, 159, 0),
+    RGBColor(90, 90, 90),
+    RGBColor(136, 34, 85),
+    RGBColor(153, 153, 51),
+    RGBColor(68, 170, 153),
 ];
 
-/// What an algorithm without a colour of its own is drawn in: a light grey
-/// no algorithm has.
+const _: () = assert!(
+    AlgorithmKind::ALL.len() <= PALETTE.len(),
+    "more algorithms than colours: add colours to PALETTE in crates/compare/src/charts.rs"
+);
+
+/// What a name no algorithm has is drawn in (a peer's): a light grey no
+/// algorithm has.
 const UNLISTED: RGBColor = RGBColor(170, 170, 170);
 
 /// The colour of the algorithm named `name` in every chart.
 pub fn color(name: &str) -> RGBColor {
-    COLORS
+    AlgorithmKind::ALL
         .iter()
-        .find(|(kind, _)| kind.name() == name)
-        .map_or(UNLISTED, |&(_, color)| color)
+        .position(|kind| kind.name() == name)
+        .map_or(UNLISTED, |row| PALETTE[row])
 }
 
 /// The label of `kind` in every chart and table: its own name.
@@ -336,20 +345,16 @@ mod tests {
     use super::*;
 
     #[test]
-    fn every_algorithm_has_its_colour_and_label() {
-        let mut seen = Vec::new();
-        for kind in AlgorithmKind::ALL {
-            let Some(&(_, colour)) = COLORS.iter().find(|(k, _)| *k == kind) else {
-                panic!("{kind} has no colour: add it to COLORS in crates/compare/src/charts.rs");
-            };
-            assert_ne!(colour, BLACK, "{kind} in black, the axes' colour");
-            assert_ne!(colour, UNLISTED, "{kind} in the colour of the unlisted");
-            assert!(!seen.contains(&colour), "{kind} shares its colour");
-            seen.push(colour);
-            assert!(!label(kind).is_empty(), "{kind} has no label");
-            assert_eq!(color(label(kind)), colour);
+    fn every_algorithm_has_a_colour_of_its_own_and_its_label() {
+        for (row, colour) in PALETTE.iter().enumerate() {
+            assert_ne!(*colour, BLACK, "colour {row} is black, the axes' colour");
+            assert_ne!(*colour, UNLISTED, "colour {row} is the unlisted's");
+            assert!(!PALETTE[..row].contains(colour), "colour {row} twice");
         }
-        assert_eq!(color("an algorithm added later"), UNLISTED);
-        assert_ne!(UNLISTED, BLACK);
+        for (row, kind) in AlgorithmKind::ALL.into_iter().enumerate() {
+            assert_eq!(color(kind.name()), PALETTE[row]);
+            assert!(!label(kind).is_empty(), "{kind} has no label");
+        }
+        assert_eq!(color("redis-cell"), UNLISTED);
     }
 }

@@ -43,6 +43,7 @@
 #![warn(missing_docs)]
 #![forbid(unsafe_code)]
 
+mod conformance;
 mod remote;
 
 use ratelab_core::toolkit::Debt;

@@ -41,6 +41,7 @@
 #![warn(missing_docs)]
 #![forbid(unsafe_code)]
 
+mod conformance;
 mod meter;
 mod queue;
 mod remote;

@@ -9,11 +9,15 @@
 //! for an algorithm in a crate of its own (`ratelab-foo`):
 //!
 //! 1. **the crate**, `crates/foo`: the decision logic
-//!    ([`Algorithm`](ratelab_core::Algorithm); a debt implements
-//!    [`Debt`](ratelab_core::toolkit::Debt) and gets its receipts from
-//!    `ratelab_core::toolkit::debt`), its remote form ([`RemoteForm`], and
-//!    [`StringForm`](ratelab_core::toolkit::StringForm) for a state kept in one
-//!    string) and its script, `crates/foo/lua/foo.lua`;
+//!    ([`Algorithm`](ratelab_core::Algorithm), whose
+//!    [`bound`](ratelab_core::Algorithm::bound) states its promise as a
+//!    [`Bound`]; a debt implements [`Debt`](ratelab_core::toolkit::Debt) and
+//!    gets its receipts from `ratelab_core::toolkit::debt`), its remote form
+//!    ([`RemoteForm`], and [`StringForm`](ratelab_core::toolkit::StringForm)
+//!    for a state kept in one string), its conformance scenario
+//!    ([`Conformance`]: decisions worked out by hand, in
+//!    `crates/foo/src/conformance.rs`) and its script,
+//!    `crates/foo/lua/foo.lua`;
 //! 2. **the workspace** `Cargo.toml`: a member and a
 //!    `[workspace.dependencies]` line;
 //! 3. **this crate's** `Cargo.toml` (an optional dependency and its feature,
@@ -23,52 +27,55 @@
 //!    `crates/redis-module/src/registry.rs` (`Command::string::<Self>()`
 //!    for a state kept in one string; a state of another shape needs a
 //!    command of its own, as the sliding log's `sliding_log.rs`);
-//! 6. a conformance scenario (`crates/testkit/src/conformance.rs`: decisions
-//!    worked out by hand);
-//! 7. its colour in the comparison's charts (`COLORS` in
-//!    `crates/compare/src/charts.rs`);
-//! 8. its rows in `lua/README.md` (the scripts table, the State table) and in
-//!    the root `README.md`'s crate table;
-//! 9. what it admits at a window's edge (`EDGE` in
-//!    `crates/tests/tests/memory/window_edge.rs`), and, unless it is a debt (whose
-//!    bound and model the tests derive), its bound and its model of kept
-//!    admissions where the tests and the comparison check them
-//!    (`lagging_clock.rs`, `settle_bound.rs` with `ratelab_testkit::kept`,
-//!    `crates/compare/src/scenario/window_edge.rs`).
+//! 6. its rows in `lua/README.md` (the scripts table, the State table) and in
+//!    the root `README.md`'s crate table.
 //!
 //! Then **`just regenerate`**: `lua/`'s link to the script, the clients' spec
-//! and vectors (`lua/clients/algorithms.json`, `vectors.json`) and the
-//! reference table of `lua/README.md`.
+//! and vectors (`lua/clients/algorithms.json`, `vectors.json`, the Go
+//! client's copies) and the reference table of `lua/README.md`.
 //!
-//! Everything else follows: the Redis backend (`ratelab-redis` and the
-//! resilience wrapper are generic over [`RemoteForm`]), the module's table
-//! of commands (built from the rows by [`each_algorithm!`](crate::each_algorithm)),
-//! the module's tests and the cross-algorithm tests (`crates/tests`), compare's read-then-write
-//! limiter, every table and chart, the benches, and the Python and Node
-//! clients (which read `algorithms.json` at run time).
+//! That is 5 files in the new crate (its `Cargo.toml`, `lib.rs`,
+//! `remote.rs`, `conformance.rs` and script) and 6 outside it by hand (the
+//! two `Cargo.toml`s, `lib.rs`, this row, `registry.rs`, the two READMEs),
+//! then what `just regenerate` writes.
+//!
+//! Everything else follows from the row and the traits: the Redis backend
+//! (`ratelab-redis` and the resilience wrapper are generic over
+//! [`RemoteForm`]), the module's table of commands (built from the rows by
+//! [`each_algorithm!`](crate::each_algorithm)), the conformance suite in
+//! every store ([`AlgorithmKind::conformance`]), the module's tests and the
+//! cross-algorithm tests (`crates/tests`), the tests' oracles and the
+//! comparison's promises (read from the [`Bound`]: a new kind of promise is
+//! a new variant of that exhaustive enum, which every reader must handle),
+//! the `RateLimit` header's refill shape (from the [`Bound`] too), the debts'
+//! receipt tests ([`AlgorithmKind::debt`]), compare's read-then-write
+//! limiter, every table and chart (colours by row), the benches, and the
+//! Python, Node, Go and Java clients (which read `algorithms.json`).
 //!
 //! **What checks what.** The compiler checks 1 to 3 once the row (4) exists:
 //! the row names the type (`crate::Foo`, re-exported by `lib.rs` from the
 //! dependency), under its feature (an undeclared feature is an
 //! `unexpected_cfgs` warning, an error under `just lint`), and the row's
-//! visitor requires the remote form ([`KnownAlgorithm`]); and 5: the
-//! module builds its commands from the rows, so that a row without its
-//! `ModuleCommand` is a compile error of `ratelab-redis-module` that names
-//! the type. Nothing checks that the row exists: it is the registration.
-//! Tests name what is missing in 6 to 9 (`conformance.rs`, `charts.rs`,
-//! `protocol_vectors.rs`, `readme.rs`, `window_edge.rs`, and a panic naming
-//! the file for a bound or model a non-debt lacks), and in what `just
-//! regenerate` writes (`protocol_vectors.rs`). Three places name algorithms
-//! and fall back safely for a new one, unchecked: `ratelab-http`'s refill
-//! shape (`Refill::of`) and the clients' middlewares' list of sliding
-//! windows, which only make the `RateLimit` header's `t` more precise, and
-//! the benches' `constant_time` (an algorithm not O(1) per check is to be
-//! named there, as the sliding log is).
+//! visitor requires the logic, the remote form and the conformance scenario
+//! ([`KnownAlgorithm`]): a missing one is an unsatisfied trait bound at the
+//! row, naming the type; and 5: the module builds its commands from the
+//! rows, so that a row without its `ModuleCommand` is a compile error of
+//! `ratelab-redis-module` that names the type. Nothing checks that the row
+//! exists: it is the registration. Tests name what is missing in 6
+//! (`readme.rs`) and in what `just regenerate` writes
+//! (`protocol_vectors.rs`). What stays by name, falling back safely for a
+//! new algorithm: the module's hostile-state tests plant each store's own
+//! corrupt encodings (a new algorithm gets the common ones only), the
+//! clients' middlewares' list of sliding windows (which only makes the
+//! `RateLimit` header's `t` more precise), and the benches' `constant_time`
+//! (an algorithm not O(1) per check is to be named there, as the sliding log
+//! is).
 
 use std::fmt;
 use std::str::FromStr;
 
 use ratelab_core::toolkit::RemoteForm;
+use ratelab_core::toolkit::conformance::{Conformance, Scenario};
 use ratelab_core::{Algorithm, Bound, Clock, Keyed, Quota, RateLimiter};
 
 /// One row per algorithm: its feature, its type (the variant's name), and
@@ -192,11 +199,12 @@ algorithm_kinds! {
 }
 
 /// What [`AlgorithmKind::visit`] hands a visitor: an algorithm with every
-/// ability ratelab gives one: its decision logic, and its remote form (its
+/// ability ratelab gives one: its decision logic, its remote form (its
 /// script, parameters and stored state), which the Redis backend, the
-/// native module and the other languages' clients run.
-pub trait KnownAlgorithm: Algorithm + RemoteForm + fmt::Debug {}
-impl<A: Algorithm + RemoteForm + fmt::Debug> KnownAlgorithm for A {}
+/// native module and the other languages' clients run, and its
+/// [`Conformance`] scenario, which every store of it must pass.
+pub trait KnownAlgorithm: Algorithm + RemoteForm + Conformance + fmt::Debug {}
+impl<A: Algorithm + RemoteForm + Conformance + fmt::Debug> KnownAlgorithm for A {}
 
 /// Code run on an algorithm whose type is only known at run time: what a
 /// closure generic over the algorithm would be.
@@ -250,6 +258,21 @@ impl AlgorithmKind {
             }
         }
         self.visit(quota, Promise)
+    }
+
+    /// The decisions every store of the algorithm must give, worked out by
+    /// hand ([`Conformance`]).
+    pub fn conformance(self) -> Scenario {
+        struct Table;
+        impl AlgorithmVisitor for Table {
+            type Output = Scenario;
+            fn visit<A: KnownAlgorithm>(self, _: A) -> Scenario {
+                A::CONFORMANCE
+            }
+        }
+        // Any valid quota: the scenario states its own.
+        let quota = Quota::new(1, std::time::Duration::from_secs(1)).expect("a valid quota");
+        self.visit(quota, Table)
     }
 
     /// A keyed in-memory limiter of this algorithm on `clock`.

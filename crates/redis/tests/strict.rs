@@ -7,7 +7,9 @@ use std::time::{Duration, Instant};
 
 use ratelab_core::{ErrorKind, ManualClock, Quota};
 use ratelab_gcra::Gcra;
-use ratelab_redis::{Connection, FailurePolicy, RedisLimiter, RedisStore, ScriptBackend, TimeSource};
+use ratelab_redis::{
+    Connection, FailurePolicy, RedisLimiter, RedisStore, ScriptBackend, TimeSource,
+};
 use ratelab_testkit::redis::{RedisCluster, RedisServer, module_path};
 
 fn quota() -> Quota {

@@ -41,6 +41,7 @@
 #![warn(missing_docs)]
 #![forbid(unsafe_code)]
 
+mod conformance;
 mod counter;
 mod log;
 pub mod remote;

@@ -16,12 +16,15 @@
 //!   ([`Schedule`]); the queue adds the wait for its slot.
 //! - **Remote forms**: an algorithm as a store outside the process runs it
 //!   ([`remote`]: its key code, parameters, stored encoding and script).
+//! - **Conformance**: the decisions an algorithm's every store must give,
+//!   worked out by hand ([`conformance`], [`Conformance`]).
 //! - **Arithmetic**: exact division by a constant ([`Divisor`]), the sliding
 //!   log's gate ([`LogGate`]), and the range of instants
 //!   ([`MAX_INSTANT_MICROS`], [`clamp_instant`], [`duration_to_micros`]).
 //!
 //! `crates/ratelab/src/kind.rs` says how an algorithm joins ratelab.
 
+pub mod conformance;
 pub mod debt;
 pub mod remote;
 mod schedule;
@@ -38,6 +41,7 @@ pub use crate::receipt::{
 };
 pub use crate::spent::{MAX_GIVEN, MAX_MARK, MAX_SETTLED, Spent};
 pub use crate::time::{MAX_INSTANT_MICROS, MAX_SPAN_MICROS, clamp_instant, duration_to_micros};
+pub use conformance::Conformance;
 pub use debt::Debt;
-pub use schedule::Schedule;
 pub use remote::{RemoteForm, StringForm};
+pub use schedule::Schedule;

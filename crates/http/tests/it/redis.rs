@@ -231,11 +231,10 @@ async fn the_route_failure_mode_wins_over_the_limiter_policy() {
     // route fails open.
     let redis = RedisServer::start();
     let connection = Connection::single(&redis.url()).await.unwrap();
-    let limiter =
-        RedisStore::builder(connection.clone(), Gcra::new(Quota::per_minute(5).unwrap()))
-            .timeout(PATIENT)
-            .on_failure(FailurePolicy::Allow)
-            .build();
+    let limiter = RedisStore::builder(connection.clone(), Gcra::new(Quota::per_minute(5).unwrap()))
+        .timeout(PATIENT)
+        .on_failure(FailurePolicy::Allow)
+        .build();
     let redis_key = limiter.store().redis_key(b"home:ip:127.0.0.1");
     let layer = RateLimitLayer::builder()
         .policy(Policy::new("home", limiter).timeout(PATIENT).fail_open())
