@@ -42,7 +42,11 @@ fn a_key_given_everything_back_or_reset_is_forgotten() {
     let (_, receipt) = limiter.check_with_receipt(b"c", 1).unwrap();
     clock.advance(Duration::from_secs(2));
     limiter.sweep();
-    assert_eq!(limiter.len(), 1, "`a` is kept until 3 s, `c` was full at 1 s");
+    assert_eq!(
+        limiter.len(),
+        1,
+        "`a` is kept until 3 s, `c` was full at 1 s"
+    );
     clock.advance(Duration::from_secs(1));
     limiter.sweep();
     assert!(limiter.is_empty());
