@@ -12,7 +12,7 @@ import socket
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 import httpx
 import pytest
@@ -20,7 +20,7 @@ import uvicorn
 from starlette.applications import Starlette
 from starlette.requests import Request as StarletteRequest
 from starlette.responses import PlainTextResponse
-from starlette.routing import Route as StarletteRoute
+from starlette.routing import Mount, Route as StarletteRoute
 
 import redis
 import redis.asyncio
@@ -321,3 +321,90 @@ def test_an_admission_after_the_policys_timeout_is_given_back(http_server, own_s
     wait_until(lambda: direct.peek(key, 0).remaining == 9, "the late admission was not given back")
     direct.close()
     asyncio.run_coroutine_threadsafe(limiter.aclose(), http_server[2]).result(15)
+
+
+# -- a policy counts every request the app routes to its handler ---------------
+
+#: Spellings of POST /login an attacker may try, and for each whether
+#: Starlette routes it to the /login handler (uvicorn decodes the path;
+#: Starlette matches the decoded path, case-sensitively, and sends a trailing
+#: slash elsewhere). The test asserts the app agrees, so a change in
+#: Starlette shows here, not as a silent bypass.
+LOGIN_SPELLINGS = {
+    "/login": True,
+    "/log%69n": True,
+    "/%6C%6F%67%69%6E": True,
+    "/login?next=/x": True,
+    "/LOGIN": False,
+    "/login/": False,
+    "/login;x=1": False,
+    "//login": False,
+    "/a/../login": False,
+    "/./login": False,
+    "/login%2F": False,
+    "/%2Flogin": False,
+    "/login%00": False,
+    "/login%20": False,
+    "/logi": False,
+}
+
+
+async def login_handler(request: StarletteRequest) -> PlainTextResponse:
+    return PlainTextResponse("login")
+
+
+async def other_handler(request: StarletteRequest) -> PlainTextResponse:
+    return PlainTextResponse("other")
+
+
+def send_raw(port: int, method: str, target: str) -> Tuple[int, Dict[str, str], str]:
+    """One request with its target exactly as given (an HTTP client library
+    would normalise it): status, headers (lower-case names), body."""
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+        s.sendall(f"{method} {target} HTTP/1.1\r\nHost: test\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+                  .encode("latin-1"))
+        data = b""
+        while chunk := s.recv(65536):
+            data += chunk
+    head, _, body = data.partition(b"\r\n\r\n")
+    lines = head.decode("latin-1").split("\r\n")
+    headers = {}
+    for line in lines[1:]:
+        name, _, value = line.partition(":")
+        headers[name.strip().lower()] = value.strip()
+    return int(lines[0].split(" ")[1]), headers, body.decode("latin-1")
+
+
+@pytest.mark.parametrize("mounted", [False, True], ids=["app", "mounted-under-api"])
+def test_a_route_policy_counts_every_spelling_the_app_routes_to_its_handler(http_server, server, prefix, mounted):
+    # The login policy must count a request whenever Starlette runs the
+    # /login handler for it, however its path is spelled (percent-encoded,
+    # under a mount's root_path), and only then.
+    switch, port, loop = http_server
+    clock = lambda: CASES["t0_us"]  # noqa: E731
+    limiter = AsyncLimiter(redis.asyncio.Redis(port=server.port), "gcra", Quota.per_hour(1000), prefix=prefix,
+                           clock=clock, quota_check_every=None, timeout=5.0, connect_timeout=PATIENT_CONNECT_TIMEOUT)
+    inner = Starlette(routes=[StarletteRoute("/login", login_handler, methods=["POST"]),
+                              StarletteRoute("/{rest:path}", other_handler, methods=METHODS)])
+    limited = RateLimitMiddleware(inner, policies=[Policy("login", limiter, routes=[("POST", "/login")], timeout=5.0)])
+    switch.app = Starlette(routes=[Mount("/api", app=limited)]) if mounted else limited
+    try:
+        check_login_spellings(port, "/api" if mounted else "")
+    finally:
+        asyncio.run_coroutine_threadsafe(limiter.aclose(), loop).result(5)
+
+
+def check_login_spellings(port: int, base: str) -> None:
+    expected_remaining = 1000
+    for spelling, routed in LOGIN_SPELLINGS.items():
+        status, headers, body = send_raw(port, "POST", base + spelling)
+        reached = status == 200 and body == "login"
+        assert reached == routed, f"{spelling}: Starlette answered {status} {body!r}"
+        counted = '"login"' in headers.get("ratelimit-policy", "")
+        assert counted == reached, f"{spelling}: reached the login handler: {reached}, counted: {counted}"
+        if counted:
+            expected_remaining -= 1
+            assert headers["ratelimit"].startswith(f'"login";r={expected_remaining};'), (spelling, headers)
+    # GET /login is not the POST route: the app does not run the handler.
+    status, headers, body = send_raw(port, "GET", base + "/log%69n")
+    assert (body, "ratelimit-policy" in headers) == ("other", False)
