@@ -23,7 +23,8 @@
 //   }));
 //
 // A policy's routes are matched as Express's router matches its own: against
-// the path as sent (percent-encoding kept), case-insensitively and with one
+// the whole path as sent (`req.originalUrl`, wherever the middleware is
+// mounted; percent-encoding kept), case-insensitively and with one
 // trailing slash allowed unless the app's `case sensitive routing` and
 // `strict routing` settings say otherwise.
 //
