@@ -14,7 +14,7 @@ import express from "express";
 import type { Redis } from "ioredis";
 
 import { Limiter, Quota } from "../src/index.js";
-import { Policy, rateLimit } from "../src/express.js";
+import { EXACT_ROUTING, Policy, Route, rateLimit } from "../src/express.js";
 import { RedisServer } from "../testing/redis_server.js";
 
 let redisServer: RedisServer;
@@ -157,4 +157,18 @@ describe("a route's policy counts every spelling Express routes to its handler",
   it("with the default routing: case-insensitive, a trailing slash allowed", () => check({ caseSensitive: false, strict: false }, ""));
   it("with case sensitive and strict routing", () => check({ caseSensitive: true, strict: true }, ""));
   it("mounted under a path, on a router of its own", () => check({ caseSensitive: false, strict: false }, "/api"));
+});
+
+describe("Route under a routing", () => {
+  it("compares literal segments as text, in any case only when routing is not case-sensitive", () => {
+    const route = new Route("POST", "/a.b+(c)/x$y");
+    const loose = { caseSensitive: false, strict: false };
+    assert.ok(route.matches("POST", "/A.B+(C)/X$Y", loose));
+    assert.ok(route.matches("POST", "/a.b+(c)/x$y/", loose));
+    assert.ok(!route.matches("POST", "/a.b+(c)/x$y//", loose));
+    assert.ok(!route.matches("POST", "/aXb+(c)/x$y", loose));
+    assert.ok(!route.matches("POST", "/A.b+(c)/x$y", EXACT_ROUTING));
+    assert.ok(!route.matches("POST", "/a.b+(c)/x$y/"));
+    assert.ok(route.matches("POST", "/a.b+(c)/x$y"));
+  });
 });
