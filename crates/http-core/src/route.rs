@@ -7,7 +7,10 @@ use http::Method;
 /// A method (or any method) and a path pattern, in axum's syntax:
 ///
 /// - a literal segment matches itself (`/login`), case-sensitively;
-/// - `{name}` matches exactly one non-empty segment (`/users/{id}`);
+/// - `{name}` matches exactly one segment (`/users/{id}`): an empty one too
+///   when more of the path follows (`/users//posts` for
+///   `/users/{id}/posts`), not at the end (`/users/` is not `/users/{id}`),
+///   as axum's router matches it;
 /// - `{*name}`, last only, matches everything after it, even nothing
 ///   (`/admin/{*rest}` matches `/admin/`, `/admin/a/b`, and `/admin`).
 ///
@@ -29,7 +32,8 @@ use http::Method;
 /// assert!(route.matches(&Method::GET, "/users/7/posts"));
 /// assert!(route.matches(&Method::HEAD, "/users/7/posts"));
 /// assert!(!route.matches(&Method::POST, "/users/7/posts"));
-/// assert!(!route.matches(&Method::GET, "/users//posts"));
+/// assert!(route.matches(&Method::GET, "/users//posts"));
+/// assert!(!route.matches(&Method::GET, "/users/7/posts/"));
 /// assert!(Route::new(None, "no-leading-slash").is_err());
 /// # Ok::<(), ratelab_http_core::RouteError>(())
 /// ```
@@ -124,7 +128,7 @@ impl Route {
         let Some(rest) = path.strip_prefix('/') else {
             return false;
         };
-        let mut pieces = rest.split('/');
+        let mut pieces = rest.split('/').peekable();
         for segment in &self.segments {
             match segment {
                 Segment::CatchAll => return true,
@@ -133,8 +137,10 @@ impl Route {
                         return false;
                     }
                 }
+                // axum's router gives a parameter an empty segment when a
+                // slash follows it, never the path's empty end.
                 Segment::Param => match pieces.next() {
-                    Some(piece) if !piece.is_empty() => {}
+                    Some(piece) if !piece.is_empty() || pieces.peek().is_some() => {}
                     _ => return false,
                 },
             }
@@ -190,6 +196,11 @@ mod tests {
         assert!(!m("/users/{id}", "/users/"));
         assert!(!m("/users/{id}", "/users"));
         assert!(!m("/users/{id}", "/users/1/2"));
+        assert!(m("/users/{id}/posts", "/users//posts"));
+        assert!(!m("/users/{id}/posts", "/users/7/posts/"));
+        assert!(m("/{a}/{b}", "//x"));
+        assert!(!m("/{a}/{b}", "/x/"));
+        assert!(!m("/{a}", "/"));
     }
 
     #[test]

@@ -21,5 +21,6 @@ mod next_after;
 mod policies;
 mod redis;
 mod responses;
+mod routing;
 mod settle;
 mod shared_cases;

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"net/url"
 	"regexp"
 	"strings"
 	"time"
@@ -54,8 +55,13 @@ const (
 
 // Route is a method ("" for any) and a path pattern in axum's syntax:
 // literal segments, {name} for one non-empty segment, {*name} last for the
-// rest (even nothing). Matched against the raw path; a GET route also
-// matches HEAD.
+// rest (even nothing). Matched as net/http's ServeMux matches its patterns:
+// on the escaped path split at its slashes, each segment percent-decoded
+// (so /log%69n is /login, and an escaped slash, %2F, stays inside its
+// segment), case-sensitively; a GET route also matches HEAD. A request
+// ServeMux would redirect to its clean path (//login, /a/../login) is
+// matched as sent: its handler runs only once the client follows the
+// redirect, and that request is counted.
 type Route struct {
 	Method  string
 	Pattern string
@@ -121,12 +127,31 @@ func (r route) matches(method, path string) bool {
 		if s.kind == 'r' {
 			return true
 		}
-		if i >= len(pieces) || (s.kind == 'l' && pieces[i] != s.value) || (s.kind == 'p' && pieces[i] == "") {
+		if i >= len(pieces) {
+			return false
+		}
+		piece := unescapeSegment(pieces[i])
+		// ServeMux takes a segment that decodes to "/" for a trailing
+		// slash: no {name} matches it.
+		if (s.kind == 'l' && piece != s.value) || (s.kind == 'p' && (piece == "" || piece == "/")) {
 			return false
 		}
 		i++
 	}
 	return i == len(pieces)
+}
+
+// unescapeSegment is one segment of an escaped path as ServeMux reads it:
+// percent-decoded, or as it is if it does not decode.
+func unescapeSegment(segment string) string {
+	if !strings.Contains(segment, "%") {
+		return segment
+	}
+	decoded, err := url.PathUnescape(segment)
+	if err != nil {
+		return segment
+	}
+	return decoded
 }
 
 // PolicyOptions say where a policy applies and how.

@@ -22,6 +22,12 @@
 //     identify: new Identify({ trustedProxies: ["10.0.0.0/8"] }),
 //   }));
 //
+// A policy's routes are matched as Express's router matches its own: against
+// the whole path as sent (`req.originalUrl`, wherever the middleware is
+// mounted; percent-encoding kept), case-insensitively and with one
+// trailing slash allowed unless the app's `case sensitive routing` and
+// `strict routing` settings say otherwise.
+//
 // Express's own `trust proxy` setting is not read: the middleware reads the
 // socket's peer address and believes forwarding headers only from its own
 // trusted proxies.
@@ -34,12 +40,25 @@
 // never starts keeps its charge.
 
 import type { IncomingMessage, ServerResponse } from "node:http";
+import { parse as parseUrl } from "node:url";
 
-import { Identify, decide, match, settleAfterResponse, type Client, type Failure, type Headers, type Policy, type Verdict } from "./http.js";
+import {
+  Identify,
+  decide,
+  match,
+  settleAfterResponse,
+  type Client,
+  type Failure,
+  type Headers,
+  type Policy,
+  type Routing,
+  type Verdict,
+} from "./http.js";
 import type { Logger } from "./resilience.js";
 
 export {
   DEFAULT_POLICY_TIMEOUT_MS,
+  EXACT_ROUTING,
   Identify,
   Policy,
   QUOTA_EXCEEDED,
@@ -61,6 +80,7 @@ export {
   type IdentifyOptions,
   type PolicyOptions,
   type Request,
+  type Routing,
 } from "./http.js";
 
 export interface RateLimitOptions {
@@ -72,6 +92,12 @@ export interface RateLimitOptions {
   onFailure?: (failure: Failure) => void;
   /** Where a warning goes, at most once a second per policy (default `console`; `null`: nowhere). */
   logger?: Logger | null;
+  /**
+   * How routes are compared with the path (default: as `req.app`'s `case sensitive routing` and
+   * `strict routing` say; both off, as Express's are, without an app). Give it when the routes are on
+   * an `express.Router` whose options differ from the app's.
+   */
+  routing?: Routing;
 }
 
 /** What a request that passed carries: `req.rateLimit`. */
@@ -81,6 +107,28 @@ export interface RateLimitInfo {
 }
 
 type Next = (error?: unknown) => void;
+
+/**
+ * The path Express's router routes `target` (the request target) by: up to
+ * its query, as sent; a target that is not a plain path (an absolute URL, a
+ * fragment, a blank or a backslash before it) is read by `url.parse`, as
+ * Express reads it.
+ */
+function routedPath(target: string): string {
+  if (target.startsWith("/") && !/[\t\n\f\r #\u00a0\ufeff]/.test(target)) return target.split("?", 1)[0]!;
+  try {
+    return parseUrl(target).pathname ?? "/";
+  } catch {
+    return target; // Express routes nothing by a target it cannot parse
+  }
+}
+
+/** The routing `req`'s Express app does: its `case sensitive routing` and `strict routing` (both off by default). */
+function appRouting(req: IncomingMessage): Routing {
+  const app = (req as IncomingMessage & { app?: { get?: (name: string) => unknown } }).app;
+  const setting = (name: string) => (typeof app?.get === "function" ? Boolean(app.get(name)) : false);
+  return { caseSensitive: setting("case sensitive routing"), strict: setting("strict routing") };
+}
 
 /**
  * Holds `res`'s head, and everything written after it, from the first
@@ -146,9 +194,10 @@ export function rateLimit(options: RateLimitOptions): (req: IncomingMessage, res
     const url = (req as IncomingMessage & { originalUrl?: string }).originalUrl ?? req.url ?? "/";
     const request = {
       method: (req.method ?? "GET").toUpperCase(),
-      path: url.split("?", 1)[0] || "/",
+      path: routedPath(url),
       headers: headers as Headers,
       peer: req.socket.remoteAddress,
+      routing: options.routing ?? appRouting(req),
     };
     const client = identify.client(request.peer, request.headers);
     decide(match(policies, request, client), client, logger).then(

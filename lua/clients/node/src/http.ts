@@ -297,12 +297,29 @@ export class Identify {
 // -- which policies apply ----------------------------------------------------------
 
 /**
+ * How a router compares a path with its routes, as Express's settings say:
+ * `caseSensitive` (`case sensitive routing`: off, `/LOGIN` is `/login`) and
+ * `strict` (`strict routing`: off, `/login/` is `/login`).
+ */
+export interface Routing {
+  readonly caseSensitive: boolean;
+  readonly strict: boolean;
+}
+
+/** The path as it is, case and trailing slash included. */
+export const EXACT_ROUTING: Routing = { caseSensitive: true, strict: true };
+
+/**
  * A method (undefined: any) and a path pattern in axum's syntax: literal
  * segments, `{name}` for one non-empty segment, `{*name}` last for the rest
- * (even nothing). Matched against the raw path; a `GET` route also matches `HEAD`.
+ * (even nothing). Matched against the path as sent, percent-encoding kept
+ * (as axum and Express compare literals), under a {@link Routing}; a `GET`
+ * route also matches `HEAD`.
  */
 export class Route {
   private readonly segments: ["literal" | "param" | "rest", string][] = [];
+  /** Each literal segment, compared as Express's router compares it when routing is not case-sensitive. */
+  private readonly anyCase: (RegExp | undefined)[] = [];
   readonly method: string | undefined;
 
   constructor(method: string | undefined | null, readonly pattern: string) {
@@ -325,19 +342,30 @@ export class Route {
         throw error("braces are only allowed around a whole segment: {name} or {*name}");
       } else this.segments.push(["literal", piece]);
     });
+    // A regular expression's "i" flag, as path-to-regexp builds Express's routes.
+    for (const [kind, value] of this.segments) {
+      this.anyCase.push(kind === "literal" ? new RegExp(`^${value.replace(/[.*+?^${}()|[\]\\]/g, "\\$&")}$`, "i") : undefined);
+    }
     this.method = method ? method.toUpperCase() : undefined;
   }
 
-  matches(method: string, path: string): boolean {
+  matches(method: string, path: string, routing: Routing = EXACT_ROUTING): boolean {
     if (this.method !== undefined && !(this.method === method || (this.method === "GET" && method === "HEAD"))) return false;
+    if (this.matchesPath(path, routing.caseSensitive)) return true;
+    // Not strict: one trailing slash more reaches the same route.
+    return !routing.strict && path.length > 1 && path.endsWith("/") && this.matchesPath(path.slice(0, -1), routing.caseSensitive);
+  }
+
+  private matchesPath(path: string, caseSensitive: boolean): boolean {
     if (!path.startsWith("/")) return false;
     const pieces = path.slice(1).split("/");
     let i = 0;
-    for (const [kind, value] of this.segments) {
+    for (const [j, [kind, value]] of this.segments.entries()) {
       if (kind === "rest") return true;
-      if (i >= pieces.length) return false;
-      if (kind === "literal" && pieces[i] !== value) return false;
-      if (kind === "param" && !pieces[i]) return false;
+      const piece = pieces[i];
+      if (piece === undefined) return false;
+      if (kind === "literal" && piece !== value && (caseSensitive || !this.anyCase[j]!.test(piece))) return false;
+      if (kind === "param" && !piece) return false;
       i++;
     }
     return i === pieces.length;
@@ -350,6 +378,8 @@ export interface Request {
   readonly path: string;
   readonly headers: Headers;
   readonly peer: string | undefined;
+  /** How routes are compared with `path` (default {@link EXACT_ROUTING}). */
+  readonly routing?: Routing;
 }
 
 /** The first value of header `name` in `request`. */
@@ -467,7 +497,7 @@ export class Policy {
 
   /** [limiter key, cost] if the policy applies to the request. */
   applies(request: Request, client: Client): [string, number] | undefined {
-    if (this.routes.length && !this.routes.some((r) => r.matches(request.method, request.path))) return undefined;
+    if (this.routes.length && !this.routes.some((r) => r.matches(request.method, request.path, request.routing))) return undefined;
     const plans = this.options.plans ?? [];
     if (plans.length && !(client.plan !== undefined && plans.includes(client.plan))) return undefined;
     const key = this.options.key ? this.options.key(request, client) : client.key;

@@ -21,6 +21,11 @@ identity, policies, rounds, ``429``/``503`` responses and
         identify=Identify(trusted_proxies=["10.0.0.0/8"]),
     )
 
+A policy's routes are matched against the path the app routes on: the
+percent-decoded ``scope["path"]`` less the ``root_path`` of a mount, as
+Starlette's router does, so that every spelling of a path that reaches a
+handler (``/log%69n`` for ``/login``) counts on that handler's policies.
+
 A request that passes carries what was decided in ``scope["state"]``:
 ``request.state.rate_limit`` (the :class:`~ratelab_client.web.Verdict`) and
 ``request.state.rate_limit_client`` (the :class:`~ratelab_client.web.Client`).
@@ -49,6 +54,20 @@ ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 logger = logging.getLogger("ratelab_client.asgi")
 
 __all__ = ["RateLimitMiddleware"]
+
+
+def route_path(scope: Scope) -> str:
+    """The path the app routes on, as Starlette (and FastAPI) do: the
+    percent-decoded ``path`` with the ``root_path`` of a mount taken off. A
+    policy's routes are matched against it, never against ``raw_path``:
+    otherwise ``/log%69n`` would reach the ``/login`` handler uncounted."""
+    path: str = scope.get("path") or "/"
+    root = scope.get("root_path") or ""
+    if not root or not path.startswith(root):
+        return path
+    if path == root:
+        return ""
+    return path[len(root):] if path[len(root)] == "/" else path
 
 
 class RateLimitMiddleware:
@@ -84,9 +103,7 @@ class RateLimitMiddleware:
             return
         headers = [(k.decode("latin-1").lower(), v.decode("latin-1")) for k, v in scope.get("headers", [])]
         client = scope.get("client")
-        raw_path = scope.get("raw_path")
-        path = raw_path.decode("latin-1").split("?", 1)[0] if raw_path else scope.get("path", "/")
-        request = Request(scope["method"].upper(), path, headers, client[0] if client else None)
+        request = Request(scope["method"].upper(), route_path(scope), headers, client[0] if client else None)
         who = self.identify.client(request.peer, headers)
         reports = match(self.policies, request, who)
         verdict = await Engine(reports, who, time.monotonic).decide()

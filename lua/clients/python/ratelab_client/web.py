@@ -289,8 +289,9 @@ class Identify:
 class Route:
     """A method (None: any) and a path pattern in axum's syntax: literal
     segments, ``{name}`` for one non-empty segment, ``{*name}`` last for the
-    rest (even nothing). Matched against the raw path; a ``GET`` route also
-    matches ``HEAD``."""
+    rest (even nothing). Matched against the path the app routes on (for
+    the ASGI middleware, the decoded path, as Starlette routes); a ``GET``
+    route also matches ``HEAD``."""
 
     def __init__(self, method: Optional[str], pattern: str) -> None:
         def error(reason: str) -> ValueError:

@@ -12,7 +12,7 @@ import socket
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 import httpx
 import pytest
@@ -20,7 +20,7 @@ import uvicorn
 from starlette.applications import Starlette
 from starlette.requests import Request as StarletteRequest
 from starlette.responses import PlainTextResponse
-from starlette.routing import Route as StarletteRoute
+from starlette.routing import Mount, Route as StarletteRoute
 
 import redis
 import redis.asyncio
@@ -321,3 +321,110 @@ def test_an_admission_after_the_policys_timeout_is_given_back(http_server, own_s
     wait_until(lambda: direct.peek(key, 0).remaining == 9, "the late admission was not given back")
     direct.close()
     asyncio.run_coroutine_threadsafe(limiter.aclose(), http_server[2]).result(15)
+
+
+# -- a policy counts every request the app routes to its handler ---------------
+
+#: Spellings of two routes an attacker may try, and for each the handler
+#: Starlette runs for POST of it (uvicorn decodes the path; Starlette matches
+#: the decoded path, case-sensitively, a trailing slash elsewhere, a {param}
+#: one non-empty segment). The test asserts the app agrees, so a change in
+#: Starlette shows here, not as a silent bypass.
+SPELLINGS = [
+    ("/login", "login"),
+    ("/log%69n", "login"),
+    ("/%6C%6F%67%69%6E", "login"),
+    ("/login?next=/x", "login"),
+    ("/LOGIN", "other"),
+    ("/login/", "other"),
+    ("/login;x=1", "other"),
+    ("//login", "other"),
+    ("/a/../login", "other"),
+    ("/./login", "other"),
+    ("/login%2F", "other"),
+    ("/%2Flogin", "other"),
+    ("/login%00", "other"),
+    ("/login%20", "other"),
+    ("/logi", "other"),
+    ("/users/7/reset", "reset"),
+    ("/%75sers/7/res%65t", "reset"),
+    ("/users/%37/reset", "reset"),
+    ("/users/a%2Fb/reset", "other"),
+    ("/users//reset", "other"),
+    ("/users/7/reset/", "other"),
+    ("/USERS/7/reset", "other"),
+]
+
+
+async def login_handler(request: StarletteRequest) -> PlainTextResponse:
+    return PlainTextResponse("login")
+
+
+async def reset_handler(request: StarletteRequest) -> PlainTextResponse:
+    return PlainTextResponse("reset")
+
+
+async def other_handler(request: StarletteRequest) -> PlainTextResponse:
+    return PlainTextResponse("other")
+
+
+def send_raw(port: int, method: str, target: str) -> Tuple[int, Dict[str, str], str]:
+    """One request with its target exactly as given (an HTTP client library
+    would normalise it): status, headers (lower-case names), body."""
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+        s.sendall(f"{method} {target} HTTP/1.1\r\nHost: test\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+                  .encode("latin-1"))
+        data = b""
+        while chunk := s.recv(65536):
+            data += chunk
+    head, _, body = data.partition(b"\r\n\r\n")
+    lines = head.decode("latin-1").split("\r\n")
+    headers = {}
+    for line in lines[1:]:
+        name, _, value = line.partition(":")
+        headers[name.strip().lower()] = value.strip()
+    return int(lines[0].split(" ")[1]), headers, body.decode("latin-1")
+
+
+@pytest.mark.parametrize("mounted", [False, True], ids=["app", "mounted-under-api"])
+def test_a_route_policy_counts_every_spelling_the_app_routes_to_its_handler(http_server, server, prefix, mounted):
+    # A route's policy must count a request whenever Starlette runs that
+    # route's handler for it, however its path is spelled (percent-encoded,
+    # under a mount's root_path), and only then.
+    switch, port, loop = http_server
+    clock = lambda: CASES["t0_us"]  # noqa: E731
+    limiters = [AsyncLimiter(redis.asyncio.Redis(port=server.port), "gcra", Quota.per_hour(1000), prefix=prefix,
+                             clock=clock, quota_check_every=None, timeout=5.0,
+                             connect_timeout=PATIENT_CONNECT_TIMEOUT) for _ in range(2)]
+    inner = Starlette(routes=[StarletteRoute("/login", login_handler, methods=["POST"]),
+                              StarletteRoute("/users/{id}/reset", reset_handler, methods=["POST"]),
+                              StarletteRoute("/{rest:path}", other_handler, methods=METHODS)])
+    policies = [Policy("login", limiters[0], routes=[("POST", "/login")], timeout=5.0),
+                Policy("reset", limiters[1], routes=[("POST", "/users/{id}/reset")], timeout=5.0)]
+    limited = RateLimitMiddleware(inner, policies=policies)
+    switch.app = Starlette(routes=[Mount("/api", app=limited)]) if mounted else limited
+    try:
+        check_spellings(port, "/api" if mounted else "")
+    finally:
+        for limiter in limiters:
+            asyncio.run_coroutine_threadsafe(limiter.aclose(), loop).result(5)
+
+
+def check_spellings(port: int, base: str) -> None:
+    counted = {"login": 0, "reset": 0}
+    reached = {"login": 0, "reset": 0}
+    for spelling, handler in SPELLINGS:
+        status, headers, body = send_raw(port, "POST", base + spelling)
+        assert (status, body) == (200, handler), f"{spelling}: Starlette answered {status} {body!r}"
+        for name in counted:
+            applied = f'"{name}"' in headers.get("ratelimit-policy", "")
+            assert applied == (body == name), f"{spelling}: reached {body}; counted on {name}: {applied}"
+            reached[name] += body == name
+            if applied:
+                # One unit more taken on the policy's one key.
+                counted[name] += 1
+                assert headers["ratelimit"].startswith(f'"{name}";r={1000 - counted[name]};'), (spelling, headers)
+    assert counted == reached and reached["login"] >= 4 and reached["reset"] >= 3, (counted, reached)
+    # GET is not the POST route's method.
+    status, headers, body = send_raw(port, "GET", base + "/log%69n")
+    assert (body, "ratelimit-policy" in headers) == ("other", False)

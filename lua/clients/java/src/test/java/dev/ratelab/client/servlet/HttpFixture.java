@@ -40,15 +40,7 @@ final class HttpFixture implements AutoCloseable {
     private final ServerConnector v6;
 
     HttpFixture(Filter filter) throws Exception {
-        v4 = new ServerConnector(jetty);
-        v4.setHost("127.0.0.1");
-        v6 = new ServerConnector(jetty);
-        v6.setHost("::1");
-        jetty.addConnector(v4);
-        jetty.addConnector(v6);
-        ServletContextHandler context = new ServletContextHandler();
-        context.addFilter(new FilterHolder(filter), "/*", EnumSet.of(DispatcherType.REQUEST));
-        context.addServlet(new ServletHolder(new HttpServlet() {
+        this(filter, "/", Map.of("/*", new HttpServlet() {
             @Override
             protected void service(HttpServletRequest request, HttpServletResponse response) throws IOException {
                 String status = request.getHeader("x-respond-status");
@@ -57,7 +49,20 @@ final class HttpFixture implements AutoCloseable {
                 Client client = (Client) request.getAttribute(RateLimitFilter.CLIENT);
                 response.getWriter().write(client == null ? "no client" : client.key());
             }
-        }), "/*");
+        }));
+    }
+
+    /** The filter in front of {@code servlets} (by their mapping), in a context at {@code contextPath}. */
+    HttpFixture(Filter filter, String contextPath, Map<String, HttpServlet> servlets) throws Exception {
+        v4 = new ServerConnector(jetty);
+        v4.setHost("127.0.0.1");
+        v6 = new ServerConnector(jetty);
+        v6.setHost("::1");
+        jetty.addConnector(v4);
+        jetty.addConnector(v6);
+        ServletContextHandler context = new ServletContextHandler(contextPath);
+        context.addFilter(new FilterHolder(filter), "/*", EnumSet.of(DispatcherType.REQUEST));
+        servlets.forEach((mapping, servlet) -> context.addServlet(new ServletHolder(servlet), mapping));
         jetty.setHandler(context);
         jetty.start();
     }
