@@ -568,7 +568,7 @@ const MAX_ANY_TAIL: usize = if MAX_TAIL > MAX_SPENT_TAIL {
 /// A stored string: at most 32 bytes of fixed part, then the ledger's
 /// tail.
 ///
-/// Its first [`INLINE`] bytes sit on the stack, which holds every state
+/// Its first 64 bytes sit on the stack, which holds every state
 /// with no tail or a short one (GCRA's 24 bytes, a few shifts); a longer
 /// string (a ledger's long tail, after settlements) moves to the heap. An
 /// empty one costs a few words to make: a store's hot path makes one on
