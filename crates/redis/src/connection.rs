@@ -4,7 +4,6 @@
 use std::fmt;
 use std::time::Duration;
 
-use ratelab_resilience::LATE_REPLY_WAIT;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::cluster::ClusterClient;
 use redis::cluster_async::ClusterConnection;
@@ -12,6 +11,7 @@ use redis::cluster_routing::{Route, SingleNodeRoutingInfo, SlotAddr};
 use redis::{Cmd, FromRedisValue, RedisResult, Value};
 
 use crate::sentinel::SentinelMaster;
+use crate::settings::RESPONSE_TIMEOUT;
 
 /// A connection to Redis: one node (multiplexed, reconnecting on its own
 /// after a failure), a Redis Cluster (routing each key to its slot's
@@ -31,13 +31,6 @@ pub enum Connection {
 
 /// How long to wait for a TCP connection to Redis, when (re)connecting.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
-
-/// How long the connection itself awaits a reply: as long as a limiter
-/// awaits a late one ([`LATE_REPLY_WAIT`]). Each call is bounded by its
-/// limiter's own timeout; a shorter bound here (redis-rs's default is
-/// 500 ms) would fail every call at it whatever the limiter's timeout says,
-/// and drop the late replies whose admissions are given back.
-pub(crate) const RESPONSE_TIMEOUT: Duration = LATE_REPLY_WAIT;
 
 impl Connection {
     /// Connects to one node (`redis://host:port/db`), now: an unreachable

@@ -143,7 +143,6 @@ mod backend;
 mod classify;
 mod connection;
 mod key;
-mod limiter;
 mod redis_clock;
 mod registry;
 mod reply;
@@ -155,14 +154,13 @@ mod store;
 pub use backend::{MODULE_RECHECK, ScriptBackend};
 pub use connection::Connection;
 pub use key::{MAX_KEY_LEN, hash_tag, redis_key};
-pub use limiter::{RedisLimiter, RedisLimiterBuilder};
 pub use redis::RedisError;
 pub use registry::{DEFAULT_QUOTA_CHECK_EVERY, QuotaMismatch};
 pub use reply::InvalidReply;
 pub use script::{MAX_TTL_SLACK_MS, Op, PROTOCOL_VERSION, Script, ScriptArgs};
 pub use sentinel::SentinelMaster;
 pub use settings::{DEFAULT_CLIENT_TTL_SLACK, DEFAULT_PREFIX, TimeSource};
-pub use store::{RedisStats, RedisStore, RedisStoreBuilder};
+pub use store::{RedisLimiter, RedisLimiterBuilder, RedisStats, RedisStore, RedisStoreBuilder};
 // The resilience wrapper's, as a program using Redis configures and
 // observes it.
 pub use ratelab_resilience::{

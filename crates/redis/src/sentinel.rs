@@ -10,7 +10,7 @@ use redis::aio::MultiplexedConnection;
 use redis::sentinel::{SentinelClient, SentinelServerType};
 use redis::{AsyncConnectionConfig, ErrorKind, RedisError, RedisResult, ServerErrorKind};
 
-use crate::connection::RESPONSE_TIMEOUT;
+use crate::settings::RESPONSE_TIMEOUT;
 
 /// The master of a service that Redis Sentinel watches, as
 /// [`Connection::Sentinel`](crate::Connection::Sentinel) holds it: one

@@ -6,12 +6,20 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use ratelab_core::Clock;
+use ratelab_resilience::LATE_REPLY_WAIT;
 
 /// The default key prefix.
 pub const DEFAULT_PREFIX: &str = "ratelab";
 
 /// The default TTL slack for a [`TimeSource::Client`]: one minute.
 pub const DEFAULT_CLIENT_TTL_SLACK: Duration = Duration::from_secs(60);
+
+/// How long the connection itself awaits a reply: as long as a limiter
+/// awaits a late one ([`LATE_REPLY_WAIT`]). Each call is bounded by its
+/// limiter's own timeout; a shorter bound here (redis-rs's default is
+/// 500 ms) would fail every call at it whatever the limiter's timeout says,
+/// and drop the late replies whose admissions are given back.
+pub(crate) const RESPONSE_TIMEOUT: Duration = LATE_REPLY_WAIT;
 
 /// Where "now" comes from.
 #[derive(Clone, Default)]

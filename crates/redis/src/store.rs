@@ -1,6 +1,7 @@
 //! [`RedisStore`]: any [`RemoteForm`] on Redis, one script (or module)
-//! call per operation: the backend the resilience wrapper puts a
-//! [`RedisLimiter`](crate::RedisLimiter) around.
+//! call per operation; and [`RedisLimiter`], that store behind the
+//! resilience wrapper, the one type a program using Redis needs, built by
+//! the store's builder ([`RedisStore::builder`]), which configures both.
 
 use std::fmt;
 use std::num::NonZeroU32;
@@ -11,7 +12,7 @@ use std::time::{Duration, Instant};
 use ratelab_core::toolkit::remote::Params;
 use ratelab_core::toolkit::{RemoteForm, Settlement, Stamp, clamp_instant, duration_to_micros};
 use ratelab_core::{Clock, Decision, Error, SystemClock};
-use ratelab_resilience::{Alert, FailurePolicy, Resilience, Store};
+use ratelab_resilience::{Alert, FailurePolicy, Resilience, Resilient, Store};
 use redis::Value;
 
 use crate::backend::{
@@ -20,7 +21,6 @@ use crate::backend::{
 use crate::classify::classify;
 use crate::connection::Connection;
 use crate::key::redis_key;
-use crate::limiter::RedisLimiter;
 use crate::redis_clock::RedisClock;
 use crate::registry::{DEFAULT_QUOTA_CHECK_EVERY, MismatchCallback, QuotaMismatch, QuotaRegistry};
 use crate::reply::{Asked, Bounds, decision_from_reply};
@@ -771,3 +771,39 @@ impl<A: RemoteForm + fmt::Debug> fmt::Debug for RedisStore<A> {
             .finish_non_exhaustive()
     }
 }
+
+/// A rate limiter whose state lives in Redis: one algorithm, one quota, any
+/// number of keys, shared by every application instance that uses the same
+/// Redis and prefix.
+///
+/// It is a [`RedisStore`] (keys, the script or the native module, replies
+/// checked, Redis's measured clock) behind `ratelab-resilience`'s
+/// [`Resilient`] wrapper, which is all of its API: each call waits at most
+/// the timeout, and the script gets the caller's give-up instant as its
+/// deadline, so that a call a stall held past it is never charged; a
+/// circuit breaker stops paying the timeout during an outage; the
+/// [`FailurePolicy`](crate::FailurePolicy) answers when Redis is
+/// unavailable; refusals may be cached; every failure raises an alert.
+/// Cloning shares the limiter. What is Redis's (its connection, its keys,
+/// how calls went): [`Resilient::store`].
+///
+/// ```no_run
+/// use ratelab_core::Quota;
+/// use ratelab_gcra::Gcra;
+/// use ratelab_redis::{Connection, RedisLimiter, RedisStore};
+///
+/// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+/// let connection = Connection::single("redis://127.0.0.1:6379/").await?;
+/// let limiter: RedisLimiter<Gcra> =
+///     RedisStore::builder(connection, Gcra::new(Quota::per_second(5)?)).build();
+/// let decision = limiter.check(b"client-42", 1).await?;
+/// println!("{}", limiter.store().redis_key(b"client-42").len());
+/// # let _ = decision;
+/// # Ok(())
+/// # }
+/// ```
+pub type RedisLimiter<A> = Resilient<RedisStore<A>>;
+
+/// Builds a [`RedisLimiter`]: the store's builder, which holds the
+/// wrapper's options too.
+pub type RedisLimiterBuilder<A> = RedisStoreBuilder<A>;
