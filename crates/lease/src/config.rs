@@ -100,6 +100,16 @@ impl LeaseConfig {
         self
     }
 
+    /// The longest a lease lives.
+    pub const fn lifetime(&self) -> Duration {
+        self.max_lifetime
+    }
+
+    /// The most units one lease holds.
+    pub const fn units(&self) -> u32 {
+        self.max_units
+    }
+
     /// The configured lifetime, µs.
     pub(crate) fn max_lifetime_micros(&self) -> u64 {
         u64::try_from(self.max_lifetime.as_micros()).unwrap_or(u64::MAX)

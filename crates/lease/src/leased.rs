@@ -31,6 +31,13 @@ pub struct Leased<L> {
     /// Leases that ended, waiting for an asynchronous call to settle them.
     ended: Mutex<Vec<Ended>>,
     generations: AtomicU64,
+    /// The clock's readings may go back (not [`Clock::is_monotonic`]).
+    watch_clock: bool,
+    /// The last reading, to see the clock go back.
+    last_now: AtomicU64,
+    /// How many times the clock was seen going back: a renewal sent before
+    /// one installs no lease.
+    rewinds: AtomicU64,
 }
 
 impl<L> fmt::Debug for Leased<L> {
@@ -47,7 +54,11 @@ enum Step {
     Admitted(Decision, u64),
     Refused(Decision),
     Wait(tokio::sync::futures::OwnedNotified),
-    Renew { size: u32, sent_at: u64 },
+    Renew {
+        size: u32,
+        sent_at: u64,
+        rewinds: u64,
+    },
     Direct,
 }
 
@@ -66,17 +77,21 @@ impl<L: AsyncRateLimiter> Leased<L> {
     ) -> Result<Self, ConfigError> {
         config.validate()?;
         let bound = inner.bound();
+        let watch_clock = !clock.is_monotonic();
         Ok(Leased {
             capacity: bound.capacity(),
             bound,
             max_lifetime: config.max_lifetime_micros(),
             table: Table::new(config.max_keys),
             inner,
-            clock: Arc::new(clock),
+            clock: Arc::new(clock) as Arc<dyn Clock>,
             config,
             issuer: Issuer::new(),
             ended: Mutex::new(Vec::new()),
             generations: AtomicU64::new(1),
+            watch_clock,
+            last_now: AtomicU64::new(0),
+            rewinds: AtomicU64::new(0),
         })
     }
 
@@ -88,6 +103,22 @@ impl<L: AsyncRateLimiter> Leased<L> {
     /// How leases are sized and kept.
     pub fn config(&self) -> &LeaseConfig {
         &self.config
+    }
+
+    /// Whether a settlement of `receipt` now would give back to its lease
+    /// (the lease it was admitted from is live): otherwise a give-back is
+    /// dropped.
+    pub fn holds(&self, receipt: &Receipt) -> bool {
+        if !self.issuer.issued(receipt) {
+            return false;
+        }
+        let now = self.now();
+        let (hash, shard) = self.table.locate(receipt.key());
+        let mut shard = shard.lock();
+        shard
+            .get_mut(hash, receipt.key())
+            .and_then(|e| e.lease.as_ref())
+            .is_some_and(|l| l.generation == receipt.stamp().at && l.live(now))
     }
 
     /// Keys holding a lease now.
@@ -121,17 +152,13 @@ impl<L: AsyncRateLimiter> Leased<L> {
     /// carried into the key's next lease. A receipt of a check the shared
     /// limiter decided directly is settled there.
     pub async fn settle(&self, receipt: Receipt, actual: u32) -> Result<Decision, Error> {
-        if u64::from(actual) > self.capacity {
-            return Err(Error::CostTooHigh {
-                cost: actual,
-                capacity: self.capacity,
-            });
-        }
         let redeemed = match self.issuer.redeem(receipt) {
             Ok(redeemed) => redeemed,
             Err(theirs) => return self.inner.settle_async(theirs, actual).await,
         };
-        let now = self.clock.now_micros();
+        // Spent: the admission counts as charged.
+        self.ensure_fits(actual)?;
+        let now = self.now();
         let (hash, shard) = self.table.locate(&redeemed.key);
         let mut ended = Vec::new();
         let decision = {
@@ -168,7 +195,7 @@ impl<L: AsyncRateLimiter> Leased<L> {
     /// Answers how many settlements were sent; the last error, if any
     /// failed (their units stay charged on the shared limiter).
     pub async fn settle_expired(&self) -> Result<usize, Error> {
-        let now = self.clock.now_micros();
+        let now = self.now();
         let mut ended = Vec::new();
         for shard in self.table.shards() {
             shard.lock().sweep(now, &mut ended);
@@ -191,10 +218,27 @@ impl<L: AsyncRateLimiter> Leased<L> {
         self.settle_ended().await
     }
 
+    /// The clock's reading. A clock that went back (one a test moves by
+    /// hand, not the system's) ends every lease: a lease's lifetime is
+    /// counted on a clock that only moves forward, or it would outlive its
+    /// bound in real time.
+    fn now(&self) -> u64 {
+        let now = self.clock.now_micros();
+        if self.watch_clock && self.last_now.swap(now, Ordering::AcqRel) > now {
+            self.rewinds.fetch_add(1, Ordering::AcqRel);
+            let mut ended = Vec::new();
+            for shard in self.table.shards() {
+                shard.lock().end_all(&mut ended);
+            }
+            self.stash(ended);
+        }
+        now
+    }
+
     /// The admission of `cost` from `key`'s lease, if it is live and holds
     /// enough: no waiting, nothing else changed.
     fn admit_local(&self, key: &[u8], cost: u32, consume: bool) -> Option<(Decision, u64)> {
-        let now = self.clock.now_micros();
+        let now = self.now();
         let (hash, shard) = self.table.locate(key);
         let mut shard = shard.lock();
         let lease = shard.get_mut(hash, key)?.lease.as_mut()?;
@@ -249,8 +293,12 @@ impl<L: AsyncRateLimiter> Leased<L> {
                     return self.inner.check_with_receipt_async(key, cost).await;
                 }
                 Step::Direct => return self.inner.check_async(key, cost).await.map(|d| (d, None)),
-                Step::Renew { size, sent_at } => {
-                    return self.renew(key, cost, size, sent_at).await;
+                Step::Renew {
+                    size,
+                    sent_at,
+                    rewinds,
+                } => {
+                    return self.renew(key, cost, size, (sent_at, rewinds)).await;
                 }
             }
         }
@@ -258,7 +306,7 @@ impl<L: AsyncRateLimiter> Leased<L> {
 
     /// What a check of `cost` does now, under the key's lock.
     fn step(&self, key: &[u8], cost: u32) -> Step {
-        let now = self.clock.now_micros();
+        let now = self.now();
         let (hash, shard) = self.table.locate(key);
         let mut ended = Vec::new();
         let step = {
@@ -318,7 +366,12 @@ impl<L: AsyncRateLimiter> Leased<L> {
         }
         entry.renewing = true;
         let size = entry.history.ask(cost, self.capacity, &self.config);
-        Step::Renew { size, sent_at: now }
+        let rewinds = self.rewinds.load(Ordering::Acquire);
+        Step::Renew {
+            size,
+            sent_at: now,
+            rewinds,
+        }
     }
 
     /// Leases `size` units for `key` (or fewer, when the shared limiter
@@ -328,7 +381,7 @@ impl<L: AsyncRateLimiter> Leased<L> {
         key: &[u8],
         cost: u32,
         size: u32,
-        sent_at: u64,
+        sent: (u64, u64),
     ) -> Result<(Decision, Option<Receipt>), Error> {
         let guard = Renewing {
             table: &self.table,
@@ -350,7 +403,7 @@ impl<L: AsyncRateLimiter> Leased<L> {
             (decision, receipt) = self.inner.check_with_receipt_async(key, size).await?;
         }
         std::mem::forget(guard);
-        Ok(self.install(key, cost, size, sent_at, decision, receipt))
+        Ok(self.install(key, cost, size, sent, decision, receipt))
     }
 
     /// Records the answer to a lease request under the key's lock, wakes
@@ -360,10 +413,14 @@ impl<L: AsyncRateLimiter> Leased<L> {
         key: &[u8],
         cost: u32,
         size: u32,
-        sent_at: u64,
+        (sent_at, rewinds): (u64, u64),
         decision: Decision,
         receipt: Option<Receipt>,
     ) -> (Decision, Option<Receipt>) {
+        // A clock that went back since the request was sent: its lease is
+        // ended at once (the admission of the check stands).
+        self.now();
+        let rewound = self.rewinds.load(Ordering::Acquire) != rewinds;
         let (hash, shard) = self.table.locate(key);
         let mut shard = shard.lock();
         let generation = self.generations.fetch_add(1, Ordering::Relaxed);
@@ -403,6 +460,13 @@ impl<L: AsyncRateLimiter> Leased<L> {
         let answer = lease.decision(sent_at);
         let expires_at = lease.expires_at;
         entry.lease = Some(lease);
+        if rewound {
+            let mut ended = Vec::new();
+            entry.end_lease(&mut ended);
+            drop(shard);
+            self.stash(ended);
+            return (answer, self.receipt(key, cost, generation));
+        }
         shard.schedule(expires_at, generation, hash);
         (answer, self.receipt(key, cost, generation))
     }
