@@ -66,9 +66,13 @@
 //!   after they were admitted here.
 //!
 //! Clocks: lifetimes are durations on each instance's own clock, so an
-//! offset between instances' clocks changes nothing; a clock that goes back
-//! ends the leases it reaches before their request; a clock that runs slow
-//! lengthens `L` in real time by its drift.
+//! offset between instances' clocks changes nothing, and a clock that jumps
+//! forward only ends leases early. A clock seen going back (a reading below
+//! the one before) ends every lease of the instance; but a clock that goes
+//! back between two readings cannot be told from a slow one, and lengthens
+//! the leases it reaches by as much, as a clock that runs slow lengthens
+//! `L` by its drift. The default [`SystemClock`](ratelab_core::SystemClock)
+//! never goes back.
 //!
 //! **What it refuses that the shared limiter alone would admit**: the
 //! units other instances' leases hold unused (at most their lease size
