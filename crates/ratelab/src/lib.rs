@@ -72,10 +72,10 @@ pub use ratelab_gcra::{self as gcra, Gcra};
 pub use ratelab_http as http;
 #[cfg(feature = "http-core")]
 pub use ratelab_http_core as http_core;
-#[cfg(feature = "lease")]
-pub use ratelab_lease as lease;
 #[cfg(feature = "leaky-bucket")]
 pub use ratelab_leaky_bucket::{self as leaky_bucket, LeakyMeter, LeakyQueue};
+#[cfg(feature = "lease")]
+pub use ratelab_lease as lease;
 #[cfg(feature = "redis")]
 pub use ratelab_redis as redis;
 #[cfg(feature = "resilience")]
