@@ -61,6 +61,10 @@ pub enum ConfigError {
     /// At least one key must be able to hold a lease.
     #[error("max_keys must be at least 1")]
     NoKeys,
+    /// The shared limiter issues no receipts: a lease could never give its
+    /// unused units back.
+    #[error("the shared limiter issues no receipts (Limiter::refunds is false)")]
+    NoReceipts,
 }
 
 impl LeaseConfig {

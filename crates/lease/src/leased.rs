@@ -76,6 +76,9 @@ impl<L: AsyncRateLimiter> Leased<L> {
         clock: impl Clock + 'static,
     ) -> Result<Self, ConfigError> {
         config.validate()?;
+        if !inner.refunds() {
+            return Err(ConfigError::NoReceipts);
+        }
         let bound = inner.bound();
         let watch_clock = !clock.is_monotonic();
         Ok(Leased {
@@ -149,8 +152,10 @@ impl<L: AsyncRateLimiter> Leased<L> {
     /// taken from it (and settled on the shared limiter with the lease).
     /// Once the lease has ended, a give-back is dropped (the lease was
     /// settled with the units as charged) and a charge beyond the cost is
-    /// carried into the key's next lease. A receipt of a check the shared
-    /// limiter decided directly is settled there.
+    /// carried into the key's next lease (dropped if the key has no room
+    /// among [`max_keys`](LeaseConfig::max_keys)). A receipt of a check the
+    /// shared limiter decided directly is settled there. Answers the
+    /// lease's decision, or the shared limiter's for a check of cost 0.
     pub async fn settle(&self, receipt: Receipt, actual: u32) -> Result<Decision, Error> {
         let redeemed = match self.issuer.redeem(receipt) {
             Ok(redeemed) => redeemed,
@@ -176,9 +181,7 @@ impl<L: AsyncRateLimiter> Leased<L> {
                         None
                     }
                 },
-                // No room to carry a charge: the shared limiter takes it
-                // now, as a check of the units that never fails for room
-                // would not exist; a check of them is the nearest.
+                // No room for the key: a charge beyond the cost is dropped.
                 None => None,
             }
         };
@@ -326,6 +329,9 @@ impl<L: AsyncRateLimiter> Leased<L> {
         now: u64,
         ended: &mut Vec<Ended>,
     ) -> Step {
+        // Leases due end here too: the queue never holds more than the
+        // leases granted within a lifetime.
+        shard.sweep(now, ended);
         let Some(entry) = shard.entry(hash, key, now, self.table.capacity, ended) else {
             return Step::Direct;
         };
@@ -359,10 +365,9 @@ impl<L: AsyncRateLimiter> Leased<L> {
         }
         // Renew: the lease still live is short of units (it grows next
         // time); what it holds unused is given back before the request.
-        if entry.lease.as_ref().is_some_and(|l| l.live(now)) {
-            let granted = entry.lease.as_ref().map_or(0, |l| l.granted);
-            entry.history.used_up(granted, self.config.growth);
+        if let Some(granted) = entry.lease.as_ref().map(|l| l.granted) {
             entry.end_lease(ended);
+            entry.history.used_up(granted, self.config.growth);
         }
         entry.renewing = true;
         let size = entry.history.ask(cost, self.capacity, &self.config);

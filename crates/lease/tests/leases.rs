@@ -202,6 +202,9 @@ async fn a_lease_lives_from_when_its_request_was_sent() {
         fn bound(&self) -> Bound {
             self.0.bound()
         }
+        fn refunds(&self) -> bool {
+            true
+        }
     }
     impl AsyncRateLimiter for Slow {
         fn check_async<'a>(&'a self, key: &'a [u8], cost: u32) -> CheckFuture<'a> {
