@@ -81,7 +81,10 @@
 //! instance stopped without [`release_all`](Leased::release_all) (for a
 //! debt, at most its burst's time; for a window, until it ends). A
 //! renewal's refusal is answered locally, for checks at least as costly,
-//! until the retry instant the shared limiter gave.
+//! until the retry instant the shared limiter gave, even if other
+//! instances give units back meanwhile. Nothing else refuses: a renewal
+//! refused for a lease larger than the check asks again for what is left,
+//! or for the check alone.
 //!
 //! # When to lease
 //!

@@ -8,7 +8,8 @@
 use futures::executor::block_on;
 use proptest::prelude::*;
 use ratelab_core::{
-    AsyncRateLimiter, Bound, Clock, Error, Keyed, Limiter, ManualClock, Quota, RateLimiter, Receipt,
+    AsyncRateLimiter, Bound, Clock, Decision, Error, Keyed, Limiter, ManualClock, Quota,
+    RateLimiter, Receipt,
 };
 use ratelab_fixed_window::FixedWindow;
 use ratelab_gcra::Gcra;
@@ -56,6 +57,55 @@ impl InstanceClock {
 impl Clock for InstanceClock {
     fn now_micros(&self) -> u64 {
         self.shared.now_micros() + self.offset.load(Ordering::Relaxed) - ORIGIN
+    }
+}
+
+/// The shared limiter as the instances see it: counts the checks that
+/// reach it (lease requests, and checks decided directly).
+struct Counted {
+    shared: Shared,
+    checks: Arc<AtomicU64>,
+}
+
+impl Limiter for Counted {
+    fn quota(&self) -> Quota {
+        self.shared.quota()
+    }
+    fn algorithm_name(&self) -> &'static str {
+        self.shared.algorithm_name()
+    }
+    fn backend(&self) -> &'static str {
+        self.shared.backend()
+    }
+    fn bound(&self) -> Bound {
+        self.shared.bound()
+    }
+    fn refunds(&self) -> bool {
+        self.shared.refunds()
+    }
+}
+
+impl RateLimiter for Counted {
+    fn check(&self, key: &[u8], cost: u32) -> Result<Decision, Error> {
+        self.checks.fetch_add(1, Ordering::Relaxed);
+        self.shared.check(key, cost)
+    }
+    fn peek(&self, key: &[u8], cost: u32) -> Result<Decision, Error> {
+        self.shared.peek(key, cost)
+    }
+    fn check_with_receipt(
+        &self,
+        key: &[u8],
+        cost: u32,
+    ) -> Result<(Decision, Option<Receipt>), Error> {
+        self.checks.fetch_add(1, Ordering::Relaxed);
+        self.shared.check_with_receipt(key, cost)
+    }
+    fn settle(&self, receipt: Receipt, actual: u32) -> Result<Decision, Error> {
+        self.shared.settle(receipt, actual)
+    }
+    fn reset(&self, key: &[u8]) -> Result<(), Error> {
+        self.shared.reset(key)
     }
 }
 
@@ -156,6 +206,8 @@ struct Outstanding {
 struct World {
     clock: ManualClock,
     shared: Shared,
+    /// Checks that reached the shared limiter.
+    checks: Arc<AtomicU64>,
     config: LeaseConfig,
     instances: Vec<Instance>,
     incarnations: Vec<u64>,
@@ -170,6 +222,7 @@ impl World {
         let mut world = World {
             clock,
             shared,
+            checks: Arc::new(AtomicU64::new(0)),
             config,
             instances: Vec::new(),
             incarnations: vec![0; instances],
@@ -182,8 +235,12 @@ impl World {
 
     fn instance(&self) -> Instance {
         let clock = InstanceClock::new(&self.clock);
-        let leased = Leased::with_clock(Arc::clone(&self.shared), self.config, clock.clone())
-            .expect("a valid config");
+        let counted: Shared = Arc::new(Counted {
+            shared: Arc::clone(&self.shared),
+            checks: Arc::clone(&self.checks),
+        });
+        let leased =
+            Leased::with_clock(counted, self.config, clock.clone()).expect("a valid config");
         Instance { leased, clock }
     }
 
@@ -206,6 +263,7 @@ impl World {
                     );
                     return Ok(());
                 }
+                let checks = self.checks.load(Ordering::Relaxed);
                 let (decision, got) = if receipt {
                     block_on(leased.check_with_receipt(KEY, cost))
                 } else {
@@ -227,6 +285,19 @@ impl World {
                     }
                 } else {
                     prop_assert!(got.is_none());
+                    // A refusal the shared limiter was asked for is its
+                    // own refusal of this check, not of a larger lease:
+                    // what a lease refuses beyond the shared limiter's is
+                    // only what its cached refusals and other instances'
+                    // leases hold.
+                    if self.checks.load(Ordering::Relaxed) > checks {
+                        let shared = self.shared.peek(KEY, cost).expect("a peek");
+                        prop_assert!(
+                            !shared.allowed,
+                            "refused {} the shared limiter admits",
+                            cost
+                        );
+                    }
                 }
             }
             Op::Settle { pick, actual } => {
