@@ -106,8 +106,11 @@
 //! One renewal per key is in flight at once; the key's other checks wait
 //! for it. A key beyond [`max_keys`](LeaseConfig::max_keys) (rounded up to
 //! a multiple of the 32 shards) is checked on the shared limiter directly.
-//! Leases past their lifetime are settled on the key's next renewal, or by
-//! [`settle_expired`](Leased::settle_expired).
+//! Leases past their lifetime end at the next renewal of a key in their
+//! shard (of 32), and are settled by the renewal that ended them or the
+//! next one (a renewal settles what ended before it sends its request), or
+//! by [`settle_expired`](Leased::settle_expired), which a quiet instance
+//! calls now and then.
 //!
 //! Receipts: an admission from a lease gets a receipt of [`Leased`]'s own.
 //! Settled while its lease lives, its unused units go back to the lease
