@@ -133,12 +133,17 @@ fn calls_per_check(rt: &tokio::runtime::Runtime, instances: u32, per_instance: u
     assert!(admitted <= leased_bound, "admitted beyond the leased bound");
 }
 
+/// A quota no run exhausts: the admitted path is measured, not refusals.
+fn roomy() -> Quota {
+    Quota::per_second(1_000_000)
+        .and_then(|q| q.with_burst(1_000_000_000))
+        .expect("a valid quota")
+}
+
 fn local_check(c: &mut Criterion, rt: &tokio::runtime::Runtime) {
-    let quota = Quota::per_second(1_000_000)
-        .and_then(|q| q.with_burst(1_000_000))
-        .expect("a valid quota");
-    let memory = Arc::new(Keyed::with_clock(Gcra::new(quota), SystemClock::new()));
-    let leased = Leased::new(Arc::clone(&memory), LeaseConfig::default()).expect("valid");
+    let memory = Keyed::with_clock(Gcra::new(roomy()), SystemClock::new());
+    let shared = Keyed::with_clock(Gcra::new(roomy()), SystemClock::new());
+    let leased = Leased::new(shared, LeaseConfig::default()).expect("valid");
     let mut group = c.benchmark_group("lease-local");
     group.bench_function("memory-gcra", |b| {
         b.iter(|| black_box(memory.check(black_box(KEY), 1)));
@@ -147,6 +152,15 @@ fn local_check(c: &mut Criterion, rt: &tokio::runtime::Runtime) {
         b.iter(|| black_box(check_now_or_wait(rt, &leased, black_box(KEY))));
     });
     group.finish();
+    let admits = |d: Result<Decision, Error>| d.expect("decided").allowed;
+    assert!(
+        admits(memory.check(KEY, 1)),
+        "the quota was spent: refusals were measured"
+    );
+    assert!(
+        admits(check_now_or_wait(rt, &leased, KEY)),
+        "the quota was spent: refusals were measured"
+    );
 }
 
 fn redis_check(c: &mut Criterion, rt: &tokio::runtime::Runtime) {
@@ -154,9 +168,7 @@ fn redis_check(c: &mut Criterion, rt: &tokio::runtime::Runtime) {
     let connection = rt
         .block_on(Connection::single(&server.url()))
         .expect("connect to Redis");
-    let quota = Quota::per_second(1_000_000)
-        .and_then(|q| q.with_burst(1_000_000))
-        .expect("a valid quota");
+    let quota = roomy();
     let plain = RedisStore::builder(connection.clone(), Gcra::new(quota))
         .prefix("bench-plain")
         .build();

@@ -441,6 +441,7 @@ impl<L: AsyncRateLimiter> Leased<L> {
             return (decision, None);
         }
         if !decision.allowed {
+            entry.history.refused(decision.remaining);
             entry.refusal = Some(Refusal {
                 from: sent_at,
                 until: sent_at.saturating_add(decision.retry_after_micros),

@@ -60,6 +60,13 @@ impl History {
         }
     }
 
+    /// A lease request was refused, the shared limit reporting `remaining`:
+    /// the next asks for no more than its share of that (at a spent quota,
+    /// the check's own cost: one call, not a refused lease and a retry).
+    pub(crate) fn refused(&mut self, remaining: u64) {
+        self.left = remaining;
+    }
+
     /// The lease ended used up (renewed for want of units): the next one
     /// grows.
     pub(crate) fn used_up(&mut self, granted: u32, growth: u32) {
@@ -120,6 +127,9 @@ mod tests {
         history.granted(12, 8);
         assert_eq!(history.ask(1, 1_000, &config), 10);
         history.granted(1, 0);
+        assert_eq!(history.ask(2, 1_000, &config), 2);
+        // After a refusal, what was left then caps it.
+        history.refused(0);
         assert_eq!(history.ask(2, 1_000, &config), 2);
         // A lease that expired half used asks for what it used.
         history.granted(100, 10_000);
