@@ -24,7 +24,7 @@ use ratelab::lease::{LeaseConfig, Leased};
 use ratelab::redis::{Connection, RedisStore};
 use ratelab::{
     AsyncRateLimiter, Bound, CheckFuture, Decision, Error, Gcra, Keyed, Limiter, ManualClock,
-    Quota, RateLimiter, Receipt, ReceiptFuture, ResetFuture, SystemClock,
+    Quota, Receipt, ReceiptFuture, ResetFuture, SystemClock,
 };
 use ratelab_benches::Mode;
 use ratelab_testkit::redis::RedisServer;
