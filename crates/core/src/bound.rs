@@ -163,3 +163,48 @@ impl Bound {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// What `leased` rests on: the units admitted within an interval of
+    /// length `t` were charged within one of length `t + lifetime`, so the
+    /// leased bound over `t` must be at least the own bound over
+    /// `t + lifetime` (debts and the log; the aligned windows keep theirs).
+    #[test]
+    fn a_leased_bound_covers_the_interval_lengthened_by_the_lifetime() {
+        for interval in 1..=12 {
+            for burst in [1, 3, 10] {
+                let debt = Bound::Rate { burst, interval };
+                let log = Bound::TrailingWindow {
+                    limit: burst,
+                    window: interval,
+                };
+                for lifetime in 0..=40 {
+                    for t in 0..=60 {
+                        for own in [debt, log] {
+                            assert!(
+                                own.most_within(t + lifetime)
+                                    <= own.leased(lifetime).most_within(t),
+                                "{own:?}, lifetime {lifetime}, t {t}"
+                            );
+                        }
+                    }
+                }
+            }
+        }
+        let window = Bound::WeightedWindows {
+            limit: 5,
+            window: 10,
+            step: 1,
+            steps: 10,
+        };
+        assert_eq!(window.leased(u64::MAX), window);
+        let huge = Bound::TrailingWindow {
+            limit: u64::MAX / 2,
+            window: 1,
+        };
+        assert_eq!(huge.leased(u64::MAX).capacity(), u64::MAX);
+    }
+}
