@@ -573,7 +573,9 @@ impl<L: AsyncRateLimiter> AsyncRateLimiter for Leased<L> {
     }
 
     /// Drops the key's lease unsettled (a reset forgives its units anyway)
-    /// and resets the shared key.
+    /// and resets the shared key. Other instances' leases of the key, and a
+    /// renewal in flight here, keep what they hold: after a reset a key
+    /// admits its full capacity plus what those leases hold unused.
     fn reset_async<'a>(&'a self, key: &'a [u8]) -> ResetFuture<'a> {
         Box::pin(async move {
             let (hash, shard) = self.table.locate(key);
