@@ -341,3 +341,39 @@ async fn bad_input_is_an_error() {
     }
     let _: Decision = leased.check(b"k", 0).await.unwrap();
 }
+
+#[test]
+fn a_limiter_without_receipts_cannot_be_leased() {
+    /// A shared limiter that issues no receipts.
+    #[derive(Debug)]
+    struct NoReceipts(Keyed<Gcra, ManualClock>);
+    impl Limiter for NoReceipts {
+        fn quota(&self) -> Quota {
+            self.0.quota()
+        }
+        fn algorithm_name(&self) -> &'static str {
+            "gcra"
+        }
+        fn backend(&self) -> &'static str {
+            "no-receipts"
+        }
+        fn bound(&self) -> Bound {
+            self.0.bound()
+        }
+    }
+    impl AsyncRateLimiter for NoReceipts {
+        fn check_async<'a>(&'a self, key: &'a [u8], cost: u32) -> CheckFuture<'a> {
+            Box::pin(async move { self.0.check(key, cost) })
+        }
+    }
+    let clock = ManualClock::new();
+    let refused = Leased::with_clock(
+        NoReceipts(gcra(10, 10, &clock)),
+        LeaseConfig::default(),
+        clock,
+    );
+    assert!(matches!(
+        refused,
+        Err(ratelab_lease::ConfigError::NoReceipts)
+    ));
+}
