@@ -94,7 +94,11 @@
 //! nothing, and `ceil(L / T)` is large against its burst), a hard billing
 //! quota that must never be passed by one unit (a debt's bound grows by the
 //! rate times the lifetime), or a key whose every check must see the
-//! others' (login failures).
+//! others' (login failures). A key offered more than its quota saves
+//! little: once a debt is spent its units come back one at a time, so each
+//! admission is a lease of one unit, and each refusal not answered from the
+//! cached one is a call (about one call per check, as without leases; a
+//! window's refusal is cached until the window ends).
 //!
 //! # Leases
 //!
