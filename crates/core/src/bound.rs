@@ -103,6 +103,50 @@ impl Bound {
         }
     }
 
+    /// What a limiter that leases units from one with this bound promises
+    /// about the units it admits (`ratelab-lease`): each lease of units is
+    /// charged here at one instant and its units admitted locally until at
+    /// most `lifetime` µs later (measured from before the charge was sent),
+    /// so the units admitted within any interval were charged within that
+    /// interval lengthened by the lifetime.
+    ///
+    /// - A debt admits at most `ceil(lifetime / interval)` units more than
+    ///   its own bound in any interval: `burst + ceil(lifetime / interval)`
+    ///   at once, one more every interval (the rate times the lifetime).
+    /// - The aligned windows (fixed window, sliding counter) keep their
+    ///   bound: a lease never outlives the window it was charged in, so the
+    ///   units admitted in a window were charged in it.
+    /// - The sliding log admits at most `limit` for each trailing window an
+    ///   interval lengthened by the lifetime meets:
+    ///   `limit × (1 + ceil(lifetime / window))` per window.
+    ///
+    /// ```
+    /// use ratelab_core::Bound;
+    ///
+    /// // 100 at once, one every 10 ms; leases live at most 50 ms.
+    /// let bucket = Bound::Rate { burst: 100, interval: 10_000 };
+    /// assert_eq!(bucket.leased(50_000), Bound::Rate { burst: 105, interval: 10_000 });
+    /// let window = Bound::AlignedWindow { limit: 100, window: 1_000_000 };
+    /// assert_eq!(window.leased(50_000), window);
+    /// let log = Bound::TrailingWindow { limit: 100, window: 1_000_000 };
+    /// assert_eq!(log.leased(50_000), Bound::TrailingWindow { limit: 200, window: 1_000_000 });
+    /// // A lease of no lifetime changes nothing.
+    /// assert_eq!(bucket.leased(0), bucket);
+    /// ```
+    pub const fn leased(&self, lifetime: u64) -> Bound {
+        match *self {
+            Bound::Rate { burst, interval } => Bound::Rate {
+                burst: burst.saturating_add(lifetime.div_ceil(interval)),
+                interval,
+            },
+            Bound::TrailingWindow { limit, window } => Bound::TrailingWindow {
+                limit: limit.saturating_mul(lifetime.div_ceil(window).saturating_add(1)),
+                window,
+            },
+            Bound::AlignedWindow { .. } | Bound::WeightedWindows { .. } => *self,
+        }
+    }
+
     /// The most units that may count within any closed interval of length
     /// `t` µs: `burst + floor(t / interval)` for a debt; for the windows,
     /// `limit` for each window the interval can meet: up to
@@ -117,5 +161,50 @@ impl Bound {
             | Bound::WeightedWindows { limit, window, .. } => limit.saturating_mul(t / window + 2),
             Bound::TrailingWindow { limit, window } => limit.saturating_mul(t / window + 1),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// What `leased` rests on: the units admitted within an interval of
+    /// length `t` were charged within one of length `t + lifetime`, so the
+    /// leased bound over `t` must be at least the own bound over
+    /// `t + lifetime` (debts and the log; the aligned windows keep theirs).
+    #[test]
+    fn a_leased_bound_covers_the_interval_lengthened_by_the_lifetime() {
+        for interval in 1..=12 {
+            for burst in [1, 3, 10] {
+                let debt = Bound::Rate { burst, interval };
+                let log = Bound::TrailingWindow {
+                    limit: burst,
+                    window: interval,
+                };
+                for lifetime in 0..=40 {
+                    for t in 0..=60 {
+                        for own in [debt, log] {
+                            assert!(
+                                own.most_within(t + lifetime)
+                                    <= own.leased(lifetime).most_within(t),
+                                "{own:?}, lifetime {lifetime}, t {t}"
+                            );
+                        }
+                    }
+                }
+            }
+        }
+        let window = Bound::WeightedWindows {
+            limit: 5,
+            window: 10,
+            step: 1,
+            steps: 10,
+        };
+        assert_eq!(window.leased(u64::MAX), window);
+        let huge = Bound::TrailingWindow {
+            limit: u64::MAX / 2,
+            window: 1,
+        };
+        assert_eq!(huge.leased(u64::MAX).capacity(), u64::MAX);
     }
 }

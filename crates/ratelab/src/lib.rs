@@ -8,7 +8,9 @@
 //! wrapper any store of limits gets: feature `resilience`, part of
 //! `redis`), [`http`] (feature `http`, the tower layer; `axum` for axum's
 //! connect info), [`http_core`] (feature `http-core`, the same decisions for
-//! any other server) and [`throttle`] (feature `throttle`, the client side).
+//! any other server), [`throttle`] (feature `throttle`, the client side)
+//! and [`lease`] (feature `lease`: a shared limit checked from local leases
+//! at memory speed, with a stated bound).
 //! [`AlgorithmKind`] names every algorithm and builds any of them.
 //!
 //! ```
@@ -54,8 +56,8 @@
 //!
 //! Features: `fixed-window`, `sliding-window`, `leaky-bucket`,
 //! `token-bucket`, `gcra` (the default: every algorithm; any subset builds),
-//! `redis`, `resilience`, `http`, `axum`, `http-core`, `throttle`, `tokio`
-//! (async wait helpers), `full` (all of them).
+//! `redis`, `resilience`, `http`, `axum`, `http-core`, `throttle`, `lease`,
+//! `tokio` (async wait helpers), `full` (all of them).
 
 #![warn(missing_docs)]
 #![forbid(unsafe_code)]
@@ -72,6 +74,8 @@ pub use ratelab_http as http;
 pub use ratelab_http_core as http_core;
 #[cfg(feature = "leaky-bucket")]
 pub use ratelab_leaky_bucket::{self as leaky_bucket, LeakyMeter, LeakyQueue};
+#[cfg(feature = "lease")]
+pub use ratelab_lease as lease;
 #[cfg(feature = "redis")]
 pub use ratelab_redis as redis;
 #[cfg(feature = "resilience")]
