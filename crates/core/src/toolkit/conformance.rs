@@ -22,7 +22,7 @@
 //!     quota: REFERENCE,
 //!     steps: STEPS,
 //! };
-//! assert_eq!(scenario.quota().capacity(), 10);
+//! assert_eq!(scenario.quota().burst(), 10);
 //! ```
 
 use std::time::Duration;
