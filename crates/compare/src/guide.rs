@@ -7,6 +7,7 @@ use std::fmt::Write as _;
 use ratelab::AlgorithmKind;
 
 use crate::Results;
+use crate::costs::{MemoryCost, MemoryCosts, and_list, ns_text};
 use crate::markdown::{num, pct};
 
 /// The decision guide: one line per recommendation, each computed from the
@@ -17,33 +18,8 @@ pub fn guide(results: &Results) -> Vec<String> {
     let outcome = |kind: AlgorithmKind| {
         traffic.and_then(|t| t.outcomes.iter().find(|o| o.algorithm == kind.name()))
     };
-    let cost_row = |kind: AlgorithmKind| {
-        results
-            .cost
-            .as_ref()
-            .and_then(|c| c.rows.iter().find(|r| r.algorithm == kind.name()))
-    };
-    let bytes = |kind: AlgorithmKind| {
-        cost_row(kind)
-            .and_then(|r| r.memory_bytes_per_key)
-            .map(|f| f.value)
-    };
-    // A real-time figure with its spread over the repeats, when measured
-    // here: `36 ns (28–46 over 5 repeats)`.
-    let ns_text = |kind: AlgorithmKind| {
-        let row = cost_row(kind)?;
-        let value = row.memory_ns_per_check?.value;
-        Some(match row.memory_ns_spread {
-            Some(s) if s.runs > 1 => format!(
-                "{} ns ({}–{} over {} repeats)",
-                num(value, 0),
-                num(s.min, 0),
-                num(s.max, 0),
-                s.runs
-            ),
-            _ => format!("{} ns", num(value, 0)),
-        })
-    };
+    let costs = MemoryCosts::of(results);
+    let cost_of = |kind: AlgorithmKind| costs.as_ref().and_then(|c| c.get(kind.name()));
 
     // Shared state behind a balancer.
     if let Some(b) = &results.load_balancer {
@@ -159,15 +135,8 @@ pub fn guide(results: &Results) -> Vec<String> {
                     pct(o.false_admission_pct)
                 );
             }
-            if let (Some(b), Some(n)) = (
-                bytes(AlgorithmKind::FixedWindow),
-                ns_text(AlgorithmKind::FixedWindow),
-            ) {
-                let _ = write!(
-                    line,
-                    ". Its one merit is cost: {} bytes per key, {n} per check [Cost]",
-                    num(b, 0),
-                );
+            if let (Some(costs), Some(fixed)) = (&costs, cost_of(AlgorithmKind::FixedWindow)) {
+                line += &fixed_window_cost(costs, &fixed);
             }
             line += ".";
             lines.push(line);
@@ -182,13 +151,22 @@ pub fn guide(results: &Results) -> Vec<String> {
             o.max_in_window,
             traffic.map_or(0, |t| t.limit)
         );
-        if let (Some(b), Some(g)) = (bytes(AlgorithmKind::SlidingLog), bytes(AlgorithmKind::Gcra)) {
+        if let (Some(costs), Some(log)) = (&costs, cost_of(AlgorithmKind::SlidingLog)) {
+            let (fewest, names) = costs.fewest_bytes();
+            let ratio = log.bytes / fewest.max(1.0);
+            let verdict = if ratio >= 2.0 {
+                "; **avoid it when keys are many**"
+            } else {
+                "; per key it stayed close to the cheapest in this run"
+            };
             let _ = write!(
                 line,
-                "; **avoid it when keys are many**: {} bytes per key against {} for gcra ({}×), and it grows with the limit [Cost]",
-                num(b, 0),
-                num(g, 0),
-                num(b / g.max(1.0), 1)
+                "{verdict}: {} bytes per key against {} for {} ({}×), and its state grows with the limit [Cost: {}]",
+                num(log.bytes, 0),
+                num(fewest, 0),
+                and_list(&names),
+                num(ratio, 1),
+                costs.bytes_method()
             );
         }
         line += ".";
@@ -204,7 +182,7 @@ pub fn guide(results: &Results) -> Vec<String> {
             "**sliding-counter is an approximation: use it when O(1) memory matters more than exactness**"
         };
         let mut line = format!(
-            "{verdict}: {} % of requests decided differently from the exact log ({} % of the light clients', {} % of the heavy hitters'; {} % false admissions, {} % false refusals in all; Cloudflare reported 0.003 % on its own traffic), worst client {} in a trailing second [Realistic traffic]",
+            "{verdict}. Two baselines, two figures. **Against the exact rule** (would one more, counting what the sliding counter itself admitted in the trailing second, stay within the limit?): {} % of its decisions were wrong ({} % of the light clients', {} % of the heavy hitters'; {} % false admissions, {} % false refusals), worst client {} in a trailing second [Realistic traffic]",
             pct(o.wrong_pct),
             pct(o.light.wrong_pct),
             pct(o.heavy.wrong_pct),
@@ -218,26 +196,31 @@ pub fn guide(results: &Results) -> Vec<String> {
                 .iter()
                 .find(|o| o.algorithm == AlgorithmKind::SlidingCounter.name())
         });
-        match light {
-            Some(l) => {
-                let _ = write!(
-                    line,
-                    ". Compared call by call with the sliding log's own decisions on the same arrivals, {} % differed on that limit-hugging traffic and {} % on light traffic, most clients well under the limit [Light traffic], against the {} % Cloudflare published for its own traffic",
-                    pct(o.differs_from_log_pct),
-                    pct(l.differs_from_log_pct),
-                    num(crate::scenario::light::CLOUDFLARE_WRONG_PCT, 3)
-                );
-            }
-            None => {
-                let _ = write!(
-                    line,
-                    ". Compared call by call with the sliding log's own decisions on the same arrivals, {} % differed",
-                    pct(o.differs_from_log_pct)
-                );
-            }
+        let _ = write!(
+            line,
+            ". **Against the sliding log's own decisions** (the exact log run on the same arrivals; once one decision differs, the two histories differ): {} % of decisions differed on that limit-hugging traffic",
+            pct(o.differs_from_log_pct)
+        );
+        if let Some(l) = light {
+            let _ = write!(
+                line,
+                " and {} % on light traffic, most clients well under the limit (there {} % were wrong by the exact rule) [Light traffic]",
+                pct(l.differs_from_log_pct),
+                pct(l.wrong_pct)
+            );
         }
-        if let Some(b) = bytes(AlgorithmKind::SlidingCounter) {
-            let _ = write!(line, "; {} bytes per key [Cost]", num(b, 0));
+        let _ = write!(
+            line,
+            ". Cloudflare published {} % wrongly allowed or refused for its own counter, on its own traffic",
+            num(crate::scenario::light::CLOUDFLARE_WRONG_PCT, 3)
+        );
+        if let (Some(costs), Some(c)) = (&costs, cost_of(AlgorithmKind::SlidingCounter)) {
+            let _ = write!(
+                line,
+                "; {} bytes per key [Cost: {}]",
+                num(c.bytes, 0),
+                costs.bytes_method()
+            );
         }
         line += ".";
         lines.push(line);
@@ -282,19 +265,12 @@ pub fn guide(results: &Results) -> Vec<String> {
             ". Within any second they admit up to burst + rate (worst client {}), so **avoid them when the contract is a hard per-window count**",
             tb.max_in_window.max(g.max_in_window)
         );
-        if let (Some(bt), Some(bg), Some(nt), Some(ng)) = (
-            bytes(AlgorithmKind::TokenBucket),
-            bytes(AlgorithmKind::Gcra),
-            ns_text(AlgorithmKind::TokenBucket),
-            ns_text(AlgorithmKind::Gcra),
+        if let (Some(costs), Some(t), Some(g)) = (
+            &costs,
+            cost_of(AlgorithmKind::TokenBucket),
+            cost_of(AlgorithmKind::Gcra),
         ) {
-            let cheaper = if bg <= bt { "gcra" } else { "token-bucket" };
-            let _ = write!(
-                line,
-                ". Between the two, {cheaper} keeps less per key: {} bytes (gcra) against {} (token-bucket); {ng} against {nt} per check [Cost]",
-                num(bg, 0),
-                num(bt, 0),
-            );
+            line += &pair_cost(costs, &g, &t);
         }
         line += ".";
         lines.push(line);
@@ -351,10 +327,19 @@ pub fn guide(results: &Results) -> Vec<String> {
         && m.false_admissions == tb.false_admissions
         && m.false_refusals == tb.false_refusals
     {
-        lines.push(format!(
-                "leaky-meter admitted exactly what token-bucket admitted on realistic traffic ({} requests, same false admissions and refusals) [Realistic traffic]: the same policy, so choose between them by cost.",
-                m.admitted
-            ));
+        let mut line = format!(
+            "leaky-meter admitted exactly what token-bucket admitted on realistic traffic ({} requests, same false admissions and refusals) [Realistic traffic]: the same policy, so choose between them by cost",
+            m.admitted
+        );
+        if let (Some(costs), Some(lm), Some(tb)) = (
+            &costs,
+            cost_of(AlgorithmKind::LeakyMeter),
+            cost_of(AlgorithmKind::TokenBucket),
+        ) {
+            line += &pair_cost(costs, &lm, &tb);
+        }
+        line += ".";
+        lines.push(line);
     }
 
     // Smoothing: leaky queue.
@@ -477,6 +462,11 @@ pub fn guide(results: &Results) -> Vec<String> {
         ));
     }
 
+    // Which is cheapest in memory.
+    if let Some(costs) = &costs {
+        lines.push(cheapest(costs));
+    }
+
     // Redis cost against memory.
     if let Some(c) = &results.cost {
         let pairs: Vec<(f64, f64, f64)> = c
@@ -496,9 +486,10 @@ pub fn guide(results: &Results) -> Vec<String> {
             let us_max = pairs.iter().map(|p| p.1).fold(0.0, f64::max);
             let cps_min = pairs.iter().map(|p| p.2).fold(f64::INFINITY, f64::min);
             lines.push(format!(
-                "**Use memory for a single instance, Redis when instances share clients**: a Redis check took {}–{} µs per call (the medians of the seven algorithms, one task; at least {} checks per second from one connection), an in-memory one at most {} ns, {}× less [Cost].",
+                "**Use memory for a single instance, Redis when instances share clients**: a Redis check took {}–{} µs per call (the medians of the {} algorithms, one task; at least {} checks per second from one connection), an in-memory one at most {} ns, {}× less [Cost].",
                 num(us_min, 0),
                 num(us_max, 0),
+                pairs.len(),
                 num(cps_min, 0),
                 num(ns_max, 0),
                 num(us_min * 1e3 / ns_max.max(1e-9), 0)
@@ -512,4 +503,128 @@ pub fn guide(results: &Results) -> Vec<String> {
         );
     }
     lines
+}
+
+/// The fixed window's cost beside the cheapest: its one merit only when the
+/// numbers make it one.
+fn fixed_window_cost(costs: &MemoryCosts<'_>, fixed: &MemoryCost<'_>) -> String {
+    let (fewest, fewest_names) = costs.fewest_bytes();
+    let (_, fastest_names) = costs.fastest();
+    let least_bytes = fixed.bytes <= fewest;
+    let quickest = fastest_names.contains(&fixed.algorithm)
+        || costs
+            .get(fastest_names[0])
+            .is_some_and(|f| !MemoryCosts::times_differ(fixed, &f));
+    let verdict = match (least_bytes, quickest) {
+        (true, true) => "Its one merit is cost",
+        (false, false) => "Nor is it the cheapest",
+        _ => "Its cost",
+    };
+    let bytes = if least_bytes {
+        format!("{} bytes per key, the fewest", num(fixed.bytes, 0))
+    } else {
+        format!(
+            "{} bytes per key against {} for {}",
+            num(fixed.bytes, 0),
+            num(fewest, 0),
+            and_list(&fewest_names)
+        )
+    };
+    let time = if fastest_names.contains(&fixed.algorithm) {
+        format!("{} per check, the fastest", ns_text(fixed))
+    } else {
+        let f = costs.get(fastest_names[0]).expect("the fastest has a row");
+        format!(
+            "{} per check against {} for {}{}",
+            ns_text(fixed),
+            ns_text(&f),
+            and_list(&fastest_names),
+            if quickest {
+                " (within each other's spread: no difference this run can tell)"
+            } else {
+                ""
+            }
+        )
+    };
+    format!(
+        ". {verdict}: {bytes}; {time} [Cost: {}; {}]",
+        costs.bytes_method(),
+        costs.ns_method()
+    )
+}
+
+/// Which of two algorithms of the same policy costs less, figure by figure.
+fn pair_cost(costs: &MemoryCosts<'_>, a: &MemoryCost<'_>, b: &MemoryCost<'_>) -> String {
+    let bytes = if a.bytes == b.bytes {
+        format!("both keep {} bytes per key", num(a.bytes, 0))
+    } else {
+        let (less, more) = if a.bytes < b.bytes { (a, b) } else { (b, a) };
+        format!(
+            "{} keeps less per key: {} bytes against {} ({})",
+            less.algorithm,
+            num(less.bytes, 0),
+            num(more.bytes, 0),
+            more.algorithm
+        )
+    };
+    let time = if !MemoryCosts::times_differ(a, b) {
+        format!(
+            "{} ({}) and {} ({}) per check, no difference this run can tell",
+            ns_text(a),
+            a.algorithm,
+            ns_text(b),
+            b.algorithm
+        )
+    } else {
+        let (fast, slow) = if a.ns < b.ns { (a, b) } else { (b, a) };
+        format!(
+            "{} checks faster: {} against {} ({})",
+            fast.algorithm,
+            ns_text(fast),
+            ns_text(slow),
+            slow.algorithm
+        )
+    };
+    format!(
+        ". Between the two, {bytes}; {time} [Cost: {}; {}]",
+        costs.bytes_method(),
+        costs.ns_method()
+    )
+}
+
+/// The cheapest algorithms in memory, by bytes per key and by time, and
+/// how each was measured.
+fn cheapest(costs: &MemoryCosts<'_>) -> String {
+    let (fewest, fewest_names) = costs.fewest_bytes();
+    let (most, most_names) = costs.most_bytes();
+    let (_, fastest_names) = costs.fastest();
+    let fastest = costs.get(fastest_names[0]).expect("the fastest has a row");
+    let close: Vec<&str> = costs
+        .rows
+        .iter()
+        .filter(|r| {
+            !fastest_names.contains(&r.algorithm) && !MemoryCosts::times_differ(r, &fastest)
+        })
+        .map(|r| r.algorithm)
+        .collect();
+    let mut line = format!(
+        "**When keys are many, choose by bytes per key: {} keeps the fewest** ({} bytes per key; the most, {} for {}, {}× as many); the fastest check was {}'s, {}",
+        and_list(&fewest_names),
+        num(fewest, 0),
+        num(most, 0),
+        and_list(&most_names),
+        num(most / fewest.max(1.0), 1),
+        and_list(&fastest_names),
+        ns_text(&fastest)
+    );
+    if !close.is_empty() {
+        let _ = write!(line, ", within the spread of {}", and_list(&close));
+    }
+    let _ = write!(
+        line,
+        " [Cost: {}; {}]. Instruction counts, which the machine's load does not move, judge CPU cost between algorithms (reports/bench).",
+        costs.bytes_method(),
+        costs.ns_method()
+    );
+    line
 }

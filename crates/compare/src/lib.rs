@@ -24,6 +24,7 @@ pub mod algorithms;
 pub mod atomic;
 pub mod backend;
 pub mod charts;
+pub mod costs;
 pub mod flawed;
 pub mod guide;
 pub mod markdown;
