@@ -628,3 +628,190 @@ fn cheapest(costs: &MemoryCosts<'_>) -> String {
     );
     line
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::OnceLock;
+
+    use super::*;
+    use crate::scenario::cost::Figure;
+    use crate::stats::Spread;
+    use crate::{Config, ScenarioName};
+
+    /// One quick run of the scenarios the cost sentences read, shared.
+    fn measured() -> Results {
+        static RUN: OnceLock<Results> = OnceLock::new();
+        RUN.get_or_init(|| {
+            let config = Config {
+                scenarios: vec![
+                    ScenarioName::WindowEdge,
+                    ScenarioName::Traffic,
+                    ScenarioName::LightTraffic,
+                    ScenarioName::Cost,
+                ],
+                ..Config::quick(5)
+            };
+            crate::run_blocking(&config, None).unwrap()
+        })
+        .clone()
+    }
+
+    /// Sets every algorithm's in-memory cost from `cost(algorithm)`:
+    /// (bytes, ns, the ns spread's min and max over 5 repeats, if any),
+    /// and whether the figures came from the benchmarks.
+    fn with_costs(
+        results: &mut Results,
+        from_bench: bool,
+        cost: impl Fn(&str) -> (f64, f64, Option<(f64, f64)>),
+    ) {
+        for row in &mut results.cost.as_mut().unwrap().rows {
+            let (bytes, ns, spread) = cost(&row.algorithm);
+            row.memory_bytes_per_key = Some(Figure {
+                value: bytes,
+                from_bench,
+            });
+            row.memory_ns_per_check = Some(Figure {
+                value: ns,
+                from_bench,
+            });
+            row.memory_ns_spread = spread.map(|(min, max)| Spread {
+                runs: 5,
+                min,
+                median: ns,
+                mean: ns,
+                max,
+                stddev: 1.0,
+            });
+        }
+    }
+
+    fn line<'a>(lines: &'a [String], containing: &str) -> &'a str {
+        lines
+            .iter()
+            .find(|l| l.contains(containing))
+            .unwrap_or_else(|| panic!("no line with {containing:?} in {lines:#?}"))
+    }
+
+    #[test]
+    fn the_cheapest_is_the_one_the_numbers_name() {
+        let mut results = measured();
+        // The sliding counter cheapest, the fixed window dear.
+        with_costs(&mut results, true, |a| match a {
+            "sliding-counter" => (20.0, 30.0, None),
+            "fixed-window" => (60.0, 70.0, None),
+            "sliding-log" => (300.0, 200.0, None),
+            _ => (40.0, 50.0, None),
+        });
+        let lines = guide(&results);
+        let cheapest = line(&lines, "When keys are many");
+        assert!(
+            cheapest.contains("sliding-counter keeps the fewest** (20 bytes per key; the most, 300 for sliding-log, 15× as many); the fastest check was sliding-counter's, 30 ns"),
+            "{cheapest}"
+        );
+        let fixed = line(&lines, "Avoid fixed-window");
+        assert!(!fixed.contains("merit"), "{fixed}");
+        assert!(
+            fixed.contains("Nor is it the cheapest: 60 bytes per key against 20 for sliding-counter; 70 ns per check against 30 ns for sliding-counter"),
+            "{fixed}"
+        );
+        let log = line(&lines, "Use sliding-log");
+        assert!(
+            log.contains("avoid it when keys are many**: 300 bytes per key against 20 for sliding-counter (15×)"),
+            "{log}"
+        );
+
+        // Now the fixed window cheapest: the sentences follow.
+        with_costs(&mut results, true, |a| match a {
+            "fixed-window" => (10.0, 12.0, None),
+            "sliding-log" => (15.0, 200.0, None),
+            _ => (40.0, 50.0, None),
+        });
+        let lines = guide(&results);
+        let fixed = line(&lines, "Avoid fixed-window");
+        assert!(
+            fixed.contains(
+                "Its one merit is cost: 10 bytes per key, the fewest; 12 ns per check, the fastest"
+            ),
+            "{fixed}"
+        );
+        let log = line(&lines, "Use sliding-log");
+        assert!(
+            log.contains("close to the cheapest in this run: 15 bytes per key against 10 for fixed-window (1.5×)"),
+            "{log}"
+        );
+        assert!(line(&lines, "When keys are many").contains("fixed-window keeps the fewest"));
+    }
+
+    #[test]
+    fn ties_and_overlapping_spreads_are_said_as_such() {
+        let mut results = measured();
+        // Token bucket lighter than GCRA, its time within GCRA's spread.
+        with_costs(&mut results, false, |a| match a {
+            "token-bucket" => (20.0, 40.0, Some((35.0, 45.0))),
+            "gcra" => (30.0, 38.0, Some((30.0, 44.0))),
+            _ => (50.0, 90.0, Some((80.0, 100.0))),
+        });
+        let lines = guide(&results);
+        let pair = line(&lines, "Use token-bucket or gcra");
+        assert!(
+            pair.contains("token-bucket keeps less per key: 20 bytes against 30 (gcra)"),
+            "{pair}"
+        );
+        assert!(pair.contains("no difference this run can tell"), "{pair}");
+        assert!(
+            pair.contains("median of 5 repeats on this machine"),
+            "{pair}"
+        );
+        assert!(pair.contains("counted by this run's allocator"), "{pair}");
+        let cheapest = line(&lines, "When keys are many");
+        assert!(
+            cheapest.contains("the fastest check was gcra's, 38 ns (30–44 over 5 repeats), within the spread of token-bucket"),
+            "{cheapest}"
+        );
+
+        // Flipped, and apart: GCRA lighter and faster.
+        with_costs(&mut results, true, |a| match a {
+            "token-bucket" => (30.0, 60.0, None),
+            "gcra" => (20.0, 30.0, None),
+            _ => (50.0, 90.0, None),
+        });
+        let lines = guide(&results);
+        let pair = line(&lines, "Use token-bucket or gcra");
+        assert!(
+            pair.contains("gcra keeps less per key: 20 bytes against 30 (token-bucket); gcra checks faster: 30 ns against 60 ns (token-bucket)"),
+            "{pair}"
+        );
+        assert!(pair.contains("from the benchmark summary"), "{pair}");
+    }
+
+    #[test]
+    fn the_sliding_counters_two_figures_keep_their_baselines() {
+        let mut results = measured();
+        for (wrong, differs) in [(11.1, 77.7), (77.7, 11.1)] {
+            let t = results.traffic.as_mut().unwrap();
+            let o = t
+                .outcomes
+                .iter_mut()
+                .find(|o| o.algorithm == "sliding-counter")
+                .unwrap();
+            o.wrong_pct = wrong;
+            o.differs_from_log_pct = differs;
+            let lines = guide(&results);
+            let counter = line(&lines, "sliding-counter is an approximation");
+            assert!(
+                counter.contains(&format!(
+                    "stay within the limit?): {} % of its decisions were wrong",
+                    pct(wrong)
+                )),
+                "{counter}"
+            );
+            assert!(
+                counter.contains(&format!(
+                    "the two histories differ): {} % of decisions differed",
+                    pct(differs)
+                )),
+                "{counter}"
+            );
+        }
+    }
+}
