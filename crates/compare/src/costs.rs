@@ -113,6 +113,27 @@ impl<'a> MemoryCosts<'a> {
         }
     }
 
+    /// Where the figures come from, for a sentence's bracket.
+    pub fn source(&self) -> String {
+        let bytes = if self.bytes_from_bench {
+            "bytes from the benchmark summary"
+        } else {
+            "bytes counted by this run"
+        };
+        let runs = self
+            .rows
+            .iter()
+            .filter_map(|r| r.ns_spread)
+            .map(|s| s.runs)
+            .max();
+        let time = match (self.ns_from_bench, runs) {
+            (true, _) => "time from the benchmark summary".to_owned(),
+            (false, Some(runs)) => format!("time the median of {runs} repeats here"),
+            (false, None) => "time measured once here".to_owned(),
+        };
+        format!("{bytes}, {time}")
+    }
+
     /// How the times were measured, in a clause.
     pub fn ns_method(&self) -> String {
         let runs = self

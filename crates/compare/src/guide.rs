@@ -166,7 +166,7 @@ pub fn guide(results: &Results) -> Vec<String> {
                 num(fewest, 0),
                 and_list(&names),
                 num(ratio, 1),
-                costs.bytes_method()
+                costs.source()
             );
         }
         line += ".";
@@ -219,7 +219,7 @@ pub fn guide(results: &Results) -> Vec<String> {
                 line,
                 "; {} bytes per key [Cost: {}]",
                 num(c.bytes, 0),
-                costs.bytes_method()
+                costs.source()
             );
         }
         line += ".";
@@ -546,11 +546,7 @@ fn fixed_window_cost(costs: &MemoryCosts<'_>, fixed: &MemoryCost<'_>) -> String 
             }
         )
     };
-    format!(
-        ". {verdict}: {bytes}; {time} [Cost: {}; {}]",
-        costs.bytes_method(),
-        costs.ns_method()
-    )
+    format!(". {verdict}: {bytes}; {time} [Cost: {}]", costs.source())
 }
 
 /// Which of two algorithms of the same policy costs less, figure by figure.
@@ -586,9 +582,8 @@ fn pair_cost(costs: &MemoryCosts<'_>, a: &MemoryCost<'_>, b: &MemoryCost<'_>) ->
         )
     };
     format!(
-        ". Between the two, {bytes}; {time} [Cost: {}; {}]",
-        costs.bytes_method(),
-        costs.ns_method()
+        ". Between the two, {bytes}; {time} [Cost: {}]",
+        costs.source()
     )
 }
 
@@ -608,8 +603,13 @@ fn cheapest(costs: &MemoryCosts<'_>) -> String {
         .map(|r| r.algorithm)
         .collect();
     let mut line = format!(
-        "**When keys are many, choose by bytes per key: {} keeps the fewest** ({} bytes per key; the most, {} for {}, {}× as many); the fastest check was {}'s, {}",
+        "**When keys are many, choose by bytes per key: {} {} the fewest** ({} bytes per key; the most, {} for {}, {}× as many); the fastest check was {}'s, {}",
         and_list(&fewest_names),
+        if fewest_names.len() == 1 {
+            "keeps"
+        } else {
+            "keep"
+        },
         num(fewest, 0),
         num(most, 0),
         and_list(&most_names),
@@ -622,7 +622,7 @@ fn cheapest(costs: &MemoryCosts<'_>) -> String {
     }
     let _ = write!(
         line,
-        " [Cost: {}; {}]. Instruction counts, which the machine's load does not move, judge CPU cost between algorithms (reports/bench).",
+        " [Cost: {}; {}]. Instruction counts, which the machine's load does not move, judge CPU cost between algorithms more surely (reports/bench).",
         costs.bytes_method(),
         costs.ns_method()
     );
@@ -758,14 +758,15 @@ mod tests {
             "{pair}"
         );
         assert!(pair.contains("no difference this run can tell"), "{pair}");
-        assert!(
-            pair.contains("median of 5 repeats on this machine"),
-            "{pair}"
-        );
-        assert!(pair.contains("counted by this run's allocator"), "{pair}");
+        assert!(pair.contains("time the median of 5 repeats here"), "{pair}");
+        assert!(pair.contains("bytes counted by this run"), "{pair}");
         let cheapest = line(&lines, "When keys are many");
         assert!(
             cheapest.contains("the fastest check was gcra's, 38 ns (30–44 over 5 repeats), within the spread of token-bucket"),
+            "{cheapest}"
+        );
+        assert!(
+            cheapest.contains("counted by this run's allocator"),
             "{cheapest}"
         );
 
@@ -782,6 +783,12 @@ mod tests {
             "{pair}"
         );
         assert!(pair.contains("from the benchmark summary"), "{pair}");
+        let cheapest = line(&lines, "When keys are many");
+        assert!(cheapest.contains("gcra keeps the fewest"), "{cheapest}");
+        assert!(
+            cheapest.contains("one check of each of 100,000 integer keys"),
+            "{cheapest}"
+        );
     }
 
     #[test]

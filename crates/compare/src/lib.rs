@@ -33,6 +33,7 @@ pub mod peers;
 pub mod report;
 pub mod scenario;
 pub mod stats;
+pub mod summary;
 pub mod use_cases;
 
 use std::path::PathBuf;

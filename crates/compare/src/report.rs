@@ -77,6 +77,11 @@ numbers of this run (the one exception, the Redis backends table of the cost sec
 benchmark run and commit it comes from). Regenerate it with `just compare`; the simulated-time scenarios give identical \
 numbers for the same seed, the real-time and Redis ones are repeated and reported with their spread.\n\n";
 
+    out += "## In one screen\n\n";
+    out += "Each use case, what to choose, and the one figure of this run that decides it (section in brackets; the decision guide and the guide by use case below say more).\n\n";
+    out += &crate::summary::summary_table(results);
+    out += "\n";
+
     out += "## What was run\n\n";
     let durations = m
         .durations
