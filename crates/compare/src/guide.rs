@@ -284,8 +284,17 @@ pub fn guide(results: &Results) -> Vec<String> {
             for a in &r.agreement {
                 differing += (a.differing + a.differing_waits) as u64;
                 parts.push(format!(
-                    "{}: {} of {} decisions and {} waits differ [Reference table]",
-                    a.peer, a.differing, a.decisions, a.differing_waits
+                    "{}: {} of {} decisions and {} waits differ{} [Reference table]",
+                    a.peer,
+                    a.differing,
+                    a.decisions,
+                    a.differing_waits,
+                    a.rounding.map_or(String::new(), |r| format!(
+                        " (its whole-second waits against ratelab's exact wait {}, as it rounded in {} of {} refusals)",
+                        r.text(),
+                        if r.rounds_up() { r.up } else { r.down },
+                        r.refusals
+                    ))
                 ));
             }
         }
