@@ -372,6 +372,34 @@ pub fn guide(results: &Results) -> Vec<String> {
         }
     }
 
+    // Settling a cost known after the response.
+    if let Some(settle) = &results.settle
+        && let (Some(best), Some(worst)) = (
+            settle.outcomes.iter().min_by(|a, b| {
+                a.worst_minute_tokens
+                    .cmp(&b.worst_minute_tokens)
+                    .then(b.actual_tokens.cmp(&a.actual_tokens))
+            }),
+            settle.outcomes.iter().max_by_key(|o| o.worst_minute_tokens),
+        )
+    {
+        let quota = settle.workload.tokens_per_minute;
+        lines.push(format!(
+            "**For tokens settled after the response, reserve an estimate and settle it on {}**: with estimates {}–{}× the actual and up to {} requests in flight, its worst trailing minute held {} tokens for a quota of {quota} ({}×), against {} for {} ({}×), which admits a burst on top of the rate; debt carried past estimates was {} tokens, and {} % of what over-estimates asked back came back [Settling].",
+            best.algorithm,
+            num(settle.workload.estimate_factor.0, 2),
+            num(settle.workload.estimate_factor.1, 2),
+            best.max_in_flight,
+            best.worst_minute_tokens,
+            num(best.worst_minute_tokens as f64 / f64::from(quota), 2),
+            worst.worst_minute_tokens,
+            worst.algorithm,
+            num(worst.worst_minute_tokens as f64 / f64::from(quota), 2),
+            best.debt_charged,
+            pct(100.0 * best.refund_given as f64 / best.refund_asked.max(1) as f64)
+        ));
+    }
+
     // Fairness.
     if let Some(t) = traffic {
         let heavy: Vec<f64> = t

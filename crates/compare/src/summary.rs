@@ -37,7 +37,7 @@ fn types(algorithms: &[&str]) -> String {
     and_list(&names.iter().map(String::as_str).collect::<Vec<_>>())
 }
 
-const NOT_RUN: &str = "not measured: the scenario did not run";
+pub(crate) const NOT_RUN: &str = "not measured: the scenario did not run";
 
 fn api_quota(results: &Results) -> Answer {
     let figure = results.load_balancer.as_ref().map_or(NOT_RUN.into(), |b| {
@@ -94,7 +94,7 @@ fn login(results: &Results) -> Answer {
 /// The client-side throttle: among the algorithms with no false admission
 /// on realistic traffic (never over the limit in a trailing window, so
 /// under any server's window), the one that admitted most.
-fn client_throttle(results: &Results) -> Answer {
+pub(crate) fn client_throttle(results: &Results) -> Answer {
     let pick = results.traffic.as_ref().and_then(|t| {
         let exact = t
             .outcomes
@@ -129,11 +129,26 @@ fn client_throttle(results: &Results) -> Answer {
     }
 }
 
-fn settled(_results: &Results) -> Answer {
-    Answer {
-        use_case: "LLM tokens settled after the response",
-        choose: "an estimate reserved with `check_with_receipt`, then `settle` (over HTTP, `Policy::settle_from_header`)".into(),
-        figure: "not measured by this run (the tests prove the bound)".into(),
+/// Settling: the algorithm whose worst minute held fewest tokens.
+pub(crate) fn settled(results: &Results) -> Answer {
+    match results.settle.as_ref().and_then(|s| s.best()) {
+        Some((row, quota)) => Answer {
+            use_case: "LLM tokens settled after the response",
+            choose: format!(
+                "`{}` with `check_with_receipt`, then `settle` to the actual (over HTTP, `Policy::settle_from_header`)",
+                type_name(&row.algorithm)
+            ),
+            figure: format!(
+                "its worst trailing minute held {} tokens for a quota of {quota} per minute (the fewest of the algorithms), {} per minute on average [Settling]",
+                row.worst_minute_tokens,
+                num(row.tokens_per_minute, 0)
+            ),
+        },
+        None => Answer {
+            use_case: "LLM tokens settled after the response",
+            choose: "an estimate reserved with `check_with_receipt`, then `settle` (over HTTP, `Policy::settle_from_header`)".into(),
+            figure: NOT_RUN.into(),
+        },
     }
 }
 
@@ -238,6 +253,7 @@ mod tests {
             scenarios: vec![
                 ScenarioName::Traffic,
                 ScenarioName::Smoothness,
+                ScenarioName::Settle,
                 ScenarioName::Cost,
             ],
             ..Config::quick(9)
@@ -292,6 +308,19 @@ mod tests {
         );
         let throttle = answer(&found, "Client-side");
         assert!(!throttle.choose.contains("`SlidingLog`"), "{throttle:?}");
+        // Settling: whichever held its worst minute lowest.
+        let settle = results.settle.as_mut().unwrap();
+        for o in &mut settle.outcomes {
+            o.worst_minute_tokens = if o.algorithm == "gcra" { 100 } else { 900 };
+        }
+        let found = answers(&results);
+        let llm = answer(&found, "LLM");
+        assert!(llm.choose.starts_with("`Gcra`"), "{llm:?}");
+        assert!(
+            llm.figure
+                .starts_with("its worst trailing minute held 100 tokens"),
+            "{llm:?}"
+        );
         let table = summary_table(&results);
         assert_eq!(table.lines().count(), 2 + found.len(), "{table}");
     }
