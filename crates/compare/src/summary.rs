@@ -99,7 +99,7 @@ pub(crate) fn client_throttle(results: &Results) -> Answer {
         let exact = t
             .outcomes
             .iter()
-            .filter(|o| o.false_admissions == 0 && o.max_in_window <= u64::from(t.limit))
+            .filter(|o| o.false_admissions == 0 && o.max_in_window <= t.limit)
             .filter(|o| o.algorithm.parse::<AlgorithmKind>().is_ok())
             .max_by_key(|o| o.admitted)?;
         let loosest = t.outcomes.iter().max_by_key(|o| o.max_in_window)?;

@@ -14,6 +14,7 @@ use rand_distr::{Distribution, Exp};
 use ratelab::{AlgorithmKind, ManualClock, Quota, RateLimiter, Receipt};
 use serde::Serialize;
 
+use super::traffic::micros;
 use crate::{CompareError, Context};
 
 /// The workload: one API key's requests.
@@ -122,11 +123,14 @@ fn requests(w: &Workload, seed: u64) -> Vec<Request> {
     while t < end {
         let actual = rng.random_range(w.actual.0..=w.actual.1);
         let factor = rng.random_range(w.estimate_factor.0..w.estimate_factor.1);
-        let estimate = ((f64::from(actual) * factor).round() as u32).clamp(1, w.tokens_per_minute);
+        // A whole token count, at most the capacity.
+        let estimate = u32::try_from(micros(f64::from(actual) * factor) / 1_000_000)
+            .unwrap_or(u32::MAX)
+            .clamp(1, w.tokens_per_minute);
         let latency = rng.random_range(w.latency_secs.0..w.latency_secs.1);
         out.push(Request {
-            at: (t * 1e6) as u64,
-            done: ((t + latency) * 1e6) as u64,
+            at: micros(t),
+            done: micros(t + latency),
             estimate,
             actual,
         });
