@@ -279,12 +279,14 @@ where
             whiskers: no_whiskers(),
         },
     ];
-    let (chart_area, note_area) = root.split_vertically(root.dim_in_pixel().1 - 60);
-    note_area.draw(&Text::new(
-        looser_bounds_note(f),
-        (20, 20),
-        crate::charts::font(16.0).pos(Pos::new(HPos::Left, VPos::Center)),
-    ))?;
+    let (chart_area, note_area) = root.split_vertically(root.dim_in_pixel().1 - 70);
+    for (i, line) in looser_bounds_note(f).into_iter().enumerate() {
+        note_area.draw(&Text::new(
+            line,
+            (20, 18 + 26 * i32::try_from(i).unwrap_or(0)),
+            crate::charts::font(16.0).pos(Pos::new(HPos::Left, VPos::Center)),
+        ))?;
+    }
     grouped_bars(
         &chart_area,
         &format!(
@@ -305,10 +307,11 @@ where
     )
 }
 
-/// What the failover chart's bars are measured against: each algorithm's
-/// own bound, which for some is looser than the window's limit, so that a
-/// low bar there is a loose promise kept, not the safest algorithm.
-fn looser_bounds_note(f: &Failover) -> String {
+/// What the failover chart's bars are measured against, in lines under
+/// it: each algorithm's own bound, which for some is looser than the
+/// window's limit, so that a low bar there is a loose promise kept, not the
+/// safest algorithm.
+fn looser_bounds_note(f: &Failover) -> Vec<String> {
     let looser: Vec<String> = AlgorithmKind::ALL
         .iter()
         .filter_map(|k| f.row(k.name(), Case::Lagging))
@@ -321,18 +324,20 @@ fn looser_bounds_note(f: &Failover) -> String {
         })
         .map(|r| {
             format!(
-                "{}'s bound is {} (the master admitted {} in the lag)",
+                "{}'s bound is {} (with the lagging replica, the master admitted {} in the lag)",
                 r.algorithm, r.bound, r.after_cut
             )
         })
         .collect();
     if looser.is_empty() {
-        "Each bar counts what was admitted beyond that algorithm's own bound.".to_owned()
+        vec!["Each bar counts what was admitted beyond that algorithm's own bound.".to_owned()]
     } else {
-        format!(
-            "Each bar counts beyond that algorithm's own bound, not the limit of {}: {}; a low bar there is a looser promise kept, not the safest choice.",
-            f.rate,
-            looser.join("; ")
-        )
+        vec![
+            format!(
+                "Each bar counts beyond that algorithm's own bound, not beyond the limit of {}: a low bar under a looser bound is a looser promise kept, not the safest choice.",
+                f.rate
+            ),
+            looser.join("; "),
+        ]
     }
 }
