@@ -77,10 +77,10 @@ impl Part for Cost {
             .max()
             .unwrap_or(1);
         let memory_title = if from_bench {
-            "Time per check in memory, ns (keyed, 100,000 keys; the benchmarks' medians; instruction counts in reports/bench judge CPU cost)".to_owned()
+            "In memory: ns per check (100,000 keys), the benchmarks' medians".to_owned()
         } else {
             format!(
-                "Time per check in memory, ns (keyed, {HOT_KEYS} keys; median of {repeats} repeats here, min–max whiskers; instruction counts in reports/bench judge CPU cost)"
+                "In memory: ns per check ({HOT_KEYS} keys), median of {repeats} repeats here, min–max"
             )
         };
         let ns_whiskers: Vec<Option<(f64, f64)>> = c
@@ -104,7 +104,7 @@ impl Part for Cost {
                 &memory_title,
                 "ns per check",
                 &[Bars {
-                    label: "memory",
+                    label: "memory (time on a shared machine: instruction counts in reports/bench judge CPU cost)",
                     color: GOOD,
                     values: ns.clone(),
                     whiskers: ns_whiskers.clone(),
