@@ -385,7 +385,7 @@ pub fn guide(results: &Results) -> Vec<String> {
     {
         let quota = settle.workload.tokens_per_minute;
         lines.push(format!(
-            "**For tokens settled after the response, reserve an estimate and settle it on {}**: with estimates {}–{}× the actual and up to {} requests in flight, its worst trailing minute held {} tokens for a quota of {quota} ({}×), against {} for {} ({}×), which admits a burst on top of the rate; debt carried past estimates was {} tokens, and {} % of what over-estimates asked back came back [Settling].",
+            "**For tokens settled after the response, reserve an estimate and settle it on {}**: with estimates {}–{}× the actual and up to {} requests in flight, its worst trailing minute held {} tokens for a quota of {quota} ({}×), against {} for {} ({}×), {}; debt carried past estimates was {} tokens, and {} % of what over-estimates asked back came back [Settling].",
             best.algorithm,
             num(settle.workload.estimate_factor.0, 2),
             num(settle.workload.estimate_factor.1, 2),
@@ -395,6 +395,10 @@ pub fn guide(results: &Results) -> Vec<String> {
             worst.worst_minute_tokens,
             worst.algorithm,
             num(worst.worst_minute_tokens as f64 / f64::from(quota), 2),
+            match worst.algorithm.parse::<AlgorithmKind>() {
+                Ok(k) if k.debt() => "whose burst comes on top of the rate",
+                _ => "whose windows' edges let two windows' worth close together",
+            },
             best.debt_charged,
             pct(100.0 * best.refund_given as f64 / best.refund_asked.max(1) as f64)
         ));
