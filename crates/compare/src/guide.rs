@@ -397,7 +397,10 @@ pub fn guide(results: &Results) -> Vec<String> {
             num(worst.worst_minute_tokens as f64 / f64::from(quota), 2),
             match worst.algorithm.parse::<AlgorithmKind>() {
                 Ok(k) if k.debt() => "whose burst comes on top of the rate",
-                _ => "whose windows' edges let two windows' worth close together",
+                Ok(AlgorithmKind::FixedWindow) => {
+                    "whose window edges let two windows' worth close together"
+                }
+                _ => "its excess the overrun of requests admitted before their actual was known",
             },
             best.debt_charged,
             pct(100.0 * best.refund_given as f64 / best.refund_asked.max(1) as f64)
