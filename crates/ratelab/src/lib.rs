@@ -83,7 +83,6 @@
     not(feature = "throttle"),
     doc = "[`throttle`]: https://docs.rs/ratelab/latest/ratelab/throttle/index.html"
 )]
-
 #![warn(missing_docs)]
 #![forbid(unsafe_code)]
 
