@@ -164,10 +164,13 @@ where
     for (k, s) in series.iter().enumerate() {
         let offset = -0.4 + width * k as f64;
         let color = s.color;
+        // A zero is a thin stub, so that it reads as measured, not missing.
+        let stub = y_max * 0.008;
         let rects = s.values.iter().enumerate().filter_map(|(i, v)| {
             v.map(|v| {
                 let x0 = i as f64 + offset + 0.02;
-                Rectangle::new([(x0, 0.0), (x0 + width - 0.04, v)], color.filled())
+                let top = if v == 0.0 { stub } else { v };
+                Rectangle::new([(x0, 0.0), (x0 + width - 0.04, top)], color.filled())
             })
         });
         chart

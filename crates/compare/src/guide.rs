@@ -7,6 +7,7 @@ use std::fmt::Write as _;
 use ratelab::AlgorithmKind;
 
 use crate::Results;
+use crate::costs::{MemoryCost, MemoryCosts, and_list, ns_text};
 use crate::markdown::{num, pct};
 
 /// The decision guide: one line per recommendation, each computed from the
@@ -17,33 +18,8 @@ pub fn guide(results: &Results) -> Vec<String> {
     let outcome = |kind: AlgorithmKind| {
         traffic.and_then(|t| t.outcomes.iter().find(|o| o.algorithm == kind.name()))
     };
-    let cost_row = |kind: AlgorithmKind| {
-        results
-            .cost
-            .as_ref()
-            .and_then(|c| c.rows.iter().find(|r| r.algorithm == kind.name()))
-    };
-    let bytes = |kind: AlgorithmKind| {
-        cost_row(kind)
-            .and_then(|r| r.memory_bytes_per_key)
-            .map(|f| f.value)
-    };
-    // A real-time figure with its spread over the repeats, when measured
-    // here: `36 ns (28–46 over 5 repeats)`.
-    let ns_text = |kind: AlgorithmKind| {
-        let row = cost_row(kind)?;
-        let value = row.memory_ns_per_check?.value;
-        Some(match row.memory_ns_spread {
-            Some(s) if s.runs > 1 => format!(
-                "{} ns ({}–{} over {} repeats)",
-                num(value, 0),
-                num(s.min, 0),
-                num(s.max, 0),
-                s.runs
-            ),
-            _ => format!("{} ns", num(value, 0)),
-        })
-    };
+    let costs = MemoryCosts::of(results);
+    let cost_of = |kind: AlgorithmKind| costs.as_ref().and_then(|c| c.get(kind.name()));
 
     // Shared state behind a balancer.
     if let Some(b) = &results.load_balancer {
@@ -159,15 +135,8 @@ pub fn guide(results: &Results) -> Vec<String> {
                     pct(o.false_admission_pct)
                 );
             }
-            if let (Some(b), Some(n)) = (
-                bytes(AlgorithmKind::FixedWindow),
-                ns_text(AlgorithmKind::FixedWindow),
-            ) {
-                let _ = write!(
-                    line,
-                    ". Its one merit is cost: {} bytes per key, {n} per check [Cost]",
-                    num(b, 0),
-                );
+            if let (Some(costs), Some(fixed)) = (&costs, cost_of(AlgorithmKind::FixedWindow)) {
+                line += &fixed_window_cost(costs, &fixed);
             }
             line += ".";
             lines.push(line);
@@ -182,13 +151,22 @@ pub fn guide(results: &Results) -> Vec<String> {
             o.max_in_window,
             traffic.map_or(0, |t| t.limit)
         );
-        if let (Some(b), Some(g)) = (bytes(AlgorithmKind::SlidingLog), bytes(AlgorithmKind::Gcra)) {
+        if let (Some(costs), Some(log)) = (&costs, cost_of(AlgorithmKind::SlidingLog)) {
+            let (fewest, names) = costs.fewest_bytes();
+            let ratio = log.bytes / fewest.max(1.0);
+            let verdict = if ratio >= 2.0 {
+                "; **avoid it when keys are many**"
+            } else {
+                "; per key it stayed close to the cheapest in this run"
+            };
             let _ = write!(
                 line,
-                "; **avoid it when keys are many**: {} bytes per key against {} for gcra ({}×), and it grows with the limit [Cost]",
-                num(b, 0),
-                num(g, 0),
-                num(b / g.max(1.0), 1)
+                "{verdict}: {} bytes per key against {} for {} ({}×), and its state grows with the limit [Cost: {}]",
+                num(log.bytes, 0),
+                num(fewest, 0),
+                and_list(&names),
+                num(ratio, 1),
+                costs.source()
             );
         }
         line += ".";
@@ -204,7 +182,7 @@ pub fn guide(results: &Results) -> Vec<String> {
             "**sliding-counter is an approximation: use it when O(1) memory matters more than exactness**"
         };
         let mut line = format!(
-            "{verdict}: {} % of requests decided differently from the exact log ({} % of the light clients', {} % of the heavy hitters'; {} % false admissions, {} % false refusals in all; Cloudflare reported 0.003 % on its own traffic), worst client {} in a trailing second [Realistic traffic]",
+            "{verdict}. Two baselines, two figures. **Against the exact rule** (would one more, counting what the sliding counter itself admitted in the trailing second, stay within the limit?): {} % of its decisions were wrong ({} % of the light clients', {} % of the heavy hitters'; {} % false admissions, {} % false refusals), worst client {} in a trailing second [Realistic traffic]",
             pct(o.wrong_pct),
             pct(o.light.wrong_pct),
             pct(o.heavy.wrong_pct),
@@ -218,26 +196,31 @@ pub fn guide(results: &Results) -> Vec<String> {
                 .iter()
                 .find(|o| o.algorithm == AlgorithmKind::SlidingCounter.name())
         });
-        match light {
-            Some(l) => {
-                let _ = write!(
-                    line,
-                    ". Compared call by call with the sliding log's own decisions on the same arrivals, {} % differed on that limit-hugging traffic and {} % on light traffic, most clients well under the limit [Light traffic], against the {} % Cloudflare published for its own traffic",
-                    pct(o.differs_from_log_pct),
-                    pct(l.differs_from_log_pct),
-                    num(crate::scenario::light::CLOUDFLARE_WRONG_PCT, 3)
-                );
-            }
-            None => {
-                let _ = write!(
-                    line,
-                    ". Compared call by call with the sliding log's own decisions on the same arrivals, {} % differed",
-                    pct(o.differs_from_log_pct)
-                );
-            }
+        let _ = write!(
+            line,
+            ". **Against the sliding log's own decisions** (the exact log run on the same arrivals; once one decision differs, the two histories differ): {} % of decisions differed on that limit-hugging traffic",
+            pct(o.differs_from_log_pct)
+        );
+        if let Some(l) = light {
+            let _ = write!(
+                line,
+                " and {} % on light traffic, most clients well under the limit (there {} % were wrong by the exact rule) [Light traffic]",
+                pct(l.differs_from_log_pct),
+                pct(l.wrong_pct)
+            );
         }
-        if let Some(b) = bytes(AlgorithmKind::SlidingCounter) {
-            let _ = write!(line, "; {} bytes per key [Cost]", num(b, 0));
+        let _ = write!(
+            line,
+            ". Cloudflare published {} % wrongly allowed or refused for its own counter, on its own traffic",
+            num(crate::scenario::light::CLOUDFLARE_WRONG_PCT, 3)
+        );
+        if let (Some(costs), Some(c)) = (&costs, cost_of(AlgorithmKind::SlidingCounter)) {
+            let _ = write!(
+                line,
+                "; {} bytes per key [Cost: {}]",
+                num(c.bytes, 0),
+                costs.source()
+            );
         }
         line += ".";
         lines.push(line);
@@ -282,19 +265,12 @@ pub fn guide(results: &Results) -> Vec<String> {
             ". Within any second they admit up to burst + rate (worst client {}), so **avoid them when the contract is a hard per-window count**",
             tb.max_in_window.max(g.max_in_window)
         );
-        if let (Some(bt), Some(bg), Some(nt), Some(ng)) = (
-            bytes(AlgorithmKind::TokenBucket),
-            bytes(AlgorithmKind::Gcra),
-            ns_text(AlgorithmKind::TokenBucket),
-            ns_text(AlgorithmKind::Gcra),
+        if let (Some(costs), Some(t), Some(g)) = (
+            &costs,
+            cost_of(AlgorithmKind::TokenBucket),
+            cost_of(AlgorithmKind::Gcra),
         ) {
-            let cheaper = if bg <= bt { "gcra" } else { "token-bucket" };
-            let _ = write!(
-                line,
-                ". Between the two, {cheaper} keeps less per key: {} bytes (gcra) against {} (token-bucket); {ng} against {nt} per check [Cost]",
-                num(bg, 0),
-                num(bt, 0),
-            );
+            line += &pair_cost(costs, &g, &t);
         }
         line += ".";
         lines.push(line);
@@ -308,8 +284,17 @@ pub fn guide(results: &Results) -> Vec<String> {
             for a in &r.agreement {
                 differing += (a.differing + a.differing_waits) as u64;
                 parts.push(format!(
-                    "{}: {} of {} decisions and {} waits differ [Reference table]",
-                    a.peer, a.differing, a.decisions, a.differing_waits
+                    "{}: {} of {} decisions and {} waits differ{} [Reference table]",
+                    a.peer,
+                    a.differing,
+                    a.decisions,
+                    a.differing_waits,
+                    a.rounding.map_or(String::new(), |r| format!(
+                        " (its whole-second waits against ratelab's exact wait {}, as it rounded in {} of {} refusals)",
+                        r.text(),
+                        if r.rounds_up() { r.up } else { r.down },
+                        r.refusals
+                    ))
                 ));
             }
         }
@@ -351,10 +336,19 @@ pub fn guide(results: &Results) -> Vec<String> {
         && m.false_admissions == tb.false_admissions
         && m.false_refusals == tb.false_refusals
     {
-        lines.push(format!(
-                "leaky-meter admitted exactly what token-bucket admitted on realistic traffic ({} requests, same false admissions and refusals) [Realistic traffic]: the same policy, so choose between them by cost.",
-                m.admitted
-            ));
+        let mut line = format!(
+            "leaky-meter admitted exactly what token-bucket admitted on realistic traffic ({} requests, same false admissions and refusals) [Realistic traffic]: the same policy, so choose between them by cost",
+            m.admitted
+        );
+        if let (Some(costs), Some(lm), Some(tb)) = (
+            &costs,
+            cost_of(AlgorithmKind::LeakyMeter),
+            cost_of(AlgorithmKind::TokenBucket),
+        ) {
+            line += &pair_cost(costs, &lm, &tb);
+        }
+        line += ".";
+        lines.push(line);
     }
 
     // Smoothing: leaky queue.
@@ -376,6 +370,41 @@ pub fn guide(results: &Results) -> Vec<String> {
                     num(q.delay_p99_ms, 0)
                 ));
         }
+    }
+
+    // Settling a cost known after the response.
+    if let Some(settle) = &results.settle
+        && let (Some(best), Some(worst)) = (
+            settle.outcomes.iter().min_by(|a, b| {
+                a.worst_minute_tokens
+                    .cmp(&b.worst_minute_tokens)
+                    .then(b.actual_tokens.cmp(&a.actual_tokens))
+            }),
+            settle.outcomes.iter().max_by_key(|o| o.worst_minute_tokens),
+        )
+    {
+        let quota = settle.workload.tokens_per_minute;
+        lines.push(format!(
+            "**For tokens settled after the response, reserve an estimate and settle it on {}**: with estimates {}–{}× the actual and up to {} requests in flight, its worst trailing minute held {} tokens for a quota of {quota} ({}×), against {} for {} ({}×), {}; debt carried past estimates was {} tokens, and {} % of what over-estimates asked back came back [Settling].",
+            best.algorithm,
+            num(settle.workload.estimate_factor.0, 2),
+            num(settle.workload.estimate_factor.1, 2),
+            best.max_in_flight,
+            best.worst_minute_tokens,
+            num(best.worst_minute_tokens as f64 / f64::from(quota), 2),
+            worst.worst_minute_tokens,
+            worst.algorithm,
+            num(worst.worst_minute_tokens as f64 / f64::from(quota), 2),
+            match worst.algorithm.parse::<AlgorithmKind>() {
+                Ok(k) if k.debt() => "whose burst comes on top of the rate",
+                Ok(AlgorithmKind::FixedWindow) => {
+                    "whose window edges let two windows' worth close together"
+                }
+                _ => "its excess the overrun of requests admitted before their actual was known",
+            },
+            best.debt_charged,
+            pct(100.0 * best.refund_given as f64 / best.refund_asked.max(1) as f64)
+        ));
     }
 
     // Fairness.
@@ -477,6 +506,11 @@ pub fn guide(results: &Results) -> Vec<String> {
         ));
     }
 
+    // Which is cheapest in memory.
+    if let Some(costs) = &costs {
+        lines.push(cheapest(costs));
+    }
+
     // Redis cost against memory.
     if let Some(c) = &results.cost {
         let pairs: Vec<(f64, f64, f64)> = c
@@ -496,9 +530,10 @@ pub fn guide(results: &Results) -> Vec<String> {
             let us_max = pairs.iter().map(|p| p.1).fold(0.0, f64::max);
             let cps_min = pairs.iter().map(|p| p.2).fold(f64::INFINITY, f64::min);
             lines.push(format!(
-                "**Use memory for a single instance, Redis when instances share clients**: a Redis check took {}–{} µs per call (the medians of the seven algorithms, one task; at least {} checks per second from one connection), an in-memory one at most {} ns, {}× less [Cost].",
+                "**Use memory for a single instance, Redis when instances share clients**: a Redis check took {}–{} µs per call (the medians of the {} algorithms, one task; at least {} checks per second from one connection), an in-memory one at most {} ns, {}× less [Cost].",
                 num(us_min, 0),
                 num(us_max, 0),
+                pairs.len(),
                 num(cps_min, 0),
                 num(ns_max, 0),
                 num(us_min * 1e3 / ns_max.max(1e-9), 0)
@@ -512,4 +547,322 @@ pub fn guide(results: &Results) -> Vec<String> {
         );
     }
     lines
+}
+
+/// The fixed window's cost beside the cheapest: its one merit only when the
+/// numbers make it one.
+fn fixed_window_cost(costs: &MemoryCosts<'_>, fixed: &MemoryCost<'_>) -> String {
+    let (fewest, fewest_names) = costs.fewest_bytes();
+    let (_, fastest_names) = costs.fastest();
+    let least_bytes = fixed.bytes <= fewest;
+    let quickest = fastest_names.contains(&fixed.algorithm)
+        || costs
+            .get(fastest_names[0])
+            .is_some_and(|f| !MemoryCosts::times_differ(fixed, &f));
+    let verdict = match (least_bytes, quickest) {
+        (true, true) => "Its one merit is cost",
+        (false, false) => "Nor is it the cheapest",
+        _ => "Its cost",
+    };
+    let bytes = if least_bytes {
+        format!("{} bytes per key, the fewest", num(fixed.bytes, 0))
+    } else {
+        format!(
+            "{} bytes per key against {} for {}",
+            num(fixed.bytes, 0),
+            num(fewest, 0),
+            and_list(&fewest_names)
+        )
+    };
+    let time = if fastest_names.contains(&fixed.algorithm) {
+        format!("{} per check, the fastest", ns_text(fixed))
+    } else {
+        let f = costs.get(fastest_names[0]).expect("the fastest has a row");
+        format!(
+            "{} per check against {} for {}{}",
+            ns_text(fixed),
+            ns_text(&f),
+            and_list(&fastest_names),
+            if quickest {
+                " (within each other's spread: no difference this run can tell)"
+            } else {
+                ""
+            }
+        )
+    };
+    format!(". {verdict}: {bytes}; {time} [Cost: {}]", costs.source())
+}
+
+/// Which of two algorithms of the same policy costs less, figure by figure.
+fn pair_cost(costs: &MemoryCosts<'_>, a: &MemoryCost<'_>, b: &MemoryCost<'_>) -> String {
+    let bytes = if a.bytes == b.bytes {
+        format!("both keep {} bytes per key", num(a.bytes, 0))
+    } else {
+        let (less, more) = if a.bytes < b.bytes { (a, b) } else { (b, a) };
+        format!(
+            "{} keeps less per key: {} bytes against {} ({})",
+            less.algorithm,
+            num(less.bytes, 0),
+            num(more.bytes, 0),
+            more.algorithm
+        )
+    };
+    let time = if !MemoryCosts::times_differ(a, b) {
+        format!(
+            "{} ({}) and {} ({}) per check, no difference this run can tell",
+            ns_text(a),
+            a.algorithm,
+            ns_text(b),
+            b.algorithm
+        )
+    } else {
+        let (fast, slow) = if a.ns < b.ns { (a, b) } else { (b, a) };
+        format!(
+            "{} checks faster: {} against {} ({})",
+            fast.algorithm,
+            ns_text(fast),
+            ns_text(slow),
+            slow.algorithm
+        )
+    };
+    format!(
+        ". Between the two, {bytes}; {time} [Cost: {}]",
+        costs.source()
+    )
+}
+
+/// The cheapest algorithms in memory, by bytes per key and by time, and
+/// how each was measured.
+fn cheapest(costs: &MemoryCosts<'_>) -> String {
+    let (fewest, fewest_names) = costs.fewest_bytes();
+    let (most, most_names) = costs.most_bytes();
+    let (_, fastest_names) = costs.fastest();
+    let fastest = costs.get(fastest_names[0]).expect("the fastest has a row");
+    let close: Vec<&str> = costs
+        .rows
+        .iter()
+        .filter(|r| {
+            !fastest_names.contains(&r.algorithm) && !MemoryCosts::times_differ(r, &fastest)
+        })
+        .map(|r| r.algorithm)
+        .collect();
+    let mut line = format!(
+        "**When keys are many, choose by bytes per key: {} {} the fewest** ({} bytes per key; the most, {} for {}, {}× as many); the fastest check was {}'s, {}",
+        and_list(&fewest_names),
+        if fewest_names.len() == 1 {
+            "keeps"
+        } else {
+            "keep"
+        },
+        num(fewest, 0),
+        num(most, 0),
+        and_list(&most_names),
+        num(most / fewest.max(1.0), 1),
+        and_list(&fastest_names),
+        ns_text(&fastest)
+    );
+    if !close.is_empty() {
+        let _ = write!(line, ", within the spread of {}", and_list(&close));
+    }
+    let _ = write!(
+        line,
+        " [Cost: {}; {}]. Instruction counts, which the machine's load does not move, judge CPU cost between algorithms more surely (reports/bench).",
+        costs.bytes_method(),
+        costs.ns_method()
+    );
+    line
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::OnceLock;
+
+    use super::*;
+    use crate::scenario::cost::Figure;
+    use crate::stats::Spread;
+    use crate::{Config, ScenarioName};
+
+    /// One quick run of the scenarios the cost sentences read, shared.
+    fn measured() -> Results {
+        static RUN: OnceLock<Results> = OnceLock::new();
+        RUN.get_or_init(|| {
+            let config = Config {
+                scenarios: vec![
+                    ScenarioName::WindowEdge,
+                    ScenarioName::Traffic,
+                    ScenarioName::LightTraffic,
+                    ScenarioName::Cost,
+                ],
+                ..Config::quick(5)
+            };
+            crate::run_blocking(&config, None).unwrap()
+        })
+        .clone()
+    }
+
+    /// Sets every algorithm's in-memory cost from `cost(algorithm)`:
+    /// (bytes, ns, the ns spread's min and max over 5 repeats, if any),
+    /// and whether the figures came from the benchmarks.
+    fn with_costs(
+        results: &mut Results,
+        from_bench: bool,
+        cost: impl Fn(&str) -> (f64, f64, Option<(f64, f64)>),
+    ) {
+        for row in &mut results.cost.as_mut().unwrap().rows {
+            let (bytes, ns, spread) = cost(&row.algorithm);
+            row.memory_bytes_per_key = Some(Figure {
+                value: bytes,
+                from_bench,
+            });
+            row.memory_ns_per_check = Some(Figure {
+                value: ns,
+                from_bench,
+            });
+            row.memory_ns_spread = spread.map(|(min, max)| Spread {
+                runs: 5,
+                min,
+                median: ns,
+                mean: ns,
+                max,
+                stddev: 1.0,
+            });
+        }
+    }
+
+    fn line<'a>(lines: &'a [String], containing: &str) -> &'a str {
+        lines
+            .iter()
+            .find(|l| l.contains(containing))
+            .unwrap_or_else(|| panic!("no line with {containing:?} in {lines:#?}"))
+    }
+
+    #[test]
+    fn the_cheapest_is_the_one_the_numbers_name() {
+        let mut results = measured();
+        // The sliding counter cheapest, the fixed window dear.
+        with_costs(&mut results, true, |a| match a {
+            "sliding-counter" => (20.0, 30.0, None),
+            "fixed-window" => (60.0, 70.0, None),
+            "sliding-log" => (300.0, 200.0, None),
+            _ => (40.0, 50.0, None),
+        });
+        let lines = guide(&results);
+        let cheapest = line(&lines, "When keys are many");
+        assert!(
+            cheapest.contains("sliding-counter keeps the fewest** (20 bytes per key; the most, 300 for sliding-log, 15× as many); the fastest check was sliding-counter's, 30 ns"),
+            "{cheapest}"
+        );
+        let fixed = line(&lines, "Avoid fixed-window");
+        assert!(!fixed.contains("merit"), "{fixed}");
+        assert!(
+            fixed.contains("Nor is it the cheapest: 60 bytes per key against 20 for sliding-counter; 70 ns per check against 30 ns for sliding-counter"),
+            "{fixed}"
+        );
+        let log = line(&lines, "Use sliding-log");
+        assert!(
+            log.contains("avoid it when keys are many**: 300 bytes per key against 20 for sliding-counter (15×)"),
+            "{log}"
+        );
+
+        // Now the fixed window cheapest: the sentences follow.
+        with_costs(&mut results, true, |a| match a {
+            "fixed-window" => (10.0, 12.0, None),
+            "sliding-log" => (15.0, 200.0, None),
+            _ => (40.0, 50.0, None),
+        });
+        let lines = guide(&results);
+        let fixed = line(&lines, "Avoid fixed-window");
+        assert!(
+            fixed.contains(
+                "Its one merit is cost: 10 bytes per key, the fewest; 12 ns per check, the fastest"
+            ),
+            "{fixed}"
+        );
+        let log = line(&lines, "Use sliding-log");
+        assert!(
+            log.contains("close to the cheapest in this run: 15 bytes per key against 10 for fixed-window (1.5×)"),
+            "{log}"
+        );
+        assert!(line(&lines, "When keys are many").contains("fixed-window keeps the fewest"));
+    }
+
+    #[test]
+    fn ties_and_overlapping_spreads_are_said_as_such() {
+        let mut results = measured();
+        // Token bucket lighter than GCRA, its time within GCRA's spread.
+        with_costs(&mut results, false, |a| match a {
+            "token-bucket" => (20.0, 40.0, Some((35.0, 45.0))),
+            "gcra" => (30.0, 38.0, Some((30.0, 44.0))),
+            _ => (50.0, 90.0, Some((80.0, 100.0))),
+        });
+        let lines = guide(&results);
+        let pair = line(&lines, "Use token-bucket or gcra");
+        assert!(
+            pair.contains("token-bucket keeps less per key: 20 bytes against 30 (gcra)"),
+            "{pair}"
+        );
+        assert!(pair.contains("no difference this run can tell"), "{pair}");
+        assert!(pair.contains("time the median of 5 repeats here"), "{pair}");
+        assert!(pair.contains("bytes counted by this run"), "{pair}");
+        let cheapest = line(&lines, "When keys are many");
+        assert!(
+            cheapest.contains("the fastest check was gcra's, 38 ns (30–44 over 5 repeats), within the spread of token-bucket"),
+            "{cheapest}"
+        );
+        assert!(
+            cheapest.contains("counted by this run's allocator"),
+            "{cheapest}"
+        );
+
+        // Flipped, and apart: GCRA lighter and faster.
+        with_costs(&mut results, true, |a| match a {
+            "token-bucket" => (30.0, 60.0, None),
+            "gcra" => (20.0, 30.0, None),
+            _ => (50.0, 90.0, None),
+        });
+        let lines = guide(&results);
+        let pair = line(&lines, "Use token-bucket or gcra");
+        assert!(
+            pair.contains("gcra keeps less per key: 20 bytes against 30 (token-bucket); gcra checks faster: 30 ns against 60 ns (token-bucket)"),
+            "{pair}"
+        );
+        assert!(pair.contains("from the benchmark summary"), "{pair}");
+        let cheapest = line(&lines, "When keys are many");
+        assert!(cheapest.contains("gcra keeps the fewest"), "{cheapest}");
+        assert!(
+            cheapest.contains("one check of each of 100,000 integer keys"),
+            "{cheapest}"
+        );
+    }
+
+    #[test]
+    fn the_sliding_counters_two_figures_keep_their_baselines() {
+        let mut results = measured();
+        for (wrong, differs) in [(11.1, 77.7), (77.7, 11.1)] {
+            let t = results.traffic.as_mut().unwrap();
+            let o = t
+                .outcomes
+                .iter_mut()
+                .find(|o| o.algorithm == "sliding-counter")
+                .unwrap();
+            o.wrong_pct = wrong;
+            o.differs_from_log_pct = differs;
+            let lines = guide(&results);
+            let counter = line(&lines, "sliding-counter is an approximation");
+            assert!(
+                counter.contains(&format!(
+                    "stay within the limit?): {} % of its decisions were wrong",
+                    pct(wrong)
+                )),
+                "{counter}"
+            );
+            assert!(
+                counter.contains(&format!(
+                    "the two histories differ): {} % of decisions differed",
+                    pct(differs)
+                )),
+                "{counter}"
+            );
+        }
+    }
 }

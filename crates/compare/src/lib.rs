@@ -24,6 +24,7 @@ pub mod algorithms;
 pub mod atomic;
 pub mod backend;
 pub mod charts;
+pub mod costs;
 pub mod flawed;
 pub mod guide;
 pub mod markdown;
@@ -32,6 +33,7 @@ pub mod peers;
 pub mod report;
 pub mod scenario;
 pub mod stats;
+pub mod summary;
 pub mod use_cases;
 
 use std::path::PathBuf;
@@ -204,6 +206,8 @@ pub struct Results {
     pub cost: Option<scenario::cost::Cost>,
     /// Many simulated clients, mostly well under the limit.
     pub light_traffic: Option<scenario::light::LightTraffic>,
+    /// A cost known after the response, settled.
+    pub settle: Option<scenario::settle::Settle>,
     /// A flood of new keys against the bounded in-memory store.
     pub flood: Option<scenario::flood::Flood>,
     /// A Redis stall, with and without the breaker.
@@ -253,6 +257,7 @@ impl Results {
             load_balancer: Option<Vec<usize>>,
             traffic: Option<&'a scenario::traffic::Traffic>,
             light_traffic: Option<&'a scenario::light::LightTraffic>,
+            settle: Option<&'a scenario::settle::Settle>,
             smoothness: Option<&'a scenario::smoothness::Smoothness>,
             // The flood's decisions; its heap bytes are measured, not simulated.
             flood: Option<Vec<FloodDecisions<'a>>>,
@@ -282,6 +287,7 @@ impl Results {
                 .map(|b| b.rows.iter().map(|r| r.per_instance_memory).collect()),
             traffic: self.traffic.as_ref(),
             light_traffic: self.light_traffic.as_ref(),
+            settle: self.settle.as_ref(),
             smoothness: self.smoothness.as_ref(),
             flood: self.flood.as_ref().map(|f| {
                 f.points
@@ -398,6 +404,7 @@ pub async fn run(config: &Config, redis: Option<&RedisEnv>) -> Result<Results, C
         smoothness: None,
         cost: None,
         light_traffic: None,
+        settle: None,
         flood: None,
         outage: None,
         failover: None,
@@ -438,6 +445,7 @@ pub async fn run(config: &Config, redis: Option<&RedisEnv>) -> Result<Results, C
             ScenarioName::LightTraffic => {
                 results.light_traffic = Some(scenario::light::run(&ctx));
             }
+            ScenarioName::Settle => results.settle = Some(scenario::settle::run(&ctx)?),
             ScenarioName::Flood => results.flood = Some(scenario::flood::run(&ctx)),
             ScenarioName::Outage => results.outage = scenario::outage::run(&ctx).await?,
             ScenarioName::Failover => results.failover = scenario::failover::run(&ctx).await?,

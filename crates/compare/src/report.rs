@@ -36,7 +36,7 @@ pub trait Part {
 
 /// The parts the results hold, in report order.
 pub fn parts(results: &Results) -> Vec<&dyn Part> {
-    let parts: [Option<&dyn Part>; 11] = [
+    let parts: [Option<&dyn Part>; 12] = [
         results.reference.as_ref().map(|p| p as &dyn Part),
         results.window_edge.as_ref().map(|p| p as &dyn Part),
         results.concurrency.as_ref().map(|p| p as &dyn Part),
@@ -44,6 +44,7 @@ pub fn parts(results: &Results) -> Vec<&dyn Part> {
         results.traffic.as_ref().map(|p| p as &dyn Part),
         results.light_traffic.as_ref().map(|p| p as &dyn Part),
         results.smoothness.as_ref().map(|p| p as &dyn Part),
+        results.settle.as_ref().map(|p| p as &dyn Part),
         results.cost.as_ref().map(|p| p as &dyn Part),
         results.flood.as_ref().map(|p| p as &dyn Part),
         results.outage.as_ref().map(|p| p as &dyn Part),
@@ -76,6 +77,11 @@ in memory and on Redis, and every sentence below, the decision guide included, i
 numbers of this run (the one exception, the Redis backends table of the cost section, names the \
 benchmark run and commit it comes from). Regenerate it with `just compare`; the simulated-time scenarios give identical \
 numbers for the same seed, the real-time and Redis ones are repeated and reported with their spread.\n\n";
+
+    out += "## In one screen\n\n";
+    out += "Each use case, what to choose, and the one figure of this run that decides it (section in brackets; the decision guide and the guide by use case below say more).\n\n";
+    out += &crate::summary::summary_table(results);
+    out += "\n";
 
     out += "## What was run\n\n";
     let durations = m

@@ -35,7 +35,7 @@ pub fn use_cases(results: &Results) -> Vec<UseCase> {
         api_quotas(results),
         login(results),
         client_throttle(results),
-        settled_cost(),
+        settled_cost(results),
     ]
 }
 
@@ -192,19 +192,53 @@ fn client_throttle(results: &Results) -> UseCase {
             );
         }
     }
+    let pick = crate::summary::client_throttle(results);
+    if pick.figure != crate::summary::NOT_RUN {
+        let _ = write!(
+            a,
+            " Which limiter: {}; {}. A client is one key, so the exact log's memory does not matter, and a trailing window that never exceeds the limit keeps under a server counting in fixed windows or trailing ones.",
+            pick.choose, pick.figure
+        );
+    }
     UseCase {
         question: "A client-side throttle",
         answer: a,
     }
 }
 
-fn settled_cost() -> UseCase {
-    let a = format!(
-        "When the cost is known only after the response (LLM tokens per minute, bytes served), reserve an estimate and settle it: `let (decision, receipt) = limiter.check_with_receipt(key, estimate)?`, then `limiter.settle(receipt, actual)`; less gives the difference back, more becomes a debt the next requests wait out. Over HTTP, `Policy::settle_from_header(header)` (or `settle_with`) settles from the response ({}). The limiter decides from its own state and the receipt, never from a number the caller computed, so no order of refunds and settlements gets more than the quota, in memory ({}) and on Redis ({}). This run does not measure settling.",
+fn settled_cost(results: &Results) -> UseCase {
+    let mut a = format!(
+        "When the cost is known only after the response (LLM tokens per minute, bytes served), reserve an estimate and settle it: `let (decision, receipt) = limiter.check_with_receipt(key, estimate)?`, then `limiter.settle(receipt, actual)`; less gives the difference back, more becomes a debt the next requests wait out. Over HTTP, `Policy::settle_from_header(header)` (or `settle_with`) settles from the response ({}). The limiter decides from its own state and the receipt, never from a number the caller computed, so no order of refunds and settlements gets more than the quota, in memory ({}) and on Redis ({}).",
         test("http", "it/settle"),
         test("tests", "memory/receipts"),
         test("tests", "redis/settle_bound")
     );
+    if let Some(settle) = &results.settle {
+        let pick = crate::summary::settled(results);
+        let _ = write!(a, " Which limiter: {}; {}.", pick.choose, pick.figure);
+        if let (Some(best), Some(worst)) = (
+            settle.outcomes.iter().min_by_key(|o| o.worst_minute_tokens),
+            settle.outcomes.iter().max_by_key(|o| o.worst_minute_tokens),
+        ) {
+            let _ = write!(
+                a,
+                " With {} of {} requests' estimates below their actual and {} above, {} held its worst minute to {} tokens for a quota of {} and {} let {} through; the debt charged beyond estimates was {} and {} tokens, and {} of {} tokens asked back came back for {} [Settling].",
+                settle.under_estimated,
+                settle.offered,
+                settle.over_estimated,
+                best.algorithm,
+                best.worst_minute_tokens,
+                settle.workload.tokens_per_minute,
+                worst.algorithm,
+                worst.worst_minute_tokens,
+                best.debt_charged,
+                worst.debt_charged,
+                best.refund_given,
+                best.refund_asked,
+                best.algorithm
+            );
+        }
+    }
     UseCase {
         question: "A cost known only after the response",
         answer: a,

@@ -288,6 +288,21 @@ fn the_report_has_every_chart_and_section_on_a_small_run() {
     if cell_built {
         let reference = results.reference.as_ref().unwrap();
         assert_eq!(reference.redis_cell_rows.len(), 2, "{reference:?}");
+        // redis-cell 0.5.0 rounds a wait up to whole seconds (a 200 ms
+        // wait reads 1 s): measured against ratelab's exact waits, every
+        // refusal by both says so, and compared by that rule they agree.
+        if let ratelab_testkit::redis_cell::Source::Peer(_) = ratelab_testkit::redis_cell::source()
+        {
+            let cell = reference
+                .agreement
+                .iter()
+                .find(|a| a.peer == "redis-cell")
+                .unwrap();
+            let rounding = cell.rounding.unwrap();
+            assert!(rounding.refusals > 0, "{cell:?}");
+            assert_eq!(rounding.up, rounding.refusals, "{cell:?}");
+            assert_eq!(cell.differing_waits, 0, "{cell:?}");
+        }
     }
 
     let dir = tempfile::tempdir().unwrap();

@@ -58,7 +58,37 @@
 //! `token-bucket`, `gcra` (the default: every algorithm; any subset builds),
 //! `redis`, `resilience`, `http`, `axum`, `http-core`, `throttle`, `lease`,
 //! `tokio` (async wait helpers), `full` (all of them).
-
+//!
+//! A module is documented only with its feature: the default features
+//! document the contract and the algorithms. `cargo doc -p ratelab
+//! --features full --open` documents the whole service API (Redis, the HTTP
+//! layer, the throttles, the resilience wrapper), as docs.rs does; without
+//! a module's feature, its link above goes to docs.rs.
+//!
+#![cfg_attr(
+    not(feature = "redis"),
+    doc = "[`redis`]: https://docs.rs/ratelab/latest/ratelab/redis/index.html"
+)]
+#![cfg_attr(
+    not(feature = "resilience"),
+    doc = "[`resilience`]: https://docs.rs/ratelab/latest/ratelab/resilience/index.html"
+)]
+#![cfg_attr(
+    not(feature = "http"),
+    doc = "[`http`]: https://docs.rs/ratelab/latest/ratelab/http/index.html"
+)]
+#![cfg_attr(
+    not(feature = "http-core"),
+    doc = "[`http_core`]: https://docs.rs/ratelab/latest/ratelab/http_core/index.html"
+)]
+#![cfg_attr(
+    not(feature = "throttle"),
+    doc = "[`throttle`]: https://docs.rs/ratelab/latest/ratelab/throttle/index.html"
+)]
+#![cfg_attr(
+    not(feature = "lease"),
+    doc = "[`lease`]: https://docs.rs/ratelab/latest/ratelab/lease/index.html"
+)]
 #![warn(missing_docs)]
 #![forbid(unsafe_code)]
 
@@ -69,20 +99,26 @@ pub use ratelab_fixed_window::{self as fixed_window, FixedWindow};
 #[cfg(feature = "gcra")]
 pub use ratelab_gcra::{self as gcra, Gcra};
 #[cfg(feature = "http")]
+#[doc(inline)]
 pub use ratelab_http as http;
 #[cfg(feature = "http-core")]
+#[doc(inline)]
 pub use ratelab_http_core as http_core;
 #[cfg(feature = "leaky-bucket")]
 pub use ratelab_leaky_bucket::{self as leaky_bucket, LeakyMeter, LeakyQueue};
 #[cfg(feature = "lease")]
+#[doc(inline)]
 pub use ratelab_lease as lease;
 #[cfg(feature = "redis")]
+#[doc(inline)]
 pub use ratelab_redis as redis;
 #[cfg(feature = "resilience")]
+#[doc(inline)]
 pub use ratelab_resilience as resilience;
 #[cfg(feature = "sliding-window")]
 pub use ratelab_sliding_window::{self as sliding_window, SlidingCounter, SlidingLog};
 #[cfg(feature = "throttle")]
+#[doc(inline)]
 pub use ratelab_throttle as throttle;
 #[cfg(feature = "token-bucket")]
 pub use ratelab_token_bucket::{self as token_bucket, TokenBucket};

@@ -9,6 +9,7 @@ pub mod flood;
 pub mod light;
 pub mod outage;
 pub mod reference;
+pub mod settle;
 pub mod smoothness;
 pub mod traffic;
 pub mod window_edge;
@@ -51,6 +52,11 @@ pub enum ScenarioName {
     /// token bucket (and the rest) downstream: peak output rate, spread of
     /// gaps between admitted requests, added delay.
     Smoothness,
+    /// Simulated time: tokens per minute charged after the response (an
+    /// LLM endpoint): estimates reserved, settled to the actual above and
+    /// below, many requests in flight; tokens used against the quota, debt
+    /// charged, refunds given back.
+    Settle,
     /// Time per check in memory, microseconds per call and checks per second
     /// on Redis, bytes per key in both: from the benchmark summary when
     /// present, else a short measurement of its own.
@@ -70,7 +76,7 @@ pub enum ScenarioName {
 
 impl ScenarioName {
     /// Every scenario, in report order.
-    pub const ALL: [ScenarioName; 11] = [
+    pub const ALL: [ScenarioName; 12] = [
         ScenarioName::Reference,
         ScenarioName::WindowEdge,
         ScenarioName::Concurrency,
@@ -78,6 +84,7 @@ impl ScenarioName {
         ScenarioName::Traffic,
         ScenarioName::LightTraffic,
         ScenarioName::Smoothness,
+        ScenarioName::Settle,
         ScenarioName::Cost,
         ScenarioName::Flood,
         ScenarioName::Outage,
@@ -94,6 +101,7 @@ impl ScenarioName {
             ScenarioName::Traffic => "traffic",
             ScenarioName::LightTraffic => "light-traffic",
             ScenarioName::Smoothness => "smoothness",
+            ScenarioName::Settle => "settle",
             ScenarioName::Cost => "cost",
             ScenarioName::Flood => "flood",
             ScenarioName::Outage => "outage",
@@ -111,6 +119,7 @@ impl ScenarioName {
             ScenarioName::Traffic => "Realistic traffic",
             ScenarioName::LightTraffic => "Light traffic",
             ScenarioName::Smoothness => "Smoothness",
+            ScenarioName::Settle => "Settling",
             ScenarioName::Cost => "Cost",
             ScenarioName::Flood => "Key flood",
             ScenarioName::Outage => "Redis outage",

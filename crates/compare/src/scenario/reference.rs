@@ -82,8 +82,70 @@ pub struct Agreement {
     pub decisions: usize,
     /// Of those, admitted by one and refused by the other.
     pub differing: usize,
-    /// Refusals whose exact wait differs by more than a microsecond.
+    /// Refusals whose exact wait differs by more than a microsecond (for
+    /// a peer reporting whole seconds: whose whole seconds differ from
+    /// ratelab's exact wait rounded by the peer's measured rule).
     pub differing_waits: usize,
+    /// For a peer reporting whole seconds, its rounding as measured.
+    pub rounding: Option<Rounding>,
+}
+
+/// How a peer rounds a wait to whole seconds, measured against ratelab's
+/// exact wait at the same moment on the same server.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Rounding {
+    /// Refusals by both.
+    pub refusals: usize,
+    /// Of those, the peer's seconds equal ratelab's exact wait rounded up.
+    pub up: usize,
+    /// Of those, equal to it rounded down (a whole-second wait counts in
+    /// both).
+    pub down: usize,
+}
+
+impl Rounding {
+    /// `peer_secs` against `exact` for each refusal by both.
+    pub fn measure(pairs: impl IntoIterator<Item = (u64, Duration)>) -> Self {
+        let mut r = Rounding {
+            refusals: 0,
+            up: 0,
+            down: 0,
+        };
+        for (peer, exact) in pairs {
+            r.refusals += 1;
+            r.up += usize::from(peer == round_up(exact));
+            r.down += usize::from(peer == exact.as_secs());
+        }
+        r
+    }
+
+    /// Whether the measurements say the peer rounds up.
+    pub fn rounds_up(&self) -> bool {
+        self.up >= self.down
+    }
+
+    /// `exact` in whole seconds by the measured rule.
+    pub fn apply(&self, exact: Duration) -> u64 {
+        if self.rounds_up() {
+            round_up(exact)
+        } else {
+            exact.as_secs()
+        }
+    }
+
+    /// "rounded up" or "rounded down".
+    pub fn text(&self) -> &'static str {
+        if self.rounds_up() {
+            "rounded up"
+        } else {
+            "rounded down"
+        }
+    }
+}
+
+/// Whole seconds, any fraction rounded up.
+fn round_up(d: Duration) -> u64 {
+    d.as_secs() + u64::from(d.subsec_nanos() > 0)
 }
 
 /// The table.
@@ -97,7 +159,7 @@ pub struct Reference {
     pub peer_rows: Vec<Row>,
     /// Each peer's decisions against ratelab gcra's, one by one.
     pub agreement: Vec<Agreement>,
-    /// redis-cell (`CL.THROTTLE`, whole-second waits rounded down) and
+    /// redis-cell (`CL.THROTTLE`, whole-second waits) and
     /// ratelab gcra on Redis `TIME`, both on a real clock with a real
     /// one-second wait, side by side.
     pub redis_cell_rows: Vec<Row>,
@@ -294,6 +356,12 @@ async fn redis_cell_rows(
             ours.push(gcra.check_async(gcra_key.as_bytes(), 1).await?);
         }
     }
+    let rounding = Rounding::measure(
+        cell.iter()
+            .zip(&ours)
+            .filter(|(c, o)| !c.allowed && !o.allowed)
+            .map(|(c, o)| (c.retry_after().as_secs(), o.retry_after())),
+    );
     let agreement = Agreement {
         peer: "redis-cell".into(),
         decisions: BURST + LATER,
@@ -302,14 +370,18 @@ async fn redis_cell_rows(
             .zip(&ours)
             .filter(|(c, o)| c.allowed != o.allowed)
             .count(),
-        // redis-cell's waits are whole seconds rounded down: compared as such.
+        // redis-cell's waits are whole seconds: compared with ratelab's
+        // exact wait rounded as redis-cell was measured to round.
         differing_waits: cell
             .iter()
             .zip(&ours)
             .filter(|(c, o)| {
-                !c.allowed && !o.allowed && c.retry_after().as_secs() != o.retry_after().as_secs()
+                !c.allowed
+                    && !o.allowed
+                    && c.retry_after().as_secs() != rounding.apply(o.retry_after())
             })
             .count(),
+        rounding: Some(rounding),
     };
     let mut cell_row = row(
         "redis-cell",
@@ -318,15 +390,15 @@ async fn redis_cell_rows(
         &cell[..BURST],
         &cell[BURST..],
     );
-    // Its waits, as it reports them: whole seconds rounded down.
-    let floor = |ds: &[Decision]| {
+    // Its waits, as it reports them: whole seconds.
+    let whole = |ds: &[Decision]| {
         ds.iter()
             .filter(|d| !d.allowed)
             .map(|d| d.retry_after().as_secs())
             .max()
     };
-    cell_row.burst_wait_secs = floor(&cell[..BURST]);
-    cell_row.later_wait_secs = floor(&cell[BURST..]);
+    cell_row.burst_wait_secs = whole(&cell[..BURST]);
+    cell_row.later_wait_secs = whole(&cell[BURST..]);
     cell_row.burst_retry_ms = None;
     let gcra_row = row(
         "gcra",
@@ -373,6 +445,7 @@ fn governor_rows(quota: Quota) -> Result<(Vec<Row>, Vec<Agreement>), CompareErro
                     && g.retry_after().abs_diff(r.retry_after()) > Duration::from_micros(1)
             })
             .count(),
+        rounding: None,
     };
     let row = row(GOVERNOR, "memory", "fake (governor's)", &g_burst, &g_later);
     Ok((vec![row], vec![agreement]))

@@ -113,10 +113,19 @@ These rows run on a clock moved by hand, starting at a window boundary (the Redi
                     .unwrap_or("redis-cell did not run")
             );
         } else {
+            let cell_rounding = r.agreement.iter().find_map(|a| a.rounding);
             let _ = writeln!(
                 out,
-                "\n**redis-cell** ({}; `CL.THROTTLE`, a native Redis module running GCRA, loaded into this run's `redis-server`) beside ratelab gcra on the same server, same quota (`CL.THROTTLE key 9 5 1 1`: its `max_burst` is the capacity less one). redis-cell reads the server's own clock, so both run on Redis time with a real one-second sleep between the rounds, one request after another. redis-cell reports `retry_after` in whole seconds **rounded down** (a 200 ms wait reads 0 s); ratelab rounds up for `Retry-After` (1 s) and keeps the exact wait:\n",
-                r.redis_cell_version.as_deref().unwrap_or("version unknown")
+                "\n**redis-cell** ({}; `CL.THROTTLE`, a native Redis module running GCRA, loaded into this run's `redis-server`) beside ratelab gcra on the same server, same quota (`CL.THROTTLE key 9 5 1 1`: its `max_burst` is the capacity less one). redis-cell reads the server's own clock, so both run on Redis time with a real one-second sleep between the rounds, one request after another. redis-cell reports `retry_after` in whole seconds; {} ratelab rounds up for `Retry-After` and keeps the exact wait:\n",
+                r.redis_cell_version.as_deref().unwrap_or("version unknown"),
+                cell_rounding.map_or(String::new(), |c| format!(
+                    "set beside ratelab's exact wait at the same moment, its seconds were that wait **{}** in {} of {} refusals by both (rounded up in {}, down in {}; a whole-second wait counts in both).",
+                    c.text(),
+                    if c.rounds_up() { c.up } else { c.down },
+                    c.refusals,
+                    c.up,
+                    c.down
+                ))
             );
             // `redis-cell 0.5.0` beside its rows.
             let cell_name = r
@@ -128,10 +137,10 @@ These rows run on a clock moved by hand, starting at a window boundary (the Redi
                 .redis_cell_rows
                 .iter()
                 .map(|row| {
-                    let rounding = if row.algorithm == "redis-cell" {
-                        "rounded down"
-                    } else {
-                        "rounded up"
+                    let rounding = match cell_rounding {
+                        Some(c) if row.algorithm == "redis-cell" => c.text(),
+                        None if row.algorithm == "redis-cell" => "whole seconds",
+                        _ => "rounded up",
                     };
                     vec![
                         if row.algorithm == "redis-cell" {
@@ -177,10 +186,12 @@ These rows run on a clock moved by hand, starting at a window boundary (the Redi
                 a.differing,
                 a.decisions,
                 a.differing_waits,
-                if a.peer == GOVERNOR {
-                    "to the microsecond"
-                } else {
-                    "both in whole seconds rounded down"
+                match a.rounding {
+                    None => "to the microsecond".to_owned(),
+                    Some(c) => format!(
+                        "its whole seconds against ratelab's exact wait {}, the rule measured above",
+                        c.text()
+                    ),
                 },
                 if a.differing == 0 && a.differing_waits == 0 {
                     " The same GCRA: equal quotas give equal decisions."

@@ -55,7 +55,7 @@ impl Part for Traffic {
     fn draw(&self, canvas: &mut Canvas) -> Result<(), CompareError> {
         let t = self;
         render!(canvas, "burst-timeline", (1400, 1100), |root| {
-            burst_timeline(&root, &t.timeline, t.limit as f64)
+            burst_timeline(&root, &t.timeline, t.limit as f64, &t.quota)
         });
         let max: Vec<Option<f64>> = t
             .outcomes
@@ -315,13 +315,18 @@ fn burst_timeline<DB: DrawingBackend>(
     root: &DrawingArea<DB, Shift>,
     t: &Timeline,
     limit: f64,
+    quota: &str,
 ) -> Drawn
 where
     DB::ErrorType: 'static,
 {
     root.fill(&WHITE)?;
+    let per_sec = 1_000.0 / t.bin_ms as f64;
     let root = root.titled(
-        "One client's bursts: admitted vs offered, every algorithm (quota 10/s, burst 10)",
+        &format!(
+            "One client's bursts: admitted vs offered, every algorithm (quota {quota}; {} ms bins)",
+            t.bin_ms
+        ),
         font(24.0),
     )?;
     let panels = root.split_evenly((4, 2));
@@ -338,7 +343,11 @@ where
         chart
             .configure_mesh()
             .x_desc("time (s)")
-            .y_desc("requests / s")
+            .y_desc(format!(
+                "requests / s (per {} ms bin × {})",
+                t.bin_ms,
+                num_label(per_sec)
+            ))
             .x_label_formatter(&|v| num_label(*v))
             .y_label_formatter(&|v| num_label(*v))
             .x_label_style(font(12.0))
@@ -367,17 +376,23 @@ where
     if let Some(legend) = panels.get(AlgorithmKind::ALL.len()) {
         let (w, _) = legend.dim_in_pixel();
         let x = i32::try_from(w / 8).unwrap_or(0);
-        let items: [(&str, ShapeStyle); 3] = [
+        let items: [(String, ShapeStyle); 3] = [
             (
-                "admitted per second (bars, one colour per algorithm)",
+                format!(
+                    "admitted per second (bars, one colour per algorithm): a bin's count × {}",
+                    num_label(per_sec)
+                ),
                 color("gcra").mix(0.75).filled(),
             ),
             (
-                "offered per second (grey line)",
+                format!(
+                    "offered per second (grey line): a bin's count × {}",
+                    num_label(per_sec)
+                ),
                 BLACK.mix(0.55).stroke_width(3),
             ),
             (
-                "rate limit, 10 per second (dashed red)",
+                format!("rate limit, {} per second (dashed red)", num_label(limit)),
                 LIMIT.stroke_width(3),
             ),
         ];
@@ -385,7 +400,7 @@ where
             let y = 60 + 40 * i32::try_from(k).unwrap_or(0);
             legend.draw(&Rectangle::new([(x, y - 8), (x + 24, y + 8)], style))?;
             legend.draw(&Text::new(
-                text,
+                text.as_str(),
                 (x + 36, y),
                 font(16.0).pos(Pos::new(HPos::Left, VPos::Center)),
             ))?;
