@@ -93,7 +93,7 @@ impl Connection {
         ))
     }
 
-    /// Runs one command (its reply awaited for up to [`LATE_REPLY_WAIT`]).
+    /// Runs one command (its reply awaited for up to [`LATE_REPLY_WAIT`](ratelab_resilience::LATE_REPLY_WAIT)).
     pub async fn query<T: FromRedisValue>(&self, cmd: &Cmd) -> RedisResult<T> {
         match self {
             Connection::Single(manager) => cmd.query_async(&mut manager.clone()).await,
