@@ -342,6 +342,11 @@ impl Stats {
         let mut families: std::collections::BTreeMap<String, (&'static str, Vec<(String, u64)>)> =
             Default::default();
         for (name, counter) in self.counters.read().iter() {
+            // A counter still at zero was never sent by the reference's
+            // statsd sink, so its exporter has no series for it.
+            if counter.value() == 0 {
+                continue;
+            }
             let (family, labels) = prometheus_name(name);
             let entry = families.entry(family).or_insert(("counter", Vec::new()));
             // Two names may map to one series (as they do in the
