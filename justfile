@@ -38,9 +38,18 @@ test-only: && test-clients
     cargo test --workspace --locked
     cargo test --workspace --locked --bench '*'
 
-# The Python and Node clients of the script protocol (lua/clients), each against a redis-server it starts, and ratelab-server driven by Python's grpcio; the cross-language test also builds the Rust example and the Node client (`scripts/setup` installs what they need).
+# The Python, Node and Go clients of the script protocol (lua/clients), each against redis-servers it starts, and ratelab-server driven by Python's grpcio; the cross-language test also builds the Rust example and the Node and Go clients (`scripts/setup` installs what they need).
 test-clients:
-    cd lua/clients/node && npm test
+    #!/usr/bin/env bash
+    set -euo pipefail
+    # The native module `cargo test --workspace` built (test-only's), for the clients' module tests; Go where its installer puts it when it is not on PATH.
+    case "$(uname)" in Darwin) module=libratelab_redis_module.dylib ;; *) module=libratelab_redis_module.so ;; esac
+    target="${CARGO_TARGET_DIR:-target}"
+    case "$target" in /*) ;; *) target="$PWD/$target" ;; esac
+    export RATELAB_MODULE_PATH="${RATELAB_MODULE_PATH:-$target/debug/deps/$module}"
+    command -v go >/dev/null || export PATH="$PATH:/usr/local/go/bin"
+    (cd lua/clients/node && npm test)
+    (cd lua/clients/go && go vet ./... && go test -count=1 ./...)
     python3 -m pytest lua/clients/python
     python3 -m pytest crates/server/tests/python
 
@@ -64,9 +73,10 @@ lint:
     # What `cargo doc` documents by default (the libraries, and the one binary whose name no library has), and the examples: with them the docs need the dev-dependencies, so they resolve the same features as clippy and reuse its check of every dependency.
     RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --locked --lib --bin bench-summary --examples
 
-# After a deliberate protocol change or a new algorithm: rewrites what the other languages read from the Rust implementation (lua/clients/vectors.json and algorithms.json), lua/README.md's reference table, and lua/'s links to the algorithms' scripts.
+# After a deliberate protocol change or a new algorithm (or any change to a script): rewrites what the other languages read from the Rust implementation (lua/clients/vectors.json and algorithms.json), lua/README.md's reference table, lua/'s links to the algorithms' scripts, and the Go client's embedded copies of algorithms.json and the scripts.
 regenerate:
     RATELAB_BLESS=1 cargo test --locked -p ratelab-tests --test protocol -- protocol_vectors::
+    cd lua/clients/go && PATH="$PATH:/usr/local/go/bin" go generate ./...
 
 # Format the code in place.
 fmt:

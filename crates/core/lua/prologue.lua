@@ -2,15 +2,17 @@
 -- (the script sent to Redis is this file followed by the algorithm's file).
 -- The protocol (every argument, reply and error, the key scheme): lua/README.md.
 --
--- Version 4: a check answers the stamp of its admission, a settlement gives back from
--- one admission only what the key provably still holds of it (the rule of
--- crates/core/src/receipt.rs), a reset is a script call. Versions 1 to 3 are no longer
--- answered: their keys hold state in formats these scripts do not read, and version 3's
--- refund trusted a duration the caller computed.
+-- Version 5: a check answers the stamp of its admission, which no other admission of the
+-- key shares (a window's mark counts its units); a settlement gives back from one
+-- admission only what the key provably still holds of it (the rule of
+-- crates/core/src/receipt.rs), and never twice. A reset is a script call. Versions 1 to
+-- 4 are no longer answered: versions 1 to 3's keys hold state in formats these scripts
+-- do not read, version 3's refund trusted a duration the caller computed, and version
+-- 4's stamps could be settled again and again.
 --
--- ARGV[1]  the protocol version: "4". In every version of the protocol the first
+-- ARGV[1]  the protocol version: "5". In every version of the protocol the first
 --          argument, so that a caller built for another version gets the error
---          "ratelab: protocol version 4 expected, got ..." and never a decision made from
+--          "ratelab: protocol version 5 expected, got ..." and never a decision made from
 --          arguments it meant otherwise.
 -- ARGV[2]  now, µs, or "" to read Redis TIME
 -- ARGV[3]  cost: of the request (check, peek), or the cost the settled admission was
@@ -44,11 +46,11 @@
 -- Stored state is never trusted: `read_string` and `stored` below let each script
 -- answer "ratelab <algorithm>: corrupt state at <key>: <what>" for anything it could
 -- not have written, instead of resetting, admitting everything or refusing forever.
-if ARGV[1] ~= '4' then
+if ARGV[1] ~= '5' then
   local got = 'nothing'
   if ARGV[1] == '' then got = '""'
   elseif ARGV[1] then got = ARGV[1]:sub(1, 32):gsub('[^%w%p ]', '?') end
-  return redis.error_reply('ratelab: protocol version 4 expected, got ' .. got)
+  return redis.error_reply('ratelab: protocol version 5 expected, got ' .. got)
 end
 -- Decimal only: Lua's `tonumber` would also read hexadecimal ("0x10") and stop at a
 -- NUL byte ("1\0junk"), which the module and the Rust clients never accept.
@@ -159,19 +161,26 @@ local function stored(x)
 end
 -- The key's string value (false when there is none), or an error reply when the
 -- key holds another type or a string of another size: `size` bytes, or for a debt
--- (`shifts` true) `size` bytes followed by 0 to 64 shifts of 24 bytes.
+-- (`tail` true) `size` bytes followed by 0 to 64 shifts of 24 bytes, or for a window
+-- (`tail` 'spent') `size` bytes followed by nothing or by its ledger (24 bytes, then
+-- 16 per entry, up to 64 tallies and 64 settled stamps).
 local MAX_RECENT_SHIFTS = 64
-local function read_string(algorithm, size, shifts)
+local MAX_GIVEN, MAX_SETTLED = 64, 64
+local function read_string(algorithm, size, tail_kind)
   local raw = redis.pcall('GET', KEYS[1])
   if type(raw) == 'table' and raw.err then
     return nil, corrupt(algorithm, 'a ' .. redis.call('TYPE', KEYS[1]).ok .. ', not a string')
   end
   if raw and #raw ~= size then
     local tail = #raw - size
-    if not shifts then
+    if tail_kind == 'spent' then
+      if tail < 24 or (tail - 24) % 16 ~= 0 or tail > 24 + 16 * (MAX_GIVEN + MAX_SETTLED) then
+        return nil, corrupt(algorithm, string.format(
+          '%d bytes, not %d (plus a ledger of 24 and 16 per entry): %s', #raw, size, show(raw)))
+      end
+    elseif not tail_kind then
       return nil, corrupt(algorithm, string.format('%d bytes, not %d: %s', #raw, size, show(raw)))
-    end
-    if tail < 0 or tail % 24 ~= 0 or tail > 24 * MAX_RECENT_SHIFTS then
+    elseif tail < 0 or tail % 24 ~= 0 or tail > 24 * MAX_RECENT_SHIFTS then
       return nil, corrupt(algorithm, string.format('%d bytes, not %d plus 24 per shift, up to 64: %s',
         #raw, size, show(raw)))
     end
@@ -234,26 +243,27 @@ local function shifts_out_of_range(recent)
 end
 
 -- `Shifts::moved`: how far the shifts made since `mark` moved an admission at
--- `position` (made at or before it: its own refund's too, so that a replayed stamp finds
--- its end moved by what it gave): exactly, for those in `recent`; the whole of any older
--- one. nil for a mark
--- ahead of the total (a stamp of another incarnation of the key). `position` may be
--- 2^53 or more (then inexact, but still above every stored position: the comparisons
--- hold).
+-- `position` (made at or before it), and how much of that its own settlements gave
+-- (those made at exactly its position): exactly, for those in `recent`; the whole of any
+-- older one, in both. nil for a mark ahead of the total (a stamp of another incarnation
+-- of the key). `position` may be 2^53 or more (then inexact, but still above every
+-- stored position: the comparisons hold).
 local function shifts_moved(total, recent, mark, position)
   if mark > total then return nil end
   local n = #recent
   local covered = total
   if n > 0 then covered = recent[1][1] end
   local moved = math.max(0, covered - mark)
+  local own = moved
   for i = 1, n do
     local after = total
     if i < n then after = recent[i + 1][1] end
     if recent[i][1] >= mark and recent[i][2] <= position then
       moved = moved + (after - recent[i][1])
+      if recent[i][2] == position then own = own + (after - recent[i][1]) end
     end
   end
-  return moved
+  return moved, own
 end
 -- `Shifts::record`: records a shift of `amount` at `position`, at `at`, dropping the
 -- oldest of 64; the new total, or nil (nothing recorded) when it would reach the
@@ -284,26 +294,25 @@ end
 -- admissions end at most `tolerance` after their instant; and the ledger's total after
 -- (`recent` changes in place). First the shifts older than the tolerance are forgotten.
 -- Nothing at the ceiling, for a stamp of another incarnation of the key (the total
--- behind its mark), an end that has passed, or an end later than the state's (a replay
--- of the last admission). The admission's end is its stamp less the shifts made since
--- its mark before its position (`stamp_at + stamp_mark`). Giving back from any
--- admission but the last moves those after it: a shift is recorded there.
+-- behind its mark), an end that has passed, an end later than the state's, or an
+-- admission whose own settlements gave `unused` already (a replay). The admission's end
+-- is its stamp less the shifts made since its mark at or before its position
+-- (`stamp_at + stamp_mark`). Every give-back is recorded as a shift at that position,
+-- the last admission's too: no later admission is then stamped as this one was.
 local function debt_release(full_at, ledger, recent, at_now, unused, tolerance)
   shifts_expire(recent, full_at, at_now, tolerance)
   if ledger >= LEDGER_CEILING then return 0, ledger end
   local position = stamp_at + stamp_mark
-  local moved = shifts_moved(ledger, recent, stamp_mark, position)
+  local moved, own = shifts_moved(ledger, recent, stamp_mark, position)
   if moved == nil then return 0, ledger end
   local e = stamp_at - moved
   if e <= at_now or e > full_at then return 0, ledger end
-  local back = math.min(unused, e - at_now)
-  if e ~= full_at then
-    -- A shift the ledger cannot record: nothing given.
-    local total = shifts_record(ledger, recent, position, at_now, back)
-    if total == nil then return 0, ledger end
-    ledger = total
-  end
-  return back, ledger
+  local back = math.min(math.max(0, unused - own), e - at_now)
+  if back == 0 then return 0, ledger end
+  -- A shift the ledger cannot record: nothing given.
+  local total = shifts_record(ledger, recent, position, at_now, back)
+  if total == nil then return 0, ledger end
+  return back, total
 end
 -- `debt_reset`: the ledger's total after a reset at `at_now` of a state full again at
 -- `full_at` (`recent` changes in place): a shift at position 0 past the end of every
@@ -318,4 +327,148 @@ local function debt_reset(full_at, ledger, recent, at_now, tolerance)
     return LEDGER_CEILING
   end
   return total
+end
+
+-- A window's ledger (`Spent` in crates/core/src/spent.rs): after the window's state
+-- (which holds the fence), nothing, or 24 bytes (struct '<ddd': the floor's at and mark,
+-- the number of tallies) followed by the tallies {at, units given back there} in
+-- increasing order of at, then the settled stamps {at, mark} in increasing order, 16
+-- bytes each. Read here as {floor_at, floor_mark, given = {...}, settled = {...}}.
+local function spent_new()
+  return {floor_at = 0, floor_mark = 0, given = {}, settled = {}}
+end
+local function stamp_less(a_at, a_mark, b_at, b_mark)
+  return a_at < b_at or (a_at == b_at and a_mark < b_mark)
+end
+-- The ledger after the first `size` bytes of a window's `raw` state, checked as
+-- `Spent::from_parts` accepts it: the ledger, or nil and the error reply.
+local function read_spent(algorithm, raw, size)
+  local spent = spent_new()
+  if not raw or #raw == size then return spent end
+  local entries = (#raw - size - 24) / 16
+  local fa, fm, n = struct.unpack('<ddd', raw, size + 1)
+  if not (stored(fa) and stored(fm) and stored(n) and n <= MAX_GIVEN and n <= entries) then
+    return nil, corrupt(algorithm, string.format('ledger floor %s:%s, %s tallies of %d entries',
+      tostring(fa), tostring(fm), tostring(n), entries))
+  end
+  local pairs_ = {}
+  for i = 1, entries do
+    local a, b = struct.unpack('<dd', raw, size + 24 + 16 * (i - 1) + 1)
+    if not (stored(a) and stored(b)) then
+      return nil, corrupt(algorithm, string.format('ledger entry %d of %d: %s, %s', i, entries,
+        tostring(a), tostring(b)))
+    end
+    pairs_[i] = {a, b}
+  end
+  spent.floor_at, spent.floor_mark = fa, fm
+  local ok = entries - n <= MAX_SETTLED
+  for i = 1, n do
+    local e = pairs_[i]
+    if e[2] == 0 or (i > 1 and spent.given[i - 1][1] >= e[1]) then ok = false end
+    spent.given[i] = e
+  end
+  for i = n + 1, entries do
+    local e = pairs_[i]
+    local prev_at, prev_mark = fa, fm
+    if i > n + 1 then prev_at, prev_mark = pairs_[i - 1][1], pairs_[i - 1][2] end
+    if not stamp_less(prev_at, prev_mark, e[1], e[2]) then ok = false end
+    spent.settled[i - n] = e
+  end
+  if not ok then
+    return nil, corrupt(algorithm, string.format('ledger of %d entries out of order', entries))
+  end
+  return spent
+end
+local function spent_has_tail(spent)
+  return spent.floor_at ~= 0 or spent.floor_mark ~= 0 or #spent.given > 0 or #spent.settled > 0
+end
+-- The bytes that follow a window's state.
+local function spent_tail(spent)
+  if not spent_has_tail(spent) then return '' end
+  local parts = {struct.pack('<ddd', spent.floor_at, spent.floor_mark, #spent.given)}
+  for i = 1, #spent.given do parts[#parts + 1] = struct.pack('<dd', spent.given[i][1], spent.given[i][2]) end
+  for i = 1, #spent.settled do
+    parts[#parts + 1] = struct.pack('<dd', spent.settled[i][1], spent.settled[i][2])
+  end
+  return table.concat(parts)
+end
+-- `Spent::given_at`: the units given back at `at`.
+local function spent_given_at(spent, at)
+  for i = 1, #spent.given do
+    if spent.given[i][1] == at then return spent.given[i][2] end
+  end
+  return 0
+end
+-- `Spent::raise_floor`.
+local function spent_raise_floor(spent, at, mark)
+  if stamp_less(spent.floor_at, spent.floor_mark, at, mark) then
+    spent.floor_at, spent.floor_mark = at, mark
+    local kept = {}
+    for i = 1, #spent.settled do
+      local e = spent.settled[i]
+      if stamp_less(at, mark, e[1], e[2]) then kept[#kept + 1] = e end
+    end
+    spent.settled = kept
+  end
+end
+-- `Spent::take`: whether the stamp (stamp_at, stamp_mark) may give back, `counted`
+-- units being counted at its window or instant; if so it is listed as settled.
+local function spent_take(spent, counted)
+  if stamp_mark == 0 or stamp_mark > counted + spent_given_at(spent, stamp_at)
+      or not stamp_less(spent.floor_at, spent.floor_mark, stamp_at, stamp_mark) then
+    return false
+  end
+  local i = 1
+  while i <= #spent.settled and stamp_less(spent.settled[i][1], spent.settled[i][2], stamp_at, stamp_mark) do
+    i = i + 1
+  end
+  if i <= #spent.settled and spent.settled[i][1] == stamp_at and spent.settled[i][2] == stamp_mark then
+    return false
+  end
+  table.insert(spent.settled, i, {stamp_at, stamp_mark})
+  if #spent.settled > MAX_SETTLED then
+    local oldest = table.remove(spent.settled, 1)
+    spent_raise_floor(spent, oldest[1], oldest[2])
+  end
+  return true
+end
+-- `Spent::gave`: tallies `units` given back at `at`.
+local function spent_gave(spent, at, units)
+  if units == 0 then return end
+  local i = 1
+  while i <= #spent.given and spent.given[i][1] < at do i = i + 1 end
+  if i <= #spent.given and spent.given[i][1] == at then
+    spent.given[i][2] = spent.given[i][2] + units
+    return
+  end
+  table.insert(spent.given, i, {at, units})
+  if #spent.given > MAX_GIVEN then
+    local oldest = table.remove(spent.given, 1)
+    spent_raise_floor(spent, oldest[1], 9007199254740991)
+  end
+end
+-- `Spent::expire`: forgets what concerns windows or instants before `live`.
+local function spent_expire(spent, live)
+  local settled, given = {}, {}
+  for i = 1, #spent.settled do
+    if spent.settled[i][1] >= live then settled[#settled + 1] = spent.settled[i] end
+  end
+  for i = 1, #spent.given do
+    if spent.given[i][1] >= live then given[#given + 1] = spent.given[i] end
+  end
+  spent.settled, spent.given = settled, given
+  if spent.floor_at < live then spent.floor_at, spent.floor_mark = 0, 0 end
+end
+-- `Spent::latest`: the latest window or instant it holds anything for, or nil.
+local function spent_latest(spent)
+  local latest = nil
+  if #spent.given > 0 then latest = spent.given[#spent.given][1] end
+  if #spent.settled > 0 then
+    local at = spent.settled[#spent.settled][1]
+    if latest == nil or at > latest then latest = at end
+  end
+  if spent.floor_at ~= 0 or spent.floor_mark ~= 0 then
+    if latest == nil or spent.floor_at > latest then latest = spent.floor_at end
+  end
+  return latest
 end

@@ -57,10 +57,14 @@
 //! let (mut state, mut ledger) = (0, Shifts::default());
 //! tat.decide(&mut state, 0, 3)?;
 //! let stamp = tat.stamp(&state, &ledger, 0);
-//! // The admission was the last: all three units come back, and the key is
-//! // forgotten (a key never seen).
-//! let settled = tat.settle(&mut state, &mut ledger, 0, Settlement { stamp, charged: 3, actual: 0 })?;
-//! assert_eq!((state, settled.allowed), (0, true));
+//! // All three units come back.
+//! let refund = Settlement { stamp, charged: 3, actual: 0 };
+//! tat.settle(&mut state, &mut ledger, 0, refund)?;
+//! assert_eq!(state, 0);
+//! // Admitted again: the first stamp, settled again, gives nothing back.
+//! tat.decide(&mut state, 0, 3)?;
+//! tat.settle(&mut state, &mut ledger, 0, refund)?;
+//! assert_eq!(state, 3 * tat.interval_micros());
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 

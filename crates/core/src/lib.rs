@@ -90,6 +90,7 @@ mod log_gate;
 mod quota;
 pub mod receipt;
 pub mod remote;
+mod spent;
 mod throttle;
 mod time;
 mod verdict;
@@ -116,6 +117,7 @@ pub use receipt::{
     Shifts, Stamp,
 };
 pub use remote::{RemoteForm, StringForm};
+pub use spent::{MAX_GIVEN, MAX_MARK, MAX_SETTLED, Spent};
 pub use throttle::BlockingThrottle;
 pub use time::{
     Clock, CoarseClock, MAX_INSTANT_MICROS, MAX_SPAN_MICROS, ManualClock, SystemClock,

@@ -37,7 +37,9 @@
 //! the kept admissions of that window add up to. **Sliding log**: the stamp
 //! is the instant the admission was logged at; units leave the log only
 //! from that instant (units of one instant are interchangeable), while they
-//! are in the log.
+//! are in the log. A window's stamp also marks its admission (the units
+//! counted there up to it, given back ones included), and its ledger
+//! ([`Spent`]) lists the stamps settled, so that each gives back once.
 //!
 //! **Debts** (GCRA, token bucket, leaky meter and queue): each state has an
 //! instant `F` at which it is full again (`full_at`), and an admission of
@@ -49,13 +51,17 @@
 //! before `E`), so everything after it moves earlier by exactly what is given
 //! back, and `F` with it; the kept schedule ends where the state now says.
 //! The stamp holds `E` as the check left it, and a *ledger* kept with the
-//! state counts every shift a refund made to admissions other than the last
-//! (the ones it moved). So `E` is at least the stamp's end less the ledger's
-//! growth since the stamp, and a settlement gives back
-//! `min(unused × T, that end − now)`: nothing once the admission's time has
-//! passed. Giving back from the last admission (the state's `F` is its end)
-//! moves nothing else and leaves the ledger alone. An extra charge is added
-//! at the end of the schedule: it moves nothing either.
+//! state records every shift a settlement made, at the settled admission's
+//! position (the admissions after it are the ones it moved). So `E` is at
+//! least the stamp's end less the shifts recorded since the stamp at or
+//! before its position, and a settlement gives back
+//! `min(unused × T − what its own earlier settlements gave, that end − now)`:
+//! nothing once the admission's time has passed, and never the admission's
+//! units twice. Giving back from the last admission moves nothing else, but
+//! is recorded all the same: the key's `F` plus the ledger's total then
+//! never comes back to a position an earlier admission had, so no two
+//! admissions of one key are ever stamped alike. An extra charge is added at
+//! the end of the schedule: it moves nothing.
 //!
 //! **Keys forgotten and reset.** A key is forgotten (by the keyed store, or
 //! by Redis expiring it) only when no receipt can still give anything back:
@@ -71,15 +77,19 @@
 //! caller that can send arbitrary arguments can as well write the key), but
 //! bounds what they can do: a settlement never takes a key beyond full
 //! capacity, never gives back more than `unused × T` (debts) or `unused`
-//! units (windows), never gives back for a window that has ended, nothing
-//! for an end that is later than the state's own (which is how a replayed
-//! receipt of the last admission is recognised), and a replayed receipt of
-//! an earlier admission gives back at most what remains of its end beyond
-//! now, in all of its replays together: each one grows the ledger by what it
-//! gave. A forged stamp can do at most what a reset of the key does.
+//! units (windows), never gives back for a window that has ended, and
+//! nothing for an end that is later than the state's own. **A stamp
+//! settled again gives nothing more**, however its replays and the key's
+//! other checks interleave: no two admissions share a stamp (a debt's
+//! position, a window's mark), a debt's ledger counts what each position
+//! gave, and a window's ledger ([`Spent`]) lists the stamps it settled. A
+//! forged stamp can do at most what a reset of the key does.
 
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
+
+#[cfg(doc)]
+use crate::Spent;
 
 /// What a limiter wrote at an admission, for its refund or settlement: its
 /// meaning is the algorithm's (see the [module docs](self)).
@@ -88,12 +98,15 @@ use std::sync::atomic::{AtomicU64, Ordering};
 /// instant the key was full again right after the admission, µs, and `mark`
 /// the ledger then. For the windows, `at` is the window's index (fixed
 /// window, sliding counter) or the instant the units were logged at
-/// (sliding log), and `mark` is 0.
+/// (sliding log), and `mark` the units counted there up to the admission,
+/// given back ones included (see [`Spent`]). No two admissions of one key
+/// share a stamp.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub struct Stamp {
     /// An instant or a window index, as above.
     pub at: u64,
-    /// The ledger at the admission (debts), or 0.
+    /// The ledger at the admission (debts), or the units counted up to it
+    /// (windows).
     pub mark: u64,
 }
 
@@ -291,8 +304,9 @@ pub const MAX_RECENT_SHIFTS: usize = 64;
 /// grow past what a Redis script's numbers hold exactly (below 2^53).
 pub const LEDGER_CEILING: u64 = 1 << 52;
 
-/// One shift a debt's ledger recorded: a refund of an admission other than
-/// the last (or a reset) moved every admission after `position` earlier.
+/// One shift a debt's ledger recorded: a settlement that gave back part of
+/// the admission at `position` moved every admission after it earlier (a
+/// reset's, at 0, moved all of them).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Shift {
     /// The ledger's total before it: it moved by the next shift's `before`
@@ -307,22 +321,21 @@ pub struct Shift {
 }
 
 /// A debt's ledger (GCRA, token bucket, leaky meter and queue): how far
-/// refunds and resets moved each outstanding admission.
+/// settlements and resets moved each outstanding admission.
 ///
-/// A refund of an admission other than the last moves every admission after
-/// it earlier by what it gave back; one that was the last moves nothing. A
-/// stamp's `mark` is the total at its admission, so the shifts made since
-/// are those recorded from the mark on; of those, the ones made at a
-/// position before the admission's (`at + mark`) moved it, and one made at
-/// its own position is its own refund's: counted too, so that a replay of
-/// its stamp (on Redis, where a stamp is numbers) finds its end moved by
-/// what it gave. It changes nothing for receipts used once: two admissions
-/// outstanding on one incarnation of a key never share a position (each
-/// admission takes the key's `full_at + total` past every earlier one's,
-/// and only a refund of the last admission brings it back, to no less than
-/// it was before that admission). The most recent
-/// [`MAX_RECENT_SHIFTS`] are kept one by one (exact); older ones count
-/// against every admission (see [`Receipt`]'s docs).
+/// A settlement that gives back part of an admission moves every admission
+/// after it earlier by what it gave (the last one moves nothing, but is
+/// recorded too). A stamp's `mark` is the total at its admission, so the
+/// shifts made since are those recorded from the mark on; of those, the
+/// ones made at a position before the admission's (`at + mark`) moved it,
+/// and those made at its own position are its own settlements': they count
+/// too, so that a stamp settled again finds its end moved by what it gave,
+/// and gives back only what its own settlements have not. Two admissions of
+/// one incarnation of a key never share a position: each admission takes
+/// the key's `full_at + total` past every earlier one's, and a settlement
+/// or a reset never brings it back. The most recent [`MAX_RECENT_SHIFTS`]
+/// are kept one by one (exact); older ones count against every admission,
+/// and as its own (see [`Receipt`]'s docs): giving back less, never more.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
 pub struct Shifts {
     total: u64,
@@ -360,22 +373,28 @@ impl Shifts {
     }
 
     /// How far the shifts made since `mark` moved an admission at
-    /// `position` (made at or before it): exactly, for those still recorded
-    /// one by one; the whole of any older one. `None` for a mark ahead of the total (a stamp of
-    /// another incarnation of the key).
-    fn moved(&self, mark: u64, position: u64) -> Option<u64> {
+    /// `position` (made at or before it), and how much of that its own
+    /// settlements gave (the shifts made at exactly its position): exactly,
+    /// for those still recorded one by one; the whole of any older one, in
+    /// both (giving back less, never more). `None` for a mark ahead of the
+    /// total (a stamp of another incarnation of the key).
+    fn moved(&self, mark: u64, position: u64) -> Option<(u64, u64)> {
         if mark > self.total {
             return None;
         }
         let covered = self.recent.first().map_or(self.total, |s| s.before);
-        let mut moved = covered.saturating_sub(mark);
+        let older = covered.saturating_sub(mark);
+        let (mut moved, mut own) = (older, older);
         for (i, shift) in self.recent.iter().enumerate() {
             let after = self.recent.get(i + 1).map_or(self.total, |s| s.before);
             if shift.before >= mark && shift.position <= position {
                 moved += after - shift.before;
+                if shift.position == position {
+                    own += after - shift.before;
+                }
             }
         }
-        Some(moved)
+        Some((moved, own))
     }
 
     /// Records a shift of `amount` at `position`, at `at`; false (nothing
@@ -425,10 +444,11 @@ impl Ledger for Shifts {
 /// stamped `stamp` that would give back `unused` µs, on a state full again at
 /// `full_at` whose admissions end at most `tolerance` after their instant, at
 /// `now` (never before the latest instant the key was written at); records
-/// the shift in `ledger` when the admission is not the last (see the
+/// the shift in `ledger` at the admission's position (see the
 /// [module docs](self)). 0 for a stamp of another incarnation of the key, an
 /// end that has passed, an end later than the state's (not an admission of
-/// this state: a replay), or a shift the ledger cannot record.
+/// this state), an admission whose settlements already gave back `unused`
+/// (a replay), or a shift the ledger cannot record.
 pub(crate) fn debt_release(
     full_at: u64,
     ledger: &mut Shifts,
@@ -442,7 +462,7 @@ pub(crate) fn debt_release(
         return 0;
     }
     let position = stamp.at.saturating_add(stamp.mark);
-    let Some(moved) = ledger.moved(stamp.mark, position) else {
+    let Some((moved, own)) = ledger.moved(stamp.mark, position) else {
         return 0;
     };
     // The admission's end now: moved earlier by every shift since that was
@@ -451,9 +471,13 @@ pub(crate) fn debt_release(
     if end <= now || end > full_at {
         return 0;
     }
-    let back = unused.min(end - now);
-    // Not the last admission: those after it move back with it.
-    if end != full_at && !ledger.record(position, now, back) {
+    // What its own settlements have not given yet: a replayed stamp gets
+    // nothing more once the admission's units are back.
+    let back = unused.saturating_sub(own).min(end - now);
+    // Recorded even for the last admission: the key's `full_at + total`
+    // then never comes back to an earlier admission's position, so no later
+    // admission is stamped as this one was.
+    if back == 0 || !ledger.record(position, now, back) {
         return 0;
     }
     back
@@ -499,17 +523,44 @@ mod tests {
     }
 
     #[test]
-    fn the_last_admission_gives_back_without_a_shift() {
+    fn every_give_back_is_a_shift_so_no_later_admission_shares_a_stamp() {
         let mut ledger = Shifts::default();
-        // Ends at 30, the state's end: the last one.
+        // Ends at 30, the state's end: the last one. Its shift moves
+        // nothing else, but the key's `full_at + total` stays at 30.
         let back = debt_release(30, &mut ledger, 10, stamp(30, 0), 10, TOLERANCE);
-        assert_eq!((back, ledger.total()), (10, 0));
-        // Ends at 20 before a state ending at 30: those after it shift.
-        let back = debt_release(30, &mut ledger, 10, stamp(20, 0), 10, TOLERANCE);
         assert_eq!((back, ledger.total()), (10, 10));
-        // One admitted after it (position 25 > 20) ends 10 earlier now.
-        let back = debt_release(20, &mut ledger, 10, stamp(25, 0), 10, TOLERANCE);
-        assert_eq!(back, 5);
+        // The next admission of the same cost ends at 30 again: its stamp
+        // carries the new total, so it is not the refunded one's.
+        let next = stamp(30, ledger.total());
+        assert_ne!(next, stamp(30, 0));
+        // The refunded stamp, replayed: its own shift moved it to 20, and it
+        // gave its 10 already.
+        assert_eq!(
+            debt_release(30, &mut ledger, 10, stamp(30, 0), 10, TOLERANCE),
+            0
+        );
+        // The new admission gives back its own, once.
+        assert_eq!(debt_release(30, &mut ledger, 10, next, 10, TOLERANCE), 10);
+        assert_eq!(debt_release(20, &mut ledger, 10, next, 10, TOLERANCE), 0);
+    }
+
+    #[test]
+    fn a_settlement_in_parts_gives_back_the_cost_at_most() {
+        // One admission of 10 ending at 30, seen at 10: given 4, then 6 by a
+        // second settlement of the same stamp, then nothing.
+        let mut ledger = Shifts::default();
+        assert_eq!(
+            debt_release(30, &mut ledger, 10, stamp(30, 0), 4, TOLERANCE),
+            4
+        );
+        assert_eq!(
+            debt_release(26, &mut ledger, 10, stamp(30, 0), 10, TOLERANCE),
+            6
+        );
+        assert_eq!(
+            debt_release(20, &mut ledger, 10, stamp(30, 0), 10, TOLERANCE),
+            0
+        );
     }
 
     #[test]
@@ -533,10 +584,10 @@ mod tests {
     }
 
     #[test]
-    fn a_replayed_stamp_is_moved_by_what_it_gave() {
+    fn a_replayed_stamp_gives_back_its_own_units_once() {
         // Ten admissions of 10 ending at 10, 20, ... 100 (marks 0): the
-        // third's stamp, replayed, gives back what remains of its end beyond
-        // now (30) in all, as each replay moves it by its own shift.
+        // third's stamp, replayed fifty times, gives back its own 10 once,
+        // never the time of the two before it.
         let mut ledger = Shifts::default();
         let mut full_at = 100;
         let mut given = 0;
@@ -545,7 +596,14 @@ mod tests {
             full_at -= back;
             given += back;
         }
-        assert_eq!((given, full_at), (30, 70));
+        assert_eq!((given, full_at), (10, 90));
+        // The last one's too (moved to 90 by the third's shift).
+        for _ in 0..50 {
+            let back = debt_release(full_at, &mut ledger, 0, stamp(100, 0), 10, TOLERANCE);
+            full_at -= back;
+            given += back;
+        }
+        assert_eq!((given, full_at), (20, 80));
     }
 
     #[test]
@@ -588,8 +646,8 @@ mod tests {
         }
         // The first shift is no longer kept one by one: it counts whole for
         // a receipt from before it, even one positioned before it.
-        assert_eq!(ledger.moved(0, 1), Some(1));
-        assert_eq!(ledger.moved(1, 1), Some(0));
+        assert_eq!(ledger.moved(0, 1), Some((1, 1)));
+        assert_eq!(ledger.moved(1, 1), Some((0, 0)));
         // A tolerance later, every admission before them has ended.
         ledger.expire(u64::MAX, TOLERANCE, TOLERANCE);
         assert!(ledger.recent().is_empty());
@@ -605,10 +663,10 @@ mod tests {
             debt_release(100, &mut ledger, 10, stamp(50, mark), 10, TOLERANCE),
             0
         );
-        // The last admission moves nothing: still given.
+        // Nor for the last admission: its shift cannot be recorded either.
         assert_eq!(
             debt_release(100, &mut ledger, 10, stamp(100, mark), 10, TOLERANCE),
-            10
+            0
         );
         // A reset past it stops at it, and then nothing is given at all.
         debt_reset(90, &mut ledger, 10, TOLERANCE);

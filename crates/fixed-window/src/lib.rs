@@ -36,8 +36,8 @@
 mod remote;
 
 use ratelab_core::{
-    Algorithm, Decision, Error, LockedCell, Quota, RemoteForm, Settlement, Stamp, ensure_fits,
-    ensure_settles, forget_if_forgettable,
+    Algorithm, Decision, Error, LockedCell, Quota, RemoteForm, Settlement, Spent, Stamp,
+    ensure_fits, ensure_settles, forget_if_forgettable,
 };
 
 /// Fixed window parameters derived from a [`Quota`]. See the crate docs.
@@ -107,8 +107,9 @@ impl FixedWindow {
 impl Algorithm for FixedWindow {
     type State = Counter;
     type Cell = LockedCell<Counter>;
-    /// A fence: the first window whose receipts may give back.
-    type Ledger = u64;
+    /// The fence (the first window whose receipts may give back) and the
+    /// receipts settled in the current window.
+    type Ledger = Spent;
     const REFUNDS: bool = true;
 
     #[inline]
@@ -160,21 +161,23 @@ impl Algorithm for FixedWindow {
             .with_reset_after_micros(until_end))
     }
 
+    /// The window, and the units counted in it up to this admission
+    /// (given back ones included): no two admissions share a stamp.
     #[inline]
-    fn stamp(&self, counter: &Counter, _fence: &u64, _now: u64) -> Stamp {
+    fn stamp(&self, counter: &Counter, spent: &Spent, _now: u64) -> Stamp {
         Stamp {
             at: counter.index,
-            mark: 0,
+            mark: spent.mark(counter.index, counter.count),
         }
     }
 
-    /// The ledger is a fence: receipts of windows before it (a reset's)
-    /// give nothing back.
+    /// Gives back from the admission's own window only, while it is the
+    /// current one and after the fence, once per stamp.
     #[inline]
     fn settle(
         &self,
         counter: &mut Counter,
-        fence: &mut u64,
+        spent: &mut Spent,
         now: u64,
         settlement: Settlement,
     ) -> Result<Decision, Error> {
@@ -186,12 +189,20 @@ impl Algorithm for FixedWindow {
         } = settlement;
         // A clock that went back stays in the window it had reached.
         let index = counter.index.max(now / self.window);
+        // Receipts of earlier windows give nothing back any more.
+        spent.expire(index);
         if actual < charged {
             // Only from the admission's own window, while it is the current
             // one: units counted in a window that has ended are not given
             // to this one (others would count for less).
-            if stamp.at == index && counter.index == index && stamp.at >= *fence {
-                counter.count -= u64::from(charged - actual).min(counter.count);
+            if stamp.at == index
+                && counter.index == index
+                && stamp.at >= spent.fence()
+                && spent.take(stamp, counter.count)
+            {
+                let taken = u64::from(charged - actual).min(counter.count);
+                counter.count -= taken;
+                spent.gave(index, taken);
             }
         } else if actual > charged {
             if index > counter.index {
@@ -200,17 +211,18 @@ impl Algorithm for FixedWindow {
             // Past the limit if need be: the window refuses until it ends.
             counter.count += u64::from(actual - charged);
         }
-        forget_if_forgettable(self, counter, fence, now);
+        forget_if_forgettable(self, counter, spent, now);
         self.decide(counter, now, 0)
     }
 
     #[inline]
-    fn reset(&self, counter: &mut Counter, fence: &mut u64, now: u64) {
+    fn reset(&self, counter: &mut Counter, spent: &mut Spent, now: u64) {
         let index = counter.index.max(now / self.window);
         *counter = Counter { index, count: 0 };
         // This window's receipts, and every earlier one's, give nothing back.
-        *fence = index + 1;
-        forget_if_forgettable(self, counter, fence, now);
+        spent.set_fence(index + 1);
+        spent.expire(index + 1);
+        forget_if_forgettable(self, counter, spent, now);
     }
 
     #[inline]
@@ -222,11 +234,15 @@ impl Algorithm for FixedWindow {
         }
     }
 
-    /// A fence is kept until its window has ended: by then no receipt
-    /// before it can name the current window.
+    /// A fence, or a window's settlements, are kept until the window has
+    /// ended: by then no receipt before it can name the current window.
     #[inline]
-    fn forgettable_at(&self, counter: &Counter, fence: &u64) -> u64 {
-        let fence = *fence;
-        self.full_at(counter).max(fence.saturating_mul(self.window))
+    fn forgettable_at(&self, counter: &Counter, spent: &Spent) -> u64 {
+        let settled = spent
+            .latest()
+            .map_or(0, |at| (at + 1).saturating_mul(self.window));
+        self.full_at(counter)
+            .max(spent.fence().saturating_mul(self.window))
+            .max(settled)
     }
 }

@@ -1,7 +1,9 @@
 //! The fixed window's remote form: the Redis script `lua/fixed_window.lua`,
 //! its parameters `W, limit`, and its state, `struct '<ddd'`: the window's
-//! index, the units counted in it, and the fence.
+//! index, the units counted in it, and the fence; then, once a receipt was
+//! settled, the window's ledger ([`Spent`](ratelab_core::Spent)).
 
+use ratelab_core::Spent;
 use ratelab_core::remote::{
     self, Encoded, MAX_COUNT, Params, RemoteForm, Shape, Stored, StoredOf, StringForm, Value,
     doubles, integers, lua,
@@ -65,14 +67,14 @@ impl StringForm for FixedWindow {
         }
         Ok(Stored {
             state: Counter::from_parts(index, count),
-            ledger: fence,
+            ledger: Spent::fenced(fence),
             latest: 0,
         })
     }
 
     fn encode_fixed(&self, stored: &StoredOf<Self>) -> Encoded {
         let counter = &stored.state;
-        Encoded::doubles(&[counter.index, counter.count, stored.ledger])
+        Encoded::doubles(&[counter.index, counter.count, stored.ledger.fence()])
     }
 }
 
@@ -88,13 +90,13 @@ mod tests {
         let index = now / fw.window_micros();
         let stored = Stored {
             state: Counter::from_parts(index, 12),
-            ledger: index,
+            ledger: Spent::fenced(index),
             latest: 0,
         };
         assert_eq!(fw.decode(&fw.encode(&stored), now, 0), Ok(stored));
         let ahead = Stored {
             state: Counter::from_parts(index + 1, 1),
-            ledger: 0,
+            ledger: Spent::default(),
             latest: 0,
         };
         assert_eq!(

@@ -22,11 +22,11 @@ pub(crate) enum Op {
 }
 
 /// The prologue's first check: `ARGV[1]` is the protocol version it speaks
-/// (4), else the error `ratelab: protocol version 4 expected, got ...` (a
+/// (5), else the error `ratelab: protocol version 5 expected, got ...` (a
 /// caller built for another version of the protocol never gets a decision
 /// made from arguments it meant otherwise).
 pub(crate) fn check_protocol(first: Option<&[u8]>) -> Result<(), String> {
-    if first == Some(b"4") {
+    if first == Some(b"5") {
         return Ok(());
     }
     let got = match first {
@@ -43,7 +43,7 @@ pub(crate) fn check_protocol(first: Option<&[u8]>) -> Result<(), String> {
             })
             .collect(),
     };
-    Err(format!("ratelab: protocol version 4 expected, got {got}"))
+    Err(format!("ratelab: protocol version 5 expected, got {got}"))
 }
 
 /// Splits the operation out of `ARGV` after the version, as the prologue
@@ -201,8 +201,8 @@ mod tests {
 
     #[test]
     fn the_protocol_version_comes_first() {
-        assert_eq!(check_protocol(Some(b"4")), Ok(()));
-        let error = |got: &str| Err(format!("ratelab: protocol version 4 expected, got {got}"));
+        assert_eq!(check_protocol(Some(b"5")), Ok(()));
+        let error = |got: &str| Err(format!("ratelab: protocol version 5 expected, got {got}"));
         // Versions 1 to 3 are no longer answered: their keys hold state in
         // formats this module does not read, and version 3's refund trusted
         // a duration the caller computed.

@@ -7,8 +7,11 @@ use std::sync::LazyLock;
 use ratelab_core::remote::{
     self, Encoded, MAX_LOG_UNITS, Stored, StoredLedger, StoredOf, StringForm,
 };
-use ratelab_core::{Algorithm, Decision, RemoteForm, Settlement, Stamp};
-use ratelab_sliding_window::remote::{FENCE_MEMBER, is_unit_member, write_unit_member};
+use ratelab_core::{Algorithm, Decision, RemoteForm, Settlement, Spent, Stamp};
+use ratelab_sliding_window::remote::{
+    FENCE_MEMBER, LEDGER_SCORE, is_unit_member, ledger_member, read_ledger_member,
+    write_unit_member,
+};
 use ratelab_sliding_window::{Log, SlidingLog};
 
 use redis_module::{
@@ -187,8 +190,9 @@ pub(crate) fn string_command<A: StringForm>(
         op,
     } = prologue::<A>(argv)?;
 
-    // Only a settlement or a reset reads a debt's shifts.
-    let shifts = matches!(op, Op::Settle { .. } | Op::Reset);
+    // Only a settlement or a reset reads a debt's shifts; a window's ledger
+    // is read by every call (a check's stamp counts what it gave back).
+    let shifts = !A::DEBT || matches!(op, Op::Settle { .. } | Op::Reset);
     // A check of a positive cost on the server's clock may write (unless
     // memory is full, when a write is refused): it opens its key to read
     // and write at once, one lookup for both. A key opened to write and
@@ -553,6 +557,31 @@ pub(crate) fn sliding_log(
         return Err(not_a_zset());
     };
     let mut total = u64::try_from(counted).unwrap_or(0);
+    // The ledger's member, scored 2^53 (no unit is): read by every call but
+    // a peek, which only leaves it out of its count.
+    let ledger_score = LEDGER_SCORE.to_string();
+    let found = call(
+        ctx,
+        &READ,
+        "ZRANGEBYSCORE",
+        &[k, ledger_score.as_bytes(), ledger_score.as_bytes()],
+    );
+    let found = found.ok().as_ref().map(strings_reply).unwrap_or_default();
+    let mut ledger_name: Option<Vec<u8>> = None;
+    let mut spent = Spent::default();
+    if let Some(first) = found.first() {
+        let name = first.clone().unwrap_or_default();
+        total = total.saturating_sub(found.len() as u64);
+        if op != Op::Peek {
+            let read = if found.len() > 1 {
+                Err(format!("ledger {}", show(&name)))
+            } else {
+                read_ledger_member(&mut spent, &name)
+            };
+            read.map_err(|what| corrupt(NAME, k, &what))?;
+        }
+        ledger_name = Some(name);
+    }
     // The fence's score (fence - 1) while it fences: a live one, checked.
     let mut fence_score = None;
     if let Some(text) = call(ctx, &READ, "ZSCORE", &[k, FENCE_MEMBER])
@@ -586,23 +615,28 @@ pub(crate) fn sliding_log(
         )
     };
     // The newest unit's instant (the fence may sort after it), checked.
-    let newest_of = |total: u64| -> Result<Option<u64>, RedisError> {
+    let newest_of = |total: u64, ledger: Option<&[u8]>| -> Result<Option<u64>, RedisError> {
         if total == 0 {
             return Ok(None);
         }
-        let last = call(ctx, &READ, "ZRANGE", &[k, b"-2", b"-1", b"WITHSCORES"]);
+        // The ledger sorts last, and the fence may sort after the newest
+        // unit.
+        let last = call(ctx, &READ, "ZRANGE", &[k, b"-3", b"-1", b"WITHSCORES"]);
         let items = last.ok().as_ref().map(strings_reply).unwrap_or_default();
-        let n = items.len();
         let at = |i: usize| items.get(i).cloned().flatten().unwrap_or_default();
-        let (mut member, mut score) = (at(n.wrapping_sub(2)), at(n.wrapping_sub(1)));
-        if member == FENCE_MEMBER {
-            (member, score) = (at(0), at(1));
+        let mut i = items.len().saturating_sub(2);
+        while i > 0 && {
+            let member = at(i);
+            member == FENCE_MEMBER || ledger == Some(&member[..])
+        } {
+            i -= 2;
         }
+        let (member, score) = (at(i), at(i + 1));
         unit(&member, &score, latest)
             .map(Some)
             .ok_or_else(|| bad_entry(&member, &score))
     };
-    let mut newest = newest_of(total)?;
+    let mut newest = newest_of(total, ledger_name.as_deref())?;
     // Units logged at `at` (the fence is no unit).
     let count_at = |at: u64| -> u64 {
         let text = at.to_string();
@@ -614,10 +648,10 @@ pub(crate) fn sliding_log(
             .unwrap_or(0);
         n - u64::from(fence_score == Some(at))
     };
-    // The key's TTL: until its last unit, and its fence, have left the
-    // window.
-    let expire = |newest: Option<u64>| -> Result<(), RedisError> {
-        let Some(last) = newest.max(fence_score) else {
+    // The key's TTL: until its last unit, its fence, and the instants its
+    // ledger holds settlements for have left the window.
+    let expire = |newest: Option<u64>, spent: &Spent| -> Result<(), RedisError> {
+        let Some(last) = newest.max(fence_score).max(spent.latest()) else {
             return Ok(());
         };
         let ttl = parsed
@@ -703,19 +737,27 @@ pub(crate) fn sliding_log(
                 // instant.
                 let first = if newest == Some(at) { count_at(at) } else { 0 };
                 add_units(ctx, k, at, first, u64::from(cost))?;
-                expire(Some(at))?;
-                return Ok(stamped(&decision, Stamp { at, mark: 0 }));
+                expire(Some(at), &spent)?;
+                let mark = spent.mark(at, first + u64::from(cost));
+                return Ok(stamped(&decision, Stamp { at, mark }));
             }
             Ok(fields(&decision))
         }
         Op::Settle { actual, stamp } => {
             let actual = u64::from(u32::try_from(actual).map_err(|_| invalid(NAME))?);
             let charged = u64::from(cost);
+            // Receipts of instants that have left the log give nothing back.
+            spent.expire(u64::try_from(cutoff + 1).unwrap_or(0));
             if actual < charged {
                 // Units leave only from the instant the admission was logged
-                // at, while they are in the log and after the fence.
-                if fence_score.is_none_or(|score| stamp.at > score) {
-                    let here = count_at(stamp.at);
+                // at, while they are in the log and after the fence; once
+                // per stamp.
+                let here = if fence_score.is_none_or(|score| stamp.at > score) {
+                    count_at(stamp.at)
+                } else {
+                    0
+                };
+                if here > 0 && spent.take(stamp, here) {
                     let taken = (charged - actual).min(here);
                     // The last `taken` numbers of that instant go, checked
                     // first: they must be units the scripts wrote there.
@@ -757,6 +799,7 @@ pub(crate) fn sliding_log(
                         call(ctx, &READ, "ZREM", &args).map_err(|e| passed_on(&e))?;
                     }
                     total -= taken;
+                    spent.gave(stamp.at, taken);
                 }
             } else if actual > charged {
                 // Past the limit if need be, logged as an admission now.
@@ -770,15 +813,18 @@ pub(crate) fn sliding_log(
                 add_units(ctx, k, at, first, extra)?;
                 total += extra;
             }
-            newest = newest_of(total)?;
-            expire(newest)?;
+            store_ledger(ctx, k, ledger_name.as_deref(), &spent)?;
+            let ledger_name = spent.has_tail().then(|| ledger_member(&spent));
+            newest = newest_of(total, ledger_name.as_deref())?;
+            expire(newest, &spent)?;
             full(total, newest)
         }
         Op::Reset => {
             // Only a key that holds something a receipt could still claim
             // keeps a tombstone, the fence: every receipt so far names an
             // instant up to the latest one seen.
-            if total > 0 || fence_score.is_some() {
+            let settled = spent.latest().is_some_and(|at| at + window > now);
+            if total > 0 || fence_score.is_some() || settled {
                 let latest = newest.map_or(now, |newest| newest.max(now));
                 call(ctx, &READ, "DEL", &[k]).map_err(|e| passed_on(&e))?;
                 let at = latest.to_string();
@@ -809,6 +855,14 @@ fn check_log_directly(
 ) -> Result<Option<Reply>, RedisError> {
     let mut set = native::open(ctx, key);
     if !matches!(set.holds(), Holds::Nothing | Holds::Zset) || set.has_member(FENCE_MEMBER) {
+        return Ok(None);
+    }
+    // A ledger (scored 2^53, after every unit): the command path reads it.
+    #[allow(clippy::cast_precision_loss)]
+    if set
+        .newest()
+        .is_some_and(|(_, score)| score >= LEDGER_SCORE as f64)
+    {
         return Ok(None);
     }
     if set.holds() == Holds::Nothing {
@@ -884,9 +938,33 @@ fn check_log_directly(
         }
         let ttl = parsed.ttl_millis((at + algorithm.window_micros()).saturating_sub(now));
         set.expire(ttl).map_err(RedisError::String)?;
-        return Ok(Some(stamped(&decision, Stamp { at, mark: 0 })));
+        // No ledger here: nothing was given back at `at`.
+        let mark = first + u64::from(cost);
+        return Ok(Some(stamped(&decision, Stamp { at, mark })));
     }
     Ok(Some(fields(&decision)))
+}
+
+/// Writes a sliding log's ledger member as `spent` holds it, in place of
+/// `old` (none when it holds nothing), as the script's `store_ledger`.
+fn store_ledger(
+    ctx: &Context,
+    k: &[u8],
+    old: Option<&[u8]>,
+    spent: &Spent,
+) -> Result<(), RedisError> {
+    let new = spent.has_tail().then(|| ledger_member(spent));
+    if new.as_deref() == old {
+        return Ok(());
+    }
+    if let Some(old) = old {
+        call(ctx, &READ, "ZREM", &[k, old]).map_err(|e| passed_on(&e))?;
+    }
+    if let Some(new) = new {
+        let score = LEDGER_SCORE.to_string();
+        call(ctx, &WRITE, "ZADD", &[k, score.as_bytes(), &new]).map_err(|e| passed_on(&e))?;
+    }
+    Ok(())
 }
 
 /// [`unit`] of a member read from the set, with its score as a number.

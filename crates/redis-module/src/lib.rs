@@ -9,13 +9,13 @@
 //! and answers exactly what it answers:
 //!
 //! ```text
-//! RATELAB.GCRA key 4 now cost slack deadline op T tolerance burst
+//! RATELAB.GCRA key 5 now cost slack deadline op T tolerance burst
 //!   -> [allowed, limit, remaining, retry_after_us, reset_after_us, delay_us,
 //!       stamp_at, stamp_mark]
 //! ```
 //!
-//! `4` is the protocol version (any other answers `ratelab: protocol
-//! version 4 expected, got ...`); `op` is `check`, `peek` (the decision a
+//! `5` is the protocol version (any other answers `ratelab: protocol
+//! version 5 expected, got ...`); `op` is `check`, `peek` (the decision a
 //! check would get, nothing written), `settle:<actual>:<stamp_at>:<stamp_mark>`
 //! (the admission a check stamped so, of `cost`, finally counts for `actual`
 //! units: what it did not use comes back as far as the key provably still
@@ -33,7 +33,7 @@
 //! `ratelab-redis` sends its peeks there, and to the command itself when a
 //! module older than the twins answers `ERR unknown command`: the twins
 //! change no argument, reply or encoding, so `RATELAB.PROTOCOL` still
-//! answers 4.
+//! answers 5.
 //! `now` is the caller's instant in µs, or `""` for the server clock; `slack`
 //! is added to every TTL (ms, at most 2^52 µs); `deadline` is the Unix µs
 //! (server clock) after which the call writes nothing and answers
@@ -133,7 +133,7 @@ use redis_module::{Context, RedisResult, RedisString, RedisValue, Status, redis_
 /// version is answered. `RATELAB.PROTOCOL` answers it, so that a client can
 /// tell a module that speaks its protocol from another before it sends a
 /// call.
-pub const PROTOCOL: i64 = 4;
+pub const PROTOCOL: i64 = 5;
 
 /// The name of every algorithm the module runs (`Algorithm::name`), in the
 /// order its commands are registered.

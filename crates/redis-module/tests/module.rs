@@ -259,13 +259,19 @@ fn server_time_deadlines_and_invalid_arguments_answer_as_the_scripts() {
             args[0] = v.into();
             args
         };
-        for args in [vec![], version("5"), version("3"), version("")] {
+        for args in [
+            vec![],
+            version("6"),
+            version("4"),
+            version("3"),
+            version(""),
+        ] {
             let module = query(&mut connection, &module_cmd(kind, "p:m", &args));
             let script = query(&mut connection, &script_cmd(&sha, "p:s", &args));
             assert!(
                 module
                     .as_ref()
-                    .is_err_and(|e| e.starts_with("ratelab: protocol version 4 expected, got ")),
+                    .is_err_and(|e| e.starts_with("ratelab: protocol version 5 expected, got ")),
                 "{name} {args:?}: {module:?}"
             );
             assert_eq!(module, script, "{name} {args:?}");
@@ -273,7 +279,7 @@ fn server_time_deadlines_and_invalid_arguments_answer_as_the_scripts() {
         let mut extra = params.clone();
         extra.push(0);
         let mut bad: Vec<Vec<String>> = vec![
-            vec!["4".into(), now.clone(), "1".into(), "0".into()],
+            vec!["5".into(), now.clone(), "1".into(), "0".into()],
             argv("x", 1, 0, "", &params),
             argv(&now, 1, 0, "soon", &params),
             argv(&now, 1, 0, "", &params[..params.len() - 1]),

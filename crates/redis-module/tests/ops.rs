@@ -349,13 +349,13 @@ fn older_versions_and_unknown_operations_are_refused_alike() {
             format!("v:m:{}", kind.name()),
             format!("v:s:{}", kind.name()),
         );
-        for version in ["1", "2", "3"] {
+        for version in ["1", "2", "3", "4"] {
             let mut args = argv_op("check", &now, 1, 0, "", &params);
             args[0] = version.to_owned();
             let module = query(&mut connection, &module_cmd(kind, &m, &args));
             let script = query(&mut connection, &script_cmd(&sha, &s, &args));
             let refused = Err(format!(
-                "ratelab: protocol version 4 expected, got {version}"
+                "ratelab: protocol version 5 expected, got {version}"
             ));
             assert_eq!(module, refused, "{} version {version}", kind.name());
             assert_eq!(script, refused, "{} version {version}", kind.name());

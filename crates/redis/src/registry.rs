@@ -31,7 +31,7 @@ const MIN_REGISTRY_TTL_MS: u64 = 60_000;
 pub struct QuotaMismatch {
     /// The user key.
     pub key: Vec<u8>,
-    /// This limiter's fingerprint input (`v2:gcra:200000,2000000,10`).
+    /// This limiter's fingerprint input (`v3:gcra:200000,2000000,10`).
     pub ours: String,
     /// The one found in the registry, written by another limiter.
     pub theirs: String,
@@ -58,7 +58,7 @@ pub(crate) struct QuotaRegistry {
     every: Option<NonZeroU32>,
     checks: AtomicU64,
     mismatches: AtomicU64,
-    /// `v2:<code>:<params>`, as every client writes it.
+    /// `v3:<code>:<params>`, as every client writes it.
     ours: String,
     code: &'static str,
     ttl_ms: u64,

@@ -113,7 +113,8 @@ pub(crate) fn decision_from_reply(
             // longest wait after the instant sent.
             (true, Some(now)) => at > now && at - now <= bounds.max_wait,
             (true, None) => (1..=MAX_END).contains(&at),
-            (false, _) => mark == 0 && at <= MAX_END,
+            // A window's mark counts at least the admission's own units.
+            (false, _) => mark >= 1 && at <= MAX_END,
         };
         if !ends_ahead || mark > MAX_EXACT {
             return Err(invalid("a stamp out of bounds"));

@@ -12,11 +12,11 @@ use redis::{ErrorKind, FromRedisValue, RedisResult, ServerErrorKind, ToRedisArgs
 use crate::connection::Connection;
 
 /// The version of the script protocol (`lua/README.md`): the first argument
-/// of every script call. Version 4 settles admissions by their stamps
+/// of every script call. Version 5 settles admissions by their stamps
 /// ([`Op::Settle`]) and resets by script ([`Op::Reset`]); the scripts and
-/// the module answer `ratelab: protocol version 4 expected, got <what it
+/// the module answer `ratelab: protocol version 5 expected, got <what it
 /// got>` to a call of any other version, never a decision.
-pub const PROTOCOL_VERSION: u32 = 4;
+pub const PROTOCOL_VERSION: u32 = 5;
 
 /// The most TTL slack a script takes, in ms (`ARGV[4]`): 2^52 µs, the
 /// whole range of instants (no clock steps back further). See
@@ -233,7 +233,7 @@ pub trait RedisAlgorithm: RemoteForm {
         remote::command_name(Self::NAME)
     }
 
-    /// `v2:<code>:<params>`: what the key's fingerprint hashes, and what
+    /// `v3:<code>:<params>`: what the key's fingerprint hashes, and what
     /// the quota registry records, unhashed, so that a reader sees both
     /// quotas.
     ///
@@ -243,7 +243,7 @@ pub trait RedisAlgorithm: RemoteForm {
     /// use ratelab_redis::RedisAlgorithm;
     ///
     /// let gcra = Gcra::new(Quota::per_second(10)?);
-    /// assert_eq!(gcra.fingerprint_input(), "v2:gcra:100000,1000000,10");
+    /// assert_eq!(gcra.fingerprint_input(), "v3:gcra:100000,1000000,10");
     /// # Ok::<(), ratelab_core::QuotaError>(())
     /// ```
     fn fingerprint_input(&self) -> String {
@@ -252,8 +252,8 @@ pub trait RedisAlgorithm: RemoteForm {
 
     /// The last part of the Redis key, after the user key:
     /// `<code>:<fingerprint>`, where the fingerprint is the first 8 lowercase
-    /// hex digits of the SHA-1 of `v2:<code>:<params>`, `params` being
-    /// [`RemoteForm::params`] in decimal joined by commas, and `v2` the
+    /// hex digits of the SHA-1 of `v3:<code>:<params>`, `params` being
+    /// [`RemoteForm::params`] in decimal joined by commas, and `v3` the
     /// version of the stored state's format
     /// ([`STATE_FORMAT`](ratelab_core::remote::STATE_FORMAT)). A changed
     /// quota (or algorithm parameter, or state format) thus names new keys
@@ -266,8 +266,8 @@ pub trait RedisAlgorithm: RemoteForm {
     ///
     /// let gcra = Gcra::new(Quota::per_second(10)?);
     /// assert_eq!(*gcra.params(), [100_000, 1_000_000, 10]);
-    /// // sha1("v2:gcra:100000,1000000,10") = "370e4f5674ad..."
-    /// assert_eq!(gcra.key_suffix(), "gcra:370e4f56");
+    /// // sha1("v3:gcra:100000,1000000,10") = "370e4f5674ad..."
+    /// assert_eq!(gcra.key_suffix(), "gcra:baa2ca81");
     /// # Ok::<(), ratelab_core::QuotaError>(())
     /// ```
     fn key_suffix(&self) -> String {

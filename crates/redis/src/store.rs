@@ -197,7 +197,7 @@ impl<A: RemoteForm> RedisStoreBuilder<A> {
     /// Two services that use one user key with different quotas do not
     /// share a bucket: the fingerprint in the key names another Redis key,
     /// and each caller silently gets both quotas. So a limiter writes its
-    /// quota (`v2:gcra:200000,2000000,10`) to
+    /// quota (`v3:gcra:200000,2000000,10`) to
     /// `<prefix>:{<key>}:<code>:quota` with `SET ... PX ... GET` (kept a
     /// minute, or the quota's longest wait if longer), as the Python and
     /// Node clients do. When the previous value was another quota, the

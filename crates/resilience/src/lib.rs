@@ -86,6 +86,7 @@ pub use alert::Alert;
 pub use resilient::{Resilience, Resilient};
 pub use settings::{
     DEFAULT_BREAKER_COOL_DOWN, DEFAULT_BREAKER_THRESHOLD, DEFAULT_TIMEOUT, FailurePolicy,
+    LATE_REPLY_WAIT,
 };
 pub use stats::Stats;
 pub use store::Store;

@@ -4,13 +4,14 @@
 
 use std::fmt;
 use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use ratelab_core::{
     Algorithm, AsyncRateLimiter, CheckFuture, Clock, Decision, Error, Issuer, Keyed, Limiter,
-    Quota, Receipt, ReceiptFuture, ResetFuture, SystemClock, clamp_instant, duration_to_micros,
-    ensure_fits,
+    Quota, Receipt, ReceiptFuture, ResetFuture, Settlement, Stamp, SystemClock, clamp_instant,
+    duration_to_micros, ensure_fits,
 };
 
 use crate::alert::{Alert, AlertCallback, Alerts};
@@ -18,6 +19,7 @@ use crate::breaker::{Breaker, Permit};
 use crate::refusal_cache::RefusalCache;
 use crate::settings::{
     DEFAULT_BREAKER_COOL_DOWN, DEFAULT_BREAKER_THRESHOLD, DEFAULT_TIMEOUT, FailurePolicy,
+    LATE_REPLY_WAIT,
 };
 use crate::stats::{Counters, Stats};
 use crate::store::Store;
@@ -175,9 +177,17 @@ impl Resilience {
 /// Every call reaches the store at most once, within the timeout, unless
 /// the breaker is open (the failure policy then answers at once); the store
 /// is handed the instant its caller gives up, so that a call a stall held
-/// past it is never charged. Receipts are this limiter's: those of the
-/// store's admissions carry the store's stamps and settle there; those the
-/// fallback issued during an outage settle in the fallback.
+/// past it is never charged. A check that reached the store before its
+/// deadline but whose answer came after it (a stall between the store's
+/// decision and its reply) is not abandoned: its answer is awaited for up
+/// to [`LATE_REPLY_WAIT`] more, and an admission in it is given back at
+/// once by its stamp ([`Stats::late_refunds`]), so that a check whose
+/// caller was told it failed holds nothing once the reply is in. An answer
+/// that never comes (the connection lost, or later than that) leaves the
+/// admission charged: at most its cost, within the algorithm's bound.
+/// Receipts are this limiter's: those of the store's admissions carry the
+/// store's stamps and settle there; those the fallback issued during an
+/// outage settle in the fallback.
 pub struct Resilient<S: Store> {
     inner: Arc<Inner<S>>,
 }
@@ -272,10 +282,12 @@ impl<S: Store> Resilient<S> {
             Counters::count(&inner.counters.cached_refusals);
             return Ok((refusal, None));
         }
-        match inner
-            .guarded(|give_up| inner.store.check(key, cost, give_up))
-            .await
-        {
+        let late = |pending| Inner::refund_when_answered(&self.inner, key, cost, pending);
+        let owned = |give_up| {
+            let (inner, key) = (Arc::clone(&self.inner), Box::<[u8]>::from(key));
+            async move { inner.store.check(&key, cost, give_up).await }
+        };
+        match inner.guarded_or_late(owned, late).await {
             Ok((decision, stamp)) => {
                 if let (Some(cache), Some(local_now)) = (&inner.refusals, local_now)
                     && !decision.allowed
@@ -409,15 +421,32 @@ impl<S: Store> Inner<S> {
     where
         F: Future<Output = Result<T, Error>>,
     {
+        self.guarded_or_late(call, drop).await
+    }
+
+    /// [`Inner::guarded`], handing a call still pending at the timeout to
+    /// `late` rather than dropping it.
+    async fn guarded_or_late<T, F>(
+        &self,
+        call: impl FnOnce(Option<Instant>) -> F,
+        late: impl FnOnce(Pin<Box<F>>),
+    ) -> Result<T, Error>
+    where
+        F: Future<Output = Result<T, Error>>,
+    {
         let probe = match self.breaker.permit() {
             Permit::Call => false,
             Permit::Probe => true,
             Permit::Refused(wait) => return Err(Error::CircuitOpen(wait)),
         };
         let give_up = Instant::now().checked_add(self.timeout);
-        let result = match tokio::time::timeout(self.timeout, call(give_up)).await {
+        let mut pending = Box::pin(call(give_up));
+        let result = match tokio::time::timeout(self.timeout, pending.as_mut()).await {
             Ok(result) => result,
-            Err(_) => Err(Error::Timeout(self.timeout)),
+            Err(_) => {
+                late(pending);
+                Err(Error::Timeout(self.timeout))
+            }
         };
         match &result {
             Ok(_) => {
@@ -441,6 +470,53 @@ impl<S: Store> Inner<S> {
             }
         }
         result
+    }
+
+    /// A check of `cost` for `key` still pending when its caller gave up:
+    /// awaited in the background for up to [`LATE_REPLY_WAIT`], and an
+    /// admission it answers is given back at once by its stamp (the caller
+    /// was told the check failed; a decision made by the failure policy
+    /// charged nothing here).
+    fn refund_when_answered<F>(inner: &Arc<Self>, key: &[u8], cost: u32, pending: Pin<Box<F>>)
+    where
+        F: Future<Output = Result<(Decision, Stamp), Error>> + Send + 'static,
+    {
+        if cost == 0 {
+            return;
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let (inner, key) = (Arc::clone(inner), Box::<[u8]>::from(key));
+        runtime.spawn(async move {
+            let Ok(Ok((decision, stamp))) = tokio::time::timeout(LATE_REPLY_WAIT, pending).await
+            else {
+                return;
+            };
+            if !decision.allowed {
+                return;
+            }
+            let refund = Settlement {
+                stamp,
+                charged: cost,
+                actual: 0,
+            };
+            let give_up = Instant::now().checked_add(inner.timeout);
+            let refunded =
+                tokio::time::timeout(inner.timeout, inner.store.settle(&key, refund, give_up))
+                    .await;
+            match refunded {
+                Ok(Ok(_)) => Counters::count(&inner.counters.late_refunds),
+                _ => {
+                    Counters::count(&inner.counters.late_refunds_failed);
+                    tracing::warn!(
+                        algorithm = inner.store.algorithm().name(),
+                        "a check that timed out was admitted after all, and could not be given \
+                         back: it stays charged"
+                    );
+                }
+            }
+        });
     }
 
     /// Raises an alert for `error`, then answers as the policy says: the

@@ -17,6 +17,11 @@ pub const DEFAULT_BREAKER_THRESHOLD: u32 = 5;
 /// it lets one probe through.
 pub const DEFAULT_BREAKER_COOL_DOWN: Duration = Duration::from_millis(500);
 
+/// How long past its caller's timeout a check's answer is still awaited, so
+/// that an admission the store made but answered late is given back
+/// ([`Resilient`](crate::Resilient)'s docs).
+pub const LATE_REPLY_WAIT: Duration = Duration::from_secs(30);
+
 /// What a check answers when the store is unavailable: it does not answer
 /// within the timeout, the connection fails, a cluster slot is moving or
 /// down, or the circuit breaker is open after such failures.

@@ -33,6 +33,12 @@ pub struct Stats {
     /// The time left before an open breaker lets a probe through (zero when
     /// closed, or when a probe may go now).
     pub cool_down_left: Duration,
+    /// Checks that timed out, were admitted after all (their answer came
+    /// late), and were given back.
+    pub late_refunds: u64,
+    /// Checks that timed out, were admitted after all, and could not be
+    /// given back (the refund failed): they stay charged.
+    pub late_refunds_failed: u64,
 }
 
 #[derive(Default)]
@@ -42,6 +48,8 @@ pub(crate) struct Counters {
     pub(crate) errors: AtomicU64,
     pub(crate) data_errors: AtomicU64,
     pub(crate) cached_refusals: AtomicU64,
+    pub(crate) late_refunds: AtomicU64,
+    pub(crate) late_refunds_failed: AtomicU64,
 }
 
 impl Counters {
@@ -56,6 +64,8 @@ impl Counters {
             timeouts: self.timeouts.load(Ordering::Relaxed),
             errors: self.errors.load(Ordering::Relaxed),
             cached_refusals: self.cached_refusals.load(Ordering::Relaxed),
+            late_refunds: self.late_refunds.load(Ordering::Relaxed),
+            late_refunds_failed: self.late_refunds_failed.load(Ordering::Relaxed),
         }
     }
 

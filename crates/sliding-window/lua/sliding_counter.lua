@@ -2,7 +2,8 @@
 -- forgettable_at) in crates/sliding-window/src/counter.rs.
 -- KEYS[1]  struct '<dddd': the current window index, the previous and the current count,
 --          and the fence (the first window whose receipts may give back; 0 before any
---          reset) (32 bytes)
+--          reset) (32 bytes); then, once a receipt was settled, the windows' ledger (see
+--          `read_spent` in prologue.lua)
 -- ARGV[1]  protocol version     ARGV[2]  now, µs, or "" to read Redis TIME     ARGV[3]  cost
 -- ARGV[4]  TTL slack, ms (0 with Redis TIME)     ARGV[5]  deadline, Unix µs, or ""
 -- ARGV[6]  the operation: check, peek, settle:<actual>:<stamp_at>:<stamp_mark> or reset
@@ -22,6 +23,8 @@ if not (args_ok and #P == 4 and window_ok(W, limit) and fits(limit) and step >= 
 end
 
 local index, previous, current, fence = 0, 0, 0, 0
+-- The receipts settled in the windows that still weigh (the fence is kept apart).
+local spent = spent_new()
 -- The key holds something a receipt could still claim.
 local held = false
 -- The instant both windows' counts no longer weigh: back to full.
@@ -30,14 +33,16 @@ local function full_at()
   if previous > 0 then return index * W + W end
   return 0
 end
--- A fence is kept until the window after it has ended: by then no receipt before it
--- can name the current or the previous window.
+-- A fence, or a window's settlements, are kept until the window after it has ended: by
+-- then no receipt before it can name the current or the previous window.
 local function forgettable_at()
-  local fenced = 0
+  local fenced, settled = 0, 0
   if fence > 0 then fenced = (fence + 1) * W end
-  return math.max(full_at(), fenced)
+  local latest = spent_latest(spent)
+  if latest then settled = (latest + 2) * W end
+  return math.max(full_at(), fenced, settled)
 end
-local raw, err = read_string('sliding-counter', 32)
+local raw, err = read_string('sliding-counter', 32, 'spent')
 if err then return err end
 if raw then
   index, previous, current, fence = struct.unpack('<dddd', raw)
@@ -49,8 +54,10 @@ if raw then
   if index * W > now + skew then
     return corrupt('sliding-counter', string.format('window %d starts after now', index))
   end
+  spent, err = read_spent('sliding-counter', raw, 32)
+  if err then return err end
   held = forgettable_at() > now
-  if not held then index, previous, current, fence = 0, 0, 0, 0 end
+  if not held then index, previous, current, fence, spent = 0, 0, 0, 0, spent_new() end
 end
 -- Moves the windows forward to `t`'s, if it is later.
 local function roll(t)
@@ -103,8 +110,8 @@ local function store()
     if raw then redis.call('DEL', KEYS[1]) end
     return
   end
-  redis.call('SET', KEYS[1], struct.pack('<dddd', index, previous, current, fence), 'PX',
-    ttl(forgettable_at()))
+  redis.call('SET', KEYS[1], struct.pack('<dddd', index, previous, current, fence)
+    .. spent_tail(spent), 'PX', ttl(forgettable_at()))
 end
 
 if op == 'check' or op == 'peek' then
@@ -112,28 +119,38 @@ if op == 'check' or op == 'peek' then
   if op == 'check' and reply[1] == 1 and cost > 0 then
     index, previous, current = after[1], after[2], after[3]
     store()
-    reply[7] = index
+    reply[7], reply[8] = index, current + spent_given_at(spent, index)
   end
   return reply
 end
 roll(now)
 if op == 'settle' then
+  -- Receipts of windows that no longer weigh give nothing back.
+  spent_expire(spent, math.max(0, index - 1))
   if actual < cost then
     -- Only from the admission's own window, while it still weighs: the current one, or
     -- the previous one. After, it no longer counts, and other units must not be given
-    -- back instead.
+    -- back instead; once per stamp.
     local unused = cost - actual
     if stamp_at >= fence and stamp_at == index then
-      current = current - math.min(unused, current)
+      if spent_take(spent, current) then
+        local taken = math.min(unused, current)
+        current = current - taken
+        spent_gave(spent, stamp_at, taken)
+      end
     elseif stamp_at >= fence and stamp_at + 1 == index then
-      previous = previous - math.min(unused, previous)
+      if spent_take(spent, previous) then
+        local taken = math.min(unused, previous)
+        previous = previous - taken
+        spent_gave(spent, stamp_at, taken)
+      end
     end
   else
     -- Past the limit if need be: the window refuses until it weighs less.
     current = current + (actual - cost)
   end
   -- Nothing left that a receipt could claim: a key never seen.
-  if forgettable_at() <= now then index, previous, current, fence = 0, 0, 0, 0 end
+  if forgettable_at() <= now then index, previous, current, fence, spent = 0, 0, 0, 0, spent_new() end
   if current > MAX_COUNT then
     return out_of_range('sliding-counter', string.format('%d units in a window, past 2^36',
       current))
@@ -143,6 +160,9 @@ if op == 'settle' then
 end
 -- reset: only a key that holds something a receipt could still claim keeps a tombstone:
 -- this window's receipts, and every earlier one's, give nothing back.
-if held then previous, current, fence = 0, 0, index + 1 end
+if held then
+  previous, current, fence = 0, 0, index + 1
+  spent_expire(spent, index + 1)
+end
 store()
 return (decide(now, 0))

@@ -3,7 +3,9 @@
 -- KEYS[1]  the log: a sorted set, one member per admitted unit, scored by the µs it was
 --          admitted at (members "<µs>:<n>", n numbering the units of that µs from 1), and,
 --          after a reset, the member "fence" scored by the latest instant the reset saw
---          (receipts of units logged at or before it give nothing back)
+--          (receipts of units logged at or before it give nothing back), and once a
+--          receipt was settled, the member "ledger:<the ledger>" scored 2^53 (after every
+--          instant), the ledger as `read_spent` in prologue.lua reads it after a state
 -- ARGV[1]  protocol version     ARGV[2]  now, µs, or "" to read Redis TIME     ARGV[3]  cost
 -- ARGV[4]  TTL slack, ms (0 with Redis TIME)     ARGV[5]  deadline, Unix µs, or ""
 -- ARGV[6]  the operation: check, peek, settle:<actual>:<stamp_at>:<stamp_mark> or reset
@@ -45,6 +47,24 @@ else
   if type(removed) == 'table' and removed.err then return refused(removed) end
   total = redis.call('ZCARD', key)
 end
+-- The ledger's member, scored 2^53 (no unit is): read by every call but a peek, which
+-- only leaves it out of its count.
+local LEDGER_SCORE = 9007199254740992
+local spent, ledger_name = spent_new(), nil
+local found = redis.call('ZRANGEBYSCORE', key, LEDGER_SCORE, LEDGER_SCORE)
+if #found > 0 then
+  ledger_name, total = found[1], total - #found
+  if op ~= 'peek' then
+    local tail = #ledger_name - 7
+    if #found > 1 or ledger_name:sub(1, 7) ~= 'ledger:' or tail < 24 or (tail - 24) % 16 ~= 0
+        or tail > 24 + 16 * (MAX_GIVEN + MAX_SETTLED) then
+      return corrupt('sliding-log', 'ledger ' .. show(ledger_name))
+    end
+    local err
+    spent, err = read_spent('sliding-log', ledger_name, 7)
+    if err then return err end
+  end
+end
 local fence_text = redis.call('ZSCORE', key, 'fence')
 if fence_text then
   local score = tonumber(fence_text)
@@ -75,9 +95,11 @@ local newest = nil
 local function read_newest()
   newest = nil
   if total == 0 then return nil end
-  local e = redis.call('ZRANGE', key, -2, -1, 'WITHSCORES')
-  local member, score = e[#e - 1], e[#e]
-  if member == 'fence' then member, score = e[1], e[2] end
+  -- The ledger sorts last, and the fence may sort after the newest unit.
+  local e = redis.call('ZRANGE', key, -3, -1, 'WITHSCORES')
+  local i = #e - 1
+  while i > 1 and (e[i] == 'fence' or e[i] == ledger_name) do i = i - 2 end
+  local member, score = e[i], e[i + 1]
   newest = unit(member, score)
   if newest == nil then return bad_entry(member, score) end
 end
@@ -104,11 +126,23 @@ local function add_units(at, first, n)
     added = added + k
   end
 end
--- The key's TTL: until its last unit, and its fence, have left the window.
+-- The key's TTL: until its last unit, its fence, and the instants its ledger holds
+-- settlements for have left the window.
 local function expire()
   local last = newest or fence_score
   if fence_score and fence_score > last then last = fence_score end
+  local settled = spent_latest(spent)
+  if settled and (last == nil or settled > last) then last = settled end
   if last then redis.call('PEXPIRE', key, ttl(last + W)) end
+end
+-- Writes the ledger's member as `spent` now holds it (none when it holds nothing).
+local function store_ledger()
+  local name = nil
+  if spent_has_tail(spent) then name = 'ledger:' .. spent_tail(spent) end
+  if name == ledger_name then return end
+  if ledger_name then redis.call('ZREM', key, ledger_name) end
+  if name then redis.call('ZADD', key, LEDGER_SCORE, name) end
+  ledger_name = name
 end
 -- What a peek of cost 0 answers.
 local function full_reply()
@@ -125,18 +159,20 @@ if op == 'check' or op == 'peek' then
       -- longer, never shorter.
       local at = now
       if newest and newest > at then at = newest end
+      local mark = 0
       if op == 'check' then
         local first = 0
         if newest == at then first = count_at(at) end
         add_units(at, first, cost)
-        stamp = at
+        stamp, mark = at, first + cost + spent_given_at(spent, at)
       end
       total, newest = total + cost, at
       if op == 'check' then expire() end
+      local reply = full_reply()
+      reply[7], reply[8] = stamp, mark
+      return reply
     end
-    local reply = full_reply()
-    reply[7] = stamp
-    return reply
+    return full_reply()
   end
   -- The live unit whose leaving frees enough room for `cost`, oldest first; the fence
   -- sorts after the units of its own instant.
@@ -151,11 +187,15 @@ if op == 'check' or op == 'peek' then
   return {0, limit, math.max(0, limit - total), freeing + W - now, newest + W - now, 0, 0, 0}
 end
 if op == 'settle' then
+  -- Receipts of instants that have left the log give nothing back.
+  spent_expire(spent, math.max(0, cutoff + 1))
   if actual < cost then
     -- Units leave only from the instant the admission was logged at (units of one
-    -- instant are interchangeable), while they are in the log and after the fence.
-    if fence_score == nil or stamp_at > fence_score then
-      local here = count_at(stamp_at)
+    -- instant are interchangeable), while they are in the log and after the fence; once
+    -- per stamp.
+    local here = 0
+    if fence_score == nil or stamp_at > fence_score then here = count_at(stamp_at) end
+    if here > 0 and spent_take(spent, here) then
       local taken = math.min(cost - actual, here)
       -- The last `taken` numbers of that instant go, checked first: they must be units the
       -- scripts wrote there.
@@ -183,6 +223,7 @@ if op == 'settle' then
         from = from + #names
       end
       total = total - taken
+      spent_gave(spent, stamp_at, taken)
     end
   elseif actual > cost then
     -- Past the limit if need be, logged as an admission now.
@@ -198,6 +239,7 @@ if op == 'settle' then
     add_units(at, first, extra)
     total = total + extra
   end
+  store_ledger()
   bad = read_newest()
   if bad then return bad end
   expire()
@@ -205,7 +247,8 @@ if op == 'settle' then
 end
 -- reset: only a key that holds something a receipt could still claim keeps a tombstone,
 -- the fence: every receipt so far names an instant up to the latest one seen.
-if total > 0 or fence_score then
+local settled = spent_latest(spent)
+if total > 0 or fence_score or (settled and settled + W > now) then
   local latest = now
   if newest and newest > latest then latest = newest end
   redis.call('DEL', key)

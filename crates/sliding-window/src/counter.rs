@@ -1,8 +1,8 @@
 //! The approximate sliding window: two counters, the previous one weighted.
 
 use ratelab_core::{
-    Algorithm, Decision, Error, LockedCell, Quota, RemoteForm, Settlement, Stamp, ensure_fits,
-    ensure_settles, forget_if_forgettable,
+    Algorithm, Decision, Error, LockedCell, Quota, RemoteForm, Settlement, Spent, Stamp,
+    ensure_fits, ensure_settles, forget_if_forgettable,
 };
 
 /// The window position is measured in at most this many steps, so that
@@ -183,8 +183,9 @@ impl SlidingCounter {
 impl Algorithm for SlidingCounter {
     type State = Windows;
     type Cell = LockedCell<Windows>;
-    /// A fence: the first window whose receipts may give back.
-    type Ledger = u64;
+    /// The fence (the first window whose receipts may give back) and the
+    /// receipts settled in the windows that still weigh.
+    type Ledger = Spent;
     const REFUNDS: bool = true;
 
     #[inline]
@@ -240,21 +241,23 @@ impl Algorithm for SlidingCounter {
             .with_reset_after_micros(self.full_at_of(windows) - now))
     }
 
+    /// The window, and the units counted in it up to this admission
+    /// (given back ones included): no two admissions share a stamp.
     #[inline]
-    fn stamp(&self, windows: &Windows, _fence: &u64, _now: u64) -> Stamp {
+    fn stamp(&self, windows: &Windows, spent: &Spent, _now: u64) -> Stamp {
         Stamp {
             at: windows.index,
-            mark: 0,
+            mark: spent.mark(windows.index, windows.current),
         }
     }
 
-    /// The ledger is a fence: receipts of windows before it (a reset's)
-    /// give nothing back.
+    /// Gives back from the admission's own window only, while it still
+    /// weighs and after the fence, once per stamp.
     #[inline]
     fn settle(
         &self,
         windows: &mut Windows,
-        fence: &mut u64,
+        spent: &mut Spent,
         now: u64,
         settlement: Settlement,
     ) -> Result<Decision, Error> {
@@ -265,12 +268,13 @@ impl Algorithm for SlidingCounter {
             actual,
         } = settlement;
         self.roll(windows, now);
+        // Receipts of windows that no longer weigh give nothing back.
+        spent.expire(windows.index.saturating_sub(1));
         if actual < charged {
             // Only from the admission's own window, while it still weighs:
             // the current one, or the previous one. After, it no longer
             // counts, and other units must not be given back instead.
-            let unused = u64::from(charged - actual);
-            let count = if stamp.at < *fence {
+            let count = if stamp.at < spent.fence() {
                 None
             } else if stamp.at == windows.index {
                 Some(&mut windows.current)
@@ -279,20 +283,24 @@ impl Algorithm for SlidingCounter {
             } else {
                 None
             };
-            if let Some(count) = count {
-                *count -= unused.min(*count);
+            if let Some(count) = count
+                && spent.take(stamp, *count)
+            {
+                let taken = u64::from(charged - actual).min(*count);
+                *count -= taken;
+                spent.gave(stamp.at, taken);
             }
         } else {
             // Past the limit if need be: the window refuses until it weighs
             // less.
             windows.current += u64::from(actual - charged);
         }
-        forget_if_forgettable(self, windows, fence, now);
+        forget_if_forgettable(self, windows, spent, now);
         self.decide(windows, now, 0)
     }
 
     #[inline]
-    fn reset(&self, windows: &mut Windows, fence: &mut u64, now: u64) {
+    fn reset(&self, windows: &mut Windows, spent: &mut Spent, now: u64) {
         self.roll(windows, now);
         *windows = Windows {
             index: windows.index,
@@ -300,8 +308,9 @@ impl Algorithm for SlidingCounter {
             current: 0,
         };
         // This window's receipts, and every earlier one's, give nothing back.
-        *fence = windows.index + 1;
-        forget_if_forgettable(self, windows, fence, now);
+        spent.set_fence(windows.index + 1);
+        spent.expire(windows.index + 1);
+        forget_if_forgettable(self, windows, spent, now);
     }
 
     #[inline]
@@ -309,16 +318,15 @@ impl Algorithm for SlidingCounter {
         self.full_at_of(windows)
     }
 
-    /// A fence is kept until the window after it has ended: by then no
-    /// receipt before it can name the current or the previous window.
+    /// A fence, or a window's settlements, are kept until the window after
+    /// it has ended: by then no receipt before it can name the current or
+    /// the previous window.
     #[inline]
-    fn forgettable_at(&self, windows: &Windows, fence: &u64) -> u64 {
-        let fence = *fence;
-        let fenced = if fence == 0 {
-            0
-        } else {
-            fence.saturating_add(1).saturating_mul(self.window)
-        };
-        self.full_at_of(windows).max(fenced)
+    fn forgettable_at(&self, windows: &Windows, spent: &Spent) -> u64 {
+        let after_next = |index: u64| index.saturating_add(2).saturating_mul(self.window);
+        let fence = spent.fence();
+        let fenced = if fence == 0 { 0 } else { after_next(fence - 1) };
+        let settled = spent.latest().map_or(0, after_next);
+        self.full_at_of(windows).max(fenced).max(settled)
     }
 }

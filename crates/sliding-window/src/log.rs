@@ -3,8 +3,8 @@
 use std::collections::VecDeque;
 
 use ratelab_core::{
-    Algorithm, Decision, Error, LockedCell, Quota, RemoteForm, Settlement, Stamp, ensure_fits,
-    ensure_settles, forget_if_forgettable,
+    Algorithm, Decision, Error, LockedCell, Quota, RemoteForm, Settlement, Spent, Stamp,
+    ensure_fits, ensure_settles, forget_if_forgettable,
 };
 
 /// Sliding log parameters derived from a [`Quota`]: exact, O(limit) memory.
@@ -87,6 +87,12 @@ impl SlidingLog {
         }
     }
 
+    /// The first instant whose units are still in the log at `now`.
+    #[inline]
+    fn first_live(&self, now: u64) -> u64 {
+        (now + 1).saturating_sub(self.window)
+    }
+
     /// The instant the log is empty again.
     #[inline]
     fn empty_at(&self, log: &Log) -> u64 {
@@ -111,8 +117,9 @@ impl SlidingLog {
 impl Algorithm for SlidingLog {
     type State = Log;
     type Cell = LockedCell<Log>;
-    /// A fence: the first logged instant whose receipts may give back.
-    type Ledger = u64;
+    /// The fence (the first logged instant whose receipts may give back)
+    /// and the receipts settled at instants still in the log.
+    type Ledger = Spent;
     const REFUNDS: bool = true;
 
     #[inline]
@@ -163,21 +170,25 @@ impl Algorithm for SlidingLog {
             .with_reset_after_micros(self.empty_at(log) - now))
     }
 
+    /// The instant the units were logged at, and the units logged there up
+    /// to this admission (given back ones included): no two admissions
+    /// share a stamp.
     #[inline]
-    fn stamp(&self, log: &Log, _fence: &u64, now: u64) -> Stamp {
+    fn stamp(&self, log: &Log, spent: &Spent, now: u64) -> Stamp {
+        let (at, units) = log.entries.back().copied().unwrap_or((now, 0));
         Stamp {
-            at: log.entries.back().map_or(now, |&(at, _)| at),
-            mark: 0,
+            at,
+            mark: spent.mark(at, units),
         }
     }
 
-    /// The ledger is a fence: receipts of instants before it (a reset's)
-    /// give nothing back.
+    /// Gives back only units logged at the admission's instant, while they
+    /// are in the log and after the fence, once per stamp.
     #[inline]
     fn settle(
         &self,
         log: &mut Log,
-        fence: &mut u64,
+        spent: &mut Spent,
         now: u64,
         settlement: Settlement,
     ) -> Result<Decision, Error> {
@@ -188,14 +199,17 @@ impl Algorithm for SlidingLog {
             actual,
         } = settlement;
         self.prune(log, now);
+        // Receipts of instants that have left the log give nothing back.
+        spent.expire(self.first_live(now));
         if actual < charged {
             // Units leave only from the instant the admission was logged at
             // (units of one instant are interchangeable), while they are in
             // the log: the log then counts at least the kept admissions, at
             // every later instant.
             let unused = u64::from(charged - actual);
-            if stamp.at >= *fence
+            if stamp.at >= spent.fence()
                 && let Ok(i) = log.entries.binary_search_by_key(&stamp.at, |&(at, _)| at)
+                && spent.take(stamp, log.entries[i].1)
             {
                 let units = &mut log.entries[i].1;
                 let taken = unused.min(*units);
@@ -204,6 +218,7 @@ impl Algorithm for SlidingLog {
                 if *units == 0 {
                     log.entries.remove(i);
                 }
+                spent.gave(stamp.at, taken);
             }
         } else if actual > charged {
             // Past the limit if need be, logged as an admission now.
@@ -215,17 +230,18 @@ impl Algorithm for SlidingLog {
             }
             log.total += extra;
         }
-        forget_if_forgettable(self, log, fence, now);
+        forget_if_forgettable(self, log, spent, now);
         self.decide(log, now, 0)
     }
 
     #[inline]
-    fn reset(&self, log: &mut Log, fence: &mut u64, now: u64) {
+    fn reset(&self, log: &mut Log, spent: &mut Spent, now: u64) {
         let latest = log.entries.back().map_or(now, |&(at, _)| at.max(now));
         *log = Log::default();
         // Every receipt so far names an instant up to this one.
-        *fence = latest + 1;
-        forget_if_forgettable(self, log, fence, now);
+        spent.set_fence(latest + 1);
+        spent.expire(latest + 1);
+        forget_if_forgettable(self, log, spent, now);
     }
 
     #[inline]
@@ -233,16 +249,18 @@ impl Algorithm for SlidingLog {
         self.empty_at(log)
     }
 
-    /// A fence is kept until a window after the instant before it: by then
-    /// the units of every receipt before it have left any log.
+    /// A fence, or the settlements at an instant, are kept until a window
+    /// after that instant: by then the units of every receipt before it
+    /// have left any log.
     #[inline]
-    fn forgettable_at(&self, log: &Log, fence: &u64) -> u64 {
-        let fence = *fence;
+    fn forgettable_at(&self, log: &Log, spent: &Spent) -> u64 {
+        let fence = spent.fence();
         let fenced = if fence == 0 {
             0
         } else {
             fence - 1 + self.window
         };
-        self.empty_at(log).max(fenced)
+        let settled = spent.latest().map_or(0, |at| at + self.window);
+        self.empty_at(log).max(fenced).max(settled)
     }
 }

@@ -4,7 +4,9 @@
 //! The **sliding log** is a sorted set: one member `<µs>:<n>` per admitted
 //! unit, scored by the µs it was admitted at (`n` numbers the units of one
 //! µs from 1), and after a reset the member `fence`, scored by the latest
-//! instant the reset saw (the fence is that plus 1). Its parameters: `W`,
+//! instant the reset saw (the fence is that plus 1), and once it settled a
+//! receipt, the member `ledger:<the ledger's tail>` scored 2^53 (see
+//! [`Spent`]). Its parameters: `W`,
 //! the limit. The **sliding counter** is `struct '<dddd'`: the current
 //! window's index, the previous and the current counts, the fence. Its
 //! parameters: `W`, the limit, µs per step, steps per window.
@@ -16,10 +18,25 @@ use ratelab_core::remote::{
     StringForm, Value, doubles, integers, lua,
 };
 
+use ratelab_core::Spent;
+use ratelab_core::remote::StoredLedger;
+
 use crate::{Log, MAX_STORED_LOG_LIMIT, SlidingCounter, SlidingLog, Windows};
 
 /// The sorted-set member of a sliding log's fence.
 pub const FENCE_MEMBER: &[u8] = b"fence";
+
+/// How the member of a sliding log's ledger begins (its settlements, once
+/// it settled any): the ledger's tail follows, as a window's string holds
+/// it after its state.
+pub const LEDGER_PREFIX: &[u8] = b"ledger:";
+
+/// The score of a sliding log's ledger member: 2^53, after every instant,
+/// so that it sorts last and no pruning or count of instants meets it.
+pub const LEDGER_SCORE: u64 = 1 << 53;
+
+/// The latest score a unit or the fence has: 2^52, the latest instant.
+pub const MAX_INSTANT_SCORE: u64 = 1 << 52;
 
 /// Whether `member` is a unit the scripts log at `at`: `<at>:<n>`, `n` from
 /// 1, in decimal without a leading zero.
@@ -82,8 +99,12 @@ impl RemoteForm for SlidingLog {
                 members.push((member, at));
             }
         }
-        if stored.ledger > 0 {
-            members.push((FENCE_MEMBER.to_vec(), stored.ledger - 1));
+        let fence = stored.ledger.fence();
+        if fence > 0 {
+            members.push((FENCE_MEMBER.to_vec(), fence - 1));
+        }
+        if stored.ledger.has_tail() {
+            members.push((ledger_member(&stored.ledger), LEDGER_SCORE));
         }
         Value::SortedSet(members)
     }
@@ -98,9 +119,14 @@ impl RemoteForm for SlidingLog {
         let latest = now.saturating_add(skew);
         let cutoff = now.saturating_sub(self.window);
         let mut fence = 0;
+        let mut ledger = None;
         let mut units: Vec<u64> = Vec::with_capacity(members.len());
         for (member, score) in members {
             let score = *score;
+            if score == LEDGER_SCORE && ledger.is_none() {
+                ledger = Some(member);
+                continue;
+            }
             if member == FENCE_MEMBER {
                 if score > cutoff || now < self.window {
                     if score > latest || score >= remote::EXACT {
@@ -135,11 +161,35 @@ impl RemoteForm for SlidingLog {
             }
         }
         let log = Log::from_entries(entries).ok_or_else(|| "entries out of order".to_owned())?;
+        let mut spent = Spent::fenced(fence);
+        if let Some(member) = ledger {
+            read_ledger_member(&mut spent, member)?;
+        }
         Ok(Stored {
             state: log,
-            ledger: fence,
+            ledger: spent,
             latest: 0,
         })
+    }
+}
+
+/// The member that holds a sliding log's ledger: [`LEDGER_PREFIX`] and the
+/// ledger's tail.
+pub fn ledger_member(spent: &Spent) -> Vec<u8> {
+    let mut tail = Encoded::new();
+    spent.write_tail(&mut tail);
+    let mut member = LEDGER_PREFIX.to_vec();
+    member.extend_from_slice(&tail);
+    member
+}
+
+/// Reads the ledger member `member` (scored [`LEDGER_SCORE`]) into `spent`
+/// (which holds the fence), as the script reads it: [`LEDGER_PREFIX`] and a
+/// tail of a window's ledger's size, not empty; or what is wrong with it.
+pub fn read_ledger_member(spent: &mut Spent, member: &[u8]) -> Result<(), String> {
+    match member.strip_prefix(LEDGER_PREFIX) {
+        Some(tail) if !tail.is_empty() && Spent::tail_sized(tail.len()) => spent.read_tail(tail),
+        _ => Err(format!("ledger {}", lua::show(member))),
     }
 }
 
@@ -204,7 +254,7 @@ impl StringForm for SlidingCounter {
         }
         Ok(Stored {
             state: Windows::from_parts(index, previous, current),
-            ledger: fence,
+            ledger: Spent::fenced(fence),
             latest: 0,
         })
     }
@@ -215,7 +265,7 @@ impl StringForm for SlidingCounter {
             windows.index,
             windows.previous,
             windows.current,
-            stored.ledger,
+            stored.ledger.fence(),
         ])
     }
 }
@@ -235,7 +285,7 @@ mod tests {
         let now = 1_700_000_000_000_000;
         let windows = Stored {
             state: Windows::from_parts(now / sc.window_micros(), 3, 4),
-            ledger: 0,
+            ledger: Spent::default(),
             latest: 0,
         };
         assert_eq!(sc.decode(&sc.encode(&windows), now, 0), Ok(windows));
@@ -243,7 +293,7 @@ mod tests {
         // is no state a script writes.
         let fenced = Stored {
             state: Windows::from_parts(1, 3, 11),
-            ledger: 3,
+            ledger: Spent::fenced(3),
             latest: 0,
         };
         assert_eq!(
@@ -258,7 +308,7 @@ mod tests {
         let now = 1_700_000_000_000_000;
         let stored = Stored {
             state: Log::from_entries([(now - 5, 2), (now - 1, 1)]).unwrap(),
-            ledger: now - 3,
+            ledger: Spent::fenced(now - 3),
             latest: 0,
         };
         let value = log.encode(&stored);
@@ -274,6 +324,25 @@ mod tests {
         assert_eq!(
             log.decode(&forged, now, 0),
             Err(format!("entry \"{now}:01\" at \"{now}\""))
+        );
+        // A ledger round-trips too.
+        let mut spent = Spent::fenced(now - 3);
+        assert!(spent.take(
+            ratelab_core::Stamp {
+                at: now - 1,
+                mark: 1
+            },
+            1
+        ));
+        spent.gave(now - 1, 1);
+        let with_ledger = Stored {
+            state: Log::from_entries([(now - 5, 2)]).unwrap(),
+            ledger: spent,
+            latest: 0,
+        };
+        assert_eq!(
+            log.decode(&log.encode(&with_ledger), now, 0),
+            Ok(with_ledger)
         );
         assert!(is_unit_member(b"12:3", 12) && !is_unit_member(b"12:0", 12));
         assert!(!is_unit_member(b"1:3", 12) && !is_unit_member(b"12:3x", 12));

@@ -103,15 +103,19 @@ impl RedisServer {
 }
 
 /// A TCP relay on a free loopback port to the server on another port, for a
-/// replica to replicate through: [`Relay::cut`] stops the master's stream
-/// from reaching the replica (what it sends afterwards is dropped), while
-/// the replica's acknowledgements still reach the master, which then sees
-/// a replica stuck at the offset of the cut. The master's own death closes
-/// the relayed connections; new ones are refused while it is away.
+/// replica to replicate through, or a client to call through:
+/// [`Relay::cut`] stops the server's stream from reaching the other side
+/// (what it sends afterwards is dropped), while what that side sends still
+/// reaches the server (a replica's acknowledgements: the master then sees a
+/// replica stuck at the offset of the cut); [`Relay::hold`] keeps what the
+/// server sends (a client's replies, the server having run its commands)
+/// until [`Relay::release`]. The server's own death closes the relayed
+/// connections; new ones are refused while it is away.
 #[derive(Debug)]
 pub struct Relay {
     port: u16,
     cut: Arc<AtomicBool>,
+    held: Arc<AtomicBool>,
     stop: Arc<AtomicBool>,
     dropped: Arc<AtomicU64>,
 }
@@ -128,10 +132,16 @@ impl Relay {
         let relay = Relay {
             port,
             cut: Arc::new(AtomicBool::new(false)),
+            held: Arc::new(AtomicBool::new(false)),
             stop: Arc::new(AtomicBool::new(false)),
             dropped: Arc::new(AtomicU64::new(0)),
         };
-        let (cut, stop, dropped) = (relay.cut.clone(), relay.stop.clone(), relay.dropped.clone());
+        let gate = Gate {
+            cut: relay.cut.clone(),
+            held: relay.held.clone(),
+            dropped: relay.dropped.clone(),
+        };
+        let stop = relay.stop.clone();
         thread::spawn(move || {
             while !stop.load(Ordering::SeqCst) {
                 match listener.accept() {
@@ -141,7 +151,7 @@ impl Relay {
                         else {
                             continue;
                         };
-                        relay_pair(upstream, downstream, cut.clone(), dropped.clone());
+                        relay_pair(upstream, downstream, gate.clone());
                     }
                     Err(_) => thread::sleep(Duration::from_millis(5)),
                 }
@@ -164,6 +174,26 @@ impl Relay {
     pub fn dropped(&self) -> u64 {
         self.dropped.load(Ordering::SeqCst)
     }
+
+    /// From now on, what the server sends is held, not relayed, until
+    /// [`Relay::release`]: the server runs what it is sent, and its replies
+    /// wait.
+    pub fn hold(&self) {
+        self.held.store(true, Ordering::SeqCst);
+    }
+
+    /// Relays what was held, and what comes after.
+    pub fn release(&self) {
+        self.held.store(false, Ordering::SeqCst);
+    }
+}
+
+/// What a relay does with the server's stream.
+#[derive(Debug, Clone)]
+struct Gate {
+    cut: Arc<AtomicBool>,
+    held: Arc<AtomicBool>,
+    dropped: Arc<AtomicU64>,
 }
 
 impl Drop for Relay {
@@ -172,20 +202,16 @@ impl Drop for Relay {
     }
 }
 
-/// Copies both ways between a master (`upstream`) and a replica, the
-/// master's side dropped once `cut`; either side closing closes both.
-fn relay_pair(
-    upstream: TcpStream,
-    downstream: TcpStream,
-    cut: Arc<AtomicBool>,
-    dropped: Arc<AtomicU64>,
-) {
+/// Copies both ways between a server (`upstream`) and its replica or
+/// client, the server's side through `gate`; either side closing closes
+/// both.
+fn relay_pair(upstream: TcpStream, downstream: TcpStream, gate: Gate) {
     let (Ok(up_reader), Ok(down_writer)) = (upstream.try_clone(), downstream.try_clone()) else {
         return;
     };
     let (up, down) = (upstream, downstream);
     thread::spawn(move || {
-        copy(up_reader, down_writer, Some((cut, dropped)));
+        copy(up_reader, down_writer, Some(gate));
     });
     thread::spawn(move || {
         let (Ok(reader), writer) = (down.try_clone(), up) else {
@@ -196,18 +222,21 @@ fn relay_pair(
     });
 }
 
-fn copy(mut from: TcpStream, mut to: TcpStream, cut: Option<(Arc<AtomicBool>, Arc<AtomicU64>)>) {
+fn copy(mut from: TcpStream, mut to: TcpStream, gate: Option<Gate>) {
     let mut buffer = [0u8; 16 * 1024];
     loop {
         let n = match from.read(&mut buffer) {
             Ok(0) | Err(_) => break,
             Ok(n) => n,
         };
-        if let Some((cut, dropped)) = &cut
-            && cut.load(Ordering::SeqCst)
-        {
-            dropped.fetch_add(n as u64, Ordering::SeqCst);
-            continue;
+        if let Some(gate) = &gate {
+            if gate.cut.load(Ordering::SeqCst) {
+                gate.dropped.fetch_add(n as u64, Ordering::SeqCst);
+                continue;
+            }
+            while gate.held.load(Ordering::SeqCst) {
+                thread::sleep(Duration::from_millis(1));
+            }
         }
         if to.write_all(&buffer[..n]).is_err() {
             break;

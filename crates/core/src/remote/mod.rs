@@ -48,7 +48,10 @@ use std::time::Duration;
 
 #[cfg(doc)]
 use crate::LEDGER_CEILING;
-use crate::{Algorithm, Ledger, MAX_RECENT_SHIFTS, Quota, Shift, Shifts};
+use crate::{
+    Algorithm, Ledger, MAX_GIVEN, MAX_RECENT_SHIFTS, MAX_SETTLED, Quota, Shift, Shifts, Spent,
+    Stamp,
+};
 
 /// The scripts' shared prologue (`lua/prologue.lua`): it reads the
 /// arguments, the clock and the deadline, and holds the helpers every
@@ -57,9 +60,9 @@ use crate::{Algorithm, Ledger, MAX_RECENT_SHIFTS, Quota, Shift, Shifts};
 pub const PROLOGUE: &str = include_str!("../../lua/prologue.lua");
 
 /// The version of the stored states' format, the first part of every key's
-/// fingerprint input (`v2:<code>:<params>`): a new format names new keys, so
+/// fingerprint input (`v3:<code>:<params>`): a new format names new keys, so
 /// that no script ever reads a state written in another.
-pub const STATE_FORMAT: &str = "v2";
+pub const STATE_FORMAT: &str = "v3";
 
 /// The most parameters an algorithm takes (the sliding counter's four).
 pub const MAX_PARAMS: usize = 4;
@@ -89,6 +92,18 @@ pub const SHIFT_SIZE: usize = 24;
 
 /// The longest tail of shifts a debt's state may have.
 pub const MAX_TAIL: usize = SHIFT_SIZE * MAX_RECENT_SHIFTS;
+
+/// The bytes of a window's ledger's head, after its state, when it has more
+/// than a fence: `struct '<ddd'` (the floor's `at` and `mark`, how many
+/// tallies follow).
+pub const SPENT_HEAD: usize = 24;
+
+/// The bytes of one tally or one settled stamp of a window's ledger:
+/// `struct '<dd'`.
+pub const SPENT_ENTRY: usize = 16;
+
+/// The longest tail a window's ledger may have.
+pub const MAX_SPENT_TAIL: usize = SPENT_HEAD + SPENT_ENTRY * (MAX_GIVEN + MAX_SETTLED);
 
 /// The longest fixed part of a stored string (the sliding counter's four
 /// doubles).
@@ -161,7 +176,9 @@ impl PartialEq<[u64]> for Params {
 #[non_exhaustive]
 pub enum Shape {
     /// One string: the state's fixed part ([`StringForm::SIZE`] bytes),
-    /// then a debt's recent shifts, [`SHIFT_SIZE`] bytes each.
+    /// then the ledger's tail: a debt's recent shifts, [`SHIFT_SIZE`] bytes
+    /// each, or a window's settlements ([`SPENT_HEAD`], then
+    /// [`SPENT_ENTRY`] bytes each).
     String,
     /// A sorted set (the sliding log: one member per admitted unit, scored
     /// by the µs it was admitted at).
@@ -343,27 +360,35 @@ pub trait StringForm: RemoteForm {
 }
 
 /// A ledger as a store keeps it: a debt's [`Shifts`] have their total in the
-/// state and their recent shifts after it; a window's fence (`u64`) is in
-/// the state, with nothing after.
+/// state and their recent shifts after it; a window's [`Spent`] has its
+/// fence in the state and, once it settled something, its floor, tallies
+/// and settled stamps after it.
 pub trait StoredLedger: Ledger {
     /// Shifts follow the state (a debt's ledger).
     const SHIFTS: bool;
 
-    /// Adds the shifts stored in `tail` (a whole number of them, at most
-    /// [`MAX_RECENT_SHIFTS`]) to this ledger, read with its total only; or
-    /// what is wrong with them, worded as the scripts word it. Nothing to
-    /// read for a window (its tail is empty).
+    /// Whether a tail of `len` bytes has the size of one of this ledger's.
+    fn tail_sized(len: usize) -> bool;
+
+    /// Adds what `tail` (of a size [`StoredLedger::tail_sized`] accepts)
+    /// holds to this ledger, read with what the state holds of it (a
+    /// debt's total, a window's fence); or what is wrong with it, worded as
+    /// the scripts word it.
     fn read_tail(&mut self, tail: &[u8]) -> Result<(), String>;
 
-    /// Appends what follows the state: a debt's recent shifts.
+    /// Appends what follows the state.
     fn write_tail(&self, out: &mut Encoded);
 }
 
 impl StoredLedger for u64 {
     const SHIFTS: bool = false;
 
+    fn tail_sized(len: usize) -> bool {
+        len == 0
+    }
+
     fn read_tail(&mut self, tail: &[u8]) -> Result<(), String> {
-        debug_assert!(tail.is_empty(), "a window's string has no tail");
+        debug_assert!(tail.is_empty(), "a fence has no tail");
         Ok(())
     }
 
@@ -372,6 +397,10 @@ impl StoredLedger for u64 {
 
 impl StoredLedger for Shifts {
     const SHIFTS: bool = true;
+
+    fn tail_sized(len: usize) -> bool {
+        len.is_multiple_of(SHIFT_SIZE) && len <= MAX_TAIL
+    }
 
     /// `read_shifts` of the prologue: each number an integer below 2^53,
     /// each `before` below the next one's, the last one's below the total
@@ -429,11 +458,99 @@ impl StoredLedger for Shifts {
     }
 }
 
-/// A stored string on the stack: at most 32 bytes of fixed part, then a
-/// debt's tail of shifts.
+impl StoredLedger for Spent {
+    const SHIFTS: bool = false;
+
+    fn tail_sized(len: usize) -> bool {
+        len == 0
+            || (len >= SPENT_HEAD
+                && (len - SPENT_HEAD).is_multiple_of(SPENT_ENTRY)
+                && len <= MAX_SPENT_TAIL)
+    }
+
+    /// `read_spent` of the prologue: the floor and the number of tallies,
+    /// the tallies (`at`, units), the settled stamps (`at`, `mark`), every
+    /// number an integer below 2^53, as [`Spent::from_parts`] accepts them.
+    fn read_tail(&mut self, tail: &[u8]) -> Result<(), String> {
+        if tail.is_empty() {
+            return Ok(());
+        }
+        let head: [f64; 3] = doubles(tail);
+        let entries = (tail.len() - SPENT_HEAD) / SPENT_ENTRY;
+        let Some([floor_at, floor_mark, tallies]) = integers(head)
+            .filter(|[_, _, n]| usize::try_from(*n).is_ok_and(|n| n <= MAX_GIVEN && n <= entries))
+        else {
+            let [at, mark, n] = head;
+            return Err(format!(
+                "ledger floor {}:{}, {} tallies of {entries} entries",
+                lua::tostring(at),
+                lua::tostring(mark),
+                lua::tostring(n)
+            ));
+        };
+        let mut pairs = Vec::with_capacity(entries);
+        for (i, raw) in tail[SPENT_HEAD..].chunks_exact(SPENT_ENTRY).enumerate() {
+            let values: [f64; 2] = doubles(raw);
+            let Some(pair) = integers(values) else {
+                let [a, b] = values;
+                return Err(format!(
+                    "ledger entry {} of {entries}: {}, {}",
+                    i + 1,
+                    lua::tostring(a),
+                    lua::tostring(b)
+                ));
+            };
+            pairs.push(pair);
+        }
+        let tallies = usize::try_from(tallies).expect("at most MAX_GIVEN");
+        let given = pairs[..tallies]
+            .iter()
+            .map(|&[at, units]| (at, units))
+            .collect();
+        let settled = pairs[tallies..]
+            .iter()
+            .map(|&[at, mark]| Stamp { at, mark })
+            .collect();
+        let floor = Stamp {
+            at: floor_at,
+            mark: floor_mark,
+        };
+        *self = Spent::from_parts(self.fence(), floor, given, settled)
+            .ok_or_else(|| format!("ledger of {entries} entries out of order"))?;
+        Ok(())
+    }
+
+    fn write_tail(&self, out: &mut Encoded) {
+        if !self.has_tail() {
+            return;
+        }
+        let floor = self.floor();
+        out.push_double(floor.at);
+        out.push_double(floor.mark);
+        out.push_double(self.given().len() as u64);
+        for &(at, units) in self.given() {
+            out.push_double(at);
+            out.push_double(units);
+        }
+        for stamp in self.settled() {
+            out.push_double(stamp.at);
+            out.push_double(stamp.mark);
+        }
+    }
+}
+
+/// The longest tail of any ledger.
+const MAX_ANY_TAIL: usize = if MAX_TAIL > MAX_SPENT_TAIL {
+    MAX_TAIL
+} else {
+    MAX_SPENT_TAIL
+};
+
+/// A stored string on the stack: at most 32 bytes of fixed part, then the
+/// ledger's tail.
 #[derive(Clone, PartialEq, Eq)]
 pub struct Encoded {
-    bytes: [u8; MAX_FIXED + MAX_TAIL],
+    bytes: [u8; MAX_FIXED + MAX_ANY_TAIL],
     len: usize,
 }
 
@@ -441,7 +558,7 @@ impl Encoded {
     /// Nothing yet.
     pub const fn new() -> Encoded {
         Encoded {
-            bytes: [0; MAX_FIXED + MAX_TAIL],
+            bytes: [0; MAX_FIXED + MAX_ANY_TAIL],
             len: 0,
         }
     }
@@ -516,22 +633,21 @@ pub fn integers<const N: usize>(values: [f64; N]) -> Option<[u64; N]> {
 }
 
 /// A string as a store holds it, split as the scripts read it: the state
-/// (with a debt's ledger total only) and the bytes of a debt's shifts,
-/// unread; or what is wrong with it. A window's string is exactly
-/// [`StringForm::SIZE`] bytes; a debt's is followed by 0 to
-/// [`MAX_RECENT_SHIFTS`] shifts of [`SHIFT_SIZE`] bytes.
+/// (with what its fixed part holds of the ledger) and the bytes of the
+/// ledger's tail, unread; or what is wrong with it. A debt's string is
+/// followed by 0 to [`MAX_RECENT_SHIFTS`] shifts of [`SHIFT_SIZE`] bytes; a
+/// window's by nothing, or a ledger of [`SPENT_HEAD`] bytes and
+/// [`SPENT_ENTRY`] bytes per entry.
 pub fn split_string<'a, A: StringForm>(
     algorithm: &A,
     raw: &'a [u8],
     now: u64,
     skew: u64,
 ) -> Result<(StoredOf<A>, &'a [u8]), String> {
-    let tail = raw.len().checked_sub(A::SIZE);
-    let sized = match tail {
-        Some(tail) if A::DEBT => tail % SHIFT_SIZE == 0 && tail <= MAX_TAIL,
-        Some(tail) => tail == 0,
-        None => false,
-    };
+    let sized = raw
+        .len()
+        .checked_sub(A::SIZE)
+        .is_some_and(<A::Ledger as StoredLedger>::tail_sized);
     if !sized {
         return Err(if A::DEBT {
             format!(
@@ -541,7 +657,12 @@ pub fn split_string<'a, A: StringForm>(
                 lua::show(raw)
             )
         } else {
-            format!("{} bytes, not {}: {}", raw.len(), A::SIZE, lua::show(raw))
+            format!(
+                "{} bytes, not {} (plus a ledger of 24 and 16 per entry): {}",
+                raw.len(),
+                A::SIZE,
+                lua::show(raw)
+            )
         });
     }
     let (fixed, tail) = raw.split_at(A::SIZE);

@@ -81,7 +81,10 @@ impl GuardCore {
         let account = (self.account)(parts);
         let now = unix_secs(&self.wall_clock);
         let device = account.as_deref().and_then(|account| {
-            cookie::candidates(&parts.headers, &self.cookie.name)
+            // Every cookie of that name: one that verifies for the account
+            // is the device's, whatever others came before it.
+            cookie::candidates(&parts.headers, self.cookie.read_names())
+                .into_iter()
                 .find_map(|token| self.signer.verify(token, account, now))
         });
         let key = account.as_deref().map_or_else(String::new, account_key);

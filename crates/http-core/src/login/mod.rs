@@ -161,7 +161,7 @@ impl LoginGuard {
             account: None,
             succeeded: Arc::new(|status: StatusCode| status.is_success()),
             cookie: CookieSettings {
-                name: "ratelab_device".to_owned(),
+                name: None,
                 path: "/".to_owned(),
                 secure: true,
                 same_site: SameSite::Strict,
@@ -245,9 +245,15 @@ impl LoginGuardBuilder {
         self
     }
 
-    /// The cookie's name (`ratelab_device` by default).
+    /// The cookie's name. By default `__Host-ratelab_device` where the
+    /// cookie is `Secure` with `Path=/` (the default): with the `__Host-`
+    /// prefix, a browser takes the cookie only from this host itself, so a
+    /// sibling subdomain cannot plant or overwrite one; cookies named
+    /// `ratelab_device` (the name before the prefix) are read too. Otherwise
+    /// `ratelab_device`. A name set here is the only one read and written;
+    /// a `__Host-` one needs `Secure` and `Path=/`.
     pub fn cookie_name(mut self, name: &str) -> Self {
-        name.clone_into(&mut self.cookie.name);
+        self.cookie.name = Some(name.to_owned());
         self
     }
 
@@ -297,8 +303,12 @@ impl LoginGuardBuilder {
             return Err(LoginGuardError::NoRoute);
         }
         let account = self.account.ok_or(LoginGuardError::NoAccount)?;
-        if !cookie::valid_name(&self.cookie.name) {
-            return Err(LoginGuardError::CookieName(self.cookie.name));
+        let name = self.cookie.name();
+        if !cookie::valid_name(name) {
+            return Err(LoginGuardError::CookieName(name.to_owned()));
+        }
+        if name.starts_with("__Host-") && !self.cookie.host_prefix_allowed() {
+            return Err(LoginGuardError::HostPrefix(name.to_owned()));
         }
         if !cookie::valid_path(&self.cookie.path) {
             return Err(LoginGuardError::CookiePath(self.cookie.path));
@@ -396,6 +406,10 @@ pub enum LoginGuardError {
     /// The cookie name is not an RFC 6265 token.
     #[error("{0:?} cannot name a cookie")]
     CookieName(String),
+    /// A `__Host-` cookie name on a cookie that is not `Secure` with
+    /// `Path=/`, which browsers reject.
+    #[error("the cookie name {0:?} has the __Host- prefix: it needs a Secure cookie with Path=/")]
+    HostPrefix(String),
     /// The cookie path is not an absolute path without `;`.
     #[error("{0:?} cannot be a cookie's path")]
     CookiePath(String),

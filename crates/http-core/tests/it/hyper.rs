@@ -122,7 +122,10 @@ async fn a_successful_login_gets_a_device_cookie_that_makes_the_device_known() {
         r#""login-network";q=5;w=60, "login-account";q=50;w=60"#
     );
     let set_cookie = first.headers()["set-cookie"].to_str().unwrap();
-    assert!(set_cookie.starts_with("ratelab_device=v1."), "{set_cookie}");
+    assert!(
+        set_cookie.starts_with("__Host-ratelab_device=v1."),
+        "{set_cookie}"
+    );
     let cookie = set_cookie.split(';').next().unwrap();
 
     let known = send(

@@ -294,3 +294,63 @@ pub async fn tokens_that_give_nothing(
         );
     }
 }
+
+/// Cookie tossing: alice's account is locked for devices it does not know
+/// (10 networks spent its 50 untrusted attempts), and cookies of the
+/// device cookie's names are planted in front of her own (what a sibling
+/// subdomain can set): garbage, well-formed forgeries, bob's valid token, a
+/// hundred of them. Her real cookie behind them still makes her a known
+/// device: 200, limited per device only. Without it she waits with the
+/// attackers.
+pub async fn tossed_cookies_hide_nothing(server: &LoginServer) {
+    let addr = server.addr;
+    let alice = attempt(addr, owner(), "alice", "wonderland", None).await;
+    let alice_cookie = alice.cookie().unwrap();
+    let (name, _) = alice_cookie.split_once('=').unwrap();
+    assert_eq!(name, "__Host-ratelab_device", "the default name");
+    let bob = attempt(addr, owner(), "bob", "builder", None).await;
+    let bob_token = bob.cookie().unwrap();
+    let bob_token = bob_token.split_once('=').unwrap().1;
+    for n in 1..=10u8 {
+        let from: IpAddr = format!("10.78.0.{n}").parse().unwrap();
+        for _ in 0..5 {
+            assert_eq!(
+                attempt(addr, from, "alice", "guess", None).await.status,
+                401
+            );
+        }
+    }
+    let locked = attempt(addr, owner(), "alice", "wonderland", None).await;
+    assert_eq!(locked.status, 429, "{locked:?}");
+    let forged = |i: usize| format!("v1.{:032x}.{}.{}", i, u64::MAX / 2, "cd".repeat(32));
+    for planted in [8, 100] {
+        let mut junk = Vec::new();
+        for i in 0..planted {
+            let value = match i % 4 {
+                0 => "garbage".to_owned(),
+                1 => forged(i),
+                2 => bob_token.to_owned(),
+                _ => format!("v1.{i}"),
+            };
+            let name = if i % 2 == 0 {
+                "ratelab_device"
+            } else {
+                "__Host-ratelab_device"
+            };
+            junk.push(format!("{name}={value}"));
+        }
+        junk.push(alice_cookie.clone());
+        let cookie = junk.join("; ");
+        let reply = attempt(addr, owner(), "alice", "wonderland", Some(&cookie)).await;
+        assert_eq!(reply.status, 200, "{planted} planted: {reply:?}");
+        assert_eq!(
+            reply.header("ratelimit-policy"),
+            r#""login-device";q=10;w=900"#,
+            "{planted} planted"
+        );
+    }
+    // A cookie of the name before the prefix still names her device.
+    let legacy = alice_cookie.replacen("__Host-", "", 1);
+    let reply = attempt(addr, owner(), "alice", "wonderland", Some(&legacy)).await;
+    assert_eq!(reply.status, 200, "{reply:?}");
+}

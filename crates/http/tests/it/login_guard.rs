@@ -2,7 +2,8 @@
 //! device always logs in while attackers guess from 10 and from 100
 //! networks, IPv4 and IPv6; their evaluated guesses stay within the quotas;
 //! addresses of one IPv6 /64 are one network; a forged or foreign token
-//! gives nothing; the owner's new device waits with the attackers; and the
+//! gives nothing; cookies planted in front of the owner's own hide nothing;
+//! the owner's new device waits with the attackers; and the
 //! configurations the guard refuses.
 
 use crate::common;
@@ -12,7 +13,7 @@ use std::time::Duration;
 
 use common::login::{
     Factory, SECRET, Wall, attackers, attempt, login_server, owner, owner_against_attackers,
-    tokens_that_give_nothing,
+    tokens_that_give_nothing, tossed_cookies_hide_nothing,
 };
 use http::Method;
 use ratelab_core::{AsyncRateLimiter, Decision, Error, Keyed, Limiter, Quota, RateLimiter};
@@ -69,6 +70,14 @@ async fn forged_foreign_and_expired_tokens_give_nothing() {
     let wall = Wall::new();
     let server = login_server(MEMORY, SECRET, &wall).await;
     tokens_that_give_nothing(&server, &wall, &foreign).await;
+}
+
+/// Cookies planted in front of the owner's own (cookie tossing from a
+/// sibling subdomain) do not make her an unknown device.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tossed_cookies_do_not_hide_the_owners_device() {
+    let server = login_server(MEMORY, SECRET, &Wall::new()).await;
+    tossed_cookies_hide_nothing(&server).await;
 }
 
 /// The trade-off: a device that never logged in is untrusted, so once the

@@ -2,7 +2,8 @@
 //! the owner on her known device always logs in
 //! while attackers guess from 10 and from 100 networks, IPv4 and IPv6; their
 //! evaluated guesses stay within the quotas, and the per-account key on
-//! Redis holds exactly them; a forged or foreign token gives nothing.
+//! Redis holds exactly them; a forged or foreign token gives nothing, and
+//! cookies planted in front of the owner's own hide nothing.
 
 use crate::common;
 
@@ -11,7 +12,7 @@ use std::time::Duration;
 
 use common::login::{
     SECRET, Wall, attackers, attempt, login_server, owner, owner_against_attackers,
-    tokens_that_give_nothing,
+    tokens_that_give_nothing, tossed_cookies_hide_nothing,
 };
 use ratelab_core::{AsyncRateLimiter, Quota};
 use ratelab_gcra::Gcra;
@@ -73,4 +74,13 @@ async fn forged_foreign_and_expired_tokens_give_nothing_on_redis() {
     let wall = Wall::new();
     let server = login_server(&policies, SECRET, &wall).await;
     tokens_that_give_nothing(&server, &wall, &foreign).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tossed_cookies_do_not_hide_the_owners_device_on_redis() {
+    let redis = RedisServer::start();
+    let connection = Connection::single(&redis.url()).await.unwrap();
+    let policies = on(&connection);
+    let server = login_server(&policies, SECRET, &Wall::new()).await;
+    tossed_cookies_hide_nothing(&server).await;
 }

@@ -5,14 +5,16 @@
 
 use crate::common;
 
+use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use ratelab::redis::{Connection, FailurePolicy, RedisLimiter};
+use ratelab::redis::{Connection, FailurePolicy, RedisLimiter, ScriptBackend};
 use ratelab::{
     AlgorithmKind, AlgorithmVisitor, AsyncRateLimiter, ErrorKind, Gcra, KnownAlgorithm, Quota,
 };
-use ratelab_testkit::redis::{RedisCluster, RedisServer};
+use ratelab_testkit::redis::{RedisCluster, RedisServer, module_path};
+use ratelab_testkit::replication::Relay;
 
 const TIMEOUT: Duration = Duration::from_millis(200);
 
@@ -31,6 +33,80 @@ impl AlgorithmVisitor for Build<'_> {
                 .on_failure(self.1)
                 .build(),
         )
+    }
+}
+
+/// A stall after the script ran and before its reply came back (the reply
+/// held in a relay past the caller's timeout): the check times out, the
+/// admission is on Redis while the reply waits, and once the reply comes
+/// the limiter gives it back by its stamp; every algorithm, on the scripts
+/// and the module. Without the late refund the admission stayed charged.
+#[test]
+fn a_check_answered_after_its_timeout_is_given_back() {
+    let (_, runtime, _) = common::shared();
+    let module = module_path().to_str().expect("a UTF-8 path").to_owned();
+    let server = RedisServer::start_with(&["--loadmodule", &module]);
+    let quota = Quota::per_hour(10).unwrap();
+    runtime.block_on(async {
+        let direct = Connection::single(&server.url()).await.unwrap();
+        for backend in [ScriptBackend::Lua, ScriptBackend::Module] {
+            for kind in AlgorithmKind::ALL {
+                let relay = Relay::start(server.port());
+                let relayed = Connection::single(&format!("redis://127.0.0.1:{}/", relay.port()))
+                    .await
+                    .unwrap();
+                let prefix = common::unique_prefix();
+                struct Build(Connection, ScriptBackend, String, Duration);
+                impl AlgorithmVisitor for Build {
+                    type Output = Arc<dyn AsyncRateLimiter>;
+                    fn visit<A: KnownAlgorithm>(self, algorithm: A) -> Self::Output {
+                        Arc::new(
+                            RedisLimiter::builder(self.0, algorithm)
+                                .backend(self.1)
+                                .prefix(self.2)
+                                .timeout(self.3)
+                                .breaker(0, Duration::ZERO)
+                                .build(),
+                        )
+                    }
+                }
+                let limiter = kind.visit(
+                    quota,
+                    Build(relayed, backend, prefix.clone(), Duration::from_millis(200)),
+                );
+                let peeker = kind.visit(
+                    quota,
+                    Build(direct.clone(), backend, prefix, Duration::from_secs(5)),
+                );
+                // A first call measures Redis's clock.
+                assert!(limiter.check_async(b"warm", 1).await.unwrap().allowed);
+                relay.hold();
+                let answer = limiter.check_async(b"k", 3).await;
+                assert_eq!(
+                    answer.map_err(|e| e.kind()).err(),
+                    Some(ErrorKind::Timeout),
+                    "{kind:?} {backend:?}"
+                );
+                // The script ran: the key holds the admission while its
+                // reply waits in the relay.
+                let remaining = || async { peeker.check_async(b"k", 0).await.unwrap().remaining };
+                wait_until(|| async { remaining().await == 7 }, "the admission").await;
+                relay.release();
+                // The reply comes in, and the admission goes back.
+                wait_until(|| async { remaining().await == 10 }, "the refund").await;
+                assert_eq!(remaining().await, 10, "{kind:?} {backend:?}");
+            }
+        }
+    });
+}
+
+/// Waits until `done` answers true, for at most 30 s (an event the test
+/// waits for, not a speed it requires).
+async fn wait_until<F: Future<Output = bool>>(mut done: impl FnMut() -> F, what: &str) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !done().await {
+        assert!(Instant::now() < deadline, "30 s and still no {what}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
     }
 }
 

@@ -24,6 +24,7 @@ use std::fmt::Write as _;
 use std::path::PathBuf;
 
 use ratelab::redis::{MAX_KEY_LEN, MAX_TTL_SLACK_MS, PROTOCOL_VERSION, RedisAlgorithm, redis_key};
+use ratelab::remote::STATE_FORMAT;
 use ratelab::{AlgorithmKind, AlgorithmVisitor, KnownAlgorithm, Quota};
 use ratelab_testkit::redis::RedisServer;
 
@@ -188,7 +189,7 @@ fn vectors() -> String {
                 "    {{\"algorithm\": \"{}\", \"code\": \"{}\", \"script\": \"{}\", \
                  \"quota\": {{\"limit\": {limit}, \"period_us\": {period}, \"burst\": {burst}}}, \
                  \"params\": [{}], \"capacity\": {}, \"max_wait_us\": {}, \"debt\": {}, \
-                 \"fingerprint_input\": \"v2:{}:{}\", \"key_suffix\": \"{}\"}}",
+                 \"fingerprint_input\": \"{}:{}:{}\", \"key_suffix\": \"{}\"}}",
                 kind.name(),
                 e.code,
                 e.script_file,
@@ -196,6 +197,7 @@ fn vectors() -> String {
                 e.capacity,
                 e.max_wait,
                 e.debt,
+                STATE_FORMAT,
                 e.code,
                 join(&e.params),
                 e.key_suffix,
@@ -355,6 +357,7 @@ fn spec() -> String {
     let mut out = String::new();
     writeln!(out, "{{").unwrap();
     writeln!(out, "  \"protocol_version\": {PROTOCOL_VERSION},").unwrap();
+    writeln!(out, "  \"state_format\": \"{STATE_FORMAT}\",").unwrap();
     writeln!(out, "  \"max_steps\": {MAX_STEPS},").unwrap();
     writeln!(out, "  \"quantities\": {{").unwrap();
     let quantities: Vec<String> = QUANTITIES
@@ -456,7 +459,7 @@ fn lua_holds_every_algorithm_s_script_and_its_rows() {
         let e = kind.visit(reference, Describe);
         let params = e.params.iter().map(u64::to_string).collect::<Vec<_>>();
         let row = format!(
-            "| {name} | `{}` | `v2:{code}:{}` | `{}` |",
+            "| {name} | `{}` | `{STATE_FORMAT}:{code}:{}` | `{}` |",
             params.join(" "),
             params.join(","),
             e.key_suffix
@@ -536,7 +539,7 @@ fn another_protocol_version_is_a_clear_error() {
     };
     // Admitted, with its stamp: the TAT after it, and the ledger.
     assert_eq!(
-        call(Some("4")).unwrap(),
+        call(Some("5")).unwrap(),
         [1, 10, 9, 0, 200_000, 0, 1_200_000, 0]
     );
     // A version no script knows, the older ones (their keys hold state in
@@ -544,6 +547,7 @@ fn another_protocol_version_is_a_clear_error() {
     // before the version argument (now first).
     for (version, got) in [
         (Some("999"), "999"),
+        (Some("4"), "4"),
         (Some("3"), "3"),
         (Some("1"), "1"),
         (Some(""), "\"\""),

@@ -523,7 +523,7 @@ fn a_sliding_log_too_large_for_redis_is_refused_before_any_call() {
         // The script, called as another client would: invalid arguments.
         let mut cmd = redis::cmd("EVAL");
         cmd.arg(SlidingLog::script()).arg(1).arg("raw-big");
-        cmd.arg(&["4", "", "1", "0", "", "check"]);
+        cmd.arg(&["5", "", "1", "0", "", "check"]);
         cmd.arg(&*over.params());
         let reply: Result<redis::Value, _> = connection.query(&cmd).await;
         let error = reply.unwrap_err().to_string();
@@ -652,8 +652,8 @@ fn another_quota_on_the_same_key_is_reported_never_obeyed() {
             let seen = seen.lock().unwrap();
             assert_eq!(seen.len(), 1);
             assert_eq!(seen[0].key, b"k");
-            assert_eq!(seen[0].ours, "v2:gcra:200000,1000000,5");
-            assert_eq!(seen[0].theirs, "v2:gcra:100000,1000000,10");
+            assert_eq!(seen[0].ours, "v3:gcra:200000,1000000,5");
+            assert_eq!(seen[0].theirs, "v3:gcra:100000,1000000,10");
         }
         // b records again on its 4th check only (every 3rd after the
         // first); a, recording on every check, meets b's entry once.

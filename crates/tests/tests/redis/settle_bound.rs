@@ -386,59 +386,123 @@ fn raw<A: KnownAlgorithm>(
     .unwrap()
 }
 
-/// A stamp replayed to the script (a caller that keeps the numbers, where a
-/// Rust receipt is spent once): 50 replays of one refund give back no more
-/// than `lua/README.md` says. A debt gives back at most what remains of the
-/// admission's end beyond now, over all its replays together, and the last
-/// admission's stamp gives back once; a window gives back at most what the
-/// window counts (what a reset gives), and nothing for a window that ended.
+/// The attack on a receipt replayed to the script (a caller that keeps the
+/// numbers, where a Rust receipt is spent once: a job queue that delivers a
+/// serialized receipt twice, or thirty times): one admission refunded, then
+/// checks and replays of its stamp in turn, all at one instant. The replays
+/// give nothing back, so no more pass than the burst, for every algorithm,
+/// on the scripts and the module. Each replay giving its unit back again let
+/// 30 pass on a burst of 10.
 #[test]
-fn a_replayed_stamp_gives_back_no_more_than_the_protocol_says() {
+fn a_refunded_stamp_replayed_between_checks_gives_nothing_more() {
+    let quota = Quota::per_second(5).unwrap().with_burst(10).unwrap();
+    for kind in AlgorithmKind::ALL {
+        for backend in BACKENDS {
+            struct Run(ScriptBackend);
+            impl AlgorithmVisitor for Run {
+                type Output = ();
+                fn visit<A: KnownAlgorithm>(self, algorithm: A) {
+                    let (name, backend) = (algorithm.name(), self.0);
+                    let clock = ManualClock::new();
+                    let now = 1_000_000_000_000;
+                    clock.set(now);
+                    let limiter = limiter(algorithm, backend, &clock);
+                    let stamp = admit(&limiter, b"k", 1).stamp();
+                    let refund = Op::Settle { actual: 0, stamp };
+                    raw(&limiter, backend, b"k", now, 1, refund);
+                    let mut passed = 0;
+                    for _ in 0..30 {
+                        passed += raw(&limiter, backend, b"k", now, 1, Op::Check)[0];
+                        raw(&limiter, backend, b"k", now, 1, refund);
+                    }
+                    assert_eq!(passed, 10, "{name} {backend:?}: passed past the burst");
+                    let left = block(limiter.peek(b"k", 0)).unwrap();
+                    assert_eq!(left.remaining, 0, "{name} {backend:?}");
+                }
+            }
+            kind.visit(quota, Run(backend));
+        }
+    }
+}
+
+/// A stamp settled again and again gives back its own admission's units
+/// once, never those of the admissions before it, for every algorithm and
+/// on both backends: ten admissions of 1 at one instant, the third's stamp
+/// replayed 50 times gives back one unit, the last one's one more; a stamp
+/// no admission had (a mark past what was counted) gives nothing; and no
+/// forged stamp takes the key past its capacity.
+#[test]
+fn a_replayed_stamp_gives_back_its_own_units_once() {
+    let quota = Quota::per_second(5).unwrap().with_burst(10).unwrap();
+    for kind in AlgorithmKind::ALL {
+        for backend in BACKENDS {
+            struct Run(ScriptBackend);
+            impl AlgorithmVisitor for Run {
+                type Output = ();
+                fn visit<A: KnownAlgorithm>(self, algorithm: A) {
+                    let (name, backend) = (algorithm.name(), self.0);
+                    let debt = A::DEBT;
+                    let clock = ManualClock::new();
+                    let now = 1_000_000_000_000;
+                    clock.set(now);
+                    let limiter = limiter(algorithm, backend, &clock);
+                    let stamps: Vec<Stamp> =
+                        (0..10).map(|_| admit(&limiter, b"k", 1).stamp()).collect();
+                    assert!(
+                        stamps.windows(2).all(|w| w[0] != w[1]),
+                        "{name} {backend:?}: two admissions share a stamp: {stamps:?}"
+                    );
+                    let refund = |stamp| Op::Settle { actual: 0, stamp };
+                    let mut remaining = 0;
+                    for _ in 0..50 {
+                        remaining = raw(&limiter, backend, b"k", now, 1, refund(stamps[2]))[2];
+                    }
+                    assert_eq!(remaining, 1, "{name} {backend:?}: the third, replayed");
+                    for _ in 0..50 {
+                        remaining = raw(&limiter, backend, b"k", now, 1, refund(stamps[9]))[2];
+                    }
+                    assert_eq!(remaining, 2, "{name} {backend:?}: the last, replayed");
+                    // A window's mark no admission had: nothing.
+                    if !debt {
+                        let unissued = Stamp {
+                            mark: stamps[9].mark + 5,
+                            ..stamps[9]
+                        };
+                        let reply = raw(&limiter, backend, b"k", now, 1, refund(unissued));
+                        assert_eq!(reply[2], 2, "{name} {backend:?}: an unissued mark gave");
+                    }
+                    // Never past full capacity, however many stamps are forged.
+                    for at in (0..40).map(|i| now - 2_000_000 + i * 100_000) {
+                        for mark in 0..3 {
+                            let forged = Stamp { at, mark };
+                            let reply = raw(&limiter, backend, b"k", now, 10, refund(forged));
+                            assert!(reply[2] <= 10, "{name} {backend:?}: {reply:?}");
+                        }
+                    }
+                }
+            }
+            kind.visit(quota, Run(backend));
+        }
+    }
+}
+
+/// A window's stamp gives nothing for a window that has ended.
+#[test]
+fn a_window_stamp_gives_nothing_once_its_window_ended() {
     let second = 1_000_000;
     for backend in BACKENDS {
-        // GCRA 1/s, burst 10: ten at 0 s end at 1 s, 2 s, ... 10 s.
         let clock = ManualClock::new();
-        let limiter = limiter(gcra(1, 10), backend, &clock);
-        let stamps: Vec<Stamp> = (0..10).map(|_| admit(&limiter, b"k", 1).stamp()).collect();
-        // The third ends at 3 s: 3 s of it lie beyond now, however often it
-        // is replayed (each replay moves its end up by what it gave).
-        let refund = |stamp| Op::Settle { actual: 0, stamp };
-        let mut remaining = 0;
-        for _ in 0..50 {
-            remaining = raw(&limiter, backend, b"k", 0, 1, refund(stamps[2]))[2];
-        }
-        assert_eq!(remaining, 3, "{backend:?}: the third, replayed");
-        // The last (ending at 10 s, now 7 s after the shifts): once.
-        let before = remaining;
-        for _ in 0..50 {
-            remaining = raw(&limiter, backend, b"k", 0, 1, refund(stamps[9]))[2];
-        }
-        assert_eq!(remaining, before + 1, "{backend:?}: the last, replayed");
-        // Never past full capacity, however many stamps are forged.
-        for at in (0..20).map(|s| s * second) {
-            let forged = Stamp { at, mark: 0 };
-            let reply = raw(&limiter, backend, b"k", 0, 10, refund(forged));
-            assert!(reply[2] <= 10, "{backend:?}: {reply:?}");
-        }
-
-        // A fixed window of 3 per second: each replay gives back at most
-        // its cost, from its own window only, never below empty.
         let window = ratelab::FixedWindow::new(Quota::per_second(3).unwrap());
-        let limiter = self::limiter(window, backend, &clock);
+        let limiter = limiter(window, backend, &clock);
         clock.set(10 * second);
         let stamps: Vec<Stamp> = (0..3).map(|_| admit(&limiter, b"w", 1).stamp()).collect();
-        let mut answers = Vec::new();
-        for _ in 0..50 {
-            answers.push(raw(&limiter, backend, b"w", 10 * second, 1, refund(stamps[0]))[2]);
-        }
-        // One unit back per replay, until the window counts nothing: what a
-        // reset would give, and no more.
-        assert_eq!(&answers[..4], [1, 2, 3, 3], "{backend:?}");
-        assert!(answers.iter().all(|&r| r <= 3), "{backend:?}");
         clock.set(11 * second);
         assert_eq!(fill(&limiter, b"w"), 3, "{backend:?}");
-        // The window it names has ended: nothing.
-        let reply = raw(&limiter, backend, b"w", 11 * second, 1, refund(stamps[0]));
+        let refund = Op::Settle {
+            actual: 0,
+            stamp: stamps[0],
+        };
+        let reply = raw(&limiter, backend, b"w", 11 * second, 1, refund);
         assert_eq!(reply[2], 0, "{backend:?}: an ended window gave back");
     }
 }

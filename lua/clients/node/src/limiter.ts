@@ -580,7 +580,7 @@ export class Limiter {
    * slack), but for a debt's refusals, peeks, settlements and resets (up to
    * `MAX_END`); a stamp exactly for a check admitted with a cost above 0 (a
    * debt's after `now` and within the longest wait of it, when `now` was
-   * sent; a window's with mark 0), `0, 0` otherwise.
+   * sent; a window's with a mark from 1), `0, 0` otherwise.
    */
   private validate(reply: unknown, op: Op, cost: number, now: number | undefined): [Decision, number, number] {
     const invalid = (why: string) =>
@@ -608,7 +608,8 @@ export class Limiter {
         // The key is full again after the admission, at most the longest wait after the instant sent.
         ok = now !== undefined ? at > now && at - now <= this.maxWait : at >= 1 && at <= MAX_END;
       } else {
-        ok = mark === 0 && at <= MAX_END;
+        // A window's mark counts at least the admission's own units.
+        ok = mark >= 1 && at <= MAX_END;
       }
       if (!ok) throw invalid("a stamp out of bounds");
     } else if (at !== 0 || mark !== 0) {

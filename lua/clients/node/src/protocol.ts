@@ -12,7 +12,7 @@ import { fileURLToPath } from "node:url";
 // length of a reply, and the bounds a reply and the slack are held to.
 
 /** The protocol version this client speaks: the first argument of every call. */
-export const PROTOCOL_VERSION = 4;
+export const PROTOCOL_VERSION = 5;
 
 /**
  * What a call does with the key (`ARGV[6]`): decide and consume, decide
@@ -89,6 +89,7 @@ interface SpecEntry {
 /** `algorithms.json`: every algorithm as the Rust implementation describes it. */
 interface Spec {
   readonly protocol_version: number;
+  readonly state_format: string;
   readonly max_steps: number;
   readonly algorithms: readonly SpecEntry[];
 }
@@ -253,7 +254,7 @@ export interface Algorithm {
    * outside an admission may run up to `MAX_END`.
    */
   readonly debt: boolean;
-  /** `v2:<code>:<params joined by commas>` (`v2`: the version of the stored state's format). */
+  /** `<state format>:<code>:<params joined by commas>` (`algorithms.json`'s `state_format`, `v3`: the version of the stored state's format). */
   readonly fingerprintInput: string;
   /** `<code>:<first 8 hex digits of the SHA-1 of the fingerprint input>`. */
   readonly keySuffix: string;
@@ -274,7 +275,7 @@ export function algorithm(name: AlgorithmName, quota: Quota): Algorithm {
     return compute(quota, SPEC.max_steps);
   };
   const params = entry.params.map(quantity);
-  const fingerprintInput = `v2:${entry.code}:${params.join(",")}`;
+  const fingerprintInput = `${SPEC.state_format}:${entry.code}:${params.join(",")}`;
   const digest = createHash("sha1").update(fingerprintInput).digest("hex");
   return {
     name,

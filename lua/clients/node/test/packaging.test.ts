@@ -65,8 +65,15 @@ describe("the npm package", () => {
     const project = join(work, "project");
     mkdirSync(project);
     writeFileSync(join(project, "package.json"), JSON.stringify({ name: "smoke", private: true, type: "module" }));
-    // As a TypeScript project on Node has it: @types/node.
-    run("npm", ["install", "--no-audit", "--no-fund", join(work, filename), "@types/node@^20.19.43"], project);
+    // As a TypeScript project on Node has it: @types/node; and ioredis at the version package-lock.json
+    // pins, so that the run is the same on every day (ioredis 6.1.0's own declarations fail to compile
+    // with skipLibCheck off, for want of declarations of redis-errors).
+    const lock = JSON.parse(readFileSync(join(NODE_DIR, "package-lock.json"), "utf8")) as {
+      packages: Record<string, { version: string }>;
+    };
+    const ioredis = lock.packages["node_modules/ioredis"]?.version;
+    assert.ok(ioredis, "package-lock.json pins ioredis");
+    run("npm", ["install", "--no-audit", "--no-fund", join(work, filename), `ioredis@${ioredis}`, "@types/node@^20.19.43"], project);
     writeFileSync(
       join(project, "smoke.ts"),
       `import { Redis } from "ioredis";

@@ -47,7 +47,7 @@ const vectors = JSON.parse(readFileSync(join(LUA, "clients", "vectors.json"), "u
 describe("the shared test vectors", () => {
   it("have this client's protocol version, key length and largest slack", () => {
     assert.equal(PROTOCOL_VERSION, vectors.protocol_version);
-    assert.equal(PROTOCOL_VERSION, 4);
+    assert.equal(PROTOCOL_VERSION, 5);
     assert.equal(MAX_KEY_LEN, vectors.max_key_len);
     assert.equal(MAX_TTL_SLACK_MS, vectors.max_ttl_slack_ms);
   });

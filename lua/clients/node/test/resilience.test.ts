@@ -296,7 +296,7 @@ describe("stats, the refusal cache and the quota registry", () => {
     const alert = seen[0] as Alert;
     assert.ok(alert.error instanceof QuotaMismatch);
     assert.equal(alert.policy, null);
-    assert.deepEqual([alert.error.ours, alert.error.theirs], ["v2:gcra:20000,1000000,50", "v2:gcra:200000,2000000,10"]);
+    assert.deepEqual([alert.error.ours, alert.error.theirs], ["v3:gcra:20000,1000000,50", "v3:gcra:200000,2000000,10"]);
     assert.match(alert.error.message, /different Redis keys/);
     await ours.check("alice");
     assert.equal(seen.length, 2);

@@ -470,7 +470,7 @@ class Core:
         settlements and resets (up to :data:`MAX_END`: settlements charge
         whatever the room); a stamp exactly for a check admitted with a cost
         above 0 (a debt's after ``now`` and within the longest wait of it,
-        when ``now`` was sent; a window's with mark 0), ``0, 0`` otherwise.
+        when ``now`` was sent; a window's with a mark from 1), ``0, 0`` otherwise.
         Anything else raises :class:`DataError`."""
 
         def invalid(why: str) -> DataError:
@@ -504,7 +504,8 @@ class Core:
                 # longest wait after the instant sent.
                 ok = at > now and at - now <= self.max_wait if now is not None else 1 <= at <= MAX_END
             else:
-                ok = mark == 0 and at <= MAX_END
+                # A window's mark counts at least the admission's own units.
+                ok = mark >= 1 and at <= MAX_END
             if not ok or mark > MAX_EXACT:
                 raise invalid("a stamp out of bounds")
         elif (at, mark) != (0, 0):

@@ -16,7 +16,7 @@ from typing import Any, Callable, Dict, Optional, Tuple, Union
 # length of a reply, and the bounds a reply and the slack are held to.
 
 #: The protocol version this client speaks: the first argument of every call.
-PROTOCOL_VERSION = 4
+PROTOCOL_VERSION = 5
 
 #: What a call does with the key (``ARGV[6]``): decide and consume, decide
 #: without writing, settle one admission by its stamp, or put the key back to
@@ -224,13 +224,14 @@ class Algorithm:
 
     @property
     def fingerprint_input(self) -> str:
-        """``v2:<code>:<params>``: ``v2`` is the version of the stored
-        state's format (protocol version 4 changed every format)."""
-        return f"v2:{self.code}:" + ",".join(str(p) for p in self.params)
+        """``<state format>:<code>:<params>``: the state format
+        (``algorithms.json``'s ``state_format``, ``v3``) is the version of
+        the stored state's format."""
+        return f"{SPEC['state_format']}:{self.code}:" + ",".join(str(p) for p in self.params)
 
     @property
     def key_suffix(self) -> str:
-        """``<code>:<first 8 hex digits of sha1(v2:<code>:<params>)>``."""
+        """``<code>:<first 8 hex digits of sha1(fingerprint_input)>``."""
         digest = hashlib.sha1(self.fingerprint_input.encode()).hexdigest()
         return f"{self.code}:{digest[:8]}"
 

@@ -1,14 +1,17 @@
-"""Rust, Python and Node on one Redis: alternating on one key they share one
-quota exactly (the same decisions and stamps, call for call, as any one of
-them alone), for every algorithm, with checks, peeks, settlements below and
-above the cost, refunds and resets interleaved; the reference table from
-each language; and every key they write is the one the key scheme names.
+"""Rust, Python, Node and Go on one Redis: alternating on one key they share
+one quota exactly (the same decisions and stamps, call for call, as any one
+of them alone), for every algorithm, with checks, peeks, settlements below
+and above the cost, refunds and resets interleaved; the reference table from
+each language; the seed's experiment (a burst of 20 calls at once split over
+every language, then 10 more a second later), on the scripts and on the
+native module; and every key they write is the one the key scheme names.
 
 The Rust side is the example ``protocol_client`` (built here with cargo, with
 the workspace's features, in ``CARGO_TARGET_DIR`` or the workspace's
 ``target/``), the Node side
 ``dist/testing/protocol_client.js`` (built here with ``npm run build``;
-``npm ci`` in lua/clients/node first). Both read the line protocol of
+``npm ci`` in lua/clients/node first), the Go side ``cmd/protocol-client``
+of lua/clients/go (built here with ``go build``). All read the line protocol of
 crates/ratelab/examples/protocol_client.rs (``check <algorithm> <key> <cost>
 <now>``, ``peek ...``, ``settle <algorithm> <receipt> <actual> <now>``,
 ``refund <algorithm> <receipt> <now>``, ``reset <algorithm> <key> <now>``)
@@ -23,16 +26,21 @@ import os
 import random
 import shutil
 import subprocess
+import tempfile
+import threading
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable, List
 
 import pytest
 
 from ratelab_client import ALGORITHMS, Limiter, Quota, RatelabError
 
-from conftest import LUA, REPO
+from conftest import LUA, REPO, RedisServer
 
 T0 = 1_700_000_000_000_000
 NODE_DIR = LUA / "clients" / "node"
+GO_DIR = LUA / "clients" / "go"
 
 
 def _run(cmd, cwd, what):
@@ -75,6 +83,37 @@ def node_driver() -> Path:
     return NODE_DIR / "dist" / "testing" / "protocol_client.js"
 
 
+def _go() -> str:
+    go = shutil.which("go") or "/usr/local/go/bin/go"
+    if not Path(go).exists():
+        pytest.fail("go not found: the cross-language test builds the Go client (Go 1.26: https://go.dev/dl, "
+                    "or the golang package of a recent distribution; scripts/setup says how)", pytrace=False)
+    return go
+
+
+@pytest.fixture(scope="session")
+def go_driver() -> Path:
+    binary = Path(tempfile.mkdtemp(prefix="ratelab-go-")) / "protocol-client"
+    _run([_go(), "build", "-o", str(binary), "./cmd/protocol-client"], GO_DIR, "building the Go client")
+    return binary
+
+
+def _module_path() -> Path:
+    """ratelab's native module: $RATELAB_MODULE_PATH, else the one `cargo test
+    --workspace` leaves in the target directory."""
+    env = os.environ.get("RATELAB_MODULE_PATH")
+    target = Path(os.environ.get("CARGO_TARGET_DIR") or REPO / "target")
+    if not target.is_absolute():
+        target = REPO / target
+    candidates = [Path(env)] if env else [target / "debug" / "deps" / "libratelab_redis_module.so",
+                                          target / "debug" / "libratelab_redis_module.so"]
+    for path in candidates:
+        if path.is_file():
+            return path
+    pytest.fail(f"ratelab's native module not found ({', '.join(map(str, candidates))}): build it with "
+                "`cargo build -p ratelab-redis-module` (just test does) or set RATELAB_MODULE_PATH", pytrace=False)
+
+
 class Driver:
     """A client in another language, spoken to on its stdin."""
 
@@ -85,8 +124,15 @@ class Driver:
         )
 
     def send(self, line: str) -> dict:
+        self.write(line)
+        return self.read(line)
+
+    def write(self, line: str) -> None:
+        """Sends a line without waiting for its answer (see read)."""
         self.process.stdin.write(line + "\n")
         self.process.stdin.flush()
+
+    def read(self, line: str = "") -> dict:
         answer = self.process.stdout.readline()
         if not answer:
             raise AssertionError(f"{self.name} client exited (code {self.process.poll()}) on {line!r}")
@@ -116,6 +162,20 @@ class PythonDriver:
             return self._answer(line, words)
         except RatelabError as e:
             return {"error": str(e), "kind": type(e).__name__}
+
+    def write(self, line: str) -> None:
+        """Starts the line's call on a thread of its own (see read): a
+        process's calls are in flight together, as a thread pool's are."""
+        self._pending = getattr(self, "_pending", [])
+        box: dict = {}
+        thread = threading.Thread(target=lambda: box.update(answer=self.send(line)))
+        thread.start()
+        self._pending.append((thread, box))
+
+    def read(self, line: str = "") -> dict:
+        thread, box = self._pending.pop(0)
+        thread.join()
+        return box["answer"]
 
     def _answer(self, line: str, words: list) -> dict:
         if words[0] == "quota" and len(words) == 4:
@@ -168,14 +228,19 @@ class PythonDriver:
             limiter.close()
 
 
+LANGS = ["rust", "python", "node", "go"]
+
+
 @pytest.fixture
-def drivers(server, client, prefix, rust_binary, node_driver):
+def drivers(server, client, prefix, rust_binary, node_driver, go_driver):
     rust = Driver("rust", [str(rust_binary), server.url, prefix])
     node = Driver("node", ["node", str(node_driver), server.url, prefix])
+    go = Driver("go", [str(go_driver), server.url, prefix])
     python = PythonDriver(client, prefix)
-    yield {"rust": rust, "python": python, "node": node}
+    yield {"rust": rust, "python": python, "node": node, "go": go}
     rust.close()
     node.close()
+    go.close()
     python.close()
 
 
@@ -191,25 +256,25 @@ def _decision(answer: dict) -> dict:
 
 
 @pytest.mark.parametrize("name", sorted(ALGORITHMS))
-def test_three_languages_on_one_key_share_one_quota(drivers, client, prefix, name):
-    langs = ["rust", "python", "node"]
+def test_every_language_on_one_key_shares_one_quota(drivers, client, prefix, name):
+    langs = LANGS
     steps = _sequence()
     shared = []
     for i, (now, cost) in enumerate(steps):
-        d = drivers[langs[i % 3]].send(f"check {name} shared {cost} {now}")
+        d = drivers[langs[i % len(langs)]].send(f"check {name} shared {cost} {now}")
         assert "error" not in d, d
         shared.append(_decision(d))
     # Each language alone, on a key of its own, decides the same, call for call.
     for lang in langs:
         alone = [_decision(drivers[lang].send(f"check {name} {lang}-alone {cost} {now}")) for now, cost in steps]
-        assert alone == shared, f"{name}: {lang} alone decides otherwise than the three together"
+        assert alone == shared, f"{name}: {lang} alone decides otherwise than the languages together"
     admitted = sum(cost for d, (_, cost) in zip(shared, steps) if d["allowed"])
     print(f"{name}: {sum(d['allowed'] for d in shared)} of {len(steps)} checks, {admitted} units admitted")
     assert 0 < sum(d["allowed"] for d in shared) < len(steps)
-    # The three wrote one key, the one the scheme names: no key of their own
-    # (besides every client's quota registry, `<code>:quota`).
+    # Together they wrote one key, the one the scheme names: no key of their
+    # own (besides every client's quota registry, `<code>:quota`).
     expected = {Limiter(client, name, Quota.per_second(5, burst=10), prefix=prefix).redis_key(k)
-                for k in ["shared", "rust-alone", "python-alone", "node-alone"]}
+                for k in ["shared", *(f"{lang}-alone" for lang in langs)]}
     state = {k for k in client.scan_iter(match=f"{prefix}:*") if not k.endswith(b":quota")}
     assert state == expected
 
@@ -234,16 +299,16 @@ def test_the_redis_clock_is_shared_too(drivers, prefix):
     # One unit per 6 minutes: none comes back between the calls.
     for driver in drivers.values():
         assert driver.send("quota 10 3600000000 10") == {"ok": True}
-    answers = [drivers[lang].send("check gcra clock 1 -") for lang in ["rust", "python", "node"]]
-    assert [d["remaining"] for d in answers] == [9, 8, 7], answers
+    answers = [drivers[lang].send("check gcra clock 1 -") for lang in LANGS]
+    assert [d["remaining"] for d in answers] == [9, 8, 7, 6], answers
 
 
 @pytest.mark.parametrize("name", sorted(ALGORITHMS))
 def test_peeks_settlements_and_resets_cross_languages(drivers, name):
     # Rust takes 7; Python peeks what Node's check then decides; Rust settles
     # its admission to 3 (4 back); each language peeks the same 5 remaining;
-    # Node refunds its 2; Python resets the key; Rust takes all 10.
-    rust, python, node = drivers["rust"], drivers["python"], drivers["node"]
+    # Node refunds its 2; Go resets the key; Rust takes all 10.
+    rust, python, node, go = drivers["rust"], drivers["python"], drivers["node"], drivers["go"]
     taken = rust.send(f"check {name} k 7 {T0}")
     assert taken["remaining"] == 3
     peeked = python.send(f"peek {name} k 2 {T0}")
@@ -251,12 +316,12 @@ def test_peeks_settlements_and_resets_cross_languages(drivers, name):
     assert _decision(checked) == {**peeked, "stamp_at": checked["stamp_at"], "stamp_mark": checked["stamp_mark"]}
     assert peeked["remaining"] == 1
     assert rust.send(f"settle {name} {taken['receipt']} 3 {T0}")["remaining"] == 5
-    assert [d.send(f"peek {name} k 0 {T0}")["remaining"] for d in (rust, python, node)] == [5, 5, 5]
+    assert [d.send(f"peek {name} k 0 {T0}")["remaining"] for d in (rust, python, node, go)] == [5, 5, 5, 5]
     assert node.send(f"refund {name} {checked['receipt']} {T0}")["remaining"] == 7
     # A receipt is used once, and only by the process that holds it.
     assert node.send(f"refund {name} {checked['receipt']} {T0}")["kind"] == "Usage"
-    assert python.send(f"reset {name} k {T0}") == {"ok": True}
-    assert [d.send(f"peek {name} k 0 {T0}")["remaining"] for d in (rust, python, node)] == [10, 10, 10]
+    assert go.send(f"reset {name} k {T0}") == {"ok": True}
+    assert [d.send(f"peek {name} k 0 {T0}")["remaining"] for d in (rust, python, node, go)] == [10, 10, 10, 10]
     assert rust.send(f"check {name} k 10 {T0}")["allowed"]
 
 
@@ -267,13 +332,13 @@ def _interleaving(name: str, seed: int) -> list:
     the language that made it, soon or long after, and a few resets. An
     operation is ``(lang, op, now, cost_or_actual, check_index)``."""
     rng = random.Random(f"{name}-{seed}")
-    langs = ["rust", "python", "node"]
+    langs = LANGS
     script, now, checks = [], T0, []
     for i in range(72):
         now += rng.choice([50_000, 70_000, 150_000, 400_000])
         roll = rng.random()
         if roll < 0.45 or not checks:
-            lang = langs[i % 3]
+            lang = langs[i % len(langs)]
             checks.append((len(script), lang))
             script.append((lang, "check", now, rng.randint(1, 4), None))
         elif roll < 0.6:
@@ -314,18 +379,18 @@ def _play(drivers, name: str, script: list, key: str, lang_of) -> list:
 
 @pytest.mark.parametrize("name", sorted(ALGORITHMS))
 def test_checks_peeks_settlements_and_resets_interleaved_across_languages(drivers, client, prefix, name):
-    # Two scripts per algorithm. The three languages interleaved on one key
-    # answer, call for call (decisions and stamps), what each one alone
-    # answers running the whole script on a key of its own.
+    # Two scripts per algorithm. The languages interleaved on one key answer,
+    # call for call (decisions and stamps), what each one alone answers
+    # running the whole script on a key of its own.
     for seed in range(2):
         script = _interleaving(name, seed)
         shared = _play(drivers, name, script, f"mixed{seed}", lambda lang: lang)
-        for lang in ["rust", "python", "node"]:
+        for lang in LANGS:
             alone = _play(drivers, name, script, f"mixed{seed}-{lang}", lambda _, lang=lang: lang)
             for i, (ours, theirs) in enumerate(zip(alone, shared)):
                 assert ours == theirs, (
                     f"{name}, script {seed}, step {i} {script[i][:4]}: {lang} alone answered {ours}, "
-                    f"the three together {theirs}")
+                    f"the languages together {theirs}")
         ops = [op for _, op, *_ in script]
         settled = sum(1 for a, op in zip(shared, ops) if op in ("settle", "refund") and "remaining" in a)
         refused = sum(1 for a, op in zip(shared, ops) if op == "check" and not a["allowed"])
@@ -380,7 +445,98 @@ def test_another_quota_on_a_key_is_reported_across_rust_and_python(server, clien
         assert rust.send("mismatches") == {"quota_mismatches": 1}
         assert python.check("shared").remaining == 8
         assert python.stats().quota_mismatches == 1
-        assert client.get(f"{prefix}:{{shared}}:gcra:quota") == b"v2:gcra:200000,2000000,10"
+        assert client.get(f"{prefix}:{{shared}}:gcra:quota") == b"v3:gcra:200000,2000000,10"
     finally:
         rust.close()
         python.close()
+
+
+# -- the seed's experiment ------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Language:
+    """One language of the seed's experiment: how to make one of its
+    clients (a process speaking the line protocol, or this process) on a
+    server, from the built drivers. A language joins the experiment with one
+    entry in SEED_LANGUAGES (and its build in the ``builds`` fixture)."""
+
+    name: str
+    make: Callable[[dict, "RedisServer", object, str], object]
+
+
+SEED_LANGUAGES: List[Language] = [
+    Language("rust", lambda builds, server, client, prefix: Driver("rust", [str(builds["rust"]), server.url, prefix])),
+    Language("python", lambda builds, server, client, prefix: PythonDriver(client, prefix)),
+    Language("node", lambda builds, server, client, prefix:
+             Driver("node", ["node", str(builds["node"]), server.url, prefix])),
+    Language("go", lambda builds, server, client, prefix: Driver("go", [str(builds["go"]), server.url, prefix])),
+]
+
+
+@pytest.fixture(scope="session")
+def builds(rust_binary, node_driver, go_driver) -> dict:
+    return {"rust": rust_binary, "node": node_driver, "go": go_driver}
+
+
+@pytest.fixture(scope="session")
+def module_server():
+    s = RedisServer(extra=("--loadmodule", str(_module_path())))
+    yield s
+    s.stop()
+    shutil.rmtree(s.dir, ignore_errors=True)
+
+
+@pytest.mark.parametrize("backend", ["scripts", "module"])
+@pytest.mark.parametrize("name", ["token-bucket", "gcra"])
+def test_the_seed_experiment_across_every_language(builds, server, module_server, prefix, backend, name):
+    # The first reference article's table, from every language at once: one
+    # key, capacity 10 and 5 per second; a burst of 20 calls split over the
+    # languages admits 10, ten more a second later admit 5, and every
+    # refusal says retry in 1 s. Every call of a phase is sent (each to a
+    # client of its own: a process, or a thread of this one) before any
+    # answer is read, so they are in flight together; the decisions depend
+    # only on the clock the test passes. With the native module loaded, the
+    # Rust and Go clients run its commands and the others the scripts, on
+    # the same key.
+    srv = module_server if backend == "module" else server
+    client = srv.client()
+    per_language = -(-20 // len(SEED_LANGUAGES))
+    pools = {lang.name: [lang.make(builds, srv, client, prefix) for _ in range(per_language)]
+             for lang in SEED_LANGUAGES}
+    try:
+        # Each client connects, loads its script and samples the clock first.
+        for lang, pool in pools.items():
+            for d in pool:
+                assert "error" not in d.send(f"peek {name} warm 0 {T0}"), lang
+
+        def phase(n: int, now: int) -> list:
+            taken = {lang.name: 0 for lang in SEED_LANGUAGES}
+            calls = []
+            for i in range(n):
+                lang = SEED_LANGUAGES[i % len(SEED_LANGUAGES)].name
+                calls.append((lang, pools[lang][taken[lang]]))
+                taken[lang] += 1
+            line = f"check {name} seed 1 {now}"
+            for _, d in calls:
+                d.write(line)
+            return [(lang, d.read(line)) for lang, d in calls]
+
+        first = phase(20, T0)
+        second = phase(10, T0 + 1_000_000)
+        for lang, answer in first + second:
+            assert "error" not in answer, (lang, answer)
+        admitted = [sum(a["allowed"] for _, a in p) for p in (first, second)]
+        waits = {-(-a["retry_after_micros"] // 1_000_000) for _, a in first + second if not a["allowed"]}
+        by_language = {lang.name: sum(a["allowed"] for l, a in first if l == lang.name) for lang in SEED_LANGUAGES}
+        print(f"\n{name} on the {backend}: {admitted[0]}/20, then {admitted[1]}/10, retry {waits} s; "
+              f"the first burst's admissions by language: {by_language}")
+        assert (admitted, waits) == ([10, 5], {1})
+        assert {lang for lang, _ in first} == {lang.name for lang in SEED_LANGUAGES}
+        ran = f"cmdstat_ratelab.{name}" in client.info("commandstats")
+        assert ran == (backend == "module")
+    finally:
+        for pool in pools.values():
+            for d in pool:
+                d.close()
+        client.close()

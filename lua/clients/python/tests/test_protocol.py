@@ -26,7 +26,7 @@ VECTORS = json.loads((LUA / "clients" / "vectors.json").read_text(encoding="utf-
 
 
 def test_version_key_length_and_slack_are_the_vectors():
-    assert PROTOCOL_VERSION == VECTORS["protocol_version"] == 4
+    assert PROTOCOL_VERSION == VECTORS["protocol_version"] == 5
     assert MAX_KEY_LEN == VECTORS["max_key_len"]
     assert MAX_TTL_SLACK_MS == VECTORS["max_ttl_slack_ms"]
 

@@ -303,10 +303,10 @@ def test_a_quota_mismatch_on_a_shared_key_is_loud(flavor, server, client, prefix
     [alert] = seen
     assert isinstance(alert, Alert) and alert.policy is None and alert.key == b"alice"
     assert isinstance(alert.error, QuotaMismatch)
-    assert (alert.error.ours, alert.error.theirs) == ("v2:gcra:20000,1000000,50", "v2:gcra:200000,2000000,10")
+    assert (alert.error.ours, alert.error.theirs) == ("v3:gcra:20000,1000000,50", "v3:gcra:200000,2000000,10")
     assert "different Redis keys" in str(alert.error)
     ours.check("alice")
-    assert [a.error.theirs for a in seen[1:]] == ["v2:gcra:20000,1000000,50"]
+    assert [a.error.theirs for a in seen[1:]] == ["v3:gcra:20000,1000000,50"]
     assert (ours.stats().quota_mismatches, other.stats().quota_mismatches) == (1, 1)
     # The registry key sits in the user key's slot, and expires.
     registry = ours._core.registry_key("alice") if hasattr(ours, "_core") else ours._limiter._core.registry_key("alice")
