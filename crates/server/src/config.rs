@@ -839,6 +839,9 @@ fn u32_field(entries: &[(Node, Node)], name: &str) -> Result<u32, Problem> {
     };
     match node.scalar() {
         Some(Scalar::Int(n)) => u32::try_from(n).map_err(|_| mismatch(node, "uint32")),
+        // yaml.v2 takes a float's whole part (the keys' check refuses
+        // floats before this is reached).
+        #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
         Some(Scalar::Float(f)) if f >= 0.0 && f <= f64::from(u32::MAX) => Ok(f as u32),
         Some(Scalar::Null) => Ok(0),
         _ => Err(mismatch(node, "uint32")),

@@ -30,7 +30,7 @@ const RESERVED_FDS: u64 = 128;
 
 /// How long a connection must have been silent before it may be closed to
 /// make room for a new one.
-const EVICTABLE_AFTER: Duration = Duration::from_secs(1);
+const EVICTABLE_AFTER_MS: u64 = 1000;
 
 /// The bounds on a listener's connections.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -182,7 +182,7 @@ impl<L: Accept> Connections<L> {
         match oldest {
             Some(t)
                 if now.saturating_sub(t.last_active.load(Ordering::Relaxed))
-                    >= EVICTABLE_AFTER.as_millis() as u64 =>
+                    >= EVICTABLE_AFTER_MS =>
             {
                 t.kill.store(true, Ordering::Relaxed);
                 t.waker.wake();

@@ -153,8 +153,13 @@ fn integer(value: Option<&Value>, what: &str) -> Result<u64, String> {
             .as_u64()
             .or_else(|| {
                 n.as_f64()
-                    .filter(|f| f.fract() == 0.0 && *f >= 0.0)
-                    .map(|f| f as u64)
+                    .filter(|f| f.fract() == 0.0 && *f >= 0.0 && *f < 18_446_744_073_709_551_616.0)
+                    // Whole and in range: exact.
+                    .map(|f| {
+                        #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+                        let n = f as u64;
+                        n
+                    })
             })
             .ok_or_else(|| format!("{what} is not an unsigned integer")),
         Some(Value::String(s)) => s
@@ -169,10 +174,8 @@ fn unit(value: Option<&Value>) -> Result<i32, String> {
         None => Ok(0),
         Some(Value::String(name)) => match name.as_str() {
             "UNKNOWN" => Ok(0),
-            _ => ["SECOND", "MINUTE", "HOUR", "DAY", "MONTH", "YEAR", "WEEK"]
-                .iter()
-                .position(|u| *u == name)
-                .map(|p| p as i32 + 1)
+            _ => (1..=7)
+                .find(|&n| Unit::from_proto(n).is_some_and(|u| u.proto_name() == name))
                 .ok_or_else(|| format!("unknown unit {name:?}")),
         },
         Some(v) => {

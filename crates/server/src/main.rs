@@ -274,7 +274,7 @@ async fn serve(args: Args, env: Settings) -> Result<(), Failure> {
                 env.redis
                     .as_ref()
                     .and_then(|r| r.timeout)
-                    .map(|t| t.as_millis() as u64)
+                    .map(|t| u64::try_from(t.as_millis()).unwrap_or(u64::MAX))
             })
             .unwrap_or(200)
             .max(1),

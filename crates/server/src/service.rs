@@ -810,7 +810,10 @@ impl Service {
                 .await
             }
             Some(redis) => {
-                let timeout = redis.timeout + redis.per_descriptor * (batch.len() as u32 - 1);
+                let extra = u32::try_from(batch.len() - 1).unwrap_or(u32::MAX);
+                let timeout = redis
+                    .timeout
+                    .saturating_add(redis.per_descriptor.saturating_mul(extra));
                 self.on_redis(redis, |_| {
                     window::check(&self.store, &self.envoy, &self.jitter, &batch, now, timeout)
                 })
@@ -1207,7 +1210,7 @@ fn record(stats: &LimitStats, limit: &Limit, cost: u64, decision: &Decision, nea
     if decision.allowed {
         stats.within_limit.add(cost);
         let rpu = u64::from(limit.requests_per_unit);
-        let near = ((rpu as f32) * near_ratio).floor() as u64;
+        let near = window::near_threshold(rpu, near_ratio);
         let used = rpu.saturating_sub(decision.remaining);
         if used > near {
             stats.near_limit.add(cost.min(used - near));

@@ -158,7 +158,14 @@ pub fn parse_go_duration(text: &str) -> Option<Duration> {
         rest = &rest[unit_len..];
         total += number * nanos;
     }
-    Some(Duration::from_nanos(total.round() as u64))
+    // Non-negative; a duration past u64 nanoseconds (584 years) is clamped.
+    #[allow(
+        clippy::cast_possible_truncation,
+        clippy::cast_sign_loss,
+        clippy::cast_precision_loss
+    )]
+    let nanos = total.round().min(u64::MAX as f64) as u64;
+    Some(Duration::from_nanos(nanos))
 }
 
 /// Go's `net.JoinHostPort`.

@@ -339,8 +339,7 @@ impl Stats {
     /// Everything in Prometheus's text format, named as the reference's
     /// exporter names it with its default mapping.
     pub fn prometheus(&self) -> String {
-        let mut families: std::collections::BTreeMap<String, (&'static str, Vec<(String, u64)>)> =
-            Default::default();
+        let mut families: std::collections::BTreeMap<String, Family> = Default::default();
         for (name, counter) in self.counters.read().iter() {
             // A counter still at zero was never sent by the reference's
             // statsd sink, so its exporter has no series for it.
@@ -392,6 +391,9 @@ impl Stats {
         out
     }
 }
+
+/// A Prometheus family: its type, and each series' labels and value.
+type Family = (&'static str, Vec<(String, u64)>);
 
 /// The five statistics the default mapping gives labels to.
 const MAPPED: [&str; 5] = [

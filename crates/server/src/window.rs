@@ -24,7 +24,7 @@
 //! the other a replica at a time.
 
 use std::collections::HashMap;
-use std::hash::{BuildHasher, Hash, Hasher};
+use std::hash::BuildHasher;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -181,20 +181,22 @@ impl Memory {
         }
     }
 
-    fn hash(&self, key: &str) -> u64 {
-        let mut h = self.hasher.build_hasher();
-        key.hash(&mut h);
-        h.finish()
+    /// The key's shard and, should it overflow, its shared cell.
+    fn place(&self, key: &str) -> (usize, usize) {
+        let hash = self.hasher.hash_one(key);
+        let low = usize::try_from(hash & 0xFFFF_FFFF).unwrap_or(0);
+        let high = usize::try_from(hash >> 32).unwrap_or(0);
+        (low % SHARDS, high % self.cells.len())
     }
 
     fn get(&self, key: &str, now: u64) -> u64 {
-        let hash = self.hash(key);
-        let shard = self.shards[(hash as usize) % SHARDS].lock();
+        let (shard, overflow) = self.place(key);
+        let shard = self.shards[shard].lock();
         match shard.counters.get(key) {
             Some(cell) if cell.expires > now => cell.count,
             Some(_) => 0,
             None => {
-                let cell = *self.cells[((hash >> 32) as usize) % self.cells.len()].lock();
+                let cell = *self.cells[overflow].lock();
                 if cell.expires > now { cell.count } else { 0 }
             }
         }
@@ -211,14 +213,14 @@ impl Memory {
             let count = cell
                 .count
                 .checked_add(by)
-                .filter(|c| *c <= i64::MAX as u64)
+                .filter(|c| i64::try_from(*c).is_ok())
                 .ok_or_else(|| StoreError::Data("increment or decrement would overflow".into()))?;
             cell.count = count;
             cell.expires = cell.expires.max(now + expire_secs);
             Ok(count)
         };
-        let hash = self.hash(key);
-        let mut shard = self.shards[(hash as usize) % SHARDS].lock();
+        let (shard, overflow) = self.place(key);
+        let mut shard = self.shards[shard].lock();
         if let Some(cell) = shard.counters.get_mut(key) {
             return add(cell);
         }
@@ -231,7 +233,7 @@ impl Memory {
             return add(cell);
         }
         drop(shard);
-        let mut cell = self.cells[((hash >> 32) as usize) % self.cells.len()].lock();
+        let mut cell = self.cells[overflow].lock();
         add(&mut cell)
     }
 
@@ -509,7 +511,12 @@ impl Jitter {
     pub(crate) fn new() -> Self {
         let seed = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0x9E37_79B9_7F4A_7C15, |d| d.as_nanos() as u64);
+            .map_or(0x9E37_79B9_7F4A_7C15, |d| {
+                // The low bits are what varies: a seed.
+                #[allow(clippy::cast_possible_truncation)]
+                let seed = d.as_nanos() as u64;
+                seed
+            });
         Jitter(AtomicU64::new(seed))
     }
 
@@ -636,6 +643,18 @@ async fn within<T>(
         .unwrap_or_else(|_| Err(StoreError::Outage(format!("no answer within {timeout:?}"))))
 }
 
+/// The count past which hits are "near" the limit: the reference's
+/// `floor(float32(limit) * ratio)`, in single precision as it computes it.
+pub(crate) fn near_threshold(limit: u64, ratio: f32) -> u64 {
+    #[allow(
+        clippy::cast_possible_truncation,
+        clippy::cast_sign_loss,
+        clippy::cast_precision_loss
+    )]
+    let near = ((limit as f32) * ratio).floor() as u64;
+    near
+}
+
 /// The reference's `GetResponseDescriptorStatus` for one descriptor whose
 /// counter is now `after`: its answer and its statistics.
 fn answer(
@@ -650,7 +669,7 @@ fn answer(
     let hits = hit.hits;
     let limit = u64::from(hit.limit.requests_per_unit);
     let before = after.wrapping_sub(hits);
-    let near_threshold = ((limit as f32) * settings.near_limit_ratio).floor() as u64;
+    let near_threshold = near_threshold(limit, settings.near_limit_ratio);
     let (over, remaining) = if cached_over {
         stats.over_limit.add(hits);
         stats.over_limit_with_local_cache.add(hits);
@@ -675,7 +694,8 @@ fn answer(
             }
         }
         stats.within_limit.add(hits);
-        (false, (limit - after) as u32)
+        // At most `requests_per_unit`, a u32.
+        (false, u32::try_from(limit - after).unwrap_or(u32::MAX))
     };
     if over && hit.limit.shadow {
         if cached_over || before >= limit {
