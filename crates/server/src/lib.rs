@@ -21,16 +21,23 @@
 //! - [`Watch`]: the reload, when the files change.
 //!
 //! ```
+//! use std::sync::Arc;
 //! use envoy_types::pb::envoy::extensions::common::ratelimit::v3::{
 //!     RateLimitDescriptor, rate_limit_descriptor::Entry,
 //! };
 //! use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
+//! use ratelab::ManualClock;
 //! use ratelab_server::{Service, config};
 //!
 //! let yaml = "domain: edge\ndescriptors:\n  - key: user\n    rate_limit: {unit: minute, requests_per_unit: 2}\n";
 //! let (name, domain) = config::parse("edge.yaml".as_ref(), yaml)?;
 //! let config = config::Config::from_domains([(name, domain)]);
-//! let service = Service::builder(ratelab_server::shared(config)).build();
+//! // 2026-01-01T00:00:10Z: the wall clock, here set by hand.
+//! let clock = ManualClock::new();
+//! clock.set(1_767_225_610 * 1_000_000);
+//! let service = Service::builder(ratelab_server::shared(config))
+//!     .clock(Arc::new(clock))
+//!     .build();
 //!
 //! let request = RateLimitRequest {
 //!     domain: "edge".into(),
@@ -44,11 +51,12 @@
 //! let mut answers = Vec::new();
 //! for _ in 0..3 {
 //!     let answer = service.decide(&request).await?;
-//!     answers.push((answer.overall_code, answer.statuses[0].limit_remaining));
+//!     let status = &answer.statuses[0];
+//!     let reset = status.duration_until_reset.as_ref().map(|d| d.seconds);
+//!     answers.push((answer.overall_code, status.limit_remaining, reset));
 //! }
-//! // OK, OK, then OVER_LIMIT, in this minute on the clock.
-//! # if answers[0].0 == 1 && answers[2].0 == 1 { return Ok(()); } // a minute's edge passed: counted afresh
-//! assert_eq!(answers, [(1, 1), (1, 0), (2, 0)]);
+//! // OK, OK, then OVER_LIMIT (2), 50 s before the minute ends on the clock.
+//! assert_eq!(answers, [(1, 1, Some(50)), (1, 0, Some(50)), (2, 0, Some(50))]);
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! # })?;
 //! # Ok::<(), Box<dyn std::error::Error>>(())

@@ -32,8 +32,8 @@ See README.md beside it.
 from __future__ import annotations
 
 import argparse
+import atexit
 import collections
-import ctypes
 import json
 import os
 import random
@@ -58,11 +58,6 @@ UNIT_SECONDS = {"SECOND": 1, "MINUTE": 60, "HOUR": 3600, "DAY": 86400,
 UNIT_NUMBER = {"SECOND": 1, "MINUTE": 2, "HOUR": 3, "DAY": 4, "MONTH": 5, "YEAR": 6, "WEEK": 7}
 
 
-def _die_with_parent() -> None:
-    if sys.platform.startswith("linux"):
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)
-
-
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -82,6 +77,17 @@ def wait_port(port: int, process: subprocess.Popen, seconds: float = 30) -> bool
     return False
 
 
+#: Every process started, stopped when this program exits, whatever stops it.
+STARTED: list[subprocess.Popen] = []
+
+
+@atexit.register
+def _stop_everything() -> None:
+    for process in STARTED:
+        if process.poll() is None:
+            process.kill()
+
+
 class Redis:
     def __init__(self) -> None:
         self.dir = tempfile.mkdtemp(prefix="differential-redis-")
@@ -89,7 +95,8 @@ class Redis:
         self.process = subprocess.Popen(
             [shutil.which("redis-server") or "redis-server", "--port", str(self.port), "--bind",
              "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", self.dir],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, preexec_fn=_die_with_parent)
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        STARTED.append(self.process)
         if not wait_port(self.port, self.process):
             raise SystemExit("redis-server did not start")
 
@@ -105,35 +112,54 @@ class Redis:
 
 
 class Server:
-    """One service on a runtime directory, with the reference's environment."""
+    """One service on a runtime directory, with the reference's environment.
+    ratelab-server is given port 0 and says where it listens; the reference
+    is given free ports."""
 
     def __init__(self, name: str, binary: str, runtime: Path, env: dict[str, str],
-                 redis: Redis | None, prefix: str) -> None:
+                 redis: Redis | None, prefix: str, ratelab: bool) -> None:
         self.name = name
-        self.grpc_port, self.http_port, self.debug_port, self.prom_port = (free_port() for _ in range(4))
+        ports = ["0"] * 4 if ratelab else [str(free_port()) for _ in range(4)]
+        self.grpc_port, http_port, debug_port, prom_port = ports
         environment = {
             "PATH": os.environ.get("PATH", ""),
             "USE_STATSD": "false",
             "USE_PROMETHEUS": "true",
-            "PROMETHEUS_ADDR": f"127.0.0.1:{self.prom_port}",
+            "PROMETHEUS_ADDR": f"127.0.0.1:{prom_port}",
             "STATS_FLUSH_INTERVAL": "1s",
             "LOG_LEVEL": "warn",
             "RUNTIME_ROOT": str(runtime),
             "RUNTIME_SUBDIRECTORY": "ratelimit",
             "RUNTIME_WATCH_ROOT": "false",
-            "GRPC_HOST": "127.0.0.1", "GRPC_PORT": str(self.grpc_port),
-            "HOST": "127.0.0.1", "PORT": str(self.http_port),
-            "DEBUG_HOST": "127.0.0.1", "DEBUG_PORT": str(self.debug_port),
+            "GRPC_HOST": "127.0.0.1", "GRPC_PORT": self.grpc_port,
+            "HOST": "127.0.0.1", "PORT": http_port,
+            "DEBUG_HOST": "127.0.0.1", "DEBUG_PORT": debug_port,
             "CACHE_KEY_PREFIX": prefix,
             **env,
         }
         if redis is not None:
             environment.update({"REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": f"127.0.0.1:{redis.port}"})
         self.log = tempfile.NamedTemporaryFile(prefix=f"differential-{name}-", suffix=".log", delete=False)
-        self.process = subprocess.Popen([binary], env=environment, stdout=subprocess.DEVNULL,
-                                        stderr=self.log, preexec_fn=_die_with_parent)
-        self.up = wait_port(self.grpc_port, self.process)
-        self.channel = grpc.insecure_channel(f"127.0.0.1:{self.grpc_port}")
+        # No preexec function: this process runs gRPC, whose threads a
+        # fork must not run Python in.
+        self.process = subprocess.Popen([binary], env=environment, stdin=subprocess.DEVNULL,
+                                        stdout=subprocess.PIPE if ratelab else subprocess.DEVNULL,
+                                        stderr=self.log, text=True)
+        STARTED.append(self.process)
+        self.metrics_url = f"http://127.0.0.1:{prom_port}/metrics"
+        if ratelab:
+            self.address = None
+            for line in self.process.stdout:
+                if line.startswith("metrics on "):
+                    self.metrics_url = line.split()[2]
+                elif line.startswith("listening on "):
+                    self.address = line.split()[2]
+                    break
+            self.up = self.address is not None
+        else:
+            self.address = f"127.0.0.1:{self.grpc_port}"
+            self.up = wait_port(int(self.grpc_port), self.process)
+        self.channel = grpc.insecure_channel(self.address or "127.0.0.1:1")
         self.stub = rls_pb2_grpc.RateLimitServiceStub(self.channel)
 
     def ask(self, request):
@@ -144,7 +170,7 @@ class Server:
 
     def metrics(self) -> dict[str, float]:
         try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{self.prom_port}/metrics", timeout=5) as r:
+            with urllib.request.urlopen(self.metrics_url, timeout=5) as r:
                 text = r.read().decode()
         except OSError:
             return {}
@@ -161,6 +187,8 @@ class Server:
 
     def stop(self) -> None:
         self.channel.close()
+        if self.process.stdout:
+            self.process.stdout.close()
         if self.process.poll() is None:
             self.process.send_signal(signal.SIGTERM)
             try:
@@ -485,9 +513,9 @@ class Report:
 
 def start_all(case: Case, args, runtime: Path, redis: Redis) -> dict[str, Server]:
     servers = {
-        "reference": Server("reference", args.reference_bin, runtime, case.env, redis, "ref_"),
-        "ratelab-redis": Server("ratelab-redis", args.ratelab_bin, runtime, case.env, redis, "rl_"),
-        "ratelab-memory": Server("ratelab-memory", args.ratelab_bin, runtime, case.env, None, "mem_"),
+        "reference": Server("reference", args.reference_bin, runtime, case.env, redis, "ref_", False),
+        "ratelab-redis": Server("ratelab-redis", args.ratelab_bin, runtime, case.env, redis, "rl_", True),
+        "ratelab-memory": Server("ratelab-memory", args.ratelab_bin, runtime, case.env, None, "mem_", True),
     }
     return servers
 
@@ -524,7 +552,9 @@ def run_case(case: Case, args, redis: Redis, report: Report, rng: random.Random)
                 report.differ[("config acceptance", "accepted by one only")] += 1
             return
         report.compared["config acceptance"] += 1
-        units = units_of(case.files) or {"MINUTE"}
+        # Every answer's duration_until_reset is in whole seconds of each
+        # service's clock: a sequence stays within one second.
+        units = units_of(case.files) | {"SECOND"}
         sequences = list(case.sequences)
         if case.generate:
             sequences += generated_sequences(case.files, rng)
@@ -539,7 +569,7 @@ def run_case(case: Case, args, redis: Redis, report: Report, rng: random.Random)
                     else:
                         servers["ratelab-memory"].stop()
                         servers["ratelab-memory"] = Server("ratelab-memory", args.ratelab_bin, root,
-                                                           case.env, None, "mem_")
+                                                           case.env, None, "mem_", True)
                 align(units, margin=max(5.0, len(sequence) * 0.05))
                 start = time.time()
                 results = []
