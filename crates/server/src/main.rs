@@ -65,7 +65,8 @@ struct Args {
     #[arg(long, value_enum, env = "RATELAB_ON_REDIS_FAILURE", default_value_t = OnFailure::Error)]
     on_redis_failure: OnFailure,
     /// Each Redis call's timeout, milliseconds (REDIS_TIMEOUT when set,
-    /// else 200); a request's timeout grows by 20 µs per descriptor.
+    /// else 200 with --config and the reference's 10 s without); a
+    /// request's timeout grows by 20 µs per descriptor.
     #[arg(long, env = "RATELAB_REDIS_TIMEOUT_MS")]
     redis_timeout_ms: Option<u64>,
     /// The prefix of the Redis keys of ratelab's algorithms (the
@@ -268,6 +269,9 @@ async fn serve(args: Args, env: Settings) -> Result<(), Failure> {
         OnFailure::Deny => FailurePolicy::Deny,
         OnFailure::Fallback => FailurePolicy::Fallback,
     };
+    // Unset, the reference's 10 s with its environment, 200 ms with
+    // ratelab's flags.
+    let default_timeout = if from_flags { 200 } else { 10_000 };
     let timeout = Duration::from_millis(
         args.redis_timeout_ms
             .or_else(|| {
@@ -276,7 +280,7 @@ async fn serve(args: Args, env: Settings) -> Result<(), Failure> {
                     .and_then(|r| r.timeout)
                     .map(|t| u64::try_from(t.as_millis()).unwrap_or(u64::MAX))
             })
-            .unwrap_or(200)
+            .unwrap_or(default_timeout)
             .max(1),
     );
     let target = if !args.sentinel.is_empty() {

@@ -364,10 +364,6 @@ const NOT_NEEDED: &[(&str, &str)] = &[
         "TRACING_ENABLED",
         "no OpenTelemetry spans are exported (logs are tracing's, `--log-json` for JSON)",
     ),
-    (
-        "RUNTIME_WATCH_ROOT",
-        "the files are checked for changes every second either way",
-    ),
     ("GRPC_CLIENT_TLS_SAN", "TLS is not served"),
 ];
 
