@@ -77,7 +77,7 @@ fn options() -> Options {
         match flag.as_str() {
             "--reference" => options.reference = Some(value()),
             "--reference-pid" => {
-                options.reference_pid = Some(value().parse().expect("--reference-pid PID"))
+                options.reference_pid = Some(value().parse().expect("--reference-pid PID"));
             }
             "--rounds" => options.rounds = value().parse().expect("--rounds N"),
             "--redis" => options.redis = Some(value()),
