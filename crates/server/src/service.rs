@@ -101,6 +101,11 @@ impl ResponseHeaders {
 /// A limiter of any of ratelab's algorithms, in memory or on Redis.
 type Counter = Arc<dyn AsyncRateLimiter + Send + Sync>;
 
+/// Distinct quotas of ratelab's algorithms at most (each a limiter with
+/// its own state): configured limits are few, and a request's overrides
+/// may not add more than this.
+const MAX_LIMITERS: usize = 4096;
+
 /// Descriptors of one request checked at once against ratelab's
 /// algorithms on Redis: enough to fill a round trip, few enough that one
 /// request's calls do not queue far behind each other.
@@ -514,8 +519,19 @@ impl Service {
         } else {
             &self.limiters
         };
-        if let Some(limiter) = map.lock().get(&key) {
-            return Ok(limiter.clone());
+        {
+            let limiters = map.lock();
+            if let Some(limiter) = limiters.get(&key) {
+                return Ok(limiter.clone());
+            }
+            // Each quota a request's override names is a limiter of its
+            // own: a client cannot make them grow without bound.
+            if limiters.len() >= MAX_LIMITERS {
+                return Err(Status::resource_exhausted(format!(
+                    "{}: more than {MAX_LIMITERS} distinct quotas of ratelab's algorithms (limit overrides?)",
+                    limit.full_key
+                )));
+            }
         }
         let quota = crate::config::quota(limit.requests_per_unit, unit).map_err(|e| {
             Status::invalid_argument(format!("{}: {kind} cannot count {e}", limit.full_key))

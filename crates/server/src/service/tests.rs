@@ -636,3 +636,35 @@ async fn too_many_descriptors_are_refused_with_a_clear_error() {
     assert_eq!(status.code(), tonic::Code::InvalidArgument);
     assert!(status.message().contains("at most 3"), "{status:?}");
 }
+
+#[tokio::test]
+async fn overrides_cannot_make_limiters_without_bound() {
+    let service = Service::builder(config(&[ANOTHER]))
+        .clock(clock_at(0))
+        .default_algorithm(Algorithm::Ratelab(AlgorithmKind::Gcra))
+        .build();
+    let mut refused = None;
+    for rpu in 1..=(MAX_LIMITERS as u32 + 1) {
+        let mut over = request("another", &[&[("key2", "x")]]);
+        over.descriptors[0].limit = Some(RateLimitOverride {
+            requests_per_unit: rpu,
+            unit: 3,
+        });
+        if let Err(status) = service.decide(&over).await {
+            refused = Some((rpu, status.code()));
+            break;
+        }
+    }
+    // One limiter a quota: the first past the bound is refused.
+    assert_eq!(
+        refused,
+        Some((MAX_LIMITERS as u32 + 1, tonic::Code::ResourceExhausted))
+    );
+    // Quotas already made keep answering.
+    let mut known = request("another", &[&[("key2", "y")]]);
+    known.descriptors[0].limit = Some(RateLimitOverride {
+        requests_per_unit: 7,
+        unit: 3,
+    });
+    assert_eq!(service.decide(&known).await.unwrap().overall_code, OK);
+}
