@@ -317,6 +317,8 @@ pub struct Domain {
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Config {
     domains: HashMap<String, Domain>,
+    /// Why no configuration is loaded, when none is.
+    refused: Option<String>,
 }
 
 impl Config {
@@ -330,7 +332,23 @@ impl Config {
     pub fn from_domains(domains: impl IntoIterator<Item = (String, Domain)>) -> Config {
         Config {
             domains: domains.into_iter().collect(),
+            refused: None,
         }
+    }
+
+    /// No configuration, because the files did not load (`why`): every
+    /// request is answered with an error until a reload succeeds, as the
+    /// reference answers when it started on files it refused.
+    pub fn refused(why: impl Into<String>) -> Config {
+        Config {
+            domains: HashMap::new(),
+            refused: Some(why.into()),
+        }
+    }
+
+    /// Why no configuration is loaded, if none is.
+    pub fn refusal(&self) -> Option<&str> {
+        self.refused.as_deref()
     }
 
     /// The number of domains.

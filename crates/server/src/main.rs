@@ -250,17 +250,23 @@ async fn serve(args: Args, env: Settings) -> Result<(), Failure> {
     let watch = ratelab_server::Watch::of(source.clone(), env.merge_domains);
     let stats = Arc::new(Stats::default());
     let health = Health::new(env.healthy_with_config).await;
+    // Files that do not load stop the server started with --config; with
+    // the reference's environment (or FORCE_START_WITHOUT_INITIAL_CONFIG)
+    // it starts as the reference does, answering every call with an error
+    // until the files are fixed.
     let config = match source.load(env.merge_domains) {
-        Ok(config) => config,
-        Err(e) if env.force_start => {
-            tracing::error!(error = %e, "the configuration does not load: starting without it (FORCE_START_WITHOUT_INITIAL_CONFIG)");
+        Ok(config) => {
+            stats.counter("ratelimit.service.config_load_success").inc();
+            health.config_loaded(!config.is_empty()).await;
+            config
+        }
+        Err(e) if !from_flags || env.force_start => {
+            tracing::error!(error = %e, "the configuration does not load: every call is answered with an error until it does");
             stats.counter("ratelimit.service.config_load_error").inc();
-            ratelab_server::config::Config::default()
+            ratelab_server::config::Config::refused(e.to_string())
         }
         Err(e) => return Err(e.into()),
     };
-    stats.counter("ratelimit.service.config_load_success").inc();
-    health.config_loaded(!config.is_empty()).await;
     let shared = ratelab_server::shared(config);
 
     let on_failure = match args.on_redis_failure {

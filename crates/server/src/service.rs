@@ -585,6 +585,14 @@ impl Service {
             )));
         }
         let config = self.config.read().clone();
+        if let Some(why) = config.refusal() {
+            self.stats
+                .counter("ratelimit.service.call.should_rate_limit.service_error")
+                .inc();
+            return Err(Status::unavailable(format!(
+                "no rate limit configuration loaded: {why}"
+            )));
+        }
         let now_micros = self.clock.now_micros();
         let now = now_micros / 1_000_000;
 

@@ -668,3 +668,31 @@ async fn overrides_cannot_make_limiters_without_bound() {
     });
     assert_eq!(service.decide(&known).await.unwrap().overall_code, OK);
 }
+
+#[tokio::test]
+async fn without_a_configuration_every_call_is_an_error_naming_why() {
+    let shared = crate::shared(Config::refused("d.yaml:3:5: descriptor has empty key"));
+    let service = Service::builder(shared.clone()).clock(clock_at(0)).build();
+    let status = service
+        .decide(&request("another", &[&[("key2", "x")]]))
+        .await
+        .unwrap_err();
+    assert_eq!(status.code(), tonic::Code::Unavailable);
+    assert!(
+        status
+            .message()
+            .contains("no rate limit configuration loaded: d.yaml:3:5"),
+        "{status:?}"
+    );
+    // A reload that loads ends it.
+    let mut fixed = Config::default();
+    fixed
+        .add(std::path::Path::new("a.yaml"), ANOTHER, false)
+        .unwrap();
+    *shared.write() = Arc::new(fixed);
+    let answer = service
+        .decide(&request("another", &[&[("key2", "x")]]))
+        .await
+        .unwrap();
+    assert_eq!(answer.overall_code, OK);
+}

@@ -535,12 +535,12 @@ def run_case(case: Case, args, redis: Redis, report: Report, rng: random.Random)
         probe = request("probe", [{"entries": [("probe", "p")]}])
         refused_ref = not ref.up or isinstance(ref.ask(probe), grpc.RpcError)
         ours = servers["ratelab-redis"]
-        refused_ours = not ours.up
-        for other in ("ratelab-redis", "ratelab-memory"):
-            if servers[other].up:
-                servers[other].ask(probe)
+        refused_ours = not ours.up or isinstance(ours.ask(probe), grpc.RpcError)
+        if servers["ratelab-memory"].up:
+            servers["ratelab-memory"].ask(probe)
         if refused_ref or refused_ours:
-            ours_log = ours.log_text().strip().splitlines()
+            ours_log = [line for line in ours.log_text().strip().splitlines()
+                        if "configuration" in line or line.startswith("ratelab-server:")]
             ref_error = [line for line in ref.log_text().splitlines() if "Error loading" in line or "error" in line.lower()]
             report.refusals.append({
                 "case": case.name, "reference refused": refused_ref, "ratelab refused": refused_ours,

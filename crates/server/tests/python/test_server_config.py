@@ -141,3 +141,31 @@ def test_what_the_reference_accepts_starts_and_what_it_refuses_does_not(start, s
                              capture_output=True, text=True, timeout=30)
         assert run.returncode != 0, name
         assert f"{path}{where}" in run.stderr, run.stderr
+
+
+def test_with_the_references_environment_a_bad_configuration_answers_errors_until_fixed(start):
+    """As the reference: it starts on files it refuses, answers every call
+    with an error naming the problem, and serves once they are fixed."""
+    import grpc
+    import pytest
+
+    clear_of_edges(3600)
+    server = start({"reload.yaml": BAD}, reference_env=True)
+    with pytest.raises(grpc.RpcError) as error:
+        server.ask("reload", [("user", "ann")])
+    assert error.value.code() == grpc.StatusCode.UNAVAILABLE
+    assert "no rate limit configuration loaded" in error.value.details()
+    assert "reload.yaml:7:7: config error, unknown key 'per_connection'" in error.value.details()
+    server.write("reload.yaml", LIMIT.format(n=3))
+    wait_for(lambda: _answers(server), "the fixed configuration")
+    assert limit_of(server) == 3
+
+
+def _answers(server) -> bool:
+    import grpc
+
+    try:
+        server.ask("reload", [("user", "probe")])
+        return True
+    except grpc.RpcError:
+        return False
