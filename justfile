@@ -38,7 +38,7 @@ test-only: && test-clients
     cargo test --workspace --locked
     cargo test --workspace --locked --bench '*'
 
-# The Python, Node and Go clients of the script protocol (lua/clients), each against redis-servers it starts, and ratelab-server driven by Python's grpcio; the cross-language test also builds the Rust example and the Node and Go clients (`scripts/setup` installs what they need).
+# The Python, Node, Go and Java clients of the script protocol (lua/clients), each against redis-servers it starts, and ratelab-server driven by Python's grpcio; the cross-language test also builds the Rust example and the Node, Go and Java clients (`scripts/setup` installs what they need).
 test-clients:
     #!/usr/bin/env bash
     set -euo pipefail
@@ -50,6 +50,8 @@ test-clients:
     command -v go >/dev/null || export PATH="$PATH:/usr/local/go/bin"
     (cd lua/clients/node && npm test)
     (cd lua/clients/go && go vet ./... && go test -count=1 ./...)
+    # Maven prints each test class's counts; -ntp: no download progress.
+    (cd lua/clients/java && mvn -B -ntp test)
     python3 -m pytest lua/clients/python
     python3 -m pytest crates/server/tests/python
 

@@ -33,9 +33,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use criterion::{BenchmarkId, Criterion, Throughput};
-use ratelab::redis::{
-    Connection, DEFAULT_PREFIX, Op, RedisAlgorithm, Script, ScriptArgs, redis_key,
-};
+use ratelab::redis::{Connection, DEFAULT_PREFIX, Op, Script, ScriptArgs, redis_key};
+use ratelab::toolkit::RemoteForm;
 use ratelab::{AlgorithmKind, KnownAlgorithm};
 use ratelab_benches::algorithms::{admitted_share, assert_mostly_admits, quota};
 use ratelab_benches::redis_tools::parse_commandstats;
@@ -223,7 +222,7 @@ impl Bench<'_> {
 
     /// The module's and the script's commands for `algorithm`, on keys of
     /// their own.
-    fn ratelab_sides<A: RedisAlgorithm>(&self, algorithm: &A) -> [Side; 2] {
+    fn ratelab_sides<A: RemoteForm>(&self, algorithm: &A) -> [Side; 2] {
         let args = ScriptArgs::call(None, 1, 0, None, Op::Check, &algorithm.params());
         let script = Script::new(&A::script());
         let command = algorithm.module_command();

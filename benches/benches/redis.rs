@@ -27,8 +27,9 @@ use std::time::{Duration, Instant};
 use criterion::{Criterion, Throughput};
 use ratelab::KnownAlgorithm;
 use ratelab::redis::{
-    Connection, DEFAULT_PREFIX, Op, RedisAlgorithm, RedisLimiter, Script, ScriptArgs, redis_key,
+    Connection, DEFAULT_PREFIX, Op, RedisLimiter, RedisStore, Script, ScriptArgs, redis_key,
 };
+use ratelab::toolkit::RemoteForm;
 use ratelab_benches::algorithms::{admitted_share, assert_mostly_admits};
 use ratelab_benches::redis_tools::{
     count_client_commands, parse_commandstats, redis_benchmark, redis_benchmark_pipelined,
@@ -130,7 +131,7 @@ struct Bench<'a> {
 
 /// `checks` checks from [`TASKS`] tasks sharing `limiter`, over the keys in
 /// turn; the time they took.
-async fn concurrent<A: RedisAlgorithm>(
+async fn concurrent<A: RemoteForm>(
     limiter: &RedisLimiter<A>,
     keys: &Arc<Vec<Vec<u8>>>,
     checks: u64,
@@ -162,7 +163,7 @@ impl Bench<'_> {
     }
 
     /// Latency from one task, then throughput from 64, on `connection`.
-    fn client<A: RedisAlgorithm>(
+    fn client<A: RemoteForm>(
         &mut self,
         limiter: &RedisLimiter<A>,
         (latency, throughput): (&str, &str),
@@ -199,7 +200,7 @@ impl Bench<'_> {
 
     /// The limiter's call, built by hand: EVALSHA with the SHA1, or EVAL with
     /// the source, one task.
-    fn raw<A: RedisAlgorithm>(&mut self, algorithm: &A) {
+    fn raw<A: RemoteForm>(&mut self, algorithm: &A) {
         let name = algorithm.name();
         let source = A::script();
         let script = Script::new(&source);
@@ -251,7 +252,7 @@ impl Bench<'_> {
 
     /// Commands the servers on `ports` received per check, over checks from
     /// 64 tasks.
-    fn round_trips<A: RedisAlgorithm>(&self, limiter: &RedisLimiter<A>, ports: &[u16]) -> f64 {
+    fn round_trips<A: RemoteForm>(&self, limiter: &RedisLimiter<A>, ports: &[u16]) -> f64 {
         let checks = self.mode.size(1_000, 1_000, 64);
         let commands = count_client_commands(ports, || {
             self.rt.block_on(concurrent(limiter, &self.keys, checks));
@@ -262,7 +263,7 @@ impl Bench<'_> {
 
     /// `redis-benchmark -c 64`, then `-c 1`, running the limiter's exact
     /// call.
-    fn ceiling<A: RedisAlgorithm>(&mut self, algorithm: &A) {
+    fn ceiling<A: RemoteForm>(&mut self, algorithm: &A) {
         let name = algorithm.name();
         let command = benchmark_command(algorithm);
         let port = self.server.port();
@@ -303,7 +304,7 @@ impl Bench<'_> {
 
     /// The client and `redis-benchmark` in paired rounds (see the crate
     /// docs): 64 tasks against `-c 1 -P 64`, one task against `-c 1`.
-    fn paired<A: RedisAlgorithm>(&mut self, limiter: &RedisLimiter<A>) {
+    fn paired<A: RemoteForm>(&mut self, limiter: &RedisLimiter<A>) {
         let algorithm = limiter.algorithm();
         let name = algorithm.name();
         let command = benchmark_command(algorithm);
@@ -389,7 +390,7 @@ impl Bench<'_> {
     }
 
     /// `MEMORY USAGE` of fresh keys after one check each.
-    fn memory<A: RedisAlgorithm>(&mut self, limiter: &RedisLimiter<A>) {
+    fn memory<A: RemoteForm>(&mut self, limiter: &RedisLimiter<A>) {
         let name = limiter.algorithm().name();
         let n: u32 = self.mode.size(100, 100, 5);
         let mut total = 0.0;
@@ -400,7 +401,8 @@ impl Bench<'_> {
                 .block_on(limiter.check(key.as_bytes(), 1))
                 .expect("a Redis check");
             assert!(decision.allowed, "{name}: a fresh key is admitted");
-            let redis_key = String::from_utf8(limiter.redis_key(key.as_bytes())).expect("ASCII");
+            let redis_key =
+                String::from_utf8(limiter.store().redis_key(key.as_bytes())).expect("ASCII");
             let bytes = self
                 .server
                 .command(&["MEMORY", "USAGE", &redis_key])
@@ -423,7 +425,7 @@ impl Visit for Bench<'_> {
     fn visit<A: KnownAlgorithm>(&mut self, algorithm: A) {
         let name = algorithm.name();
         let build = |connection: &Connection| {
-            RedisLimiter::builder(connection.clone(), algorithm.clone())
+            RedisStore::builder(connection.clone(), algorithm.clone())
                 .timeout(TIMEOUT)
                 // One command per check, as every peer sends: the quota
                 // registry's extra `SET` (one check in 100) is left out.
@@ -444,7 +446,10 @@ impl Visit for Bench<'_> {
                     .ok()
                     .map(|d| d.allowed)
             });
-            assert_mostly_admits(&format!("{name} on {}", limiter.connection().kind()), share);
+            assert_mostly_admits(
+                &format!("{name} on {}", limiter.store().connection().kind()),
+                share,
+            );
         }
 
         if self.wants("redis-round-trips", name) {
@@ -518,7 +523,7 @@ impl Visit for Bench<'_> {
 /// `redis-benchmark`'s command for the limiter's exact call: EVALSHA of
 /// the script on `bench:<random key>`, with the limiter's own arguments
 /// (Redis TIME, cost 1, no slack, no deadline, a check).
-fn benchmark_command<A: RedisAlgorithm>(algorithm: &A) -> Vec<String> {
+fn benchmark_command<A: RemoteForm>(algorithm: &A) -> Vec<String> {
     let key = redis_key(
         DEFAULT_PREFIX,
         b"bench:__rand_int__",

@@ -25,7 +25,7 @@ use std::time::Instant;
 
 use governor::clock::{Clock as _, DefaultClock, FakeRelativeClock, QuantaUpkeepClock};
 use ratelab::KnownAlgorithm;
-use ratelab::redis::RedisAlgorithm;
+use ratelab::toolkit::RemoteForm;
 use ratelab::{Clock, Direct, Keyed, ManualClock, SystemClock};
 use ratelab_benches::algorithms::governor_quota;
 use ratelab_benches::governor_clock::GovernorClock;
@@ -212,7 +212,7 @@ impl Run {
         }
     }
 
-    fn ours<A: RedisAlgorithm, C: Clock>(&mut self, algorithm: A, clock: C) {
+    fn ours<A: RemoteForm, C: Clock>(&mut self, algorithm: A, clock: C) {
         if self.keys.is_some() {
             let limiter = Keyed::builder(algorithm)
                 .clock(clock)

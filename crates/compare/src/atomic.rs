@@ -5,7 +5,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use ratelab::redis::{Connection, RedisLimiter, TimeSource};
+use ratelab::redis::{Connection, RedisStore, TimeSource};
 use ratelab::{
     AlgorithmKind, AlgorithmVisitor, AsyncRateLimiter, KnownAlgorithm, ManualClock, Quota,
 };
@@ -44,7 +44,7 @@ pub async fn limiter(
         type Output = Box<dyn AsyncRateLimiter>;
         fn visit<A: KnownAlgorithm>(self, algorithm: A) -> Self::Output {
             Box::new(
-                RedisLimiter::builder(self.connection, algorithm)
+                RedisStore::builder(self.connection, algorithm)
                     .prefix(self.prefix)
                     .time_source(self.time)
                     .timeout(TIMEOUT)

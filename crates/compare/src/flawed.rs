@@ -10,10 +10,11 @@
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use ratelab::remote::{Shape, Stored, Value};
+use ratelab::toolkit::RemoteForm;
+use ratelab::toolkit::remote::{Shape, Stored, Value};
 use ratelab::{
     AlgorithmKind, AlgorithmVisitor, AsyncRateLimiter, CheckFuture, Clock, Error, KnownAlgorithm,
-    Limiter, ManualClock, Quota, RateLimiter, RemoteForm,
+    Limiter, ManualClock, Quota, RateLimiter,
 };
 use redis::aio::MultiplexedConnection;
 
@@ -53,6 +54,10 @@ impl<A: RemoteForm> Limiter for ReadThenWrite<A> {
     }
     fn backend(&self) -> &'static str {
         "redis (read-then-write, flawed)"
+    }
+    /// The algorithm's: what it promises, and this limiter breaks.
+    fn bound(&self) -> ratelab::Bound {
+        self.algorithm.bound()
     }
 }
 
@@ -216,6 +221,10 @@ impl Limiter for PerInstance {
     }
     fn backend(&self) -> &'static str {
         "memory per instance (flawed)"
+    }
+    /// Each instance's: what the balanced whole breaks.
+    fn bound(&self) -> ratelab::Bound {
+        self.instances[0].bound()
     }
 }
 

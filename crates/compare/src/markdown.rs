@@ -3,7 +3,8 @@
 
 use std::fmt::Write as _;
 
-use crate::report::CHARTS;
+/// The report's folder of charts, relative to the output folder.
+pub const CHARTS: &str = "charts";
 
 /// A Markdown table.
 pub fn table(header: &[&str], rows: &[Vec<String>]) -> String {

@@ -11,6 +11,7 @@ use std::path::Path;
 
 use crate::charts::Canvas;
 pub use crate::guide::guide;
+pub use crate::markdown::CHARTS;
 use crate::markdown::{anchor, table};
 use crate::output::write_file;
 use crate::scenario::ScenarioName;
@@ -18,8 +19,6 @@ use crate::{CompareError, Results};
 
 /// The report's file names, relative to the output folder.
 pub const README: &str = "README.md";
-/// The folder of the charts.
-pub const CHARTS: &str = "charts";
 /// The folder of the raw data.
 pub const DATA: &str = "data";
 

@@ -41,7 +41,7 @@ pub fn use_cases(results: &Results) -> Vec<UseCase> {
 
 fn api_quotas(results: &Results) -> UseCase {
     let mut a = String::from(
-        "Put the count on Redis: `RedisLimiter::builder(connection, Gcra::new(quota))` (crate `ratelab-redis`), one per policy, behind `RateLimitLayer` with a `Policy` each (`Policy::new(\"pro-minute\", limiter).plan(\"pro\")`); every policy that matches a request applies, and a refusal by one consumes nothing from the others (",
+        "Put the count on Redis: `RedisStore::builder(connection, Gcra::new(quota))` (crate `ratelab-redis`), one per policy, behind `RateLimitLayer` with a `Policy` each (`Policy::new(\"pro-minute\", limiter).plan(\"pro\")`); every policy that matches a request applies, and a refusal by one consumes nothing from the others (",
     );
     a += &test("http", "it/policies");
     a += ").";

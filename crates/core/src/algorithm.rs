@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use parking_lot::Mutex;
 
-use crate::{Decision, Error, Ledger, Quota, Settlement, Stamp};
+use crate::{Bound, Decision, Error, Ledger, Quota, Settlement, Stamp};
 
 /// The decision logic of one rate-limiting algorithm.
 ///
@@ -50,6 +50,11 @@ pub trait Algorithm: Send + Sync + 'static {
     /// The most units that pass at once from full capacity: a cost above
     /// this can never fit.
     fn capacity(&self) -> u64;
+
+    /// What the algorithm promises about the units that count, for its
+    /// quota: the `RateLimit` header's wait, the comparison's tables and the
+    /// tests' oracles read it here, and nowhere else.
+    fn bound(&self) -> Bound;
 
     /// The state of a key never seen, or seen so long ago it is back to full
     /// capacity.

@@ -22,9 +22,11 @@ use std::time::Duration;
 ///
 /// - `degraded`: the backend was failing and a failure policy decided.
 ///
-/// Times are whole microseconds, kept as such (`u64`) and read as a
-/// [`Duration`] or in µs: a decision is built on every check, and three
-/// `Duration`s made it half as large again and cost a division each.
+/// Every field is public data. Times are whole microseconds, kept as such
+/// (`u64`): a decision is built on every check, and three `Duration`s made
+/// it half as large again and cost a division each; [`Decision::retry_after`]
+/// and the others read them as a [`Duration`], the `*_secs` ones as whole
+/// seconds rounded up.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub struct Decision {
@@ -36,13 +38,13 @@ pub struct Decision {
     pub remaining: u64,
     /// Zero when allowed; else the wait until the same request passes, µs
     /// ([`Decision::retry_after`]).
-    pub(crate) retry_after_micros: u64,
+    pub retry_after_micros: u64,
     /// The wait until the key is back to full capacity, µs
     /// ([`Decision::reset_after`]).
-    pub(crate) reset_after_micros: u64,
+    pub reset_after_micros: u64,
     /// The wait before an admitted request proceeds (leaky bucket queue), µs
     /// ([`Decision::delay`]).
-    pub(crate) delay_micros: u64,
+    pub delay_micros: u64,
     /// The limiter's backend was failing and this decision came from its
     /// failure policy (fail open, fail closed, an in-memory fallback), not
     /// from the shared state. A caller with a failure mode of its own (an
@@ -122,12 +124,6 @@ impl Decision {
         Duration::from_micros(self.retry_after_micros)
     }
 
-    /// [`Decision::retry_after`] in µs.
-    #[inline]
-    pub const fn retry_after_micros(&self) -> u64 {
-        self.retry_after_micros
-    }
-
     /// The wait until the key is back to full capacity, if nothing else is
     /// consumed meanwhile; zero when it is full now.
     #[inline]
@@ -135,23 +131,11 @@ impl Decision {
         Duration::from_micros(self.reset_after_micros)
     }
 
-    /// [`Decision::reset_after`] in µs.
-    #[inline]
-    pub const fn reset_after_micros(&self) -> u64 {
-        self.reset_after_micros
-    }
-
     /// How long an admitted request waits before it proceeds: zero for every
     /// algorithm but the leaky bucket queue.
     #[inline]
     pub const fn delay(&self) -> Duration {
         Duration::from_micros(self.delay_micros)
-    }
-
-    /// [`Decision::delay`] in µs.
-    #[inline]
-    pub const fn delay_micros(&self) -> u64 {
-        self.delay_micros
     }
 
     /// `retry_after` in whole seconds, rounded up: the HTTP `Retry-After`.

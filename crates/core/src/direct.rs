@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use crate::algorithm::{Algorithm, StateCell};
 use crate::limiter::{Limiter, RateLimiter};
 use crate::time::{Clock, SystemClock, clamp_instant};
-use crate::{Decision, Error, Issuer, Quota, Receipt, Verdict};
+use crate::{Bound, Decision, Error, Issuer, Quota, Receipt, Verdict};
 use parking_lot::Mutex;
 
 /// A single-bucket limiter: one state for every caller, no key.
@@ -21,7 +21,8 @@ use parking_lot::Mutex;
 ///
 /// ```
 /// use ratelab_core::{Algorithm, Direct, ManualClock, Quota};
-/// # use ratelab_core::{AtomicCell, Decision, Error};
+/// # use ratelab_core::{Bound, Decision, Error};
+/// # use ratelab_core::toolkit::AtomicCell;
 /// # #[derive(Debug)]
 /// # struct Nothing(Quota);
 /// # impl Algorithm for Nothing {
@@ -31,6 +32,7 @@ use parking_lot::Mutex;
 /// #     fn name(&self) -> &'static str { "nothing" }
 /// #     fn quota(&self) -> &Quota { &self.0 }
 /// #     fn capacity(&self) -> u64 { 1 }
+/// #     fn bound(&self) -> Bound { Bound::Rate { burst: self.capacity(), interval: u64::MAX } }
 /// #     fn initial_state(&self) -> u64 { 0 }
 /// #     fn decide(&self, _: &mut u64, _: u64, _: u32) -> Result<Decision, Error> {
 /// #         Ok(Decision::admitted(1).with_remaining(1).with_reset_after_micros(0))
@@ -155,7 +157,8 @@ impl<A: Algorithm, C: Clock> Direct<A, C> {
     ///
     /// ```
     /// use ratelab_core::{Direct, ManualClock, Quota};
-    /// # use ratelab_core::{Algorithm, AtomicCell, Decision, Error};
+    /// # use ratelab_core::{Algorithm, Bound, Decision, Error};
+    /// # use ratelab_core::toolkit::AtomicCell;
     /// # #[derive(Debug)]
     /// # struct Allowance(Quota);
     /// # impl Algorithm for Allowance {
@@ -165,6 +168,7 @@ impl<A: Algorithm, C: Clock> Direct<A, C> {
     /// #     fn name(&self) -> &'static str { "allowance" }
     /// #     fn quota(&self) -> &Quota { &self.0 }
     /// #     fn capacity(&self) -> u64 { self.0.burst().into() }
+    /// #     fn bound(&self) -> Bound { Bound::Rate { burst: self.capacity(), interval: u64::MAX } }
     /// #     fn initial_state(&self) -> u64 { 0 }
     /// #     fn decide(&self, used: &mut u64, _: u64, cost: u32) -> Result<Decision, Error> {
     /// #         let (cost, cap) = (u64::from(cost), self.capacity());
@@ -367,6 +371,10 @@ impl<A: Algorithm, C: Clock> Limiter for Direct<A, C> {
 
     fn backend(&self) -> &'static str {
         "memory"
+    }
+
+    fn bound(&self) -> Bound {
+        self.algorithm.bound()
     }
 
     fn refunds(&self) -> bool {

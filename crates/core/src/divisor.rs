@@ -20,7 +20,7 @@ const BITS: u32 = 53;
 /// [`Divisor::divide`] equals `n / d` for every `n`.
 ///
 /// ```
-/// use ratelab_core::Divisor;
+/// use ratelab_core::toolkit::Divisor;
 ///
 /// let third = Divisor::new(3);
 /// assert_eq!(third.divide(10), 3);

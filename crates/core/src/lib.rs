@@ -12,7 +12,8 @@
 //! a [`Decision`] out, and time from a [`Clock`].
 //!
 //! ```
-//! use ratelab_core::{Algorithm, AtomicCell, Decision, Error, Keyed, ManualClock, Quota, RateLimiter};
+//! use ratelab_core::{Algorithm, Bound, Decision, Error, Keyed, ManualClock, Quota, RateLimiter};
+//! use ratelab_core::toolkit::AtomicCell;
 //! use std::time::Duration;
 //!
 //! /// A toy algorithm: `burst` units, never refilled before `period` of rest.
@@ -26,6 +27,7 @@
 //!     fn name(&self) -> &'static str { "allowance" }
 //!     fn quota(&self) -> &Quota { &self.0 }
 //!     fn capacity(&self) -> u64 { self.0.burst().into() }
+//!     fn bound(&self) -> Bound { Bound::Rate { burst: self.capacity(), interval: u64::MAX } }
 //!     fn initial_state(&self) -> u64 { 0 }
 //!     fn decide(&self, used: &mut u64, _now: u64, cost: u32) -> Result<Decision, Error> {
 //!         let cost = u64::from(cost);
@@ -79,7 +81,7 @@
 #![forbid(unsafe_code)]
 
 mod algorithm;
-pub mod debt;
+mod bound;
 mod decision;
 mod direct;
 mod divisor;
@@ -88,42 +90,34 @@ pub mod keyed;
 mod limiter;
 mod log_gate;
 mod quota;
-pub mod receipt;
-pub mod remote;
+mod receipt;
 mod spent;
 mod throttle;
 mod time;
+pub mod toolkit;
 mod verdict;
 mod wait;
 
-pub use algorithm::{
-    Algorithm, AtomicCell, LockedCell, StateCell, ensure_settles, forget_if_forgettable,
-};
-pub use debt::Debt;
+pub use algorithm::Algorithm;
+pub use bound::Bound;
 pub use decision::{Decision, ceil_secs};
 pub use direct::Direct;
-pub use divisor::Divisor;
-pub use error::{Error, ErrorKind, Source, ensure_fits};
+pub use error::{Error, ErrorKind, Source};
 pub use keyed::{
     ByteKey, DEFAULT_MAX_KEYS, FloodPolicy, Keyed, KeyedBuilder, MAX_EXACT_KEY_LEN, MAX_SHARDS,
 };
 pub use limiter::{
     AsyncRateLimiter, CheckFuture, Limiter, RateLimiter, ReceiptFuture, ResetFuture,
 };
-pub use log_gate::LogGate;
 pub use quota::{Quota, QuotaError};
-pub use receipt::{
-    Issuer, LEDGER_CEILING, Ledger, MAX_RECENT_SHIFTS, Receipt, Redeemed, Settlement, Shift,
-    Shifts, Stamp,
-};
-pub use remote::{RemoteForm, StringForm};
-pub use spent::{MAX_GIVEN, MAX_MARK, MAX_SETTLED, Spent};
+pub use receipt::Receipt;
 pub use throttle::BlockingThrottle;
-pub use time::{
-    Clock, CoarseClock, MAX_INSTANT_MICROS, MAX_SPAN_MICROS, ManualClock, SystemClock,
-    clamp_instant, duration_to_micros,
-};
+pub use time::{Clock, CoarseClock, ManualClock, SystemClock};
 pub use verdict::Verdict;
 #[cfg(feature = "tokio")]
 pub use wait::wait_and_consume_async;
 pub use wait::{MIN_RETRY_PAUSE, WaitError, wait_and_consume, wait_for, wait_for_on};
+
+// The toolkit, for this crate's own modules under its short paths.
+#[allow(unused_imports)]
+pub(crate) use toolkit::*;

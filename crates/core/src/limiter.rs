@@ -6,7 +6,7 @@
 //! both are object safe, so limiters of different algorithms and backends fit
 //! in one `Vec<Box<dyn AsyncRateLimiter>>`.
 
-use crate::{Decision, Error, Quota, Receipt};
+use crate::{Bound, Decision, Error, Quota, Receipt};
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -34,6 +34,10 @@ pub trait Limiter: Send + Sync {
 
     /// Where the state lives: `"memory"`, `"redis"`, ...
     fn backend(&self) -> &'static str;
+
+    /// What its algorithm promises about the units that count
+    /// ([`Algorithm::bound`](crate::Algorithm::bound)).
+    fn bound(&self) -> Bound;
 
     /// It issues receipts and settles them ([`RateLimiter::settle`],
     /// [`AsyncRateLimiter::settle_async`]): true for every ratelab limiter
@@ -76,7 +80,8 @@ pub trait RateLimiter: Limiter {
     ///
     /// ```
     /// use ratelab_core::{Keyed, ManualClock, Quota, RateLimiter};
-    /// # use ratelab_core::{Algorithm, Decision, Error, LockedCell, Settlement, Stamp};
+    /// # use ratelab_core::{Algorithm, Bound, Decision, Error};
+    /// # use ratelab_core::toolkit::{LockedCell, Settlement, Stamp};
     /// # /// A toy: `burst` units per key, never refilled.
     /// # #[derive(Debug)]
     /// # struct Allowance(Quota);
@@ -88,6 +93,8 @@ pub trait RateLimiter: Limiter {
     /// #     fn name(&self) -> &'static str { "allowance" }
     /// #     fn quota(&self) -> &Quota { &self.0 }
     /// #     fn capacity(&self) -> u64 { self.0.burst().into() }
+    /// #     // Never refilled: a rate of one unit per forever.
+    /// #     fn bound(&self) -> Bound { Bound::Rate { burst: self.capacity(), interval: u64::MAX } }
     /// #     fn initial_state(&self) -> u64 { 0 }
     /// #     fn decide(&self, used: &mut u64, _: u64, cost: u32) -> Result<Decision, Error> {
     /// #         let (cost, cap) = (u64::from(cost), self.capacity());
@@ -253,6 +260,9 @@ macro_rules! forward_through_pointer {
             }
             fn backend(&self) -> &'static str {
                 (**self).backend()
+            }
+            fn bound(&self) -> Bound {
+                (**self).bound()
             }
             fn refunds(&self) -> bool {
                 (**self).refunds()

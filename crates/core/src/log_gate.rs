@@ -17,7 +17,8 @@ use crate::{Clock, SystemClock, duration_to_micros};
 /// dependency); the caller logs when admitted, with the count it returns.
 ///
 /// ```
-/// use ratelab_core::{LogGate, ManualClock};
+/// use ratelab_core::ManualClock;
+/// use ratelab_core::toolkit::LogGate;
 /// use std::time::Duration;
 ///
 /// let clock = ManualClock::new();

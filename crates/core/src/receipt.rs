@@ -1,89 +1,5 @@
-//! [`Receipt`]: what an admission took, handed back by the check that made
-//! it, so that a refund or a settlement gives back only what the limiter can
-//! prove that admission still holds.
-//!
-//! # Why a receipt, and not a number
-//!
-//! A refund that trusts a number the caller computes (how much to give, how
-//! long the admission still weighs) can be wrong in ways no caller can see:
-//! an admission's `reset_after` includes the debt of the admissions before
-//! it, so once one of those is refunded, a later admission's figure
-//! overstates what it still holds, and the refund hands out units that
-//! belong to others. A receipt carries what the limiter itself wrote at the
-//! check (a [`Stamp`]); the limiter decides from its own state and the
-//! stamp, never from a duration.
-//!
-//! A receipt is taken by value and cannot be cloned: an admission is given
-//! back at most once. It names its limiter: a receipt handed to another one
-//! is [`Error::ForeignReceipt`](crate::Error::ForeignReceipt).
-//!
-//! # The rule, and why it holds
-//!
-//! Let *kept* be every admission, each with the cost it finally counts for
-//! (its cost, less what a refund or settlement gave back), plus every extra
-//! charge a settlement made, at the instant it was made. The promise: **at
-//! every admission, the kept history up to that instant, replayed through the
-//! algorithm from a fresh state with every charge forced, left room for it.**
-//! So the kept units obey each algorithm's own bound (a bucket's
-//! `burst + floor(t / T)` in any interval `t`, a window's limit per window),
-//! whatever the order and delay of checks, peeks, refunds and settlements,
-//! clock rewinds included. `crates/tests/tests/redis/settle_bound.rs` checks it
-//! against such a replay, in memory and on Redis (scripts and module).
-//!
-//! **Windows** (fixed window, sliding counter): the stamp is the admission's
-//! window. A settlement gives units back from that window's count while the
-//! window still counts (the current one; for the sliding counter, the
-//! previous one too), never from another: the count then stays at least what
-//! the kept admissions of that window add up to. **Sliding log**: the stamp
-//! is the instant the admission was logged at; units leave the log only
-//! from that instant (units of one instant are interchangeable), while they
-//! are in the log. A window's stamp also marks its admission (the units
-//! counted there up to it, given back ones included), and its ledger
-//! ([`Spent`]) lists the stamps settled, so that each gives back once.
-//!
-//! **Debts** (GCRA, token bucket, leaky meter and queue): each state has an
-//! instant `F` at which it is full again (`full_at`), and an admission of
-//! `cost` at `now` moves it to `max(F, now) + cost × T`. Read the admissions
-//! as a schedule: each occupies `cost × T` of time, back to back, starting
-//! no earlier than its instant, and `F` is where the schedule ends. Giving
-//! back part of an admission that ends at `E` is safe as long as `E > now`:
-//! nothing admitted after it found the schedule idle (their instants were all
-//! before `E`), so everything after it moves earlier by exactly what is given
-//! back, and `F` with it; the kept schedule ends where the state now says.
-//! The stamp holds `E` as the check left it, and a *ledger* kept with the
-//! state records every shift a settlement made, at the settled admission's
-//! position (the admissions after it are the ones it moved). So `E` is at
-//! least the stamp's end less the shifts recorded since the stamp at or
-//! before its position, and a settlement gives back
-//! `min(unused × T − what its own earlier settlements gave, that end − now)`:
-//! nothing once the admission's time has passed, and never the admission's
-//! units twice. Giving back from the last admission moves nothing else, but
-//! is recorded all the same: the key's `F` plus the ledger's total then
-//! never comes back to a position an earlier admission had, so no two
-//! admissions of one key are ever stamped alike. An extra charge is added at
-//! the end of the schedule: it moves nothing.
-//!
-//! **Keys forgotten and reset.** A key is forgotten (by the keyed store, or
-//! by Redis expiring it) only when no receipt can still give anything back:
-//! a debt whose ledger grew is kept until `F` plus the burst's time, past the
-//! end of every admission it ever made; a reset (which must not let older
-//! receipts take from what comes after) grows the ledger past every
-//! outstanding end, or fences the windows, and is kept until then too.
-//!
-//! # Across a process boundary
-//!
-//! In Rust a receipt cannot be forged or used twice. A Redis script is sent
-//! the stamp's numbers, and trusts them as it trusts every argument (a
-//! caller that can send arbitrary arguments can as well write the key), but
-//! bounds what they can do: a settlement never takes a key beyond full
-//! capacity, never gives back more than `unused × T` (debts) or `unused`
-//! units (windows), never gives back for a window that has ended, and
-//! nothing for an end that is later than the state's own. **A stamp
-//! settled again gives nothing more**, however its replays and the key's
-//! other checks interleave: no two admissions share a stamp (a debt's
-//! position, a window's mark), a debt's ledger counts what each position
-//! gave, and a window's ledger ([`Spent`]) lists the stamps it settled. A
-//! forged stamp can do at most what a reset of the key does.
+//! [`Receipt`]: what an admission took, and the ledgers and stamps that let
+//! a settlement give back only what the limiter can prove it still holds.
 
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -92,7 +8,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use crate::Spent;
 
 /// What a limiter wrote at an admission, for its refund or settlement: its
-/// meaning is the algorithm's (see the [module docs](self)).
+/// meaning is the algorithm's (see [`Receipt`]).
 ///
 /// For the debts (GCRA, token bucket, leaky meter and queue), `at` is the
 /// instant the key was full again right after the admission, µs, and `mark`
@@ -138,7 +54,90 @@ impl Settlement {
 /// What one admission took: hand it back to [`settle`] or [`refund`] on the
 /// limiter that issued it, once, or drop it (the admission then counts as
 /// charged). What a settlement gives back, and why that never lets more
-/// than the quota count: the [module docs](self).
+/// than the quota count, follows.
+///
+/// # Why a receipt, and not a number
+///
+/// A refund that trusts a number the caller computes (how much to give, how
+/// long the admission still weighs) can be wrong in ways no caller can see:
+/// an admission's `reset_after` includes the debt of the admissions before
+/// it, so once one of those is refunded, a later admission's figure
+/// overstates what it still holds, and the refund hands out units that
+/// belong to others. A receipt carries what the limiter itself wrote at the
+/// check (a [`Stamp`]); the limiter decides from its own state and the
+/// stamp, never from a duration.
+///
+/// A receipt is taken by value and cannot be cloned: an admission is given
+/// back at most once. It names its limiter: a receipt handed to another one
+/// is [`Error::ForeignReceipt`](crate::Error::ForeignReceipt).
+///
+/// # The rule, and why it holds
+///
+/// Let *kept* be every admission, each with the cost it finally counts for
+/// (its cost, less what a refund or settlement gave back), plus every extra
+/// charge a settlement made, at the instant it was made. The promise: **at
+/// every admission, the kept history up to that instant, replayed through the
+/// algorithm from a fresh state with every charge forced, left room for it.**
+/// So the kept units obey each algorithm's own bound (a bucket's
+/// `burst + floor(t / T)` in any interval `t`, a window's limit per window),
+/// whatever the order and delay of checks, peeks, refunds and settlements,
+/// clock rewinds included. `crates/tests/tests/redis/settle_bound.rs` checks it
+/// against such a replay, in memory and on Redis (scripts and module).
+///
+/// **Windows** (fixed window, sliding counter): the stamp is the admission's
+/// window. A settlement gives units back from that window's count while the
+/// window still counts (the current one; for the sliding counter, the
+/// previous one too), never from another: the count then stays at least what
+/// the kept admissions of that window add up to. **Sliding log**: the stamp
+/// is the instant the admission was logged at; units leave the log only
+/// from that instant (units of one instant are interchangeable), while they
+/// are in the log. A window's stamp also marks its admission (the units
+/// counted there up to it, given back ones included), and its ledger
+/// ([`Spent`]) lists the stamps settled, so that each gives back once.
+///
+/// **Debts** (GCRA, token bucket, leaky meter and queue): each state has an
+/// instant `F` at which it is full again (`full_at`), and an admission of
+/// `cost` at `now` moves it to `max(F, now) + cost × T`. Read the admissions
+/// as a schedule: each occupies `cost × T` of time, back to back, starting
+/// no earlier than its instant, and `F` is where the schedule ends. Giving
+/// back part of an admission that ends at `E` is safe as long as `E > now`:
+/// nothing admitted after it found the schedule idle (their instants were all
+/// before `E`), so everything after it moves earlier by exactly what is given
+/// back, and `F` with it; the kept schedule ends where the state now says.
+/// The stamp holds `E` as the check left it, and a *ledger* kept with the
+/// state records every shift a settlement made, at the settled admission's
+/// position (the admissions after it are the ones it moved). So `E` is at
+/// least the stamp's end less the shifts recorded since the stamp at or
+/// before its position, and a settlement gives back
+/// `min(unused × T − what its own earlier settlements gave, that end − now)`:
+/// nothing once the admission's time has passed, and never the admission's
+/// units twice. Giving back from the last admission moves nothing else, but
+/// is recorded all the same: the key's `F` plus the ledger's total then
+/// never comes back to a position an earlier admission had, so no two
+/// admissions of one key are ever stamped alike. An extra charge is added at
+/// the end of the schedule: it moves nothing.
+///
+/// **Keys forgotten and reset.** A key is forgotten (by the keyed store, or
+/// by Redis expiring it) only when no receipt can still give anything back:
+/// a debt whose ledger grew is kept until `F` plus the burst's time, past the
+/// end of every admission it ever made; a reset (which must not let older
+/// receipts take from what comes after) grows the ledger past every
+/// outstanding end, or fences the windows, and is kept until then too.
+///
+/// # Across a process boundary
+///
+/// In Rust a receipt cannot be forged or used twice. A Redis script is sent
+/// the stamp's numbers, and trusts them as it trusts every argument (a
+/// caller that can send arbitrary arguments can as well write the key), but
+/// bounds what they can do: a settlement never takes a key beyond full
+/// capacity, never gives back more than `unused × T` (debts) or `unused`
+/// units (windows), never gives back for a window that has ended, and
+/// nothing for an end that is later than the state's own. **A stamp
+/// settled again gives nothing more**, however its replays and the key's
+/// other checks interleave: no two admissions share a stamp (a debt's
+/// position, a window's mark), a debt's ledger counts what each position
+/// gave, and a window's ledger ([`Spent`]) lists the stamps it settled. A
+/// forged stamp can do at most what a reset of the key does.
 ///
 /// [`settle`]: crate::RateLimiter::settle
 /// [`refund`]: crate::RateLimiter::refund
@@ -445,7 +444,7 @@ impl Ledger for Shifts {
 /// `full_at` whose admissions end at most `tolerance` after their instant, at
 /// `now` (never before the latest instant the key was written at); records
 /// the shift in `ledger` at the admission's position (see the
-/// [module docs](self)). 0 for a stamp of another incarnation of the key, an
+/// [`Receipt`] docs). 0 for a stamp of another incarnation of the key, an
 /// end that has passed, an end later than the state's (not an admission of
 /// this state), an admission whose settlements already gave back `unused`
 /// (a replay), or a shift the ledger cannot record.
@@ -486,7 +485,7 @@ pub(crate) fn debt_release(
 /// A debt's ledger after a reset at `now` of a state full again at
 /// `full_at`: every outstanding admission moved past now, so that no receipt
 /// issued before gives anything back afterwards (see the
-/// [module docs](self)). Unchanged when nothing can be outstanding; at the
+/// [`Receipt`] docs). Unchanged when nothing can be outstanding; at the
 /// ceiling when the shift cannot be recorded (nothing is given back any
 /// more, until the key is forgotten).
 pub(crate) fn debt_reset(full_at: u64, ledger: &mut Shifts, now: u64, tolerance: u64) {

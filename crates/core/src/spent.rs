@@ -12,7 +12,7 @@
 //! (where those it could no longer list went), gives nothing back again.
 //!
 //! ```
-//! use ratelab_core::{Spent, Stamp};
+//! use ratelab_core::toolkit::{Spent, Stamp};
 //!
 //! let mut spent = Spent::default();
 //! // Two admissions of 2 in window 7: marks 2 and 4.

@@ -25,7 +25,8 @@ use crate::{Algorithm, Decision};
 ///
 /// ```
 /// use ratelab_core::{Direct, ManualClock, Quota};
-/// # use ratelab_core::{Algorithm, AtomicCell, Decision, Error};
+/// # use ratelab_core::{Algorithm, Bound, Decision, Error};
+/// # use ratelab_core::toolkit::AtomicCell;
 /// # /// A toy: `burst` units, never refilled.
 /// # #[derive(Debug)]
 /// # struct Allowance(Quota);
@@ -36,6 +37,7 @@ use crate::{Algorithm, Decision};
 /// #     fn name(&self) -> &'static str { "allowance" }
 /// #     fn quota(&self) -> &Quota { &self.0 }
 /// #     fn capacity(&self) -> u64 { self.0.burst().into() }
+/// #     fn bound(&self) -> Bound { Bound::Rate { burst: self.capacity(), interval: u64::MAX } }
 /// #     fn initial_state(&self) -> u64 { 0 }
 /// #     fn decide(&self, used: &mut u64, _: u64, cost: u32) -> Result<Decision, Error> {
 /// #         let (cost, cap) = (u64::from(cost), self.capacity());

@@ -1,10 +1,10 @@
 //! The fixed window's remote form: the Redis script `lua/fixed_window.lua`,
 //! its parameters `W, limit`, and its state, `struct '<ddd'`: the window's
 //! index, the units counted in it, and the fence; then, once a receipt was
-//! settled, the window's ledger ([`Spent`](ratelab_core::Spent)).
+//! settled, the window's ledger ([`Spent`](ratelab_core::toolkit::Spent)).
 
-use ratelab_core::Spent;
-use ratelab_core::remote::{
+use ratelab_core::toolkit::Spent;
+use ratelab_core::toolkit::remote::{
     self, Encoded, MAX_COUNT, Params, RemoteForm, Shape, Stored, StoredOf, StringForm, Value,
     doubles, integers, lua,
 };

@@ -6,16 +6,14 @@ use proptest::prelude::*;
 use ratelab_core::Algorithm;
 use ratelab_fixed_window::FixedWindow;
 use ratelab_testkit::interleave::{in_memory, quota_and_ops};
-use ratelab_testkit::kept::Model;
 use ratelab_testkit::oracle::Bound;
 use ratelab_testkit::props::{all_properties, config, simulate, wild_clock_properties};
 use ratelab_testkit::strategies::{quota_and_arrivals, quota_and_wild_arrivals};
 
 fn bound(window: &FixedWindow) -> Bound {
-    Bound::Window {
+    Bound::AlignedWindow {
         limit: window.capacity(),
         window: window.window_micros(),
-        factor: 2,
     }
 }
 
@@ -52,7 +50,6 @@ proptest! {
     #[test]
     fn settlements_keep_every_admission_within_what_was_kept((quota, ops) in quota_and_ops(60, 3)) {
         let window = FixedWindow::new(quota);
-        let model = Model::Fixed { window: window.window_micros(), limit: window.capacity() };
-        in_memory(&window, model, &ops)?;
+        in_memory(&window, &ops)?;
     }
 }

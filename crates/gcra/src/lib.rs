@@ -45,10 +45,9 @@
 
 mod remote;
 
-use ratelab_core::Debt;
-use ratelab_core::{
-    Algorithm, AtomicCell, Decision, Divisor, Error, Quota, RemoteForm, Shifts, ensure_fits,
-};
+use ratelab_core::toolkit::Debt;
+use ratelab_core::toolkit::{AtomicCell, Divisor, RemoteForm, Shifts, ensure_fits};
+use ratelab_core::{Algorithm, Bound, Decision, Error, Quota};
 
 /// GCRA parameters derived from a [`Quota`]. See the crate docs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -120,6 +119,11 @@ impl Algorithm for Gcra {
     }
 
     #[inline]
+    fn bound(&self) -> Bound {
+        Bound::rate(&self.quota)
+    }
+
+    #[inline]
     fn initial_state(&self) -> u64 {
         0
     }
@@ -154,7 +158,7 @@ impl Algorithm for Gcra {
         *tat
     }
 
-    // stamp, settle, reset and forgettable_at: a debt's (`ratelab_core::debt`).
+    // stamp, settle, reset and forgettable_at: a debt's (`ratelab_core::toolkit::debt`).
     ratelab_core::debt_receipts!();
 }
 

@@ -4,7 +4,9 @@
 //! shifts.
 
 use ratelab_core::Algorithm;
-use ratelab_core::remote::{self, Encoded, Params, RemoteForm, Shape, StoredOf, StringForm, Value};
+use ratelab_core::toolkit::remote::{
+    self, Encoded, Params, RemoteForm, Shape, StoredOf, StringForm, Value,
+};
 
 use crate::Gcra;
 
@@ -62,8 +64,8 @@ impl StringForm for Gcra {
 mod tests {
     use super::*;
     use ratelab_core::Quota;
-    use ratelab_core::remote::{MAX_TAIL, Stored};
-    use ratelab_core::{MAX_RECENT_SHIFTS, Shift, Shifts};
+    use ratelab_core::toolkit::remote::{MAX_TAIL, Stored};
+    use ratelab_core::toolkit::{MAX_RECENT_SHIFTS, Shift, Shifts};
 
     #[test]
     fn the_state_round_trips_with_its_shifts() {

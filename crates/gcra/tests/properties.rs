@@ -4,13 +4,12 @@
 use proptest::prelude::*;
 use ratelab_gcra::Gcra;
 use ratelab_testkit::interleave::{in_memory, lean_in_memory, quota_and_ops};
-use ratelab_testkit::kept::Model;
 use ratelab_testkit::oracle::Bound;
 use ratelab_testkit::props::{all_properties, config, wild_clock_properties};
 use ratelab_testkit::strategies::{quota_and_arrivals, quota_and_wild_arrivals};
 
 fn bound(gcra: &Gcra) -> Bound {
-    Bound::Bucket {
+    Bound::Rate {
         burst: gcra.tolerance_micros() / gcra.interval_micros(),
         interval: gcra.interval_micros(),
     }
@@ -33,7 +32,7 @@ proptest! {
 
     #[test]
     fn settlements_keep_every_admission_within_what_was_kept((quota, ops) in quota_and_ops(60, 3)) {
-        in_memory(&Gcra::new(quota), Model::debt(quota), &ops)?;
+        in_memory(&Gcra::new(quota), &ops)?;
     }
 }
 
@@ -49,6 +48,6 @@ proptest! {
         (quota, ops) in quota_and_ops(60, 3),
         lean in any::<u64>(),
     ) {
-        lean_in_memory(&Gcra::new(quota), Model::debt(quota), &ops, lean)?;
+        lean_in_memory(&Gcra::new(quota), &ops, lean)?;
     }
 }

@@ -14,7 +14,6 @@ use ratelab_core::{Decision, ceil_secs};
 use crate::client::Client;
 use crate::engine::{Outcome, State, Tally};
 use crate::matching::Compiled;
-use crate::policy::FailureMode;
 use crate::response;
 
 /// What happened to the request.
@@ -66,24 +65,66 @@ pub struct PolicyStatus {
     pub window_secs: u64,
     /// What the request costs under this policy.
     pub cost: u32,
-    /// The limiter's answer, when it gave one. For a policy that counts
-    /// after the response without receipts, the answer to a peek: `remaining`
-    /// does not include this request yet.
-    pub decision: Option<Decision>,
-    /// `t`: the wait until more quota is available than `remaining`.
+    /// What the policy did with the request.
+    pub outcome: PolicyOutcome,
+    /// `t`: the wait until more quota is available than `remaining`, when
+    /// the limiter answered.
     pub next_after: Option<Duration>,
-    /// This policy refused the request (or can never admit its cost).
-    pub violated: bool,
-    /// The request's cost is above this policy's burst: no wait helps.
-    pub never: bool,
-    /// The limiter failed, and the policy did this about it.
-    pub failure: Option<FailureMode>,
 }
 
 impl PolicyStatus {
     /// Units still available now, if the limiter answered.
     pub fn remaining(&self) -> Option<u64> {
-        self.decision.map(|d| d.remaining)
+        self.outcome.decision().map(|d| d.remaining)
+    }
+}
+
+/// What one policy did with a request: one of these, never two.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum PolicyOutcome {
+    /// Not asked: the request was decided before this policy's turn.
+    NotAsked,
+    /// The limiter's answer with the request's cost: admitted, or refused
+    /// (`allowed` false: the policy is violated). After the response, what
+    /// a settlement or a refund answered: the key as it left it.
+    Decided(Decision),
+    /// The limiter's answer to a peek (a policy that counts after the
+    /// response, without receipts): nothing consumed yet, and `remaining`
+    /// does not count this request.
+    Peeked(Decision),
+    /// Admitted, then given back: another policy refused the request, or
+    /// failed closed. The decision is the refund's answer.
+    GivenBack(Decision),
+    /// The request's cost is above this policy's burst: it can never pass,
+    /// and no wait helps. The policy is violated.
+    Never,
+    /// The limiter failed, and the policy let the request pass unchecked.
+    FailedOpen,
+    /// The limiter failed, and the policy refused the request (`503`).
+    FailedClosed,
+}
+
+impl PolicyOutcome {
+    /// The limiter's answer, when it gave one.
+    pub fn decision(&self) -> Option<&Decision> {
+        match self {
+            PolicyOutcome::Decided(d) | PolicyOutcome::Peeked(d) | PolicyOutcome::GivenBack(d) => {
+                Some(d)
+            }
+            _ => None,
+        }
+    }
+
+    /// The policy refused the request: its limiter did, or the cost can
+    /// never fit it.
+    pub fn violated(&self) -> bool {
+        matches!(self, PolicyOutcome::Decided(d) if !d.allowed) || *self == PolicyOutcome::Never
+    }
+
+    /// The policy's limiter failed and the policy refused the request.
+    pub fn failed_closed(&self) -> bool {
+        *self == PolicyOutcome::FailedClosed
     }
 }
 
@@ -94,21 +135,21 @@ impl RateLimitInfo {
             .iter()
             .map(|report| {
                 let compiled = &policies[report.check.index];
-                let decision = report.decision().copied();
                 PolicyStatus {
                     name: compiled.name.clone(),
                     limit: compiled.item.q,
                     window_secs: compiled.item.w,
                     cost: report.check.cost,
-                    decision,
-                    next_after: report.next_after(),
-                    violated: report.violated(),
-                    never: matches!(report.state(), State::Never { .. }),
-                    failure: match report.state() {
-                        State::FailedOpen => Some(FailureMode::Open),
-                        State::FailedClosed(_) => Some(FailureMode::Closed),
-                        _ => None,
+                    outcome: match report.state() {
+                        State::Pending => PolicyOutcome::NotAsked,
+                        State::Decided(d) => PolicyOutcome::Decided(d),
+                        State::Peeked(d) => PolicyOutcome::Peeked(d),
+                        State::GivenBack(d) => PolicyOutcome::GivenBack(d),
+                        State::Never { .. } => PolicyOutcome::Never,
+                        State::FailedOpen => PolicyOutcome::FailedOpen,
+                        State::FailedClosed(_) => PolicyOutcome::FailedClosed,
                     },
+                    next_after: report.next_after(),
                 }
             })
             .collect();
@@ -169,12 +210,12 @@ impl RateLimitInfo {
                 let names = self
                     .policies
                     .iter()
-                    .filter(|p| p.failure == Some(FailureMode::Closed))
+                    .filter(|p| p.outcome.failed_closed())
                     .map(|p| &*p.name);
                 response::unavailable(names, self.retry_after_secs())
             }
             _ => {
-                let violated = self.policies.iter().filter(|p| p.violated);
+                let violated = self.policies.iter().filter(|p| p.outcome.violated());
                 let retry_after = self.retry_after_secs();
                 let detail = Reasons {
                     violated: violated.clone(),
@@ -203,7 +244,7 @@ impl<'a, I: Iterator<Item = &'a PolicyStatus> + Clone> fmt::Display for Reasons<
             if i > 0 {
                 f.write_str("; ")?;
             }
-            if p.never {
+            if p.outcome == PolicyOutcome::Never {
                 f.write_str("a request costing ")?;
                 f.write_str(number.format(p.cost))?;
                 f.write_str(" can never pass policy \"")?;
@@ -268,17 +309,17 @@ mod tests {
                 "unavailable-policies",
                 info.policies
                     .iter()
-                    .filter(|p| p.failure == Some(FailureMode::Closed))
+                    .filter(|p| p.outcome.failed_closed())
                     .map(|p| &*p.name)
                     .collect::<Vec<_>>(),
             ),
             _ => {
-                let violated = info.policies.iter().filter(|p| p.violated);
+                let violated = info.policies.iter().filter(|p| p.outcome.violated());
                 let reasons: Vec<String> = violated
                     .clone()
                     .map(|p| {
                         let name = &p.name;
-                        if p.never {
+                        if p.outcome == PolicyOutcome::Never {
                             format!(
                                 "a request costing {} can never pass policy \"{name}\", which admits at most {} at once",
                                 p.cost, p.limit
@@ -344,17 +385,14 @@ mod tests {
                     limit,
                     window_secs,
                     cost,
-                    decision: None,
+                    outcome: match (failure, never, violated) {
+                        (Some(true), _, _) => PolicyOutcome::FailedOpen,
+                        (Some(false), _, _) => PolicyOutcome::FailedClosed,
+                        (None, true, _) => PolicyOutcome::Never,
+                        (None, false, true) => PolicyOutcome::Decided(Decision::refused(limit)),
+                        (None, false, false) => PolicyOutcome::Decided(Decision::admitted(limit)),
+                    },
                     next_after: None,
-                    violated,
-                    never,
-                    failure: failure.map(|open| {
-                        if open {
-                            FailureMode::Open
-                        } else {
-                            FailureMode::Closed
-                        }
-                    }),
                 },
             )
     }

@@ -28,10 +28,10 @@
 //!         return hello(); // skipped: served as it is
 //!     };
 //!     // 2. The limiters decide (in memory at once; on Redis, awaited).
-//!     let verdict = pending.decide().await;
-//!     let delay = verdict.delay(); // a queue's slot, if a policy gives one
+//!     let ruling = pending.decide().await;
+//!     let delay = ruling.delay(); // a queue's slot, if a policy gives one
 //!     // 3. A refusal is answered now; a request that passes is served.
-//!     match limits.conclude(verdict, &mut parts) {
+//!     match limits.conclude(ruling, &mut parts) {
 //!         Conclusion::Refuse(refused) => {
 //!             let mut response = refused.info().problem_response();
 //!             refused.finish(limits, response.headers_mut());
@@ -110,14 +110,14 @@ pub use engine::wait_for_next_unit;
 pub use failure::LimiterFailure;
 pub use headers::{Fields, HeaderStyle, LegacyReset};
 pub use identity::{Identify, PeerAddr};
-pub use info::{LimitOutcome, PolicyStatus, RateLimitInfo};
+pub use info::{LimitOutcome, PolicyOutcome, PolicyStatus, RateLimitInfo};
 pub use limits::{Limits, LimitsBuilder};
 pub use login::{
     LoginAttempt, LoginGuard, LoginGuardBuilder, LoginGuardError, MIN_SECRET_LEN, SameSite,
 };
 pub use policy::{Count, DEFAULT_TIMEOUT, FailureMode, Policy};
 pub use proxy::{ForwardedHeader, InvalidNetwork, TrustedProxies};
-pub use request::{Admitted, Conclusion, Pending, Refused, Verdict};
+pub use request::{Admitted, Conclusion, Pending, Refused, Ruling};
 pub use response::{
     QUOTA_EXCEEDED, RATELIMIT, RATELIMIT_POLICY, X_RATELIMIT_LIMIT, X_RATELIMIT_REMAINING,
     X_RATELIMIT_RESET,

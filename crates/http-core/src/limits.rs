@@ -128,22 +128,13 @@ impl LimitsBuilder {
         self
     }
 
-    /// Also send `X-RateLimit-Limit`, `X-RateLimit-Remaining` and
-    /// `X-RateLimit-Reset` for the policy closest to refusing: on a
-    /// refusal, the violated policy with the longest wait, otherwise the
-    /// policy with the least remaining. `true` adds them to the draft's
-    /// fields ([`HeaderStyle::DraftAndLegacy`]), `false` sends the draft's
-    /// only. Off by default.
-    pub fn legacy_headers(self, on: bool) -> Self {
-        self.headers(if on {
-            HeaderStyle::DraftAndLegacy
-        } else {
-            HeaderStyle::Draft
-        })
-    }
-
-    /// Which rate limit fields responses carry ([`HeaderStyle::Draft`] by
-    /// default; [`HeaderStyle::None`] for none).
+    /// Which rate limit fields responses carry: the draft's
+    /// ([`HeaderStyle::Draft`], the default), the legacy `X-RateLimit-*` for
+    /// the policy closest to refusing (on a refusal, the violated policy
+    /// with the longest wait, otherwise the policy with the least remaining:
+    /// [`HeaderStyle::Legacy`]), both ([`HeaderStyle::DraftAndLegacy`]), or
+    /// none ([`HeaderStyle::None`]). One setting: a later call replaces an
+    /// earlier one.
     pub fn headers(mut self, style: HeaderStyle) -> Self {
         self.fields.style = style;
         self

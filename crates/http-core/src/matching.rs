@@ -5,7 +5,8 @@ use std::borrow::Cow;
 use std::sync::Arc;
 
 use http::request::Parts;
-use ratelab_core::{LogGate, ceil_secs};
+use ratelab_core::ceil_secs;
+use ratelab_core::toolkit::LogGate;
 
 use crate::client::Client;
 use crate::config::ConfigError;
@@ -51,7 +52,7 @@ impl Compiled {
             // faster than the real one.
             ceil_secs(quota.window()).max(1),
         );
-        let refill = Refill::of(policy.limiter.algorithm_name(), &quota);
+        let refill = Refill::of(policy.limiter.bound());
         if policy.settle.is_some() && !policy.refunds {
             return Err(ConfigError::CannotSettle(policy.name.clone()));
         }

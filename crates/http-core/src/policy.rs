@@ -183,7 +183,7 @@ impl Policy {
     /// limiter of your own gets the same by implementing
     /// [`AsyncRateLimiter::check_with_receipt_async`] and
     /// [`AsyncRateLimiter::settle_async`] (issue its receipts with
-    /// [`ratelab_core::Issuer`]) and answering `true` to
+    /// [`ratelab_core::toolkit::Issuer`]) and answering `true` to
     /// [`Limiter::refunds`].
     ///
     /// [`Limiter::refunds`]: ratelab_core::Limiter::refunds

@@ -1,7 +1,7 @@
 //! One request through the [`Limits`], step by step, as any server drives
 //! it: [`Limits::start`] reads the request head (who the client is, the
 //! login attempt it is, the policies that apply) into a [`Pending`] request,
-//! which asks the limiters for a [`Verdict`]; [`Limits::conclude`] turns it
+//! which asks the limiters for a [`Ruling`]; [`Limits::conclude`] turns it
 //! into a request that passes ([`Admitted`]) or one to answer at once
 //! ([`Refused`]), and once the response head is known,
 //! [`Admitted::settle`] (or [`Refused::finish`]) counts what the response
@@ -116,8 +116,8 @@ impl Limits {
     ///
     /// If the request was concluded before: a request is concluded once.
     #[inline]
-    pub fn conclude<'p>(&self, verdict: Verdict<'p>, parts: &mut Parts) -> Conclusion<'p> {
-        self.conclude_in_place(verdict, &mut parts.extensions)
+    pub fn conclude<'p>(&self, ruling: Ruling<'p>, parts: &mut Parts) -> Conclusion<'p> {
+        self.conclude_in_place(ruling, &mut parts.extensions)
     }
 
     /// [`Limits::conclude`] for a request held whole: `extensions` are
@@ -130,10 +130,10 @@ impl Limits {
     #[inline]
     pub fn conclude_in_place<'p>(
         &self,
-        verdict: Verdict<'p>,
+        ruling: Ruling<'p>,
         extensions: &mut Extensions,
     ) -> Conclusion<'p> {
-        let pending = verdict.pending;
+        let pending = ruling.pending;
         let client = pending.client.take().expect("a request is concluded once");
         let tally = &pending.engine.tally;
         self.alerts.raise(&self.policies, tally, &client);
@@ -198,36 +198,34 @@ impl Pending {
         self.client.as_ref()
     }
 
-    /// The verdict at once, when it needs no waiting: one policy, whose
+    /// The ruling at once, when it needs no waiting: one policy, whose
     /// limiter answers without a future (every in-memory one), and nothing
     /// to give back later. No future, box, timer or allocation then. `None`
     /// otherwise, nothing asked: [`Pending::decide`].
     #[inline]
-    pub fn decide_now(&mut self) -> Option<Verdict<'_>> {
-        self.engine
-            .decide_now()
-            .then_some(Verdict { pending: self })
+    pub fn decide_now(&mut self) -> Option<Ruling<'_>> {
+        self.engine.decide_now().then_some(Ruling { pending: self })
     }
 
     /// Asks the limiters (each policy's calls bounded together by its
     /// [timeout](crate::Policy::timeout), on tokio's timer) and says what
     /// happens to the request. In-memory limiters have answered at its
-    /// first poll. Once decided, a request is not asked again: the verdict
+    /// first poll. Once decided, a request is not asked again: the ruling
     /// is the same.
-    pub async fn decide(&mut self) -> Verdict<'_> {
+    pub async fn decide(&mut self) -> Ruling<'_> {
         self.engine.decide().await;
-        Verdict { pending: self }
+        Ruling { pending: self }
     }
 }
 
 /// What the limiters said about one request, for [`Limits::conclude`].
 #[derive(Debug)]
 #[must_use]
-pub struct Verdict<'p> {
+pub struct Ruling<'p> {
     pending: &'p mut Pending,
 }
 
-impl Verdict<'_> {
+impl Ruling<'_> {
     /// What happens to the request.
     #[inline]
     pub fn outcome(&self) -> LimitOutcome {
@@ -253,7 +251,7 @@ impl Verdict<'_> {
     /// something: a policy counts only some responses or settles the cost
     /// from the response, or the request is a login attempt (a success gets
     /// a device cookie). Then [`Admitted::settle`] must see it; otherwise
-    /// [`Admitted::fields`] are final at once. (Known before the verdict is
+    /// [`Admitted::fields`] are final at once. (Known before the ruling is
     /// concluded, so that a server that settles elsewhere, as the tower
     /// layer does in its response future, knows where to go on.)
     #[inline]
@@ -262,7 +260,7 @@ impl Verdict<'_> {
     }
 }
 
-/// A verdict, concluded ([`Limits::conclude`]).
+/// A ruling, concluded ([`Limits::conclude`]).
 #[derive(Debug)]
 #[must_use]
 pub enum Conclusion<'p> {
@@ -272,7 +270,7 @@ pub enum Conclusion<'p> {
     Refuse(Refused<'p>),
 }
 
-/// A request that passes: call the service (after [`Verdict::delay`]), then
+/// A request that passes: call the service (after [`Ruling::delay`]), then
 /// settle with the response head.
 #[derive(Debug)]
 #[must_use]
@@ -282,7 +280,7 @@ pub struct Admitted<'p> {
 
 impl Admitted<'_> {
     /// The fields as decided, for a request whose response decides nothing
-    /// ([`Verdict::waits_for_response`] is false): computed now, written
+    /// ([`Ruling::waits_for_response`] is false): computed now, written
     /// once the response comes. (Of one whose response does decide
     /// something, the fields before it: the request keeps what it was
     /// charged, as one whose response never comes.)

@@ -63,10 +63,10 @@ use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 use ratelab_core::{AsyncRateLimiter, Keyed, Quota};
 use ratelab_gcra::Gcra;
 use ratelab_http::{
-    Client, Identify, Identity, LoginAttempt, LoginGuard, MIN_SECRET_LEN, Policy, RateLimitLayer,
-    TrustedProxies,
+    Client, HeaderStyle, Identify, Identity, LoginAttempt, LoginGuard, MIN_SECRET_LEN, Policy,
+    RateLimitLayer, TrustedProxies,
 };
-use ratelab_redis::{Connection, RedisLimiter};
+use ratelab_redis::{Connection, RedisStore};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
@@ -261,7 +261,7 @@ impl Backend {
             // `--redis-timeout-ms` is the wait it says.
             Backend::Redis(connection, timeout) => {
                 let limiter = Arc::new(
-                    RedisLimiter::builder(connection.clone(), Gcra::new(quota))
+                    RedisStore::builder(connection.clone(), Gcra::new(quota))
                         .timeout(*timeout)
                         .build(),
                 );
@@ -427,7 +427,11 @@ fn layer(
                 })
                 .fail_closed(),
         )
-        .legacy_headers(args.legacy_headers)
+        .headers(if args.legacy_headers {
+            HeaderStyle::DraftAndLegacy
+        } else {
+            HeaderStyle::Draft
+        })
         // Scrapes and health checks are not the clients being limited.
         .skip(|request| request.uri.path() == "/metrics")
         .build()?;

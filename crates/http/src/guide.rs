@@ -145,7 +145,7 @@
 //!
 //! ## Legacy headers
 //!
-//! With [`legacy_headers(true)`](crate::RateLimitLayerBuilder::legacy_headers),
+//! With [`headers(HeaderStyle::DraftAndLegacy)`](crate::RateLimitLayerBuilder::headers),
 //! responses also carry `X-RateLimit-Limit` (`q`), `X-RateLimit-Remaining`
 //! (`r`) and `X-RateLimit-Reset` for one policy: on a refusal, the violated
 //! policy with the longest wait; otherwise the policy with the least
@@ -227,7 +227,7 @@
 //! use http::Method;
 //! use ratelab_core::{Keyed, Quota};
 //! use ratelab_gcra::Gcra;
-//! use ratelab_http::{Identify, Policy, RateLimitLayer, TrustedProxies};
+//! use ratelab_http::{HeaderStyle, Identify, Policy, RateLimitLayer, TrustedProxies};
 //! use std::time::Duration;
 //!
 //! let layer = RateLimitLayer::builder()
@@ -250,7 +250,7 @@
 //!             })
 //!             .fail_closed(),
 //!     )
-//!     .legacy_headers(true)
+//!     .headers(HeaderStyle::DraftAndLegacy)
 //!     .build()?;
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```

@@ -82,17 +82,11 @@ impl RateLimitLayerBuilder {
         self.with(|limits| limits.login_guard(guard))
     }
 
-    /// Also send `X-RateLimit-Limit`, `X-RateLimit-Remaining` and
-    /// `X-RateLimit-Reset` for the policy closest to refusing (see
-    /// [the guide](crate::guide#legacy-headers)): `true` adds them to the
-    /// draft's fields ([`HeaderStyle::DraftAndLegacy`]), `false` sends the
-    /// draft's only. Off by default.
-    pub fn legacy_headers(self, on: bool) -> Self {
-        self.with(|limits| limits.legacy_headers(on))
-    }
-
-    /// Which rate limit fields responses carry ([`HeaderStyle::Draft`] by
-    /// default; [`HeaderStyle::None`] for none).
+    /// Which rate limit fields responses carry: the draft's
+    /// ([`HeaderStyle::Draft`], the default), the legacy `X-RateLimit-*`
+    /// for the policy closest to refusing ([`HeaderStyle::Legacy`], see
+    /// [the guide](crate::guide#legacy-headers)), both
+    /// ([`HeaderStyle::DraftAndLegacy`]), or none ([`HeaderStyle::None`]).
     pub fn headers(self, style: HeaderStyle) -> Self {
         self.with(|limits| limits.headers(style))
     }

@@ -92,8 +92,8 @@ pub use ratelab_http_core::{
     Client, ClientKind, ConfigError, Count, DEFAULT_TIMEOUT, FailureMode, ForwardedHeader,
     HeaderStyle, Identify, Identity, InvalidNetwork, LegacyReset, LimitOutcome, LimiterFailure,
     Limits, LoginAttempt, LoginGuard, LoginGuardBuilder, LoginGuardError, MIN_SECRET_LEN, PeerAddr,
-    Policy, PolicyStatus, QUOTA_EXCEEDED, RATELIMIT, RATELIMIT_POLICY, RateLimitInfo, Route,
-    RouteError, SameSite, Stats, TrustedProxies, X_RATELIMIT_LIMIT, X_RATELIMIT_REMAINING,
-    X_RATELIMIT_RESET,
+    Policy, PolicyOutcome, PolicyStatus, QUOTA_EXCEEDED, RATELIMIT, RATELIMIT_POLICY,
+    RateLimitInfo, Route, RouteError, SameSite, Stats, TrustedProxies, X_RATELIMIT_LIMIT,
+    X_RATELIMIT_REMAINING, X_RATELIMIT_RESET,
 };
 pub use service::RateLimit;

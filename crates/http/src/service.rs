@@ -14,7 +14,7 @@ use std::time::Duration;
 use http::request::Parts;
 use http::{Request, Response};
 use http_body_util::Either;
-use ratelab_http_core::{Admitted, Conclusion, LimitOutcome, Pending, Verdict};
+use ratelab_http_core::{Admitted, Conclusion, LimitOutcome, Pending, Ruling};
 use tower::Service;
 
 use crate::future::{LimitedBody, ResponseFuture};
@@ -62,15 +62,15 @@ where
         let Some(mut pending) = started else {
             return self.call_parts(request);
         };
-        let Some(verdict) = pending.decide_now() else {
+        let Some(ruling) = pending.decide_now() else {
             let (parts, body) = request.into_parts();
             return later(&self.shared, &mut self.inner, pending, parts, body);
         };
-        if must_wait(&verdict) {
+        if must_wait(&ruling) {
             let (parts, body) = request.into_parts();
             return later(&self.shared, &mut self.inner, pending, parts, body);
         }
-        match limits.conclude_in_place(verdict, request.extensions_mut()) {
+        match limits.conclude_in_place(ruling, request.extensions_mut()) {
             Conclusion::Refuse(refused) => ResponseFuture::ready(self.shared.refusal(refused)),
             Conclusion::Pass(admitted) => {
                 let fields = admitted.fields(limits);
@@ -104,13 +104,13 @@ impl<S> RateLimit<S> {
         // the layer's own. Anything else (several policies, Redis, a queue's
         // slot, a response to settle) goes on in the response future, with
         // the request's state.
-        let Some(verdict) = pending.decide_now() else {
+        let Some(ruling) = pending.decide_now() else {
             return later(&self.shared, &mut self.inner, pending, parts, body);
         };
-        if must_wait(&verdict) {
+        if must_wait(&ruling) {
             return later(&self.shared, &mut self.inner, pending, parts, body);
         }
-        match limits.conclude(verdict, &mut parts) {
+        match limits.conclude(ruling, &mut parts) {
             Conclusion::Refuse(refused) => ResponseFuture::ready(self.shared.refusal(refused)),
             Conclusion::Pass(admitted) => {
                 let fields = admitted.fields(limits);
@@ -121,11 +121,11 @@ impl<S> RateLimit<S> {
     }
 }
 
-/// A verdict decided at once that passes the request only after a wait:
+/// A ruling decided at once that passes the request only after a wait:
 /// its queue slot's delay, or its response, to settle.
-fn must_wait(verdict: &Verdict<'_>) -> bool {
-    verdict.outcome() == LimitOutcome::Allowed
-        && (!verdict.delay().is_zero() || verdict.waits_for_response())
+fn must_wait(ruling: &Ruling<'_>) -> bool {
+    ruling.outcome() == LimitOutcome::Allowed
+        && (!ruling.delay().is_zero() || ruling.waits_for_response())
 }
 
 /// The response future of a request that waits for something: its
@@ -148,9 +148,9 @@ where
     let shared = shared.clone();
     let inner = take_ready(inner);
     ResponseFuture::boxed(async move {
-        let verdict = pending.decide().await;
-        let delay = verdict.delay();
-        match shared.limits.conclude(verdict, &mut parts) {
+        let ruling = pending.decide().await;
+        let delay = ruling.delay();
+        match shared.limits.conclude(ruling, &mut parts) {
             Conclusion::Refuse(refused) => Ok(shared.refusal(refused)),
             Conclusion::Pass(admitted) => {
                 let request = Request::from_parts(parts, body);
@@ -228,6 +228,9 @@ mod tests {
         }
         fn backend(&self) -> &'static str {
             "later"
+        }
+        fn bound(&self) -> ratelab_core::Bound {
+            self.0.bound()
         }
     }
 

@@ -13,13 +13,13 @@ use metrics_exporter_prometheus::PrometheusBuilder;
 use ratelab_core::{AsyncRateLimiter, Quota};
 use ratelab_gcra::Gcra;
 use ratelab_http::{Policy, RateLimitLayer};
-use ratelab_redis::{Connection, RedisLimiter};
+use ratelab_redis::{Connection, RedisStore};
 use ratelab_testkit::redis::RedisServer;
 use tower::ServiceExt;
 
 fn policy(name: &str, connection: Connection) -> Policy {
     let limiter = Arc::new(
-        RedisLimiter::builder(connection, Gcra::new(Quota::per_minute(50).unwrap()))
+        RedisStore::builder(connection, Gcra::new(Quota::per_minute(50).unwrap()))
             .timeout(Duration::from_millis(200))
             .breaker(1, Duration::from_secs(60))
             .build(),

@@ -37,6 +37,9 @@ impl Limiter for Stuck {
     fn backend(&self) -> &'static str {
         "stuck"
     }
+    fn bound(&self) -> ratelab_core::Bound {
+        ratelab_core::Bound::rate(&self.quota())
+    }
 }
 
 impl AsyncRateLimiter for Stuck {
@@ -54,6 +57,9 @@ impl Limiter for Broken {
     }
     fn backend(&self) -> &'static str {
         "broken"
+    }
+    fn bound(&self) -> ratelab_core::Bound {
+        ratelab_core::Bound::rate(&self.quota())
     }
 }
 

@@ -1,9 +1,8 @@
 //! The leaky bucket as a meter.
 
-use ratelab_core::Debt;
-use ratelab_core::{
-    Algorithm, Decision, Error, LockedCell, Quota, RemoteForm, Shifts, ensure_fits,
-};
+use ratelab_core::toolkit::Debt;
+use ratelab_core::toolkit::{LockedCell, RemoteForm, Shifts, ensure_fits};
+use ratelab_core::{Algorithm, Bound, Decision, Error, Quota};
 
 /// Leaky bucket (meter) parameters derived from a [`Quota`]: refuses what
 /// would overflow. See the crate docs.
@@ -82,6 +81,11 @@ impl Algorithm for LeakyMeter {
     }
 
     #[inline]
+    fn bound(&self) -> Bound {
+        Bound::rate(&self.quota)
+    }
+
+    #[inline]
     fn initial_state(&self) -> Level {
         Level { water: 0, at: 0 }
     }
@@ -116,7 +120,7 @@ impl Algorithm for LeakyMeter {
         level.at + level.water
     }
 
-    // stamp, settle, reset and forgettable_at: a debt's (`ratelab_core::debt`).
+    // stamp, settle, reset and forgettable_at: a debt's (`ratelab_core::toolkit::debt`).
     ratelab_core::debt_receipts!();
 }
 

@@ -1,9 +1,8 @@
 //! The leaky bucket as a queue (shaper).
 
-use ratelab_core::Debt;
-use ratelab_core::{
-    Algorithm, AtomicCell, Decision, Error, Quota, RemoteForm, Shifts, ensure_fits,
-};
+use ratelab_core::toolkit::Debt;
+use ratelab_core::toolkit::{AtomicCell, RemoteForm, Shifts, ensure_fits};
+use ratelab_core::{Algorithm, Bound, Decision, Error, Quota};
 
 /// Leaky bucket (queue) parameters derived from a [`Quota`]: admits into a
 /// bounded queue and gives each request its slot. See the crate docs.
@@ -60,6 +59,11 @@ impl Algorithm for LeakyQueue {
     }
 
     #[inline]
+    fn bound(&self) -> Bound {
+        Bound::rate(&self.quota)
+    }
+
+    #[inline]
     fn initial_state(&self) -> u64 {
         0
     }
@@ -97,7 +101,7 @@ impl Algorithm for LeakyQueue {
         *next_free
     }
 
-    // stamp, settle, reset and forgettable_at: a debt's (`ratelab_core::debt`).
+    // stamp, settle, reset and forgettable_at: a debt's (`ratelab_core::toolkit::debt`).
     ratelab_core::debt_receipts!();
 }
 

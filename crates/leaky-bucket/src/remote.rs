@@ -6,7 +6,7 @@
 //! slot, the ledger's total, the latest instant written. Each is followed by
 //! its ledger's recent shifts.
 
-use ratelab_core::remote::{
+use ratelab_core::toolkit::remote::{
     self, Encoded, MAX_END, Params, RemoteForm, Shape, Stored, StoredOf, StringForm, Value,
     doubles, integers, lua,
 };
@@ -146,7 +146,7 @@ impl StringForm for LeakyQueue {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use ratelab_core::Shifts;
+    use ratelab_core::toolkit::Shifts;
 
     #[test]
     fn the_meter_s_latest_instant_is_its_level_s() {

@@ -3,16 +3,16 @@
 //! every decision tells the truth, for every arrival sequence.
 
 use proptest::prelude::*;
-use ratelab_core::{Algorithm, duration_to_micros};
+use ratelab_core::Algorithm;
+use ratelab_core::toolkit::duration_to_micros;
 use ratelab_leaky_bucket::{LeakyMeter, LeakyQueue};
 use ratelab_testkit::interleave::{in_memory, lean_in_memory, quota_and_ops};
-use ratelab_testkit::kept::Model;
 use ratelab_testkit::oracle::Bound;
 use ratelab_testkit::props::{all_properties, config, simulate, wild_clock_properties};
 use ratelab_testkit::strategies::{quota_and_arrivals, quota_and_wild_arrivals};
 
 fn bound(algorithm: &impl Algorithm) -> Bound {
-    Bound::Bucket {
+    Bound::Rate {
         burst: algorithm.capacity(),
         interval: algorithm.quota().emission_interval_micros(),
     }
@@ -72,12 +72,12 @@ proptest! {
 
     #[test]
     fn meter_settlements_keep_every_admission_within_what_was_kept((quota, ops) in quota_and_ops(60, 3)) {
-        in_memory(&LeakyMeter::new(quota), Model::debt(quota), &ops)?;
+        in_memory(&LeakyMeter::new(quota), &ops)?;
     }
 
     #[test]
     fn queue_settlements_keep_every_admission_within_what_was_kept((quota, ops) in quota_and_ops(60, 3)) {
-        in_memory(&LeakyQueue::new(quota), Model::debt(quota), &ops)?;
+        in_memory(&LeakyQueue::new(quota), &ops)?;
     }
 
     /// The queue's state is one word: its lean check decides again on
@@ -87,6 +87,6 @@ proptest! {
         (quota, ops) in quota_and_ops(60, 3),
         lean in any::<u64>(),
     ) {
-        lean_in_memory(&LeakyQueue::new(quota), Model::debt(quota), &ops, lean)?;
+        lean_in_memory(&LeakyQueue::new(quota), &ops, lean)?;
     }
 }

@@ -34,7 +34,8 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
-use ratelab::redis::{Connection, DEFAULT_PREFIX, RedisAlgorithm, RedisLimiter, TimeSource};
+use ratelab::redis::{Connection, DEFAULT_PREFIX, RedisLimiter, RedisStore, TimeSource};
+use ratelab::toolkit::RemoteForm;
 use ratelab::{
     AlgorithmKind, AlgorithmVisitor, Clock, Decision, Error, KnownAlgorithm, ManualClock, Quota,
     Receipt,
@@ -51,7 +52,7 @@ trait Driven {
     fn quota_mismatches(&self) -> u64;
 }
 
-impl<A: RedisAlgorithm> Driven for RedisLimiter<A> {
+impl<A: RemoteForm> Driven for RedisLimiter<A> {
     fn check<'a>(&'a self, key: &'a [u8], cost: u32) -> Answer<'a, (Decision, Option<Receipt>)> {
         Box::pin(self.check_with_receipt(key, cost))
     }
@@ -81,7 +82,7 @@ impl AlgorithmVisitor for Build<'_> {
 
     fn visit<A: KnownAlgorithm>(self, algorithm: A) -> Self::Output {
         Box::new(
-            RedisLimiter::builder(self.connection.clone(), algorithm)
+            RedisStore::builder(self.connection.clone(), algorithm)
                 .prefix(self.prefix)
                 .time_source(self.time)
                 // A loaded test machine: a slow answer is not what is tested.

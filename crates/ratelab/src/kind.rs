@@ -10,9 +10,9 @@
 //!
 //! 1. **the crate**, `crates/foo`: the decision logic
 //!    ([`Algorithm`](ratelab_core::Algorithm); a debt implements
-//!    [`Debt`](ratelab_core::Debt) and gets its receipts from
-//!    `ratelab_core::debt`), its remote form ([`RemoteForm`], and
-//!    [`StringForm`](ratelab_core::StringForm) for a state kept in one
+//!    [`Debt`](ratelab_core::toolkit::Debt) and gets its receipts from
+//!    `ratelab_core::toolkit::debt`), its remote form ([`RemoteForm`], and
+//!    [`StringForm`](ratelab_core::toolkit::StringForm) for a state kept in one
 //!    string) and its script, `crates/foo/lua/foo.lua`;
 //! 2. **the workspace** `Cargo.toml`: a member and a
 //!    `[workspace.dependencies]` line;
@@ -64,7 +64,8 @@
 use std::fmt;
 use std::str::FromStr;
 
-use ratelab_core::{Algorithm, Clock, Keyed, Quota, RateLimiter, RemoteForm};
+use ratelab_core::toolkit::RemoteForm;
+use ratelab_core::{Algorithm, Bound, Clock, Keyed, Quota, RateLimiter};
 
 /// One row per algorithm: its feature, its type (the variant's name), and
 /// the variant's docs. The enum, [`AlgorithmKind::ALL`],
@@ -186,6 +187,18 @@ impl AlgorithmKind {
         // Any valid quota: the answer is the algorithm's, not the quota's.
         let quota = Quota::new(1, std::time::Duration::from_secs(1)).expect("a valid quota");
         self.visit(quota, Debt)
+    }
+
+    /// What the algorithm promises on `quota` ([`Algorithm::bound`]).
+    pub fn bound(self, quota: Quota) -> Bound {
+        struct Promise;
+        impl AlgorithmVisitor for Promise {
+            type Output = Bound;
+            fn visit<A: KnownAlgorithm>(self, algorithm: A) -> Bound {
+                algorithm.bound()
+            }
+        }
+        self.visit(quota, Promise)
     }
 
     /// A keyed in-memory limiter of this algorithm on `clock`.

@@ -1,9 +1,9 @@
 //! Each algorithm as the module runs it: built back from the parameters the
 //! scripts take, as the scripts check them. Its state's encoding, and the
 //! checks of what is read, are the algorithm crate's own
-//! ([`RemoteForm`](ratelab_core::RemoteForm)).
+//! ([`RemoteForm`](ratelab_core::toolkit::RemoteForm)).
 
-use ratelab_core::RemoteForm;
+use ratelab_core::toolkit::RemoteForm;
 
 use crate::args::Args;
 

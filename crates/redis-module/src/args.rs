@@ -3,7 +3,7 @@
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use ratelab_core::{Stamp, clamp_instant};
+use ratelab_core::toolkit::{Stamp, clamp_instant};
 
 use crate::lua;
 

@@ -4,10 +4,11 @@
 
 use std::sync::LazyLock;
 
-use ratelab_core::remote::{
+use ratelab_core::toolkit::remote::{
     self, Encoded, MAX_LOG_UNITS, Stored, StoredLedger, StoredOf, StringForm,
 };
-use ratelab_core::{Algorithm, Decision, RemoteForm, Settlement, Spent, Stamp};
+use ratelab_core::toolkit::{RemoteForm, Settlement, Spent, Stamp};
+use ratelab_core::{Algorithm, Decision};
 use ratelab_sliding_window::remote::{
     FENCE_MEMBER, LEDGER_SCORE, is_unit_member, ledger_member, read_ledger_member,
     write_unit_member,
@@ -78,9 +79,9 @@ pub(crate) fn fields(decision: &Decision) -> Reply {
         i64::from(decision.allowed),
         int(decision.limit),
         int(decision.remaining),
-        int(decision.retry_after_micros()),
-        int(decision.reset_after_micros()),
-        int(decision.delay_micros()),
+        int(decision.retry_after_micros),
+        int(decision.reset_after_micros),
+        int(decision.delay_micros),
         0,
         0,
     ]

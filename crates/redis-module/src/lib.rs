@@ -146,7 +146,7 @@ pub fn algorithms() -> impl Iterator<Item = &'static str> {
 pub fn command(algorithm: &str) -> Option<String> {
     algorithms()
         .any(|name| name == algorithm)
-        .then(|| ratelab_core::remote::command_name(algorithm))
+        .then(|| ratelab_core::toolkit::remote::command_name(algorithm))
 }
 
 fn protocol(_: &Context, _: Vec<RedisString>) -> RedisResult {

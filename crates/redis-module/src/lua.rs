@@ -1,9 +1,9 @@
 //! What the Lua scripts' prologue does with its arguments, done the same
 //! way here, so that the module accepts the arguments the scripts accept.
 //! (How the scripts read and word stored numbers is
-//! [`ratelab_core::remote::lua`]'s, shared with the algorithm crates.)
+//! [`ratelab_core::toolkit::remote::lua`]'s, shared with the algorithm crates.)
 
-pub(crate) use ratelab_core::remote::lua::{show, show_bare, stored_integer};
+pub(crate) use ratelab_core::toolkit::remote::lua::{show, show_bare, stored_integer};
 
 /// `tonumber(s)`: the number in `s`, surrounded by optional white space, as
 /// C's `strtod` reads it (decimal, exponent, `inf`, `nan`). Lua also reads

@@ -23,7 +23,7 @@ use std::sync::atomic::{AtomicPtr, Ordering};
 
 use crate::args::unix_micros;
 use crate::command;
-use ratelab_core::{RemoteForm, StringForm};
+use ratelab_core::toolkit::{RemoteForm, StringForm};
 use ratelab_fixed_window::FixedWindow;
 use ratelab_gcra::Gcra;
 use ratelab_leaky_bucket::{LeakyMeter, LeakyQueue};

@@ -17,12 +17,13 @@ use std::cell::{Cell, RefCell};
 use std::time::Duration;
 
 use proptest::prelude::*;
-use proptest::test_runner::{Config, FileFailurePersistence, TestRunner};
+use proptest::test_runner::{Config, TestRunner};
 use ratelab::AlgorithmKind;
-use ratelab_core::{MAX_INSTANT_MICROS, MAX_SPAN_MICROS, Quota};
+use ratelab_core::Quota;
+use ratelab_core::toolkit::{MAX_INSTANT_MICROS, MAX_SPAN_MICROS};
 use ratelab_sliding_window::MAX_STORED_LOG_LIMIT;
 
-use ratelab_core::Stamp;
+use ratelab_core::toolkit::Stamp;
 use support::{
     Memory, OnTheModule, Op, argv_op, connect, load_script, module_cmd, query, script_cmd,
     without_detail,
@@ -110,9 +111,7 @@ fn extreme_quotas_decide_alike_in_memory_in_the_module_and_in_the_scripts() {
         let sha = load_script(&mut connection.borrow_mut(), kind);
         let mut runner = TestRunner::new(Config {
             cases: 160,
-            failure_persistence: Some(Box::new(FileFailurePersistence::WithSource(
-                "proptest-regressions",
-            ))),
+            failure_persistence: Some(ratelab_testkit::props::regressions()),
             ..Config::default()
         });
         let strategy = extreme_quota().prop_flat_map(|quota| {

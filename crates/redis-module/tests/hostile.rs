@@ -21,7 +21,7 @@ mod support;
 use std::cell::{Cell, RefCell};
 
 use proptest::prelude::*;
-use proptest::test_runner::{Config, FileFailurePersistence, TestCaseError, TestRunner};
+use proptest::test_runner::{Config, TestCaseError, TestRunner};
 use ratelab::AlgorithmKind;
 use ratelab_core::Quota;
 use redis::Value;
@@ -568,9 +568,7 @@ fn hostile_calls_answer_as_the_scripts_and_never_take_the_server_down() {
                 .ok()
                 .and_then(|n| n.parse().ok())
                 .unwrap_or(400),
-            failure_persistence: Some(Box::new(FileFailurePersistence::WithSource(
-                "proptest-regressions",
-            ))),
+            failure_persistence: Some(ratelab_testkit::props::regressions()),
             ..Config::default()
         });
         let clock = Cell::new(START);

@@ -10,7 +10,7 @@ use std::cell::{Cell, RefCell};
 use std::time::Duration;
 
 use proptest::prelude::*;
-use proptest::test_runner::{Config, FileFailurePersistence, TestCaseError, TestRunner};
+use proptest::test_runner::{Config, TestCaseError, TestRunner};
 use ratelab::AlgorithmKind;
 use ratelab_core::Quota;
 use ratelab_testkit::redis::RedisCluster;
@@ -119,9 +119,7 @@ fn module_decides_as_memory_and_as_the_scripts() {
             let params = kind.params(quota);
             let mut runner = TestRunner::new(Config {
                 cases: 12,
-                failure_persistence: Some(Box::new(FileFailurePersistence::WithSource(
-                    "proptest-regressions",
-                ))),
+                failure_persistence: Some(ratelab_testkit::props::regressions()),
                 ..Config::default()
             });
             let result = runner.run(&steps(quota.burst()), |steps| {

@@ -15,9 +15,10 @@ use std::cell::{Cell, RefCell};
 use std::time::Duration;
 
 use proptest::prelude::*;
-use proptest::test_runner::{Config, FileFailurePersistence, TestRunner};
+use proptest::test_runner::{Config, TestRunner};
 use ratelab::AlgorithmKind;
-use ratelab_core::{Quota, Stamp};
+use ratelab_core::Quota;
+use ratelab_core::toolkit::Stamp;
 
 use support::{
     Memory, OnTheModule, Op, argv_op, connect, load_script, module_cmd, query, script_cmd,
@@ -132,9 +133,7 @@ fn checks_settlements_and_resets_answer_as_memory_and_as_the_scripts() {
                     .ok()
                     .and_then(|n| n.parse().ok())
                     .unwrap_or(16),
-                failure_persistence: Some(Box::new(FileFailurePersistence::WithSource(
-                    "proptest-regressions",
-                ))),
+                failure_persistence: Some(ratelab_testkit::props::regressions()),
                 ..Config::default()
             });
             let result = runner.run(&steps(quota.burst()), |steps| {

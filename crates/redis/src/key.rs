@@ -1,6 +1,6 @@
 //! The key scheme: `<prefix>:{<user key, escaped>}:<algorithm code>:<fingerprint>`
-//! (the code: each algorithm's [`RemoteForm::CODE`](ratelab_core::RemoteForm::CODE); the fingerprint:
-//! see [`RedisAlgorithm::key_suffix`](crate::RedisAlgorithm::key_suffix)).
+//! (the code: each algorithm's [`RemoteForm::CODE`](ratelab_core::toolkit::RemoteForm::CODE); the fingerprint:
+//! see [`RemoteForm::key_suffix`](ratelab_core::toolkit::RemoteForm::key_suffix)).
 //!
 //! The user key is the Redis Cluster hash tag, so every key of one user key
 //! sits in one slot. Braces in it must never change which part is the tag,
@@ -22,7 +22,7 @@
 pub const MAX_KEY_LEN: usize = 128;
 
 /// The Redis key holding `key`'s state for `algorithm` (the algorithm's
-/// [`key_suffix`](crate::RedisAlgorithm::key_suffix)), under `prefix`:
+/// [`key_suffix`](ratelab_core::toolkit::RemoteForm::key_suffix)), under `prefix`:
 /// `<prefix>:{<user key>}:<algorithm>`, the rule every client in every
 /// language follows byte for byte:
 ///

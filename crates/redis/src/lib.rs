@@ -3,7 +3,7 @@
 //! so that any number of application instances share one limit.
 //!
 //! A [`RedisStore`] runs any algorithm with a remote form
-//! ([`RemoteForm`](ratelab_core::RemoteForm): its script, parameters, key
+//! ([`RemoteForm`](ratelab_core::toolkit::RemoteForm): its script, parameters, key
 //! code and stored encoding, which each algorithm crate describes itself,
 //! so this crate knows no algorithm by name) over a [`Connection`] to one
 //! node, a cluster, or the master Redis Sentinel names
@@ -57,7 +57,7 @@
 //! # tokio::runtime::Runtime::new()?.block_on(async {
 //! let connection = Connection::single(&url).await?;
 //! let quota = Quota::per_second(5)?.with_burst(10)?;
-//! let limiter = RedisLimiter::builder(connection, Gcra::new(quota))
+//! let limiter = RedisStore::builder(connection, Gcra::new(quota))
 //!     .on_failure(FailurePolicy::Deny)
 //!     .build();
 //!
@@ -159,7 +159,7 @@ pub use limiter::{RedisLimiter, RedisLimiterBuilder};
 pub use redis::RedisError;
 pub use registry::{DEFAULT_QUOTA_CHECK_EVERY, QuotaMismatch};
 pub use reply::InvalidReply;
-pub use script::{MAX_TTL_SLACK_MS, Op, PROTOCOL_VERSION, RedisAlgorithm, Script, ScriptArgs};
+pub use script::{MAX_TTL_SLACK_MS, Op, PROTOCOL_VERSION, Script, ScriptArgs};
 pub use sentinel::SentinelMaster;
 pub use settings::{DEFAULT_CLIENT_TTL_SLACK, DEFAULT_PREFIX, TimeSource};
 pub use store::{RedisStats, RedisStore, RedisStoreBuilder};

@@ -26,7 +26,8 @@ use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
-use ratelab_core::{Error, duration_to_micros};
+use ratelab_core::Error;
+use ratelab_core::toolkit::duration_to_micros;
 use redis::Value;
 use redis::cluster_routing::{MultipleNodeRoutingInfo, RoutingInfo};
 

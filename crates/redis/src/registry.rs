@@ -9,11 +9,10 @@ use std::num::NonZeroU32;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use ratelab_core::{LogGate, RemoteForm};
+use ratelab_core::toolkit::{LogGate, RemoteForm};
 
 use crate::connection::Connection;
 use crate::key::redis_key;
-use crate::script::RedisAlgorithm;
 
 /// How often a check records its quota by default: the first check, then
 /// every 100th.

@@ -2,7 +2,8 @@
 
 use std::fmt;
 
-use ratelab_core::{Decision, Stamp};
+use ratelab_core::Decision;
+use ratelab_core::toolkit::Stamp;
 use redis::Value;
 
 /// What a reply must satisfy, from the limiter's own parameters.

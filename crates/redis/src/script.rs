@@ -1,12 +1,12 @@
-//! [`Script`] and [`RedisAlgorithm`]: an algorithm's Lua mirror, its
+//! [`Script`]: an algorithm's Lua mirror, its
 //! arguments, and the one path every script call takes.
 
 use std::fmt;
 
 #[cfg(doc)]
 use ratelab_core::Algorithm;
-use ratelab_core::Stamp;
-use ratelab_core::remote::{self, RemoteForm};
+use ratelab_core::toolkit::Stamp;
+use ratelab_core::toolkit::remote::RemoteForm;
 use redis::{ErrorKind, FromRedisValue, RedisResult, ServerErrorKind, ToRedisArgs, Value};
 
 use crate::connection::Connection;
@@ -205,76 +205,3 @@ impl ScriptArgs {
         self.0.iter().map(Vec::as_slice)
     }
 }
-
-/// An algorithm as `ratelab-redis` runs it: every [`RemoteForm`] (its
-/// script, parameters, code and stored encoding, described by its own
-/// crate), with what Redis adds to it: the key suffix and the native
-/// module's command.
-///
-/// The script ([`RemoteForm::script`]) mirrors [`Algorithm::decide`],
-/// [`Algorithm::stamp`], [`Algorithm::settle`] and [`Algorithm::reset`]
-/// exactly, in integer microseconds, on one key (`KEYS[1]`), and is called
-/// with
-/// `ARGV = [PROTOCOL_VERSION, now or "", cost, TTL slack in ms, deadline or "", op, params...]`,
-/// `op` an [`Op`], `params` being [`RemoteForm::params`] and the deadline the
-/// Unix time in µs (on the Redis clock) after which the call must write
-/// nothing and answer `ratelab expired: ...`. It answers
-/// `{allowed, limit, remaining, retry_after_us, reset_after_us, delay_us, stamp_at, stamp_mark}`,
-/// reads Redis `TIME` when `now` is empty, gives every key it writes a
-/// `PEXPIRE` of the time until the key may be forgotten
-/// ([`Algorithm::forgettable_at`], rounded up to the millisecond) plus the
-/// slack, and answers `ratelab <algorithm>: corrupt state at <key>: <what>`
-/// for stored state it could not have written.
-pub trait RedisAlgorithm: RemoteForm {
-    /// The native ratelab module's command that runs this algorithm with the
-    /// script's arguments, replies and stored encodings (`RATELAB.GCRA`,
-    /// ...).
-    fn module_command(&self) -> String {
-        remote::command_name(Self::NAME)
-    }
-
-    /// `v3:<code>:<params>`: what the key's fingerprint hashes, and what
-    /// the quota registry records, unhashed, so that a reader sees both
-    /// quotas.
-    ///
-    /// ```
-    /// use ratelab_core::Quota;
-    /// use ratelab_gcra::Gcra;
-    /// use ratelab_redis::RedisAlgorithm;
-    ///
-    /// let gcra = Gcra::new(Quota::per_second(10)?);
-    /// assert_eq!(gcra.fingerprint_input(), "v3:gcra:100000,1000000,10");
-    /// # Ok::<(), ratelab_core::QuotaError>(())
-    /// ```
-    fn fingerprint_input(&self) -> String {
-        format!("{}:{}:{}", remote::STATE_FORMAT, Self::CODE, self.params())
-    }
-
-    /// The last part of the Redis key, after the user key:
-    /// `<code>:<fingerprint>`, where the fingerprint is the first 8 lowercase
-    /// hex digits of the SHA-1 of `v3:<code>:<params>`, `params` being
-    /// [`RemoteForm::params`] in decimal joined by commas, and `v3` the
-    /// version of the stored state's format
-    /// ([`STATE_FORMAT`](ratelab_core::remote::STATE_FORMAT)). A changed
-    /// quota (or algorithm parameter, or state format) thus names new keys
-    /// and starts clean, instead of meeting state written otherwise.
-    ///
-    /// ```
-    /// use ratelab_core::{Quota, RemoteForm};
-    /// use ratelab_gcra::Gcra;
-    /// use ratelab_redis::RedisAlgorithm;
-    ///
-    /// let gcra = Gcra::new(Quota::per_second(10)?);
-    /// assert_eq!(*gcra.params(), [100_000, 1_000_000, 10]);
-    /// // sha1("v3:gcra:100000,1000000,10") = "370e4f5674ad..."
-    /// assert_eq!(gcra.key_suffix(), "gcra:baa2ca81");
-    /// # Ok::<(), ratelab_core::QuotaError>(())
-    /// ```
-    fn key_suffix(&self) -> String {
-        let input = self.fingerprint_input();
-        let digest = sha1_smol::Sha1::from(input.as_bytes()).digest().to_string();
-        format!("{}:{}", Self::CODE, &digest[..8])
-    }
-}
-
-impl<A: RemoteForm> RedisAlgorithm for A {}

@@ -8,11 +8,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use ratelab_core::remote::Params;
-use ratelab_core::{
-    Decision, Error, RemoteForm, Settlement, Stamp, clamp_instant, duration_to_micros,
-};
-use ratelab_resilience::Store;
+use ratelab_core::toolkit::remote::Params;
+use ratelab_core::toolkit::{RemoteForm, Settlement, Stamp, clamp_instant, duration_to_micros};
+use ratelab_core::{Clock, Decision, Error, SystemClock};
+use ratelab_resilience::{Alert, FailurePolicy, Resilience, Store};
 use redis::Value;
 
 use crate::backend::{
@@ -21,11 +20,15 @@ use crate::backend::{
 use crate::classify::classify;
 use crate::connection::Connection;
 use crate::key::redis_key;
+use crate::limiter::RedisLimiter;
 use crate::redis_clock::RedisClock;
 use crate::registry::{DEFAULT_QUOTA_CHECK_EVERY, MismatchCallback, QuotaMismatch, QuotaRegistry};
 use crate::reply::{Asked, Bounds, decision_from_reply};
-use crate::script::{MAX_TTL_SLACK_MS, Op, RedisAlgorithm, Script, ScriptArgs};
+use crate::script::{MAX_TTL_SLACK_MS, Op, Script, ScriptArgs};
 use crate::settings::{DEFAULT_CLIENT_TTL_SLACK, DEFAULT_PREFIX, TimeSource};
+
+#[cfg(doc)]
+use ratelab_resilience::{DEFAULT_BREAKER_COOL_DOWN, DEFAULT_BREAKER_THRESHOLD, DEFAULT_TIMEOUT};
 
 /// One algorithm's state on Redis: its keys, its script (or the native
 /// module's command), its replies checked, its clock. Each operation is one
@@ -123,8 +126,12 @@ fn count(counter: &AtomicU64) {
     counter.fetch_add(1, Ordering::Relaxed);
 }
 
-/// Builds a [`RedisStore`].
+/// Builds a [`RedisStore`] and, around it, its [`RedisLimiter`]: the
+/// store's options (prefix, time source, TTL slack, module or scripts,
+/// quota registry, strict mode, peeks) and the wrapper's ([`Resilience`]:
+/// timeout, breaker, failure policy, refusal cache, alerts).
 pub struct RedisStoreBuilder<A: RemoteForm> {
+    resilience: Resilience,
     connection: Connection,
     algorithm: A,
     prefix: String,
@@ -146,6 +153,7 @@ impl<A: RemoteForm + fmt::Debug> fmt::Debug for RedisStoreBuilder<A> {
             .field("backend", &self.backend)
             .field("quota_check_every", &self.quota_check_every)
             .field("replicas", &self.replicas)
+            .field("resilience", &self.resilience)
             .finish_non_exhaustive()
     }
 }
@@ -172,7 +180,7 @@ impl<A: RemoteForm> RedisStoreBuilder<A> {
     /// (Redis clocks differ a little after a failover), and report state
     /// further ahead as corrupt (no clock of this key's could have written
     /// it). A simulation whose client clock steps back anywhere sets it to
-    /// [`MAX_INSTANT_MICROS`](ratelab_core::MAX_INSTANT_MICROS), the most the
+    /// [`MAX_INSTANT_MICROS`](ratelab_core::toolkit::MAX_INSTANT_MICROS), the most the
     /// scripts take ([`MAX_TTL_SLACK_MS`](crate::MAX_TTL_SLACK_MS): no clock
     /// steps back further than its whole range). A larger slack is refused:
     /// every call answers [`Error::Unsupported`] at once, before any round
@@ -270,13 +278,65 @@ impl<A: RemoteForm> RedisStoreBuilder<A> {
         self
     }
 
-    /// The time source configured so far.
-    pub(crate) fn time(&self) -> &TimeSource {
-        &self.time
+    /// The most a call waits for Redis, reconnecting included (default
+    /// [`DEFAULT_TIMEOUT`]); then the failure policy applies. The script
+    /// gets the instant the caller gives up as its deadline, on Redis's
+    /// measured clock.
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.resilience = self.resilience.timeout(timeout);
+        self
     }
 
-    /// The store.
-    pub fn build(self) -> RedisStore<A> {
+    /// What a check answers when Redis fails (default
+    /// [`FailurePolicy::Error`]).
+    pub fn on_failure(mut self, policy: FailurePolicy) -> Self {
+        self.resilience = self.resilience.on_failure(policy);
+        self
+    }
+
+    /// Applies the failure policy to data errors too
+    /// ([`Resilience::policy_on_data_errors`]). Off by default.
+    pub fn policy_on_data_errors(mut self, apply: bool) -> Self {
+        self.resilience = self.resilience.policy_on_data_errors(apply);
+        self
+    }
+
+    /// The circuit breaker ([`Resilience::breaker`]). Default
+    /// [`DEFAULT_BREAKER_THRESHOLD`] and [`DEFAULT_BREAKER_COOL_DOWN`]; a
+    /// threshold of 0 never opens.
+    pub fn breaker(mut self, threshold: u32, cool_down: Duration) -> Self {
+        self.resilience = self.resilience.breaker(threshold, cool_down);
+        self
+    }
+
+    /// Called on every failure, whatever the policy (besides a `tracing`
+    /// warning, logged at most once a second).
+    pub fn on_alert(mut self, callback: impl Fn(&Alert<'_>) + Send + Sync + 'static) -> Self {
+        self.resilience = self.resilience.on_alert(callback);
+        self
+    }
+
+    /// Remembers refusals locally ([`Resilience::cache_refusals`]). Off by
+    /// default.
+    pub fn cache_refusals(mut self, max_keys: usize) -> Self {
+        self.resilience = self.resilience.cache_refusals(max_keys);
+        self
+    }
+
+    /// The limiter: the store behind the wrapper. The in-memory fallback
+    /// and the refusal cache read the clock Redis is told.
+    pub fn build(mut self) -> RedisLimiter<A> {
+        let clock: Arc<dyn Clock> = match &self.time {
+            TimeSource::Redis => Arc::new(SystemClock),
+            TimeSource::Client(clock) => clock.clone(),
+        };
+        let resilience = std::mem::take(&mut self.resilience).clock(clock);
+        resilience.wrap(self.build_store())
+    }
+
+    /// The store alone, without the wrapper: every call one round trip,
+    /// with no timeout, breaker or failure policy of its own.
+    pub fn build_store(self) -> RedisStore<A> {
         let slack = self.ttl_slack.unwrap_or(match self.time {
             TimeSource::Redis => Duration::ZERO,
             TimeSource::Client(_) => DEFAULT_CLIENT_TTL_SLACK,
@@ -329,6 +389,7 @@ impl<A: RemoteForm> RedisStore<A> {
     /// A builder for `algorithm` on `connection`.
     pub fn builder(connection: Connection, algorithm: A) -> RedisStoreBuilder<A> {
         RedisStoreBuilder {
+            resilience: Resilience::new(),
             connection,
             algorithm,
             prefix: DEFAULT_PREFIX.to_owned(),
@@ -345,6 +406,12 @@ impl<A: RemoteForm> RedisStore<A> {
     /// A store with every default: Redis time, the default prefix, the
     /// module where the server has it.
     pub fn new(connection: Connection, algorithm: A) -> Self {
+        Self::builder(connection, algorithm).build_store()
+    }
+
+    /// A limiter with every default: Redis time, 100 ms timeout, errors
+    /// returned ([`RedisStore::builder`] then [`RedisStoreBuilder::build`]).
+    pub fn limiter(connection: Connection, algorithm: A) -> RedisLimiter<A> {
         Self::builder(connection, algorithm).build()
     }
 

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use ratelab_core::Quota;
 use ratelab_gcra::Gcra;
-use ratelab_redis::{Connection, FailurePolicy, RedisLimiter};
+use ratelab_redis::{Connection, FailurePolicy, RedisStore};
 use ratelab_testkit::redis::RedisCluster;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -19,7 +19,7 @@ async fn strict_admissions_survive_a_cluster_failover() {
     // Ten at once, one back every six minutes: no refill during the test.
     let quota = Quota::per_hour(10).expect("a quota");
     let build = |strict: bool| {
-        let builder = RedisLimiter::builder(connection.clone(), Gcra::new(quota))
+        let builder = RedisStore::builder(connection.clone(), Gcra::new(quota))
             .timeout(Duration::from_secs(2))
             .breaker(0, Duration::ZERO)
             .on_failure(FailurePolicy::Error);
@@ -40,7 +40,7 @@ async fn strict_admissions_survive_a_cluster_failover() {
     assert_eq!(strict.store().stats().unconfirmed, 0);
 
     // Kill the master that holds the first key.
-    let held = strict.redis_key(&keys[0]);
+    let held = strict.store().redis_key(&keys[0]);
     let held = std::str::from_utf8(&held).expect("an ASCII key");
     let owner = cluster
         .nodes()

@@ -8,17 +8,17 @@ use std::time::Duration;
 use ratelab_core::{ErrorKind, ManualClock, Quota};
 use ratelab_fixed_window::FixedWindow;
 use ratelab_gcra::Gcra;
-use ratelab_redis::{Connection, RedisLimiter, ScriptBackend, TimeSource};
+use ratelab_redis::{Connection, RedisLimiter, RedisStore, ScriptBackend, TimeSource};
 use ratelab_testkit::redis::{RedisCluster, RedisServer, module_path};
 
-async fn limiter<A: ratelab_core::RemoteForm>(
+async fn limiter<A: ratelab_core::toolkit::RemoteForm>(
     url: &str,
     algorithm: A,
     backend: ScriptBackend,
     clock: &Arc<ManualClock>,
 ) -> RedisLimiter<A> {
     let connection = Connection::single(url).await.expect("a connection");
-    RedisLimiter::builder(connection, algorithm)
+    RedisStore::builder(connection, algorithm)
         .backend(backend)
         .time_source(TimeSource::Client(clock.clone()))
         .timeout(Duration::from_secs(5))
@@ -119,7 +119,7 @@ async fn peeks_go_to_the_replica_when_asked() {
         let on_replica = Connection::single(&replica.url())
             .await
             .expect("the replica");
-        let limiter = RedisLimiter::builder(connection, Gcra::new(quota))
+        let limiter = RedisStore::builder(connection, Gcra::new(quota))
             .time_source(TimeSource::Client(clock.clone()))
             .peek_from(on_replica)
             .build();
@@ -151,7 +151,7 @@ async fn without_the_module_a_peek_finds_the_scripts() {
         .await
         .expect("a cluster");
     let quota = Quota::per_second(10).expect("a quota");
-    let limiter = RedisLimiter::builder(connection, Gcra::new(quota))
+    let limiter = RedisStore::builder(connection, Gcra::new(quota))
         .timeout(Duration::from_secs(5))
         .build();
     assert_eq!(limiter.peek(b"k", 1).await.expect("a peek").remaining, 9);

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use ratelab_core::Quota;
 use ratelab_gcra::Gcra;
-use ratelab_redis::{Connection, FailurePolicy, RedisLimiter};
+use ratelab_redis::{Connection, FailurePolicy, RedisStore};
 use ratelab_testkit::redis::{RedisServer, command};
 
 const SERVICE: &str = "ratelab";
@@ -60,7 +60,7 @@ async fn a_limiter_follows_a_sentinel_failover() {
     assert_eq!(connection.kind(), "sentinel");
     // Ten at once, one back every six minutes: no refill during the test.
     let quota = Quota::per_hour(10).expect("a quota");
-    let limiter = RedisLimiter::builder(connection, Gcra::new(quota))
+    let limiter = RedisStore::builder(connection, Gcra::new(quota))
         .timeout(Duration::from_secs(2))
         .breaker(0, Duration::ZERO)
         .on_failure(FailurePolicy::Error)

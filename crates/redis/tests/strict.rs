@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use ratelab_core::{ErrorKind, Quota};
 use ratelab_gcra::Gcra;
-use ratelab_redis::{Connection, FailurePolicy, RedisLimiter, ScriptBackend};
+use ratelab_redis::{Connection, FailurePolicy, RedisLimiter, RedisStore, ScriptBackend};
 use ratelab_testkit::redis::{RedisCluster, RedisServer, module_path};
 
 fn quota() -> Quota {
@@ -42,7 +42,7 @@ async fn strict(
     wait: Duration,
 ) -> RedisLimiter<Gcra> {
     let connection = Connection::single(url).await.expect("a connection");
-    RedisLimiter::builder(connection, Gcra::new(quota()))
+    RedisStore::builder(connection, Gcra::new(quota()))
         .backend(backend)
         .timeout(Duration::from_secs(5))
         .on_failure(policy)
@@ -81,7 +81,7 @@ async fn without_the_replicas_an_admission_is_an_outage_and_stays_charged() {
         assert!(admitted.allowed && admitted.degraded);
 
         // A refusal charged nothing: answered as is, not waited for.
-        let plain = RedisLimiter::builder(
+        let plain = RedisStore::builder(
             Connection::single(&master.url())
                 .await
                 .expect("a connection"),
@@ -97,7 +97,7 @@ async fn without_the_replicas_an_admission_is_an_outage_and_stays_charged() {
         assert!(!refusal.allowed && !refusal.degraded);
         assert_eq!(limiter.store().stats().unconfirmed, before);
         // Strict mode off: `0`.
-        let off = RedisLimiter::builder(
+        let off = RedisStore::builder(
             Connection::single(&master.url())
                 .await
                 .expect("a connection"),
@@ -124,7 +124,7 @@ async fn a_confirmed_admission_is_on_the_replica_when_the_check_returns() {
             Duration::from_millis(200),
         )
         .await;
-        let key = limiter.redis_key(b"k");
+        let key = limiter.store().redis_key(b"k");
         let key = std::str::from_utf8(&key).expect("an ASCII key");
         let (decision, receipt) = limiter
             .check_with_receipt(b"k", 1)
@@ -165,7 +165,7 @@ async fn on_a_cluster_wait_goes_to_the_key_s_master() {
     let connection = Connection::cluster(&cluster.urls())
         .await
         .expect("a cluster");
-    let limiter = RedisLimiter::builder(connection, Gcra::new(quota()))
+    let limiter = RedisStore::builder(connection, Gcra::new(quota()))
         .backend(ScriptBackend::Lua)
         .timeout(Duration::from_secs(5))
         .replicas(1, Duration::from_millis(10))
@@ -191,11 +191,11 @@ async fn strict_mode_latency_is_logged() {
             .await
             .expect("a connection");
         let generous = Quota::per_second(1_000_000).expect("a quota");
-        let plain = RedisLimiter::builder(connection.clone(), Gcra::new(generous))
+        let plain = RedisStore::builder(connection.clone(), Gcra::new(generous))
             .backend(backend)
             .timeout(Duration::from_secs(5))
             .build();
-        let strict = RedisLimiter::builder(connection, Gcra::new(generous))
+        let strict = RedisStore::builder(connection, Gcra::new(generous))
             .backend(backend)
             .timeout(Duration::from_secs(5))
             .replicas(1, Duration::from_millis(400))

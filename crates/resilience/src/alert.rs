@@ -5,7 +5,8 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use ratelab_core::{Error, LogGate};
+use ratelab_core::Error;
+use ratelab_core::toolkit::LogGate;
 
 use crate::settings::FailurePolicy;
 use crate::stats::Stats;

@@ -23,7 +23,8 @@
 //! ```
 //! use std::time::{Duration, Instant};
 //!
-//! use ratelab_core::{Decision, Error, Quota, Settlement, Stamp};
+//! use ratelab_core::{Decision, Error, Quota};
+//! use ratelab_core::toolkit::{Settlement, Stamp};
 //! use ratelab_gcra::Gcra;
 //! use ratelab_resilience::{FailurePolicy, Resilience, Store};
 //!

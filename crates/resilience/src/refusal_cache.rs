@@ -73,8 +73,8 @@ impl RefusalCache {
             key.to_vec(),
             Refusal {
                 cost,
-                until: now + decision.retry_after_micros(),
-                full_at: now + decision.reset_after_micros(),
+                until: now + decision.retry_after_micros,
+                full_at: now + decision.reset_after_micros,
                 limit: decision.limit,
                 remaining: decision.remaining,
             },

@@ -8,10 +8,12 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use ratelab_core::toolkit::{
+    Issuer, Settlement, Stamp, clamp_instant, duration_to_micros, ensure_fits,
+};
 use ratelab_core::{
-    Algorithm, AsyncRateLimiter, CheckFuture, Clock, Decision, Error, Issuer, Keyed, Limiter,
-    Quota, Receipt, ReceiptFuture, ResetFuture, Settlement, Stamp, SystemClock, clamp_instant,
-    duration_to_micros, ensure_fits,
+    Algorithm, AsyncRateLimiter, Bound, CheckFuture, Clock, Decision, Error, Keyed, Limiter, Quota,
+    Receipt, ReceiptFuture, ResetFuture, SystemClock,
 };
 
 use crate::alert::{Alert, AlertCallback, Alerts};
@@ -611,6 +613,10 @@ impl<S: Store> Limiter for Resilient<S> {
 
     fn backend(&self) -> &'static str {
         self.inner.store.name()
+    }
+
+    fn bound(&self) -> Bound {
+        self.algorithm().bound()
     }
 
     fn refunds(&self) -> bool {

@@ -4,7 +4,8 @@
 use std::future::Future;
 use std::time::Instant;
 
-use ratelab_core::{Algorithm, Decision, Error, Settlement, Stamp};
+use ratelab_core::toolkit::{Settlement, Stamp};
+use ratelab_core::{Algorithm, Decision, Error};
 
 /// A limiter whose state lives elsewhere (Redis, a database, another
 /// service): one algorithm on one quota, any number of keys, each call a

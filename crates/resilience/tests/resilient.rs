@@ -9,10 +9,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use ratelab_core::{
-    Algorithm, AsyncRateLimiter, Decision, Error, ErrorKind, Limiter, Quota, Settlement, Shifts,
-    Stamp,
-};
+use ratelab_core::toolkit::{Settlement, Shifts, Stamp};
+use ratelab_core::{Algorithm, AsyncRateLimiter, Decision, Error, ErrorKind, Limiter, Quota};
 use ratelab_gcra::Gcra;
 use ratelab_resilience::{FailurePolicy, Resilience, Resilient, Store};
 
@@ -215,12 +213,12 @@ async fn fail_open_answers_as_a_fresh_key_and_fail_closed_says_when_to_retry() {
     let decision = open.check(b"k", 3).await.unwrap();
     assert!(decision.allowed && decision.degraded);
     assert_eq!(decision.remaining, 7);
-    assert_eq!(decision.reset_after_micros(), 2_000_000);
+    assert_eq!(decision.reset_after_micros, 2_000_000);
     // Nothing was charged anywhere: no receipt.
     let (_, receipt) = open.check_with_receipt(b"k", 3).await.unwrap();
     assert!(receipt.is_none());
     let peek = open.peek(b"k", 0).await.unwrap();
-    assert!(peek.allowed && peek.degraded && peek.reset_after_micros() == 0);
+    assert!(peek.allowed && peek.degraded && peek.reset_after_micros == 0);
 
     let timeout = Duration::from_millis(40);
     let (store, closed) = wrapped(

@@ -30,7 +30,7 @@ use envoy_types::pb::google::protobuf::{
 use futures::{FutureExt, StreamExt};
 use parking_lot::Mutex;
 use ratelab::http_core::wait_for_next_unit;
-use ratelab::redis::{Connection, FailurePolicy, RedisLimiter, TimeSource};
+use ratelab::redis::{Connection, FailurePolicy, RedisStore, TimeSource};
 use ratelab::{
     AlgorithmKind, AlgorithmVisitor, AsyncRateLimiter, Clock, Decision, Error as LimitError,
     ErrorKind, Keyed, KnownAlgorithm, Receipt, ceil_secs,
@@ -394,7 +394,7 @@ struct BuildRedis<'a> {
 impl AlgorithmVisitor for BuildRedis<'_> {
     type Output = Counter;
     fn visit<A: KnownAlgorithm>(self, algorithm: A) -> Counter {
-        let mut builder = RedisLimiter::builder(self.connection, algorithm)
+        let mut builder = RedisStore::builder(self.connection, algorithm)
             // The service applies its policy and its breaker itself, once
             // a request: see `crate::breaker`.
             .on_failure(FailurePolicy::Error)
@@ -1106,8 +1106,7 @@ impl Service {
                     let next_unit = match &limiter {
                         Some(l) => wait_for_next_unit(
                             &decision,
-                            l.algorithm_name(),
-                            &l.quota(),
+                            l.bound(),
                             u32::try_from(cost).unwrap_or(u32::MAX),
                         ),
                         None => Duration::ZERO,

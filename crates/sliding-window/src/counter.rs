@@ -1,9 +1,10 @@
 //! The approximate sliding window: two counters, the previous one weighted.
 
-use ratelab_core::{
-    Algorithm, Decision, Error, LockedCell, Quota, RemoteForm, Settlement, Spent, Stamp,
-    ensure_fits, ensure_settles, forget_if_forgettable,
+use ratelab_core::toolkit::{
+    LockedCell, RemoteForm, Settlement, Spent, Stamp, ensure_fits, ensure_settles,
+    forget_if_forgettable,
 };
+use ratelab_core::{Algorithm, Bound, Decision, Error, Quota};
 
 /// The window position is measured in at most this many steps, so that
 /// `limit × steps` stays below 2^48 and the arithmetic is exact in a Redis Lua
@@ -201,6 +202,16 @@ impl Algorithm for SlidingCounter {
     #[inline]
     fn capacity(&self) -> u64 {
         self.limit
+    }
+
+    #[inline]
+    fn bound(&self) -> Bound {
+        Bound::WeightedWindows {
+            limit: self.limit,
+            window: self.window,
+            step: self.step,
+            steps: self.steps,
+        }
     }
 
     #[inline]

@@ -2,10 +2,11 @@
 
 use std::collections::VecDeque;
 
-use ratelab_core::{
-    Algorithm, Decision, Error, LockedCell, Quota, RemoteForm, Settlement, Spent, Stamp,
-    ensure_fits, ensure_settles, forget_if_forgettable,
+use ratelab_core::toolkit::{
+    LockedCell, RemoteForm, Settlement, Spent, Stamp, ensure_fits, ensure_settles,
+    forget_if_forgettable,
 };
+use ratelab_core::{Algorithm, Bound, Decision, Error, Quota};
 
 /// Sliding log parameters derived from a [`Quota`]: exact, O(limit) memory.
 /// See the crate docs.
@@ -135,6 +136,14 @@ impl Algorithm for SlidingLog {
     #[inline]
     fn capacity(&self) -> u64 {
         self.limit
+    }
+
+    #[inline]
+    fn bound(&self) -> Bound {
+        Bound::TrailingWindow {
+            limit: self.limit,
+            window: self.window,
+        }
     }
 
     #[inline]

@@ -13,13 +13,13 @@
 
 use std::io::Write;
 
-use ratelab_core::remote::{
+use ratelab_core::toolkit::remote::{
     self, Encoded, MAX_COUNT, MAX_LOG_UNITS, Params, RemoteForm, Shape, Stored, StoredOf,
     StringForm, Value, doubles, integers, lua,
 };
 
-use ratelab_core::Spent;
-use ratelab_core::remote::StoredLedger;
+use ratelab_core::toolkit::Spent;
+use ratelab_core::toolkit::remote::StoredLedger;
 
 use crate::{Log, MAX_STORED_LOG_LIMIT, SlidingCounter, SlidingLog, Windows};
 
@@ -328,7 +328,7 @@ mod tests {
         // A ledger round-trips too.
         let mut spent = Spent::fenced(now - 3);
         assert!(spent.take(
-            ratelab_core::Stamp {
+            ratelab_core::toolkit::Stamp {
                 at: now - 1,
                 mark: 1
             },

@@ -6,16 +6,26 @@ use proptest::prelude::*;
 use ratelab_core::Algorithm;
 use ratelab_sliding_window::{SlidingCounter, SlidingLog};
 use ratelab_testkit::interleave::{in_memory, quota_and_ops};
-use ratelab_testkit::kept::Model;
 use ratelab_testkit::oracle::Bound;
 use ratelab_testkit::props::{all_properties, config, wild_clock_properties};
 use ratelab_testkit::strategies::{quota_and_arrivals, quota_and_wild_arrivals};
 
-fn bound(algorithm: &impl Algorithm, factor: u64) -> Bound {
-    Bound::Window {
-        limit: algorithm.capacity(),
-        window: algorithm.quota().window_micros(),
-        factor,
+/// The log's: at most its limit in every trailing window.
+fn log_bound(log: &SlidingLog) -> Bound {
+    Bound::TrailingWindow {
+        limit: log.capacity(),
+        window: log.quota().window_micros(),
+    }
+}
+
+/// The counter's: the current window and the previous one weighted, so up
+/// to twice its limit within a window's length.
+fn counter_bound(counter: &SlidingCounter) -> Bound {
+    Bound::WeightedWindows {
+        limit: counter.capacity(),
+        window: counter.quota().window_micros(),
+        step: counter.step_micros(),
+        steps: counter.steps(),
     }
 }
 
@@ -25,43 +35,36 @@ proptest! {
     #[test]
     fn log_decisions_keep_the_bound_and_tell_the_truth((quota, arrivals) in quota_and_arrivals(80)) {
         let log = SlidingLog::new(quota);
-        all_properties(&log, &arrivals, bound(&log, 1))?;
+        all_properties(&log, &arrivals, log_bound(&log))?;
     }
 
     #[test]
     fn counter_decisions_keep_the_bound_and_tell_the_truth((quota, arrivals) in quota_and_arrivals(80)) {
         let counter = SlidingCounter::new(quota);
-        all_properties(&counter, &arrivals, bound(&counter, 2))?;
+        all_properties(&counter, &arrivals, counter_bound(&counter))?;
     }
 
     #[test]
     fn log_under_a_wild_clock_never_admits_beyond_the_bound((quota, arrivals) in quota_and_wild_arrivals(60)) {
         let log = SlidingLog::new(quota);
-        wild_clock_properties(&log, &arrivals, bound(&log, 1))?;
+        wild_clock_properties(&log, &arrivals, log_bound(&log))?;
     }
 
     #[test]
     fn counter_under_a_wild_clock_never_admits_beyond_the_bound((quota, arrivals) in quota_and_wild_arrivals(60)) {
         let counter = SlidingCounter::new(quota);
-        wild_clock_properties(&counter, &arrivals, bound(&counter, 2))?;
+        wild_clock_properties(&counter, &arrivals, counter_bound(&counter))?;
     }
 
     #[test]
     fn log_settlements_keep_every_admission_within_what_was_kept((quota, ops) in quota_and_ops(60, 3)) {
         let log = SlidingLog::new(quota);
-        let model = Model::Log { window: log.window_micros(), limit: log.capacity() };
-        in_memory(&log, model, &ops)?;
+        in_memory(&log, &ops)?;
     }
 
     #[test]
     fn counter_settlements_keep_every_admission_within_what_was_kept((quota, ops) in quota_and_ops(60, 3)) {
         let counter = SlidingCounter::new(quota);
-        let model = Model::Counter {
-            window: counter.window_micros(),
-            limit: counter.capacity(),
-            step: counter.step_micros(),
-            steps: counter.steps(),
-        };
-        in_memory(&counter, model, &ops)?;
+        in_memory(&counter, &ops)?;
     }
 }

@@ -7,10 +7,10 @@
 use proptest::prelude::*;
 use proptest::test_runner::TestCaseError;
 use ratelab_core::{
-    Algorithm, Decision, Direct, Error, Keyed, ManualClock, Quota, Receipt, Verdict,
+    Algorithm, Bound, Decision, Direct, Error, Keyed, ManualClock, Quota, Receipt, Verdict,
 };
 
-use crate::kept::{Entry, History, Model};
+use crate::kept::{Entry, History};
 use crate::strategies::quotas;
 
 /// One step of an interleaving.
@@ -106,7 +106,7 @@ pub trait Subject {
 /// steps so far.
 pub fn run<S: Subject>(
     subject: &S,
-    model: Model,
+    bound: Bound,
     ops: &[Op],
     start: u64,
 ) -> Result<(), TestCaseError> {
@@ -121,7 +121,7 @@ pub fn run<S: Subject>(
     let history = |histories: &mut Vec<History>, key: u8| -> usize {
         let key = usize::from(key);
         while histories.len() <= key {
-            histories.push(History::new(model));
+            histories.push(History::new(bound));
         }
         key
     };
@@ -314,14 +314,12 @@ impl<A: Algorithm> Subject for InDirect<A> {
 
 /// Every interleaving property of one algorithm in memory: `ops` on a keyed
 /// limiter (keys as the ops say) and on a single bucket (every op on one
-/// key), each checked against the kept history under `model`.
-pub fn in_memory<A: Algorithm + Clone>(
-    algorithm: &A,
-    model: Model,
-    ops: &[Op],
-) -> Result<(), TestCaseError> {
-    run(&InKeyed::new(algorithm.clone()), model, ops, 0)?;
-    run(&InDirect::new(algorithm.clone()), model, &one_key(ops), 0)
+/// key), each checked against the kept history under the algorithm's own
+/// [`Algorithm::bound`].
+pub fn in_memory<A: Algorithm + Clone>(algorithm: &A, ops: &[Op]) -> Result<(), TestCaseError> {
+    let bound = algorithm.bound();
+    run(&InKeyed::new(algorithm.clone()), bound, ops, 0)?;
+    run(&InDirect::new(algorithm.clone()), bound, &one_key(ops), 0)
 }
 
 /// Two limiters of one algorithm on one clock, fed the same steps: the
@@ -536,15 +534,15 @@ impl<A: Algorithm> Subject for LeanTwin<Direct<A, ManualClock>> {
 /// [`in_memory`] with lean checks: `ops` on [`LeanTwin`] keyed limiters
 /// (keys as the ops say) and single buckets (every op on one key), the
 /// checks `lean` marks lean, each answer the same as a check's and every
-/// admission within the kept history under `model`. A peek of cost 0
+/// admission within the kept history under its bound. A peek of cost 0
 /// becomes a check of cost 0 (the peek a check makes, which moves the
 /// limiter's time as any check does): lean ones among them too.
 pub fn lean_in_memory<A: Algorithm + Clone>(
     algorithm: &A,
-    model: Model,
     ops: &[Op],
     lean: u64,
 ) -> Result<(), TestCaseError> {
+    let bound = algorithm.bound();
     let ops: Vec<Op> = ops
         .iter()
         .map(|op| match *op {
@@ -556,8 +554,8 @@ pub fn lean_in_memory<A: Algorithm + Clone>(
             other => other,
         })
         .collect();
-    run(&LeanTwin::keyed(algorithm, lean), model, &ops, 0)?;
-    run(&LeanTwin::direct(algorithm, lean), model, &one_key(&ops), 0)
+    run(&LeanTwin::keyed(algorithm, lean), bound, &ops, 0)?;
+    run(&LeanTwin::direct(algorithm, lean), bound, &one_key(&ops), 0)
 }
 
 /// `ops` with every key made key 0: a single bucket's steps.

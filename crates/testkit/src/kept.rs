@@ -8,56 +8,7 @@
 //! says whether that left room: the promise of
 //! [`Receipt`](ratelab_core::Receipt), checked from the outside.
 
-use ratelab_core::Quota;
-
-/// An algorithm's bound, as a model fed the kept charges.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Model {
-    /// GCRA, token bucket, leaky meter and queue: a debt repaid at one unit
-    /// per `interval`, admitting while it stays within `tolerance` of now.
-    Debt {
-        /// `T`, µs per unit.
-        interval: u64,
-        /// `burst × T`, µs.
-        tolerance: u64,
-    },
-    /// Fixed window: at most `limit` per aligned window of `window` µs.
-    Fixed {
-        /// Window length, µs.
-        window: u64,
-        /// Units per window.
-        limit: u64,
-    },
-    /// Sliding log: at most `limit` in every trailing window.
-    Log {
-        /// Window length, µs.
-        window: u64,
-        /// Units per window.
-        limit: u64,
-    },
-    /// Sliding counter: the current window plus the previous one weighted
-    /// by the steps of the current window still to come.
-    Counter {
-        /// Window length, µs.
-        window: u64,
-        /// Units per window.
-        limit: u64,
-        /// µs per step.
-        step: u64,
-        /// Steps per window.
-        steps: u64,
-    },
-}
-
-impl Model {
-    /// The debt model of `quota`.
-    pub fn debt(quota: Quota) -> Self {
-        Model::Debt {
-            interval: quota.emission_interval_micros(),
-            tolerance: quota.burst_tolerance_micros(),
-        }
-    }
-}
+use ratelab_core::Bound;
 
 /// One charge: an admission (what it still counts for) or the extra a
 /// settlement charged.
@@ -79,16 +30,18 @@ pub struct Entry {
 /// The kept history of one key.
 #[derive(Debug, Clone)]
 pub struct History {
-    model: Model,
+    bound: Bound,
     generation: u64,
     charges: Vec<Charge>,
 }
 
 impl History {
-    /// An empty history under `model`.
-    pub fn new(model: Model) -> Self {
+    /// An empty history of an algorithm that promises `bound`: the kept
+    /// charges are replayed through that promise, as this module models
+    /// it, not through the algorithm.
+    pub fn new(bound: Bound) -> Self {
         History {
-            model,
+            bound,
             generation: 0,
             charges: Vec::new(),
         }
@@ -97,26 +50,28 @@ impl History {
     /// Whether the kept history left room for `cost` units at `at` (the
     /// instant the limiter decided at).
     pub fn admits(&self, at: u64, cost: u64) -> bool {
-        match self.model {
-            Model::Debt {
-                interval,
-                tolerance,
-            } => {
+        match self.bound {
+            // A debt repaid at one unit per `interval`, admitting while it
+            // stays within the burst's time of now.
+            Bound::Rate { burst, interval } => {
+                let tolerance = burst.saturating_mul(interval);
                 let mut full_at = 0u64;
                 for c in &self.charges {
                     full_at = full_at.max(c.at) + c.units * interval;
                 }
                 full_at.max(at) + cost * interval <= at + tolerance
             }
-            Model::Fixed { window, limit } => {
+            Bound::AlignedWindow { limit, window } => {
                 self.sum(|c| c.at / window == at / window) + cost <= limit
             }
-            Model::Log { window, limit } => {
+            Bound::TrailingWindow { limit, window } => {
                 self.sum(|c| c.at <= at && c.at + window > at) + cost <= limit
             }
-            Model::Counter {
-                window,
+            // The current window plus the previous one weighted by the steps
+            // of the current window still to come.
+            Bound::WeightedWindows {
                 limit,
+                window,
                 step,
                 steps,
             } => {
@@ -183,11 +138,10 @@ mod tests {
     #[test]
     fn a_debt_refunded_in_the_middle_frees_only_what_it_held() {
         // 1 per second, burst 3: the reviewer's case.
-        let model = Model::Debt {
+        let mut h = History::new(Bound::Rate {
+            burst: 3,
             interval: 1_000_000,
-            tolerance: 3_000_000,
-        };
-        let mut h = History::new(model);
+        });
         let a = h.admit(0, 1);
         h.admit(0, 1);
         let c = h.admit(0, 1);
@@ -203,9 +157,9 @@ mod tests {
 
     #[test]
     fn windows_count_what_was_kept_and_extras() {
-        let mut h = History::new(Model::Fixed {
-            window: 10,
+        let mut h = History::new(Bound::AlignedWindow {
             limit: 3,
+            window: 10,
         });
         let a = h.admit(1, 2);
         assert!(h.admits(2, 1) && !h.admits(2, 2));

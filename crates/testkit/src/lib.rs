@@ -4,11 +4,11 @@
 //! algorithm, and a harness that releases threads together.
 //!
 //! ```
-//! use ratelab_testkit::oracle::{Admitted, Bound};
+//! use ratelab_testkit::oracle::{Admitted, Bound, Oracle};
 //!
 //! // Three units within 0.5 s, for a bucket of 2 refilling one per second.
 //! let admitted = [Admitted { at: 0, units: 2 }, Admitted { at: 500_000, units: 1 }];
-//! let bound = Bound::Bucket { burst: 2, interval: 1_000_000 };
+//! let bound = Bound::Rate { burst: 2, interval: 1_000_000 };
 //! assert!(bound.violation(&admitted).is_some());
 //! ```
 

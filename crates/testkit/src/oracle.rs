@@ -11,29 +11,7 @@ pub struct Admitted {
     pub units: u64,
 }
 
-/// The most an algorithm may admit for one key.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Bound {
-    /// Token bucket, GCRA, leaky bucket: in every closed interval `[a, b]`,
-    /// at most `burst + floor((b − a) / interval)` units.
-    Bucket {
-        /// Units at once from full.
-        burst: u64,
-        /// µs per unit refilled.
-        interval: u64,
-    },
-    /// Windows: in every closed interval shorter than `window` µs, at most
-    /// `limit × factor` units (1 for the sliding log, 2 for the fixed window
-    /// and the sliding counter).
-    Window {
-        /// Units per window.
-        limit: u64,
-        /// Window length, µs.
-        window: u64,
-        /// How many limits fit in one window's length.
-        factor: u64,
-    },
-}
+pub use ratelab_core::Bound;
 
 /// An interval in which more was admitted than the bound allows.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -58,23 +36,29 @@ impl fmt::Display for Violation {
     }
 }
 
-impl Bound {
+/// An algorithm's [`Bound`], checked on what was admitted for one key.
+pub trait Oracle {
     /// Units allowed within a closed interval `span` µs long, or `None` if
-    /// the bound says nothing about intervals that long.
-    pub fn allowed_within(&self, span: u64) -> Option<u64> {
-        match *self {
-            Bound::Bucket { burst, interval } => Some(burst + span / interval),
-            Bound::Window {
-                limit,
-                window,
-                factor,
-            } => (span < window).then_some(limit * factor),
+    /// the check says nothing about intervals that long: a debt allows
+    /// `burst + floor(span / interval)`; a window, in an interval shorter
+    /// than itself, `limit` (the log) or `2 × limit` (across an aligned
+    /// edge: the fixed window, the sliding counter's counts).
+    fn allowed_within(&self, span: u64) -> Option<u64>;
+
+    /// The first interval (by start, then end) that breaks the bound, if
+    /// any. `admitted` must be in non-decreasing time order. O(n²).
+    fn violation(&self, admitted: &[Admitted]) -> Option<Violation>;
+}
+
+impl Oracle for Bound {
+    fn allowed_within(&self, span: u64) -> Option<u64> {
+        match self.window() {
+            Some(window) if span >= window => None,
+            _ => Some(self.most_within(span)),
         }
     }
 
-    /// The first interval (by start, then end) that breaks the bound, if any.
-    /// `admitted` must be in non-decreasing time order. O(n²).
-    pub fn violation(&self, admitted: &[Admitted]) -> Option<Violation> {
+    fn violation(&self, admitted: &[Admitted]) -> Option<Violation> {
         for (i, first) in admitted.iter().enumerate() {
             let mut total = 0;
             for last in &admitted[i..] {
@@ -125,7 +109,7 @@ mod tests {
 
     #[test]
     fn bucket_bound() {
-        let bound = Bound::Bucket {
+        let bound = Bound::Rate {
             burst: 2,
             interval: 10,
         };
@@ -136,10 +120,9 @@ mod tests {
 
     #[test]
     fn window_bound_and_max() {
-        let bound = Bound::Window {
+        let bound = Bound::TrailingWindow {
             limit: 2,
             window: 10,
-            factor: 1,
         };
         let admitted = at(&[(0, 1), (5, 1), (10, 1), (15, 1)]);
         assert_eq!(bound.violation(&admitted), None);

@@ -10,10 +10,13 @@
 use std::collections::HashMap;
 
 use proptest::prelude::*;
-use proptest::test_runner::TestCaseError;
-use ratelab_core::{Algorithm, Decision, Error, Keyed, ManualClock, clamp_instant};
+use proptest::test_runner::{
+    FailurePersistence, FileFailurePersistence, PersistedSeed, TestCaseError,
+};
+use ratelab_core::toolkit::clamp_instant;
+use ratelab_core::{Algorithm, Decision, Error, Keyed, ManualClock};
 
-use crate::oracle::{Admitted, Bound};
+use crate::oracle::{Admitted, Bound, Oracle};
 use crate::strategies::{Arrival, unwrapped};
 
 /// One decided request, with the key's state before and after.
@@ -22,7 +25,7 @@ pub struct Step<S> {
     /// The request.
     pub arrival: Arrival,
     /// The clock reading the algorithm saw (clamped to
-    /// [`MAX_INSTANT_MICROS`](ratelab_core::MAX_INSTANT_MICROS)).
+    /// [`MAX_INSTANT_MICROS`](ratelab_core::toolkit::MAX_INSTANT_MICROS)).
     pub now: u64,
     /// The key's state before.
     pub before: S,
@@ -171,7 +174,7 @@ where
                 "allowed with a retry_after"
             );
         } else {
-            let retry = decision.retry_after_micros();
+            let retry = decision.retry_after_micros;
             prop_assert!(retry > 0, "refused with retry_after 0: {:?}", decision);
             prop_assert!(
                 probe(algorithm, &step.after, now + retry, cost).allowed,
@@ -183,7 +186,7 @@ where
             );
         }
 
-        let reset = decision.reset_after_micros();
+        let reset = decision.reset_after_micros;
         let at_reset = probe(algorithm, &step.after, now + reset, 0);
         prop_assert_eq!(
             at_reset.remaining,
@@ -224,8 +227,8 @@ pub fn refusals_consume_nothing<A: Algorithm>(
         let now = step.now;
         for at in [
             now,
-            now + decision.retry_after_micros(),
-            now + decision.reset_after_micros(),
+            now + decision.retry_after_micros,
+            now + decision.reset_after_micros,
         ] {
             for cost in [1, step.arrival.cost] {
                 prop_assert_eq!(
@@ -257,7 +260,7 @@ pub fn idle_restores_the_burst<A: Algorithm>(
     let capacity = u32::try_from(algorithm.capacity()).expect("capacity is a burst");
     for (key, step) in last {
         let decision = step.result.as_ref().expect("kept only decided steps");
-        let at = step.now + decision.reset_after_micros();
+        let at = step.now + decision.reset_after_micros;
         let full = probe(algorithm, &step.after, at, capacity);
         prop_assert!(
             full.allowed,
@@ -295,10 +298,63 @@ pub fn config(cases: u32) -> ProptestConfig {
         .unwrap_or(cases);
     ProptestConfig {
         cases,
-        failure_persistence: Some(Box::new(
-            proptest::test_runner::FileFailurePersistence::WithSource("proptest-regressions"),
-        )),
+        failure_persistence: Some(regressions()),
         ..ProptestConfig::default()
+    }
+}
+
+/// Where a property test's regressions live: the committed
+/// `*.proptest-regressions` beside its source, read on every run (each seed
+/// in it replayed first). A failure found now is written there only when
+/// `PROPTEST_SAVE_REGRESSIONS=1` asks, as a deliberate addition; otherwise
+/// its seed is printed, with the line to keep it, and the tree is left as
+/// it was (a failing run on a branch leaves nothing to commit by mistake).
+pub fn regressions() -> Box<dyn FailurePersistence> {
+    Box::new(Regressions(FileFailurePersistence::WithSource(
+        "proptest-regressions",
+    )))
+}
+
+/// [`regressions`]: the committed seeds read, new ones written on request.
+#[derive(Debug, Clone, PartialEq)]
+struct Regressions(FileFailurePersistence);
+
+impl FailurePersistence for Regressions {
+    fn load_persisted_failures2(&self, source_file: Option<&'static str>) -> Vec<PersistedSeed> {
+        self.0.load_persisted_failures2(source_file)
+    }
+
+    fn save_persisted_failure2(
+        &mut self,
+        source_file: Option<&'static str>,
+        seed: PersistedSeed,
+        shrunken_value: &dyn std::fmt::Debug,
+    ) {
+        if std::env::var_os("PROPTEST_SAVE_REGRESSIONS").is_some_and(|v| v == "1") {
+            self.0
+                .save_persisted_failure2(source_file, seed, shrunken_value);
+        } else {
+            eprintln!(
+                "proptest: a failure of {} (run again with PROPTEST_SAVE_REGRESSIONS=1 to keep its \
+                 seed in the regressions file beside it):\ncc {seed} # shrinks to {shrunken_value:?}",
+                source_file.unwrap_or("this test"),
+            );
+        }
+    }
+
+    fn box_clone(&self) -> Box<dyn FailurePersistence> {
+        Box::new(self.clone())
+    }
+
+    fn eq(&self, other: &dyn FailurePersistence) -> bool {
+        other
+            .as_any()
+            .downcast_ref::<Self>()
+            .is_some_and(|other| other == self)
+    }
+
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
     }
 }
 
@@ -335,6 +391,7 @@ pub fn all_properties<A: Algorithm + Clone>(
 where
     A::State: PartialEq + std::fmt::Debug,
 {
+    prop_assert_eq!(algorithm.bound(), bound, "the bound the algorithm declares");
     let steps = simulate(algorithm, arrivals);
     bound_holds(&steps, bound)?;
     fields_tell_the_truth(algorithm, &steps)?;
@@ -351,6 +408,7 @@ pub fn wild_clock_properties<A: Algorithm + Clone>(
     arrivals: &[Arrival],
     bound: Bound,
 ) -> Result<(), TestCaseError> {
+    prop_assert_eq!(algorithm.bound(), bound, "the bound the algorithm declares");
     bound_holds(&simulate(algorithm, arrivals), bound)?;
     bound_holds(&run_keyed(algorithm, arrivals), bound)
 }

@@ -169,6 +169,14 @@ pub fn command(port: u16, args: &[&str]) -> Result<String, String> {
     read_reply(&mut BufReader::new(stream))
 }
 
+/// One field of `INFO replication` on the server at `port`.
+pub fn replication_field(port: u16, field: &str) -> Option<String> {
+    let info = command(port, &["INFO", "replication"]).ok()?;
+    info.lines()
+        .find_map(|line| line.strip_prefix(field)?.strip_prefix(':'))
+        .map(|value| value.trim().to_owned())
+}
+
 /// A `redis-server` process on a free loopback port, killed on drop.
 ///
 /// ```no_run
@@ -678,7 +686,7 @@ impl RedisCluster {
         // on the empty cluster (FLUSHALL, which its master propagates) has
         // reached it: its offset equals its master's, past 0.
         for replica in &nodes {
-            let Some(master) = crate::replication::replication_field(replica.port, "master_port")
+            let Some(master) = replication_field(replica.port, "master_port")
                 .and_then(|port| port.parse::<u16>().ok())
             else {
                 continue;
@@ -686,9 +694,8 @@ impl RedisCluster {
             'flowing: loop {
                 command(master, &["FLUSHALL"]).map_err(failed)?;
                 for _ in 0..10 {
-                    let here =
-                        crate::replication::replication_field(replica.port, "slave_repl_offset");
-                    let there = crate::replication::replication_field(master, "master_repl_offset");
+                    let here = replication_field(replica.port, "slave_repl_offset");
+                    let there = replication_field(master, "master_repl_offset");
                     if here.is_some() && here == there && there.as_deref() != Some("0") {
                         break 'flowing;
                     }

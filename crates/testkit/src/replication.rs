@@ -10,18 +10,10 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use crate::redis::{RedisServer, StartError, command};
+use crate::redis::{RedisServer, StartError, command, replication_field};
 
 /// How long a replica may take to catch up with its master.
 const SYNC_TIMEOUT: Duration = Duration::from_secs(30);
-
-/// One field of `INFO replication` on the server at `port`.
-pub fn replication_field(port: u16, field: &str) -> Option<String> {
-    let info = command(port, &["INFO", "replication"]).ok()?;
-    info.lines()
-        .find_map(|line| line.strip_prefix(field)?.strip_prefix(':'))
-        .map(|value| value.trim().to_owned())
-}
 
 impl RedisServer {
     /// Starts a server replicating the one on `master_port` (a

@@ -4,7 +4,8 @@
 use std::time::Duration;
 
 use proptest::prelude::*;
-use ratelab_core::{MAX_INSTANT_MICROS, Quota, clamp_instant};
+use ratelab_core::Quota;
+use ratelab_core::toolkit::{MAX_INSTANT_MICROS, clamp_instant};
 
 /// One request: when, for which key, for how much.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -34,10 +34,9 @@
 
 mod remote;
 
-use ratelab_core::Debt;
-use ratelab_core::{
-    Algorithm, Decision, Error, LockedCell, Quota, RemoteForm, Shifts, ensure_fits,
-};
+use ratelab_core::toolkit::Debt;
+use ratelab_core::toolkit::{LockedCell, RemoteForm, Shifts, ensure_fits};
+use ratelab_core::{Algorithm, Bound, Decision, Error, Quota};
 
 /// Token bucket parameters derived from a [`Quota`]. See the crate docs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -146,6 +145,11 @@ impl Algorithm for TokenBucket {
     }
 
     #[inline]
+    fn bound(&self) -> Bound {
+        Bound::rate(&self.quota)
+    }
+
+    #[inline]
     fn initial_state(&self) -> Bucket {
         Bucket {
             tokens: self.capacity,
@@ -185,7 +189,7 @@ impl Algorithm for TokenBucket {
         self.when_holding(bucket, self.capacity)
     }
 
-    // stamp, settle, reset and forgettable_at: a debt's (`ratelab_core::debt`).
+    // stamp, settle, reset and forgettable_at: a debt's (`ratelab_core::toolkit::debt`).
     ratelab_core::debt_receipts!();
 }
 

@@ -4,7 +4,7 @@
 //! and the latest instant written, then the ledger's recent shifts.
 
 use ratelab_core::Algorithm;
-use ratelab_core::remote::{
+use ratelab_core::toolkit::remote::{
     self, Encoded, MAX_END, Params, RemoteForm, Shape, Stored, StoredOf, StringForm, Value,
     doubles, integers, lua,
 };
@@ -96,7 +96,8 @@ impl StringForm for TokenBucket {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use ratelab_core::{Quota, Shift, Shifts};
+    use ratelab_core::Quota;
+    use ratelab_core::toolkit::{Shift, Shifts};
 
     #[test]
     fn the_state_round_trips_with_its_shifts() {

@@ -4,14 +4,13 @@
 use proptest::prelude::*;
 use ratelab_core::Algorithm;
 use ratelab_testkit::interleave::{in_memory, lean_in_memory, quota_and_ops};
-use ratelab_testkit::kept::Model;
 use ratelab_testkit::oracle::Bound;
 use ratelab_testkit::props::{all_properties, config, wild_clock_properties};
 use ratelab_testkit::strategies::{quota_and_arrivals, quota_and_wild_arrivals};
 use ratelab_token_bucket::TokenBucket;
 
 fn bound(bucket: &TokenBucket) -> Bound {
-    Bound::Bucket {
+    Bound::Rate {
         burst: bucket.capacity(),
         interval: bucket.interval_micros(),
     }
@@ -34,7 +33,7 @@ proptest! {
 
     #[test]
     fn settlements_keep_every_admission_within_what_was_kept((quota, ops) in quota_and_ops(60, 3)) {
-        in_memory(&TokenBucket::new(quota), Model::debt(quota), &ops)?;
+        in_memory(&TokenBucket::new(quota), &ops)?;
     }
 
     /// The bucket's state is two words behind a lock: its lean check builds
@@ -44,7 +43,7 @@ proptest! {
         (quota, ops) in quota_and_ops(60, 3),
         lean in any::<u64>(),
     ) {
-        lean_in_memory(&TokenBucket::new(quota), Model::debt(quota), &ops, lean)?;
+        lean_in_memory(&TokenBucket::new(quota), &ops, lean)?;
     }
 }
 
@@ -54,7 +53,8 @@ proptest! {
 /// interval later, never sooner, and never wraps to a bucket locked for ages.
 #[test]
 fn a_settlement_before_the_first_interval_counts_from_instant_0() {
-    use ratelab_core::{Debt, Quota};
+    use ratelab_core::Quota;
+    use ratelab_core::toolkit::Debt;
     use std::time::Duration;
 
     // 3 per 3 ms: a token every 1,000 µs.

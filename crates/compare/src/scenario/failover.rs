@@ -24,11 +24,11 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use ratelab::redis::{Connection, FailurePolicy, RedisLimiter, TimeSource};
+use ratelab::redis::{Connection, FailurePolicy, RedisStore, TimeSource};
 use ratelab::{
     AlgorithmKind, AlgorithmVisitor, AsyncRateLimiter, Clock, KnownAlgorithm, ManualClock, Quota,
 };
-use ratelab_testkit::oracle::{Admitted, Bound};
+use ratelab_testkit::oracle::{Admitted, Bound, Oracle};
 use ratelab_testkit::redis::RedisServer;
 use ratelab_testkit::replication::Relay;
 use serde::Serialize;
@@ -200,7 +200,7 @@ fn build(
     impl AlgorithmVisitor for Build {
         type Output = Built;
         fn visit<A: KnownAlgorithm>(self, algorithm: A) -> Built {
-            let mut builder = RedisLimiter::builder(self.connection, algorithm)
+            let mut builder = RedisStore::builder(self.connection, algorithm)
                 .time_source(self.time)
                 // A loaded machine must not turn a slow answer into a
                 // failure; no breaker, so that every check reaches Redis.
@@ -369,41 +369,20 @@ async fn failover(kind: AlgorithmKind, quota: Quota, case: Case) -> Result<Outco
 type Beyond = Box<dyn Fn(&[Admitted]) -> u64>;
 
 fn bound(kind: AlgorithmKind, quota: Quota) -> (String, Beyond) {
-    let limit = u64::from(quota.limit());
-    let window = quota.window_micros();
-    let sliding = |factor: u64| {
-        let bound = Bound::Window {
-            limit,
-            window,
-            factor,
-        };
-        Box::new(move |a: &[Admitted]| excess(bound, a)) as Beyond
-    };
-    match kind {
-        AlgorithmKind::FixedWindow => (
+    let promise = kind.bound(quota);
+    let beyond = move |a: &[Admitted]| excess(promise, a);
+    match promise {
+        Bound::AlignedWindow { limit, window } => (
             format!("{limit} per aligned window"),
             Box::new(move |a: &[Admitted]| window_excess(limit, window, a)),
         ),
-        AlgorithmKind::SlidingLog => (format!("{limit} in any window"), sliding(1)),
-        AlgorithmKind::SlidingCounter => (format!("{} in any window", 2 * limit), sliding(2)),
-        AlgorithmKind::LeakyMeter
-        | AlgorithmKind::LeakyQueue
-        | AlgorithmKind::TokenBucket
-        | AlgorithmKind::Gcra => {
-            let bound = Bound::Bucket {
-                burst: u64::from(quota.burst()),
-                interval: quota.emission_interval_micros(),
-            };
-            (
-                format!("burst {} + {}/s × elapsed", quota.burst(), quota.limit()),
-                Box::new(move |a: &[Admitted]| excess(bound, a)),
-            )
+        Bound::TrailingWindow { limit, .. } => (format!("{limit} in any window"), Box::new(beyond)),
+        Bound::WeightedWindows { limit, .. } => {
+            (format!("{} in any window", 2 * limit), Box::new(beyond))
         }
-        // An algorithm added later, until it says its bound here: the
-        // exact sliding window's, the strictest.
-        _ => (
-            format!("{limit} in any window (the exact log's)"),
-            sliding(1),
+        Bound::Rate { burst, .. } => (
+            format!("burst {burst} + {}/s × elapsed", quota.limit()),
+            Box::new(beyond),
         ),
     }
 }
@@ -745,7 +724,7 @@ mod tests {
 
     #[test]
     fn the_bucket_bound_allows_the_refill_and_no_more() {
-        let bound = Bound::Bucket {
+        let bound = Bound::Rate {
             burst: 50,
             interval: 20_000,
         };

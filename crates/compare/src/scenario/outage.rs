@@ -16,7 +16,7 @@ pub mod report;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use ratelab::redis::{Connection, FailurePolicy, RedisLimiter};
+use ratelab::redis::{Connection, FailurePolicy, RedisLimiter, RedisStore};
 use ratelab::{Gcra, Quota};
 use ratelab_testkit::redis::RedisServer;
 use serde::Serialize;
@@ -187,7 +187,7 @@ pub async fn run(ctx: &Context<'_>) -> Result<Option<Outage>, CompareError> {
     let connection = Connection::single(&server.url()).await?;
     let quota = Quota::per_second(1_000).expect("a valid quota");
     let build = |threshold: u32| {
-        RedisLimiter::builder(connection.clone(), Gcra::new(quota))
+        RedisStore::builder(connection.clone(), Gcra::new(quota))
             .prefix(format!("{}:outage:{threshold}", ctx.nonce))
             .timeout(TIMEOUT)
             .breaker(threshold, COOL_DOWN)

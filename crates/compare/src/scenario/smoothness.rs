@@ -11,7 +11,8 @@ pub mod report;
 use rand::rngs::Xoshiro256PlusPlus;
 use rand::{RngExt, SeedableRng};
 use rand_distr::{Distribution, Exp};
-use ratelab::{AlgorithmKind, Quota, duration_to_micros};
+use ratelab::toolkit::duration_to_micros;
+use ratelab::{AlgorithmKind, Quota};
 use ratelab_testkit::oracle::{Admitted, max_within};
 use serde::Serialize;
 

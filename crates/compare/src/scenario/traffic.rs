@@ -22,7 +22,7 @@ use std::collections::VecDeque;
 use rand::rngs::Xoshiro256PlusPlus;
 use rand::{RngExt, SeedableRng};
 use rand_distr::{Distribution, Exp};
-use ratelab::{AlgorithmKind, Quota};
+use ratelab::{AlgorithmKind, Bound, Quota};
 use ratelab_testkit::oracle::{Admitted, max_within};
 use serde::Serialize;
 
@@ -278,13 +278,21 @@ pub fn outcome(
     let clients = population.heavy + population.light;
     let mut sim = algorithms::simulated(kind, quota, clients);
     let allowed = decisions(sim.as_mut(), arrivals);
-    outcome_of(kind.name(), quota, population, arrivals, &allowed)
+    outcome_of(
+        kind.name(),
+        kind.bound(quota),
+        quota,
+        population,
+        arrivals,
+        &allowed,
+    )
 }
 
 /// The outcome of the decisions `allowed` (one per arrival) of `name`,
-/// scored against the exact rule.
+/// which promises `bound`, scored against the exact rule.
 pub fn outcome_of(
     name: &str,
+    bound: Bound,
     quota: Quota,
     population: &Population,
     arrivals: &[Arrival],
@@ -314,7 +322,7 @@ pub fn outcome_of(
         }
     }
     let maxima: Vec<u64> = history.iter().map(|h| max_within(h, window)).collect();
-    let promise = Promise::of(name, quota);
+    let promise = Promise::of(bound, window);
     let beyond_promise = history.iter().map(|h| promise.broken(h)).sum();
     let class = |range: std::ops::Range<usize>| {
         let n = range.len();
@@ -383,18 +391,26 @@ enum Promise {
 }
 
 impl Promise {
-    /// The promise of the algorithm called `name` (a peer: GCRA's).
-    fn of(name: &str, quota: Quota) -> Self {
-        let (b, w) = (u64::from(quota.burst()), quota.window_micros());
-        let kind = AlgorithmKind::ALL.into_iter().find(|k| k.name() == name);
-        match kind {
-            Some(AlgorithmKind::FixedWindow) => Promise::Aligned { b, w },
-            Some(AlgorithmKind::SlidingLog) => Promise::Trailing { max: b, w },
-            Some(AlgorithmKind::SlidingCounter) => Promise::Trailing { max: 2 * b, w },
-            _ => Promise::Rate {
-                b,
-                t: quota.emission_interval_micros(),
-                w,
+    /// The promise `bound` states for one client; `window` µs is the span a
+    /// rate's promise is read over (the quota's window).
+    fn of(bound: Bound, window: u64) -> Self {
+        match bound {
+            Bound::AlignedWindow { limit, window } => Promise::Aligned {
+                b: limit,
+                w: window,
+            },
+            Bound::TrailingWindow { limit, window } => Promise::Trailing {
+                max: limit,
+                w: window,
+            },
+            Bound::WeightedWindows { limit, window, .. } => Promise::Trailing {
+                max: 2 * limit,
+                w: window,
+            },
+            Bound::Rate { burst, interval } => Promise::Rate {
+                b: burst,
+                t: interval,
+                w: window,
             },
         }
     }
@@ -544,7 +560,14 @@ pub fn simulate(
                 algorithms::simulated(kind, quota, clients).as_mut(),
                 &arrivals,
             );
-            let mut o = outcome_of(kind.name(), quota, population, &arrivals, &allowed);
+            let mut o = outcome_of(
+                kind.name(),
+                kind.bound(quota),
+                quota,
+                population,
+                &arrivals,
+                &allowed,
+            );
             o.differs_from_log = differing(&allowed, &exact);
             o.differs_from_log_pct = round(100.0 * o.differs_from_log as f64 / offered, 4);
             if kind == AlgorithmKind::Gcra {
@@ -555,7 +578,15 @@ pub fn simulate(
         })
         .collect();
     let governor = decisions(&mut Governor::new(quota, clients), &arrivals);
-    let mut peer = outcome_of(GOVERNOR, quota, population, &arrivals, &governor);
+    // governor is GCRA: a debt's promise.
+    let mut peer = outcome_of(
+        GOVERNOR,
+        Bound::rate(&quota),
+        quota,
+        population,
+        &arrivals,
+        &governor,
+    );
     peer.differs_from_log = differing(&governor, &exact);
     peer.differs_from_log_pct = round(100.0 * peer.differs_from_log as f64 / offered, 4);
     tick();

@@ -9,7 +9,7 @@ pub mod report;
 pub mod server;
 
 use ratelab::{AlgorithmKind, ManualClock, Quota};
-use ratelab_testkit::oracle::Bound;
+use ratelab_testkit::oracle::Oracle;
 use serde::Serialize;
 
 use super::ScenarioName;
@@ -24,30 +24,6 @@ pub const PER_INSTANT: usize = 10;
 /// The quota: 10 per second.
 pub fn quota() -> Quota {
     Quota::per_second(10).expect("a valid quota")
-}
-
-/// What `kind` promises about any interval, for `quota`.
-pub fn bound(kind: AlgorithmKind, quota: Quota) -> Bound {
-    let limit = u64::from(quota.burst());
-    let window = quota.window_micros();
-    match kind {
-        AlgorithmKind::FixedWindow | AlgorithmKind::SlidingCounter => Bound::Window {
-            limit,
-            window,
-            factor: 2,
-        },
-        AlgorithmKind::SlidingLog => Bound::Window {
-            limit,
-            window,
-            factor: 1,
-        },
-        // A debt's bound.
-        _ if kind.debt() => Bound::Bucket {
-            burst: limit,
-            interval: quota.emission_interval_micros(),
-        },
-        other => panic!("{other}: no bound in crates/compare/src/scenario/window_edge.rs"),
-    }
 }
 
 /// One algorithm on one backend.
@@ -87,7 +63,7 @@ fn row(kind: AlgorithmKind, backend: &str, counts: [usize; 2], quota: Quota) -> 
         first: counts[0],
         second: counts[1],
         total: counts[0] + counts[1],
-        own_bound: bound(kind, quota).allowed_within(span).unwrap_or(u64::MAX),
+        own_bound: kind.bound(quota).allowed_within(span).unwrap_or(u64::MAX),
     }
 }
 

@@ -93,7 +93,7 @@ use crate::algorithm::Algorithm;
 use crate::algorithm::StateCell;
 use crate::limiter::{Limiter, RateLimiter};
 use crate::time::{Clock, SystemClock, clamp_instant};
-use crate::{Decision, Error, Issuer, Quota, Receipt, Settlement, Stamp, Verdict};
+use crate::{Bound, Decision, Error, Issuer, Quota, Receipt, Settlement, Stamp, Verdict};
 
 /// The default bound on the number of keys a [`Keyed`] limiter tracks.
 pub const DEFAULT_MAX_KEYS: usize = 1_000_000;
@@ -106,7 +106,8 @@ const UPKEEP_PER_CHECK: usize = 2;
 /// A limiter with one state per key, for many clients in one process.
 ///
 /// ```
-/// use ratelab_core::{Algorithm, AtomicCell, Decision, Error, FloodPolicy, Keyed, ManualClock, Quota};
+/// use ratelab_core::{Algorithm, Bound, Decision, Error, FloodPolicy, Keyed, ManualClock, Quota};
+/// use ratelab_core::toolkit::AtomicCell;
 /// # #[derive(Debug)]
 /// # struct Once(Quota);
 /// # impl Algorithm for Once {
@@ -116,6 +117,7 @@ const UPKEEP_PER_CHECK: usize = 2;
 /// #     fn name(&self) -> &'static str { "once" }
 /// #     fn quota(&self) -> &Quota { &self.0 }
 /// #     fn capacity(&self) -> u64 { 1 }
+/// #     fn bound(&self) -> Bound { Bound::Rate { burst: self.capacity(), interval: u64::MAX } }
 /// #     fn initial_state(&self) -> u64 { 0 }
 /// #     fn decide(&self, used: &mut u64, _: u64, cost: u32) -> Result<Decision, Error> {
 /// #         if *used + u64::from(cost) > 1 { return Ok(Decision::refused(1)); }
@@ -213,7 +215,8 @@ impl<A: Algorithm, C: Clock> Keyed<A, C, ByteKey> {
     ///
     /// ```
     /// use ratelab_core::{Keyed, ManualClock, Quota};
-    /// # use ratelab_core::{Algorithm, AtomicCell, Decision, Error};
+    /// # use ratelab_core::{Algorithm, Bound, Decision, Error};
+    /// # use ratelab_core::toolkit::AtomicCell;
     /// # #[derive(Debug)]
     /// # struct Allowance(Quota);
     /// # impl Algorithm for Allowance {
@@ -223,6 +226,7 @@ impl<A: Algorithm, C: Clock> Keyed<A, C, ByteKey> {
     /// #     fn name(&self) -> &'static str { "allowance" }
     /// #     fn quota(&self) -> &Quota { &self.0 }
     /// #     fn capacity(&self) -> u64 { self.0.burst().into() }
+    /// #     fn bound(&self) -> Bound { Bound::Rate { burst: self.capacity(), interval: u64::MAX } }
     /// #     fn initial_state(&self) -> u64 { 0 }
     /// #     fn decide(&self, used: &mut u64, _: u64, cost: u32) -> Result<Decision, Error> {
     /// #         let (cost, cap) = (u64::from(cost), self.capacity());
@@ -881,6 +885,10 @@ impl<A: Algorithm, C: Clock> Limiter for Keyed<A, C, ByteKey> {
 
     fn backend(&self) -> &'static str {
         "memory"
+    }
+
+    fn bound(&self) -> Bound {
+        self.algorithm.bound()
     }
 
     fn refunds(&self) -> bool {

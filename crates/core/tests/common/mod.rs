@@ -5,7 +5,8 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use ratelab_core::{Algorithm, AtomicCell, Decision, Error, Quota, ensure_fits};
+use ratelab_core::toolkit::{AtomicCell, ensure_fits};
+use ratelab_core::{Algorithm, Decision, Error, Quota};
 
 /// GCRA, as `ratelab-gcra` computes it, counting how often the store asks
 /// for `full_at` (what a scan of a shard would call once per key).
@@ -56,6 +57,10 @@ impl Algorithm for Toy {
 
     fn capacity(&self) -> u64 {
         u64::from(self.quota.burst())
+    }
+
+    fn bound(&self) -> ratelab_core::Bound {
+        ratelab_core::Bound::rate(&self.quota)
     }
 
     fn initial_state(&self) -> u64 {

@@ -24,6 +24,9 @@ impl Limiter for RefusesWithZeroWait {
     fn backend(&self) -> &'static str {
         "test"
     }
+    fn bound(&self) -> ratelab_core::Bound {
+        ratelab_core::Bound::rate(&self.quota())
+    }
 }
 
 impl RateLimiter for RefusesWithZeroWait {

@@ -4,7 +4,8 @@
 use std::time::Duration;
 
 use futures::future::join_all;
-use ratelab_core::{Decision, Error, Receipt, duration_to_micros};
+use ratelab_core::toolkit::duration_to_micros;
+use ratelab_core::{Decision, Error, Receipt};
 use tokio::time::Instant;
 
 use crate::engine::call::{self, Ask, bounded};

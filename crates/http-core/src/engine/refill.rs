@@ -12,12 +12,12 @@
 //! counter give units back one by one before the key is full, on a schedule
 //! only their state knows (a 4 per 20 s counter is full 40 s after a burst,
 //! yet its first unit is back after 25 s): their limiter is asked (the
-//! engine's `next`). Any other algorithm gets `reset_after`: late, never
-//! early.
+//! engine's `next`). Which refill a limiter has is its algorithm's
+//! [`Bound`].
 
 use std::time::Duration;
 
-use ratelab_core::{Decision, Quota};
+use ratelab_core::{Bound, Decision};
 
 /// How a policy's quota comes back after it was consumed: what `t` (the wait
 /// until more quota is available) can be computed from.
@@ -33,21 +33,15 @@ pub(crate) enum Refill {
     /// Unit by unit before the key is full, on a schedule only the state
     /// knows (the sliding log and counter): a peek says when.
     Sliding,
-    /// Any other way (an algorithm this crate does not know): only the
-    /// moment the key is full again is known for sure.
-    Other,
 }
 
 impl Refill {
-    /// The refill of the algorithm named `algorithm` on `quota`.
-    pub(crate) fn of(algorithm: &str, quota: &Quota) -> Self {
-        match algorithm {
-            "gcra" | "token-bucket" | "leaky-meter" | "leaky-queue" => Refill::Steady {
-                interval: quota.emission_interval_micros(),
-            },
-            "fixed-window" => Refill::Window,
-            "sliding-log" | "sliding-counter" => Refill::Sliding,
-            _ => Refill::Other,
+    /// The refill of an algorithm that promises `bound`.
+    pub(crate) fn of(bound: Bound) -> Self {
+        match bound {
+            Bound::Rate { interval, .. } => Refill::Steady { interval },
+            Bound::AlignedWindow { .. } => Refill::Window,
+            Bound::TrailingWindow { .. } | Bound::WeightedWindows { .. } => Refill::Sliding,
         }
     }
 }
@@ -55,9 +49,8 @@ impl Refill {
 /// The `RateLimit` field's `t` for a check of `cost` that `decision`
 /// answered, from the decision alone: the wait until more quota is
 /// available than its `remaining` says (0 when the key is full), never
-/// shorter than the real wait. `algorithm` is the limiter's
-/// [`Limiter::algorithm_name`](ratelab_core::Limiter::algorithm_name) and
-/// `quota` its [`Limiter::quota`](ratelab_core::Limiter::quota).
+/// shorter than the real wait. `bound` is the limiter's
+/// [`Limiter::bound`](ratelab_core::Limiter::bound).
 ///
 /// Exact for the steady refills (GCRA, token bucket, leaky meter and
 /// queue: the next unit is back a whole number of emission intervals before
@@ -70,7 +63,7 @@ impl Refill {
 /// ratelab-server's fields say.
 ///
 /// ```
-/// use ratelab_core::{Decision, Quota};
+/// use ratelab_core::{Bound, Decision, Quota};
 /// use ratelab_http_core::wait_for_next_unit;
 /// use std::time::Duration;
 ///
@@ -79,18 +72,14 @@ impl Refill {
 /// let decision = Decision::admitted(3)
 ///     .with_remaining(1)
 ///     .with_reset_after_micros(40_000_000);
-/// assert_eq!(wait_for_next_unit(&decision, "gcra", &quota, 1), Duration::from_secs(20));
+/// assert_eq!(wait_for_next_unit(&decision, Bound::rate(&quota), 1), Duration::from_secs(20));
 /// // The fixed window gives everything back at once, at its end.
-/// assert_eq!(wait_for_next_unit(&decision, "fixed-window", &quota, 1), Duration::from_secs(40));
+/// let window = Bound::AlignedWindow { limit: 3, window: 60_000_000 };
+/// assert_eq!(wait_for_next_unit(&decision, window, 1), Duration::from_secs(40));
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
-pub fn wait_for_next_unit(
-    decision: &Decision,
-    algorithm: &str,
-    quota: &Quota,
-    cost: u32,
-) -> Duration {
-    derived(decision, Refill::of(algorithm, quota), cost)
+pub fn wait_for_next_unit(decision: &Decision, bound: Bound, cost: u32) -> Duration {
+    derived(decision, Refill::of(bound), cost)
 }
 
 /// `t` from the decision alone (see the module docs): exact for the steady
@@ -125,6 +114,6 @@ pub(crate) fn wait_for(decision: &Decision, refill: Refill, units: u64) -> Durat
                 .reset_after()
                 .saturating_sub(Duration::from_micros(before_full))
         }
-        Refill::Window | Refill::Sliding | Refill::Other => decision.reset_after(),
+        Refill::Window | Refill::Sliding => decision.reset_after(),
     }
 }

@@ -52,6 +52,9 @@ impl Limiter for Recorded {
     fn backend(&self) -> &'static str {
         self.limiter.backend()
     }
+    fn bound(&self) -> ratelab_core::Bound {
+        self.limiter.bound()
+    }
     fn refunds(&self) -> bool {
         self.receipts
     }
@@ -103,6 +106,9 @@ impl Limiter for Down {
     }
     fn backend(&self) -> &'static str {
         "down"
+    }
+    fn bound(&self) -> ratelab_core::Bound {
+        ratelab_core::Bound::rate(&self.quota())
     }
 }
 
@@ -177,7 +183,7 @@ async fn decide(policies: &[(&Arc<Policy>, u32)]) -> Tally {
     let checks = policies
         .iter()
         .enumerate()
-        .map(|(i, &(policy, cost))| Check::new(i, policy, "alice", cost, Refill::Other));
+        .map(|(i, &(policy, cost))| Check::new(i, policy, "alice", cost, Refill::Window));
     let mut engine = Engine::new(checks);
     engine.decide().await;
     engine.tally
@@ -197,33 +203,33 @@ fn passed() -> Outcome {
 fn the_limiter_key_is_prefixed_with_the_policy_name() {
     let setup = Setup::new();
     let policy = setup.policy("login", per_minute(5));
-    let check = Check::new(3, &policy, "user:7", 2, Refill::Other);
+    let check = Check::new(3, &policy, "user:7", 2, Refill::Window);
     assert_eq!(&*check.key, b"login:user:7");
     assert_eq!((check.index, check.cost), (3, 2));
     // Past the inline room, the same bytes.
     let long = "k".repeat(100);
-    let check = Check::new(0, &policy, &long, 1, Refill::Other);
+    let check = Check::new(0, &policy, &long, 1, Refill::Window);
     assert_eq!(*check.key, *format!("login:{long}").as_bytes());
 }
 
 #[tokio::test]
 async fn no_policy_passes() {
-    let verdict = decide(&[]).await;
-    assert_eq!(verdict.outcome, passed());
-    assert!(verdict.reports.is_empty() && verdict.failures.is_empty());
-    assert!(verdict.binding().is_none());
+    let ruling = decide(&[]).await;
+    assert_eq!(ruling.outcome, passed());
+    assert!(ruling.reports.is_empty() && ruling.failures.is_empty());
+    assert!(ruling.binding().is_none());
 }
 
 #[tokio::test]
 async fn one_policy_is_asked_once_without_a_receipt() {
     let setup = Setup::new();
     let global = setup.policy("global", per_minute(5));
-    let verdict = decide(&[(&global, 2)]).await;
+    let ruling = decide(&[(&global, 2)]).await;
     // Nothing could give it back: no receipt.
     assert_eq!(setup.calls(), [call("global:alice", 2, "check")]);
-    assert_eq!(verdict.outcome, passed());
-    assert!(matches!(verdict.reports[0].state, State::Decided(d) if d.allowed && d.remaining == 3));
-    assert!(verdict.reports[0].receipt.is_none());
+    assert_eq!(ruling.outcome, passed());
+    assert!(matches!(ruling.reports[0].state, State::Decided(d) if d.allowed && d.remaining == 3));
+    assert!(ruling.reports[0].receipt.is_none());
 }
 
 #[tokio::test]
@@ -231,7 +237,7 @@ async fn several_policies_take_their_cost_with_receipts_at_once() {
     let setup = Setup::new();
     let global = setup.policy("global", per_minute(5));
     let sms = setup.policy("sms", per_minute(10));
-    let verdict = decide(&[(&global, 1), (&sms, 3)]).await;
+    let ruling = decide(&[(&global, 1), (&sms, 3)]).await;
     // One round: no peek first.
     assert_eq!(
         setup.calls(),
@@ -240,17 +246,17 @@ async fn several_policies_take_their_cost_with_receipts_at_once() {
             call("sms:alice", 3, "receipt"),
         ]
     );
-    assert_eq!(verdict.outcome, passed());
-    assert!(verdict.failures.is_empty());
+    assert_eq!(ruling.outcome, passed());
+    assert!(ruling.failures.is_empty());
     assert_eq!((remaining(&global).await, remaining(&sms).await), (4, 7));
-    let left: Vec<u64> = verdict
+    let left: Vec<u64> = ruling
         .reports
         .iter()
         .map(|r| r.decision().unwrap().remaining)
         .collect();
     assert_eq!(left, [4, 7]);
     // Passed, and nothing after the response needs them: the charges stand.
-    assert!(verdict.reports.iter().all(|r| r.receipt.is_none()));
+    assert!(ruling.reports.iter().all(|r| r.receipt.is_none()));
 }
 
 #[tokio::test]
@@ -292,7 +298,7 @@ async fn without_receipts_policies_are_peeked_then_charged() {
     let setup = Setup::new();
     let global = setup.plain("global", per_minute(5));
     let sms = setup.plain("sms", per_minute(10));
-    let verdict = decide(&[(&global, 1), (&sms, 3)]).await;
+    let ruling = decide(&[(&global, 1), (&sms, 3)]).await;
     assert_eq!(
         setup.calls(),
         [
@@ -302,7 +308,7 @@ async fn without_receipts_policies_are_peeked_then_charged() {
             call("sms:alice", 3, "check"),
         ]
     );
-    assert_eq!(verdict.outcome, passed());
+    assert_eq!(ruling.outcome, passed());
     assert_eq!((remaining(&global).await, remaining(&sms).await), (4, 7));
 
     // One predicted to refuse is asked alone: its refusal consumes nothing,
@@ -330,8 +336,8 @@ async fn a_policy_without_receipts_is_charged_only_once_the_others_admitted() {
     let plain = setup.plain("plain", per_minute(5));
     decide(&[(&login, 1)]).await;
     setup.calls();
-    let verdict = decide(&[(&plain, 1), (&login, 1)]).await;
-    assert_eq!(verdict.outcome, Outcome::Refuse);
+    let ruling = decide(&[(&plain, 1), (&login, 1)]).await;
+    assert_eq!(ruling.outcome, Outcome::Refuse);
     // The receipt check refused in the first round, where the other only
     // peeked.
     assert_eq!(
@@ -342,7 +348,7 @@ async fn a_policy_without_receipts_is_charged_only_once_the_others_admitted() {
         ]
     );
     assert_eq!(remaining(&plain).await, 5);
-    assert!(matches!(verdict.reports[0].state, State::Peeked(_)));
+    assert!(matches!(ruling.reports[0].state, State::Peeked(_)));
 }
 
 #[tokio::test]
@@ -350,12 +356,12 @@ async fn a_cost_that_can_never_fit_is_refused_with_no_wait_and_nothing_kept() {
     let setup = Setup::new();
     let global = setup.policy("global", per_minute(10));
     let sms = setup.policy("sms", per_minute(2));
-    let verdict = decide(&[(&global, 3), (&sms, 3)]).await;
-    assert_eq!(verdict.outcome, Outcome::Refuse);
-    assert_eq!(verdict.reports[1].state, State::Never { capacity: 2 });
-    assert_eq!(verdict.retry_after(), None);
+    let ruling = decide(&[(&global, 3), (&sms, 3)]).await;
+    assert_eq!(ruling.outcome, Outcome::Refuse);
+    assert_eq!(ruling.reports[1].state, State::Never { capacity: 2 });
+    assert_eq!(ruling.retry_after(), None);
     assert!(
-        verdict.failures.is_empty(),
+        ruling.failures.is_empty(),
         "a cost too high is not a failure"
     );
     assert_eq!(remaining(&global).await, 10);
@@ -366,12 +372,12 @@ async fn a_failing_fail_open_policy_drops_out_and_the_others_apply() {
     let setup = Setup::new();
     let down = Arc::new(Policy::new("down", Down(Some(refused_connection))));
     let global = setup.policy("global", per_minute(5));
-    let verdict = decide(&[(&down, 1), (&global, 1)]).await;
-    assert_eq!(verdict.outcome, passed());
-    assert_eq!(verdict.reports[0].state, State::FailedOpen);
+    let ruling = decide(&[(&down, 1), (&global, 1)]).await;
+    assert_eq!(ruling.outcome, passed());
+    assert_eq!(ruling.reports[0].state, State::FailedOpen);
     assert_eq!(remaining(&global).await, 4);
-    let [failure] = &verdict.failures[..] else {
-        panic!("one failure expected: {:?}", verdict.failures);
+    let [failure] = &ruling.failures[..] else {
+        panic!("one failure expected: {:?}", ruling.failures);
     };
     assert_eq!((failure.report, failure.mode), (0, FailureMode::Open));
     assert!(matches!(failure.error, Error::Backend(_)));
@@ -379,8 +385,8 @@ async fn a_failing_fail_open_policy_drops_out_and_the_others_apply() {
     // It refuses as usual when another policy refuses.
     let login = setup.policy("login", per_minute(1));
     decide(&[(&login, 1)]).await;
-    let verdict = decide(&[(&down, 1), (&login, 1)]).await;
-    assert_eq!(verdict.outcome, Outcome::Refuse);
+    let ruling = decide(&[(&down, 1), (&login, 1)]).await;
+    assert_eq!(ruling.outcome, Outcome::Refuse);
 }
 
 #[tokio::test]
@@ -388,8 +394,8 @@ async fn a_failing_fail_closed_policy_gives_back_what_the_others_took() {
     let setup = Setup::new();
     let down = Arc::new(Policy::new("down", Down(Some(refused_connection))).fail_closed());
     let global = setup.policy("global", per_minute(5));
-    let verdict = decide(&[(&global, 1), (&down, 1)]).await;
-    assert_eq!(verdict.outcome, Outcome::Unavailable);
+    let ruling = decide(&[(&global, 1), (&down, 1)]).await;
+    assert_eq!(ruling.outcome, Outcome::Unavailable);
     assert_eq!(
         setup.calls(),
         [
@@ -398,18 +404,18 @@ async fn a_failing_fail_closed_policy_gives_back_what_the_others_took() {
         ]
     );
     assert_eq!(remaining(&global).await, 5);
-    assert_eq!(verdict.reports[1].state, State::FailedClosed(None));
-    assert_eq!(verdict.unavailable_retry_after(), None);
-    let failed: Vec<&str> = verdict
+    assert_eq!(ruling.reports[1].state, State::FailedClosed(None));
+    assert_eq!(ruling.unavailable_retry_after(), None);
+    let failed: Vec<&str> = ruling
         .failed_closed()
         .map(|r| r.check.policy.name())
         .collect();
     assert_eq!(failed, ["down"]);
-    assert_eq!(verdict.failures[0].mode, FailureMode::Closed);
+    assert_eq!(ruling.failures[0].mode, FailureMode::Closed);
 
     // Alone, the same.
-    let verdict = decide(&[(&down, 1)]).await;
-    assert_eq!(verdict.outcome, Outcome::Unavailable);
+    let ruling = decide(&[(&down, 1)]).await;
+    assert_eq!(ruling.outcome, Outcome::Unavailable);
 }
 
 #[tokio::test]
@@ -418,9 +424,9 @@ async fn a_refusal_wins_over_a_failure() {
     let down = Arc::new(Policy::new("down", Down(Some(refused_connection))).fail_closed());
     let login = setup.policy("login", per_minute(1));
     decide(&[(&login, 1)]).await;
-    let verdict = decide(&[(&down, 1), (&login, 1)]).await;
-    assert_eq!(verdict.outcome, Outcome::Refuse);
-    assert_eq!(verdict.failures.len(), 1);
+    let ruling = decide(&[(&down, 1), (&login, 1)]).await;
+    assert_eq!(ruling.outcome, Outcome::Refuse);
+    assert_eq!(ruling.failures.len(), 1);
 }
 
 #[tokio::test]
@@ -432,11 +438,11 @@ async fn a_limiter_out_of_keys_fails_closed_whatever_the_mode() {
         }
     }
     let full = Arc::new(Policy::new("full", Down(Some(full))).fail_open());
-    let verdict = decide(&[(&full, 1)]).await;
-    assert_eq!(verdict.outcome, Outcome::Unavailable);
-    assert_eq!(verdict.failures[0].mode, FailureMode::Closed);
+    let ruling = decide(&[(&full, 1)]).await;
+    assert_eq!(ruling.outcome, Outcome::Unavailable);
+    assert_eq!(ruling.failures[0].mode, FailureMode::Closed);
     assert_eq!(
-        verdict.unavailable_retry_after(),
+        ruling.unavailable_retry_after(),
         Some(Duration::from_millis(4500))
     );
 }
@@ -446,10 +452,10 @@ async fn a_stuck_limiter_fails_at_its_policy_timeout() {
     let setup = Setup::new();
     let stuck = Arc::new(Policy::new("stuck", Down(None)).timeout(Duration::from_millis(20)));
     let global = setup.policy("global", per_minute(5));
-    let verdict = decide(&[(&stuck, 1), (&global, 1)]).await;
-    assert_eq!(verdict.outcome, passed());
+    let ruling = decide(&[(&stuck, 1), (&global, 1)]).await;
+    assert_eq!(ruling.outcome, passed());
     assert!(matches!(
-        verdict.failures[0].error,
+        ruling.failures[0].error,
         Error::Timeout(t) if t == Duration::from_millis(20)
     ));
     assert_eq!(remaining(&global).await, 4);
@@ -462,20 +468,20 @@ async fn the_binding_decision_is_the_closest_to_refusing() {
     let minute = setup.policy("minute", per_minute(2));
     let hour = setup.policy("hour", Quota::per_hour(2).unwrap());
     let roomy = setup.policy("roomy", per_minute(100));
-    let verdict = decide(&[(&minute, 1), (&hour, 1), (&roomy, 1)]).await;
-    let (report, decision) = verdict.binding().unwrap();
+    let ruling = decide(&[(&minute, 1), (&hour, 1), (&roomy, 1)]).await;
+    let (report, decision) = ruling.binding().unwrap();
     assert_eq!(report.check.policy.name(), "hour");
     assert_eq!(decision.remaining, 1);
 
     // On a refusal: the violated policy with the longest wait.
     decide(&[(&minute, 1), (&hour, 1)]).await;
-    let verdict = decide(&[(&minute, 1), (&hour, 1), (&roomy, 1)]).await;
-    assert_eq!(verdict.outcome, Outcome::Refuse);
-    let (report, decision) = verdict.binding().unwrap();
+    let ruling = decide(&[(&minute, 1), (&hour, 1), (&roomy, 1)]).await;
+    assert_eq!(ruling.outcome, Outcome::Refuse);
+    let (report, decision) = ruling.binding().unwrap();
     assert_eq!(report.check.policy.name(), "hour");
     assert_eq!(decision.retry_after(), Duration::from_secs(1800));
-    assert_eq!(verdict.retry_after(), Some(Duration::from_secs(1800)));
-    assert_eq!(verdict.violated().count(), 2);
+    assert_eq!(ruling.retry_after(), Some(Duration::from_secs(1800)));
+    assert_eq!(ruling.violated().count(), 2);
 }
 
 #[tokio::test]
@@ -487,17 +493,17 @@ async fn a_sliding_policy_peeks_for_t_and_the_others_do_not() {
         interval: 15_000_000,
     })]);
     engine.decide().await;
-    let verdict = engine.tally;
+    let ruling = engine.tally;
     assert_eq!(setup.calls(), [call("sliding:alice", 1, "check")]);
     assert_eq!(
-        verdict.reports[0].next_after(),
+        ruling.reports[0].next_after(),
         Some(Duration::from_secs(15))
     );
     // Read as sliding, the limiter is asked when r + 1 = 3 units pass: as
     // the steady refill said, 15 s after the first unit was taken.
     let mut engine = Engine::new([check(Refill::Sliding)]);
     assert!(engine.decide_now());
-    let verdict = engine.tally;
+    let ruling = engine.tally;
     assert_eq!(
         setup.calls(),
         [
@@ -506,7 +512,7 @@ async fn a_sliding_policy_peeks_for_t_and_the_others_do_not() {
         ]
     );
     assert_eq!(
-        verdict.reports[0].next_after(),
+        ruling.reports[0].next_after(),
         Some(Duration::from_secs(15))
     );
 }

@@ -63,10 +63,10 @@ where
         return handler(Request::from_parts(parts, body)).await;
     };
     // 2. The decision: at once in memory, awaited on Redis.
-    let verdict = pending.decide().await;
-    let delay = verdict.delay();
+    let ruling = pending.decide().await;
+    let delay = ruling.delay();
     // 3. Refused now, or served.
-    match limits.conclude(verdict, &mut parts) {
+    match limits.conclude(ruling, &mut parts) {
         Conclusion::Refuse(refused) => {
             let mut response = refused.info().problem_response().map(Full::new);
             refused.finish(limits, response.headers_mut());

@@ -18,7 +18,6 @@ use axum::Router;
 use axum::routing::get;
 use common::{localhost, send, serve};
 use proptest::prelude::*;
-use proptest::test_runner::FileFailurePersistence;
 use ratelab_core::{
     AsyncRateLimiter, CheckFuture, Decision, Error, Keyed, Limiter, ManualClock, Quota, RateLimiter,
 };
@@ -74,6 +73,9 @@ impl Limiter for NoReceipts {
     fn backend(&self) -> &'static str {
         self.0.backend()
     }
+    fn bound(&self) -> ratelab_core::Bound {
+        self.0.bound()
+    }
 }
 
 impl RateLimiter for NoReceipts {
@@ -94,6 +96,9 @@ impl Limiter for Down {
     }
     fn backend(&self) -> &'static str {
         "down"
+    }
+    fn bound(&self) -> ratelab_core::Bound {
+        ratelab_core::Bound::rate(&self.quota())
     }
     fn refunds(&self) -> bool {
         true
@@ -244,7 +249,7 @@ fn cases() -> u32 {
 proptest! {
     #![proptest_config(ProptestConfig {
         cases: cases(),
-        failure_persistence: Some(Box::new(FileFailurePersistence::WithSource("proptest-regressions"))),
+        failure_persistence: Some(ratelab_testkit::props::regressions()),
         ..ProptestConfig::default()
     })]
 

@@ -14,16 +14,16 @@ use axum::extract::Path;
 use axum::routing::get;
 use common::{get as fetch, serve};
 use http::StatusCode;
+use ratelab_core::toolkit::{Issuer, Stamp};
 use ratelab_core::{
-    Decision, Direct, Error, Issuer, Keyed, Limiter, ManualClock, Quota, RateLimiter, Receipt,
-    Stamp,
+    Decision, Direct, Error, Keyed, Limiter, ManualClock, Quota, RateLimiter, Receipt,
 };
 use ratelab_gcra::Gcra;
 use ratelab_http::{Count, Policy, RateLimitLayer};
 
 /// `limit` units per key that never come back on their own, but can be
 /// given back by receipt (never above the limit): the smallest limiter of
-/// one's own with receipts, issued with `ratelab_core::Issuer`.
+/// one's own with receipts, issued with `ratelab_core::toolkit::Issuer`.
 #[derive(Debug)]
 struct Allowance {
     limit: u64,
@@ -67,6 +67,9 @@ impl Limiter for Allowance {
     fn backend(&self) -> &'static str {
         "memory"
     }
+    fn bound(&self) -> ratelab_core::Bound {
+        ratelab_core::Bound::rate(&self.quota())
+    }
     fn refunds(&self) -> bool {
         true
     }
@@ -83,7 +86,7 @@ impl RateLimiter for Allowance {
         key: &[u8],
         cost: u32,
     ) -> Result<(Decision, Option<Receipt>), Error> {
-        let cost = ratelab_core::ensure_fits(cost, self.limit)?;
+        let cost = ratelab_core::toolkit::ensure_fits(cost, self.limit)?;
         let mut used = self.used.lock().unwrap();
         let used = used.entry(key.to_vec()).or_default();
         if *used + cost > self.limit {
@@ -185,6 +188,9 @@ impl<L: RateLimiter> Limiter for NoReceipts<L> {
     }
     fn backend(&self) -> &'static str {
         self.0.backend()
+    }
+    fn bound(&self) -> ratelab_core::Bound {
+        self.0.bound()
     }
 }
 

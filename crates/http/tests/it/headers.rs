@@ -11,7 +11,7 @@ use axum::routing::{get, post};
 use common::{get as fetch, localhost, send, serve};
 use ratelab_core::{AsyncRateLimiter, Keyed, ManualClock, Quota, RateLimiter};
 use ratelab_gcra::Gcra;
-use ratelab_http::{Policy, RateLimitLayer};
+use ratelab_http::{HeaderStyle, Policy, RateLimitLayer};
 use serde_json::json;
 use sfv::{BareItem, List, ListEntry, Parser};
 
@@ -41,7 +41,7 @@ async fn allowed_and_refused_responses_byte_for_byte() {
     let limiter = Keyed::with_clock(Gcra::new(Quota::per_minute(2).unwrap()), clock.clone());
     let layer = RateLimitLayer::builder()
         .policy(Policy::new("default", limiter))
-        .legacy_headers(true)
+        .headers(HeaderStyle::DraftAndLegacy)
         .build()
         .unwrap();
     let addr = serve(app(layer)).await;

@@ -18,7 +18,6 @@ use bytes::Bytes;
 use http::{HeaderName, Request, Response, StatusCode};
 use http_body_util::{BodyExt, Full};
 use proptest::prelude::*;
-use proptest::test_runner::FileFailurePersistence;
 use ratelab_core::{AsyncRateLimiter, Keyed, ManualClock, Quota};
 use ratelab_fixed_window::FixedWindow;
 use ratelab_gcra::Gcra;
@@ -247,7 +246,7 @@ fn step() -> impl Strategy<Value = Step> {
 proptest! {
     #![proptest_config(ProptestConfig {
         cases: 128,
-        failure_persistence: Some(Box::new(FileFailurePersistence::WithSource("proptest-regressions"))),
+        failure_persistence: Some(ratelab_testkit::props::regressions()),
         ..ProptestConfig::default()
     })]
 

@@ -17,7 +17,7 @@ use common::login::{
 use ratelab_core::{AsyncRateLimiter, Quota};
 use ratelab_gcra::Gcra;
 use ratelab_http::Policy;
-use ratelab_redis::{Connection, RedisLimiter};
+use ratelab_redis::{Connection, RedisStore};
 use ratelab_testkit::redis::RedisServer;
 
 /// Policies on Redis, each limiter its own (the keys are prefixed with the
@@ -26,7 +26,7 @@ fn on(connection: &Connection) -> impl Fn(&str, Quota) -> (Policy, Arc<dyn Async
     let connection = connection.clone();
     move |name, quota| {
         let limiter: Arc<dyn AsyncRateLimiter> = Arc::new(
-            RedisLimiter::builder(connection.clone(), Gcra::new(quota))
+            RedisStore::builder(connection.clone(), Gcra::new(quota))
                 .timeout(Duration::from_millis(500))
                 .build(),
         );

@@ -13,7 +13,7 @@ use http::Method;
 use ratelab_core::{Error, Quota};
 use ratelab_gcra::Gcra;
 use ratelab_http::{FailureMode, Policy, RateLimitLayer};
-use ratelab_redis::{Connection, RedisLimiter};
+use ratelab_redis::{Connection, RedisStore};
 use ratelab_testkit::redis::RedisServer;
 use serde_json::json;
 
@@ -31,7 +31,7 @@ async fn fail_open_and_fail_closed_with_redis_killed_mid_run() {
     let mut redis = RedisServer::start();
     let connection = Connection::single(&redis.url()).await.unwrap();
     let limiter = |quota| {
-        RedisLimiter::builder(connection.clone(), Gcra::new(quota))
+        RedisStore::builder(connection.clone(), Gcra::new(quota))
             .timeout(Duration::from_millis(200))
             .build()
     };
@@ -129,7 +129,7 @@ async fn a_frozen_redis_never_holds_a_request_past_the_policy_timeout() {
     let failures: Failures = Arc::default();
     let record = failures.clone();
     // The Redis limiter's own timeout is long; the policy's, short, wins.
-    let limiter = RedisLimiter::builder(connection, Gcra::new(Quota::per_minute(5).unwrap()))
+    let limiter = RedisStore::builder(connection, Gcra::new(Quota::per_minute(5).unwrap()))
         .timeout(Duration::from_secs(3600))
         .build();
     let layer = RateLimitLayer::builder()
@@ -177,7 +177,7 @@ async fn the_route_failure_mode_wins_over_the_limiter_policy() {
     // Nothing listens on port 1: every call fails at once (connection refused).
     let dead = Connection::single_lazy("redis://127.0.0.1:1/").unwrap();
     let limiter = |policy| {
-        RedisLimiter::builder(dead.clone(), Gcra::new(Quota::per_minute(5).unwrap()))
+        RedisStore::builder(dead.clone(), Gcra::new(Quota::per_minute(5).unwrap()))
             .timeout(Duration::from_millis(200))
             .on_failure(policy)
             .build()
@@ -211,11 +211,10 @@ async fn the_route_failure_mode_wins_over_the_limiter_policy() {
     // route fails open.
     let redis = RedisServer::start();
     let connection = Connection::single(&redis.url()).await.unwrap();
-    let limiter =
-        RedisLimiter::builder(connection.clone(), Gcra::new(Quota::per_minute(5).unwrap()))
-            .on_failure(FailurePolicy::Allow)
-            .build();
-    let redis_key = limiter.redis_key(b"home:ip:127.0.0.1");
+    let limiter = RedisStore::builder(connection.clone(), Gcra::new(Quota::per_minute(5).unwrap()))
+        .on_failure(FailurePolicy::Allow)
+        .build();
+    let redis_key = limiter.store().redis_key(b"home:ip:127.0.0.1");
     let layer = RateLimitLayer::builder()
         .policy(Policy::new("home", limiter).fail_open())
         .build()
@@ -238,7 +237,7 @@ async fn a_redis_limiter_counts_failures_by_receipt() {
 
     let server = RedisServer::start();
     let connection = Connection::single(&server.url()).await.unwrap();
-    let limiter = RedisLimiter::builder(connection, Gcra::new(Quota::per_hour(3).unwrap()))
+    let limiter = RedisStore::builder(connection, Gcra::new(Quota::per_hour(3).unwrap()))
         .timeout(Duration::from_millis(500))
         .build();
     assert!(ratelab_core::Limiter::refunds(&limiter));

@@ -222,6 +222,9 @@ impl Limiter for Down {
     fn backend(&self) -> &'static str {
         "down"
     }
+    fn bound(&self) -> ratelab_core::Bound {
+        ratelab_core::Bound::rate(&self.quota())
+    }
 }
 
 impl AsyncRateLimiter for Down {

@@ -169,6 +169,9 @@ impl Limiter for NoReceipts {
     fn backend(&self) -> &'static str {
         "memory"
     }
+    fn bound(&self) -> ratelab_core::Bound {
+        self.0.bound()
+    }
 }
 
 impl RateLimiter for NoReceipts {

@@ -35,6 +35,7 @@ use bytes::Bytes;
 use common::{send, serve_on};
 use http::{HeaderName, Method, StatusCode};
 use http_body_util::Full;
+use ratelab_core::toolkit::RemoteForm;
 use ratelab_core::{Clock, ManualClock, Quota};
 use ratelab_fixed_window::FixedWindow;
 use ratelab_gcra::Gcra;
@@ -42,7 +43,7 @@ use ratelab_http::{
     Client, Count, ForwardedHeader, Identify, Limits, Policy, RateLimitLayer, TrustedProxies,
 };
 use ratelab_leaky_bucket::{LeakyMeter, LeakyQueue};
-use ratelab_redis::{Connection, RedisAlgorithm, RedisLimiter, TimeSource};
+use ratelab_redis::{Connection, RedisStore, TimeSource};
 use ratelab_sliding_window::{SlidingCounter, SlidingLog};
 use ratelab_testkit::redis::RedisServer;
 use ratelab_token_bucket::TokenBucket;
@@ -170,14 +171,14 @@ fn policy(
     } else {
         up
     };
-    fn on_redis<A: RedisAlgorithm>(
+    fn on_redis<A: RemoteForm>(
         name: &str,
         algorithm: A,
         connection: &Connection,
         prefix: &str,
         clock: &ManualClock,
     ) -> Policy {
-        let limiter = RedisLimiter::builder(connection.clone(), algorithm)
+        let limiter = RedisStore::builder(connection.clone(), algorithm)
             .prefix(prefix)
             .time_source(TimeSource::Client(Arc::new(clock.clone()) as Arc<dyn Clock>))
             .timeout(TIMEOUT)

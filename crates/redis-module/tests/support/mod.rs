@@ -7,8 +7,9 @@
 
 use std::time::Duration;
 
-use ratelab::remote::{Shape, Stored, Value};
-use ratelab::{AlgorithmKind, AlgorithmVisitor, KnownAlgorithm, Quota, Settlement, Stamp};
+use ratelab::toolkit::remote::{Shape, Stored, Value};
+use ratelab::toolkit::{Settlement, Stamp};
+use ratelab::{AlgorithmKind, AlgorithmVisitor, KnownAlgorithm, Quota};
 use ratelab_testkit::redis::RedisServer;
 
 pub use ratelab_testkit::redis::module_path;

@@ -643,8 +643,9 @@ async fn overrides_cannot_make_limiters_without_bound() {
         .clock(clock_at(0))
         .default_algorithm(Algorithm::Ratelab(AlgorithmKind::Gcra))
         .build();
+    let bound = u32::try_from(MAX_LIMITERS).unwrap();
     let mut refused = None;
-    for rpu in 1..=(MAX_LIMITERS as u32 + 1) {
+    for rpu in 1..=bound + 1 {
         let mut over = request("another", &[&[("key2", "x")]]);
         over.descriptors[0].limit = Some(RateLimitOverride {
             requests_per_unit: rpu,
@@ -656,10 +657,7 @@ async fn overrides_cannot_make_limiters_without_bound() {
         }
     }
     // One limiter a quota: the first past the bound is refused.
-    assert_eq!(
-        refused,
-        Some((MAX_LIMITERS as u32 + 1, tonic::Code::ResourceExhausted))
-    );
+    assert_eq!(refused, Some((bound + 1, tonic::Code::ResourceExhausted)));
     // Quotas already made keep answering.
     let mut known = request("another", &[&[("key2", "y")]]);
     known.descriptors[0].limit = Some(RateLimitOverride {

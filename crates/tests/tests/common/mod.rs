@@ -7,7 +7,9 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 
-use ratelab::redis::{Connection, FailurePolicy, RedisLimiter, RedisLimiterBuilder, TimeSource};
+use ratelab::redis::{
+    Connection, FailurePolicy, RedisLimiter, RedisLimiterBuilder, RedisStore, TimeSource,
+};
 use ratelab::{
     AlgorithmKind, AlgorithmVisitor, AsyncRateLimiter, Clock, Decision, Direct, Error,
     KnownAlgorithm, ManualClock, Quota, RateLimiter,
@@ -72,7 +74,7 @@ impl Options {
         }
     }
 
-    pub(crate) fn apply<A: ratelab::redis::RedisAlgorithm>(
+    pub(crate) fn apply<A: ratelab::toolkit::RemoteForm>(
         &self,
         b: RedisLimiterBuilder<A>,
     ) -> RedisLimiter<A> {
@@ -95,10 +97,7 @@ pub(crate) fn redis(
     impl AlgorithmVisitor for BuildRedis<'_> {
         type Output = Box<dyn AsyncRateLimiter>;
         fn visit<A: KnownAlgorithm>(self, algorithm: A) -> Self::Output {
-            Box::new(
-                self.1
-                    .apply(RedisLimiter::builder(self.0.clone(), algorithm)),
-            )
+            Box::new(self.1.apply(RedisStore::builder(self.0.clone(), algorithm)))
         }
     }
     kind.kind().visit(quota, BuildRedis(connection, options))

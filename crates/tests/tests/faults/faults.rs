@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use ratelab::Gcra;
-use ratelab::redis::{Connection, FailurePolicy, RedisLimiter, Stats};
+use ratelab::redis::{Connection, FailurePolicy, RedisLimiter, RedisStore, Stats};
 use ratelab::{Error, Quota};
 use ratelab_testkit::redis::{RedisCluster, RedisServer};
 
@@ -26,7 +26,7 @@ fn quota() -> Quota {
 fn limiter(connection: &Connection, policy: FailurePolicy) -> (RedisLimiter<Gcra>, Arc<AtomicU64>) {
     let alerts = Arc::new(AtomicU64::new(0));
     let seen = alerts.clone();
-    let limiter = RedisLimiter::builder(connection.clone(), Gcra::new(quota()))
+    let limiter = RedisStore::builder(connection.clone(), Gcra::new(quota()))
         .prefix(common::unique_prefix())
         .timeout(TIMEOUT)
         .on_failure(policy)

@@ -9,7 +9,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use ratelab::redis::{Connection, FailurePolicy, RedisLimiter, ScriptBackend};
+use ratelab::redis::{Connection, FailurePolicy, RedisStore, ScriptBackend};
 use ratelab::{
     AlgorithmKind, AlgorithmVisitor, AsyncRateLimiter, ErrorKind, Gcra, KnownAlgorithm, Quota,
 };
@@ -26,7 +26,7 @@ impl AlgorithmVisitor for Build<'_> {
     type Output = Box<dyn AsyncRateLimiter>;
     fn visit<A: KnownAlgorithm>(self, algorithm: A) -> Self::Output {
         Box::new(
-            RedisLimiter::builder(self.0.clone(), algorithm)
+            RedisStore::builder(self.0.clone(), algorithm)
                 .prefix(common::unique_prefix())
                 .timeout(TIMEOUT)
                 .breaker(0, Duration::ZERO)
@@ -61,7 +61,7 @@ fn a_check_answered_after_its_timeout_is_given_back() {
                     type Output = Arc<dyn AsyncRateLimiter>;
                     fn visit<A: KnownAlgorithm>(self, algorithm: A) -> Self::Output {
                         Arc::new(
-                            RedisLimiter::builder(self.0, algorithm)
+                            RedisStore::builder(self.0, algorithm)
                                 .backend(self.1)
                                 .prefix(self.2)
                                 .timeout(self.3)
@@ -186,7 +186,7 @@ fn stalls_of_150_300_and_450_ms_charge_no_check_that_timed_out() {
     runtime.block_on(async {
         let connection = Connection::single(&server.url()).await.unwrap();
         let limiter = Arc::new(
-            RedisLimiter::builder(connection, Gcra::new(quota))
+            RedisStore::builder(connection, Gcra::new(quota))
                 .prefix(common::unique_prefix())
                 .timeout(Duration::from_millis(100))
                 .breaker(0, Duration::ZERO)
@@ -316,7 +316,7 @@ fn an_open_breaker_answers_at_once_then_closes_soon_after_redis_is_back() {
             FailurePolicy::Error,
             FailurePolicy::Allow,
         ] {
-            let limiter = RedisLimiter::builder(connection.clone(), Gcra::new(quota))
+            let limiter = RedisStore::builder(connection.clone(), Gcra::new(quota))
                 .prefix(common::unique_prefix())
                 .timeout(TIMEOUT)
                 .breaker(3, Duration::from_millis(500))
@@ -397,7 +397,7 @@ fn a_killed_server_opens_the_breaker_and_a_restart_closes_it() {
     let mut server = RedisServer::start();
     runtime.block_on(async {
         let connection = Connection::single(&server.url()).await.unwrap();
-        let limiter = RedisLimiter::builder(connection, Gcra::new(Quota::per_second(10).unwrap()))
+        let limiter = RedisStore::builder(connection, Gcra::new(Quota::per_second(10).unwrap()))
             .prefix(common::unique_prefix())
             .timeout(TIMEOUT)
             .breaker(2, Duration::from_millis(300))
@@ -496,7 +496,7 @@ fn on_a_replica_a_check_is_an_outage_and_a_peek_answers() {
             fn visit<A: KnownAlgorithm>(self, algorithm: A) -> Self::Output {
                 let alerts = self.4;
                 Box::new(
-                    RedisLimiter::builder(self.0.clone(), algorithm)
+                    RedisStore::builder(self.0.clone(), algorithm)
                         .prefix(self.1)
                         .backend(ScriptBackend::Lua)
                         .time_source(TimeSource::Client(

@@ -13,32 +13,10 @@
 //! This is why the default clock is the precise `SystemClock`.
 
 use proptest::prelude::*;
-use ratelab::{
-    Algorithm, AlgorithmKind, AlgorithmVisitor, Direct, Gcra, KnownAlgorithm, ManualClock, Quota,
-};
-use ratelab_testkit::oracle::Bound;
+use ratelab::{AlgorithmKind, AlgorithmVisitor, Direct, Gcra, KnownAlgorithm, ManualClock, Quota};
+use ratelab_testkit::oracle::{Bound, Oracle};
 use ratelab_testkit::props::{config, simulate};
 use ratelab_testkit::strategies::{Arrival, quota_and_arrivals};
-
-/// The bound of `algorithm` (as each algorithm crate's properties state it).
-fn bound(kind: AlgorithmKind, algorithm: &impl Algorithm) -> Bound {
-    let quota = algorithm.quota();
-    let window = |factor| Bound::Window {
-        limit: algorithm.capacity(),
-        window: quota.window_micros(),
-        factor,
-    };
-    match kind {
-        AlgorithmKind::FixedWindow | AlgorithmKind::SlidingCounter => window(2),
-        AlgorithmKind::SlidingLog => window(1),
-        // A debt's bound.
-        _ if kind.debt() => Bound::Bucket {
-            burst: algorithm.capacity(),
-            interval: quota.emission_interval_micros(),
-        },
-        other => panic!("{other}: no bound in crates/tests/tests/memory/lagging_clock.rs"),
-    }
-}
 
 /// The first interval of real time `[a, b]` in which a key was admitted more
 /// than the bound allows over `b - a + stretch`.
@@ -77,11 +55,11 @@ fn on_a_lagging_clock(
     arrivals: &[Arrival],
     tick: u64,
 ) -> Option<String> {
-    struct Run<'a>(AlgorithmKind, &'a [Arrival], u64);
+    struct Run<'a>(&'a [Arrival], u64);
     impl AlgorithmVisitor for Run<'_> {
         type Output = Option<String>;
         fn visit<A: KnownAlgorithm>(self, algorithm: A) -> Self::Output {
-            let Run(kind, arrivals, tick) = self;
+            let Run(arrivals, tick) = self;
             let readings: Vec<Arrival> = arrivals
                 .iter()
                 .map(|a| Arrival {
@@ -98,10 +76,10 @@ fn on_a_lagging_clock(
                 .collect();
             // Readings lag by 0 to tick - 1 µs: an interval of real time
             // maps onto one of readings at most tick - 1 µs longer.
-            stretched_violation(bound(kind, &algorithm), &admitted, tick - 1)
+            stretched_violation(algorithm.bound(), &admitted, tick - 1)
         }
     }
-    kind.visit(quota, Run(kind, arrivals, tick))
+    kind.visit(quota, Run(arrivals, tick))
 }
 
 proptest! {

@@ -11,9 +11,8 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use proptest::prelude::*;
-use proptest::test_runner::FileFailurePersistence;
 use ratelab::{Error, FloodPolicy, Gcra, Keyed, ManualClock, Quota, Receipt};
-use ratelab_testkit::oracle::{Admitted, Bound};
+use ratelab_testkit::oracle::{Admitted, Bound, Oracle};
 
 use super::store_flood::quota;
 
@@ -66,10 +65,7 @@ fn run(
         .flood_policy(policy)
         .seed(7)
         .build();
-    let bound = Bound::Bucket {
-        burst: u64::from(quota.burst()),
-        interval: quota.emission_interval_micros(),
-    };
+    let bound = Bound::rate(&quota);
     let mut latest = 0;
     // Once the clock went back, shards may see different instants: a key
     // full at one shard's time may not be at another's.
@@ -223,7 +219,7 @@ fn exact_wait(
 proptest! {
     #![proptest_config(ProptestConfig {
         cases: 256,
-        failure_persistence: Some(Box::new(FileFailurePersistence::WithSource("proptest-regressions"))),
+        failure_persistence: Some(ratelab_testkit::props::regressions()),
         ..ProptestConfig::default()
     })]
 

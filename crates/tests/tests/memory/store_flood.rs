@@ -6,11 +6,10 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use proptest::prelude::*;
-use proptest::test_runner::FileFailurePersistence;
 use ratelab::{
     Algorithm, FloodPolicy, Gcra, Keyed, LeakyMeter, ManualClock, Quota, SlidingLog, TokenBucket,
 };
-use ratelab_testkit::oracle::{Admitted, Bound};
+use ratelab_testkit::oracle::{Admitted, Bound, Oracle};
 
 #[derive(Debug, Clone)]
 enum Step {
@@ -98,16 +97,13 @@ pub(super) fn quota() -> impl Strategy<Value = Quota> {
 }
 
 fn bucket(quota: Quota) -> Bound {
-    Bound::Bucket {
-        burst: u64::from(quota.burst()),
-        interval: quota.emission_interval_micros(),
-    }
+    Bound::rate(&quota)
 }
 
 proptest! {
     #![proptest_config(ProptestConfig {
         cases: 128,
-        failure_persistence: Some(Box::new(FileFailurePersistence::WithSource("proptest-regressions"))),
+        failure_persistence: Some(ratelab_testkit::props::regressions()),
         ..ProptestConfig::default()
     })]
 
@@ -128,10 +124,9 @@ proptest! {
 
     #[test]
     fn sliding_log(quota in quota(), max_keys in 0..20usize, policy in policy(), steps in steps()) {
-        let bound = Bound::Window {
+        let bound = Bound::TrailingWindow {
             limit: u64::from(quota.burst()),
             window: quota.window_micros(),
-            factor: 1,
         };
         run(SlidingLog::new(quota), bound, max_keys, policy, &steps)?;
     }

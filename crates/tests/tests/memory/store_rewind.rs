@@ -5,7 +5,6 @@
 use std::time::Duration;
 
 use proptest::prelude::*;
-use proptest::test_runner::FileFailurePersistence;
 use ratelab::{
     Algorithm, Direct, Gcra, Keyed, LeakyMeter, LeakyQueue, ManualClock, Quota, TokenBucket,
 };
@@ -71,7 +70,7 @@ fn run<A: Algorithm>(
 proptest! {
     #![proptest_config(ProptestConfig {
         cases: 256,
-        failure_persistence: Some(Box::new(FileFailurePersistence::WithSource("proptest-regressions"))),
+        failure_persistence: Some(ratelab_testkit::props::regressions()),
         ..ProptestConfig::default()
     })]
 

@@ -25,6 +25,9 @@ impl Limiter for Stubborn {
     fn backend(&self) -> &'static str {
         "test"
     }
+    fn bound(&self) -> ratelab::Bound {
+        ratelab::Bound::rate(&self.quota())
+    }
 }
 
 impl AsyncRateLimiter for Stubborn {

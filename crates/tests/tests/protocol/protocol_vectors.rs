@@ -23,8 +23,8 @@
 use std::fmt::Write as _;
 use std::path::PathBuf;
 
-use ratelab::redis::{MAX_KEY_LEN, MAX_TTL_SLACK_MS, PROTOCOL_VERSION, RedisAlgorithm, redis_key};
-use ratelab::remote::STATE_FORMAT;
+use ratelab::redis::{MAX_KEY_LEN, MAX_TTL_SLACK_MS, PROTOCOL_VERSION, redis_key};
+use ratelab::toolkit::remote::STATE_FORMAT;
 use ratelab::{AlgorithmKind, AlgorithmVisitor, KnownAlgorithm, Quota};
 use ratelab_testkit::redis::RedisServer;
 

@@ -5,9 +5,10 @@
 
 use std::time::Duration;
 
-use ratelab::remote::{Shape, Stored, Value};
 use ratelab::sliding_window::MAX_STORED_LOG_LIMIT;
-use ratelab::{AlgorithmKind, AlgorithmVisitor, KnownAlgorithm, Quota, Settlement};
+use ratelab::toolkit::Settlement;
+use ratelab::toolkit::remote::{Shape, Stored, Value};
+use ratelab::{AlgorithmKind, AlgorithmVisitor, KnownAlgorithm, Quota};
 
 fn quotas() -> Vec<Quota> {
     let mut quotas = vec![

@@ -8,10 +8,9 @@ use crate::common;
 use ratelab::AlgorithmKind;
 
 use proptest::prelude::*;
-use ratelab::redis::{Connection, RedisLimiter};
-use ratelab::{
-    AlgorithmVisitor, AsyncRateLimiter, KnownAlgorithm, MAX_INSTANT_MICROS, ManualClock, Quota,
-};
+use ratelab::redis::{Connection, RedisStore};
+use ratelab::toolkit::MAX_INSTANT_MICROS;
+use ratelab::{AlgorithmVisitor, AsyncRateLimiter, KnownAlgorithm, ManualClock, Quota};
 use ratelab_testkit::props::{Step, config, simulate};
 use ratelab_testkit::redis::RedisCluster;
 use ratelab_testkit::strategies::{Arrival, quota_and_arrivals, quota_and_wild_arrivals};
@@ -49,7 +48,7 @@ fn trusting_any_clock(
         type Output = Box<dyn AsyncRateLimiter>;
         fn visit<A: KnownAlgorithm>(self, algorithm: A) -> Self::Output {
             Box::new(
-                RedisLimiter::builder(self.0.clone(), algorithm)
+                RedisStore::builder(self.0.clone(), algorithm)
                     .prefix(common::unique_prefix())
                     .time_source(common::client_time(self.1))
                     .timeout(std::time::Duration::from_secs(2))

@@ -86,7 +86,7 @@ fn a_client_clock_keeps_keys_its_slack_longer() {
         let d = limiter.check_async(b"k", 5).await.unwrap();
         assert_eq!(d.reset_after(), Duration::from_millis(50));
         // The key ends with the algorithm's code and its parameters' fingerprint.
-        let suffix = ratelab::redis::RedisAlgorithm::key_suffix(&ratelab::Gcra::new(quota));
+        let suffix = ratelab::toolkit::RemoteForm::key_suffix(&ratelab::Gcra::new(quota));
         let key = format!("{}:{{k}}:{suffix}", options.prefix);
         let pttl: i64 = connection
             .query(redis::cmd("PTTL").arg(&key))

@@ -10,10 +10,11 @@ use std::sync::OnceLock;
 use std::time::Duration;
 
 use proptest::prelude::*;
-use ratelab::redis::{Connection, RedisAlgorithm, RedisLimiter, ScriptBackend};
+use ratelab::redis::{Connection, RedisLimiter, RedisStore, ScriptBackend};
+use ratelab::toolkit::MAX_INSTANT_MICROS;
 use ratelab::{
     AlgorithmKind, AlgorithmVisitor, AsyncRateLimiter, ErrorKind, Gcra, KnownAlgorithm,
-    MAX_INSTANT_MICROS, ManualClock, Quota,
+    ManualClock, Quota,
 };
 use ratelab_testkit::conformance::{Factory, SCENARIOS, run};
 use ratelab_testkit::props::{Step, config, simulate};
@@ -103,7 +104,7 @@ impl Build {
         impl AlgorithmVisitor for Visit<'_> {
             type Output = Box<dyn AsyncRateLimiter>;
             fn visit<A: KnownAlgorithm>(self, algorithm: A) -> Self::Output {
-                let mut builder = RedisLimiter::builder(self.1.clone(), algorithm)
+                let mut builder = RedisStore::builder(self.1.clone(), algorithm)
                     .backend(self.0.backend)
                     .prefix(self.0.prefix.clone())
                     .time_source(common::client_time(self.2))
@@ -120,7 +121,7 @@ impl Build {
 
 fn gcra(connection: &Connection, backend: ScriptBackend) -> RedisLimiter<Gcra> {
     let quota = Quota::per_second(5).unwrap().with_burst(3).unwrap();
-    RedisLimiter::builder(connection.clone(), Gcra::new(quota))
+    RedisStore::builder(connection.clone(), Gcra::new(quota))
         .backend(backend)
         .prefix(common::unique_prefix())
         .timeout(Duration::from_secs(2))

@@ -75,12 +75,7 @@ fn agree(quota: Quota, arrivals: &[Arrival], ops: &[Op]) -> Result<(), TestCaseE
             let options = common::Options::new(common::client_time(&clock));
             let redis = common::redis(kind, quota, connection, &options);
             let window = quota.window_micros();
-            let windows = matches!(
-                kind,
-                AlgorithmKind::FixedWindow
-                    | AlgorithmKind::SlidingCounter
-                    | AlgorithmKind::SlidingLog
-            );
+            let windows = !kind.bound(quota).is_debt();
             // Per key: receipts outstanding (memory's, Redis's), and until
             // when checks ask for none (see the module docs).
             let mut outstanding: Vec<Vec<Pair>> = (0..=u8::MAX).map(|_| Vec::new()).collect();
@@ -252,7 +247,7 @@ fn run_peek(runtime: &tokio::runtime::Runtime, limiter: &dyn AsyncRateLimiter) -
 #[test]
 fn a_peek_during_an_outage_charges_no_fallback() {
     use ratelab::Gcra;
-    use ratelab::redis::{Connection, FailurePolicy, RedisLimiter};
+    use ratelab::redis::{Connection, FailurePolicy, RedisStore};
     use ratelab_testkit::redis::RedisServer;
 
     let (_, runtime, _) = common::shared();
@@ -261,7 +256,7 @@ fn a_peek_during_an_outage_charges_no_fallback() {
     runtime.block_on(async {
         let connection = Connection::single(&server.url()).await.unwrap();
         let build = |policy| {
-            RedisLimiter::builder(connection.clone(), Gcra::new(quota))
+            RedisStore::builder(connection.clone(), Gcra::new(quota))
                 .prefix(common::unique_prefix())
                 .timeout(Duration::from_millis(200))
                 .on_failure(policy)

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use ratelab::redis::{Connection, FailurePolicy, RedisLimiter};
+use ratelab::redis::{Connection, FailurePolicy, RedisLimiter, RedisStore};
 use ratelab::{
     AlgorithmKind, AlgorithmVisitor, AsyncRateLimiter, ErrorKind, KnownAlgorithm, ManualClock,
     Quota,
@@ -41,7 +41,7 @@ impl AlgorithmVisitor for Build<'_> {
         let alerts = Arc::new(AtomicU64::new(0));
         let seen = alerts.clone();
         let code = A::CODE;
-        let mut builder = RedisLimiter::builder(self.connection.clone(), algorithm)
+        let mut builder = RedisStore::builder(self.connection.clone(), algorithm)
             .prefix(self.prefix)
             .timeout(Duration::from_secs(2))
             .on_failure(self.policy)
@@ -54,7 +54,7 @@ impl AlgorithmVisitor for Build<'_> {
         }
         let limiter = builder.build();
         Built {
-            key: limiter.redis_key(b"k"),
+            key: limiter.store().redis_key(b"k"),
             limiter: Box::new(limiter),
             code,
             alerts,
@@ -341,7 +341,7 @@ fn long_keys_take_bounded_memory_and_stay_apart() {
     let quota = Quota::per_hour(1).unwrap();
     runtime.block_on(async {
         let prefix = common::unique_prefix();
-        let limiter = RedisLimiter::builder(connection.clone(), ratelab::Gcra::new(quota))
+        let limiter = RedisStore::builder(connection.clone(), ratelab::Gcra::new(quota))
             .prefix(prefix.clone())
             // Megabyte keys on a loaded machine: slowness is not tested here.
             .timeout(Duration::from_secs(5))
@@ -491,15 +491,16 @@ fn quota_changes_with_redis_time_never_lock_out() {
 /// the cap it runs.
 #[test]
 fn a_sliding_log_too_large_for_redis_is_refused_before_any_call() {
+    use ratelab::SlidingLog;
     use ratelab::sliding_window::MAX_STORED_LOG_LIMIT;
-    use ratelab::{RemoteForm, SlidingLog};
+    use ratelab::toolkit::RemoteForm;
 
     let (_, runtime, connection) = common::shared();
     runtime.block_on(async {
         let per_hour = |limit| Quota::per_hour(limit).unwrap();
         let over = SlidingLog::new(per_hour(MAX_STORED_LOG_LIMIT + 1));
         assert!(over.unsupported().is_some());
-        let limiter = RedisLimiter::new(connection.clone(), over);
+        let limiter = RedisStore::limiter(connection.clone(), over);
         for call in [
             limiter.check(b"big", 1).await,
             limiter.peek(b"big", 1).await,
@@ -534,7 +535,7 @@ fn a_sliding_log_too_large_for_redis_is_refused_before_any_call() {
         // refused.
         let at_cap = SlidingLog::new(per_hour(MAX_STORED_LOG_LIMIT));
         assert_eq!(at_cap.unsupported(), None);
-        let limiter = RedisLimiter::builder(connection.clone(), at_cap)
+        let limiter = RedisStore::builder(connection.clone(), at_cap)
             .timeout(Duration::from_secs(10))
             .build();
         assert!(
@@ -554,14 +555,15 @@ fn a_sliding_log_too_large_for_redis_is_refused_before_any_call() {
 /// it runs.
 #[test]
 fn a_ttl_slack_past_the_range_of_instants_is_refused_before_any_call() {
+    use ratelab::Gcra;
     use ratelab::redis::MAX_TTL_SLACK_MS;
-    use ratelab::{Gcra, MAX_INSTANT_MICROS};
+    use ratelab::toolkit::MAX_INSTANT_MICROS;
 
     let (_, runtime, connection) = common::shared();
     let quota = Quota::per_second(5).unwrap();
     runtime.block_on(async {
         let with_slack = |slack| {
-            RedisLimiter::builder(connection.clone(), Gcra::new(quota))
+            RedisStore::builder(connection.clone(), Gcra::new(quota))
                 .prefix(common::unique_prefix())
                 .time_source(common::client_time(&ManualClock::new()))
                 .ttl_slack(slack)
@@ -590,7 +592,7 @@ fn a_ttl_slack_past_the_range_of_instants_is_refused_before_any_call() {
         let at_bound = with_slack(Duration::from_micros(MAX_INSTANT_MICROS));
         assert!(at_bound.check(b"k", 1).await.unwrap().allowed);
         let pttl: i64 = connection
-            .query(redis::cmd("PTTL").arg(at_bound.redis_key(b"k")))
+            .query(redis::cmd("PTTL").arg(at_bound.store().redis_key(b"k")))
             .await
             .unwrap();
         let most = i64::try_from(MAX_TTL_SLACK_MS).unwrap() + 1_000;
@@ -614,7 +616,7 @@ fn another_quota_on_the_same_key_is_reported_never_obeyed() {
         let seen: Arc<Mutex<Vec<QuotaMismatch>>> = Arc::default();
         let build = |quota: Quota, every: Option<u32>| {
             let seen = seen.clone();
-            RedisLimiter::builder(connection.clone(), ratelab::Gcra::new(quota))
+            RedisStore::builder(connection.clone(), ratelab::Gcra::new(quota))
                 .prefix(prefix.clone())
                 .timeout(Duration::from_secs(5))
                 .quota_check_every(every.map(|n| NonZeroU32::new(n).unwrap()))
@@ -637,7 +639,7 @@ fn another_quota_on_the_same_key_is_reported_never_obeyed() {
         // In the key's slot; kept a minute (the quota's longest wait is less).
         assert_eq!(
             ratelab::redis::hash_tag(&registry),
-            ratelab::redis::hash_tag(&a.redis_key(b"k"))
+            ratelab::redis::hash_tag(&a.store().redis_key(b"k"))
         );
         let ttl: i64 = connection
             .query(redis::cmd("PTTL").arg(&registry))
@@ -669,7 +671,7 @@ fn another_quota_on_the_same_key_is_reported_never_obeyed() {
         assert_eq!(mismatches(&b), 2);
         assert_eq!(seen.lock().unwrap().len(), 3);
         // A limiter told never to record writes no registry entry.
-        let quiet = RedisLimiter::builder(connection.clone(), ratelab::Gcra::new(ten))
+        let quiet = RedisStore::builder(connection.clone(), ratelab::Gcra::new(ten))
             .prefix(prefix.clone())
             .timeout(Duration::from_secs(5))
             .quota_check_every(None)

@@ -8,14 +8,14 @@ use std::time::Duration;
 
 use proptest::prelude::*;
 use ratelab::Gcra;
-use ratelab::redis::RedisLimiter;
+use ratelab::redis::{RedisLimiter, RedisStore};
 use ratelab::{ManualClock, Quota};
 use ratelab_testkit::props::config;
 use ratelab_testkit::strategies::quota_and_arrivals;
 
 fn limiter(quota: Quota, clock: &ManualClock, cache: bool) -> RedisLimiter<Gcra> {
     let (_, _, connection) = common::shared();
-    let builder = RedisLimiter::builder(connection.clone(), Gcra::new(quota))
+    let builder = RedisStore::builder(connection.clone(), Gcra::new(quota))
         .prefix(common::unique_prefix())
         .time_source(common::client_time(clock));
     if cache {

@@ -27,16 +27,16 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use proptest::prelude::*;
-use proptest::test_runner::{Config, FileFailurePersistence, TestRunner};
+use proptest::test_runner::{Config, TestRunner};
 use ratelab::redis::{
-    Connection, Op, RedisAlgorithm, RedisLimiter, Script, ScriptArgs, ScriptBackend, TimeSource,
+    Connection, Op, RedisLimiter, RedisStore, Script, ScriptArgs, ScriptBackend, TimeSource,
 };
+use ratelab::toolkit::Stamp;
 use ratelab::{
     AlgorithmKind, AlgorithmVisitor, Clock, Decision, Error, KnownAlgorithm, ManualClock, Quota,
-    Receipt, SlidingCounter, Stamp,
+    Receipt,
 };
 use ratelab_testkit::interleave::{self, Subject, quota_and_ops};
-use ratelab_testkit::kept::Model;
 use ratelab_testkit::redis::{RedisServer, module_path};
 
 /// One server that loads the module, for every test of this file: the
@@ -68,7 +68,7 @@ fn limiter<A: KnownAlgorithm>(
     clock: &ManualClock,
 ) -> RedisLimiter<A> {
     let (_, _, connection) = server();
-    RedisLimiter::builder(connection.clone(), algorithm)
+    RedisStore::builder(connection.clone(), algorithm)
         .backend(backend)
         .prefix(common::unique_prefix())
         .time_source(TimeSource::Client(Arc::new(clock.clone()) as Arc<dyn Clock>))
@@ -365,7 +365,7 @@ fn raw<A: KnownAlgorithm>(
 ) -> Vec<i64> {
     let algorithm = limiter.algorithm();
     let args = ScriptArgs::call(Some(now), cost, 60_000, None, op, &algorithm.params());
-    let redis_key = limiter.redis_key(key);
+    let redis_key = limiter.store().redis_key(key);
     block(async {
         match backend {
             ScriptBackend::Module => {
@@ -374,11 +374,11 @@ fn raw<A: KnownAlgorithm>(
                 for arg in args.iter() {
                     cmd.arg(arg);
                 }
-                limiter.connection().query(&cmd).await
+                limiter.store().connection().query(&cmd).await
             }
             _ => {
                 Script::of::<A>()
-                    .invoke(limiter.connection(), &redis_key, &args, || {})
+                    .invoke(limiter.store().connection(), &redis_key, &args, || {})
                     .await
             }
         }
@@ -507,32 +507,6 @@ fn a_window_stamp_gives_nothing_once_its_window_ended() {
     }
 }
 
-/// The oracle's model of `kind` on `quota`, as the algorithm crates'
-/// property tests build it.
-fn model(kind: AlgorithmKind, quota: Quota) -> Model {
-    let window = quota.window_micros();
-    let limit = u64::from(quota.burst());
-    match kind {
-        AlgorithmKind::FixedWindow => Model::Fixed { window, limit },
-        AlgorithmKind::SlidingLog => Model::Log { window, limit },
-        AlgorithmKind::SlidingCounter => {
-            let counter = SlidingCounter::new(quota);
-            Model::Counter {
-                window,
-                limit,
-                step: counter.step_micros(),
-                steps: counter.steps(),
-            }
-        }
-        _ if kind.debt() => Model::debt(quota),
-        other => {
-            panic!(
-                "{other}: no model of its kept history in crates/tests/tests/redis/settle_bound.rs"
-            )
-        }
-    }
-}
-
 /// A Redis limiter as the interleavings' [`Subject`]: keys are one byte,
 /// time is a manual clock the run sets.
 struct OnRedis<A: KnownAlgorithm> {
@@ -593,22 +567,21 @@ fn settlements_on_redis_keep_every_admission_within_what_was_kept() {
         for backend in BACKENDS {
             let mut runner = TestRunner::new(Config {
                 cases: cases(),
-                failure_persistence: Some(Box::new(FileFailurePersistence::WithSource(
-                    "proptest-regressions",
-                ))),
+                failure_persistence: Some(ratelab_testkit::props::regressions()),
                 ..Config::default()
             });
             let result = runner.run(&quota_and_ops(40, 1), |(quota, ops)| {
-                struct Run<'a>(ScriptBackend, &'a [interleave::Op], Model);
+                struct Run<'a>(ScriptBackend, &'a [interleave::Op]);
                 impl AlgorithmVisitor for Run<'_> {
                     type Output = Result<(), TestCaseError>;
                     fn visit<A: KnownAlgorithm>(self, algorithm: A) -> Self::Output {
                         let clock = ManualClock::new();
+                        let bound = algorithm.bound();
                         let subject = OnRedis {
                             limiter: limiter(algorithm, self.0, &clock),
                             clock,
                         };
-                        interleave::run(&subject, self.2, self.1, 1_000_000_000)
+                        interleave::run(&subject, bound, self.1, 1_000_000_000)
                     }
                 }
                 // Monotonic: a step back is a step of 0.
@@ -619,7 +592,7 @@ fn settlements_on_redis_keep_every_admission_within_what_was_kept() {
                         other => other,
                     })
                     .collect();
-                kind.visit(quota, Run(backend, &ops, model(kind, quota)))
+                kind.visit(quota, Run(backend, &ops))
             });
             if let Err(e) = result {
                 panic!("{kind} on {backend:?}: {e}");

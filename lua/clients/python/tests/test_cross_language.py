@@ -405,7 +405,7 @@ import { Redis } from "ioredis";
 import { Limiter, Quota } from "%(index)s";
 const [url, prefix, text] = process.argv.slice(1);
 const redis = new Redis(url);
-const limiter = new Limiter(redis, "gcra", Quota.perSecond(5, 10), { prefix, clock: () => %(t0)d });
+const limiter = new Limiter(redis, "gcra", Quota.perSecond(5, 10), { prefix, clock: () => %(t0)d, timeoutMs: 5000 });
 const refunded = await limiter.refund(limiter.receiptFromJSON(text));
 const taken = await limiter.check("job", 3);
 console.log(JSON.stringify({ remaining: refunded.remaining, taken: taken.remaining, receipt: taken.receipt }));
@@ -471,12 +471,14 @@ SEED_LANGUAGES: List[Language] = [
     Language("node", lambda builds, server, client, prefix:
              Driver("node", ["node", str(builds["node"]), server.url, prefix])),
     Language("go", lambda builds, server, client, prefix: Driver("go", [str(builds["go"]), server.url, prefix])),
+    Language("java", lambda builds, server, client, prefix:
+             Driver("java", java_command(builds["java"], server.url, prefix))),
 ]
 
 
 @pytest.fixture(scope="session")
-def builds(rust_binary, node_driver, go_driver) -> dict:
-    return {"rust": rust_binary, "node": node_driver, "go": go_driver}
+def builds(rust_binary, node_driver, go_driver, java_build) -> dict:
+    return {"rust": rust_binary, "node": node_driver, "go": go_driver, "java": java_build}
 
 
 @pytest.fixture(scope="session")
@@ -540,3 +542,89 @@ def test_the_seed_experiment_across_every_language(builds, server, module_server
             for d in pool:
                 d.close()
         client.close()
+
+
+# -- Java -----------------------------------------------------------------------
+
+JAVA_DIR = LUA / "clients" / "java"
+
+
+@pytest.fixture(scope="session")
+def java_build() -> list:
+    """The Java client's line-protocol program (lua/clients/java,
+    ``dev.ratelab.client.ProtocolClient`` in its test classes), compiled here
+    with Maven: the ``java`` command line that runs it, less its arguments."""
+    mvn, java = shutil.which("mvn"), shutil.which("java")
+    if not (mvn and java):
+        pytest.fail("java (17 or later) and mvn are needed for the cross-language test: scripts/setup installs them",
+                    pytrace=False)
+    _run([mvn, "-q", "test-compile"], JAVA_DIR, "building the Java client")
+    classpath = (JAVA_DIR / "target" / "classpath.txt").read_text().strip()
+    jars = os.pathsep.join([str(JAVA_DIR / "target" / "classes"), str(JAVA_DIR / "target" / "test-classes"), classpath])
+    # A test driver starts often and runs briefly: the quick-starting JIT and GC.
+    return [java, "-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC", "-cp", jars, "dev.ratelab.client.ProtocolClient"]
+
+
+def java_command(java_build: list, url: str, prefix: str) -> list:
+    """The command that starts a Java client of the line protocol on ``url``
+    with ``prefix``: what a driver of the seed's experiment runs (one line in
+    its list of languages: ``Driver("java", java_command(...))``)."""
+    return [*java_build, url, prefix]
+
+
+@pytest.fixture
+def with_java(drivers, server, prefix, java_build):
+    java = Driver("java", java_command(java_build, server.url, prefix))
+    yield {**drivers, "java": java}
+    java.close()
+
+
+@pytest.mark.parametrize("name", sorted(ALGORITHMS))
+def test_java_with_rust_python_and_node_decides_as_one_client(with_java, name):
+    # One Java process per test (a JVM starts in seconds on a loaded machine): the four languages
+    # alternating on one key, the interleaved scripts with Java playing Python's part and then
+    # Node's, and the reference table, each call for call what one client alone answers.
+    langs = ["rust", "python", "node", "java"]
+    steps = _sequence()
+    shared = [_decision(with_java[langs[i % 4]].send(f"check {name} shared4 {cost} {now}"))
+              for i, (now, cost) in enumerate(steps)]
+    assert all("error" not in d for d in shared), shared
+    alone = [_decision(with_java["java"].send(f"check {name} java-alone4 {cost} {now}")) for now, cost in steps]
+    assert alone == shared, f"{name}: Java alone decides otherwise than the four languages together"
+    assert 0 < sum(d["allowed"] for d in shared) < len(steps)
+    for seed in range(2):
+        script = _interleaving(name, seed)
+        oracle = _play(with_java, name, script, f"java-oracle{seed}", lambda _: "rust")
+        for replaced in ["python", "node"]:
+            mixed = _play(with_java, name, script, f"java-{replaced}{seed}",
+                          lambda lang, replaced=replaced: "java" if lang == replaced else lang)
+            for i, (ours, theirs) in enumerate(zip(mixed, oracle)):
+                assert ours == theirs, (f"{name}, script {seed}, step {i} {script[i][:4]}: with Java for "
+                                        f"{replaced}, {ours}; Rust alone {theirs}")
+    if ALGORITHMS_ARE_DEBTS.get(name):
+        # Capacity 10, 5 per second: 20 at t admit 10; 10 at t + 1 s admit 5; a refusal says retry in 1 s.
+        java = with_java["java"]
+        first = [java.send(f"check {name} table-java 1 {T0}") for _ in range(20)]
+        second = [java.send(f"check {name} table-java 1 {T0 + 1_000_000}") for _ in range(10)]
+        waits = {-(-d["retry_after_micros"] // 1_000_000) for d in first + second if not d["allowed"]}
+        assert (sum(d["allowed"] for d in first), sum(d["allowed"] for d in second), waits) == (10, 5, {1})
+
+
+#: The algorithms of the reference table (the debts: one unit back every interval).
+ALGORITHMS_ARE_DEBTS = {name: True for name in ["token-bucket", "gcra", "leaky-meter", "leaky-queue"]}
+
+
+def test_a_serialized_receipt_crosses_between_python_and_java(server, client, prefix, java_build):
+    # A job queue whose producer is Python and whose worker is Java, and back.
+    limiter = Limiter(client, "gcra", Quota.per_second(5, burst=10), prefix=prefix, clock=lambda: T0)
+    text = limiter.check("job", 4).receipt.to_json()
+    hop = [*java_build[:-1], "dev.ratelab.client.ReceiptHop", server.url, prefix, str(T0), text]
+    result = subprocess.run(hop, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    answer = json.loads(result.stdout.strip().splitlines()[-1])
+    # Java gave back Python's 4, then took 3 and sent its own receipt.
+    assert (answer["remaining"], answer["taken"]) == (10, 7)
+    back = limiter.receipt_from_json(json.dumps(answer["receipt"]))
+    assert (back.key, back.cost) == (b"job", 3)
+    assert limiter.refund(back).remaining == 10
+    limiter.close()

@@ -26,10 +26,10 @@ use ratelab_server::{Backend, Service, config};
 use serde::Serialize;
 use tokio::time::Instant;
 
-use super::bound;
 use crate::backend::RedisEnv;
 use crate::stats::round;
 use crate::{CompareError, Context};
+use ratelab_testkit::oracle::Oracle;
 
 /// How long each burst asks on each side of the edge.
 pub const HALF: Duration = Duration::from_millis(100);
@@ -153,9 +153,7 @@ fn row(
         requests: outcomes.len(),
         admitted: outcomes.iter().filter(|&&a| a).count(),
         span_secs: round(span.as_secs_f64(), 3),
-        own_bound: bound(kind, quota)
-            .allowed_within(micros)
-            .unwrap_or(u64::MAX),
+        own_bound: kind.bound(quota).allowed_within(micros).unwrap_or(u64::MAX),
         spent_both_windows,
         attempts,
     }

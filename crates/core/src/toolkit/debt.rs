@@ -13,12 +13,13 @@
 //! [`Algorithm::forgettable_at`], which [`debt_receipts!`](crate::debt_receipts)
 //! writes into its `impl Algorithm` block. An algorithm says only how it
 //! sets its full-again instant ([`Debt::set_full_at`]). The rule, and why it
-//! holds: the [`receipt`](crate::receipt) module.
+//! holds: [`Receipt`](crate::Receipt).
 //!
 //! ```
-//! use ratelab_core::{Algorithm, Quota, Settlement, Shifts};
-//! use ratelab_core::debt::Debt;
-//! # use ratelab_core::{AtomicCell, Decision, Error, ensure_fits};
+//! use ratelab_core::{Algorithm, Bound, Quota};
+//! use ratelab_core::toolkit::{Debt, Settlement, Shifts};
+//! # use ratelab_core::{Decision, Error};
+//! # use ratelab_core::toolkit::{AtomicCell, ensure_fits};
 //!
 //! /// The debt at its barest: the instant the key is full again.
 //! #[derive(Debug)]
@@ -38,6 +39,7 @@
 //!     fn name(&self) -> &'static str { "tat" }
 //!     fn quota(&self) -> &Quota { &self.0 }
 //!     fn capacity(&self) -> u64 { self.0.burst().into() }
+//!     fn bound(&self) -> Bound { Bound::rate(&self.0) }
 //!     fn initial_state(&self) -> u64 { 0 }
 //!     fn decide(&self, tat: &mut u64, now: u64, cost: u32) -> Result<Decision, Error> {
 //!         let cost = ensure_fits(cost, self.capacity())?;
@@ -189,29 +191,34 @@ pub fn forgettable_at<A: Debt>(algorithm: &A, state: &A::State, ledger: &Shifts)
 macro_rules! debt_receipts {
     () => {
         #[inline]
-        fn stamp(&self, state: &Self::State, ledger: &$crate::Shifts, now: u64) -> $crate::Stamp {
-            $crate::debt::stamp(self, state, ledger, now)
+        fn stamp(
+            &self,
+            state: &Self::State,
+            ledger: &$crate::toolkit::Shifts,
+            now: u64,
+        ) -> $crate::toolkit::Stamp {
+            $crate::toolkit::debt::stamp(self, state, ledger, now)
         }
 
         #[inline]
         fn settle(
             &self,
             state: &mut Self::State,
-            ledger: &mut $crate::Shifts,
+            ledger: &mut $crate::toolkit::Shifts,
             now: u64,
-            settlement: $crate::Settlement,
+            settlement: $crate::toolkit::Settlement,
         ) -> ::core::result::Result<$crate::Decision, $crate::Error> {
-            $crate::debt::settle(self, state, ledger, now, settlement)
+            $crate::toolkit::debt::settle(self, state, ledger, now, settlement)
         }
 
         #[inline]
-        fn reset(&self, state: &mut Self::State, ledger: &mut $crate::Shifts, now: u64) {
-            $crate::debt::reset(self, state, ledger, now);
+        fn reset(&self, state: &mut Self::State, ledger: &mut $crate::toolkit::Shifts, now: u64) {
+            $crate::toolkit::debt::reset(self, state, ledger, now);
         }
 
         #[inline]
-        fn forgettable_at(&self, state: &Self::State, ledger: &$crate::Shifts) -> u64 {
-            $crate::debt::forgettable_at(self, state, ledger)
+        fn forgettable_at(&self, state: &Self::State, ledger: &$crate::toolkit::Shifts) -> u64 {
+            $crate::toolkit::debt::forgettable_at(self, state, ledger)
         }
     };
 }

@@ -26,7 +26,7 @@
 //! of the facade's `AlgorithmKind`.
 //!
 //! ```
-//! use ratelab_core::remote::{Params, rate_quota, window_quota};
+//! use ratelab_core::toolkit::remote::{Params, rate_quota, window_quota};
 //!
 //! // 10 units, one back every 200 ms: a quota of 5 per second, bursts of 10
 //! // (or any other with that rate and burst).
@@ -57,7 +57,7 @@ use crate::{
 /// arguments, the clock and the deadline, and holds the helpers every
 /// algorithm's script uses. The script a store sends is this, followed
 /// immediately by the algorithm's [`RemoteForm::SCRIPT`].
-pub const PROLOGUE: &str = include_str!("../../lua/prologue.lua");
+pub const PROLOGUE: &str = include_str!("../../../lua/prologue.lua");
 
 /// The version of the stored states' format, the first part of every key's
 /// fingerprint input (`v3:<code>:<params>`): a new format names new keys, so
@@ -311,6 +311,25 @@ pub trait RemoteForm: Algorithm<Ledger: StoredLedger> + Clone {
         }
         let algorithm = Self::from_params(params)?;
         (algorithm.params() == *params && algorithm.unsupported().is_none()).then_some(algorithm)
+    }
+
+    /// [`fingerprint_input`] of this algorithm on its quota: what a key's
+    /// fingerprint hashes, and what a quota registry records.
+    fn fingerprint_input(&self) -> String {
+        fingerprint_input(Self::CODE, &self.params())
+    }
+
+    /// [`key_suffix`] of this algorithm on its quota: what ends its keys,
+    /// after the user key.
+    fn key_suffix(&self) -> String {
+        key_suffix(Self::CODE, &self.fingerprint_input())
+    }
+
+    /// The native module's command that runs this algorithm with the
+    /// script's arguments, replies and stored encodings
+    /// ([`command_name`]: `RATELAB.GCRA`, ...).
+    fn module_command(&self) -> String {
+        command_name(Self::NAME)
     }
 
     /// The script a store sends: [`PROLOGUE`] followed by
@@ -691,6 +710,36 @@ pub fn decode_string<A: StringForm>(
     let (mut stored, tail) = split_string(algorithm, raw, now, skew)?;
     stored.ledger.read_tail(tail)?;
     Ok(stored)
+}
+
+/// `v3:<code>:<params>` ([`STATE_FORMAT`], an algorithm's
+/// [`RemoteForm::CODE`] and its [`RemoteForm::params`] in decimal joined by
+/// commas): what a key's fingerprint hashes, and what a quota registry
+/// records, unhashed, so that a reader sees both quotas.
+///
+/// ```
+/// use ratelab_core::toolkit::remote::{Params, fingerprint_input, key_suffix};
+///
+/// // GCRA, 10 a second.
+/// let input = fingerprint_input("gcra", &Params::new(&[100_000, 1_000_000, 10]));
+/// assert_eq!(input, "v3:gcra:100000,1000000,10");
+/// // sha1("v3:gcra:100000,1000000,10") = "baa2ca816c63..."
+/// assert_eq!(key_suffix("gcra", &input), "gcra:baa2ca81");
+/// ```
+pub fn fingerprint_input(code: &str, params: &Params) -> String {
+    format!("{STATE_FORMAT}:{code}:{params}")
+}
+
+/// What ends an algorithm's keys on a quota, after the user key:
+/// `<code>:<fingerprint>`, the fingerprint being the first 8 lowercase hex
+/// digits of the SHA-1 of its [`fingerprint_input`]. A changed quota (or
+/// parameter, or state format) thus names new keys and starts clean,
+/// instead of meeting state written otherwise.
+pub fn key_suffix(code: &str, fingerprint_input: &str) -> String {
+    let digest = sha1_smol::Sha1::from(fingerprint_input.as_bytes())
+        .digest()
+        .to_string();
+    format!("{code}:{}", &digest[..8])
 }
 
 /// The module's command for the algorithm named `name`: `RATELAB.` and the
