@@ -425,8 +425,8 @@ impl Config {
     }
 
     /// Every domain's limits, one a line (`full_key: unit=.. requests_per_unit=..,
-    /// shadow_mode: .., quota_mode: ..`), sorted: what the debug port's
-    /// `/rlconfig` prints.
+    /// shadow_mode: .., quota_mode: ..`, then `, algorithm: ..` where a limit
+    /// names one), sorted: what the debug port's `/rlconfig` prints.
     pub fn dump(&self) -> String {
         let mut lines = Vec::new();
         for domain in self.domains.values() {
@@ -456,14 +456,18 @@ impl Config {
 
 fn collect_limits(node: &Node2, lines: &mut Vec<String>) {
     if let Some(limit) = &node.limit {
+        // The reference's line; the algorithm only where a limit names one.
+        let algorithm = limit
+            .algorithm
+            .map(|a| format!(", algorithm: {}", a.name()))
+            .unwrap_or_default();
         lines.push(format!(
-            "{}: unit={} requests_per_unit={}, shadow_mode: {}, quota_mode: {}, algorithm: {}\n",
+            "{}: unit={} requests_per_unit={}, shadow_mode: {}, quota_mode: {}{algorithm}\n",
             limit.full_key,
             limit.unit.map_or("UNKNOWN", Unit::proto_name),
             limit.requests_per_unit,
             limit.shadow,
             limit.quota_mode,
-            limit.algorithm.map_or("default", Algorithm::name),
         ));
     }
     for child in node.children.values() {

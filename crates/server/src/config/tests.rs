@@ -461,3 +461,29 @@ fn the_runtime_directory_reads_every_file_below_it() {
     };
     assert!(unset.files().unwrap().is_empty());
 }
+
+#[test]
+fn rlconfig_prints_the_references_lines_and_names_only_chosen_algorithms() {
+    let config = load(
+        "\
+domain: d
+descriptors:
+  - key: k
+    rate_limit: {unit: MINUTE, requests_per_unit: 2}
+  - key: u
+    rate_limit: {unlimited: true}
+  - key: g
+    rate_limit: {unit: hour, requests_per_unit: 5, algorithm: gcra}
+",
+    )
+    .unwrap();
+    // The first two lines as envoyproxy/ratelimit's /rlconfig prints them.
+    assert_eq!(
+        config.dump(),
+        "\
+d.g: unit=HOUR requests_per_unit=5, shadow_mode: false, quota_mode: false, algorithm: gcra
+d.k: unit=MINUTE requests_per_unit=2, shadow_mode: false, quota_mode: false
+d.u: unit=UNKNOWN requests_per_unit=0, shadow_mode: false, quota_mode: false
+"
+    );
+}
