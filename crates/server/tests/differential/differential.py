@@ -8,7 +8,9 @@ they do not share counters), sends every request of the case to each in
 turn over gRPC with Envoy's generated messages, and compares the answers
 (overall code; each status's code, current limit, limit remaining and
 duration until reset; the response headers; errors) and, at the end of
-each case, the statistics each exports to Prometheus.
+each case, the statistics each exports to Prometheus, or in some cases
+sends to statsd (the reference's default). Some cases ask over HTTP
+(`/json`) instead of gRPC and compare the HTTP status and body.
 
 Windows are on the wall clock in both services, so the driver decides
 when requests are sent: every sequence starts just after a second's edge,
@@ -44,13 +46,16 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 
 import grpc
 import yaml
 from envoy.service.ratelimit.v3 import rls_pb2, rls_pb2_grpc
+from google.protobuf import json_format
 
 REPO = Path(__file__).resolve().parents[4]
 UNIT_SECONDS = {"SECOND": 1, "MINUTE": 60, "HOUR": 3600, "DAY": 86400,
@@ -111,13 +116,63 @@ class Redis:
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
+class StatsdSink:
+    """A statsd server over TCP (the reference's statsd sink speaks TCP):
+    keeps every line it is sent."""
+
+    def __init__(self) -> None:
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        self.lines: list[str] = []
+        self.lock = threading.Lock()
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                connection, _ = self.listener.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._read, args=(connection,), daemon=True).start()
+
+    def _read(self, connection: socket.socket) -> None:
+        pending = b""
+        with connection:
+            while chunk := connection.recv(65536):
+                *lines, pending = (pending + chunk).split(b"\n")
+                with self.lock:
+                    self.lines.extend(line.decode(errors="replace") for line in lines if line)
+
+    def series(self) -> dict[str, float]:
+        """Counters summed by name, timers counted; the Go runtime's and
+        the Redis pool's gauges (which ratelab-server has no counterpart
+        of) left out."""
+        out: dict[str, float] = collections.defaultdict(float)
+        with self.lock:
+            lines = list(self.lines)
+        for line in lines:
+            name, _, rest = line.partition(":")
+            value, _, kind = rest.partition("|")
+            if name.startswith(("ratelimit.go.", "runtime.", "ratelimit.redis_pool.")):
+                continue
+            if kind.startswith("c"):
+                out[name] += float(value)
+            elif kind.startswith("ms"):
+                out[name + " (timings)"] += 1
+        return dict(out)
+
+    def close(self) -> None:
+        self.listener.close()
+
+
 class Server:
     """One service on a runtime directory, with the reference's environment.
     ratelab-server is given port 0 and says where it listens; the reference
     is given free ports."""
 
     def __init__(self, name: str, binary: str, runtime: Path, env: dict[str, str],
-                 redis: Redis | None, prefix: str, ratelab: bool) -> None:
+                 redis: Redis | None, prefix: str, ratelab: bool,
+                 statsd: StatsdSink | None = None) -> None:
         self.name = name
         ports = ["0"] * 4 if ratelab else [str(free_port()) for _ in range(4)]
         self.grpc_port, http_port, debug_port, prom_port = ports
@@ -139,6 +194,9 @@ class Server:
         }
         if redis is not None:
             environment.update({"REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": f"127.0.0.1:{redis.port}"})
+        if statsd is not None:
+            environment.update({"USE_STATSD": "true", "USE_PROMETHEUS": "false",
+                                "STATSD_HOST": "127.0.0.1", "STATSD_PORT": str(statsd.port)})
         self.log = tempfile.NamedTemporaryFile(prefix=f"differential-{name}-", suffix=".log", delete=False)
         # No preexec function: this process runs gRPC, whose threads a
         # fork must not run Python in.
@@ -147,11 +205,14 @@ class Server:
                                         stderr=self.log, text=True)
         STARTED.append(self.process)
         self.metrics_url = f"http://127.0.0.1:{prom_port}/metrics"
+        self.http_url = f"http://127.0.0.1:{http_port}"
         if ratelab:
             self.address = None
             for line in self.process.stdout:
                 if line.startswith("metrics on "):
                     self.metrics_url = line.split()[2]
+                elif line.startswith("http on "):
+                    self.http_url = line.split()[2]
                 elif line.startswith("listening on "):
                     self.address = line.split()[2]
                     break
@@ -167,6 +228,23 @@ class Server:
             return self.stub.ShouldRateLimit(request, timeout=10)
         except grpc.RpcError as error:
             return error
+
+    def ask_json(self, request):
+        """The request POSTed to /json in protobuf's JSON form: ("http",
+        status, body: its JSON parsed, or its text)."""
+        body = json_format.MessageToJson(request).encode()
+        post = urllib.request.Request(self.http_url + "/json", data=body, method="POST")
+        try:
+            with urllib.request.urlopen(post, timeout=10) as r:
+                status, text = r.status, r.read().decode()
+        except urllib.error.HTTPError as error:
+            status, text = error.code, error.read().decode()
+        except OSError as error:
+            return ("http", None, str(error))
+        try:
+            return ("http", status, json.loads(text))
+        except ValueError:
+            return ("http", status, text.strip())
 
     def metrics(self) -> dict[str, float]:
         try:
@@ -219,6 +297,8 @@ def request(domain: str, descriptors, hits_addend: int = 0):
 
 def answer(response) -> tuple:
     """What is compared of an answer."""
+    if isinstance(response, tuple):
+        return response
     if isinstance(response, grpc.RpcError):
         return ("error",)
     statuses = tuple(
@@ -245,6 +325,8 @@ def why(reference: tuple, ratelab: tuple) -> str:
         return "one answered, the other failed"
     if reference[0] == "error":
         return "error"
+    if reference[0] == "http":
+        return "http status" if reference[1] != ratelab[1] else "http body"
     if reference[1] != ratelab[1]:
         return "overall code"
     for a, b in zip(reference[2], ratelab[2]):
@@ -266,13 +348,17 @@ def why(reference: tuple, ratelab: tuple) -> str:
 
 class Case:
     def __init__(self, name: str, files: dict[str, str], env: dict[str, str] | None = None,
-                 sequences=None, generate: bool = True, restart_all: bool = False) -> None:
+                 sequences=None, generate: bool = True, restart_all: bool = False,
+                 statsd: bool = False, over_http: bool = False) -> None:
         self.name = name
         self.files = files
         self.env = env or {}
         self.sequences = sequences or []
         self.generate = generate
         self.restart_all = restart_all
+        # Statistics to statsd rather than Prometheus; requests to /json.
+        self.statsd = statsd
+        self.over_http = over_http
 
 
 def load_yaml(text: str):
@@ -446,6 +532,16 @@ def integration_cases(source: Path, rng: random.Random) -> list[Case]:
         name = "integration" + (" " + " ".join(f"{k}={v}" for k, v in env.items()) if env else "")
         cases.append(Case(name, files, env, sequences, generate=False,
                           restart_all="LOCAL_CACHE_SIZE_IN_BYTES" in env))
+        # The same with the reference's default statistics (statsd), and
+        # asked over HTTP.
+        cases.append(Case(name + " (statsd)", files, env, sequences, generate=False,
+                          restart_all="LOCAL_CACHE_SIZE_IN_BYTES" in env, statsd=True))
+        # Over HTTP also: no domain, an unknown one, a descriptor without entries.
+        odd = [[("", [{"entries": [("key1", "foo")]}], 1),
+                ("unknown", [{"entries": [("key1", "foo")]}], 1),
+                ("basic", [{"entries": []}], 1)]]
+        cases.append(Case(name + " (/json)", files, env, sequences + odd, generate=False,
+                          restart_all="LOCAL_CACHE_SIZE_IN_BYTES" in env, over_http=True))
     reload_files = dict(files)
     reload_files["reload.yaml"] = (source / "test" / "integration" / "runtime" / "current" / "ratelimit" / "reload.yaml").read_text()
     cases.append(Case("integration reload.yaml", reload_files, {}, [
@@ -511,10 +607,13 @@ class Report:
                      "reference": describe(a), "ratelab": describe(b)})
 
 
-def start_all(case: Case, args, runtime: Path, redis: Redis) -> dict[str, Server]:
+def start_all(case: Case, args, runtime: Path, redis: Redis,
+              sinks: dict[str, StatsdSink]) -> dict[str, Server]:
     servers = {
-        "reference": Server("reference", args.reference_bin, runtime, case.env, redis, "ref_", False),
-        "ratelab-redis": Server("ratelab-redis", args.ratelab_bin, runtime, case.env, redis, "rl_", True),
+        "reference": Server("reference", args.reference_bin, runtime, case.env, redis, "ref_", False,
+                            sinks.get("reference")),
+        "ratelab-redis": Server("ratelab-redis", args.ratelab_bin, runtime, case.env, redis, "rl_", True,
+                                sinks.get("ratelab-redis")),
         "ratelab-memory": Server("ratelab-memory", args.ratelab_bin, runtime, case.env, None, "mem_", True),
     }
     return servers
@@ -527,7 +626,8 @@ def run_case(case: Case, args, redis: Redis, report: Report, rng: random.Random)
     for name, text in case.files.items():
         (config_dir / name).write_text(text)
     redis.flush()
-    servers = start_all(case, args, root, redis)
+    sinks = {"reference": StatsdSink(), "ratelab-redis": StatsdSink()} if case.statsd else {}
+    servers = start_all(case, args, root, redis, sinks)
     try:
         # A configuration the reference refuses: it serves errors; ratelab
         # refuses to start.
@@ -565,7 +665,7 @@ def run_case(case: Case, args, redis: Redis, report: Report, rng: random.Random)
                     if case.restart_all:
                         for s in servers.values():
                             s.stop()
-                        servers = start_all(case, args, root, redis)
+                        servers = start_all(case, args, root, redis, sinks)
                     else:
                         servers["ratelab-memory"].stop()
                         servers["ratelab-memory"] = Server("ratelab-memory", args.ratelab_bin, root,
@@ -575,7 +675,8 @@ def run_case(case: Case, args, redis: Redis, report: Report, rng: random.Random)
                 results = []
                 for domain, descriptors, hits in sequence:
                     req = request(domain, descriptors, hits)
-                    results.append((req, {name: s.ask(req) for name, s in servers.items()}))
+                    results.append((req, {name: s.ask_json(req) if case.over_http else s.ask(req)
+                                          for name, s in servers.items()}))
                 if not crossed(units, start, time.time()):
                     break
             else:
@@ -588,7 +689,10 @@ def run_case(case: Case, args, redis: Redis, report: Report, rng: random.Random)
                             answers["reference"], answers["ratelab-memory"])
         # The statistics, once both have flushed them.
         time.sleep(2.5)
-        ref_metrics, our_metrics = servers["reference"].metrics(), servers["ratelab-redis"].metrics()
+        if sinks:
+            ref_metrics, our_metrics = sinks["reference"].series(), sinks["ratelab-redis"].series()
+        else:
+            ref_metrics, our_metrics = servers["reference"].metrics(), servers["ratelab-redis"].metrics()
         for name in sorted(set(ref_metrics) | set(our_metrics)):
             report.metrics["compared"] += 1
             if ref_metrics.get(name) != our_metrics.get(name):
@@ -600,6 +704,8 @@ def run_case(case: Case, args, redis: Redis, report: Report, rng: random.Random)
     finally:
         for s in servers.values():
             s.stop()
+        for sink in sinks.values():
+            sink.close()
         shutil.rmtree(root, ignore_errors=True)
 
 

@@ -247,3 +247,79 @@ def test_the_references_environment_alone(start):
     with urllib.request.urlopen(f"http://{prometheus}/metrics", timeout=10) as r:
         metrics = r.read().decode()
     assert "ratelimit_service_global_shadow_mode 1" in metrics, metrics
+
+
+def test_statsd_the_references_default_sink(start):
+    """USE_STATSD (the reference's default): counters and timings over TCP
+    to STATSD_HOST:STATSD_PORT every STATS_FLUSH_INTERVAL, under the names
+    and with the totals envoyproxy/ratelimit sends for the same calls."""
+    import socket
+    import threading
+    import time
+
+    clear_of_edges(3600)
+    listener = socket.create_server(("127.0.0.1", 0))
+    lines: list[str] = []
+
+    def read(connection):
+        pending = b""
+        with connection:
+            while chunk := connection.recv(65536):
+                *complete, pending = (pending + chunk).split(b"\n")
+                lines.extend(line.decode() for line in complete if line)
+
+    def accept():
+        while True:
+            try:
+                connection, _ = listener.accept()
+            except OSError:
+                return
+            threading.Thread(target=read, args=(connection,), daemon=True).start()
+
+    threading.Thread(target=accept, daemon=True).start()
+    try:
+        server = start({"edge.yaml": CONFIG}, reference_env=True, env={
+            "USE_STATSD": "true", "STATSD_HOST": "127.0.0.1",
+            "STATSD_PORT": str(listener.getsockname()[1]), "STATS_FLUSH_INTERVAL": "200ms"})
+        for _ in range(3):
+            server.ask("edge", ([("tokens", "t")], 4))
+        server.ask("unknown", [("tokens", "t")])
+        with pytest.raises(grpc.RpcError):
+            server.ask("", [("tokens", "t")])
+        # What the reference sent for these five calls (counters summed over
+        # its flushes; timings one a call): 4 + 4 + 4 hits on 10 an hour, the
+        # third call 2 within, 2 over; near the limit from 8 (NEAR_LIMIT_RATIO
+        # 0.8).
+        expected = {
+            "ratelimit.service.config_load_success": 1,
+            "ratelimit.service.rate_limit.edge.tokens.total_hits": 12,
+            "ratelimit.service.rate_limit.edge.tokens.within_limit": 8,
+            "ratelimit.service.rate_limit.edge.tokens.near_limit": 2,
+            "ratelimit.service.rate_limit.edge.tokens.over_limit": 2,
+            "ratelimit.service.rate_limit.unknown.domain_not_found": 1,
+            "ratelimit.service.call.should_rate_limit.service_error": 1,
+            "ratelimit_server.ShouldRateLimit.total_requests": 5,
+            "ratelimit_server.ShouldRateLimit.response_time|ms": 5,
+        }
+
+        def totals() -> dict[str, float]:
+            out: dict[str, float] = {}
+            for line in list(lines):
+                name, _, rest = line.partition(":")
+                value, _, kind = rest.partition("|")
+                if kind == "ms":
+                    out[name + "|ms"] = out.get(name + "|ms", 0) + 1
+                elif kind == "c":
+                    out[name] = out.get(name, 0) + float(value)
+            return out
+
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and any(
+                totals().get(name, 0) < n for name, n in expected.items()):
+            time.sleep(0.2)
+        got = totals()
+        assert {name: got.get(name) for name in expected} == expected, lines
+        # Counters nothing happened to are not sent, as gostats does.
+        assert not any(name.startswith("ratelimit.service.rate_limit.edge.blocked") for name in got), got
+    finally:
+        listener.close()
