@@ -652,14 +652,22 @@ impl Service {
                 }
             })
             .collect();
-        let hits: Vec<u64> = request
-            .descriptors
-            .iter()
-            .map(|d| match &d.hits_addend {
-                Some(hits) => hits.value,
+        let mut hits: Vec<u64> = Vec::with_capacity(request.descriptors.len());
+        for (i, d) in request.descriptors.iter().enumerate() {
+            hits.push(match &d.hits_addend {
+                // Redis adds signed 64-bit numbers: more would wrap to a
+                // negative increment and lower the counter.
+                Some(h) if i64::try_from(h.value).is_err() => {
+                    return Err(service_error(format!(
+                        "descriptor {i}: hits_addend {} is above {}",
+                        h.value,
+                        i64::MAX
+                    )));
+                }
+                Some(h) => h.value,
                 None => u64::from(request.hits_addend.max(1)),
-            })
-            .collect();
+            });
+        }
 
         let (envoy, ratelab) = futures::join!(
             self.envoy_pass(request, &applied, &hits, now),

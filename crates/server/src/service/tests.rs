@@ -420,11 +420,29 @@ async fn empty_descriptors_unknown_domains_and_bad_requests() {
         service.decide(&bad_unit).await.unwrap_err().code(),
         tonic::Code::InvalidArgument
     );
+    // More hits than Redis adds (a signed 64-bit number; the reference's
+    // INCRBY of 2^64 - 1 lowers the counter by one): refused, nothing counted.
+    for huge in [u64::MAX, 1 << 63] {
+        let mut too_many = request("another", &[&[("key2", "x")]]);
+        too_many.descriptors[0].hits_addend = Some(UInt64Value { value: huge });
+        let status = service.decide(&too_many).await.unwrap_err();
+        assert_eq!(status.code(), tonic::Code::InvalidArgument);
+        assert!(status.message().contains("hits_addend"), "{status:?}");
+    }
+    assert_eq!(
+        statuses(
+            &service
+                .decide(&request("another", &[&[("key2", "x")]]))
+                .await
+                .unwrap()
+        ),
+        [(OK, Some(20), 18, Some(60))]
+    );
     assert_eq!(
         service
             .stats()
             .value("ratelimit.service.call.should_rate_limit.service_error"),
-        3
+        5
     );
 }
 
