@@ -19,6 +19,7 @@ use std::time::{Duration, Instant};
 
 use envoy_types::pb::envoy::config::core::v3::HeaderValue;
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
+use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::RateLimitOverride;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{
     Code, DescriptorStatus, RateLimit,
 };
@@ -1352,6 +1353,23 @@ fn string_value(s: String) -> ProtoValue {
 /// The reference's `ratelimitToMetadata`: the domain, the descriptors
 /// (their entries as `key=value`, limit override and hits), the request's
 /// hits, and the metadata of the limits of the descriptors that passed.
+/// A limit override in protobuf's text form, as the reference's metadata
+/// gives it: fields at zero left out, a unit by its name (by its number
+/// when it has none).
+fn override_text(limit: &RateLimitOverride) -> String {
+    let mut parts = Vec::new();
+    if limit.requests_per_unit != 0 {
+        parts.push(format!("requests_per_unit:{}", limit.requests_per_unit));
+    }
+    if limit.unit != 0 {
+        parts.push(match Unit::from_proto(limit.unit) {
+            Some(unit) => format!("unit:{}", unit.proto_name()),
+            None => format!("unit:{}", limit.unit),
+        });
+    }
+    parts.join(" ")
+}
+
 fn dynamic_metadata(request: &RateLimitRequest, passed: &[usize], applied: &[Applied]) -> Struct {
     let mut fields = HashMap::new();
     fields.insert("domain".to_owned(), string_value(request.domain.clone()));
@@ -1372,14 +1390,7 @@ fn dynamic_metadata(request: &RateLimitRequest, passed: &[usize], applied: &[App
                 },
             );
             if let Some(limit) = &d.limit {
-                let unit = Unit::from_proto(limit.unit).map_or("UNKNOWN", Unit::proto_name);
-                f.insert(
-                    "limit".to_owned(),
-                    string_value(format!(
-                        "requests_per_unit:{} unit:{unit}",
-                        limit.requests_per_unit
-                    )),
-                );
+                f.insert("limit".to_owned(), string_value(override_text(limit)));
             }
             if let Some(hits) = &d.hits_addend {
                 f.insert(

@@ -712,3 +712,19 @@ async fn without_a_configuration_every_call_is_an_error_naming_why() {
         .unwrap();
     assert_eq!(answer.overall_code, OK);
 }
+
+#[test]
+fn overrides_in_the_metadata_read_as_the_references() {
+    let text = |requests_per_unit, unit| {
+        override_text(&RateLimitOverride {
+            requests_per_unit,
+            unit,
+        })
+    };
+    // protobuf's text form: fields at zero left out.
+    assert_eq!(text(3, 3), "requests_per_unit:3 unit:HOUR");
+    assert_eq!(text(0, 2), "unit:MINUTE");
+    assert_eq!(text(5, 0), "requests_per_unit:5");
+    assert_eq!(text(5, 9), "requests_per_unit:5 unit:9");
+    assert_eq!(text(0, 0), "");
+}

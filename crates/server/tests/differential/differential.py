@@ -17,9 +17,10 @@ when requests are sent: every sequence starts just after a second's edge,
 when no window of the units in play ends within its margin, and a
 sequence during which one did end is run again (on fresh counters).
 
-The cases: README examples 1 to 11 and every file of test/config (read
-from the reference's checkout), the request sequences of its integration
-tests (with and without the local cache, with
+The cases: README examples 1 to 11, every file of test/config and the
+configuration of its docker-compose example (read from the reference's
+checkout; the latter with quota mode and dynamic metadata), the request
+sequences of its integration tests (with and without the local cache, with
 STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT), its environment's switches
 (global shadow mode, response headers), and randomised sequences of
 descriptors over all of them.
@@ -310,7 +311,17 @@ def answer(response) -> tuple:
          if s.HasField("duration_until_reset") else None)
         for s in response.statuses)
     headers = tuple((h.key, h.value) for h in response.response_headers_to_add)
-    return ("ok", response.overall_code, statuses, headers)
+    metadata = None
+    if response.HasField("dynamic_metadata"):
+        fields = json_format.MessageToDict(response.dynamic_metadata)
+        # A limit override is in Go's protobuf text form, which puts one or
+        # two spaces between fields, chosen per build on purpose (its output
+        # is not to be relied on): compared with single spaces.
+        for descriptor in fields.get("descriptors", []):
+            if isinstance(descriptor, dict) and "limit" in descriptor:
+                descriptor["limit"] = " ".join(str(descriptor["limit"]).split())
+        metadata = json.dumps(fields, sort_keys=True)
+    return ("ok", response.overall_code, statuses, headers, metadata)
 
 
 def describe(response) -> str:
@@ -340,6 +351,8 @@ def why(reference: tuple, ratelab: tuple) -> str:
             return "duration until reset"
     if reference[3] != ratelab[3]:
         return "headers"
+    if reference[4] != ratelab[4]:
+        return "dynamic metadata"
     return "statuses"
 
 
@@ -506,6 +519,22 @@ def test_config_cases(source: Path) -> list[Case]:
     cases.append(Case("test/config merge pair (MERGE_DOMAIN_CONFIG)", pair, {"MERGE_DOMAIN_CONFIG": "true"}))
     cases.append(Case("test/config basic + duplicate domain",
                       {p: (directory / p).read_text() for p in ("basic_config.yaml", "duplicate_domain.yaml")}))
+    return cases
+
+
+def example_cases(source: Path) -> list[Case]:
+    """The configuration of the reference's docker-compose example, as
+    deployed, with quota mode and dynamic metadata switched on in turn."""
+    directory = source / "examples" / "ratelimit" / "config"
+    files = {p.name: p.read_text() for p in sorted(directory.glob("*.yaml"))}
+    service = [[("service", "service_1")], [("service", "service_2")]]
+    quota = [[("rl", [{"entries": service[0]}, {"entries": service[1]}], 1)] * 4,
+             [("rl", [{"entries": service[1]}], 1)] * 3]
+    cases = []
+    for env in [{}, {"RESPONSE_DYNAMIC_METADATA": "true"},
+                {"RESPONSE_DYNAMIC_METADATA": "true", "QUOTA_MODE": "true"}]:
+        name = "examples/ratelimit/config" + "".join(f" {k}={v}" for k, v in env.items())
+        cases.append(Case(name, files, env, quota))
     return cases
 
 
@@ -727,7 +756,7 @@ def main() -> int:
     rng = random.Random(args.seed)
 
     cases = readme_cases(args.reference_src) + test_config_cases(args.reference_src) \
-        + integration_cases(args.reference_src, rng)
+        + integration_cases(args.reference_src, rng) + example_cases(args.reference_src)
     accepted = [c for c in cases if c.generate and "duplicate" not in c.name]
     cases += random_sequences(accepted, rng, args.random_requests)
     if args.only:
