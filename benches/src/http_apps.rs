@@ -1,5 +1,6 @@
 //! The apps the HTTP bench compares, and one exchange with them: shared by
-//! `benches/http.rs` and `examples/http_path.rs` (included by path: they
+//! `benches/http.rs`, `benches/instructions.rs` and `examples/http_path.rs`
+//! (included by path: they
 //! use the bench's dev-dependencies, which the library cannot).
 
 use std::net::SocketAddr;
@@ -33,6 +34,10 @@ pub(crate) enum Path {
 impl Path {
     /// The in-process group (a diagnostic: the router, the layer and the
     /// handler, with no socket and no HTTP parsing).
+    #[allow(
+        dead_code,
+        reason = "the bench's and the example's, not the instruction count's"
+    )]
     pub(crate) fn group(self) -> &'static str {
         match self {
             Path::Admitted => "http-in-process-admitted",

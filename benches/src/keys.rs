@@ -63,6 +63,18 @@ impl KeySet {
     }
 }
 
+/// `n` distinct random `u64` keys (those of `KeySet::new(n, _)`) in a
+/// random order, to be visited in turn, round after round: each key comes
+/// back exactly `n` checks after its last visit.
+pub fn visiting_order(n: usize) -> Vec<u64> {
+    let mut keys = KeySet::new(n, 0).keys;
+    let mut rng = SplitMix64::new(0x006f_7264_6572);
+    for i in (1..keys.len()).rev() {
+        keys.swap(i, rng.below(i + 1));
+    }
+    keys
+}
+
 /// Cycles through a [`KeySet`]'s accesses: one load and one add per key.
 #[derive(Debug, Clone)]
 pub struct Cursor<'a> {
@@ -106,6 +118,17 @@ mod tests {
         let again: Vec<u64> = (0..4).map(|_| cursor.next_key()).collect();
         assert_eq!(first, set.accesses);
         assert_eq!(first, again);
+    }
+
+    #[test]
+    fn the_visiting_order_holds_every_key_once() {
+        let order = visiting_order(1_000);
+        let mut sorted = order.clone();
+        sorted.sort_unstable();
+        let mut keys = KeySet::new(1_000, 0).keys;
+        keys.sort_unstable();
+        assert_eq!(sorted, keys);
+        assert_ne!(order, KeySet::new(1_000, 0).keys, "shuffled");
     }
 
     #[test]

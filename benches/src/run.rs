@@ -250,6 +250,8 @@ pub enum Metric {
     UsecPerCall,
     /// Commands the server received per check.
     RoundTripsPerCheck,
+    /// Instructions executed per check, counted by callgrind.
+    InstructionsPerCheck,
     /// A ratio to the group's reference side taken round by round in
     /// paired rounds: its median.
     RatioPerRound,
@@ -268,6 +270,7 @@ impl Metric {
             Metric::BytesPerKey => "bytes_per_key",
             Metric::UsecPerCall => "usec_per_call",
             Metric::RoundTripsPerCheck => "round_trips_per_check",
+            Metric::InstructionsPerCheck => "instructions_per_check",
             Metric::RatioPerRound => "ratio_per_round",
             Metric::RatioPerRoundLowerQuartile => "ratio_per_round_q1",
             Metric::RatioPerRoundUpperQuartile => "ratio_per_round_q3",
@@ -282,6 +285,7 @@ impl Metric {
             Metric::BytesPerKey => "bytes",
             Metric::UsecPerCall => "us",
             Metric::RoundTripsPerCheck => "commands",
+            Metric::InstructionsPerCheck => "instructions",
             Metric::RatioPerRound
             | Metric::RatioPerRoundLowerQuartile
             | Metric::RatioPerRoundUpperQuartile => "ratio",

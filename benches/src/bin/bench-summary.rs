@@ -15,7 +15,19 @@ use ratelab_benches::run::{RowsFile, rows_dir};
 use ratelab_benches::summary::{self, Machine, Summary};
 
 /// The bench binaries, in the order their rows are listed.
-const BINARIES: [&str; 6] = ["memory", "footprint", "flood", "redis", "module", "http"];
+const BINARIES: [&str; 7] = [
+    "memory",
+    "instructions",
+    "footprint",
+    "flood",
+    "redis",
+    "module",
+    "http",
+];
+
+/// The facts of the rows files that name an outside tool the figures
+/// depend on, as the summary names them.
+const TOOLS: [(&str, &str); 2] = [("redis_cell", "redis-cell"), ("valgrind", "valgrind")];
 
 fn main() -> ExitCode {
     let workspace = Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -39,6 +51,7 @@ fn main() -> ExitCode {
     let mut all = Vec::new();
     let mut load_average = BTreeMap::new();
     let mut redis_version = None;
+    let mut tools = BTreeMap::new();
     let mut commits: Vec<String> = Vec::new();
     for binary in BINARIES {
         let path = rows.join(format!("{binary}.json"));
@@ -62,6 +75,11 @@ fn main() -> ExitCode {
         if let Some(version) = file.meta.get("redis_version") {
             redis_version = Some(version.clone());
         }
+        for (fact, tool) in TOOLS {
+            if let Some(what) = file.meta.get(fact) {
+                tools.insert(tool.to_owned(), what.clone());
+            }
+        }
         all.extend(file.rows);
     }
     if all.is_empty() {
@@ -80,7 +98,7 @@ fn main() -> ExitCode {
         cores: std::thread::available_parallelism().map_or(1, usize::from),
         load_average,
     };
-    let summary = Summary::new(
+    let mut summary = Summary::new(
         summary::iso8601(now),
         // The commit each bench binary measured; one, normally.
         if commits.is_empty() {
@@ -93,6 +111,7 @@ fn main() -> ExitCode {
         all,
     );
 
+    summary.tools = tools;
     let json = serde_json::to_string_pretty(&summary).expect("the summary serializes");
     let readme = summary::readme(&summary);
     let written = std::fs::create_dir_all(&out)

@@ -42,6 +42,7 @@ use crate::run::Row;
 mod clocks;
 mod flood;
 mod http;
+mod instructions;
 mod module;
 
 /// The machine the figures were measured on.
@@ -65,6 +66,11 @@ pub struct Target {
     pub group: String,
     /// The algorithm held to it.
     pub algorithm: String,
+    /// The measure that judges it: `instructions` (callgrind's exact count,
+    /// the figure of record for CPU-bound work, which the machine's load
+    /// does not move), `time` (work bound by memory, a clock read, a socket
+    /// or contention, and throughput), `bytes` or `commands`.
+    pub judged_by: &'static str,
     /// The measured ratio (or figure, for absolute targets).
     pub value: f64,
     /// The bound.
@@ -73,6 +79,10 @@ pub struct Target {
     pub comparison: &'static str,
     /// Whether `value comparison limit` holds.
     pub pass: bool,
+    /// Beside a target judged by instructions, the time ratio of the same
+    /// comparison in this run, where one was measured: shown, not judged.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub time_beside: Option<f64>,
 }
 
 /// An entry of the summary's `results`, the shape `ratelab-compare` first
@@ -103,6 +113,9 @@ pub struct Summary {
     pub machine: Machine,
     /// The Redis server the Redis benches started.
     pub redis_version: String,
+    /// The outside tools the figures depend on, as the benches found them:
+    /// `redis-cell` (its version and where it was built from), `valgrind`.
+    pub tools: BTreeMap<String, String>,
     /// Every figure.
     pub rows: Vec<Row>,
     /// The targets, as ratios with pass or miss.
@@ -132,6 +145,7 @@ impl Summary {
             commit,
             machine,
             redis_version,
+            tools: BTreeMap::new(),
             rows,
             targets,
             generated_by: "ratelab-benches",
@@ -178,7 +192,7 @@ pub(crate) fn summary_of(rows: Vec<Row>) -> Summary {
 }
 
 /// The bench groups, as the README names them.
-pub const GROUPS: [(&str, &str); 33] = [
+pub const GROUPS: [(&str, &str); 45] = [
     (
         "memory-direct",
         "one key (`Direct`), one thread, default clocks",
@@ -229,6 +243,34 @@ pub const GROUPS: [(&str, &str); 33] = [
         "keyed, 1,000,000 keys, random access, default clocks",
     ),
     (
+        "memory-keyed-100k-returning",
+        "the returning client, 100,000 keys (1,000/s, each key back after its unit refilled), default clocks, foldhash (paired rounds only)",
+    ),
+    (
+        "memory-keyed-1m-returning",
+        "the returning client, 1,000,000 keys, default clocks, foldhash (paired rounds only)",
+    ),
+    (
+        "instructions-direct",
+        "instructions per check (callgrind): one key, frozen clock",
+    ),
+    (
+        "instructions-keyed-100k",
+        "instructions per check: keyed 100k, steady state, frozen clock, foldhash",
+    ),
+    (
+        "instructions-keyed-1m",
+        "instructions per check: keyed 1M, steady state, frozen clock, foldhash",
+    ),
+    (
+        "instructions-returning-100k",
+        "instructions per check: the returning client, 100k keys, the clock stepped 1 µs a check",
+    ),
+    (
+        "instructions-returning-1m",
+        "instructions per check: the returning client, 1M keys, the clock stepped 1 µs a check",
+    ),
+    (
         "memory-footprint-100k",
         "heap bytes per key, 100,000 keys, max_keys 4,000,000",
     ),
@@ -267,6 +309,26 @@ pub const GROUPS: [(&str, &str); 33] = [
     ("redis-memory", "MEMORY USAGE per key"),
     ("redis-benchmark", "redis-benchmark"),
     (
+        "module-paired-refused-hot",
+        "module GCRA and redis-cell refusing one key (1 per hour, burst 1, spent), paired rounds",
+    ),
+    (
+        "module-paired-refused-100k",
+        "the same over 100,000 keys, each spent",
+    ),
+    (
+        "module-instructions-admitted",
+        "instructions inside Redis's processCommand per call, one key, admitted (callgrind)",
+    ),
+    (
+        "module-instructions-refused",
+        "instructions inside Redis's processCommand per call, one key, refused (callgrind)",
+    ),
+    (
+        "module-memory-name-<n>",
+        "MEMORY USAGE of one GCRA key, module and redis-cell, under a name of n bytes",
+    ),
+    (
         "flood",
         "a new key in a full 1M-key store at the defaults, the flood going on (`new-key-sketch-defaults`) or refused (`refused-key-defaults`)",
     ),
@@ -283,11 +345,36 @@ pub const GROUPS: [(&str, &str); 33] = [
 pub(crate) const LE: &str = "<=";
 pub(crate) const GE: &str = ">=";
 
-/// Adds one target: `ours / reference`, or `ours` alone when `reference` is
-/// NaN (an absolute bound); nothing when either figure is missing.
+/// The measures a target is judged by ([`Target::judged_by`]).
+pub(crate) const TIME: &str = "time";
+pub(crate) const INSTRUCTIONS: &str = "instructions";
+pub(crate) const BYTES: &str = "bytes";
+pub(crate) const COMMANDS: &str = "commands";
+
+/// Adds one target judged by time: see [`push_judged`].
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn push_ratio(
     out: &mut Vec<Target>,
+    target: &str,
+    group: &str,
+    algorithm: &str,
+    ours: Option<f64>,
+    reference: Option<f64>,
+    comparison: &'static str,
+    limit: f64,
+) {
+    push_judged(
+        out, TIME, target, group, algorithm, ours, reference, comparison, limit,
+    );
+}
+
+/// Adds one target judged by `judged_by`: `ours / reference`, or `ours`
+/// alone when `reference` is NaN (an absolute bound); nothing when either
+/// figure is missing.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn push_judged(
+    out: &mut Vec<Target>,
+    judged_by: &'static str,
     target: &str,
     group: &str,
     algorithm: &str,
@@ -308,6 +395,7 @@ pub(crate) fn push_ratio(
         target: target.to_owned(),
         group: group.to_owned(),
         algorithm: algorithm.to_owned(),
+        judged_by,
         value,
         limit,
         comparison,
@@ -316,21 +404,23 @@ pub(crate) fn push_ratio(
         } else {
             value >= limit
         },
+        time_beside: None,
     });
 }
 
 /// The performance targets that the rows allow to judge.
 pub fn targets(rows: &[Row]) -> Vec<Target> {
     let mut out = Vec::new();
-    let mut ratio = |target: &str,
+    let mut ratio = |judged_by: &'static str,
+                     target: &str,
                      group: &str,
                      algorithm: &str,
                      ours: Option<f64>,
                      reference: Option<f64>,
                      comparison: &'static str,
                      limit: f64| {
-        push_ratio(
-            &mut out, target, group, algorithm, ours, reference, comparison, limit,
+        push_judged(
+            &mut out, judged_by, target, group, algorithm, ours, reference, comparison, limit,
         );
     };
     let ns = |group: &str, algorithm: &str, backend: &str| {
@@ -342,7 +432,10 @@ pub fn targets(rows: &[Row]) -> Vec<Target> {
     let per_sec = |group: &str, algorithm: &str, backend: &str| {
         get(rows, group, algorithm, backend, "checks_per_sec")
     };
-    for plain in ["memory-direct", "memory-keyed-100k", "memory-keyed-1m"] {
+    // In time at a million keys, where memory decides; one key and 100k
+    // keys are CPU-bound, judged by their instruction counts
+    // (`instructions::targets`, with these time ratios beside).
+    for plain in ["memory-keyed-1m"] {
         let others = AlgorithmKind::ALL
             .into_iter()
             .filter(|&k| constant_time(k) && k != AlgorithmKind::Gcra);
@@ -358,6 +451,7 @@ pub fn targets(rows: &[Row]) -> Vec<Target> {
                 plain
             };
             ratio(
+                TIME,
                 "O(1) algorithm / our GCRA",
                 group,
                 algorithm,
@@ -380,6 +474,7 @@ pub fn targets(rows: &[Row]) -> Vec<Target> {
         "memory-footprint-1m-bound-2n",
     ] {
         ratio(
+            BYTES,
             "bytes per key: ours / governor keyed",
             group,
             "gcra",
@@ -392,6 +487,7 @@ pub fn targets(rows: &[Row]) -> Vec<Target> {
     for algorithm in NAMES {
         for backend in ["redis", "redis-cluster"] {
             ratio(
+                COMMANDS,
                 &format!("round trips per check ({backend})"),
                 "redis-round-trips",
                 algorithm,
@@ -426,6 +522,7 @@ pub fn targets(rows: &[Row]) -> Vec<Target> {
         // `redis-benchmark -c 1 -P 64` (one connection, 64 in flight).
         let group = paired("redis-paired-throughput-64", "redis-throughput-64");
         ratio(
+            TIME,
             "Redis throughput, one connection, 64 in flight: client / redis-benchmark -P 64",
             group,
             algorithm,
@@ -437,6 +534,7 @@ pub fn targets(rows: &[Row]) -> Vec<Target> {
         // And one request at a time on one connection on both sides.
         let group = paired("redis-paired-latency", "redis-latency");
         ratio(
+            TIME,
             "Redis, one connection, one in flight: redis-benchmark -c 1 time / client time",
             group,
             algorithm,
@@ -448,6 +546,7 @@ pub fn targets(rows: &[Row]) -> Vec<Target> {
     }
     for algorithm in ["gcra", "token-bucket"] {
         ratio(
+            BYTES,
             "Redis MEMORY USAGE per key, bytes",
             "redis-memory",
             algorithm,
@@ -457,6 +556,7 @@ pub fn targets(rows: &[Row]) -> Vec<Target> {
             100.0,
         );
     }
+    instructions::targets(rows, &mut out);
     module::targets(rows, &mut out);
     clocks::targets(rows, &mut out);
     flood::targets(rows, &mut out);
@@ -536,19 +636,23 @@ fn two(value: f64) -> String {
 /// The targets table, in Markdown.
 pub fn targets_table(summary: &Summary) -> String {
     let mut out = String::new();
-    out.push_str("| target | group | algorithm | measured | bound | |\n");
-    out.push_str("|---|---|---|---:|---:|---|\n");
+    out.push_str(
+        "| target | judged by | group | algorithm | measured | bound | | time ratio beside (not judged) |\n",
+    );
+    out.push_str("|---|---|---|---|---:|---:|---|---:|\n");
     for t in &summary.targets {
         let _ = writeln!(
             out,
-            "| {} | {} | {} | {} | {} {} | {} |",
+            "| {} | {} | {} | {} | {} | {} {} | {} | {} |",
             t.target,
+            t.judged_by,
             t.group,
             t.algorithm,
             three(t.value),
             t.comparison,
             t.limit,
-            if t.pass { "pass" } else { "**miss**" }
+            if t.pass { "pass" } else { "**miss**" },
+            t.time_beside.map_or_else(String::new, three),
         );
     }
     let passed = summary.targets.iter().filter(|t| t.pass).count();
@@ -764,13 +868,44 @@ const METHOD: &str = "\
 ## How these figures were produced
 
 `just bench` runs `cargo bench -p ratelab-benches` (the bench binaries
-`memory`, `footprint`, `flood`, `redis`, `module` and `http`, whose figures are
-here, and `server`, whose criterion figures stay in criterion's reports), then
+`memory`, `instructions`, `footprint`, `flood`, `redis`, `module` and `http`,
+whose figures are here, and `server`, whose criterion figures stay in
+criterion's reports), then
 `cargo run --release -p ratelab-benches --bin bench-summary`, which merges the
 rows the binaries left in
 `<criterion home>/ratelab-rows/` into this folder and prints the tables.
 `RATELAB_BENCH_QUICK=1` makes every measurement shorter (same benches, noisier
 figures). Criterion's own reports are under `target/criterion/`.
+
+**What judges a target.** The targets table says, for each target, the
+measure that judges it. Work bound by the CPU (one key, 100k keys, the
+returning client, the O(1) algorithms against our GCRA, an HTTP request in
+process, a call inside Redis) is judged by the **instructions** it runs,
+counted by callgrind, exact and unmoved by the machine's load: on this
+shared 2-core machine a time ratio lands on either side of a bound from one
+quiet run to the next. Its time ratio from the same run stands beside it,
+not judged. Work bound by memory (a million keys), by a clock read (each
+side on its default clock), by sockets or contention, and throughput, is
+judged by **time**; bytes and round trips by their counts.
+
+**Instructions.** The `instructions` bench runs each case in a process of
+its own under `valgrind --tool=callgrind --collect-atstart=no
+--toggle-collect=*counted*`: only the instructions of the function that
+makes one check (or one HTTP request) are counted, not building or filling
+the limiter, stepping the clock or choosing the key. N checks warm up, then
+N and 2N are counted (callgrind dumps at the end of each), and the figure
+is the difference over N. Terms: the same clock (a counter moved by hand,
+each library's own: ratelab's `ManualClock`, governor's
+`FakeRelativeClock`, stepped together outside the count), `u64` keys,
+foldhash on both, cost 1 as a literal on both sides (governor's `check()`
+and `check_key(&k)` have no cost argument), ratelab's cost as an argument
+beside governor's `check_n`. Inside Redis, a `redis-server` loading both
+modules runs under callgrind with `--toggle-collect=processCommand`;
+`callgrind_control` zeroes and dumps the counts around N and 2N calls. The
+counts of a library's code depend on how the compiler inlined it in the
+binary that counts it (governor's `check_n` counted 65 in one build and 116
+in another, when `measure_and_replace` stopped being inlined): figures from
+one build compare; figures across builds move by that much.
 
 **Timing.** Criterion, 1 s warm-up and 3 s of measurement per benchmark (quick:
 0.3 s and 1 s); the figure is the median of criterion's samples, in ns per
@@ -896,6 +1031,14 @@ pub fn readme(summary: &Summary) -> String {
         .iter()
         .map(|(k, v)| format!("{k}: {v}"))
         .collect();
+    let tools: Vec<String> = summary
+        .tools
+        .iter()
+        .map(|(tool, what)| format!("{tool}: {what}"))
+        .collect();
+    if !tools.is_empty() {
+        let _ = writeln!(out, "Tools: {}.\n", tools.join("; "));
+    }
     let _ = writeln!(
         out,
         "Measured {} at commit `{}` on {} ({} cores), Redis {}. Load averages (1, 5, 15 min): {}.\n",
@@ -916,6 +1059,7 @@ pub fn readme(summary: &Summary) -> String {
     out.push_str(&memory_table(summary));
     out.push_str("\n### Where the time goes\n\n");
     out.push_str(&clock_table(summary));
+    out.push_str(&instructions::section(summary));
     out.push_str("\n## Redis\n\n");
     out.push_str(&redis_tables(summary));
     out.push_str(&module::section(summary));
@@ -968,15 +1112,24 @@ mod tests {
     fn rows() -> Vec<Row> {
         vec![
             Row::new("memory-direct", "gcra", "memory", Metric::NsPerCheck, 20.0),
+            // A million keys, where memory decides: the O(1) algorithms are
+            // held to our GCRA in time there.
             Row::new(
-                "memory-direct",
+                "memory-keyed-1m",
+                "gcra",
+                "memory",
+                Metric::NsPerCheck,
+                20.0,
+            ),
+            Row::new(
+                "memory-keyed-1m",
                 "token-bucket",
                 "memory",
                 Metric::NsPerCheck,
                 30.0,
             ),
             Row::new(
-                "memory-direct",
+                "memory-keyed-1m",
                 "leaky-meter",
                 "memory",
                 Metric::NsPerCheck,
@@ -1044,16 +1197,25 @@ mod tests {
         assert!(!find("O(1)", "leaky-meter").pass, "50/20 > 2");
         let token = find("O(1)", "token-bucket");
         assert!((token.value - 1.5).abs() < 1e-9 && token.pass, "30/20");
+        assert_eq!(token.judged_by, TIME);
         assert!(find("round trips", "gcra").pass);
+        assert_eq!(find("round trips", "gcra").judged_by, COMMANDS);
         assert_eq!(find("Redis MEMORY", "gcra").value, 72.0);
+        assert_eq!(find("Redis MEMORY", "gcra").judged_by, BYTES);
         let ceiling = find("Redis throughput", "gcra");
         assert!((ceiling.value - 0.7).abs() < 1e-9 && !ceiling.pass);
         assert!(
             !targets.iter().any(|t| t.target.contains("-c 64")),
             "the unpipelined redis-benchmark is no target's reference"
         );
-        // Nothing is judged without its figures.
-        assert!(!targets.iter().any(|t| t.group == "memory-keyed-1m"));
+        // Nothing is judged without its figures; one key and 100k keys are
+        // CPU-bound, judged by instructions only.
+        assert!(!targets.iter().any(|t| t.group == "memory-keyed-100k"));
+        assert!(
+            !targets
+                .iter()
+                .any(|t| t.group == "memory-direct" && t.target.starts_with("O(1)"))
+        );
     }
 
     #[test]
@@ -1096,6 +1258,7 @@ mod tests {
         assert_eq!(json["results"][0]["algorithm"], "gcra");
         let readme = readme(&summary);
         assert!(readme.contains("| gcra | 20.0 |"), "{readme}");
+        assert!(readme.contains("| judged by |"), "{readme}");
         assert!(readme.contains("**miss**"));
     }
 

@@ -472,3 +472,119 @@ local function spent_latest(spent)
   end
   return latest
 end
+
+-- GCRA and the leaky queue (`Schedule` in crates/core/src/toolkit/schedule.rs, the
+-- debts' receipts in crates/core/src/toolkit/debt.rs): one instant, the key's full-again
+-- instant F (GCRA's TAT, the queue's next free slot), moved c x T later by each
+-- admission, with room for tau = burst x T of debt ahead of now; with `queue`, an
+-- admission also says how long to wait for its slot. KEYS[1] holds struct '<ddd': F,
+-- the ledger's total and the latest instant the key was written at, then the ledger's
+-- recent shifts (`read_shifts`). `algorithm` names it in errors, `instant` names F.
+local function run_schedule(algorithm, instant, queue)
+  local T, tau, cap = P[1], P[2], P[3]
+  if not (args_ok and #P == 3 and rate_ok(T, cap) and tau == cap * T and fits(cap)) then
+    return redis.error_reply('ratelab ' .. algorithm .. ': invalid arguments')
+  end
+  local raw, err = read_string(algorithm, 24, true)
+  if err then return err end
+  local full, ledger, latest = 0, 0, 0
+  -- The ledger's recent shifts (read by a settlement or a reset), or their bytes as
+  -- read (kept by a check).
+  local recent, kept = {}, ''
+  -- The key holds something a receipt could still claim.
+  local held = false
+  -- Once a settlement moved other admissions (a ledger), the key is kept a tolerance
+  -- longer: no admission ends later than its instant plus the tolerance.
+  local function forgettable_at()
+    if ledger == 0 then return full end
+    return full + tau
+  end
+  if raw then
+    full, ledger, latest = struct.unpack('<ddd', raw)
+    if not (stored(full) and stored(ledger) and ledger <= LEDGER_CEILING and stored(latest)
+        and full <= MAX_END) then
+      return corrupt(algorithm, string.format('%s %s, ledger %s, written at %s', instant,
+        tostring(full), tostring(ledger), tostring(latest)))
+    end
+    if latest > now + skew then
+      return corrupt(algorithm, string.format('written at %d, after now', latest))
+    end
+    if op == 'settle' or op == 'reset' then
+      recent, err = read_shifts(algorithm, raw, 24, ledger)
+      if err then return err end
+    elseif #raw > 24 then
+      kept = raw:sub(25)
+    end
+    -- Nothing it holds can still be claimed: a key never seen.
+    held = forgettable_at() > now
+    if not held then full, ledger, latest, recent, kept = 0, 0, 0, {}, '' end
+  end
+  -- What a request of `c` at `t` gets (cost 0 always passes, and a peek reserves no
+  -- slot); F after it.
+  local function decide(t, c)
+    local start = math.max(full, t)
+    local finish = start + c * T
+    if finish <= t + tau or c == 0 then
+      local delay = 0
+      if queue and c > 0 then delay = start - t end
+      return {1, cap, math.floor(math.max(0, t + tau - finish) / T), 0, finish - t, delay, 0, 0},
+        finish
+    end
+    return {0, cap, math.floor(math.max(0, t + tau - start) / T), finish - tau - t,
+      start - t, 0, 0, 0}, full
+  end
+  -- Writes the state (with `at`, the instant it was decided at), or deletes the key
+  -- when it can be forgotten at `at`.
+  local function store(at)
+    if forgettable_at() <= at then
+      if raw then redis.call('DEL', KEYS[1]) end
+      return
+    end
+    latest = math.max(latest, at)
+    redis.call('SET', KEYS[1], struct.pack('<ddd', full, ledger, latest) ..
+      shifts_tail(kept, recent), 'PX', ttl(forgettable_at()))
+  end
+
+  if op == 'check' or op == 'peek' then
+    local reply, after = decide(now, cost)
+    if op == 'check' and reply[1] == 1 and cost > 0 then
+      full = after
+      store(now)
+      reply[7], reply[8] = full, ledger
+    end
+    return reply
+  end
+  if op == 'settle' then
+    -- Never before the latest instant the key was written at: a client clock that
+    -- went back must not find an admission's end still ahead.
+    local at = math.max(now, latest)
+    if actual < cost then
+      -- What the admission did not use, as far as it is still ahead: every later
+      -- admission moves up with it.
+      local back
+      back, ledger = debt_release(full, ledger, recent, at, (cost - actual) * T, tau)
+      full = full - back
+    elseif actual > cost then
+      -- Debt beyond the tolerance: later requests wait it out.
+      full = math.max(full, at) + (actual - cost) * T
+    end
+    -- Nothing left that a receipt could claim: a key never seen.
+    if forgettable_at() <= at then full, ledger, recent = 0, 0, {} end
+    if full > MAX_END then
+      return out_of_range(algorithm, string.format('debt until %d, past 2^52 + 2^51', full))
+    end
+    if shifts_out_of_range(recent) then
+      return out_of_range(algorithm, "a shift's position at 2^53 or past")
+    end
+    store(at)
+    return (decide(at, 0))
+  end
+  -- reset: only a key that holds something a receipt could still claim keeps a
+  -- tombstone.
+  if held then
+    ledger = debt_reset(full, ledger, recent, now, tau)
+    full = now
+  end
+  store(now)
+  return (decide(now, 0))
+end

@@ -46,20 +46,18 @@
 mod remote;
 
 use ratelab_core::toolkit::Debt;
-use ratelab_core::toolkit::{AtomicCell, Divisor, RemoteForm, Shifts, ensure_fits};
+use ratelab_core::toolkit::{AtomicCell, RemoteForm, Schedule, Shifts};
 use ratelab_core::{Algorithm, Bound, Decision, Error, Quota};
 
 /// GCRA parameters derived from a [`Quota`]. See the crate docs.
+///
+/// The TAT is a [`Schedule`]'s instant: the leaky queue
+/// (`ratelab-leaky-bucket`) decides by the same one, and adds the wait for
+/// each admission's slot.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Gcra {
     quota: Quota,
-    /// Emission interval `T`, µs per unit.
-    interval: u64,
-    /// Tolerance `τ = burst × T`, µs.
-    tolerance: u64,
-    /// Division by `T` without a `div` instruction: `remaining` on every
-    /// decision.
-    per_interval: Divisor,
+    schedule: Schedule,
 }
 
 impl Gcra {
@@ -68,29 +66,20 @@ impl Gcra {
     pub fn new(quota: Quota) -> Self {
         Gcra {
             quota,
-            interval: quota.emission_interval_micros(),
-            tolerance: quota.burst_tolerance_micros(),
-            per_interval: Divisor::new(quota.emission_interval_micros()),
+            schedule: Schedule::new(&quota),
         }
     }
 
     /// The emission interval `T`, in microseconds.
     #[inline]
     pub fn interval_micros(&self) -> u64 {
-        self.interval
+        self.schedule.interval_micros()
     }
 
     /// The tolerance `τ = burst × T`, in microseconds.
     #[inline]
     pub fn tolerance_micros(&self) -> u64 {
-        self.tolerance
-    }
-
-    /// Unit requests that fit with the TAT at `tat`.
-    #[inline]
-    fn room(&self, now: u64, tat: u64) -> u64 {
-        self.per_interval
-            .divide((now + self.tolerance).saturating_sub(tat))
+        self.schedule.tolerance_micros()
     }
 }
 
@@ -115,7 +104,7 @@ impl Algorithm for Gcra {
 
     #[inline]
     fn capacity(&self) -> u64 {
-        u64::from(self.quota.burst())
+        self.schedule.capacity()
     }
 
     #[inline]
@@ -130,27 +119,7 @@ impl Algorithm for Gcra {
 
     #[inline]
     fn decide(&self, tat: &mut u64, now: u64, cost: u32) -> Result<Decision, Error> {
-        let limit = self.capacity();
-        let cost = ensure_fits(cost, limit)?;
-        // A TAT in the past means full capacity; one in the future (even far,
-        // after the clock went back) is debt still owed.
-        let current = (*tat).max(now);
-        let next = current + cost * self.interval;
-        // Cost 0 always passes, even over a debt a settlement charged
-        // beyond the tolerance.
-        if next <= now + self.tolerance || cost == 0 {
-            // A peek writes nothing: a refusal or peek never costs a store.
-            if cost > 0 {
-                *tat = next;
-            }
-            return Ok(Decision::admitted(limit)
-                .with_remaining(self.room(now, next))
-                .with_reset_after_micros(next - now));
-        }
-        Ok(Decision::refused(limit)
-            .with_remaining(self.room(now, current))
-            .with_retry_after_micros(next - self.tolerance - now)
-            .with_reset_after_micros(current - now))
+        self.schedule.decide(tat, now, cost, false)
     }
 
     #[inline]
@@ -167,12 +136,12 @@ impl Algorithm for Gcra {
 impl Debt for Gcra {
     #[inline]
     fn interval_micros(&self) -> u64 {
-        self.interval
+        self.schedule.interval_micros()
     }
 
     #[inline]
     fn tolerance_micros(&self) -> u64 {
-        self.tolerance
+        self.schedule.tolerance_micros()
     }
 
     #[inline]

@@ -20,7 +20,11 @@ impl RemoteForm for Gcra {
 
     /// `T` µs, the tolerance `burst × T` µs, the burst.
     fn params(&self) -> Params {
-        Params::new(&[self.interval, self.tolerance, self.capacity()])
+        Params::new(&[
+            self.interval_micros(),
+            self.tolerance_micros(),
+            self.capacity(),
+        ])
     }
 
     fn from_params(params: &[u64]) -> Option<Self> {
@@ -28,7 +32,7 @@ impl RemoteForm for Gcra {
     }
 
     fn max_wait_micros(&self) -> u64 {
-        self.tolerance
+        self.tolerance_micros()
     }
 
     fn out_of_range(&self, stored: &StoredOf<Self>) -> Option<String> {

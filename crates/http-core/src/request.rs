@@ -284,9 +284,16 @@ impl Admitted<'_> {
     /// once the response comes. (Of one whose response does decide
     /// something, the fields before it: the request keeps what it was
     /// charged, as one whose response never comes.)
+    ///
+    /// `None` when the limits write no field ([`HeaderStyle::None`]):
+    /// nothing to carry to the response.
+    ///
+    /// [`HeaderStyle::None`]: crate::HeaderStyle::None
     #[inline]
-    pub fn fields(self, limits: &Limits) -> Fields {
-        Fields::new(&limits.fields, &limits.policies, &self.pending.engine.tally)
+    pub fn fields(self, limits: &Limits) -> Option<Fields> {
+        let settings = &limits.fields;
+        (settings.style.draft() || settings.style.legacy())
+            .then(|| Fields::new(settings, &limits.policies, &self.pending.engine.tally))
     }
 
     /// The last step, once the response head is known: counts, refunds or

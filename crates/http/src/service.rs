@@ -56,25 +56,24 @@ where
         // extensions (no skip, login guard, peer resolver, or policy with
         // routes, a predicate, a key or a cost function) take it as it is,
         // and it goes on as it came: it is taken apart only to wait.
-        let started = limits.start_in_place(request.headers(), request.extensions(), |e| {
+        let mut started = limits.start_in_place(request.headers(), request.extensions(), |e| {
             connection_peer(e)
         });
-        let Some(mut pending) = started else {
+        // Decided where it was started: the request's state is large, and
+        // moving it costs more than the decision.
+        let Some(pending) = started.as_mut() else {
             return self.call_parts(request);
         };
-        let Some(ruling) = pending.decide_now() else {
+        let Some(ruling) = pending.decide_now().filter(|r| !must_wait(r)) else {
             let (parts, body) = request.into_parts();
+            let pending = started.take().expect("started");
             return later(&self.shared, &mut self.inner, pending, parts, body);
         };
-        if must_wait(&ruling) {
-            let (parts, body) = request.into_parts();
-            return later(&self.shared, &mut self.inner, pending, parts, body);
-        }
         match limits.conclude_in_place(ruling, request.extensions_mut()) {
             Conclusion::Refuse(refused) => ResponseFuture::ready(self.shared.refusal(refused)),
             Conclusion::Pass(admitted) => {
                 let fields = admitted.fields(limits);
-                ResponseFuture::passed(self.inner.call(request), Some(fields))
+                ResponseFuture::passed(self.inner.call(request), fields)
             }
         }
     }
@@ -115,7 +114,7 @@ impl<S> RateLimit<S> {
             Conclusion::Pass(admitted) => {
                 let fields = admitted.fields(limits);
                 let request = Request::from_parts(parts, body);
-                ResponseFuture::passed(self.inner.call(request), Some(fields))
+                ResponseFuture::passed(self.inner.call(request), fields)
             }
         }
     }

@@ -19,13 +19,16 @@ use tower::ServiceExt;
 
 fn policy(name: &str, connection: Connection) -> Policy {
     let limiter = Arc::new(
+        // The healthy one never times out, however loaded the machine (one
+        // failure opens the breaker); the dead one fails at once.
         RedisStore::builder(connection, Gcra::new(Quota::per_minute(50).unwrap()))
-            .timeout(Duration::from_millis(200))
+            .timeout(Duration::from_secs(30))
             .breaker(1, Duration::from_secs(60))
             .build(),
     );
     let breaker = limiter.clone();
     Policy::shared(name, limiter as Arc<dyn AsyncRateLimiter>)
+        .timeout(Duration::from_secs(30))
         .breaker_open(move || breaker.stats().breaker_open)
         .fail_open()
 }

@@ -1,7 +1,7 @@
 //! The leaky bucket as a queue (shaper).
 
 use ratelab_core::toolkit::Debt;
-use ratelab_core::toolkit::{AtomicCell, RemoteForm, Shifts, ensure_fits};
+use ratelab_core::toolkit::{AtomicCell, RemoteForm, Schedule, Shifts};
 use ratelab_core::{Algorithm, Bound, Decision, Error, Quota};
 
 /// Leaky bucket (queue) parameters derived from a [`Quota`]: admits into a
@@ -11,14 +11,14 @@ use ratelab_core::{Algorithm, Bound, Decision, Error, Quota};
 /// caller must wait it out before proceeding (the waiting helpers
 /// [`wait_and_consume`](ratelab_core::wait_and_consume) do). The queue holds
 /// `burst` units; `remaining` is the room left in it.
+///
+/// The next free slot is a [`Schedule`]'s instant, GCRA's theoretical
+/// arrival time (`ratelab-gcra`): the queue decides exactly as GCRA does,
+/// and adds the wait for each admission's slot.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct LeakyQueue {
     pub(crate) quota: Quota,
-    pub(crate) capacity: u64,
-    /// µs one unit occupies the output.
-    interval: u64,
-    /// µs of work the queue holds when full: `capacity × interval`.
-    pub(crate) depth: u64,
+    schedule: Schedule,
 }
 
 impl LeakyQueue {
@@ -27,10 +27,14 @@ impl LeakyQueue {
     pub fn new(quota: Quota) -> Self {
         LeakyQueue {
             quota,
-            capacity: u64::from(quota.burst()),
-            interval: quota.emission_interval_micros(),
-            depth: quota.burst_tolerance_micros(),
+            schedule: Schedule::new(&quota),
         }
+    }
+
+    /// µs of work the queue holds when full: `burst × T`.
+    #[inline]
+    pub(crate) fn depth(&self) -> u64 {
+        self.schedule.tolerance_micros()
     }
 }
 
@@ -55,7 +59,7 @@ impl Algorithm for LeakyQueue {
 
     #[inline]
     fn capacity(&self) -> u64 {
-        self.capacity
+        self.schedule.capacity()
     }
 
     #[inline]
@@ -70,30 +74,7 @@ impl Algorithm for LeakyQueue {
 
     #[inline]
     fn decide(&self, next_free: &mut u64, now: u64, cost: u32) -> Result<Decision, Error> {
-        let cost = ensure_fits(cost, self.capacity)?;
-        let slot = (*next_free).max(now);
-        let after = slot + cost * self.interval;
-        // Cost 0 always passes, even over a debt a settlement charged
-        // beyond the depth.
-        if after - now <= self.depth || cost == 0 {
-            if cost > 0 {
-                *next_free = after;
-            }
-            let room = self.depth.saturating_sub(after - now) / self.interval;
-            let decision = Decision::admitted(self.capacity)
-                .with_remaining(room)
-                .with_reset_after_micros(after - now);
-            // A peek reserves no slot, so it has nothing to wait for.
-            return Ok(if cost > 0 {
-                decision.with_delay_micros(slot - now)
-            } else {
-                decision
-            });
-        }
-        Ok(Decision::refused(self.capacity)
-            .with_remaining(self.depth.saturating_sub(slot - now) / self.interval)
-            .with_retry_after_micros(after - self.depth - now)
-            .with_reset_after_micros(slot - now))
+        self.schedule.decide(next_free, now, cost, true)
     }
 
     #[inline]
@@ -110,12 +91,12 @@ impl Algorithm for LeakyQueue {
 impl Debt for LeakyQueue {
     #[inline]
     fn interval_micros(&self) -> u64 {
-        self.interval
+        self.schedule.interval_micros()
     }
 
     #[inline]
     fn tolerance_micros(&self) -> u64 {
-        self.depth
+        self.schedule.tolerance_micros()
     }
 
     #[inline]

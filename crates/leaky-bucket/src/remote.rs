@@ -32,7 +32,7 @@ impl RemoteForm for LeakyMeter {
     const SHAPE: Shape = Shape::String;
 
     fn params(&self) -> Params {
-        leaky_params(&self.quota, self.capacity)
+        leaky_params(&self.quota, self.capacity())
     }
 
     fn from_params(params: &[u64]) -> Option<Self> {
@@ -103,7 +103,7 @@ impl RemoteForm for LeakyQueue {
     const SHAPE: Shape = Shape::String;
 
     fn params(&self) -> Params {
-        leaky_params(&self.quota, self.capacity)
+        leaky_params(&self.quota, self.capacity())
     }
 
     fn from_params(params: &[u64]) -> Option<Self> {
@@ -111,7 +111,7 @@ impl RemoteForm for LeakyQueue {
     }
 
     fn max_wait_micros(&self) -> u64 {
-        self.depth
+        self.depth()
     }
 
     fn out_of_range(&self, stored: &StoredOf<Self>) -> Option<String> {

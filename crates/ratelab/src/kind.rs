@@ -19,8 +19,10 @@
 //! 3. **this crate's** `Cargo.toml` (an optional dependency and its feature,
 //!    in the defaults) and `lib.rs` (the re-export);
 //! 4. **one row** in `algorithm_kinds!` below;
-//! 5. the native module's list, `COMMANDS` in
-//!    `crates/redis-module/src/native.rs`, and its `Cargo.toml`;
+//! 5. the native module's command: one `impl ModuleCommand` in
+//!    `crates/redis-module/src/registry.rs` (`Command::string::<Self>()`
+//!    for a state kept in one string; a state of another shape needs a
+//!    command of its own, as the sliding log's `sliding_log.rs`);
 //! 6. a conformance scenario (`crates/testkit/src/conformance.rs`: decisions
 //!    worked out by hand);
 //! 7. its colour in the comparison's charts (`COLORS` in
@@ -39,9 +41,9 @@
 //! reference table of `lua/README.md`.
 //!
 //! Everything else follows: the Redis backend (`ratelab-redis` and the
-//! resilience wrapper are generic over [`RemoteForm`]), the module's command
-//! (its string command is generic; a sorted-set state would need code of its
-//! own), the module's tests and the cross-algorithm tests (`crates/tests`), compare's read-then-write
+//! resilience wrapper are generic over [`RemoteForm`]), the module's table
+//! of commands (built from the rows by [`each_algorithm!`](crate::each_algorithm)),
+//! the module's tests and the cross-algorithm tests (`crates/tests`), compare's read-then-write
 //! limiter, every table and chart, the benches, and the Python and Node
 //! clients (which read `algorithms.json` at run time).
 //!
@@ -49,9 +51,11 @@
 //! the row names the type (`crate::Foo`, re-exported by `lib.rs` from the
 //! dependency), under its feature (an undeclared feature is an
 //! `unexpected_cfgs` warning, an error under `just lint`), and the row's
-//! visitor requires the remote form ([`KnownAlgorithm`]). Nothing checks
-//! that the row exists: it is the registration. Tests name what is missing
-//! in 5 to 9 (`redis_module.rs`, `conformance.rs`, `charts.rs`,
+//! visitor requires the remote form ([`KnownAlgorithm`]); and 5: the
+//! module builds its commands from the rows, so that a row without its
+//! `ModuleCommand` is a compile error of `ratelab-redis-module` that names
+//! the type. Nothing checks that the row exists: it is the registration.
+//! Tests name what is missing in 6 to 9 (`conformance.rs`, `charts.rs`,
 //! `protocol_vectors.rs`, `readme.rs`, `window_edge.rs`, and a panic naming
 //! the file for a bound or model a non-debt lacks), and in what `just
 //! regenerate` writes (`protocol_vectors.rs`). Three places name algorithms
@@ -70,8 +74,9 @@ use ratelab_core::{Algorithm, Bound, Clock, Keyed, Quota, RateLimiter};
 /// One row per algorithm: its feature, its type (the variant's name), and
 /// the variant's docs. The enum, [`AlgorithmKind::ALL`],
 /// [`AlgorithmKind::name`] (the algorithm's own
-/// [`RemoteForm::NAME`]) and [`AlgorithmKind::visit`] follow from it, each
-/// row present only with its feature.
+/// [`RemoteForm::NAME`]), [`AlgorithmKind::visit`] and
+/// [`each_algorithm!`](crate::each_algorithm) follow from it, each row
+/// present only with its feature.
 macro_rules! algorithm_kinds {
     ($($(#[$doc:meta])* $feature:literal => $variant:ident,)*) => {
         /// One of ratelab's algorithms (those of the enabled features).
@@ -119,6 +124,52 @@ macro_rules! algorithm_kinds {
                 }
             }
         }
+
+        each_algorithm_of_features! { ($) [] $($feature => $variant,)* }
+    };
+}
+
+/// Defines [`each_algorithm!`](crate::each_algorithm) on the rows whose
+/// feature is enabled, reading one row at a time: a row's `cfg` is read
+/// here, where its feature is, and not in the crate that calls the macro
+/// (where `feature = "gcra"` would name a feature of its own). `$d` is `$`,
+/// for the defined macro's own variables.
+macro_rules! each_algorithm_of_features {
+    (($d:tt) [$($kept:ident)*]) => {
+        /// Expands `callback! { ratelab::FixedWindow, ratelab::SlidingLog,
+        /// ... }`: every algorithm of [`AlgorithmKind::ALL`], in its order,
+        /// as a type. For code that needs each algorithm's type at compile
+        /// time (a table of functions per algorithm, an impl each), where
+        /// [`AlgorithmKind::visit`] answers at run time; a trait bound on
+        /// the types in `callback` makes an algorithm added to the list
+        /// without an impl of it a compile error that names the type.
+        ///
+        /// ```
+        /// use ratelab::{AlgorithmKind, KnownAlgorithm};
+        ///
+        /// fn name<A: KnownAlgorithm>() -> &'static str {
+        ///     A::NAME
+        /// }
+        /// macro_rules! names {
+        ///     ($($algorithm:ty,)*) => {
+        ///         [$(name::<$algorithm>()),*]
+        ///     };
+        /// }
+        /// let names = ratelab::each_algorithm!(names);
+        /// assert_eq!(names, AlgorithmKind::ALL.map(AlgorithmKind::name));
+        /// ```
+        #[macro_export]
+        macro_rules! each_algorithm {
+            ($d callback:ident) => {
+                $d callback! { $($d crate::$kept,)* }
+            };
+        }
+    };
+    (($d:tt) [$($kept:ident)*] $feature:literal => $variant:ident, $($rest:tt)*) => {
+        #[cfg(feature = $feature)]
+        each_algorithm_of_features! { ($d) [$($kept)* $variant] $($rest)* }
+        #[cfg(not(feature = $feature))]
+        each_algorithm_of_features! { ($d) [$($kept)*] $($rest)* }
     };
 }
 

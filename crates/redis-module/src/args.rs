@@ -209,7 +209,8 @@ mod tests {
         for old in ["1", "2", "3"] {
             assert_eq!(check_protocol(Some(old.as_bytes())), error(old));
         }
-        assert_eq!(check_protocol(Some(b"5")), error("5"));
+        assert_eq!(check_protocol(Some(b"4")), error("4"));
+        assert_eq!(check_protocol(Some(b"6")), error("6"));
         assert_eq!(check_protocol(None), error("nothing"));
         assert_eq!(check_protocol(Some(b"")), error("\"\""));
         assert_eq!(check_protocol(Some(b"4\x01")), error("4?"));

@@ -4,9 +4,10 @@
 //! implementation to drift from the first, and no Lua interpreter to pay for.
 //!
 //! Load it with `redis-server --loadmodule target/release/libratelab_redis_module.so`
-//! (or `MODULE LOAD`). Each algorithm is one command, named after the
-//! algorithm ([`algorithms`], [`command`]), that takes exactly what its Lua script takes
-//! and answers exactly what it answers:
+//! (or `MODULE LOAD`). Each algorithm of ratelab's list
+//! ([`ratelab::AlgorithmKind`]) is one command, named after the algorithm
+//! ([`algorithms`], [`command`]), that takes exactly what its Lua script
+//! takes and answers exactly what it answers:
 //!
 //! ```text
 //! RATELAB.GCRA key 5 now cost slack deadline op T tolerance burst
@@ -65,11 +66,12 @@
 //! OOM options, and a loader macro. A hand-written FFI of the dozen
 //! functions used here would spare a build dependency on libclang
 //! (Debian: `clang libclang-dev`) and little else: the time per call goes
-//! to Redis itself, not to the binding. The hot path (the seven
-//! algorithms' commands) is registered on the module API directly
-//! (`native.rs`), which is the crate's `unsafe` code: the binding's wrapper
-//! copies every argument, and its calls and replies allocate, a
-//! microsecond a call on a command that costs three or four.
+//! to Redis itself, not to the binding. The hot path (every algorithm's
+//! command) is on the module API directly, which is the crate's `unsafe`
+//! code (`registry.rs`, `invoke.rs`, the key handle in `key.rs`, the calls
+//! in `call.rs`): the binding's wrapper copies every argument, and its
+//! calls and replies allocate, a microsecond a call on a command that
+//! costs three or four.
 //!
 //! The strings (six algorithms) are read through `RM_Call` (`GET`):
 //! Redis turns a string opened for direct access (`RM_StringDMA`) into a
@@ -115,15 +117,23 @@
 //! through `RM_Call`.
 
 #![warn(missing_docs)]
-// `unsafe` is confined to `native`: the hot path on the module API (see
-// above), measured faster than the binding's safe wrappers.
+// `unsafe` is confined to the files on the module API (`ffi`, `key`,
+// `call`, `invoke`, `registry`): the hot path (see above), measured faster
+// than the binding's safe wrappers. The commands themselves (`string`,
+// `sliding_log`) are safe code.
 #![deny(unsafe_code)]
 
-mod algorithms;
 mod args;
-mod command;
+mod call;
+mod ffi;
+mod invoke;
+mod key;
 mod lua;
-mod native;
+mod prologue;
+mod registry;
+mod reply;
+mod sliding_log;
+mod string;
 
 use redis_module::{Context, RedisResult, RedisString, RedisValue, Status, redis_module};
 
@@ -138,7 +148,7 @@ pub const PROTOCOL: i64 = 5;
 /// The name of every algorithm the module runs (`Algorithm::name`), in the
 /// order its commands are registered.
 pub fn algorithms() -> impl Iterator<Item = &'static str> {
-    native::COMMANDS.iter().map(|command| command.algorithm)
+    registry::COMMANDS.iter().map(|command| command.algorithm)
 }
 
 /// The command that runs the algorithm named `algorithm`
@@ -159,10 +169,10 @@ fn protocol(_: &Context, _: Vec<RedisString>) -> RedisResult {
 mod entry {
     use super::*;
 
-    /// The seven algorithms' commands, registered on the module API itself
-    /// (`native`): their hot path skips the binding's argument copies.
+    /// The algorithms' commands, registered on the module API itself
+    /// (`registry`): their hot path skips the binding's argument copies.
     fn init(ctx: &Context, args: &[RedisString]) -> Status {
-        native::register(ctx, args)
+        registry::register(ctx, args)
     }
 
     // The allocator: the module keeps nothing between calls (every byte it

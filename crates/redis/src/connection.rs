@@ -4,6 +4,7 @@
 use std::fmt;
 use std::time::Duration;
 
+use ratelab_resilience::LATE_REPLY_WAIT;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::cluster::ClusterClient;
 use redis::cluster_async::ClusterConnection;
@@ -31,6 +32,13 @@ pub enum Connection {
 /// How long to wait for a TCP connection to Redis, when (re)connecting.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 
+/// How long the connection itself awaits a reply: as long as a limiter
+/// awaits a late one ([`LATE_REPLY_WAIT`]). Each call is bounded by its
+/// limiter's own timeout; a shorter bound here (redis-rs's default is
+/// 500 ms) would fail every call at it whatever the limiter's timeout says,
+/// and drop the late replies whose admissions are given back.
+pub(crate) const RESPONSE_TIMEOUT: Duration = LATE_REPLY_WAIT;
+
 impl Connection {
     /// Connects to one node (`redis://host:port/db`), now: an unreachable
     /// server is an error here. After that, a lost connection is re-made on
@@ -57,6 +65,7 @@ impl Connection {
         // bounds how long any caller waits.
         ConnectionManagerConfig::new()
             .set_connection_timeout(Some(CONNECT_TIMEOUT))
+            .set_response_timeout(Some(RESPONSE_TIMEOUT))
             .set_min_delay(Duration::from_millis(10))
             .set_max_delay(Duration::from_millis(500))
             .set_number_of_retries(3)
@@ -66,6 +75,7 @@ impl Connection {
     pub async fn cluster<S: AsRef<str>>(urls: &[S]) -> RedisResult<Self> {
         let client = ClusterClient::builder(urls.iter().map(|u| u.as_ref().to_owned()))
             .connection_timeout(CONNECT_TIMEOUT)
+            .response_timeout(RESPONSE_TIMEOUT)
             .retries(2)
             .build()?;
         Ok(Connection::Cluster(client.get_async_connection().await?))
@@ -90,7 +100,7 @@ impl Connection {
         ))
     }
 
-    /// Runs one command.
+    /// Runs one command (its reply awaited for up to [`LATE_REPLY_WAIT`]).
     pub async fn query<T: FromRedisValue>(&self, cmd: &Cmd) -> RedisResult<T> {
         match self {
             Connection::Single(manager) => cmd.query_async(&mut manager.clone()).await,

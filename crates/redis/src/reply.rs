@@ -62,8 +62,8 @@ impl std::error::Error for InvalidReply {}
 /// but for a debt's refusals, peeks and settlements (up to [`MAX_END`]:
 /// settlements charge whatever the room); a stamp exactly for an admission
 /// of a check of a positive cost, within bounds (a debt's end after the
-/// instant sent and no further than the longest wait; a window's with no
-/// mark), and `0, 0` for anything else. Read as [`Value`] so that a
+/// instant sent and no further than the longest wait; a window's with a
+/// mark of at least 1, the admission's own units), and `0, 0` for anything else. Read as [`Value`] so that a
 /// negative integer is seen as one, not wrapped into a huge unsigned one.
 pub(crate) fn decision_from_reply(
     script: &'static str,
@@ -200,8 +200,8 @@ mod tests {
         let (d, stamp) = ok(&[0, 10, 0, 5, 1_000_000, 0, 0, 0], BOUNDS, CHECK);
         assert!(!d.allowed);
         assert_eq!(stamp, Stamp::default());
-        // A window's stamp is its index (0 too), with no mark.
-        ok(&[1, 10, 9, 0, 100_000, 0, 0, 0], WINDOW, CHECK);
+        // A window's stamp is its index (0 too), with the units it counts.
+        ok(&[1, 10, 9, 0, 100_000, 0, 0, 1], WINDOW, CHECK);
         // A debt a settlement charged: waits far beyond the quota's own.
         ok(
             &[0, 10, 0, 3_000_000_000, 3_000_000_000, 0, 0, 0],
@@ -212,7 +212,7 @@ mod tests {
 
     #[test]
     fn anything_else_is_an_error_naming_script_and_reply() {
-        let bad: [(Value, Bounds, Asked); 18] = [
+        let bad: [(Value, Bounds, Asked); 19] = [
             (reply(&[1, 10, -1, 0, 0, 0, 0, 0]), BOUNDS, PEEK),
             (reply(&[1, 10, 11, 0, 0, 0, 0, 0]), BOUNDS, PEEK),
             (reply(&[1, 11, 1, 0, 0, 0, 0, 0]), BOUNDS, PEEK),
@@ -244,8 +244,9 @@ mod tests {
                 BOUNDS,
                 CHECK,
             ),
-            // A window's stamp with a mark.
-            (reply(&[1, 10, 9, 0, 100_000, 0, 3, 1]), WINDOW, CHECK),
+            // A window's stamp that counts none, or more than a script counts.
+            (reply(&[1, 10, 9, 0, 100_000, 0, 3, 0]), WINDOW, CHECK),
+            (reply(&[1, 10, 9, 0, 100_000, 0, 3, 1 << 60]), WINDOW, CHECK),
             (Value::Int(1), BOUNDS, PEEK),
             (
                 Value::Array(vec![Value::BulkString(b"1".to_vec()); 8]),

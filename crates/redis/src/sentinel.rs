@@ -10,6 +10,8 @@ use redis::aio::MultiplexedConnection;
 use redis::sentinel::{SentinelClient, SentinelServerType};
 use redis::{AsyncConnectionConfig, ErrorKind, RedisError, RedisResult, ServerErrorKind};
 
+use crate::connection::RESPONSE_TIMEOUT;
+
 /// The master of a service that Redis Sentinel watches, as
 /// [`Connection::Sentinel`](crate::Connection::Sentinel) holds it: one
 /// multiplexed connection to the master the sentinels named last. A call
@@ -48,7 +50,9 @@ impl SentinelMaster {
             shared: Arc::new(Shared {
                 sentinels,
                 service,
-                config: AsyncConnectionConfig::new().set_connection_timeout(Some(connect_timeout)),
+                config: AsyncConnectionConfig::new()
+                    .set_connection_timeout(Some(connect_timeout))
+                    .set_response_timeout(Some(RESPONSE_TIMEOUT)),
                 current: Mutex::new(None),
             }),
         };

@@ -20,11 +20,12 @@ async fn strict_admissions_survive_a_cluster_failover() {
     let quota = Quota::per_hour(10).expect("a quota");
     let build = |strict: bool| {
         let builder = RedisStore::builder(connection.clone(), Gcra::new(quota))
-            .timeout(Duration::from_secs(2))
+            .timeout(Duration::from_secs(30))
             .breaker(0, Duration::ZERO)
             .on_failure(FailurePolicy::Error);
         if strict {
-            builder.replicas(1, Duration::from_millis(400)).build()
+            // Long enough for a loaded machine's replica to acknowledge.
+            builder.replicas(1, Duration::from_secs(2)).build()
         } else {
             builder.build()
         }

@@ -21,7 +21,7 @@ async fn limiter<A: ratelab_core::toolkit::RemoteForm>(
     RedisStore::builder(connection, algorithm)
         .backend(backend)
         .time_source(TimeSource::Client(clock.clone()))
-        .timeout(Duration::from_secs(5))
+        .timeout(Duration::from_secs(30))
         .build()
 }
 
@@ -121,6 +121,7 @@ async fn peeks_go_to_the_replica_when_asked() {
             .expect("the replica");
         let limiter = RedisStore::builder(connection, Gcra::new(quota))
             .time_source(TimeSource::Client(clock.clone()))
+            .timeout(Duration::from_secs(30))
             .peek_from(on_replica)
             .build();
         for _ in 0..7 {
@@ -151,8 +152,11 @@ async fn without_the_module_a_peek_finds_the_scripts() {
         .await
         .expect("a cluster");
     let quota = Quota::per_second(10).expect("a quota");
+    // A clock that stands still: no unit comes back between the calls.
+    let clock = Arc::new(ManualClock::starting_at(1_700_000_000_000_000));
     let limiter = RedisStore::builder(connection, Gcra::new(quota))
-        .timeout(Duration::from_secs(5))
+        .time_source(TimeSource::Client(clock))
+        .timeout(Duration::from_secs(30))
         .build();
     assert_eq!(limiter.peek(b"k", 1).await.expect("a peek").remaining, 9);
     assert!(limiter.check(b"k", 1).await.expect("a check").allowed);

@@ -48,8 +48,10 @@ fn wait_until_sentinels_see_all(sentinels: &[RedisServer]) {
 async fn a_limiter_follows_a_sentinel_failover() {
     let mut master = RedisServer::start();
     let replica = RedisServer::start_replica_of(master.port(), &[]);
+    // A master down for 2 s: longer than a loaded machine keeps a healthy
+    // one from answering the sentinels' pings.
     let sentinels: Vec<RedisServer> = (0..3)
-        .map(|_| RedisServer::start_sentinel(master.port(), SERVICE, 2, 500))
+        .map(|_| RedisServer::start_sentinel(master.port(), SERVICE, 2, 2_000))
         .collect();
     wait_until_sentinels_see_all(&sentinels);
     let urls: Vec<String> = sentinels.iter().map(RedisServer::url).collect();
@@ -61,7 +63,7 @@ async fn a_limiter_follows_a_sentinel_failover() {
     // Ten at once, one back every six minutes: no refill during the test.
     let quota = Quota::per_hour(10).expect("a quota");
     let limiter = RedisStore::builder(connection, Gcra::new(quota))
-        .timeout(Duration::from_secs(2))
+        .timeout(Duration::from_secs(30))
         .breaker(0, Duration::ZERO)
         .on_failure(FailurePolicy::Error)
         .build();

@@ -54,10 +54,22 @@ impl Alerts {
                 timeouts = stats.timeouts,
                 errors = stats.errors,
                 suppressed,
-                "{}",
+                "{}: {}",
+                outcome(alert.policy),
                 alert.error
             );
         }
+    }
+}
+
+/// What a limiter did about a failure, as its warning says it: the line an
+/// operator greps for when requests pass unchecked.
+fn outcome(policy: FailurePolicy) -> &'static str {
+    match policy {
+        FailurePolicy::Allow => "rate limiter failing open, admitted without a check",
+        FailurePolicy::Deny => "rate limiter failing closed, refused without a check",
+        FailurePolicy::Fallback => "rate limiter decided in memory by its fallback",
+        FailurePolicy::Error => "rate limiter failed, the error returned to the caller",
     }
 }
 

@@ -60,11 +60,15 @@ impl Breaker {
     }
 
     pub(crate) fn permit(&self) -> Permit {
+        self.permit_at(Instant::now())
+    }
+
+    /// [`Breaker::permit`] at `now` (the tests' instants).
+    fn permit_at(&self, now: Instant) -> Permit {
         let mut state = self.state.lock();
         let Some(open_until) = state.open_until else {
             return Permit::Call;
         };
-        let now = Instant::now();
         if now < open_until {
             state.short_circuited += 1;
             return Permit::Refused(open_until - now);
@@ -92,13 +96,18 @@ impl Breaker {
 
     /// An outage failure (a timeout, a connection or cluster error).
     pub(crate) fn failure(&self, probe: bool) {
+        self.failure_at(probe, Instant::now());
+    }
+
+    /// [`Breaker::failure`] at `now` (the tests' instants).
+    fn failure_at(&self, probe: bool, now: Instant) {
         if self.threshold == 0 {
             return;
         }
         let mut state = self.state.lock();
         state.consecutive = state.consecutive.saturating_add(1);
         if probe || (state.open_until.is_none() && state.consecutive >= self.threshold) {
-            state.open_until = Some(Instant::now() + self.cool_down);
+            state.open_until = Some(now + self.cool_down);
             state.probing_until = None;
             state.opened += 1;
         }
@@ -122,27 +131,41 @@ impl Breaker {
 mod tests {
     use super::*;
 
+    /// Instants the test chooses: `ms` milliseconds after `start`.
+    fn at(start: Instant, ms: u64) -> Instant {
+        start + Duration::from_millis(ms)
+    }
+
     #[test]
     fn opens_after_the_threshold_then_lets_one_probe_through() {
         let breaker = Breaker::new(3, Duration::from_millis(30), Duration::from_secs(5));
+        let start = Instant::now();
         for _ in 0..2 {
-            assert_eq!(breaker.permit(), Permit::Call);
-            breaker.failure(false);
+            assert_eq!(breaker.permit_at(start), Permit::Call);
+            breaker.failure_at(false, start);
         }
-        assert_eq!(breaker.permit(), Permit::Call);
-        breaker.failure(false);
-        assert!(matches!(breaker.permit(), Permit::Refused(_)));
+        assert_eq!(breaker.permit_at(start), Permit::Call);
+        breaker.failure_at(false, start);
+        assert_eq!(
+            breaker.permit_at(at(start, 29)),
+            Permit::Refused(Duration::from_millis(1))
+        );
         assert!(breaker.snapshot().open);
-        std::thread::sleep(Duration::from_millis(40));
-        assert_eq!(breaker.permit(), Permit::Probe);
+        assert_eq!(breaker.permit_at(at(start, 30)), Permit::Probe);
         // One probe at a time.
-        assert!(matches!(breaker.permit(), Permit::Refused(_)));
-        breaker.failure(true);
-        assert!(matches!(breaker.permit(), Permit::Refused(_)));
-        std::thread::sleep(Duration::from_millis(40));
-        assert_eq!(breaker.permit(), Permit::Probe);
+        assert!(matches!(
+            breaker.permit_at(at(start, 30)),
+            Permit::Refused(_)
+        ));
+        // The probe failed: a new cool-down from then.
+        breaker.failure_at(true, at(start, 40));
+        assert_eq!(
+            breaker.permit_at(at(start, 69)),
+            Permit::Refused(Duration::from_millis(1))
+        );
+        assert_eq!(breaker.permit_at(at(start, 70)), Permit::Probe);
         breaker.success();
-        assert_eq!(breaker.permit(), Permit::Call);
+        assert_eq!(breaker.permit_at(at(start, 70)), Permit::Call);
         assert!(!breaker.snapshot().open);
         assert_eq!(breaker.snapshot().opened, 2);
     }
@@ -150,11 +173,15 @@ mod tests {
     #[test]
     fn a_lost_probe_does_not_hold_it_open() {
         let breaker = Breaker::new(1, Duration::ZERO, Duration::from_millis(20));
-        breaker.failure(false);
-        assert_eq!(breaker.permit(), Permit::Probe);
-        assert!(matches!(breaker.permit(), Permit::Refused(_)));
-        std::thread::sleep(Duration::from_millis(30));
-        assert_eq!(breaker.permit(), Permit::Probe);
+        let start = Instant::now();
+        breaker.failure_at(false, start);
+        assert_eq!(breaker.permit_at(start), Permit::Probe);
+        assert_eq!(
+            breaker.permit_at(at(start, 19)),
+            Permit::Refused(Duration::from_millis(1))
+        );
+        // Its caller never came back: another may probe.
+        assert_eq!(breaker.permit_at(at(start, 20)), Permit::Probe);
     }
 
     #[test]

@@ -117,7 +117,11 @@ impl Resilience {
     }
 
     /// Called on every failure, whatever the policy (besides a `tracing`
-    /// warning, logged at most once a second).
+    /// warning, logged at most once a second, which says what the limiter
+    /// did: `rate limiter failing open, admitted without a check: ...`).
+    /// The warning goes to the program's `tracing` subscriber: a program
+    /// that installs none hears of an outage only here and in
+    /// [`Resilient::stats`], and fails open in silence otherwise.
     pub fn on_alert(mut self, callback: impl Fn(&Alert<'_>) + Send + Sync + 'static) -> Self {
         self.on_alert = Some(Arc::new(callback));
         self

@@ -316,3 +316,62 @@ async fn refusals_are_cached_until_a_settlement_or_a_reset() {
         "a cost that never fits"
     );
 }
+
+/// What a `tracing` subscriber writes, kept for the test to read.
+#[derive(Clone, Default)]
+struct Log(Arc<Mutex<Vec<u8>>>);
+
+impl std::io::Write for Log {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(bytes);
+        Ok(bytes.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// An outage under each policy is a warning that says what the limiter did
+/// about it, where a program's `tracing` subscriber sees it (an operator
+/// must be able to tell "requests pass unchecked" from the logs).
+#[tokio::test]
+async fn an_outage_is_a_warning_that_says_what_the_policy_did() {
+    let log = Log::default();
+    let writer = log.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_writer(move || writer.clone())
+        .with_ansi(false)
+        .finish();
+    // This test's thread only (the runtime runs the test on it).
+    let _installed = tracing::subscriber::set_default(subscriber);
+    for (policy, said) in [
+        (
+            FailurePolicy::Allow,
+            "rate limiter failing open, admitted without a check: ",
+        ),
+        (
+            FailurePolicy::Deny,
+            "rate limiter failing closed, refused without a check: ",
+        ),
+        (
+            FailurePolicy::Fallback,
+            "rate limiter decided in memory by its fallback: ",
+        ),
+        (
+            FailurePolicy::Error,
+            "rate limiter failed, the error returned to the caller: ",
+        ),
+    ] {
+        let (store, limiter) = wrapped(Resilience::new().on_failure(policy));
+        store.set(Mode::Down);
+        let _ = limiter.check(b"k", 1).await;
+        let text = String::from_utf8(std::mem::take(&mut *log.0.lock().unwrap())).unwrap();
+        let line = text
+            .lines()
+            .find(|line| line.contains(said))
+            .unwrap_or_else(|| panic!("{policy:?}: no warning saying {said:?} in {text:?}"));
+        assert!(line.contains(" WARN "), "{line}");
+        assert!(line.contains("connection refused"), "{line}");
+        assert!(line.contains("algorithm=\"gcra\""), "{line}");
+    }
+}

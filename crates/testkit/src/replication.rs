@@ -12,8 +12,14 @@ use std::time::{Duration, Instant};
 
 use crate::redis::{RedisServer, StartError, command, replication_field};
 
-/// How long a replica may take to catch up with its master.
-const SYNC_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long a replica may take to catch up with its master: an event
+/// waited for, generous for a machine loaded by other work.
+const SYNC_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// How often the replica's progress is asked for. Through a [`Relay`]
+/// each question is a connection of its own (two threads): asked every
+/// 10 ms, they crowd the relay that the replica's own link goes through.
+const SYNC_POLL: Duration = Duration::from_millis(50);
 
 impl RedisServer {
     /// Starts a server replicating the one on `master_port` (a
@@ -39,7 +45,7 @@ impl RedisServer {
     /// Waits until this replica's link to the server at `master_port` is
     /// up and it has processed every byte of the replication stream that
     /// server has produced (`slave_repl_offset` here equals
-    /// `master_repl_offset` there), or panics after 30 s.
+    /// `master_repl_offset` there), or panics after 60 s.
     pub fn wait_caught_up(&self, master_port: u16) {
         if let Err(e) = self.try_wait_caught_up(master_port) {
             panic!("{e}");
@@ -66,7 +72,7 @@ impl RedisServer {
                 })
             });
             // Again every 200 ms, until one is seen to arrive.
-            if up && online && (!published || tick.is_multiple_of(20)) {
+            if up && online && (!published || tick.is_multiple_of(4)) {
                 published = command(master_port, &["PUBLISH", "ratelab-testkit:sync", "1"]).is_ok();
             }
             tick += 1;
@@ -82,7 +88,7 @@ impl RedisServer {
                     self.port()
                 ));
             }
-            thread::sleep(Duration::from_millis(10));
+            thread::sleep(SYNC_POLL);
         }
     }
 

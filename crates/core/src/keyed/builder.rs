@@ -4,12 +4,13 @@
 use std::fmt;
 use std::hash::Hash;
 use std::marker::PhantomData;
+use std::time::Duration;
 
 use super::key::ByteKey;
 use super::sketch::MAX_DEPTH;
 use super::{DEFAULT_MAX_KEYS, Keyed};
 use crate::algorithm::Algorithm;
-use crate::time::{Clock, SystemClock};
+use crate::time::{Clock, SystemClock, duration_to_micros};
 
 /// The most shards a [`Keyed`] limiter has: a larger request is clamped.
 pub const MAX_SHARDS: usize = 1 << 16;
@@ -88,6 +89,7 @@ pub struct KeyedBuilder<A, C = SystemClock, K = ByteKey> {
     pub(super) shards: Option<usize>,
     pub(super) flood: Option<FloodPolicy>,
     pub(super) seed: Option<u64>,
+    pub(super) idle_grace: Option<Duration>,
     pub(super) keys: PhantomData<fn() -> K>,
 }
 
@@ -100,6 +102,7 @@ impl<A: Algorithm> KeyedBuilder<A> {
             shards: None,
             flood: None,
             seed: None,
+            idle_grace: None,
             keys: PhantomData,
         }
     }
@@ -118,6 +121,7 @@ impl<A: Algorithm, C: Clock, K: Hash + Eq> KeyedBuilder<A, C, K> {
             shards: self.shards,
             flood: self.flood,
             seed: self.seed,
+            idle_grace: self.idle_grace,
             keys: PhantomData,
         }
     }
@@ -133,6 +137,7 @@ impl<A: Algorithm, C: Clock, K: Hash + Eq> KeyedBuilder<A, C, K> {
             shards: self.shards,
             flood: self.flood,
             seed: self.seed,
+            idle_grace: self.idle_grace,
             keys: PhantomData,
         }
     }
@@ -177,6 +182,26 @@ impl<A: Algorithm, C: Clock, K: Hash + Eq> KeyedBuilder<A, C, K> {
         self
     }
 
+    /// How long a key back to full capacity stays tracked while there is
+    /// room for it: by default the quota's period. A client that comes back
+    /// within it finds its key in place (a lookup, no insertion); a key
+    /// idle for longer is forgotten by the upkeep of checks of new keys, or
+    /// before its shard's table grows. At the bound ([`max_keys`]) any key
+    /// back to full capacity makes room for a new one at once, the longest
+    /// idle first, whatever this grace.
+    ///
+    /// Keeping a key tracked never changes a decision: a key back to full
+    /// capacity decides exactly as a key never seen. Only memory is traded:
+    /// a shorter grace keeps the table closer to the keys in use; a longer
+    /// one spares returning clients their insertion. Zero forgets keys as
+    /// soon as they are full.
+    ///
+    /// [`max_keys`]: Self::max_keys
+    pub fn idle_grace(mut self, grace: Duration) -> Self {
+        self.idle_grace = Some(grace);
+        self
+    }
+
     /// The limiter.
     pub fn build(self) -> Keyed<A, C, K> {
         let shards = match self.shards {
@@ -186,6 +211,10 @@ impl<A: Algorithm, C: Clock, K: Hash + Eq> KeyedBuilder<A, C, K> {
         let flood = self
             .flood
             .unwrap_or(FloodPolicy::default_for(self.max_keys));
+        let idle_grace = self.idle_grace.map_or_else(
+            || self.algorithm.quota().period_micros(),
+            duration_to_micros,
+        );
         Keyed::from_parts(
             self.algorithm,
             self.clock,
@@ -193,6 +222,7 @@ impl<A: Algorithm, C: Clock, K: Hash + Eq> KeyedBuilder<A, C, K> {
             self.max_keys,
             flood,
             self.seed,
+            idle_grace,
         )
     }
 }
@@ -217,6 +247,7 @@ impl<A: fmt::Debug, C: fmt::Debug, K> fmt::Debug for KeyedBuilder<A, C, K> {
             .field("shards", &self.shards)
             .field("flood", &self.flood)
             .field("seed", &self.seed)
+            .field("idle_grace", &self.idle_grace)
             .finish()
     }
 }

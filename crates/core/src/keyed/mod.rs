@@ -25,12 +25,23 @@
 //!   forgotten. Finding a key to forget, or the wait until one can be,
 //!   looks at the root and through one leaf's 8 buckets, never scans the
 //!   table; a shard whose table has no room asks the others only where
-//!   their root says a key may be due. Every check also forgets the due
-//!   keys of up to two leaves, so idle keys go without a chore for the
-//!   caller. The cost is amortised O(1) work per check (a leaf looked
-//!   through that forgets nothing was made early by a charge since), and
-//!   about 10 bytes per 8 buckets, 1.5 to 3 bytes per key: no record per
-//!   key (the table stores no hash either).
+//!   their root says a key may be due. A check of a key the table holds
+//!   is decided on that key's state alone, whether or not it is back to
+//!   full capacity (such a state decides exactly as a key never seen): a
+//!   key back to full capacity stays tracked for an idle grace (the
+//!   quota's period by default, [`KeyedBuilder::idle_grace`]), so that a
+//!   client that comes back after its bucket refilled finds its key in
+//!   place and pays a lookup, as for any tracked key, and no upkeep. A
+//!   check of a key the table does not hold (a new key, a peek at one)
+//!   forgets the keys idle past the grace in up to two leaves, and a table
+//!   with no spare slot forgets every such key before it grows: idle keys
+//!   go without a chore for the caller, as fast as new keys come, and a
+//!   table grows only for keys that still hold something or may soon come
+//!   back. At the bound, any key back to full capacity makes room for a
+//!   new one, grace or not. The cost is amortised O(1) work per check (a
+//!   leaf looked through that forgets nothing was made early by a charge
+//!   since), and about 10 bytes per 8 buckets, 1.5 to 3 bytes per key: no
+//!   record per key (the table stores no hash either).
 //! - **New clients keep being served.** When a shard's table is full and no
 //!   key in it is back to full capacity, a new key is decided, by default,
 //!   by a fixed array of shared algorithm states ([`FloodPolicy::Sketch`]):
@@ -98,9 +109,9 @@ use crate::{Bound, Decision, Error, Issuer, Quota, Receipt, Settlement, Stamp, V
 /// The default bound on the number of keys a [`Keyed`] limiter tracks.
 pub const DEFAULT_MAX_KEYS: usize = 1_000_000;
 
-/// Due leaves of the expiry index every check looks through, at most:
-/// enough to forget idle keys as fast as traffic arrives, small enough to
-/// bound one check's work.
+/// Leaves of the expiry index a check of an untracked key looks through,
+/// at most: enough to forget idle keys as fast as new keys arrive, small
+/// enough to bound one check's work.
 const UPKEEP_PER_CHECK: usize = 2;
 
 /// A limiter with one state per key, for many clients in one process.
@@ -139,8 +150,8 @@ const UPKEEP_PER_CHECK: usize = 2;
 ///
 /// **Concurrency.** Keys are spread over shards by a randomly seeded hash
 /// (foldhash), each shard a [`hashbrown::HashTable`] and its expiry index
-/// behind one lock; a check holds one shard's lock for one lookup, one
-/// decision and a bounded upkeep. Two threads contend only when their keys
+/// behind one lock; a check holds one shard's lock for one lookup and one
+/// decision (and, for a key the shard does not track, a bounded upkeep). Two threads contend only when their keys
 /// share a shard, or, for new and forgotten keys, on the one atomic count
 /// of tracked keys. A new key that finds the table as a whole full may
 /// look into other shards for a key to forget, one lock at a time.
@@ -203,6 +214,7 @@ impl<A: Algorithm, C: Clock> Keyed<A, C, ByteKey> {
 
     /// Decides a request of weight `cost` for `key`: all or nothing. Cost 0 is
     /// a peek.
+    #[inline]
     pub fn check(&self, key: &[u8], cost: u32) -> Result<Decision, Error> {
         let probe = self.digester.probe(key);
         let hash = self.hasher.hash_one(probe);
@@ -254,8 +266,8 @@ impl<A: Algorithm, C: Clock> Keyed<A, C, ByteKey> {
             |k| probe.matches(k),
             || probe.to_key(),
             cost,
+            &mut Mark::None,
         )
-        .map(|(verdict, _)| verdict)
     }
 
     /// Decides as [`Keyed::check`] does, with a [`Receipt`] for an admission
@@ -267,11 +279,13 @@ impl<A: Algorithm, C: Clock> Keyed<A, C, ByteKey> {
     ) -> Result<(Decision, Option<Receipt>), Error> {
         let probe = self.digester.probe(key);
         let hash = self.hasher.hash_one(probe);
-        let (decision, mark) = self.decide_marked::<false, true, Decision>(
+        let mut mark = Mark::None;
+        let decision = self.decide_marked::<false, true, Decision>(
             hash,
             |k| probe.matches(k),
             || probe.to_key(),
             cost,
+            &mut mark,
         )?;
         let receipt = match mark {
             Mark::None => None,
@@ -416,6 +430,7 @@ impl<A: Algorithm, C: Clock, K: Hash + Eq> Keyed<A, C, K> {
         max_keys: usize,
         flood: FloodPolicy,
         seed: Option<u64>,
+        idle_grace: u64,
     ) -> Self {
         let budget = Arc::new(Budget::new(max_keys, shards));
         let own_bound = shard_bound(max_keys, shards);
@@ -443,6 +458,7 @@ impl<A: Algorithm, C: Clock, K: Hash + Eq> Keyed<A, C, K> {
                         i,
                         Arc::clone(&budget),
                         hasher.clone(),
+                        idle_grace,
                     )))
                 })
                 .collect(),
@@ -458,6 +474,7 @@ impl<A: Algorithm, C: Clock, K: Hash + Eq> Keyed<A, C, K> {
 
     /// Decides a request of weight `cost` for `key`: all or nothing. Cost 0 is
     /// a peek.
+    #[inline]
     pub fn check_key<Q>(&self, key: &Q, cost: u32) -> Result<Decision, Error>
     where
         K: Borrow<Q>,
@@ -481,8 +498,8 @@ impl<A: Algorithm, C: Clock, K: Hash + Eq> Keyed<A, C, K> {
             |k| k.borrow() == key,
             || key.to_owned(),
             cost,
+            &mut Mark::None,
         )
-        .map(|(verdict, _)| verdict)
     }
 
     /// The decision a request of weight `cost` for `key` would get now,
@@ -598,7 +615,7 @@ impl<A: Algorithm, C: Clock, K: Hash + Eq> Keyed<A, C, K> {
     /// on copies and stores nothing, and does not move the shard's time;
     /// the upkeep it may do (forgetting keys no receipt can use) changes no
     /// decision.
-    #[inline]
+    #[inline(always)]
     fn decide<const DRY: bool>(
         &self,
         hash: u64,
@@ -606,53 +623,115 @@ impl<A: Algorithm, C: Clock, K: Hash + Eq> Keyed<A, C, K> {
         to_key: impl FnOnce() -> K,
         cost: u32,
     ) -> Result<Decision, Error> {
-        self.decide_marked::<DRY, false, Decision>(hash, is_key, to_key, cost)
-            .map(|(decision, _)| decision)
+        self.decide_marked::<DRY, false, Decision>(hash, is_key, to_key, cost, &mut Mark::None)
     }
 
     /// [`Keyed::decide`], answering an `O` (a whole decision, or a lean
-    /// verdict), and, when `MARK`, what the admission leaves for a receipt.
-    #[inline]
+    /// verdict), and, when `MARK`, writing what the admission leaves for a
+    /// receipt into `mark` (beside the answer, not in it, so that a check
+    /// without a receipt returns its decision where the caller wants it).
+    ///
+    /// A key the table holds is decided here, on its own state, whether or
+    /// not it is back to full capacity: that state decides exactly as a key
+    /// never seen, so a client that comes back finds its key in place and
+    /// pays no upkeep. Everything else ([`Keyed::decide_untracked`]) is out
+    /// of line.
+    #[inline(always)]
     fn decide_marked<'s, const DRY: bool, const MARK: bool, O: Outcome<'s, A>>(
         &'s self,
         hash: u64,
         is_key: impl Fn(&K) -> bool,
         to_key: impl FnOnce() -> K,
         cost: u32,
-    ) -> Result<(O, Mark), Error> {
+        mark: &mut Mark,
+    ) -> Result<O, Error> {
         // Read before locking: the clock is the slow part of a check.
         let now = clamp_instant(self.clock.now_micros());
         let own = self.shard_of(hash);
+        let mut shard = self.shards[own].0.lock();
+        // A peek decides at the shard's time without moving it: after a
+        // clock went back, a later check must decide as if the peek never
+        // happened.
+        let at = if DRY {
+            now.max(shard.latest)
+        } else {
+            shard.advance(now)
+        };
+        if let Some(outcome) =
+            self.decide_tracked::<DRY, MARK, O>(&mut shard, at, hash, &is_key, cost, mark)
+        {
+            return outcome;
+        }
+        self.decide_untracked::<DRY, MARK, O>(shard, own, now, hash, is_key, to_key, cost, mark)
+    }
+
+    /// Decides for the key `is_key` recognises at `at`, if the shard tracks
+    /// it.
+    #[inline(always)]
+    fn decide_tracked<'s, const DRY: bool, const MARK: bool, O: Outcome<'s, A>>(
+        &'s self,
+        shard: &mut Shard<K, A::State, A::Ledger>,
+        at: u64,
+        hash: u64,
+        is_key: &impl Fn(&K) -> bool,
+        cost: u32,
+        mark: &mut Mark,
+    ) -> Option<Result<O, Error>> {
+        let algorithm = &self.algorithm;
+        let entry = shard.table.find_mut(hash, |e| is_key(&e.key))?;
+        if DRY {
+            return Some(O::decide(algorithm, &mut entry.state.clone(), at, cost));
+        }
+        let decision = match O::decide(algorithm, &mut entry.state, at, cost) {
+            Ok(decision) => decision,
+            Err(error) => return Some(Err(error)),
+        };
+        if MARK && decision.allowed() && cost > 0 {
+            let stamp = shard.stamp(algorithm, hash, is_key, at);
+            *mark = stamp.map_or(Mark::None, Mark::Own);
+        }
+        Some(Ok(decision))
+    }
+
+    /// The check of a key the shard does not track (or no longer: another
+    /// thread may have stored it while the lock was let go): the shard's
+    /// upkeep, a slot for the key if it needs one, else the flood policy.
+    /// `shard` is locked, `now` the clock's reading.
+    #[inline(never)]
+    #[allow(clippy::too_many_arguments)]
+    fn decide_untracked<'s, const DRY: bool, const MARK: bool, O: Outcome<'s, A>>(
+        &'s self,
+        mut shard: parking_lot::MutexGuard<'s, Shard<K, A::State, A::Ledger>>,
+        own: usize,
+        now: u64,
+        hash: u64,
+        is_key: impl Fn(&K) -> bool,
+        to_key: impl FnOnce() -> K,
+        cost: u32,
+        mark: &mut Mark,
+    ) -> Result<O, Error> {
         let algorithm = &self.algorithm;
         let admitted = |outcome: &O| MARK && outcome.allowed() && cost > 0;
         // Whether a key was looked for in the other shards (once per check),
         // and (a peek) found.
         let (mut asked_elsewhere, mut room_elsewhere) = (false, false);
         loop {
-            let mut shard = self.shards[own].0.lock();
-            // A peek decides at the shard's time without moving it, and
-            // forgets keys only as of the time already recorded: after a
-            // clock went back, a later check must decide as if the peek
-            // never happened.
             let (now, upkeep) = if DRY {
                 (now.max(shard.latest), shard.latest)
             } else {
                 let now = shard.advance(now);
                 (now, now)
             };
-            shard.forget_due(algorithm, upkeep, UPKEEP_PER_CHECK, Some(hash));
-
-            if let Some(entry) = shard.table.find_mut(hash, |e| is_key(&e.key)) {
-                if DRY {
-                    let decision = O::decide(algorithm, &mut entry.state.clone(), now, cost)?;
-                    return Ok((decision, Mark::None));
-                }
-                let decision = O::decide(algorithm, &mut entry.state, now, cost)?;
-                if !admitted(&decision) {
-                    return Ok((decision, Mark::None));
-                }
-                let stamp = shard.stamp(algorithm, hash, &is_key, now);
-                return Ok((decision, stamp.map_or(Mark::None, Mark::Own)));
+            // A check of a key the table does not hold forgets keys idle for
+            // longer than the grace (a bounded amount): idle keys go without
+            // a chore, and as fast as new keys come. A peek forgets keys only
+            // as of the time already recorded.
+            shard.forget_idle(algorithm, upkeep, UPKEEP_PER_CHECK, Some(hash));
+            if asked_elsewhere
+                && let Some(outcome) =
+                    self.decide_tracked::<DRY, MARK, O>(&mut shard, now, hash, &is_key, cost, mark)
+            {
+                return outcome;
             }
 
             // A peek makes no room; it asks whether a check at its instant
@@ -672,6 +751,7 @@ impl<A: Algorithm, C: Clock, K: Hash + Eq> Keyed<A, C, K> {
                 drop(shard);
                 asked_elsewhere = true;
                 room_elsewhere = self.room_elsewhere::<DRY>(own, now);
+                shard = self.shards[own].0.lock();
                 continue;
             }
             if let (false, FloodPolicy::Sketch { depth, .. }) = (room, self.flood) {
@@ -680,7 +760,7 @@ impl<A: Algorithm, C: Clock, K: Hash + Eq> Keyed<A, C, K> {
                         Some(sketch) => sketch.peek(algorithm, hash, now, cost),
                         None => algorithm.decide(&mut algorithm.initial_state(), now, cost),
                     }?;
-                    return Ok((O::made(decision), Mark::None));
+                    return Ok(O::made(decision));
                 }
                 let width = self.sketch_cells_per_shard() / depth;
                 let decision = shard
@@ -688,12 +768,10 @@ impl<A: Algorithm, C: Clock, K: Hash + Eq> Keyed<A, C, K> {
                     .get_or_insert_with(|| Sketch::new(algorithm, width, depth))
                     .decide(algorithm, hash, now, cost)?;
                 let decision = O::made(decision);
-                let mark = if admitted(&decision) {
-                    Mark::Shared
-                } else {
-                    Mark::None
-                };
-                return Ok((decision, mark));
+                if admitted(&decision) {
+                    *mark = Mark::Shared;
+                }
+                return Ok(decision);
             }
             let claimed = room && !DRY;
             // A key that was decided by the sketch starts from its cells' debt.
@@ -716,7 +794,7 @@ impl<A: Algorithm, C: Clock, K: Hash + Eq> Keyed<A, C, K> {
                 if claimed {
                     shard.unclaim();
                 }
-                return Ok((decision, Mark::None));
+                return Ok(decision);
             }
             if !room {
                 let mut wait = shard.next_room(algorithm, now);
@@ -732,14 +810,14 @@ impl<A: Algorithm, C: Clock, K: Hash + Eq> Keyed<A, C, K> {
                 });
             }
             if DRY {
-                return Ok((decision, Mark::None));
+                return Ok(decision);
             }
             shard.insert(algorithm, hash, to_key(), state);
-            if !admitted(&decision) {
-                return Ok((decision, Mark::None));
+            if admitted(&decision) {
+                let stamp = shard.stamp(algorithm, hash, &is_key, now);
+                *mark = stamp.map_or(Mark::None, Mark::Own);
             }
-            let stamp = shard.stamp(algorithm, hash, &is_key, now);
-            return Ok((decision, stamp.map_or(Mark::None, Mark::Own)));
+            return Ok(decision);
         }
     }
 
@@ -816,8 +894,9 @@ impl<A: Algorithm, C: Clock, K: Hash + Eq> Keyed<A, C, K> {
         }
     }
 
-    /// The number of keys tracked exactly now (keys back to full capacity
-    /// may still be counted until their shard's upkeep reaches them).
+    /// The number of keys tracked exactly now: keys back to full capacity
+    /// are counted until their shard forgets them (past the idle grace, at
+    /// the next upkeep that reaches them; see [`KeyedBuilder::idle_grace`]).
     pub fn len(&self) -> usize {
         self.shards.iter().map(|s| s.0.lock().table.len()).sum()
     }

@@ -309,6 +309,11 @@ pub(super) struct Shard<K, S, L> {
     /// The limiter's hasher (the same seed): a key's hash here is the hash
     /// its lookups use.
     hasher: foldhash::fast::SeedableRandomState,
+    /// How long a key back to full capacity stays tracked while there is
+    /// room, µs (see [`KeyedBuilder::idle_grace`]).
+    ///
+    /// [`KeyedBuilder::idle_grace`]: super::KeyedBuilder::idle_grace
+    grace: u64,
 }
 
 /// What looking through one leaf found.
@@ -325,6 +330,7 @@ impl<K: Hash, S, L: Ledger> Shard<K, S, L> {
         index: usize,
         budget: Arc<Budget>,
         hasher: foldhash::fast::SeedableRandomState,
+        grace: u64,
     ) -> Self {
         Shard {
             table: HashTable::new(),
@@ -339,6 +345,7 @@ impl<K: Hash, S, L: Ledger> Shard<K, S, L> {
             ledgers: HashTable::new(),
             empty: L::default(),
             hasher,
+            grace,
         }
     }
 
@@ -488,6 +495,14 @@ impl<K: Hash, S, L: Ledger> Shard<K, S, L> {
 
     /// Stores a new key, in a slot [`Shard::claim`] took, and files it in
     /// the expiry index.
+    ///
+    /// A table with no spare slot first forgets every key idle for longer
+    /// than the grace: it grows only for keys that still hold something or
+    /// may soon come back. Checks of the keys it tracks do no upkeep (a
+    /// client that comes back finds its key in place), so this is where
+    /// idle keys are swept up when their room is wanted. Amortised O(1):
+    /// each leaf looked through forgets a key, paid for by its insertion,
+    /// or was made early by a charge since it was last set.
     pub(super) fn insert<A: Algorithm<State = S, Ledger = L>>(
         &mut self,
         algorithm: &A,
@@ -495,6 +510,9 @@ impl<K: Hash, S, L: Ledger> Shard<K, S, L> {
         key: K,
         state: S,
     ) {
+        if self.table.len() == self.table.capacity() {
+            self.forget_idle(algorithm, self.latest, usize::MAX, None);
+        }
         let due = algorithm.forgettable_at(&state, self.ledger_of(hash));
         let hasher = &self.hasher;
         // A table with no spare slot rehashes on insertion, moving keys
@@ -678,10 +696,11 @@ impl<K: Hash, S, L: Ledger> Shard<K, S, L> {
     }
 
     /// Forgets keys no receipt can use any more at `now`, looking through no
-    /// more than `budget` due leaves: the upkeep every check pays, a bounded
-    /// cost. It keeps the key of `spare`'s hash (the key the check is
-    /// about), and stops at it: that key is decided from its own state,
-    /// which a peek at the same instant, forgetting nothing, sees too.
+    /// more than `budget` due leaves: the upkeep a check of an untracked key
+    /// pays, a bounded cost. It keeps the key of `spare`'s hash (the key the
+    /// check is about), and stops at it: that key is decided from its own
+    /// state, which a peek at the same instant, forgetting nothing, sees
+    /// too.
     #[inline]
     pub(super) fn forget_due<A: Algorithm<State = S, Ledger = L>>(
         &mut self,
@@ -695,6 +714,19 @@ impl<K: Hash, S, L: Ledger> Shard<K, S, L> {
             return;
         }
         self.forget_some_due(algorithm, now, budget, spare);
+    }
+
+    /// [`Shard::forget_due`] at `now` less the grace: forgets only keys
+    /// idle (back to full capacity) for longer than it.
+    #[inline]
+    pub(super) fn forget_idle<A: Algorithm<State = S, Ledger = L>>(
+        &mut self,
+        algorithm: &A,
+        now: u64,
+        budget: usize,
+        spare: Option<u64>,
+    ) {
+        self.forget_due(algorithm, now.saturating_sub(self.grace), budget, spare);
     }
 
     #[inline(never)]

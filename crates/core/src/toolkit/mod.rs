@@ -12,6 +12,8 @@
 //!   debt's [`Shifts`] (the four debts share their receipts through
 //!   [`debt`] and [`debt_receipts!`](crate::debt_receipts)) and a window's
 //!   [`Spent`]. The rule, and why it holds: [`Receipt`](crate::Receipt).
+//! - **One schedule**: GCRA and the leaky queue decide by the same instant
+//!   ([`Schedule`]); the queue adds the wait for its slot.
 //! - **Remote forms**: an algorithm as a store outside the process runs it
 //!   ([`remote`]: its key code, parameters, stored encoding and script).
 //! - **Arithmetic**: exact division by a constant ([`Divisor`]), the sliding
@@ -22,6 +24,7 @@
 
 pub mod debt;
 pub mod remote;
+mod schedule;
 
 pub use crate::algorithm::{
     AtomicCell, LockedCell, StateCell, ensure_settles, forget_if_forgettable,
@@ -36,4 +39,5 @@ pub use crate::receipt::{
 pub use crate::spent::{MAX_GIVEN, MAX_MARK, MAX_SETTLED, Spent};
 pub use crate::time::{MAX_INSTANT_MICROS, MAX_SPAN_MICROS, clamp_instant, duration_to_micros};
 pub use debt::Debt;
+pub use schedule::Schedule;
 pub use remote::{RemoteForm, StringForm};

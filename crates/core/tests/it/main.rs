@@ -8,5 +8,6 @@ mod expiry_waves;
 mod keyed_flood;
 mod legit_client;
 mod long_keys_memory;
+mod returning;
 mod rewind;
 mod waits;

@@ -5,7 +5,8 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 use ratelab_core::{
-    Decision, Error, Limiter, Quota, RateLimiter, WaitError, wait_and_consume, wait_for,
+    Clock, Decision, Error, Limiter, ManualClock, Quota, RateLimiter, WaitError, wait_and_consume,
+    wait_for, wait_for_on,
 };
 
 /// A third-party limiter that always refuses and says "retry now".
@@ -38,18 +39,35 @@ impl RateLimiter for RefusesWithZeroWait {
 
 #[test]
 fn a_zero_retry_refusal_times_out_on_time_without_spinning() {
+    // On the real clock: never before the timeout, and paced (a busy loop
+    // would check thousands of times; a loaded machine checks less often,
+    // never more).
     let limiter = RefusesWithZeroWait {
         checks: AtomicU32::new(0),
     };
     let started = Instant::now();
     let error = wait_and_consume(&limiter, b"k", 1, Duration::from_millis(50)).unwrap_err();
-    let took = started.elapsed();
     assert!(matches!(error, WaitError::TimedOut { .. }), "{error:?}");
-    assert!(took >= Duration::from_millis(50), "{took:?}");
-    assert!(took < Duration::from_millis(500), "{took:?}");
-    // Paced, not a busy loop: at most one check per pause, plus the last.
+    assert!(started.elapsed() >= Duration::from_millis(50));
     let checks = limiter.checks.load(Ordering::Relaxed);
     assert!(checks <= 52, "{checks} checks in 50 ms");
+    // On a clock the test holds: it gives up exactly at the timeout, not a
+    // pause later.
+    let clock = ManualClock::new();
+    let limiter = RefusesWithZeroWait {
+        checks: AtomicU32::new(0),
+    };
+    let error = wait_for_on(&clock, || limiter.check(b"k", 1), Duration::from_millis(50));
+    assert!(
+        matches!(error, Err(WaitError::TimedOut { waited, .. }) if waited == Duration::from_millis(50)),
+        "{error:?}"
+    );
+    assert_eq!(clock.now_micros(), 50_000, "slept past its timeout");
+    assert_eq!(
+        limiter.checks.load(Ordering::Relaxed),
+        51,
+        "one per pause, plus the last"
+    );
 }
 
 #[test]
@@ -57,9 +75,11 @@ fn a_zero_timeout_never_sleeps() {
     let limiter = RefusesWithZeroWait {
         checks: AtomicU32::new(0),
     };
-    let started = Instant::now();
     assert!(wait_and_consume(&limiter, b"k", 1, Duration::ZERO).is_err());
-    assert!(started.elapsed() < Duration::from_millis(20));
+    let clock = ManualClock::new();
+    assert!(wait_for_on(&clock, || limiter.check(b"k", 1), Duration::ZERO).is_err());
+    assert_eq!(clock.now_micros(), 0, "it slept");
+    assert_eq!(limiter.checks.load(Ordering::Relaxed), 2, "one check each");
 }
 
 #[test]
@@ -80,9 +100,11 @@ fn too_many_keys_is_waited_out_when_it_fits() {
     assert!(decision.allowed);
     assert!(started.elapsed() >= Duration::from_millis(30));
 
-    // One that does not fit gives up at once.
-    let started = Instant::now();
-    let error = wait_for(
+    // One that does not fit gives up at once: no time passes on a clock
+    // the test holds.
+    let clock = ManualClock::new();
+    let error = wait_for_on(
+        &clock,
         || {
             Err(Error::TooManyKeys {
                 max_keys: 1,
@@ -95,7 +117,11 @@ fn too_many_keys_is_waited_out_when_it_fits() {
     assert!(
         matches!(error, WaitError::TimedOut { retry_after, .. } if retry_after == Duration::from_secs(60))
     );
-    assert!(started.elapsed() < Duration::from_millis(50));
+    assert_eq!(
+        clock.now_micros(),
+        0,
+        "it slept toward a turn past its timeout"
+    );
 }
 
 #[test]
@@ -122,7 +148,7 @@ fn a_refusal_that_never_ends_is_an_error_at_once() {
 /// (50.0005 ms against a limiter refusing with a zero `retry_after`).
 #[test]
 fn less_than_a_microsecond_left_times_out_on_a_manual_clock() {
-    use ratelab_core::{BlockingThrottle, Clock, ManualClock, wait_for_on};
+    use ratelab_core::BlockingThrottle;
 
     let (done, finished) = std::sync::mpsc::channel();
     std::thread::spawn(move || {

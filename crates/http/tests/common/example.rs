@@ -89,7 +89,7 @@ impl Instance {
             // A loaded test machine: slowness is not what these tests test.
             command
                 .env("REDIS_URL", url)
-                .args(["--redis-timeout-ms", "2000"]);
+                .args(["--redis-timeout-ms", "30000"]);
         }
         let mut child = command.spawn().expect("cannot start the example server");
         let mut line = String::new();

@@ -291,31 +291,35 @@ async fn memory_limiters_count_failures_by_receipt() {
 /// A success that straddles a window's end gets nothing back: its unit was
 /// the old window's, and giving it to the new one would let a fourth failure
 /// count there. The limiter sees from the receipt which window the unit was
-/// taken in.
+/// taken in. On a clock the test moves: the success is checked in one
+/// window, answers in the next, whatever the machine's speed.
 #[tokio::test]
 async fn a_slow_success_across_a_window_end_gives_the_new_window_nothing() {
-    use ratelab_core::{Clock, SystemClock};
+    use ratelab_core::Clock;
     use ratelab_fixed_window::FixedWindow;
-    use std::sync::atomic::{AtomicU64, Ordering};
+    use tokio::sync::{Notify, mpsc};
 
     const WINDOW: u64 = 2_000_000;
-    let now = || SystemClock.now_micros();
-    let sleep_until = |at: u64| tokio::time::sleep(Duration::from_micros(at.saturating_sub(now())));
     let quota = Quota::new(3, Duration::from_micros(WINDOW)).unwrap();
+    // In the second half of a window.
+    let clock = ManualClock::starting_at(1_000 * WINDOW + WINDOW * 3 / 4);
+    let limiter = Keyed::with_clock(FixedWindow::new(quota), clock.clone());
     let layer = RateLimitLayer::builder()
-        .policy(Policy::new("login", Keyed::new(FixedWindow::new(quota))).count(Count::Failures))
+        .policy(Policy::new("login", limiter).count(Count::Failures))
         .build()
         .unwrap();
-    // `/slow` succeeds when the next window is 400 ms old.
-    let boundary = Arc::new(AtomicU64::new(0));
-    let until = boundary.clone();
+    // `/slow` says when it runs (its check made), and succeeds when let.
+    let (running, mut runs) = mpsc::unbounded_channel();
+    let release = Arc::new(Notify::new());
+    let let_go = release.clone();
     let app = Router::new()
         .route(
             "/slow",
             get(move || {
-                let until = until.load(Ordering::Relaxed) + 400_000;
+                let (running, let_go) = (running.clone(), let_go.clone());
                 async move {
-                    tokio::time::sleep(Duration::from_micros(until.saturating_sub(now()))).await;
+                    running.send(()).unwrap();
+                    let_go.notified().await;
                     StatusCode::OK
                 }
             }),
@@ -324,22 +328,19 @@ async fn a_slow_success_across_a_window_end_gives_the_new_window_nothing() {
         .layer(layer);
     let addr = serve(app).await;
 
-    // In the second half of a window.
-    if now() % WINDOW < WINDOW / 2 {
-        sleep_until(now() - now() % WINDOW + WINDOW / 2).await;
-    }
-    let next = (now() / WINDOW + 1) * WINDOW;
-    boundary.store(next, Ordering::Relaxed);
     let slow = tokio::spawn(async move { fetch(addr, "/slow").await.status });
-    sleep_until(next + 100_000).await;
+    runs.recv().await.expect("/slow runs");
+    // The next window, 100 ms old: the success is still running.
+    let next = (clock.now_micros() / WINDOW + 1) * WINDOW;
+    clock.set(next + 100_000);
     let mut statuses = Vec::new();
     for _ in 0..4 {
         statuses.push(fetch(addr, "/fail").await.status);
     }
     assert_eq!(statuses, [401, 401, 401, 429]);
+    // It succeeds 400 ms into the window: its refund goes nowhere.
+    clock.set(next + 400_000);
+    release.notify_one();
     assert_eq!(slow.await.unwrap(), 200);
-    // Still in the window that began at `next`: the success's refund went
-    // nowhere.
     assert_eq!(fetch(addr, "/fail").await.status, 429);
-    assert!(now() < next + WINDOW, "the test ran past its window");
 }

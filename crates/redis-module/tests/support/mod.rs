@@ -93,8 +93,8 @@ impl OnTheModule for AlgorithmKind {
     fn command(self) -> String {
         ratelab_redis_module::command(self.name()).unwrap_or_else(|| {
             panic!(
-                "the module runs no {self}: add it to COMMANDS in \
-                 crates/redis-module/src/native.rs"
+                "the module runs no {self}, though its commands are built from \
+                 ratelab::each_algorithm! (crates/redis-module/src/registry.rs)"
             )
         })
     }

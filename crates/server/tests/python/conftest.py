@@ -31,6 +31,20 @@ def _die_with_parent() -> None:
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)
 
 
+#: `setpriv --pdeathsig KILL` does what `_die_with_parent` does, in the
+#: child after exec: with it, no Python runs between fork and exec. grpcio's
+#: threads live in this process, and its fork handlers, run in a child
+#: forked for a `preexec_fn`, may kill that child before it execs.
+_SETPRIV = shutil.which("setpriv") if sys.platform.startswith("linux") else None
+
+
+def spawn(args: list, **kwargs) -> subprocess.Popen:
+    """Starts ``args``, killed when this process dies."""
+    if _SETPRIV:
+        return subprocess.Popen([_SETPRIV, "--pdeathsig", "KILL", "--", *map(str, args)], **kwargs)
+    return subprocess.Popen(args, preexec_fn=_die_with_parent, **kwargs)
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -81,11 +95,10 @@ class RedisServer:
         pytest.fail(f"redis-server did not start; see {self.log}", pytrace=False)
 
     def _spawn(self) -> bool:
-        self.process = subprocess.Popen(
+        self.process = spawn(
             [self.binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
              "--appendonly", "no", "--dir", self.dir, "--logfile", str(self.log), *self.extra],
             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-            preexec_fn=_die_with_parent,
         )
         if self._ready():
             return True
@@ -93,9 +106,16 @@ class RedisServer:
         return False
 
     def restart(self) -> None:
-        """Starts it again on the same port (after :meth:`stop`)."""
-        if not self._spawn():
-            pytest.fail(f"redis-server did not start again; see {self.log}", pytrace=False)
+        """Starts it again on the same port (after :meth:`stop`). A client
+        reconnecting meanwhile may hold the port for a moment (a connection
+        the kernel gave the port itself as its source): tried a few times.
+        """
+        for _ in range(20):
+            if self._spawn():
+                return
+            time.sleep(0.1)
+        log = self.log.read_text(errors="replace")[-2000:] if self.log.exists() else ""
+        pytest.fail(f"redis-server did not start again on port {self.port}:\n{log}", pytrace=False)
 
     def _ready(self) -> bool:
         deadline = time.monotonic() + 10
@@ -164,17 +184,18 @@ class RateLimitServer:
                        "--metrics", "127.0.0.1:0", "--reload-interval-ms", "200",
                        "--shutdown-grace-ms", "5000"]
         environment.update(env or {})
-
-        def before_exec():
-            _die_with_parent()
-            if preexec:
+        options = dict(env=environment, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                       stderr=open(self.log, "w"), text=True)
+        if preexec:
+            # Work in the child before exec (a resource limit): Python runs
+            # there, so the parent's death is asked for there too.
+            def before_exec():
+                _die_with_parent()
                 preexec()
 
-        self.process = subprocess.Popen(
-            [*command, *args], env=environment,
-            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=open(self.log, "w"),
-            text=True, preexec_fn=before_exec,
-        )
+            self.process = subprocess.Popen([*command, *args], preexec_fn=before_exec, **options)
+        else:
+            self.process = spawn([*command, *args], **options)
         self.metrics_url = self.http_url = self.debug_url = None
         self.address = None
         # The binary prints its endpoints, then the gRPC address.

@@ -7,6 +7,10 @@
 //! the opt-in `CoarseClock` lags by up to a millisecond, which can shorten a
 //! spacing seen in real time by as much (`lagging_clock.rs` states and
 //! proves that bound).
+//!
+//! Only lower bounds are measured (a loaded machine only sleeps longer);
+//! the timeouts are far past the waits, so that none is reached by a slow
+//! machine.
 
 use std::time::{Duration, Instant};
 
@@ -15,6 +19,9 @@ use ratelab::LeakyQueue;
 use ratelab::{
     Direct, Error, Keyed, Quota, SystemClock, WaitError, wait_and_consume, wait_and_consume_async,
 };
+
+/// Far past any wait here (at most 100 ms).
+const GENEROUS: Duration = Duration::from_secs(30);
 
 /// 20 per second, burst 1: one turn every 50 ms.
 fn quota() -> Quota {
@@ -26,11 +33,11 @@ fn a_blocking_wait_takes_the_next_turn() {
     let limiter = Keyed::with_clock(Gcra::new(quota()), SystemClock);
     let started = Instant::now();
     assert!(
-        wait_and_consume(&limiter, b"k", 1, Duration::from_secs(1))
+        wait_and_consume(&limiter, b"k", 1, GENEROUS)
             .unwrap()
             .allowed
     );
-    let second = wait_and_consume(&limiter, b"k", 1, Duration::from_secs(1)).unwrap();
+    let second = wait_and_consume(&limiter, b"k", 1, GENEROUS).unwrap();
     assert!(second.allowed);
     assert!(
         started.elapsed() >= Duration::from_millis(50),
@@ -73,7 +80,7 @@ fn the_queue_slots_are_waited_out() {
     let limiter = Direct::with_clock(LeakyQueue::new(quota().with_burst(3).unwrap()), SystemClock);
     let started = Instant::now();
     for slot in 0..3u32 {
-        let decision = limiter.wait(1, Duration::from_secs(1)).unwrap();
+        let decision = limiter.wait(1, GENEROUS).unwrap();
         assert!(decision.allowed);
         assert!(started.elapsed() >= Duration::from_millis(50) * slot);
     }
@@ -84,13 +91,17 @@ async fn an_async_wait_takes_the_next_turn_or_times_out() {
     let limiter = Keyed::with_clock(Gcra::new(quota()), SystemClock);
     let started = Instant::now();
     for _ in 0..3 {
-        let d = wait_and_consume_async(&limiter, b"k", 1, Duration::from_secs(1))
+        let d = wait_and_consume_async(&limiter, b"k", 1, GENEROUS)
             .await
             .unwrap();
         assert!(d.allowed);
     }
     assert!(started.elapsed() >= Duration::from_millis(100));
-    let timed_out = wait_and_consume_async(&limiter, b"k", 1, Duration::ZERO).await;
+    // A turn an hour away (50 ms away could come during a pause of a
+    // loaded machine): no time to wait for it.
+    let hourly = Keyed::with_clock(Gcra::new(Quota::per_hour(1).unwrap()), SystemClock);
+    assert!(hourly.check(b"k", 1).unwrap().allowed);
+    let timed_out = wait_and_consume_async(&hourly, b"k", 1, Duration::ZERO).await;
     assert!(
         matches!(timed_out, Err(WaitError::TimedOut { .. })),
         "{timed_out:?}"

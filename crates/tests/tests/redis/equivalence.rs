@@ -51,7 +51,7 @@ fn trusting_any_clock(
                 RedisStore::builder(self.0.clone(), algorithm)
                     .prefix(common::unique_prefix())
                     .time_source(common::client_time(self.1))
-                    .timeout(std::time::Duration::from_secs(2))
+                    .timeout(common::PATIENT)
                     .ttl_slack(std::time::Duration::from_micros(MAX_INSTANT_MICROS))
                     .build(),
             )

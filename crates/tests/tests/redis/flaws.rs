@@ -14,7 +14,7 @@ use ratelab::AlgorithmKind;
 use std::sync::Arc;
 
 use ratelab::FixedWindow;
-use ratelab::redis::{Connection, TimeSource};
+use ratelab::redis::Connection;
 use ratelab::{AsyncRateLimiter, Keyed, ManualClock, Quota};
 
 /// A DELIBERATELY FLAWED limiter: reads the count with GET, decides in the
@@ -93,7 +93,10 @@ fn read_then_write_admits_more_than_the_limit_the_script_does_not() {
             })
             .await;
 
-            let options = common::Options::new(TimeSource::Redis);
+            // Time stands still: the script admits exactly the limit,
+            // however long the 20 checks take.
+            let clock = ManualClock::starting_at(1_000_000);
+            let options = common::Options::new(common::client_time(&clock));
             let atomic: Arc<dyn AsyncRateLimiter> =
                 common::redis(AlgorithmKind::TokenBucket, quota, connection, &options).into();
             let exact = concurrently(20, move || {
@@ -127,9 +130,11 @@ fn per_instance_memory_behind_a_balancer_admits_twice_shared_redis_does_not() {
         .count();
     assert_eq!(in_memory, 20);
 
-    // Two instances, each with its own connection, sharing Redis.
+    // Two instances, each with its own connection, sharing Redis (on one
+    // clock that stands still, as the in-memory pair's).
     runtime.block_on(async {
-        let options = common::Options::new(TimeSource::Redis);
+        let clock = ManualClock::starting_at(1_000_000);
+        let options = common::Options::new(common::client_time(&clock));
         let mut shared = Vec::new();
         for _ in 0..2 {
             let connection = Connection::single(&server.url()).await.unwrap();

@@ -108,7 +108,7 @@ impl Build {
                     .backend(self.0.backend)
                     .prefix(self.0.prefix.clone())
                     .time_source(common::client_time(self.2))
-                    .timeout(Duration::from_secs(2));
+                    .timeout(common::PATIENT);
                 if self.0.any_clock {
                     builder = builder.ttl_slack(Duration::from_micros(MAX_INSTANT_MICROS));
                 }
@@ -119,12 +119,16 @@ impl Build {
     }
 }
 
+/// GCRA at 5 a second, a burst of 3, on a clock that stands still: no unit
+/// comes back between checks, however long they take.
 fn gcra(connection: &Connection, backend: ScriptBackend) -> RedisLimiter<Gcra> {
     let quota = Quota::per_second(5).unwrap().with_burst(3).unwrap();
+    let clock = ManualClock::starting_at(1_700_000_000_000_000);
     RedisStore::builder(connection.clone(), Gcra::new(quota))
         .backend(backend)
         .prefix(common::unique_prefix())
-        .timeout(Duration::from_secs(2))
+        .time_source(common::client_time(&clock))
+        .timeout(common::PATIENT)
         .build()
 }
 
@@ -280,8 +284,9 @@ fn module_command(kind: AlgorithmKind) -> String {
     kind.visit(Quota::per_second(1).unwrap(), Command)
 }
 
-/// The module runs every algorithm: an algorithm added to the workspace and
-/// not to the module's list is named here.
+/// The module runs every algorithm: its commands are built from the rows of
+/// `AlgorithmKind` (an algorithm without one does not compile), and the
+/// library loaded registers each of them.
 #[test]
 fn the_module_has_a_command_for_every_algorithm() {
     let server = RedisServer::start_with(&["--loadmodule", module_path().to_str().unwrap()]);
@@ -297,8 +302,10 @@ fn the_module_has_a_command_for_every_algorithm() {
         let known = matches!(&info, redis::Value::Array(items) if items.iter().any(|i| *i != redis::Value::Nil));
         assert!(
             known,
-            "the module has no {command}: add {kind} to COMMANDS in \
-             crates/redis-module/src/native.rs, and its crate to crates/redis-module/Cargo.toml"
+            "the module has no {command}, though it registers every row of \
+             ratelab::each_algorithm! (crates/redis-module/src/registry.rs): is {} \
+             built from this tree?",
+            module_path().display()
         );
     }
 }

@@ -43,7 +43,7 @@ impl AlgorithmVisitor for Build<'_> {
         let code = A::CODE;
         let mut builder = RedisStore::builder(self.connection.clone(), algorithm)
             .prefix(self.prefix)
-            .timeout(Duration::from_secs(2))
+            .timeout(common::PATIENT)
             .on_failure(self.policy)
             .policy_on_data_errors(self.policy_on_data_errors)
             .on_alert(move |_| {
@@ -344,7 +344,7 @@ fn long_keys_take_bounded_memory_and_stay_apart() {
         let limiter = RedisStore::builder(connection.clone(), ratelab::Gcra::new(quota))
             .prefix(prefix.clone())
             // Megabyte keys on a loaded machine: slowness is not tested here.
-            .timeout(Duration::from_secs(5))
+            .timeout(common::PATIENT)
             .build();
         let mut a = vec![b'x'; 1 << 20];
         let mut b = a.clone();
@@ -536,7 +536,7 @@ fn a_sliding_log_too_large_for_redis_is_refused_before_any_call() {
         let at_cap = SlidingLog::new(per_hour(MAX_STORED_LOG_LIMIT));
         assert_eq!(at_cap.unsupported(), None);
         let limiter = RedisStore::builder(connection.clone(), at_cap)
-            .timeout(Duration::from_secs(10))
+            .timeout(common::PATIENT)
             .build();
         assert!(
             limiter
@@ -566,6 +566,7 @@ fn a_ttl_slack_past_the_range_of_instants_is_refused_before_any_call() {
             RedisStore::builder(connection.clone(), Gcra::new(quota))
                 .prefix(common::unique_prefix())
                 .time_source(common::client_time(&ManualClock::new()))
+                .timeout(common::PATIENT)
                 .ttl_slack(slack)
                 .build()
         };
@@ -618,7 +619,7 @@ fn another_quota_on_the_same_key_is_reported_never_obeyed() {
             let seen = seen.clone();
             RedisStore::builder(connection.clone(), ratelab::Gcra::new(quota))
                 .prefix(prefix.clone())
-                .timeout(Duration::from_secs(5))
+                .timeout(common::PATIENT)
                 .quota_check_every(every.map(|n| NonZeroU32::new(n).unwrap()))
                 .on_quota_mismatch(move |m| seen.lock().unwrap().push(m.clone()))
                 .build()
@@ -673,7 +674,7 @@ fn another_quota_on_the_same_key_is_reported_never_obeyed() {
         // A limiter told never to record writes no registry entry.
         let quiet = RedisStore::builder(connection.clone(), ratelab::Gcra::new(ten))
             .prefix(prefix.clone())
-            .timeout(Duration::from_secs(5))
+            .timeout(common::PATIENT)
             .quota_check_every(None)
             .build();
         assert!(quiet.check(b"other", 1).await.unwrap().allowed);

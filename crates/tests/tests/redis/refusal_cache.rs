@@ -17,7 +17,8 @@ fn limiter(quota: Quota, clock: &ManualClock, cache: bool) -> RedisLimiter<Gcra>
     let (_, _, connection) = common::shared();
     let builder = RedisStore::builder(connection.clone(), Gcra::new(quota))
         .prefix(common::unique_prefix())
-        .time_source(common::client_time(clock));
+        .time_source(common::client_time(clock))
+        .timeout(common::PATIENT);
     if cache {
         builder.cache_refusals(1_000).build()
     } else {

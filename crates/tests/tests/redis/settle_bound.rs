@@ -72,7 +72,7 @@ fn limiter<A: KnownAlgorithm>(
         .backend(backend)
         .prefix(common::unique_prefix())
         .time_source(TimeSource::Client(Arc::new(clock.clone()) as Arc<dyn Clock>))
-        .timeout(Duration::from_secs(5))
+        .timeout(common::PATIENT)
         .build()
 }
 

@@ -78,6 +78,11 @@ export class RedisClock {
     return age >= 0 && age <= this.maxAgeMicros;
   }
 
+  /** A sample was recorded (and not forgotten since), however old. */
+  get sampled(): boolean {
+    return this.state !== null;
+  }
+
   /** Forget the sample (a reconnect: maybe another server). */
   invalidate(): void {
     this.state = null;

@@ -56,7 +56,12 @@ export class Unavailable extends RatelabError {
   retryAfterMs: number | undefined = undefined;
 }
 
-/** Redis did not answer within the limiter's timeout (connecting and ioredis's queue included). */
+/**
+ * Redis did not answer within the limiter's timeout (ioredis's queue
+ * included), or ioredis did not connect within `connectTimeoutMs`. A check
+ * that timed out is not charged: its deadline has passed on Redis's clock,
+ * and an admission whose reply comes later is given back when it comes.
+ */
 export class Timeout extends Unavailable {
   override name = "Timeout";
 }

@@ -9,6 +9,7 @@
 //   import { Identify, Policy, rateLimit } from "ratelab-client/express";
 //
 //   const redis = new Redis();
+//   redis.on("error", (error) => console.warn(`redis: ${error.message}`)); // else Node prints each failed reconnection
 //   const app = express();
 //   app.use(rateLimit({
 //     policies: [

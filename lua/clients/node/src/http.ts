@@ -384,7 +384,7 @@ export interface PolicyOptions {
 }
 
 /** A limiter the policies can use: a `Limiter`, or anything with its `check` (and `peek`, `settle`, `refund` for more). */
-type PolicyLimiter = Pick<Limiter, "check" | "quota"> & Partial<Pick<Limiter, "peek" | "settle" | "refund" | "algorithm">>;
+type PolicyLimiter = Pick<Limiter, "check" | "quota"> & Partial<Pick<Limiter, "peek" | "settle" | "refund" | "algorithm" | "warm">>;
 
 /**
  * One quota policy: a name (1 to 64 of `A-Z a-z 0-9 _ . -`, what clients see
@@ -650,14 +650,17 @@ export function match(policies: readonly Policy[], request: Request, client: Cli
   return reports;
 }
 
-/** `work`, bounded by `ms` (or by what is left before `deadline`, a `performance.now()` instant). */
-function bounded<T>(work: () => Promise<T>, policy: Policy, deadline?: number): Promise<T> {
+/**
+ * `work`, bounded by `ms` (or by what is left before `deadline`, a
+ * `performance.now()` instant); what it brings after that goes to `onLate`.
+ */
+function bounded<T>(work: () => Promise<T>, policy: Policy, deadline?: number, onLate?: (value: T) => void): Promise<T> {
   const left = deadline === undefined ? policy.timeoutMs : deadline - performance.now();
   if (left <= 0) return Promise.reject(new Timeout(`policy ${policy.name}: its timeout passed`));
   const promise = work();
   return new Promise((resolve, reject) => {
     const timer = setTimeout(() => {
-      promise.catch(() => undefined);
+      promise.then((value) => onLate?.(value), () => undefined);
       reject(new Timeout(`the rate limiter did not answer within ${policy.timeoutMs} ms`));
     }, Math.ceil(left));
     promise.then(
@@ -740,6 +743,11 @@ export async function settleAfterResponse(verdict: Verdict, status: number, logg
 export async function decide(reports: Report[], client: Client, logger?: { warn(message: string): void } | null): Promise<Verdict> {
   const failures: Failure[] = [];
   if (!reports.length) return new Verdict([], "pass", client);
+  // Connecting is bounded by each limiter's connect timeout, not by its policy's: the first requests on a
+  // busy Redis are decided, not failed open.
+  await Promise.all(
+    [...new Set(reports.map((r) => r.policy.limiter as PolicyLimiter))].map((l) => (typeof l.warm === "function" ? l.warm() : undefined)),
+  );
   const started = performance.now();
   for (const r of reports) r.deadline = started + r.policy.timeoutMs;
   const several = reports.length > 1;
@@ -816,7 +824,13 @@ async function giveBack(reports: Report[], logger?: { warn(message: string): voi
 }
 
 function call(report: Report, how: Ask): Promise<Decision> {
-  return bounded(() => report.policy.limiter.check(report.key, how === "peek" ? 0 : report.cost), report.policy, report.deadline);
+  const { policy } = report;
+  // A check that answers after its policy's timeout goes on: an admission it brings is given back, as the
+  // request was answered without it.
+  const giveBack = (late: Decision) => {
+    if (late.receipt && policy.refunds) policy.limiter.refund(late.receipt).catch(() => undefined);
+  };
+  return bounded(() => policy.limiter.check(report.key, how === "peek" ? 0 : report.cost), policy, report.deadline, giveBack);
 }
 
 function record(report: Report, result: PromiseSettledResult<Decision>, how: Ask, client: Client, failures: Failure[]): void {

@@ -44,8 +44,10 @@ import {
   Counters,
   DEFAULT_BREAKER_COOL_DOWN_MS,
   DEFAULT_BREAKER_THRESHOLD,
+  DEFAULT_CONNECT_TIMEOUT_MS,
   DEFAULT_TIMEOUT_MS,
   FAILURE_POLICIES,
+  LATE_REPLY_WAIT_MS,
   RefusalCache,
   type Alert,
   type FailurePolicy,
@@ -92,11 +94,21 @@ export interface LimiterOptions {
   ttlSlackMs?: number;
   /**
    * The most a call waits for Redis, ms (default 100; `null` for none),
-   * ioredis's offline queue and reconnections included. The call's deadline on
-   * Redis's clock is the instant the caller gives up, from a measured offset:
-   * a call that times out is never charged.
+   * ioredis's offline queue and reconnections included, once ioredis is
+   * connected (see `connectTimeoutMs`). The call's deadline on Redis's clock
+   * is the instant the caller gives up, from a measured offset: a call that
+   * times out is never charged (a check whose script ran before the deadline
+   * and whose reply came after it is given back at once when the reply
+   * comes, within `LATE_REPLY_WAIT_MS`).
    */
   timeoutMs?: number | null;
+  /**
+   * While ioredis is connecting (its first connection, or a reconnection
+   * under way, not its wait between attempts), the most a call waits for it,
+   * and for the first sample of Redis's clock on the new connection, before
+   * its own timeout starts, ms (default 1000; `null` for no bound).
+   */
+  connectTimeoutMs?: number | null;
   /** What a check answers on an outage (default `"error"`). */
   onFailure?: FailurePolicy;
   /** Apply the failure policy to data errors too (default false). */
@@ -133,6 +145,9 @@ interface Call {
 
 type Client = Redis | Cluster;
 
+/** ioredis's states in which a connection is being made (not waiting to retry, not closed). */
+const CONNECTING = new Set(["wait", "connecting", "connect"]);
+
 function isCluster(client: Client): client is Cluster {
   return typeof (client as Cluster).nodes === "function" && (client as { isCluster?: boolean }).isCluster === true;
 }
@@ -149,6 +164,7 @@ export class Limiter {
   readonly prefix: string;
   readonly ttlSlackMs: number;
   readonly timeoutMs: number | null;
+  readonly connectTimeoutMs: number | null;
   readonly onFailure: FailurePolicy;
   readonly redisClock: RedisClock;
   private readonly maxWait: number;
@@ -159,6 +175,14 @@ export class Limiter {
   private readonly quotaCheckEvery: number | null;
   private checks = 0;
   private lastStream: unknown = undefined;
+  /** Replies owed to callers who gave up: Redis is stalled while there are some. */
+  private owed = 0;
+  /** Late admissions being given back. */
+  private readonly late = new Set<Promise<void>>();
+  /** The first clock sample of a connection, shared by the calls that wait for it. */
+  private sampling: Promise<void> | null = null;
+  /** ioredis connecting, awaited by the calls that wait for it. */
+  private connecting: Promise<void> | null = null;
 
   constructor(
     readonly client: Client,
@@ -187,15 +211,20 @@ export class Limiter {
       throw new RangeError(`timeoutMs must be a positive number of ms up to an hour, or null, not ${String(timeout)}`);
     }
     this.timeoutMs = timeout;
+    const connectTimeout = options.connectTimeoutMs === undefined ? DEFAULT_CONNECT_TIMEOUT_MS : options.connectTimeoutMs;
+    if (connectTimeout !== null && !(typeof connectTimeout === "number" && connectTimeout > 0 && connectTimeout <= 3_600_000)) {
+      throw new RangeError(`connectTimeoutMs must be a positive number of ms up to an hour, or null, not ${String(connectTimeout)}`);
+    }
+    this.connectTimeoutMs = connectTimeout;
     this.onFailure = options.onFailure ?? "error";
     if (!FAILURE_POLICIES.includes(this.onFailure)) {
       throw new RangeError(`onFailure must be one of ${FAILURE_POLICIES.join(", ")}, not ${String(this.onFailure)}`);
     }
-    // A probe may take as long as a call: then another caller may probe.
+    // A probe may take as long as a call on a new connection: then another caller may probe.
     this.breaker = new Breaker(
       options.breaker?.threshold ?? DEFAULT_BREAKER_THRESHOLD,
       options.breaker?.coolDownMs ?? DEFAULT_BREAKER_COOL_DOWN_MS,
-      this.timeoutMs ?? 1000,
+      (this.timeoutMs ?? 1000) + (this.connectTimeoutMs ?? 1000),
     );
     this.alerts = new Alerts(options.onAlert, options.logger === undefined ? console : options.logger);
     this.refusals = options.cacheRefusals === undefined ? undefined : new RefusalCache(options.cacheRefusals);
@@ -311,6 +340,35 @@ export class Limiter {
     await this.decide(this.start("reset", key, 0));
   }
 
+  /**
+   * Waits (at most `connectTimeoutMs`) for what the next call would wait for
+   * before its own timeout starts: ioredis connecting, and the first sample
+   * of Redis's clock on the connection. Resolves true when ready, false
+   * otherwise; never rejects. The Express middleware calls it before its
+   * policies' deadlines start; an application may at its start. Tries
+   * nothing while the breaker is open.
+   */
+  async warm(): Promise<boolean> {
+    if (this.breaker.state()[0]) return false;
+    // A stall: a call would not wait for connecting either.
+    if (this.owed > 0) return this.client.status === "ready";
+    try {
+      await this.setUp(this.timeoutMs !== null);
+      return this.client.status === "ready";
+    } catch {
+      return false;
+    }
+  }
+
+  /**
+   * Resolves once every admission whose reply came after its caller gave up
+   * has been given back (or could not be: at most `LATE_REPLY_WAIT_MS` after
+   * it was given up). Closing the client is still the caller's business.
+   */
+  async settled(): Promise<void> {
+    while (this.late.size) await Promise.all([...this.late]);
+  }
+
   private async decide(call: Call): Promise<Decision> {
     const { op, cost } = call;
     if (op === "check" && this.refusals) {
@@ -325,7 +383,13 @@ export class Limiter {
     let error = this.permit(call);
     if (!error) {
       try {
-        const reply = await this.bounded(call, () => this.script(call));
+        // While Redis owes a reply to a caller who gave up (a stall), a new
+        // connection would wait as long: connecting counts against the call's timeout then.
+        if (this.owed === 0) {
+          await this.setUp(call.giveUp !== null);
+          this.arm(call);
+        }
+        const reply = await this.bounded(call, () => this.script(call), (late) => this.giveBackLate(call, late));
         const [decision, stampAt, stampMark] = this.validate(reply, op, cost, call.now);
         this.breaker.success();
         this.counters.answered++;
@@ -428,6 +492,135 @@ export class Limiter {
     };
   }
 
+  /** Starts the call's timeout now: what it waited for before (connecting) is not counted. */
+  private arm(call: Call): void {
+    if (this.timeoutMs !== null) call.giveUp = monotonicMicros() + Math.round(this.timeoutMs * 1000);
+  }
+
+  /**
+   * Waits, within `connectTimeoutMs`, for ioredis while it is connecting, then
+   * (with deadlines to place) for the first sample of Redis's clock on a new
+   * connection. ioredis waiting to retry, or closed, is an outage: the call's
+   * own timeout bounds it.
+   */
+  private async setUp(withClock: boolean): Promise<void> {
+    const started = performance.now();
+    const left = () => (this.connectTimeoutMs === null ? null : this.connectTimeoutMs - (performance.now() - started));
+    if (CONNECTING.has(this.client.status)) await this.connected(left());
+    if (!withClock || this.client.status !== "ready") return;
+    this.noteStream();
+    if (this.redisClock.sampled) return;
+    this.sampling ??= this.sampleTime()
+      .then((samples) => {
+        this.counters.clockSamples++;
+        this.redisClock.record(samples);
+      })
+      .finally(() => (this.sampling = null));
+    await this.within(this.sampling, left());
+  }
+
+  /**
+   * Until ioredis is ready, or no longer connecting (it failed: the call
+   * fails on its own); one wait shared by every call.
+   */
+  private connected(ms: number | null): Promise<void> {
+    const client = this.client;
+    if (client.status === "wait") client.connect().catch(() => undefined);
+    this.connecting ??= new Promise<void>((resolve) => {
+      const finish = () => {
+        client.off("ready", finish);
+        client.off("close", finish);
+        client.off("end", finish);
+        this.connecting = null;
+        resolve();
+      };
+      client.once("ready", finish);
+      client.once("close", finish);
+      client.once("end", finish);
+    });
+    return this.within(this.connecting, ms);
+  }
+
+  private within<T>(promise: Promise<T>, ms: number | null): Promise<T> {
+    if (ms === null) return promise;
+    const timedOut = () =>
+      new Timeout(`could not connect to the rate limiter backend within ${this.connectTimeoutMs} ms`);
+    if (ms <= 0) {
+      promise.catch(() => undefined);
+      return Promise.reject(timedOut());
+    }
+    return new Promise<T>((resolve, reject) => {
+      const timer = setTimeout(() => {
+        promise.catch(() => undefined);
+        reject(timedOut());
+      }, Math.ceil(ms));
+      promise.then(
+        (value) => {
+          clearTimeout(timer);
+          resolve(value);
+        },
+        (error: unknown) => {
+          clearTimeout(timer);
+          reject(error);
+        },
+      );
+    });
+  }
+
+  /** A new stream is a reconnect, maybe to another server (a failover): its clock is measured again. */
+  private noteStream(): void {
+    if (isCluster(this.client)) return;
+    const stream = (this.client as { stream?: unknown }).stream;
+    if (stream !== this.lastStream) {
+      this.lastStream = stream;
+      this.redisClock.invalidate();
+    }
+  }
+
+  /**
+   * For a check whose caller gave up before its reply came: an admission is
+   * given back at once, by its stamp (a settlement to 0, with no deadline).
+   */
+  private giveBackLate(call: Call, reply: unknown): void {
+    if (call.op !== "check" || call.cost === 0) return;
+    let refund: Call;
+    try {
+      const [decision, stampAt, stampMark] = this.validate(reply, call.op, call.cost, call.now);
+      if (!decision.allowed) return;
+      refund = this.call("settle", call.key, call.cost, { actual: 0, stampAt, stampMark });
+      refund.giveUp = null;
+    } catch {
+      return;
+    }
+    const work = this.script(refund).then(
+      () => {
+        this.counters.lateRefunds++;
+      },
+      (e: unknown) => {
+        this.counters.lateRefundsFailed++;
+        this.alerts.warn(
+          `ratelab ${this.algorithm.name}: a check that timed out was admitted after all, and could not be given back ` +
+            `(${String(e)}): it stays charged`,
+        );
+      },
+    );
+    this.track(work);
+  }
+
+  /** Late work, followed for at most `LATE_REPLY_WAIT_MS` (`settled`). */
+  private track(work: Promise<unknown>): void {
+    let timer: ReturnType<typeof setTimeout> | undefined;
+    const bound = new Promise<void>((resolve) => {
+      timer = setTimeout(resolve, LATE_REPLY_WAIT_MS);
+      timer.unref();
+    });
+    const tracked: Promise<void> = Promise.race([work.then(() => undefined, () => undefined), bound]).finally(() => {
+      clearTimeout(timer);
+      this.late.delete(tracked);
+    });
+    this.late.add(tracked);
+  }
+
   private permit(call: Call): RatelabError | undefined {
     const permit = this.breaker.permit();
     if (permit === "call") return undefined;
@@ -442,20 +635,27 @@ export class Limiter {
    * `work` bounded by the caller's give-up instant. ioredis may hold a command
    * in its offline queue for as long as it reconnects: past the timeout the
    * caller is answered, and the command, if it is ever sent, finds its
-   * deadline passed.
+   * deadline passed. A reply that comes after the caller gave up goes to
+   * `onLate` (and, until it comes, Redis is taken to be stalled).
    */
-  private bounded<T>(call: Call, work: () => Promise<T>): Promise<T> {
+  private bounded<T>(call: Call, work: () => Promise<T>, onLate?: (value: T) => void): Promise<T> {
     if (call.giveUp === null) return work();
     const left = (call.giveUp - monotonicMicros()) / 1000;
+    const timedOut = () => new Timeout(`the rate limiter backend did not answer within ${this.timeoutMs} ms`);
+    if (left <= 0) return Promise.reject(timedOut());
     const promise = work();
-    if (left <= 0) {
-      promise.catch(() => undefined);
-      return Promise.reject(new Timeout(`the rate limiter backend did not answer within ${this.timeoutMs} ms`));
-    }
+    const gaveUp = () => {
+      this.owed++;
+      const came = promise.then(
+        (value) => onLate?.(value),
+        () => undefined,
+      );
+      this.track(came.finally(() => this.owed--));
+    };
     return new Promise<T>((resolve, reject) => {
       const timer = setTimeout(() => {
-        promise.catch(() => undefined);
-        reject(new Timeout(`the rate limiter backend did not answer within ${this.timeoutMs} ms`));
+        gaveUp();
+        reject(timedOut());
       }, Math.ceil(left));
       promise.then(
         (value) => {
@@ -474,19 +674,14 @@ export class Limiter {
   private async script(call: Call): Promise<unknown> {
     let deadline: number | "" = "";
     if (call.giveUp !== null) {
-      if (!isCluster(this.client)) {
-        // A new stream is a reconnect, maybe to another server (a failover).
-        const stream = (this.client as { stream?: unknown }).stream;
-        if (stream !== this.lastStream) {
-          this.lastStream = stream;
-          this.redisClock.invalidate();
-        }
-      }
+      this.noteStream();
       if (!this.redisClock.fresh()) {
         const samples = await this.sampleTime();
         this.counters.clockSamples++;
         this.redisClock.record(samples);
       }
+      // The caller gave up meanwhile (a late TIME): nothing more to send.
+      if (monotonicMicros() >= call.giveUp) throw new Timeout(`the rate limiter backend did not answer within ${this.timeoutMs} ms`);
       deadline = this.redisClock.deadline(call.giveUp);
     }
     const args = this.arguments(call.cost, call.now, call.op, deadline, call.settlement);

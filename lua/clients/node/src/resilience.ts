@@ -6,6 +6,19 @@ import type { RatelabError } from "./errors.js";
 
 /** The default per-call timeout, ms (Rust: `DEFAULT_TIMEOUT`). */
 export const DEFAULT_TIMEOUT_MS = 100;
+/**
+ * The default bound on waiting for ioredis to connect (and for the first
+ * clock sample of a connection), ms: apart from the call's own timeout, so
+ * that connecting to a healthy but busy Redis is not an outage.
+ */
+export const DEFAULT_CONNECT_TIMEOUT_MS = 1000;
+/**
+ * How long, after its caller gave up, `settled()` waits for a check's late
+ * reply and its refund, ms (the Rust client's `LATE_REPLY_WAIT`). A reply
+ * that comes later is still given back when it comes; one on a connection
+ * that is lost stays charged.
+ */
+export const LATE_REPLY_WAIT_MS = 30_000;
 /** Consecutive outage failures that open the circuit breaker. */
 export const DEFAULT_BREAKER_THRESHOLD = 5;
 /** How long an open breaker keeps Redis uncalled before one probe, ms. */
@@ -53,6 +66,10 @@ export interface Stats {
   readonly clockSamples: number;
   /** Times another quota was found on a key this limiter uses. */
   readonly quotaMismatches: number;
+  /** Admissions whose reply came after their caller gave up, given back at once by their stamp. */
+  readonly lateRefunds: number;
+  /** Such admissions whose refund failed: they stay charged (a warning is logged). */
+  readonly lateRefundsFailed: number;
 }
 
 /** One failure (or a quota mismatch), as the alert hook sees it. */
@@ -152,6 +169,8 @@ export class Counters {
   cachedRefusals = 0;
   clockSamples = 0;
   quotaMismatches = 0;
+  lateRefunds = 0;
+  lateRefundsFailed = 0;
 
   snapshot(breaker: Breaker): Stats {
     const [breakerOpen, coolDownLeftMs] = breaker.state();
@@ -169,6 +188,8 @@ export class Counters {
       coolDownLeftMs,
       clockSamples: this.clockSamples,
       quotaMismatches: this.quotaMismatches,
+      lateRefunds: this.lateRefunds,
+      lateRefundsFailed: this.lateRefundsFailed,
     };
   }
 }
@@ -187,6 +208,11 @@ export class Alerts {
     private readonly logger: Logger | null,
     private readonly clock: MillisClock = () => performance.now(),
   ) {}
+
+  /** A warning outside the alerts (the logger's, as it comes). */
+  warn(message: string): void {
+    this.logger?.warn(message);
+  }
 
   raise(alert: Alert, stats: Stats): void {
     if (this.hook) {

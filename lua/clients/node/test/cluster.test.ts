@@ -41,7 +41,7 @@ after(() => {
 describe("a Redis Cluster", () => {
   it("checks on every master, one TIME sample of each", async () => {
     for (const a of admins) await a.script("FLUSH");
-    const limiter = new Limiter(cluster, "gcra", QUOTA, { prefix: "cluster", logger: null });
+    const limiter = new Limiter(cluster, "gcra", QUOTA, { prefix: "cluster", logger: null, timeoutMs: 5000 });
     const keys = Array.from({ length: 30 }, (_, i) => `user${i}`);
     for (const key of keys) assert.equal((await limiter.check(key, 3)).remaining, 7);
     for (const key of keys) assert.equal((await limiter.peek(key, 0)).remaining, 7);
@@ -53,7 +53,15 @@ describe("a Redis Cluster", () => {
   });
 
   it("a paused master times a check out, uncharged", async () => {
-    const limiter = new Limiter(cluster, "gcra", QUOTA, { prefix: "clusterpause", breaker: { threshold: 0 }, logger: null });
+    // A timeout a loaded machine cannot miss, and the caller's clock, frozen: what is tested is that the
+    // paused master times the call out, while it is still paused, uncharged.
+    const limiter = new Limiter(cluster, "gcra", QUOTA, {
+      prefix: "clusterpause",
+      breaker: { threshold: 0 },
+      logger: null,
+      timeoutMs: 1000,
+      clock: () => 1_700_000_000_000_000,
+    });
     // A key whose slot the first master serves.
     const slots = (await admins[0]!.cluster("SLOTS")) as unknown as [number, number, [string, number]][];
     const mine = slots.filter(([, , [, port]]) => port === nodes[0]!.port);
@@ -65,9 +73,7 @@ describe("a Redis Cluster", () => {
     assert.equal((await limiter.check(key)).remaining, 9);
     nodes[0]!.pause();
     try {
-      const started = performance.now();
       await assert.rejects(limiter.check(key), Timeout);
-      assert.ok(performance.now() - started < 300);
     } finally {
       nodes[0]!.resume();
     }

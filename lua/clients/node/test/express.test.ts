@@ -107,7 +107,7 @@ describe("the shared HTTP cases through Express", () => {
           spec.algorithm,
           new Quota(spec.quota.limit, spec.quota.period_us, spec.quota.burst),
           // A loaded machine (test files run in parallel): a slow answer is not what is tested.
-          { prefix, clock: () => now, quotaCheckEvery: null, logger: null, timeoutMs: 2000 },
+          { prefix, clock: () => now, quotaCheckEvery: null, logger: null, timeoutMs: 2000, connectTimeoutMs: 30_000 },
         );
         const keyHeader = spec.key?.header;
         return new Policy(spec.name, limiter, {
@@ -167,7 +167,7 @@ describe("the shared HTTP cases through Express", () => {
     // receipts, every request saw the same 3 remaining and each wide policy was charged for all 30.
     const prefix = `express${process.pid}-concurrent`;
     const clock = () => CASES.t0_us;
-    const options = { prefix, clock, quotaCheckEvery: null, logger: null, timeoutMs: 5000 };
+    const options = { prefix, clock, quotaCheckEvery: null, logger: null, timeoutMs: 5000, connectTimeoutMs: 30_000 };
     const limiter = (name: AlgorithmName, limit: number) => new Limiter(up, name, Quota.perHour(limit), options);
     // The narrow limiter's calls wait until all 30 requests are being decided (3 s at most): every
     // decision overlaps every other, whatever order the connections arrive in.

@@ -81,7 +81,8 @@ import { Limiter, Quota, type Decision } from "ratelab-client";
 import { Identify, Policy, rateLimit } from "ratelab-client/express";
 
 const redis = new Redis(process.argv[2] ?? "");
-const limiter = new Limiter(redis, "gcra", Quota.perSecond(5, 10), { prefix: "smoke" });
+// Ten an hour, and a timeout a loaded machine cannot miss: the peek finds what the check left.
+const limiter = new Limiter(redis, "gcra", Quota.perHour(10), { prefix: "smoke", timeoutMs: 5000 });
 const first: Decision = await limiter.check("alice", 3);
 const peeked: Decision = await limiter.peek("alice", 0);
 const middleware = rateLimit({ policies: [new Policy("default", limiter)], identify: new Identify({ trustedProxies: ["10.0.0.0/8"] }) });

@@ -49,6 +49,7 @@ function limiter(name: AlgorithmName, callerClock: boolean): Limiter {
       clock: callerClock ? () => now : undefined,
       // A loaded test machine: a slow answer is not what is tested.
       timeoutMs: 5_000,
+      connectTimeoutMs: 30_000,
     });
     limiters.set(id, l);
   }

@@ -40,9 +40,16 @@ function which(name: string): string | undefined {
 export class RedisServer {
   private constructor(
     readonly port: number,
-    private readonly process: ChildProcess,
+    private process: ChildProcess,
     private readonly dir: string,
+    private readonly args: readonly string[],
   ) {}
+
+  private static spawn(binary: string, args: readonly string[]): ChildProcess {
+    const child = spawn(binary, args, { stdio: "ignore" });
+    process.once("exit", () => child.kill("SIGKILL"));
+    return child;
+  }
 
   static async start(extra: readonly string[] = []): Promise<RedisServer> {
     const binary = process.env.RATELAB_REDIS_SERVER || which("redis-server");
@@ -54,19 +61,38 @@ export class RedisServer {
     const dir = mkdtempSync(join(tmpdir(), "ratelab-node-redis-"));
     for (let attempt = 0; attempt < 10; attempt++) {
       const port = await freePort();
-      const child = spawn(
-        binary,
-        ["--port", String(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-          "--dir", dir, "--logfile", join(dir, "redis.log"), ...extra],
-        { stdio: "ignore" },
-      );
-      const server = new RedisServer(port, child, dir);
-      const kill = () => child.kill("SIGKILL");
-      process.once("exit", kill);
+      const args = ["--port", String(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+        "--dir", dir, "--logfile", join(dir, "redis.log"), ...extra];
+      const server = new RedisServer(port, RedisServer.spawn(binary, args), dir, [binary, ...args]);
       if (await server.ready()) return server;
-      server.stop();
+      server.kill();
     }
+    rmSync(dir, { recursive: true, force: true });
     throw new Error(`redis-server did not start; see ${join(dir, "redis.log")}`);
+  }
+
+  /** Kills it (its connections closed by the kernel); `restart` starts it again, empty, on the same port. */
+  kill(): void {
+    this.process.kill("SIGCONT");
+    this.process.kill("SIGKILL");
+  }
+
+  /**
+   * A client reconnecting meanwhile may hold the port for a moment (a connection the kernel gave the
+   * port itself as its source): tried a few times.
+   */
+  async restart(): Promise<void> {
+    const [binary, ...args] = this.args as [string, ...string[]];
+    for (let attempt = 0; attempt < 20; attempt++) {
+      if (this.process.exitCode === null && this.process.signalCode === null) {
+        await new Promise((ok) => this.process.once("exit", ok));
+      }
+      this.process = RedisServer.spawn(binary, args);
+      if (await this.ready()) return;
+      this.kill();
+      await new Promise((ok) => setTimeout(ok, 100));
+    }
+    throw new Error(`redis-server did not start again on port ${this.port}; see ${join(this.dir, "redis.log")}`);
   }
 
   private async ready(): Promise<boolean> {
@@ -105,8 +131,7 @@ export class RedisServer {
   }
 
   stop(): void {
-    this.process.kill("SIGCONT");
-    this.process.kill("SIGKILL");
+    this.kill();
     rmSync(this.dir, { recursive: true, force: true });
   }
 }

@@ -47,6 +47,7 @@ from .receipt import Receipt, parse_receipt
 from .resilience import (
     DEFAULT_BREAKER_COOL_DOWN,
     DEFAULT_BREAKER_THRESHOLD,
+    DEFAULT_CONNECT_TIMEOUT,
     DEFAULT_TIMEOUT,
     Alert,
     AlertHook,
@@ -56,6 +57,7 @@ from .resilience import (
     FailurePolicy,
     RefusalCache,
     Stats,
+    logger,
 )
 
 #: By default every 100th check (and the first) also records the quota it
@@ -115,7 +117,9 @@ class Call:
     cost: int
     #: The caller's ``now``, µs, or None for Redis ``TIME``.
     now: Optional[int]
-    #: The local monotonic µs at which the caller gives up (None: never).
+    #: The local monotonic µs at which the caller gives up (None: never):
+    #: the timeout counted from the call's start, and from the moment its
+    #: connection was ready when it had to wait for one (:meth:`Core.arm`).
     give_up: Optional[int]
     #: The refusal cache's clock, read before the call.
     local_now: int
@@ -127,13 +131,13 @@ class Call:
     stamp: Optional[Tuple[int, int]] = None
 
 
-def validate_timeout(timeout: Optional[float]) -> Optional[float]:
+def validate_timeout(timeout: Optional[float], name: str = "timeout") -> Optional[float]:
     if timeout is None:
         return None
     if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
-        raise ValueError(f"timeout must be a positive number of seconds or None, not {timeout!r}")
+        raise ValueError(f"{name} must be a positive number of seconds or None, not {timeout!r}")
     if timeout > 3600:
-        raise ValueError(f"a timeout of {timeout} s is longer than an hour: pass None for none")
+        raise ValueError(f"a {name} of {timeout} s is longer than an hour: pass None for none")
     return float(timeout)
 
 
@@ -157,6 +161,7 @@ class Core:
         cache_refusals: Optional[int],
         redis_clock: Optional[RedisClock],
         quota_check_every: Optional[int],
+        connect_timeout: Optional[float] = DEFAULT_CONNECT_TIMEOUT,
         monotonic: Callable[[], int] = monotonic_us,
     ) -> None:
         if not isinstance(quota, Quota):
@@ -180,11 +185,13 @@ class Core:
             )
         self.ttl_slack_ms = ttl_slack_ms
         self.timeout = validate_timeout(timeout)
+        self.connect_timeout = validate_timeout(connect_timeout, "connect_timeout")
         self.failure = FailurePolicy(on_failure)
         self.policy_on_data_errors = bool(policy_on_data_errors)
         threshold, cool_down = breaker
-        # A probe may take as long as a call: then another caller may probe.
-        self.breaker = Breaker(threshold, cool_down, self.timeout or 1.0)
+        # A probe may take as long as a call on a new connection: then
+        # another caller may probe.
+        self.breaker = Breaker(threshold, cool_down, (self.timeout or 1.0) + (self.connect_timeout or 1.0))
         self.alerts = Alerts(on_alert)
         self.counters = Counters()
         self.refusals = RefusalCache(cache_refusals) if cache_refusals is not None else None
@@ -315,6 +322,14 @@ class Core:
         return Call(op, key_b, self.redis_key(key_b), cost, now, give_up,
                     now if now is not None else started, registry=registry)
 
+    def arm(self, call: Call) -> None:
+        """Starts the call's timeout now: its connection is ready. Setting
+        up a connection (bounded by ``connect_timeout``) is not counted
+        against it, so that a cold start on a busy Redis is not an outage;
+        the deadline sent is still the instant this caller gives up."""
+        if self.timeout is not None:
+            call.give_up = self.monotonic() + round(self.timeout * 1_000_000)
+
     def remaining_s(self, call: Call) -> Optional[float]:
         """Seconds left before the caller gives up (None: no timeout)."""
         if call.give_up is None:
@@ -330,12 +345,7 @@ class Core:
         deadline: Union[int, str] = ""
         if call.give_up is not None:
             if not self.redis_clock.fresh():
-                times = yield ("TIME",)
-                self.counters.count("clock_samples")
-                try:
-                    self.redis_clock.record(samples_from(times))
-                except ValueError as e:
-                    raise DataError(f"invalid reply to TIME: {e}") from e
+                self.record_sample((yield ("TIME",)))
             deadline = self.redis_clock.deadline(call.give_up)
         args = self.arguments(call.cost, call.now, call.op, deadline, actual=call.actual, stamp=call.stamp)
         evalsha = ("EVALSHA", self.sha, 1, call.redis_key, *args)
@@ -349,6 +359,43 @@ class Core:
         if call.registry:
             yield from self._record_quota(call)
         return reply
+
+    def record_sample(self, times: Any) -> None:
+        """``[(before_us, TIME reply, after_us)]`` (one per master) as the
+        offset to Redis's clock."""
+        self.counters.count("clock_samples")
+        try:
+            self.redis_clock.record(samples_from(times))
+        except ValueError as e:
+            raise DataError(f"invalid reply to TIME: {e}") from e
+
+    # -- replies that come after their caller gave up ---------------------------
+
+    @staticmethod
+    def may_charge(call: Call) -> bool:
+        """The call is one whose late reply may be an admission to give back."""
+        return call.op == "check" and call.cost > 0
+
+    def late_refund(self, call: Call, reply: Any) -> Optional[Call]:
+        """For a check whose caller gave up before its reply came: the
+        refund (a settlement to 0 by the reply's stamp, with no deadline)
+        that gives its admission back, or None when the reply admitted
+        nothing. Raises :class:`DataError` for a reply no script sends."""
+        if not self.may_charge(call):
+            return None
+        decision, stamp = self.validate(reply, call.op, call.cost, call.now)
+        if not decision.allowed:
+            return None
+        refund = self._call("settle", call.key, call.cost)
+        refund.give_up = None
+        refund.actual, refund.stamp = 0, stamp
+        return refund
+
+    def late_refund_failed(self, refund: Call, error: BaseException) -> None:
+        """A late admission could not be given back: it stays charged."""
+        self.counters.count("late_refunds_failed")
+        logger.warning("ratelab %s: a check that timed out was admitted after all, and could not be given "
+                       "back (%r): it stays charged", self.algorithm.name, error)
 
     def _record_quota(self, call: Call) -> Flow:
         ours = self.algorithm.fingerprint_input
@@ -511,6 +558,12 @@ class Core:
         elif (at, mark) != (0, 0):
             raise invalid("a stamp for no admission")
         return Decision(allowed == 1, limit, remaining, retry, reset, delay), (at, mark)
+
+
+def connect_timed_out(connect_timeout: Optional[float]) -> Timeout:
+    """The error of a connection not set up in time."""
+    bound = "its connect timeout" if connect_timeout is None else f"{connect_timeout * 1000:g} ms"
+    return Timeout(f"could not connect to the rate limiter backend within {bound}")
 
 
 def _key(key: Key) -> bytes:

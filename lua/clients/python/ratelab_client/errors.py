@@ -59,9 +59,11 @@ class Unavailable(RatelabError):
 
 
 class Timeout(Unavailable):
-    """Redis did not answer within the limiter's timeout (connecting
-    included). A check that timed out is never charged: its deadline on
-    Redis's clock has passed by the time the caller gives up."""
+    """Redis did not answer within the limiter's timeout, or a connection
+    was not set up within its ``connect_timeout``. A check that timed out is
+    not charged: its deadline on Redis's clock has passed by the time the
+    caller gives up, and an admission whose reply comes later is given back
+    when it comes (README, "A stall after the script ran")."""
 
 
 class BackendError(Unavailable):

@@ -6,6 +6,7 @@ limit and fail alike."""
 
 from __future__ import annotations
 
+import socket
 import threading
 from typing import Any, Callable, List, Optional, Tuple, Union
 
@@ -14,7 +15,7 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from .clock import RedisClock, monotonic_us
-from .core import Call, Command, Core, Decision, drive, is_cluster
+from .core import Call, Command, Core, Decision, connect_timed_out, drive, is_cluster
 from .errors import (
     BackendError,
     CircuitOpen,
@@ -31,7 +32,9 @@ from .receipt import Receipt
 from .resilience import (
     DEFAULT_BREAKER_COOL_DOWN,
     DEFAULT_BREAKER_THRESHOLD,
+    DEFAULT_CONNECT_TIMEOUT,
     DEFAULT_TIMEOUT,
+    LATE_REPLY_WAIT,
     AlertHook,
     FailurePolicy,
     Stats,
@@ -59,6 +62,10 @@ def _no_retry() -> Retry:
 
 #: Idle connections a limiter keeps open for its next calls.
 MAX_IDLE_CONNECTIONS = 32
+#: Calls whose caller gave up that a limiter may still be reading, each in a
+#: thread of its own (past it, their connections are closed: see
+#: :data:`~ratelab_client.resilience.LATE_REPLY_WAIT`).
+MAX_LATE_CALLS = 32
 
 
 def _set_socket_timeout(connection: Any, seconds: Optional[float]) -> None:
@@ -69,14 +76,44 @@ def _set_socket_timeout(connection: Any, seconds: Optional[float]) -> None:
         sock.settimeout(seconds)
 
 
+def _still_open(connection: Any) -> bool:
+    """An idle connection the server has not closed (a restart, its idle
+    timeout): nothing to read on it. One non-blocking poll, as redis-py's
+    own pool does before reusing a connection."""
+    if getattr(connection, "_sock", None) is None:
+        return False
+    try:
+        return not connection.can_read(0)
+    except (redis.exceptions.RedisError, OSError):
+        return False
+
+
+class _LateReply(Exception):
+    """A check's reply did not come before its caller gave up: the
+    connection is left to read it in the background."""
+
+    def __init__(self, error: BaseException) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
 class _SyncIO:
     """Runs a limiter's commands on connections of its own, made with the
     client's settings (address, credentials, TLS, database; its pool's
-    connection class), each command bounded by the time left before the
-    caller gives up, connecting and the handshake included, with none of
-    redis-py's own retries: the limiter's breaker and policy decide. A call
-    that fails closes its connection (a half-read reply must never be read
-    by the next call). A cluster client routes each command itself."""
+    connection class), with none of redis-py's own retries: the limiter's
+    breaker and policy decide.
+
+    - A connection is set up (TCP, the handshake, a sample of Redis's clock)
+      within ``connect_timeout``; the call's own timeout starts once it is
+      ready. An idle connection is reused only if the server has not closed
+      it (a restart): one closed drops every idle one, and a breaker's probe
+      always connects anew, so no call is spent on a stale connection.
+    - A check whose reply has not come when its caller gives up keeps its
+      connection: a thread reads the reply (for at most
+      :data:`LATE_REPLY_WAIT`) and gives an admission back by its stamp.
+      Any other failure closes the connection (a half-read reply must never
+      be read by the next call).
+    - A cluster client routes each command itself."""
 
     def __init__(self, client: Any, core: Core) -> None:
         self.client = client
@@ -84,51 +121,113 @@ class _SyncIO:
         self.cluster = is_cluster(client)
         self._idle: List[Any] = []
         self._lock = threading.Lock()
+        self._late: List[threading.Thread] = []
+        self._closed = False
         kwargs = getattr(getattr(client, "connection_pool", None), "connection_kwargs", {})
         self._socket_timeout = kwargs.get("socket_timeout")
 
-    def _take(self) -> Any:
-        with self._lock:
-            if self._idle:
-                return self._idle.pop()
+    def _new(self) -> Any:
         pool = self.client.connection_pool
         connection = pool.connection_class(**pool.connection_kwargs)
         connection.retry = _no_retry()
         return connection
 
+    def _take(self, fresh: bool) -> Any:
+        if fresh:
+            self._drop_idle()
+            return self._new()
+        while True:
+            with self._lock:
+                if not self._idle:
+                    return self._new()
+                connection = self._idle.pop()
+            if _still_open(connection):
+                return connection
+            # Closed by the server: so, most likely, is every other one.
+            connection.disconnect()
+            self._drop_idle()
+
     def _give(self, connection: Any) -> None:
         with self._lock:
-            if len(self._idle) < MAX_IDLE_CONNECTIONS:
+            if not self._closed and len(self._idle) < MAX_IDLE_CONNECTIONS:
                 self._idle.append(connection)
                 return
         connection.disconnect()
 
-    def close(self) -> None:
+    def _drop_idle(self) -> None:
         with self._lock:
             idle, self._idle = self._idle, []
         for connection in idle:
             connection.disconnect()
 
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            late = list(self._late)
+        # Each late reply is awaited for at most LATE_REPLY_WAIT after its
+        # caller gave up: no longer than that from now, all together.
+        until = monotonic_us() + round(LATE_REPLY_WAIT * 1_000_000)
+        for thread in late:
+            thread.join(max(0.0, (until - monotonic_us()) / 1_000_000))
+        self._drop_idle()
+
     def run(self, flow: Any, call: Call) -> Any:
         if self.cluster:
             return drive(flow, lambda command: self._cluster(command, call))
-        connection = self._take()
+        # While Redis owes a reply on another connection (a stall), a new
+        # one would wait as long: setting it up counts against the call's
+        # timeout then.
+        stalled = self._stalled()
+        connection = self._take(fresh=call.probe)
         try:
             if getattr(connection, "_sock", None) is None:
-                # A new connection, maybe to another server (a failover):
-                # its clock is measured again.
-                self.core.redis_clock.invalidate()
-                left = self._left(call)
-                if left is not None:
-                    connection.socket_connect_timeout = left
-                    connection.socket_timeout = left
-                connection.connect()
+                self._set_up(connection, self._left(call) if stalled else None)
+            if not stalled:
+                self.core.arm(call)
             result = drive(flow, lambda command: self._execute(connection, command, call))
-        except BaseException:
+        except _LateReply as late:
+            self._read_later(connection, call)
+            raise late.error from None
+        except BaseException as e:
             connection.disconnect()
+            if isinstance(e, (redis.exceptions.ConnectionError, OSError)):
+                self._drop_idle()
             raise
         self._give(connection)
         return result
+
+    def _stalled(self) -> bool:
+        with self._lock:
+            return any(thread.is_alive() for thread in self._late)
+
+    def _set_up(self, connection: Any, within: Optional[float]) -> None:
+        """Connects (and handshakes) within ``connect_timeout`` (or
+        ``within`` seconds, what is left of the call's timeout), then
+        samples Redis's clock on the new connection (maybe another server
+        after a failover)."""
+        core = self.core
+        core.redis_clock.invalidate()
+        bound = core.connect_timeout if within is None else within
+        connection.socket_connect_timeout = bound
+        connection.socket_timeout = bound
+        if within is not None:
+            # Part of the call: its timeout's error.
+            connection.connect()
+            if core.timeout is not None:
+                self._sample(connection)
+            return
+        try:
+            connection.connect()
+            if core.timeout is not None:
+                self._sample(connection)
+        except (redis.exceptions.TimeoutError, socket.timeout) as e:
+            raise connect_timed_out(core.connect_timeout) from e
+
+    def _sample(self, connection: Any) -> None:
+        before = monotonic_us()
+        connection.send_command("TIME")
+        reply = connection.read_response()
+        self.core.record_sample([(before, reply, monotonic_us())])
 
     def _left(self, call: Call) -> Optional[float]:
         left = self.core.remaining_s(call)
@@ -146,7 +245,61 @@ class _SyncIO:
             reply = connection.read_response()
             return [(before, reply, monotonic_us())]
         connection.send_command(*command)
+        if command[0] == "EVALSHA" and self.core.may_charge(call):
+            try:
+                # Kept open on a timeout: the reply is read later.
+                return connection.read_response(disconnect_on_error=False)
+            except redis.exceptions.TimeoutError as e:
+                raise _LateReply(e) from None
         return connection.read_response()
+
+    def _read_later(self, connection: Any, call: Call) -> None:
+        with self._lock:
+            self._late = [t for t in self._late if t.is_alive()]
+            if self._closed or len(self._late) >= MAX_LATE_CALLS:
+                connection.disconnect()
+                return
+            thread = threading.Thread(target=self._late_reply, args=(connection, call),
+                                      name="ratelab-late-reply", daemon=True)
+            self._late.append(thread)
+        thread.start()
+
+    def _late_reply(self, connection: Any, call: Call) -> None:
+        """Reads the reply of a check whose caller gave up; an admission is
+        given back at once, by its stamp, on the same connection."""
+        until = monotonic_us() + round(LATE_REPLY_WAIT * 1_000_000)
+
+        def left() -> float:
+            seconds = (until - monotonic_us()) / 1_000_000
+            if seconds <= 0:
+                raise redis.exceptions.TimeoutError("no late reply in time")
+            return seconds
+
+        def execute(command: Command) -> Any:
+            _set_socket_timeout(connection, left())
+            connection.send_command(*command)
+            return connection.read_response()
+
+        try:
+            _set_socket_timeout(connection, left())
+            try:
+                reply = connection.read_response()
+            except redis.exceptions.ResponseError:
+                reply = None  # expired, NOSCRIPT...: nothing was charged
+            refund = None if reply is None else self.core.late_refund(call, reply)
+        except Exception:
+            # No reply in time, or none readable: the charge stands.
+            connection.disconnect()
+            return
+        if refund is not None:
+            try:
+                drive(self.core.flow(refund), execute)
+            except Exception as e:
+                self.core.late_refund_failed(refund, e)
+                connection.disconnect()
+                return
+            self.core.counters.count("late_refunds")
+        self._give(connection)
 
     def _cluster(self, command: Command, call: Call) -> Any:
         # A cluster routes each command itself: its own socket timeouts
@@ -175,10 +328,16 @@ class Limiter:
     Options (the Rust ``RedisLimiterBuilder``'s, with its defaults):
 
     - ``timeout`` (seconds, default 0.1; ``None`` for none): the most a call
-      waits for Redis, connecting included (redis-py's own retries are not
-      used). The call's deadline on Redis's clock is the instant the caller
-      gives up, from a measured offset (see :mod:`ratelab_client.clock`): a
-      call that times out is never charged.
+      waits for Redis once it has a connection (redis-py's own retries are
+      not used). The call's deadline on Redis's clock is the instant the
+      caller gives up, from a measured offset (see
+      :mod:`ratelab_client.clock`): a call that times out is never charged
+      (a check whose script ran before the deadline, and whose reply came
+      after it, is given back at once when the reply comes, within
+      :data:`~ratelab_client.resilience.LATE_REPLY_WAIT`).
+    - ``connect_timeout`` (seconds, default 1.0): the most setting up a new
+      connection takes (TCP, the handshake, a sample of Redis's clock),
+      before the call's own timeout starts.
     - ``on_failure``: a :class:`FailurePolicy` (``"error"``, ``"allow"``,
       ``"deny"``) for outages; data errors raise whatever it is, unless
       ``policy_on_data_errors``.
@@ -208,6 +367,7 @@ class Limiter:
         clock: Optional[Callable[[], int]] = None,
         ttl_slack_ms: Optional[int] = None,
         timeout: Optional[float] = DEFAULT_TIMEOUT,
+        connect_timeout: Optional[float] = DEFAULT_CONNECT_TIMEOUT,
         on_failure: Union[FailurePolicy, str] = FailurePolicy.ERROR,
         policy_on_data_errors: bool = False,
         breaker: Tuple[int, float] = (DEFAULT_BREAKER_THRESHOLD, DEFAULT_BREAKER_COOL_DOWN),
@@ -221,6 +381,7 @@ class Limiter:
             timeout=timeout, on_failure=on_failure, policy_on_data_errors=policy_on_data_errors,
             breaker=breaker, on_alert=on_alert, cache_refusals=cache_refusals,
             redis_clock=redis_clock, quota_check_every=quota_check_every,
+            connect_timeout=connect_timeout,
         )
         self.client = client
         self._io = _SyncIO(client, self._core)
@@ -323,7 +484,9 @@ class Limiter:
         self._decide(self._core.start_reset(key))
 
     def close(self) -> None:
-        """Closes the limiter's own connections (not the client's)."""
+        """Closes the limiter's own connections (not the client's), once the
+        late replies it is reading have come (at most
+        :data:`~ratelab_client.resilience.LATE_REPLY_WAIT`)."""
         self._io.close()
 
     def __enter__(self) -> "Limiter":

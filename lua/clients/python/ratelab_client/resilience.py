@@ -14,6 +14,16 @@ from typing import Callable, Dict, Optional, Tuple, Union
 
 #: The default per-call timeout, in seconds (Rust: ``DEFAULT_TIMEOUT``).
 DEFAULT_TIMEOUT = 0.1
+#: The default bound on setting up a connection (TCP, the handshake, the
+#: first clock sample), in seconds: apart from the call's own timeout, so
+#: that connecting to a healthy but busy Redis is not an outage.
+DEFAULT_CONNECT_TIMEOUT = 1.0
+#: How long, after its caller gave up, a check's reply is still awaited in
+#: the background, in seconds (the Rust client's ``LATE_REPLY_WAIT``): an
+#: admission that arrives within it is given back at once (a refund by its
+#: stamp); one later than that, or on a connection that is lost, stays
+#: charged.
+LATE_REPLY_WAIT = 30.0
 #: Consecutive outage failures that open the circuit breaker.
 DEFAULT_BREAKER_THRESHOLD = 5
 #: How long an open breaker keeps Redis uncalled before one probe, seconds.
@@ -72,6 +82,12 @@ class Stats:
     clock_samples: int = 0
     #: Times another quota was found on a key this limiter uses.
     quota_mismatches: int = 0
+    #: Admissions whose reply came after their caller gave up, given back
+    #: at once by their stamp (a check that timed out is not charged).
+    late_refunds: int = 0
+    #: Such admissions whose refund failed: they stay charged (a warning is
+    #: logged).
+    late_refunds_failed: int = 0
 
 
 @dataclass(frozen=True)
@@ -177,6 +193,8 @@ class Counters:
     cached_refusals: int = 0
     clock_samples: int = 0
     quota_mismatches: int = 0
+    late_refunds: int = 0
+    late_refunds_failed: int = 0
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def count(self, name: str, n: int = 1) -> None:
@@ -200,6 +218,8 @@ class Counters:
                 cool_down_left=left,
                 clock_samples=self.clock_samples,
                 quota_mismatches=self.quota_mismatches,
+                late_refunds=self.late_refunds,
+                late_refunds_failed=self.late_refunds_failed,
             )
 
 

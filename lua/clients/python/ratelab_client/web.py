@@ -21,7 +21,7 @@ import json
 import logging
 import re
 from dataclasses import dataclass, field
-from typing import Any, Awaitable, Callable, Dict, Iterable, List, Optional, Sequence, Tuple, Union
+from typing import Any, Awaitable, Callable, Dict, Iterable, List, Optional, Sequence, Set, Tuple, Union
 
 from .core import Decision
 from .errors import CostTooHigh, DataError, RatelabError, Timeout, Unavailable
@@ -660,6 +660,28 @@ async def _bounded(policy: Policy, awaitable: Awaitable[Any]) -> Any:
         raise Timeout(f"the rate limiter did not answer within {policy.timeout * 1000:g} ms") from None
 
 
+async def _warm(limiters: Iterable[Any]) -> None:
+    warms = [limiter.warm() for limiter in limiters if inspect.iscoroutinefunction(getattr(limiter, "warm", None))]
+    if warms:
+        await asyncio.gather(*warms, return_exceptions=True)
+
+
+#: Refunds of admissions that came after their request was answered.
+_late_refunds: Set["asyncio.Task[Any]"] = set()
+
+
+def _give_back_late(policy: Policy, check: "asyncio.Future[Any]") -> None:
+    if check.cancelled() or check.exception() is not None:
+        return
+    receipt = getattr(check.result(), "receipt", None)
+    if receipt is None:
+        return
+    refund = asyncio.ensure_future(_bounded(policy, policy.limiter.refund(receipt)))
+    _late_refunds.add(refund)
+    refund.add_done_callback(_late_refunds.discard)
+    refund.add_done_callback(lambda done: done.cancelled() or done.exception())
+
+
 def _waits_for_response(report: Report) -> bool:
     return (report.policy.after_response and report.cost != 0 and report.admitted
             and report.receipt is not None)
@@ -740,6 +762,10 @@ class Engine:
     async def decide(self) -> Verdict:
         if not self.reports:
             return Verdict([], "pass", self.client)
+        # Setting up a limiter's connection is bounded by its own
+        # connect_timeout, not by the policy's: the first requests on a busy
+        # Redis are decided, not failed open.
+        await _warm({id(r.policy.limiter): r.policy.limiter for r in self.reports}.values())
         started = self.monotonic()
         for r in self.reports:
             # Every call of a policy for this request shares one deadline.
@@ -826,9 +852,13 @@ class Engine:
         left = (report.deadline or 0) - self.monotonic()
         if left <= 0:
             raise Timeout(f"policy {report.policy.name}: its timeout passed")
+        check = asyncio.ensure_future(report.policy.limiter.check(report.key, cost))
         try:
-            return await asyncio.wait_for(report.policy.limiter.check(report.key, cost), left)
+            return await asyncio.wait_for(asyncio.shield(check), left)
         except asyncio.TimeoutError:
+            # The check goes on: an admission it brings after all is given
+            # back, as the request was answered without it.
+            check.add_done_callback(lambda done: _give_back_late(report.policy, done))
             raise Timeout(f"the rate limiter did not answer within {report.policy.timeout * 1000:g} ms") from None
 
     def _record(self, report: Report, result: Any, how: str) -> None:

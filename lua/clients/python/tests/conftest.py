@@ -14,6 +14,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -54,20 +55,39 @@ class RedisServer:
                 "redis-server) or set RATELAB_REDIS_SERVER",
                 pytrace=False,
             )
+        self.binary = binary
+        self.extra = tuple(extra)
         self.dir = tempfile.mkdtemp(prefix="ratelab-py-redis-")
         self.log = Path(self.dir) / "redis.log"
         for _ in range(10):
             self.port = _free_port()
-            self.process = subprocess.Popen(
-                [binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
-                 "--appendonly", "no", "--dir", self.dir, "--logfile", str(self.log), *extra],
-                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                preexec_fn=_die_with_parent,
-            )
-            if self._ready():
+            if self._spawn():
                 return
-            self.stop()
         pytest.fail(f"redis-server did not start; see {self.log}", pytrace=False)
+
+    def _spawn(self) -> bool:
+        self.process = subprocess.Popen(
+            [self.binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
+             "--appendonly", "no", "--dir", self.dir, "--logfile", str(self.log), *self.extra],
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            preexec_fn=_die_with_parent,
+        )
+        if self._ready():
+            return True
+        self.stop()
+        return False
+
+    def restart(self) -> None:
+        """Starts it again, empty, on the same port (after :meth:`stop`). A client
+        reconnecting meanwhile may hold the port for a moment (a connection
+        the kernel gave the port itself as its source): tried a few times.
+        """
+        for _ in range(20):
+            if self._spawn():
+                return
+            time.sleep(0.1)
+        log = self.log.read_text(errors="replace")[-2000:] if self.log.exists() else ""
+        pytest.fail(f"redis-server did not start again on port {self.port}:\n{log}", pytrace=False)
 
     def _ready(self) -> bool:
         deadline = time.monotonic() + 10
@@ -108,6 +128,149 @@ class RedisServer:
         self.process.wait()
 
 
+class Proxy:
+    """A TCP proxy in front of a redis-server, for faults a server does not
+    show on cue: connections held before they reach it (a host slow to
+    accept), and its replies held back after it ran what it was sent (a
+    stall between a script and its reply). Threads, blocking sockets."""
+
+    def __init__(self, port: int) -> None:
+        self.upstream = port
+        self._listener = socket.socket()
+        self._listener.bind(("127.0.0.1", 0))
+        self._listener.listen(128)
+        self.port = self._listener.getsockname()[1]
+        self._connecting = threading.Event()
+        self._connecting.set()
+        self._replying = threading.Event()
+        self._replying.set()
+        self._changed = threading.Condition()
+        #: Monotonic instants at which each connection was accepted.
+        self.accepted: list = []
+        self._sockets: list = []
+        self._closed = False
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def client(self) -> redis.Redis:
+        return redis.Redis(port=self.port, socket_timeout=5)
+
+    def aclient(self):
+        import redis.asyncio
+
+        return redis.asyncio.Redis(port=self.port, socket_timeout=5)
+
+    def hold_connections(self) -> None:
+        """New connections are accepted, then reach Redis only on
+        :meth:`release_connections`."""
+        self._connecting.clear()
+
+    def release_connections(self) -> None:
+        self._connecting.set()
+
+    def hold_replies(self) -> None:
+        """What Redis sends back waits in the proxy until
+        :meth:`release_replies`; what clients send still reaches it."""
+        self._replying.clear()
+
+    def release_replies(self) -> None:
+        self._replying.set()
+
+    def wait_accepted(self, n: int, seconds: float = 30) -> None:
+        with self._changed:
+            if not self._changed.wait_for(lambda: len(self.accepted) >= n, seconds):
+                raise AssertionError(f"the proxy accepted {len(self.accepted)} connections, not {n}")
+
+    def close(self) -> None:
+        self._closed = True
+        self._connecting.set()
+        self._replying.set()
+        for sock in [self._listener, *self._sockets]:
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            sock.close()
+
+    def _accept(self) -> None:
+        while not self._closed:
+            try:
+                client, _ = self._listener.accept()
+            except OSError:
+                return
+            self._sockets.append(client)
+            with self._changed:
+                self.accepted.append(time.monotonic())
+                self._changed.notify_all()
+            threading.Thread(target=self._serve, args=(client,), daemon=True).start()
+
+    def _serve(self, client: socket.socket) -> None:
+        self._connecting.wait()
+        try:
+            upstream = socket.create_connection(("127.0.0.1", self.upstream))
+        except OSError:
+            client.close()
+            return
+        self._sockets.append(upstream)
+        threading.Thread(target=self._pump, args=(client, upstream, None), daemon=True).start()
+        self._pump(upstream, client, self._replying)
+
+    def _pump(self, source: socket.socket, sink: socket.socket, gate) -> None:
+        try:
+            while True:
+                data = source.recv(65536)
+                if not data:
+                    break
+                if gate is not None:
+                    gate.wait()
+                sink.sendall(data)
+        except OSError:
+            pass
+        try:
+            sink.shutdown(socket.SHUT_WR)
+        except OSError:
+            pass
+
+
+@pytest.fixture
+def proxy(own_server):
+    """A :class:`Proxy` in front of a server of this test's own."""
+    p = Proxy(own_server.port)
+    yield p
+    p.close()
+
+
+def wait_until(condition, what: str, seconds: float = 30) -> None:
+    """Waits for ``condition()`` (polled), failing after ``seconds``: a
+    bound on a hang, never on speed."""
+    deadline = time.monotonic() + seconds
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not within {seconds} s: {what}")
+        time.sleep(0.005)
+
+
+def core_of(limiter):
+    """The non-I/O half of a limiter (or of the one a ``SyncView`` shows)."""
+    return limiter._core if hasattr(limiter, "_core") else limiter._limiter._core
+
+
+class ManualBreakerClock:
+    """A breaker's clock the test advances by hand: cool-downs end when the
+    test says, not when the machine gets there."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def manual_breaker_clock(limiter) -> ManualBreakerClock:
+    clock = ManualBreakerClock()
+    core_of(limiter).breaker._clock = clock
+    return clock
+
+
 @pytest.fixture(scope="session")
 def server():
     s = RedisServer()
@@ -128,8 +291,8 @@ _prefixes = iter(range(1_000_000))
 
 @pytest.fixture
 def own_server():
-    """A server of this test's own, to pause or kill."""
-    s = RedisServer()
+    """A server of this test's own, to pause, stall (``DEBUG SLEEP``) or kill."""
+    s = RedisServer(["--enable-debug-command", "local"])
     yield s
     s.stop()
     shutil.rmtree(s.dir, ignore_errors=True)
@@ -180,6 +343,11 @@ def cluster():
     c.stop()
 
 
+#: The timeouts of the limiters the cases make, unless they set theirs.
+PATIENT_TIMEOUT = 5.0
+PATIENT_CONNECT_TIMEOUT = 30.0
+
+
 class SyncView:
     """An :class:`~ratelab_client.AsyncLimiter` seen through the synchronous
     interface: each coroutine run to completion on the test's loop. The
@@ -215,6 +383,11 @@ class Flavors:
         from ratelab_client import AsyncLimiter, Limiter
 
         client = kwargs.pop("client", None) or self.client_for(server)
+        # What most cases decide on is Redis's answers, not how fast a loaded
+        # machine gets them: a timeout it cannot miss, unless the case sets
+        # its own (the cases about timeouts).
+        kwargs.setdefault("timeout", PATIENT_TIMEOUT)
+        kwargs.setdefault("connect_timeout", PATIENT_CONNECT_TIMEOUT)
         if self.loop is None:
             limiter = Limiter(client, *args, **kwargs)
         else:

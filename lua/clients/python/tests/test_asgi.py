@@ -28,7 +28,7 @@ from ratelab_client import AsyncLimiter, Limiter, Quota
 from ratelab_client.asgi import RateLimitMiddleware
 from ratelab_client.web import Identify, Policy, Request, TrustedProxies
 
-from conftest import LUA
+from conftest import LUA, PATIENT_CONNECT_TIMEOUT, wait_until
 
 CASES = json.loads((LUA / "clients" / "http" / "cases.json").read_text(encoding="utf-8"))
 METHODS = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"]
@@ -87,7 +87,7 @@ def build_policy(spec: Dict[str, Any], server, down_port: int, prefix: str, cloc
     port = down_port if spec.get("redis") == "down" else server.port
     limiter = AsyncLimiter(redis.asyncio.Redis(port=port), spec["algorithm"],
                            Quota(q["limit"], q["period_us"], q["burst"]), prefix=prefix, clock=clock,
-                           quota_check_every=None, timeout=2.0)
+                           quota_check_every=None, timeout=2.0, connect_timeout=PATIENT_CONNECT_TIMEOUT)
     key = None
     if "key" in spec:
         header = spec["key"]["header"]
@@ -164,7 +164,7 @@ def test_all_or_nothing_under_concurrency(http_server, server, prefix):
 
     def limiter(algorithm, limit):
         return AsyncLimiter(redis.asyncio.Redis(port=server.port), algorithm, Quota.per_hour(limit), prefix=prefix,
-                            clock=clock, quota_check_every=None, timeout=5.0)
+                            clock=clock, quota_check_every=None, timeout=5.0, connect_timeout=PATIENT_CONNECT_TIMEOUT)
 
     class Gated(AsyncLimiter):
         """Its calls wait until all 30 requests are being decided (3 s at
@@ -185,7 +185,7 @@ def test_all_or_nothing_under_concurrency(http_server, server, prefix):
             return await super().check(key, cost)
 
     narrow = Gated(redis.asyncio.Redis(port=server.port), "gcra", Quota.per_hour(3), prefix=prefix, clock=clock,
-                   quota_check_every=None, timeout=5.0)
+                   quota_check_every=None, timeout=5.0, connect_timeout=PATIENT_CONNECT_TIMEOUT)
     wide = {"wide-fw": "fixed-window", "wide-sl": "sliding-log", "wide-gcra": "gcra"}
     policies = [Policy("narrow", narrow, timeout=5.0)] + [
         Policy(name, limiter(algorithm, 100), timeout=5.0) for name, algorithm in wide.items()]
@@ -239,3 +239,85 @@ def test_bad_configuration_is_a_clear_error(server):
         TrustedProxies(["proxy.local"])
     with pytest.raises(ValueError, match="x-forwarded-for or forwarded"):
         TrustedProxies([], header="x-real-ip")
+
+
+def serve_app(http_server, policies) -> int:
+    switch, port, _ = http_server
+    inner = Starlette(routes=[StarletteRoute("/{path:path}", echo_client, methods=METHODS)])
+    switch.app = RateLimitMiddleware(inner, policies=policies)
+    return port
+
+
+GET = {"request": {"method": "GET", "path": "/", "peer": "127.0.0.1", "headers": []}}
+
+
+def at_once(port: int, n: int) -> List[httpx.Response]:
+    with ThreadPoolExecutor(n) as pool:
+        return list(pool.map(lambda _: send(port, GET), range(n)))
+
+
+def test_failing_closed_requests_are_decided_again_at_the_first_after_a_restart(http_server, own_server):
+    # A limiter that served 20 requests at once; Redis killed, then started
+    # again (empty) on the same port: the next request is decided by it,
+    # not answered 503.
+    clock = lambda: CASES["t0_us"]  # noqa: E731
+    limiter = AsyncLimiter(redis.asyncio.Redis(port=own_server.port), "gcra", Quota.per_hour(100), prefix="restart",
+                           clock=clock, quota_check_every=None, timeout=2.0, connect_timeout=PATIENT_CONNECT_TIMEOUT)
+    port = serve_app(http_server, [Policy("default", limiter, failure="closed", timeout=2.0)])
+    assert [r.status_code for r in at_once(port, 20)] == [200] * 20
+    own_server.stop()
+    own_server.restart()
+    for left in (99, 98, 97):
+        response = send(port, GET)
+        assert response.status_code == 200, response.text
+        assert f'"default";r={left};' in response.headers["ratelimit"]
+    asyncio.run_coroutine_threadsafe(limiter.aclose(), http_server[2]).result(15)
+
+
+def test_a_burst_on_a_cold_limiter_is_decided_not_passed_unchecked(http_server, proxy):
+    # Redis slow to accept: the proxy holds the limiter's connection until
+    # the policy's timeout has passed for the first request. Connecting is
+    # not counted against it: Redis decides all 20 (10 admitted, 10
+    # refused), none passes unchecked.
+    clock = lambda: CASES["t0_us"]  # noqa: E731
+    limiter = AsyncLimiter(redis.asyncio.Redis(port=proxy.port), "gcra", Quota.per_hour(10), prefix="cold",
+                           clock=clock, quota_check_every=None, timeout=2.0, connect_timeout=30.0)
+    failures = []
+    _, port, loop = http_server
+    inner = Starlette(routes=[StarletteRoute("/{path:path}", echo_client, methods=METHODS)])
+    http_server[0].app = RateLimitMiddleware(inner, policies=[Policy("default", limiter, timeout=2.0)],
+                                             on_failure=failures.append)
+    proxy.hold_connections()
+
+    def release() -> None:
+        proxy.wait_accepted(1)
+        time.sleep(max(0.0, proxy.accepted[0] + 2.05 - time.monotonic()))
+        proxy.release_connections()
+
+    releaser = threading.Thread(target=release)
+    releaser.start()
+    statuses = sorted(r.status_code for r in at_once(port, 20))
+    releaser.join()
+    assert (statuses, failures) == ([200] * 10 + [429] * 10, [])
+    asyncio.run_coroutine_threadsafe(limiter.aclose(), loop).result(15)
+
+
+def test_an_admission_after_the_policys_timeout_is_given_back(http_server, own_server, proxy):
+    # The policy gives up (0.5 s) before the limiter does (5 s): the
+    # request is answered 503 (failing closed) while Redis's reply is held;
+    # the admission that reply brings is refunded when it comes.
+    clock = lambda: CASES["t0_us"]  # noqa: E731
+    limiter = AsyncLimiter(redis.asyncio.Redis(port=proxy.port), "gcra", Quota.per_hour(10), prefix="late-policy",
+                           clock=clock, quota_check_every=None, timeout=5.0, connect_timeout=PATIENT_CONNECT_TIMEOUT)
+    port = serve_app(http_server, [Policy("default", limiter, failure="closed", timeout=0.5)])
+    assert send(port, GET).status_code == 200
+    direct = Limiter(redis.Redis(port=own_server.port), "gcra", Quota.per_hour(10), prefix="late-policy", clock=clock)
+    key = "default:ip:127.0.0.1"
+    assert direct.peek(key, 0).remaining == 9
+    proxy.hold_replies()
+    assert send(port, GET).status_code == 503
+    assert direct.peek(key, 0).remaining == 8  # the script ran: charged
+    proxy.release_replies()
+    wait_until(lambda: direct.peek(key, 0).remaining == 9, "the late admission was not given back")
+    direct.close()
+    asyncio.run_coroutine_threadsafe(limiter.aclose(), http_server[2]).result(15)

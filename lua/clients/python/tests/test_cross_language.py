@@ -192,7 +192,7 @@ class PythonDriver:
         if id not in self.limiters:
             clock = (lambda: self.now) if now != "-" else None
             self.limiters[id] = Limiter(self.client, name, self.quota, prefix=self.prefix, clock=clock,
-                                        timeout=5.0)
+                                        timeout=5.0, connect_timeout=30.0)
         if now != "-":
             self.now = int(now)
         limiter = self.limiters[id]
@@ -405,7 +405,7 @@ import { Redis } from "ioredis";
 import { Limiter, Quota } from "%(index)s";
 const [url, prefix, text] = process.argv.slice(1);
 const redis = new Redis(url);
-const limiter = new Limiter(redis, "gcra", Quota.perSecond(5, 10), { prefix, clock: () => %(t0)d, timeoutMs: 5000 });
+const limiter = new Limiter(redis, "gcra", Quota.perSecond(5, 10), { prefix, clock: () => %(t0)d, timeoutMs: 5000, connectTimeoutMs: 30000 });
 const refunded = await limiter.refund(limiter.receiptFromJSON(text));
 const taken = await limiter.check("job", 3);
 console.log(JSON.stringify({ remaining: refunded.remaining, taken: taken.remaining, receipt: taken.receipt }));
@@ -416,7 +416,8 @@ redis.disconnect();
 def test_a_serialized_receipt_crosses_between_python_and_node(server, client, prefix, node_driver):
     # A job queue whose producer is Python and whose worker is Node, and back:
     # the receipt's JSON is one format in both clients.
-    limiter = Limiter(client, "gcra", Quota.per_second(5, burst=10), prefix=prefix, clock=lambda: T0)
+    limiter = Limiter(client, "gcra", Quota.per_second(5, burst=10), prefix=prefix, clock=lambda: T0, timeout=5.0,
+                      connect_timeout=30.0)
     text = limiter.check("job", 4).receipt.to_json()
     index = NODE_DIR / "dist" / "src" / "index.js"
     script = NODE_RECEIPT % {"index": index.as_uri(), "t0": T0}
@@ -436,7 +437,9 @@ def test_another_quota_on_a_key_is_reported_across_rust_and_python(server, clien
     # Python and Rust use one key with different quotas: separate buckets,
     # and each finds the other's quota in the registry.
     rust = Driver("rust", [str(rust_binary), server.url, prefix])
-    python = Limiter(client, "gcra", Quota.per_second(5, burst=10), prefix=prefix, quota_check_every=1)
+    # Python on its own clock, frozen: nothing comes back while Rust is asked.
+    python = Limiter(client, "gcra", Quota.per_second(5, burst=10), prefix=prefix, quota_check_every=1,
+                     clock=lambda: T0, timeout=5.0, connect_timeout=30.0)
     try:
         assert python.check("shared").remaining == 9
         assert rust.send("quota 10 1000000 10") == {"ok": True}

@@ -186,10 +186,11 @@ fn write_server(out: &mut String, w: &WindowEdge) {
     if w.server_rows.is_empty() {
         return;
     }
-    let half = num(server::HALF.as_secs_f64(), 3);
+    let lead = num(server::LEAD.as_secs_f64(), 3);
     let _ = writeln!(
         out,
-        "### Through ratelab-server\n\nThe same edge through `ratelab-server`, as Envoy asks it (`ShouldRateLimit` over real gRPC on a loopback port, envoy-types' client, the server started in this process), once on the real clock, as `crates/server/tests/python/test_server_window_edge.py` runs it: the fixed window (what envoyproxy/ratelimit counts) asked one request after another from {half} s before a window's edge (where the server's `duration_until_reset` put it) to {half} s after; GCRA asked as long on a key of its own. Limit {} per second; the span runs from the first request sent to the last answer, so every decision fell within it, and each algorithm's own bound is computed for that span.\n",
+        "### Through ratelab-server\n\nThe same edge through `ratelab-server`, as Envoy asks it (`ShouldRateLimit` over real gRPC on a loopback port, envoy-types' client, the server started in this process), once on the real clock: the fixed window (what envoyproxy/ratelimit counts) asked by a burst of {} requests at once {lead} s before a window's edge (where the server's `duration_until_reset` put it; all answered before the edge) and another at the edge; GCRA asked by the same two bursts, as far apart, on a key of its own. Limit {} per second; the span runs from the first request sent to the last answer, so every decision fell within it, and each algorithm's own bound is computed for that span.\n",
+        w.limit + 2,
         w.limit
     );
     let rows: Vec<Vec<String>> = w

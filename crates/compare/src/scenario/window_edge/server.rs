@@ -1,15 +1,17 @@
 //! The window edge through `ratelab-server`: Envoy's `ShouldRateLimit` over
 //! real gRPC (envoy-types' tonic client, a loopback TCP port, the server
-//! started in this process from its library), on the real clock, as
-//! `crates/server/tests/python/test_server_window_edge.py` runs it.
+//! started in this process from its library), on the real clock.
 //!
 //! Fixed window (what envoyproxy/ratelimit counts): a probe's
-//! `duration_until_reset` says where the next window edge is; requests go
-//! one after another, each sent when the last is answered, from [`HALF`]
-//! before the edge to [`HALF`] after it. GCRA: the same burst, as long, on a
-//! key of its own (it has no edge). Each row is what the server admitted
-//! and the span from the first request sent to the last answer, which holds
-//! every decision: the bound is computed from that span, never assumed.
+//! `duration_until_reset` says where the next window edge is; a burst of
+//! two more requests than the limit goes out at once [`LEAD`] before the
+//! edge (all its answers in before the edge), and another at the edge.
+//! GCRA: the same two bursts, as far apart, on a key of its own (it has no
+//! edge). Bursts sent at once, not one request after another: a loaded
+//! machine answers them later, but still decides each on its side of the
+//! edge. Each row is what the server admitted and the span from the first
+//! request sent to the last answer, which holds every decision: the bound
+//! is computed from that span, never assumed.
 
 use std::path::Path;
 use std::time::Duration;
@@ -31,10 +33,12 @@ use crate::stats::round;
 use crate::{CompareError, Context};
 use ratelab_testkit::oracle::Oracle;
 
-/// How long each burst asks on each side of the edge.
-pub const HALF: Duration = Duration::from_millis(100);
-/// Bursts tried before the fixed window's is kept as it is: a machine too
-/// loaded to spend both windows within a second tries again.
+/// How long before the edge the first burst goes out: its answers must all
+/// be in before the edge, or the attempt is made again at the next edge.
+pub const LEAD: Duration = Duration::from_millis(400);
+/// Attempts before the fixed window's bursts are kept as they are: a
+/// machine too loaded to answer a burst within [`LEAD`], or both within a
+/// second, tries again.
 const ATTEMPTS: usize = 5;
 /// The configuration's domain.
 const DOMAIN: &str = "window-edge";
@@ -46,7 +50,7 @@ pub struct ServerRow {
     pub algorithm: String,
     /// Where the server counted: `memory` or `redis`.
     pub backend: String,
-    /// Requests sent, one after another.
+    /// Requests sent, in two bursts.
     pub requests: usize,
     /// Requests the server admitted (`OK`).
     pub admitted: usize,
@@ -55,12 +59,13 @@ pub struct ServerRow {
     pub span_secs: f64,
     /// What the algorithm's own bound allows within that span.
     pub own_bound: u64,
-    /// Whether the burst spent the limit on both sides of a window edge
-    /// (refusals before the edge and after it): always false for GCRA,
-    /// which has no edge.
+    /// Whether the bursts spent the limit on both sides of a window edge
+    /// (refusals in the one answered before the edge and in the one sent
+    /// after it): always false for GCRA, which has no edge.
     pub spent_both_windows: bool,
-    /// Bursts it took (the fixed window tries again when the machine was
-    /// too slow to spend both windows within a second).
+    /// Attempts it took (the fixed window tries again when the machine was
+    /// too slow to answer a burst before the edge, or both within a
+    /// second).
     pub attempts: usize,
 }
 
@@ -108,34 +113,48 @@ async fn ask(
     Ok((answer.overall_code == Code::Ok as i32, status))
 }
 
-/// Asks for `key` = `value` as fast as the answers come until `until`:
-/// each outcome (admitted or not) and the span from the first request
-/// sent to the last answer.
-async fn burst(
-    client: &mut Client,
+/// `n` requests for `key` = `value` sent at once: each outcome (admitted or
+/// not), when they went out and when the last answer came in.
+async fn at_once(
+    client: &Client,
     key: &str,
     value: &str,
-    until: Instant,
-) -> Result<(Vec<bool>, Duration), CompareError> {
-    let mut outcomes = Vec::new();
-    let first = Instant::now();
-    while Instant::now() < until {
-        outcomes.push(ask(client, key, value).await?.0);
+    n: usize,
+) -> Result<(Vec<bool>, Instant, Instant), CompareError> {
+    let sent = Instant::now();
+    let mut requests = tokio::task::JoinSet::new();
+    for _ in 0..n {
+        let (mut client, key, value) = (client.clone(), key.to_owned(), value.to_owned());
+        requests.spawn(async move { ask(&mut client, &key, &value).await.map(|(ok, _)| ok) });
     }
-    Ok((outcomes, first.elapsed()))
+    let mut outcomes = Vec::with_capacity(n);
+    while let Some(answer) = requests.join_next().await {
+        let answer = answer.map_err(|e| unavailable("a request's task failed")(e.to_string()))?;
+        outcomes.push(answer?);
+    }
+    Ok((outcomes, sent, Instant::now()))
 }
 
-/// Refusals, then admissions, then refusals: the limit was all taken on
-/// both sides of the edge.
-fn spent_twice(outcomes: &[bool]) -> bool {
-    let Some(first_refusal) = outcomes.iter().position(|&a| !a) else {
-        return false;
-    };
-    let rest = &outcomes[first_refusal..];
-    let Some(readmitted) = rest.iter().position(|&a| a) else {
-        return false;
-    };
-    rest[readmitted..].iter().any(|&a| !a)
+/// Two bursts: one at once, the next once `apart` has passed since the
+/// first went out; every outcome, and the span from the first request sent
+/// to the last answer.
+struct Bursts {
+    first: Vec<bool>,
+    second: Vec<bool>,
+    span: Duration,
+}
+
+impl Bursts {
+    fn outcomes(&self) -> (Vec<bool>, Duration) {
+        let mut all = self.first.clone();
+        all.extend(&self.second);
+        (all, self.span)
+    }
+}
+
+/// A burst refused some: it spent what was left of the limit.
+fn spent(burst: &[bool]) -> bool {
+    burst.iter().any(|&admitted| !admitted)
 }
 
 fn row(
@@ -159,17 +178,23 @@ fn row(
     }
 }
 
-/// The fixed window's burst across an edge, and the attempts it took.
+/// The fixed window's bursts across an edge, whether both windows were
+/// spent, and the attempts it took.
 async fn fixed_at_edge(
     client: &mut Client,
     quota: Quota,
-) -> Result<((Vec<bool>, Duration), bool, usize), CompareError> {
+) -> Result<(Bursts, bool, usize), CompareError> {
     let window = Duration::from_micros(quota.window_micros());
+    let n = quota.limit() as usize + 2;
     let mut last = None;
     for attempt in 1..=ATTEMPTS {
         // Where the next edge is: a probe's duration_until_reset (windows
-        // of one length line up across keys).
+        // of one length line up across keys). The server read its clock
+        // between the probe's sending and its answer: the edge lies
+        // between those instants plus that duration.
+        let asked = Instant::now();
         let (_, probe) = ask(client, "fixed-window", &format!("probe-{attempt}")).await?;
+        let answered = Instant::now();
         let until_edge = probe
             .duration_until_reset
             .map(|d| {
@@ -179,23 +204,47 @@ async fn fixed_at_edge(
             .ok_or_else(|| {
                 unavailable("the fixed window's probe")("no duration_until_reset".into())
             })?;
-        let now = Instant::now();
-        let edge = if until_edge > HALF + Duration::from_millis(50) {
-            now + until_edge
-        } else {
-            now + until_edge + window
-        };
-        tokio::time::sleep_until(edge - HALF).await;
-        let (outcomes, span) =
-            burst(client, "fixed-window", &format!("k-{attempt}"), edge + HALF).await?;
-        let spent = spent_twice(&outcomes);
-        if spent && span < window {
-            return Ok(((outcomes, span), true, attempt));
+        let (mut earliest, mut latest) = (asked + until_edge, answered + until_edge);
+        if earliest < Instant::now() + LEAD + Duration::from_millis(50) {
+            (earliest, latest) = (earliest + window, latest + window);
         }
-        last = Some(((outcomes, span), spent));
+        tokio::time::sleep_until(earliest - LEAD).await;
+        let key = format!("k-{attempt}");
+        let (first, first_sent, first_in) = at_once(client, "fixed-window", &key, n).await?;
+        // All decided before the edge, or the burst cannot tell the
+        // windows apart.
+        let before_edge = first_in < earliest;
+        tokio::time::sleep_until(latest).await;
+        let (second, _, second_in) = at_once(client, "fixed-window", &key, n).await?;
+        let span = second_in - first_sent;
+        // The second burst decided before the edge after: within one window.
+        let next_window = second_in < earliest + window;
+        let both = before_edge && next_window && spent(&first) && spent(&second) && span < window;
+        let bursts = Bursts {
+            first,
+            second,
+            span,
+        };
+        if both {
+            return Ok((bursts, true, attempt));
+        }
+        last = Some(bursts);
     }
-    let (burst, spent) = last.expect("at least one attempt");
-    Ok((burst, spent, ATTEMPTS))
+    let bursts = last.expect("at least one attempt");
+    Ok((bursts, false, ATTEMPTS))
+}
+
+/// GCRA's two bursts, [`LEAD`] apart (it has no edge to aim at).
+async fn gcra_bursts(client: &mut Client, quota: Quota) -> Result<Bursts, CompareError> {
+    let n = quota.limit() as usize + 2;
+    let (first, first_sent, _) = at_once(client, "gcra", "k", n).await?;
+    tokio::time::sleep_until(first_sent + LEAD).await;
+    let (second, _, second_in) = at_once(client, "gcra", "k", n).await?;
+    Ok(Bursts {
+        first,
+        second,
+        span: second_in - first_sent,
+    })
 }
 
 /// Both algorithms through a server counting on `backend`.
@@ -223,18 +272,17 @@ async fn through(
             .await
             .map_err(|e| unavailable("cannot connect to it")(e.to_string()))?;
         let (fixed, spent, attempts) = fixed_at_edge(&mut client, quota).await?;
-        let until = Instant::now() + 2 * HALF;
-        let gcra = burst(&mut client, "gcra", "k", until).await?;
+        let gcra = gcra_bursts(&mut client, quota).await?;
         Ok::<_, CompareError>(vec![
             row(
                 AlgorithmKind::FixedWindow,
                 name,
                 quota,
-                fixed,
+                fixed.outcomes(),
                 spent,
                 attempts,
             ),
-            row(AlgorithmKind::Gcra, name, quota, gcra, false, 1),
+            row(AlgorithmKind::Gcra, name, quota, gcra.outcomes(), false, 1),
         ])
     }
     .await;
@@ -273,16 +321,14 @@ pub async fn run(
 
 #[cfg(test)]
 mod tests {
-    use super::spent_twice;
+    use super::spent;
 
     #[test]
-    fn both_windows_spent_means_refusals_either_side_of_admissions() {
+    fn a_burst_spent_what_was_left_when_it_refused_some() {
         let (a, r) = (true, false);
-        assert!(spent_twice(&[a, a, r, r, a, a, r]));
-        assert!(!spent_twice(&[a, a, r, r, a, a]), "the second not spent");
-        assert!(spent_twice(&[r, a, a, r]));
-        assert!(!spent_twice(&[a, a, a]));
-        assert!(!spent_twice(&[a, a, r, r]));
-        assert!(!spent_twice(&[]));
+        assert!(spent(&[a, a, r]));
+        assert!(spent(&[r, r]));
+        assert!(!spent(&[a, a, a]));
+        assert!(!spent(&[]));
     }
 }

@@ -565,20 +565,33 @@ const MAX_ANY_TAIL: usize = if MAX_TAIL > MAX_SPENT_TAIL {
     MAX_SPENT_TAIL
 };
 
-/// A stored string on the stack: at most 32 bytes of fixed part, then the
-/// ledger's tail.
-#[derive(Clone, PartialEq, Eq)]
+/// A stored string: at most 32 bytes of fixed part, then the ledger's
+/// tail.
+///
+/// Its first [`INLINE`] bytes sit on the stack, which holds every state
+/// with no tail or a short one (GCRA's 24 bytes, a few shifts); a longer
+/// string (a ledger's long tail, after settlements) moves to the heap. An
+/// empty one costs a few words to make: a store's hot path makes one on
+/// every call, whether or not it writes.
+#[derive(Clone)]
 pub struct Encoded {
-    bytes: [u8; MAX_FIXED + MAX_ANY_TAIL],
+    /// The bytes, while they fit.
+    inline: [u8; INLINE],
     len: usize,
+    /// Every byte, once they no longer fit in `inline`.
+    spilled: Vec<u8>,
 }
+
+/// The bytes an [`Encoded`] holds on the stack.
+const INLINE: usize = 64;
 
 impl Encoded {
     /// Nothing yet.
     pub const fn new() -> Encoded {
         Encoded {
-            bytes: [0; MAX_FIXED + MAX_ANY_TAIL],
+            inline: [0; INLINE],
             len: 0,
+            spilled: Vec::new(),
         }
     }
 
@@ -599,7 +612,20 @@ impl Encoded {
     /// Past a fixed part and a full tail of shifts: no state is longer.
     pub fn push(&mut self, part: &[u8]) {
         let end = self.len + part.len();
-        self.bytes[self.len..end].copy_from_slice(part);
+        assert!(
+            end <= MAX_FIXED + MAX_ANY_TAIL,
+            "no stored string is longer than {} bytes",
+            MAX_FIXED + MAX_ANY_TAIL
+        );
+        if self.spilled.is_empty() && end <= INLINE {
+            self.inline[self.len..end].copy_from_slice(part);
+        } else {
+            if self.spilled.is_empty() {
+                self.spilled.reserve(MAX_FIXED + MAX_ANY_TAIL);
+                self.spilled.extend_from_slice(&self.inline[..self.len]);
+            }
+            self.spilled.extend_from_slice(part);
+        }
         self.len = end;
     }
 
@@ -619,9 +645,21 @@ impl std::ops::Deref for Encoded {
     type Target = [u8];
 
     fn deref(&self) -> &[u8] {
-        &self.bytes[..self.len]
+        if self.spilled.is_empty() {
+            &self.inline[..self.len]
+        } else {
+            &self.spilled
+        }
     }
 }
+
+impl PartialEq for Encoded {
+    fn eq(&self, other: &Self) -> bool {
+        **self == **other
+    }
+}
+
+impl Eq for Encoded {}
 
 impl fmt::Debug for Encoded {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -857,6 +895,28 @@ pub fn admits_at_latest<A: Algorithm<State = u64>>(
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn an_encoded_string_holds_every_byte_on_the_stack_then_on_the_heap() {
+        let mut short = Encoded::new();
+        let mut long = Encoded::new();
+        let mut expected = Vec::new();
+        for i in 0..(MAX_FIXED + MAX_ANY_TAIL) / 8 {
+            let part = (i as u64).to_le_bytes();
+            long.push(&part);
+            expected.extend_from_slice(&part);
+            if expected.len() <= INLINE {
+                short.push(&part);
+                assert_eq!(&*short, &expected[..], "on the stack");
+            }
+            assert_eq!(&*long, &expected[..], "{} bytes", expected.len());
+        }
+        // Equal by their bytes, wherever they sit.
+        let mut spilled = Encoded::new();
+        spilled.push(&expected);
+        assert!(spilled == long && spilled != short);
+        assert_eq!(Encoded::doubles(&[1, 2]), Encoded::doubles(&[1, 2]));
+    }
     use super::*;
 
     fn shifts(total: u64, recent: &[(u64, u64, u64)]) -> Shifts {

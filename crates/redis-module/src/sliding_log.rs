@@ -1,494 +1,26 @@
-//! The commands: read the key, run the algorithm crate's own `decide`,
-//! `stamp`, `settle` and `reset`, write back what the script would write,
-//! answer what the script would answer.
+//! The sliding log's command: its state is the scripts' sorted set, read
+//! and written as the script reads and writes it, and decided on by the
+//! algorithm crate's own `decide`, `settle` and `reset`.
 
-use std::sync::LazyLock;
-
-use ratelab_core::toolkit::remote::{
-    self, Encoded, MAX_LOG_UNITS, Stored, StoredLedger, StoredOf, StringForm,
-};
-use ratelab_core::toolkit::{RemoteForm, Settlement, Spent, Stamp};
-use ratelab_core::{Algorithm, Decision};
+use ratelab_core::Algorithm;
+use ratelab_core::toolkit::remote::MAX_LOG_UNITS;
+use ratelab_core::toolkit::{RemoteForm, Spent, Stamp};
 use ratelab_sliding_window::remote::{
     FENCE_MEMBER, LEDGER_SCORE, is_unit_member, ledger_member, read_ledger_member,
     write_unit_member,
 };
 use ratelab_sliding_window::{Log, SlidingLog};
+use redis_module::{Context, RedisError};
 
-use redis_module::{
-    CallOptions, CallOptionsBuilder, CallReply, CallResult, Context, RedisError, RedisValue,
+use crate::args::{Args, Op};
+use crate::call::{
+    READ, WRITE, bytes_reply, call, integer_reply, log, passed_on, strings_reply, type_name,
 };
-
-use crate::algorithms::from_args;
-use crate::args::{Args, Op, split_op};
-use crate::lua::{self, show, show_bare};
-use crate::native::{self, Holds};
-
-/// Writes: replicated to replicas and the AOF as the commands themselves
-/// (as a script's effects are), refused when the server is out of memory
-/// (as a script's writes are), errors as replies.
-static WRITE: LazyLock<CallOptions> = LazyLock::new(|| {
-    CallOptionsBuilder::new()
-        .replicate()
-        .verify_oom()
-        .errors_as_replies()
-        .build()
-});
-
-/// Reads, and deletions (replicated when they remove anything; no memory
-/// check, as they free).
-static READ: LazyLock<CallOptions> = LazyLock::new(|| {
-    CallOptionsBuilder::new()
-        .replicate()
-        .errors_as_replies()
-        .build()
-});
-
-/// The reply of every call: `[allowed, limit, remaining, retry_after_us,
-/// reset_after_us, delay_us, stamp_at, stamp_mark]`.
-pub(crate) type Reply = [i64; 8];
-
-/// `ratelab <name>: invalid arguments`.
-fn invalid(name: &str) -> RedisError {
-    RedisError::String(format!("ratelab {name}: invalid arguments"))
-}
-
-/// `ratelab <name>: corrupt state at <key>: <what>`.
-fn corrupt(name: &str, key: &[u8], what: &str) -> RedisError {
-    RedisError::String(format!(
-        "ratelab {name}: corrupt state at {}: {what}",
-        show_bare(key)
-    ))
-}
-
-/// `ratelab <name>: out of range at <key>: <what>`.
-fn out_of_range(name: &str, key: &[u8], what: &str) -> RedisError {
-    RedisError::String(format!(
-        "ratelab {name}: out of range at {}: {what}",
-        show_bare(key)
-    ))
-}
-
-fn int(n: u64) -> i64 {
-    i64::try_from(n).unwrap_or(i64::MAX)
-}
-
-/// The reply of a decision, with no stamp.
-pub(crate) fn fields(decision: &Decision) -> Reply {
-    [
-        i64::from(decision.allowed),
-        int(decision.limit),
-        int(decision.remaining),
-        int(decision.retry_after_micros),
-        int(decision.reset_after_micros),
-        int(decision.delay_micros),
-        0,
-        0,
-    ]
-}
-
-/// The reply of an admission, with its stamp.
-fn stamped(decision: &Decision, stamp: Stamp) -> Reply {
-    let mut reply = fields(decision);
-    reply[6] = int(stamp.at);
-    reply[7] = int(stamp.mark);
-    reply
-}
-
-/// What `TYPE key` answers (`list`, `zset`, a module type's name...).
-fn type_name(ctx: &Context, key: &[u8]) -> String {
-    match ctx.call("TYPE", &[key]) {
-        Ok(RedisValue::SimpleString(name)) => name,
-        Ok(RedisValue::SimpleStringStatic(name)) => name.to_owned(),
-        other => format!("{other:?}"),
-    }
-}
-
-/// An error reply passed on as it came.
-fn passed_on(error: &redis_module::ErrorReply<'_>) -> RedisError {
-    RedisError::String(error.to_utf8_string().unwrap_or_else(|| error.to_string()))
-}
-
-/// What the prologue reads: the algorithm, the arguments, the instant, the
-/// cost and the operation.
-struct Call<A> {
-    algorithm: A,
-    parsed: Args,
-    now: u64,
-    cost: u32,
-    op: Op,
-}
-
-/// Reads the arguments after the key as the prologue does, borrowing them,
-/// in its order: the version, the arguments it reads as integers (and the
-/// operation), the deadline, then the algorithm's own checks.
-fn prologue<A: RemoteForm>(argv: &[&[u8]]) -> Result<Call<A>, RedisError> {
-    crate::args::check_protocol(argv.first().copied()).map_err(RedisError::String)?;
-    let (op, head, params) = split_op(&argv[1..]).ok_or_else(|| invalid(A::NAME))?;
-    let parsed = Args::parse_parts(head, params).ok_or_else(|| invalid(A::NAME))?;
-    // A reset takes no cost.
-    if op == Op::Reset && parsed.cost != 0 {
-        return Err(invalid(A::NAME));
-    }
-    let now = parsed.now().map_err(RedisError::String)?;
-    let actual = match op {
-        Op::Settle { actual, .. } => Some(actual),
-        _ => None,
-    };
-    let algorithm = from_args::<A>(&parsed, actual).ok_or_else(|| invalid(A::NAME))?;
-    let cost = u32::try_from(parsed.cost).map_err(|_| invalid(A::NAME))?;
-    Ok(Call {
-        algorithm,
-        parsed,
-        now,
-        cost,
-        op,
-    })
-}
-
-/// `RATELAB.<ALGORITHM> key version now cost slack deadline op params...`
-/// for an algorithm whose state is one string: `argv` is what follows the
-/// key. A check or a peek allocates nothing on its way to a decision
-/// (errors aside); a settlement or a reset of a debt with shifts holds them
-/// in a `Vec`.
-///
-/// A key that holds nothing is not read. A check of a positive cost on the
-/// server's clock opens its key to read and write at once, and writes
-/// through that handle: one lookup of the key, not two. Such a check that
-/// admits whatever the key holds (GCRA's and the leaky queue's state
-/// starts with one instant, and the key's expiry bounds it: see
-/// [`latest_instant`]) reads the string in place, since its write stores it
-/// again. Any other call reads it with `GET` through `RM_Call` ([`native`]),
-/// as the script reads it: opening a string for direct access
-/// (`RM_StringDMA`, even to read) turns an embedded string into a raw one,
-/// so a key would change encoding under a mere refusal. The state is
-/// written straight into the key (`RM_StringSet`, stored as `SET` stores
-/// it, and replicated as `SET ... PXAT`), or over the bytes a check read
-/// in place ([`native::Open::store`]). What surrounds the calls copies
-/// no argument, allocates nothing and writes the reply directly.
-///
-/// Every operation is the algorithm crate's own: `decide` for checks and
-/// peeks (at `now`), `stamp` for an admission, `settle` (at the latest of
-/// `now` and the instant the key was last written at, for the debts) and
-/// `reset`; a key whose state can be forgotten (`forgettable_at`) reads as
-/// a key never seen, and is deleted rather than written.
-///
-/// A debt's recent shifts, stored after its state, are read by the
-/// settlements and resets only, the calls that use them: a check or a peek
-/// decodes the state and the ledger's total (all that `stamp` and
-/// `forgettable_at` read), and a check that writes puts the shifts' bytes
-/// back as they were, so that it costs what it costs on a key without.
-pub(crate) fn string_command<A: StringForm>(
-    ctx: &Context,
-    key: native::KeyArg<'_>,
-    argv: &[&[u8]],
-) -> Result<Reply, RedisError> {
-    let Call {
-        algorithm,
-        parsed,
-        now,
-        cost,
-        op,
-    } = prologue::<A>(argv)?;
-
-    // Only a settlement or a reset reads a debt's shifts; a window's ledger
-    // is read by every call (a check's stamp counts what it gave back).
-    let shifts = !A::DEBT || matches!(op, Op::Settle { .. } | Op::Reset);
-    // A check of a positive cost on the server's clock may write (unless
-    // memory is full, when a write is refused): it opens its key to read
-    // and write at once, one lookup for both. A key opened to write and
-    // left as it was signals nothing (`native::Open`).
-    let may_write =
-        op == Op::Check && cost > 0 && parsed.on_server_clock() && !native::out_of_memory();
-    let mut handle = may_write.then(|| native::open(ctx, key));
-    // A check that will admit, whatever the key holds, reads it in place:
-    // its write is sure to store the state as `SET` does. Any other call
-    // reads it with `GET`, which leaves the key as it is.
-    let via = match &handle {
-        None => Via::Get,
-        Some(open) => match open.holds() {
-            Holds::Nothing => Via::Nothing,
-            Holds::String
-                if open.expires_at().is_some_and(|at| {
-                    algorithm.admits_all_up_to(latest_instant(at), now, cost)
-                }) =>
-            {
-                Via::InPlace
-            }
-            _ => Via::Get,
-        },
-    };
-    // The shifts' bytes a check puts back as they were (filled by the
-    // read, in place: a state on the stack is not moved about).
-    let mut kept = Encoded::new();
-    let read = match (via, handle.as_mut()) {
-        (Via::Nothing, Some(open)) => {
-            // As a read of a key that holds nothing raises it.
-            open.notify_missed();
-            None
-        }
-        (Via::InPlace, Some(open)) => {
-            let raw = open.read_in_place();
-            Some(decode_stored(
-                &algorithm,
-                key,
-                raw,
-                now,
-                parsed.skew(),
-                shifts,
-                &mut kept,
-            )?)
-        }
-        (_, opened) => {
-            // The key opened to write is closed, unchanged: it holds
-            // something (`GET` reads it), unless nothing was opened.
-            let held = opened.is_some() || native::open_to_read(ctx, key).is_some();
-            handle = None;
-            if held {
-                read_with_get(&algorithm, ctx, key, now, parsed.skew(), shifts, &mut kept)?
-            } else {
-                None
-            }
-        }
-    };
-    let exists = read.is_some();
-    // Nothing it holds can still be claimed: a key never seen, with no
-    // shifts to keep.
-    let held = read.filter(|s| algorithm.forgettable_at(&s.state, &s.ledger) > now);
-    let was_held = held.is_some();
-    let mut stored = held.unwrap_or_else(|| {
-        kept = Encoded::new();
-        Stored {
-            state: algorithm.initial_state(),
-            ledger: A::Ledger::default(),
-            latest: 0,
-        }
-    });
-    let write = Write {
-        ctx,
-        key,
-        algorithm: &algorithm,
-        parsed: &parsed,
-        exists,
-        now,
-    };
-
-    match op {
-        Op::Check | Op::Peek => {
-            let mut state = stored.state.clone();
-            let decision = algorithm
-                .decide(&mut state, now, cost)
-                .map_err(|_| invalid(A::NAME))?;
-            // As the scripts: only a check's admission with a cost writes.
-            if op == Op::Check && decision.allowed && cost > 0 {
-                stored.state = state;
-                let stamp = algorithm.stamp(&stored.state, &stored.ledger, now);
-                write.store(&mut stored, &kept, now, handle.take())?;
-                return Ok(stamped(&decision, stamp));
-            }
-            Ok(fields(&decision))
-        }
-        Op::Settle { actual, stamp } => {
-            // Never before the latest instant the key was written at: a
-            // client clock that went back must not find an admission's end
-            // still ahead.
-            let at = if A::DEBT {
-                now.max(algorithm.latest(&stored))
-            } else {
-                now
-            };
-            let settlement = Settlement {
-                stamp,
-                charged: cost,
-                actual: u32::try_from(actual).map_err(|_| invalid(A::NAME))?,
-            };
-            let decision = algorithm
-                .settle(&mut stored.state, &mut stored.ledger, at, settlement)
-                .map_err(|_| invalid(A::NAME))?;
-            if let Some(what) = algorithm.out_of_range(&stored) {
-                return Err(out_of_range(A::NAME, key.bytes(), &what));
-            }
-            write.store(&mut stored, &kept, at, None)?;
-            Ok(fields(&decision))
-        }
-        Op::Reset => {
-            // Only a key that holds something a receipt could still claim
-            // keeps a tombstone; any other is deleted.
-            if was_held {
-                algorithm.reset(&mut stored.state, &mut stored.ledger, now);
-                if let Some(what) = algorithm.out_of_range(&stored) {
-                    return Err(out_of_range(A::NAME, key.bytes(), &what));
-                }
-            }
-            write.store(&mut stored, &kept, now, None)?;
-            let decision = algorithm
-                .decide(&mut stored.state.clone(), now, 0)
-                .map_err(|_| invalid(A::NAME))?;
-            Ok(fields(&decision))
-        }
-    }
-}
-
-/// How a string command reads its key.
-#[derive(Debug, Clone, Copy)]
-enum Via {
-    /// The key, opened to write, holds nothing.
-    Nothing,
-    /// The key, opened to write, is read in place.
-    InPlace,
-    /// `GET`, if the key holds anything.
-    Get,
-}
-
-/// The state `GET` reads at `key` (`None` for no key), or the error that
-/// says what is wrong with it.
-fn read_with_get<A: StringForm>(
-    algorithm: &A,
-    ctx: &Context,
-    key: native::KeyArg<'_>,
-    now: u64,
-    skew: u64,
-    shifts: bool,
-    kept: &mut Encoded,
-) -> Result<Option<StoredOf<A>>, RedisError> {
-    let stored = native::get(ctx, key);
-    match stored.string() {
-        Ok(Some(raw)) => decode_stored(algorithm, key, raw, now, skew, shifts, kept).map(Some),
-        Ok(None) => Ok(None),
-        Err(()) => {
-            let what = format!("a {}, not a string", type_name(ctx, key.bytes()));
-            Err(corrupt(A::NAME, key.bytes(), &what))
-        }
-    }
-}
-
-/// Where a string command writes, and what it needs to.
-struct Write<'a, A> {
-    ctx: &'a Context,
-    key: native::KeyArg<'a>,
-    algorithm: &'a A,
-    parsed: &'a Args,
-    /// The key held a string when it was read.
-    exists: bool,
-    now: u64,
-}
-
-impl<'a, A: StringForm> Write<'a, A> {
-    /// Writes `stored`, decided at `at` (the latest instant written moves
-    /// there), followed by `kept` (the shifts' bytes a check read and put
-    /// back as they were), with the TTL until it can be forgotten; or
-    /// deletes the key when it can be forgotten at `at`, as the scripts do.
-    /// Through `handle` when the key is open already.
-    fn store(
-        &self,
-        stored: &mut StoredOf<A>,
-        kept: &Encoded,
-        at: u64,
-        handle: Option<native::Open<'a>>,
-    ) -> Result<(), RedisError> {
-        let forgettable = self.algorithm.forgettable_at(&stored.state, &stored.ledger);
-        if forgettable <= at {
-            // Closed before `DEL` frees what it points to.
-            drop(handle);
-            if self.exists {
-                call(self.ctx, &READ, "DEL", &[self.key.bytes()]).map_err(|e| passed_on(&e))?;
-            }
-            return Ok(());
-        }
-        stored.latest = stored.latest.max(at);
-        let ttl = self.parsed.ttl_millis(forgettable - self.now);
-        let mut value = self.algorithm.encode_fixed(stored);
-        stored.ledger.write_tail(&mut value);
-        value.push(kept);
-        handle
-            .unwrap_or_else(|| native::open(self.ctx, self.key))
-            .store(&value, ttl)
-            .map_err(RedisError::String)
-    }
-}
-
-/// The state in a stored string, or the error that says what is wrong
-/// with it; and, unless `shifts` asks for a debt's shifts to be read into
-/// its ledger, their bytes as they are, added to `kept` (empty), to be
-/// written back after it ([`remote::split_string`]: the length is checked
-/// by every call, as the script checks it, which costs nothing).
-fn decode_stored<A: StringForm>(
-    algorithm: &A,
-    key: native::KeyArg<'_>,
-    raw: &[u8],
-    now: u64,
-    skew: u64,
-    shifts: bool,
-    kept: &mut Encoded,
-) -> Result<StoredOf<A>, RedisError> {
-    let corrupt_state = |what: String| corrupt(A::NAME, key.bytes(), &what);
-    let (mut stored, tail) =
-        remote::split_string(algorithm, raw, now, skew).map_err(corrupt_state)?;
-    if shifts {
-        stored.ledger.read_tail(tail).map_err(corrupt_state)?;
-    } else {
-        kept.push(tail);
-    }
-    Ok(stored)
-}
-
-/// The latest instant (µs) a key expiring at Unix ms `expires_at` can start
-/// with, when the scripts or this module wrote it on the server's clock:
-/// each sets the TTL to the time until the key may be forgotten (at or
-/// after the instant its state is full again), rounded up to the ms, plus a
-/// slack, from a clock read no earlier than the instant's `now`, so the
-/// instant is at most 999 µs after the expiry. A key whose TTL a stranger
-/// shortened may hold a later one: it is then read in place on a check
-/// that refuses, which changes how Redis stores it, never the decision.
-fn latest_instant(expires_at: u64) -> u64 {
-    expires_at.saturating_mul(1000).saturating_add(999)
-}
-
-/// A call's reply, or the error it answered.
-fn call(
-    ctx: &Context,
-    options: &CallOptions,
-    command: &str,
-    args: &[&[u8]],
-) -> CallResult<'static> {
-    ctx.call_ext(command, options, args)
-}
-
-fn integer_reply(reply: &CallReply<'_>) -> Option<i64> {
-    match reply {
-        CallReply::I64(n) => Some(n.to_i64()),
-        _ => None,
-    }
-}
-
-/// The bytes of a string reply.
-fn bytes_reply(reply: &CallReply<'_>) -> Option<Vec<u8>> {
-    match reply {
-        CallReply::String(s) => Some(s.as_bytes().to_vec()),
-        _ => None,
-    }
-}
-
-/// The elements of an array reply of strings (`None` for a null one).
-fn strings_reply(reply: &CallReply<'_>) -> Vec<Option<Vec<u8>>> {
-    match reply {
-        CallReply::Array(items) => items
-            .iter()
-            .map(|item| item.ok().as_ref().and_then(bytes_reply))
-            .collect(),
-        _ => Vec::new(),
-    }
-}
-
-/// `unit(member, score)` of the sliding log's script: the instant of a
-/// member as the scripts write them (`<at>:<n>` scored `at`, `n` from 1,
-/// no leading zero), no later than `latest`; `None` for any other.
-fn unit(member: &[u8], score: &[u8], latest: u64) -> Option<u64> {
-    let at = lua::number(score)
-        .and_then(lua::stored_integer)
-        .filter(|&at| at <= latest)?;
-    is_unit_member(member, at).then_some(at)
-}
+use crate::ffi::KeyArg;
+use crate::key::{Holds, open};
+use crate::lua::{self, show};
+use crate::prologue::{self, Prologue};
+use crate::reply::{Reply, corrupt, fields, invalid, out_of_range, stamped};
 
 /// `RATELAB.SLIDING-LOG key version now cost slack deadline op window
 /// limit`: the log is the scripts' sorted set, one member `<µs>:<n>` per
@@ -506,19 +38,15 @@ fn unit(member: &[u8], score: &[u8], latest: u64) -> Option<u64> {
 /// reset do on the set what `SlidingLog::settle` and `SlidingLog::reset` do
 /// on a log, with the script's commands (the whole log is never loaded);
 /// the property tests compare them with the crate's own, call for call.
-pub(crate) fn sliding_log(
-    ctx: &Context,
-    key: native::KeyArg<'_>,
-    argv: &[&[u8]],
-) -> Result<Reply, RedisError> {
+pub(crate) fn command(ctx: &Context, key: KeyArg<'_>, argv: &[&[u8]]) -> Result<Reply, RedisError> {
     const NAME: &str = SlidingLog::NAME;
-    let Call {
+    let Prologue {
         algorithm,
         parsed,
         now,
         cost,
         op,
-    } = prologue::<SlidingLog>(argv)?;
+    } = prologue::read::<SlidingLog>(argv)?;
     if op == Op::Check
         && let Some(reply) = check_log_directly(ctx, key, &algorithm, &parsed, now, cost)?
     {
@@ -533,7 +61,6 @@ pub(crate) fn sliding_log(
     let cutoff = i128::from(now) - i128::from(window);
     let live = format!("({cutoff}");
     let not_a_zset = || corrupt(NAME, k, &format!("a {}, not a zset", type_name(ctx, k)));
-    use native::log;
     let counted = if op == Op::Peek {
         log::count_live(ctx, key, live.as_bytes()).integer()
     } else {
@@ -840,7 +367,7 @@ pub(crate) fn sliding_log(
 }
 
 /// A check of the sliding log on its sorted set opened for direct access
-/// ([`native::zset`]): the same reads, decision and writes as the command
+/// ([`key`](crate::key)'s `zset`): the same reads, decision and writes as the command
 /// path above, a few calls into Redis's data structures rather than a
 /// command each. `None` when the key holds what the scripts' error
 /// wording must describe (another type, too many units, a member that is
@@ -848,13 +375,13 @@ pub(crate) fn sliding_log(
 /// and answers that error, or decides.
 fn check_log_directly(
     ctx: &Context,
-    key: native::KeyArg<'_>,
+    key: KeyArg<'_>,
     algorithm: &SlidingLog,
     parsed: &Args,
     now: u64,
     cost: u32,
 ) -> Result<Option<Reply>, RedisError> {
-    let mut set = native::open(ctx, key);
+    let mut set = open(ctx, key);
     if !matches!(set.holds(), Holds::Nothing | Holds::Zset) || set.has_member(FENCE_MEMBER) {
         return Ok(None);
     }
@@ -867,9 +394,10 @@ fn check_log_directly(
         return Ok(None);
     }
     if set.holds() == Holds::Nothing {
-        // The script reads a log that holds nothing twice (`ZCARD`,
-        // `ZSCORE`), each read raising `keymiss`; a key opened to write
-        // raises none.
+        // The script reads a log that holds nothing three times (`ZCARD`,
+        // the ledger's `ZRANGEBYSCORE`, the fence's `ZSCORE`), each read
+        // raising `keymiss`; a key opened to write raises none.
+        set.notify_missed();
         set.notify_missed();
         set.notify_missed();
     }
@@ -968,7 +496,17 @@ fn store_ledger(
     Ok(())
 }
 
-/// [`unit`] of a member read from the set, with its score as a number.
+/// `unit(member, score)` of the sliding log's script: the instant of a
+/// member as the scripts write them (`<at>:<n>` scored `at`, `n` from 1,
+/// no leading zero), no later than `latest`; `None` for any other.
+fn unit(member: &[u8], score: &[u8], latest: u64) -> Option<u64> {
+    let at = lua::number(score)
+        .and_then(lua::stored_integer)
+        .filter(|&at| at <= latest)?;
+    is_unit_member(member, at).then_some(at)
+}
+
+/// [`unit()`] of a member read from the set, with its score as a number.
 fn unit_of(member: &[u8], score: f64, latest: u64) -> Option<u64> {
     let at = lua::stored_integer(score).filter(|&at| at <= latest)?;
     is_unit_member(member, at).then_some(at)
