@@ -22,8 +22,8 @@ configuration of its docker-compose example (read from the reference's
 checkout; the latter with quota mode and dynamic metadata), the request
 sequences of its integration tests (with and without the local cache, with
 STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT), its environment's switches
-(global shadow mode, response headers), and randomised sequences of
-descriptors over all of them.
+(global shadow mode, response headers, a Redis for limits per second),
+and randomised sequences of descriptors over all of them.
 
     python differential.py --reference-bin /path/to/ratelimit \\
         --reference-src /path/to/ratelimit-checkout [--ratelab-bin PATH] \\
@@ -110,6 +110,11 @@ class Redis:
         with socket.create_connection(("127.0.0.1", self.port)) as s:
             s.sendall(b"FLUSHALL\r\n")
             s.recv(64)
+
+    def keys(self) -> list[str]:
+        out = subprocess.run([shutil.which("redis-cli") or "redis-cli", "-p", str(self.port), "--scan"],
+                             check=True, capture_output=True, text=True).stdout
+        return out.split()
 
     def stop(self) -> None:
         self.process.kill()
@@ -362,7 +367,7 @@ def why(reference: tuple, ratelab: tuple) -> str:
 class Case:
     def __init__(self, name: str, files: dict[str, str], env: dict[str, str] | None = None,
                  sequences=None, generate: bool = True, restart_all: bool = False,
-                 statsd: bool = False, over_http: bool = False) -> None:
+                 statsd: bool = False, over_http: bool = False, persecond: bool = False) -> None:
         self.name = name
         self.files = files
         self.env = env or {}
@@ -372,6 +377,9 @@ class Case:
         # Statistics to statsd rather than Prometheus; requests to /json.
         self.statsd = statsd
         self.over_http = over_http
+        # Limits per second on a second Redis (REDIS_PERSECOND): where
+        # each service's keys land is compared too.
+        self.persecond = persecond
 
 
 def load_yaml(text: str):
@@ -483,7 +491,8 @@ def random_sequences(cases: list[Case], rng: random.Random, total: int) -> list[
             sequence.append((domain, descriptors, rng.choice([0, 0, 0, 1, 3])))
         # Runs of a few requests, each run within a second.
         chunks = [sequence[i:i + 20] for i in range(0, len(sequence), 20)]
-        out.append(Case(f"random: {case.name}", case.files, case.env, chunks, generate=False))
+        out.append(Case(f"random: {case.name}", case.files, case.env, chunks, generate=False,
+                        persecond=case.persecond))
     return out
 
 
@@ -578,6 +587,13 @@ def integration_cases(source: Path, rng: random.Random) -> list[Case]:
         [("reload", [{"entries": [("key1", "foo")]}], 1)] * 3,
         [("reload", [{"entries": [("one_per_minute", "foo")]}], 1)] * 3,
     ], generate=False))
+    # Limits per second on a Redis of their own, as the reference's
+    # integration tests also run.
+    r = rng.randrange(10**9)
+    cases.append(Case("integration REDIS_PERSECOND", files, {}, [
+        [("basic", [{"entries": [("key1", str(r))]}], 1)] * 3,
+        [("another", [{"entries": [("key2", str(r))]}, {"entries": [("key3", str(r))]}], 1)] * 6,
+    ], generate=True, persecond=True))
     # The environment's switches, on the integration files.
     for env in [{"SHADOW_MODE": "true"},
                 {"LIMIT_RESPONSE_HEADERS_ENABLED": "true"},
@@ -637,11 +653,15 @@ class Report:
 
 
 def start_all(case: Case, args, runtime: Path, redis: Redis,
-              sinks: dict[str, StatsdSink]) -> dict[str, Server]:
+              sinks: dict[str, StatsdSink], persecond: Redis | None = None) -> dict[str, Server]:
+    env = dict(case.env)
+    if persecond is not None:
+        env.update({"REDIS_PERSECOND": "true", "REDIS_PERSECOND_SOCKET_TYPE": "tcp",
+                    "REDIS_PERSECOND_URL": f"127.0.0.1:{persecond.port}"})
     servers = {
-        "reference": Server("reference", args.reference_bin, runtime, case.env, redis, "ref_", False,
+        "reference": Server("reference", args.reference_bin, runtime, env, redis, "ref_", False,
                             sinks.get("reference")),
-        "ratelab-redis": Server("ratelab-redis", args.ratelab_bin, runtime, case.env, redis, "rl_", True,
+        "ratelab-redis": Server("ratelab-redis", args.ratelab_bin, runtime, env, redis, "rl_", True,
                                 sinks.get("ratelab-redis")),
         "ratelab-memory": Server("ratelab-memory", args.ratelab_bin, runtime, case.env, None, "mem_", True),
     }
@@ -656,7 +676,8 @@ def run_case(case: Case, args, redis: Redis, report: Report, rng: random.Random)
         (config_dir / name).write_text(text)
     redis.flush()
     sinks = {"reference": StatsdSink(), "ratelab-redis": StatsdSink()} if case.statsd else {}
-    servers = start_all(case, args, root, redis, sinks)
+    persecond = Redis() if case.persecond else None
+    servers = start_all(case, args, root, redis, sinks, persecond)
     try:
         # A configuration the reference refuses: it serves errors; ratelab
         # refuses to start.
@@ -689,12 +710,17 @@ def run_case(case: Case, args, redis: Redis, report: Report, rng: random.Random)
             sequences += generated_sequences(case.files, rng)
         for sequence in sequences:
             for attempt in range(6):
-                if attempt:
+                # Keys live on for a random jitter after their window: with
+                # a per-second Redis, where they land is compared on each
+                # sequence's keys alone, every service starting afresh.
+                if attempt or persecond is not None:
                     redis.flush()
+                    if persecond is not None:
+                        persecond.flush()
                     if case.restart_all:
                         for s in servers.values():
                             s.stop()
-                        servers = start_all(case, args, root, redis, sinks)
+                        servers = start_all(case, args, root, redis, sinks, persecond)
                     else:
                         servers["ratelab-memory"].stop()
                         servers["ratelab-memory"] = Server("ratelab-memory", args.ratelab_bin, root,
@@ -706,11 +732,23 @@ def run_case(case: Case, args, redis: Redis, report: Report, rng: random.Random)
                     req = request(domain, descriptors, hits)
                     results.append((req, {name: s.ask_json(req) if case.over_http else s.ask(req)
                                           for name, s in servers.items()}))
+                keys = {name: sorted(r.keys()) for name, r in
+                        [("main", redis), ("per second", persecond)] if r is not None} \
+                    if persecond is not None else {}
                 if not crossed(units, start, time.time()):
                     break
             else:
                 print(f"  {case.name}: a window kept ending during a sequence; skipped", file=sys.stderr)
                 continue
+            for where, names in keys.items():
+                # The same keys in the same Redis, but for the prefix.
+                ours = sorted(k[len("rl_"):] for k in names if k.startswith("rl_"))
+                theirs = sorted(k[len("ref_"):] for k in names if k.startswith("ref_"))
+                report.compared[f"Redis keys ({where})"] += 1
+                if ours != theirs:
+                    report.differ[(f"Redis keys ({where})", "placement")] += 1
+                    report.examples[(f"Redis keys ({where})", "placement")].append(
+                        {"case": case.name, "reference": theirs, "ratelab": ours})
             for req, answers in results:
                 report.note("reference vs ratelab on Redis", case.name, req,
                             answers["reference"], answers["ratelab-redis"])
@@ -735,6 +773,8 @@ def run_case(case: Case, args, redis: Redis, report: Report, rng: random.Random)
             s.stop()
         for sink in sinks.values():
             sink.close()
+        if persecond is not None:
+            persecond.stop()
         shutil.rmtree(root, ignore_errors=True)
 
 
