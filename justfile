@@ -84,6 +84,11 @@ bench *ARGS:
     cargo bench -p ratelab-benches --locked -- {{ARGS}}
     cargo run --release -p ratelab-benches --locked --bin bench-summary
 
+# ratelab-server's ShouldRateLimit throughput beside envoyproxy/ratelimit, which you build and start (benches/server-vs-reference/README.md): REFERENCE its gRPC address, REDIS the URL of the redis-server it counts on; writes reports/bench/server-vs-reference.md.
+bench-server REFERENCE REDIS *ARGS:
+    cargo build --release --locked -p ratelab-server -p ratelab-redis-module
+    cargo run --release --locked -p ratelab-benches --bin server-vs-reference -- --reference {{REFERENCE}} --redis {{REDIS}} {{ARGS}}
+
 # The same benchmarks, shorter and noisier (a few minutes).
 bench-quick *ARGS:
     RATELAB_BENCH_QUICK=1 just bench {{ARGS}}

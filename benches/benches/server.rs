@@ -47,7 +47,7 @@ const CONFIG: &str = "\
 domain: bench
 descriptors:
   - key: user
-    rate_limit: {unit: hour, requests_per_unit: 1000000000}
+    rate_limit: {unit: hour, requests_per_unit: 1000000000, algorithm: gcra}
 ";
 
 /// The floor: answers `OK` without looking.

@@ -1,52 +1,24 @@
 //! `ratelab-server`: Envoy's global rate limit service
-//! (`envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit`) on any
-//! ratelab algorithm, in memory or on Redis; a drop-in for
-//! envoyproxy/ratelimit that reads its YAML configuration as it is.
+//! (`envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit`), a
+//! drop-in for envoyproxy/ratelimit: with that service's YAML and
+//! environment unchanged it gives the same answers (fixed windows on the
+//! wall clock, refused hits counted, the same statistics under the same
+//! names, the same Redis keys), and ratelab's algorithms where a limit
+//! asks for one (`rate_limit.algorithm: gcra`, `token-bucket`,
+//! `sliding-log`, ...).
 //!
 //! The binary is what most users want (`ratelab-server --help`); this
 //! library is its parts, for tests and for embedding the service in a
 //! tonic server of one's own:
 //!
-//! - [`config`]: the YAML files (`domain`, nested `descriptors` with `key`,
-//!   `value`, `rate_limit` {`unit`, `requests_per_unit`, `unlimited`,
-//!   `name`, `replaces`}, `shadow_mode`, `detailed_metric`) and ratelab's
-//!   one field, `rate_limit.algorithm` (`gcra` when absent; `fixed-window`
-//!   counts as envoyproxy/ratelimit does). Any other field is an error
-//!   naming the file, line and column.
-//! - [`Service`]: the gRPC service. Each descriptor gets a status with
-//!   `current_limit`, `limit_remaining` and `duration_until_reset` (until the
-//!   key is full again); `hits_addend` is the cost (the request's, 0 meaning
-//!   1 as Envoy defines it, or the descriptor's own); `shadow_mode` limits
-//!   count and report but answer `OK`; `response_headers_to_add` carries
-//!   `RateLimit-Policy` and `RateLimit` as `ratelab-http` writes them and
-//!   `Retry-After` on `OVER_LIMIT`. When Redis fails, the resilience
-//!   wrapper's [`FailurePolicy`](ratelab::redis::FailurePolicy) answers:
-//!   `error` (the default) returns gRPC `UNAVAILABLE`, which Envoy's
-//!   `failure_mode_deny` then decides; `allow` answers `OK`, `deny`
-//!   `OVER_LIMIT`, `fallback` counts in memory meanwhile.
-//! - All or nothing, unlike envoyproxy/ratelimit (which counts every
-//!   descriptor even when another refuses): every limited descriptor of a
-//!   request that has several takes its cost with a
-//!   [receipt](ratelab::Receipt), and a request answered
-//!   `OVER_LIMIT` (a refusal outside shadow mode) or failing with an error
-//!   status gives back every admission before it is answered. A refused
-//!   request costs nothing in any of its descriptors; each status still
-//!   says what its own check decided (`limit_remaining` as it was then). A
-//!   shadow limit's refusal refuses nothing, so it gives nothing back. A
-//!   give-back that fails (Redis gone meanwhile) leaves its units taken,
-//!   logged and counted in `ratelab_server_errors`.
-//! - What is refused rather than ignored: in the files, any field not
-//!   listed above; in a request, a `hits_addend` above `u32::MAX`, an empty
-//!   domain or descriptor, a limit override ratelab cannot count (finer than
-//!   a microsecond apart), and `is_negative_hits` (a descriptor giving units
-//!   back): `INVALID_ARGUMENT`. Units are given back only with the receipt
-//!   of the request that took them; given back on a caller's word, they
-//!   would let any caller raise its own quota.
-//! - [`serve`]: the service and its health check on a listener of one's
-//!   own, until a shutdown future completes.
-//! - [`Watch`]: the reload, every second by the files' modification times;
-//!   a configuration that fails to load is logged and the last good one
-//!   kept.
+//! - [`config`]: the YAML files, read, checked and matched as the
+//!   reference does, with ratelab's `algorithm` field.
+//! - [`Service`]: the gRPC service, built with [`Service::builder`].
+//! - [`Stats`]: the reference's statistics, served as Prometheus text or
+//!   sent as statsd lines.
+//! - [`serve`] and [`serve_with`]: the service and its health check on a
+//!   listener of one's own, its connections bounded ([`Connections`]).
+//! - [`Watch`]: the reload, when the files change.
 //!
 //! ```
 //! use std::sync::Arc;
@@ -54,12 +26,18 @@
 //!     RateLimitDescriptor, rate_limit_descriptor::Entry,
 //! };
 //! use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
-//! use ratelab_server::{Backend, Service, config};
+//! use ratelab::ManualClock;
+//! use ratelab_server::{Service, config};
 //!
 //! let yaml = "domain: edge\ndescriptors:\n  - key: user\n    rate_limit: {unit: minute, requests_per_unit: 2}\n";
 //! let (name, domain) = config::parse("edge.yaml".as_ref(), yaml)?;
 //! let config = config::Config::from_domains([(name, domain)]);
-//! let service = Service::new(ratelab_server::shared(config), Backend::Memory, true);
+//! // 2026-01-01T00:00:10Z: the wall clock, here set by hand.
+//! let clock = ManualClock::new();
+//! clock.set(1_767_225_610 * 1_000_000);
+//! let service = Service::builder(ratelab_server::shared(config))
+//!     .clock(Arc::new(clock))
+//!     .build();
 //!
 //! let request = RateLimitRequest {
 //!     domain: "edge".into(),
@@ -70,11 +48,15 @@
 //!     hits_addend: 0,
 //! };
 //! # tokio::runtime::Builder::new_current_thread().build()?.block_on(async {
-//! let mut overall = Vec::new();
+//! let mut answers = Vec::new();
 //! for _ in 0..3 {
-//!     overall.push(service.decide(&request).await?.overall_code);
+//!     let answer = service.decide(&request).await?;
+//!     let status = &answer.statuses[0];
+//!     let reset = status.duration_until_reset.as_ref().map(|d| d.seconds);
+//!     answers.push((answer.overall_code, status.limit_remaining, reset));
 //! }
-//! assert_eq!(overall, [1, 1, 2]); // OK, OK, OVER_LIMIT
+//! // OK, OK, then OVER_LIMIT (2), 50 s before the minute ends on the clock.
+//! assert_eq!(answers, [(1, 1, Some(50)), (1, 0, Some(50)), (2, 0, Some(50))]);
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! # })?;
 //! # Ok::<(), Box<dyn std::error::Error>>(())
@@ -83,9 +65,19 @@
 #![warn(missing_docs)]
 #![forbid(unsafe_code)]
 
+mod breaker;
+mod clock;
 pub mod config;
-mod metrics;
+mod connections;
+mod health;
 mod service;
+pub mod settings;
+mod stats;
+mod window;
+mod yaml;
+
+#[cfg(feature = "cli")]
+pub mod http;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -94,8 +86,11 @@ use std::time::{Duration, SystemTime};
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitServiceServer;
 use parking_lot::RwLock;
 
-pub use metrics::LATENCY_BUCKETS;
-pub use service::{Backend, Service};
+pub use clock::WallClock;
+pub use connections::{ConnectionLimits, Connections};
+pub use health::Health;
+pub use service::{Backend, DEFAULT_MAX_DESCRIPTORS, ResponseHeaders, Service, ServiceBuilder};
+pub use stats::{Counter, DEFAULT_MAX_KEYS, LimitStats, Stats};
 
 /// The configuration the service reads and the reloader replaces.
 pub type SharedConfig = Arc<RwLock<Arc<config::Config>>>;
@@ -105,19 +100,19 @@ pub fn shared(config: config::Config) -> SharedConfig {
     Arc::new(RwLock::new(Arc::new(config)))
 }
 
-/// Serves `service` (`ShouldRateLimit`, and `grpc.health.v1` saying it
-/// is serving) on `listener` until `shutdown` completes, then lets the
-/// calls in flight finish: the binary's gRPC server without its signals,
-/// metrics and reloader, for embedding it in a program of one's own.
+/// Serves `service` (`ShouldRateLimit`, and `grpc.health.v1` saying it is
+/// serving) on `listener` until `shutdown` completes, then lets the calls
+/// in flight finish, with the default connection limits: the binary's
+/// gRPC server without its signals, metrics and reloader.
 ///
 /// ```no_run
-/// use ratelab_server::{Backend, Service, config};
+/// use ratelab_server::{Service, config};
 ///
 /// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
 /// let yaml = "domain: edge\ndescriptors:\n  - key: user\n    rate_limit: {unit: second, requests_per_unit: 10}\n";
 /// let (name, domain) = config::parse("edge.yaml".as_ref(), yaml)?;
 /// let config = ratelab_server::shared(config::Config::from_domains([(name, domain)]));
-/// let service = Service::new(config, Backend::Memory, true);
+/// let service = Service::builder(config).build();
 /// let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
 /// println!("on {}", listener.local_addr()?);
 /// ratelab_server::serve(listener, service, std::future::pending()).await?;
@@ -129,28 +124,83 @@ pub async fn serve(
     service: Service,
     shutdown: impl Future<Output = ()> + Send,
 ) -> Result<(), tonic::transport::Error> {
-    let (health, health_service) = tonic_health::server::health_reporter();
-    health
-        .set_serving::<RateLimitServiceServer<Service>>()
-        .await;
-    tonic::transport::Server::builder()
-        .add_service(health_service)
-        .add_service(RateLimitServiceServer::new(service))
-        .serve_with_incoming_shutdown(
-            // No Nagle: answers to calls multiplexed on one connection are
-            // not held back waiting for an ACK.
-            tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true)),
-            shutdown,
-        )
+    let health = Health::new(false).await;
+    serve_with(
+        listener,
+        Arc::new(service),
+        &health,
+        ConnectionLimits::default(),
+        None,
+        shutdown,
+    )
+    .await
+}
+
+/// [`serve`], with its health (whose `grpc.health.v1` service it serves),
+/// its connection limits and, when given, a maximum connection age (the
+/// reference's `GRPC_MAX_CONNECTION_AGE` and its grace).
+pub async fn serve_with(
+    listener: tokio::net::TcpListener,
+    service: Arc<Service>,
+    health: &Health,
+    limits: ConnectionLimits,
+    max_age: Option<(Duration, Duration)>,
+    shutdown: impl Future<Output = ()> + Send,
+) -> Result<(), tonic::transport::Error> {
+    let mut builder = tonic::transport::Server::builder();
+    if let Some((age, grace)) = max_age {
+        builder = builder
+            .max_connection_age(age)
+            .max_connection_age_grace(grace);
+    }
+    builder
+        .add_service(health.grpc_service())
+        .add_service(RateLimitServiceServer::from_arc(service))
+        .serve_with_incoming_shutdown(Connections::new(listener, limits), shutdown)
         .await
+}
+
+/// Where the configuration comes from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Source {
+    /// ratelab's `--config`: files, or directories whose `.yaml`/`.yml`
+    /// files are read.
+    Paths(Vec<PathBuf>),
+    /// The reference's `RUNTIME_ROOT`/`RUNTIME_SUBDIRECTORY`/
+    /// `RUNTIME_APPDIRECTORY`: every file below it.
+    Runtime(config::RuntimeDirectory),
+}
+
+impl Source {
+    /// The files it holds now.
+    pub fn files(&self) -> Result<Vec<PathBuf>, config::ConfigError> {
+        match self {
+            Source::Paths(paths) => config::files(paths),
+            Source::Runtime(runtime) => runtime.files(),
+        }
+    }
+
+    /// Reads them; a domain in two files is an error unless `merge`.
+    pub fn load(&self, merge: bool) -> Result<config::Config, config::ConfigError> {
+        config::Config::load_files(&self.files()?, merge)
+    }
+
+    /// The paths watched for changes besides the files (directories gaining
+    /// or losing a file).
+    fn roots(&self) -> Vec<PathBuf> {
+        match self {
+            Source::Paths(paths) => paths.clone(),
+            Source::Runtime(runtime) => vec![runtime.directory()],
+        }
+    }
 }
 
 /// What the files were when last read: each path, modification time and
 /// length.
 type Fingerprint = Vec<(PathBuf, Option<SystemTime>, u64)>;
 
-fn fingerprint(paths: &[PathBuf]) -> Fingerprint {
-    let files = config::files(paths).unwrap_or_default();
+fn fingerprint(source: &Source) -> Fingerprint {
+    let files = source.files().unwrap_or_default();
     let mut print: Fingerprint = files
         .into_iter()
         .map(|file| {
@@ -160,10 +210,9 @@ fn fingerprint(paths: &[PathBuf]) -> Fingerprint {
             (file, modified, len)
         })
         .collect();
-    // A directory gaining or losing a file changes the list itself.
-    for path in paths {
-        let modified = std::fs::metadata(path).and_then(|m| m.modified()).ok();
-        print.push((path.clone(), modified, 0));
+    for path in source.roots() {
+        let modified = std::fs::metadata(&path).and_then(|m| m.modified()).ok();
+        print.push((path, modified, 0));
     }
     print
 }
@@ -172,41 +221,65 @@ fn fingerprint(paths: &[PathBuf]) -> Fingerprint {
 /// is first read, so that a change made while it is read is seen.
 #[derive(Debug)]
 pub struct Watch {
-    paths: Vec<PathBuf>,
+    source: Source,
+    merge: bool,
     last: Fingerprint,
 }
 
 impl Watch {
     /// Notes what `paths` are now (call it before reading them).
     pub fn new(paths: Vec<PathBuf>) -> Self {
-        let last = fingerprint(&paths);
-        Watch { paths, last }
+        Watch::of(Source::Paths(paths), false)
+    }
+
+    /// Notes what `source` holds now; `merge` as [`Source::load`].
+    pub fn of(source: Source, merge: bool) -> Self {
+        let last = fingerprint(&source);
+        Watch {
+            source,
+            merge,
+            last,
+        }
     }
 
     /// Reloads the files into `shared` whenever one changes (checked every
     /// `interval`), forever: a configuration that fails to load is logged,
-    /// counted (`ratelab_server_config_load_errors`) and the last good one
-    /// kept.
-    pub async fn run(self, shared: SharedConfig, interval: Duration) {
-        let Watch { paths, mut last } = self;
+    /// counted (`ratelimit.service.config_load_error`) and the last good
+    /// one kept; one that loads is counted in `config_load_success`, and
+    /// `health` hears whether it has a domain.
+    pub async fn run(
+        self,
+        shared: SharedConfig,
+        interval: Duration,
+        stats: Arc<Stats>,
+        health: Option<Health>,
+    ) {
+        let Watch {
+            source,
+            merge,
+            mut last,
+        } = self;
         let mut ticker = tokio::time::interval(interval);
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             ticker.tick().await;
-            let now = fingerprint(&paths);
+            let now = fingerprint(&source);
             if now == last {
                 continue;
             }
             last = now;
-            match config::Config::load(&paths) {
+            match source.load(merge) {
                 Ok(config) => {
                     tracing::info!(domains = config.len(), "configuration reloaded");
-                    ::metrics::counter!("ratelab_server_config_load_success").increment(1);
+                    stats.counter("ratelimit.service.config_load_success").inc();
+                    if let Some(health) = &health {
+                        health.config_loaded(!config.is_empty()).await;
+                    }
                     *shared.write() = Arc::new(config);
                 }
                 Err(error) => {
                     tracing::error!(%error, "configuration not reloaded: the last good one stays");
-                    ::metrics::counter!("ratelab_server_config_load_errors").increment(1);
+                    stats.counter("ratelimit.service.config_load_error").inc();
                 }
             }
         }

@@ -18,8 +18,20 @@ const CONFIG: &str = "\
 domain: rust
 descriptors:
   - key: user
-    rate_limit: {unit: minute, requests_per_unit: 2}
+    rate_limit: {unit: hour, requests_per_unit: 2}
 ";
+
+/// Waits, when the hour ends within a minute, until it has: the few calls
+/// of a test then fall in one window of the clock.
+fn clear_of_the_hours_edge() {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap();
+    let left = 3600 - now.as_secs() % 3600;
+    if left < 60 {
+        std::thread::sleep(std::time::Duration::from_secs(left + 1));
+    }
+}
 
 /// The server, killed if the test fails before it is stopped.
 struct Server(Child);
@@ -75,6 +87,7 @@ fn request() -> RateLimitRequest {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn through_redis_sentinel() {
+    clear_of_the_hours_edge();
     let master = ratelab_testkit::redis::RedisServer::start();
     let sentinel =
         ratelab_testkit::redis::RedisServer::start_sentinel(master.port(), "rl", 1, 5000);
@@ -115,6 +128,7 @@ async fn through_redis_sentinel() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn health_should_rate_limit_and_sigterm() {
+    clear_of_the_hours_edge();
     let dir = tempfile::tempdir().unwrap();
     let config = dir.path().join("rust.yaml");
     std::fs::write(&config, CONFIG).unwrap();

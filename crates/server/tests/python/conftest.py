@@ -145,35 +145,74 @@ class RedisServer:
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
+def free_port() -> int:
+    return _free_port()
+
+
 class RateLimitServer:
     """``ratelab-server`` on a free port, its configuration in a directory
     of its own, its log in a file; stopped with SIGTERM, which it must obey
-    at once and cleanly."""
+    at once and cleanly.
 
-    def __init__(self, binary: Path, config: dict[str, str], *args: str) -> None:
+    By default it is started with ratelab's flags (``--config``); with
+    ``reference_env`` it is started as envoyproxy/ratelimit is, by its
+    environment alone (``RUNTIME_ROOT``, ``GRPC_PORT``, ``PORT``, ...), the
+    files in ``RUNTIME_ROOT/ratelimit/config``."""
+
+    def __init__(self, binary: Path, config: dict[str, str], *args: str,
+                 env: dict[str, str] | None = None, reference_env: bool = False,
+                 preexec=None) -> None:
         self.dir = Path(tempfile.mkdtemp(prefix="ratelab-server-"))
-        self.config = self.dir / "config"
-        self.config.mkdir()
+        self.config = self.dir / "ratelimit" / "config" if reference_env else self.dir / "config"
+        self.config.mkdir(parents=True)
         for name, text in config.items():
             (self.config / name).write_text(text)
         self.log = self.dir / "server.log"
-        self.process = spawn(
-            [str(binary), "--config", str(self.config), "--listen", "127.0.0.1:0",
-             "--metrics", "127.0.0.1:0", "--reload-interval-ms", "200", "--shutdown-grace-ms", "5000", *args],
-            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=open(self.log, "w"), text=True,
-        )
-        self.metrics_url = None
+        environment = {k: v for k, v in os.environ.items() if not k.startswith(("RATELAB_", "REDIS_"))}
+        if reference_env:
+            command = [str(binary)]
+            environment.update({
+                "RUNTIME_ROOT": str(self.dir), "RUNTIME_SUBDIRECTORY": "ratelimit",
+                "RUNTIME_WATCH_ROOT": "false", "USE_STATSD": "false",
+                "GRPC_HOST": "127.0.0.1", "GRPC_PORT": str(_free_port()),
+                "HOST": "127.0.0.1", "PORT": str(_free_port()),
+                "DEBUG_HOST": "127.0.0.1", "DEBUG_PORT": str(_free_port()),
+                "RATELAB_RELOAD_INTERVAL_MS": "200", "RATELAB_SHUTDOWN_GRACE_MS": "5000",
+            })
+        else:
+            command = [str(binary), "--config", str(self.config), "--listen", "127.0.0.1:0",
+                       "--metrics", "127.0.0.1:0", "--reload-interval-ms", "200",
+                       "--shutdown-grace-ms", "5000"]
+        environment.update(env or {})
+        options = dict(env=environment, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                       stderr=open(self.log, "w"), text=True)
+        if preexec:
+            # Work in the child before exec (a resource limit): Python runs
+            # there, so the parent's death is asked for there too.
+            def before_exec():
+                _die_with_parent()
+                preexec()
+
+            self.process = subprocess.Popen([*command, *args], preexec_fn=before_exec, **options)
+        else:
+            self.process = spawn([*command, *args], **options)
+        self.metrics_url = self.http_url = self.debug_url = None
         self.address = None
-        # The binary prints its metrics address, then the gRPC one.
+        # The binary prints its endpoints, then the gRPC address.
         while self.address is None:
             line = self.process.stdout.readline()
             if not line:
                 self.process.wait()
                 pytest.fail(f"ratelab-server did not start: {self.log.read_text()}", pytrace=False)
+            words = line.split()
             if line.startswith("metrics on "):
-                self.metrics_url = line.split()[2]
+                self.metrics_url = words[2]
+            elif line.startswith("http on "):
+                self.http_url = words[2]
+            elif line.startswith("debug on "):
+                self.debug_url = words[2]
             elif line.startswith("listening on "):
-                self.address = line.split()[2]
+                self.address = words[2]
         self.channel = grpc.insecure_channel(self.address)
         self.stub = rls_pb2_grpc.RateLimitServiceStub(self.channel)
 
@@ -197,11 +236,18 @@ class RateLimitServer:
                 descriptor.hits_addend.value = hits
         return self.stub.ShouldRateLimit(request, timeout=timeout)
 
-    def metrics(self) -> str:
+    def get(self, url: str, data: bytes | None = None) -> tuple[int, str]:
+        import urllib.error
         import urllib.request
 
-        with urllib.request.urlopen(self.metrics_url, timeout=10) as response:
-            return response.read().decode()
+        try:
+            with urllib.request.urlopen(urllib.request.Request(url, data=data), timeout=10) as r:
+                return r.status, r.read().decode()
+        except urllib.error.HTTPError as error:
+            return error.code, error.read().decode()
+
+    def metrics(self) -> str:
+        return self.get(self.metrics_url)[1]
 
     def stop(self) -> int:
         # The channel stays open through the shutdown, as Envoy's would.
@@ -220,14 +266,27 @@ class RateLimitServer:
         return self.process.returncode
 
 
+def clear_of_edges(*units: int, margin: float = 20.0) -> None:
+    """Waits, when a window of one of ``units`` (seconds) ends within
+    ``margin`` seconds, until it has: what a test then asks falls in one
+    window on the clock, however slow the machine (the test asks for less
+    than ``margin`` seconds of work)."""
+    while True:
+        now = time.time()
+        waits = [u - now % u for u in units if u - now % u < margin]
+        if not waits:
+            return
+        time.sleep(max(waits) + 0.05)
+
+
 @pytest.fixture
 def start(server_binary):
     """Starts servers; each is stopped with SIGTERM at the end of the test,
     and must exit 0."""
     servers = []
 
-    def start(config: dict[str, str], *args: str) -> RateLimitServer:
-        server = RateLimitServer(server_binary, config, *args)
+    def start(config: dict[str, str], *args: str, **options) -> RateLimitServer:
+        server = RateLimitServer(server_binary, config, *args, **options)
         servers.append(server)
         return server
 
@@ -287,6 +346,7 @@ def redis_cluster():
     c.remove()
 
 
+DAY = rls_pb2.RateLimitResponse.RateLimit.DAY
 OK = rls_pb2.RateLimitResponse.OK
 OVER_LIMIT = rls_pb2.RateLimitResponse.OVER_LIMIT
 SECOND = rls_pb2.RateLimitResponse.RateLimit.SECOND
