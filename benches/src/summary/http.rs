@@ -94,9 +94,13 @@ const COUNTED_TARGETS: [(&str, f64, &str); 2] = [
     ),
 ];
 
+/// The backend of the instructions bench's HTTP rows, whose algorithm is
+/// the stack (`benches/benches/instructions.rs`).
+const HTTP_BACKEND: &str = "http";
+
 /// A stack's instructions per request over the bare handler's, in `group`.
 fn own_instructions(rows: &[Row], group: &str, backend: &str) -> Option<f64> {
-    let count = |backend| get(rows, group, "http", backend, "instructions_per_check");
+    let count = |stack| get(rows, group, stack, HTTP_BACKEND, "instructions_per_check");
     Some(count(backend)? - count("axum")?)
 }
 
@@ -290,7 +294,7 @@ fn counted_table(summary: &Summary) -> String {
     for (group, path) in COUNTED_PATHS {
         let governor = own_instructions(rows, group, "tower-governor");
         for (backend, stack) in STACKS {
-            let count = get(rows, group, "http", backend, "instructions_per_check");
+            let count = get(rows, group, backend, HTTP_BACKEND, "instructions_per_check");
             if count.is_none() {
                 continue;
             }
@@ -512,11 +516,11 @@ mod tests {
 
     #[test]
     fn admitted_instructions_are_judged_on_each_stacks_own_count() {
-        let counted = |backend, n| {
+        let counted = |stack, n| {
             Row::new(
                 "instructions-http-admitted",
-                "http",
-                backend,
+                stack,
+                HTTP_BACKEND,
                 Metric::InstructionsPerCheck,
                 n,
             )
