@@ -134,7 +134,7 @@ const GROUPS: [&str; 7] = [
 ];
 
 /// The backend of the HTTP rows; the function is the stack.
-const HTTP: &str = "http";
+const HTTP: &str = ratelab_benches::run::HTTP_BACKEND;
 
 /// Every case, in the order they are counted.
 fn cases() -> Vec<Case> {

@@ -19,6 +19,10 @@ use serde::{Deserialize, Serialize};
 /// `redis-benchmark` runs. Same benches, noisier figures.
 pub const QUICK_ENV: &str = "RATELAB_BENCH_QUICK";
 
+/// The backend of the instructions bench's HTTP rows, whose algorithm is
+/// the stack: written by the bench and read by the summary, from here.
+pub const HTTP_BACKEND: &str = "http";
+
 /// What the binary was asked to do, read from its arguments the way
 /// criterion reads them (criterion does not expose its mode).
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -7,7 +7,7 @@ use std::fmt::Write as _;
 use super::{
     GE, INSTRUCTIONS, LE, Summary, Target, cell, get, one, push_judged, push_ratio, si, three, two,
 };
-use crate::run::Row;
+use crate::run::{HTTP_BACKEND, Row};
 
 /// The paths over sockets, as the groups name them and the README says
 /// them.
@@ -93,10 +93,6 @@ const COUNTED_TARGETS: [(&str, f64, &str); 2] = [
         "HTTP admitted, in process: ratelab-http's own instructions as it comes / tower_governor's own (each over bare axum)",
     ),
 ];
-
-/// The backend of the instructions bench's HTTP rows, whose algorithm is
-/// the stack (`benches/benches/instructions.rs`).
-const HTTP_BACKEND: &str = "http";
 
 /// A stack's instructions per request over the bare handler's, in `group`.
 fn own_instructions(rows: &[Row], group: &str, backend: &str) -> Option<f64> {

@@ -114,14 +114,18 @@ def test_a_failover_through_the_sentinel_keeps_the_replicated_state(flavor, grou
     # replication may lose. The replica's offset reaching the primary's is
     # the event (WAIT from a connection that wrote nothing counts only the
     # replicas that acknowledged lately, which a loaded machine may not).
-    def offset(port: int, field: str) -> int:
-        return int(redis.Redis(port=port).info("replication")[field])
+    primary, replica = redis.Redis(port=group.primary.port), redis.Redis(port=group.replica.port)
 
-    target = offset(group.primary.port, "master_repl_offset")
+    def offset(server: redis.Redis, field: str) -> int:
+        return int(server.info("replication")[field])
+
+    target = offset(primary, "master_repl_offset")
     caught_up = time.monotonic() + 30
-    while offset(group.replica.port, "slave_repl_offset") < target:
+    while offset(replica, "slave_repl_offset") < target:
         assert time.monotonic() < caught_up, "the replica did not catch up in 30 s"
         time.sleep(0.02)
+    primary.close()
+    replica.close()
     group.primary.stop()
 
     outages = []
