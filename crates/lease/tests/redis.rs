@@ -1,7 +1,7 @@
-//! Several instances leasing one key of a real Redis server (the
-//! scripts), on one manual clock that Redis reads from the client: what
-//! they admit together stays within the leased bound, most checks never
-//! reach Redis, and every unit comes back.
+//! Several instances leasing one key of a real Redis (the scripts and the
+//! native module, on one node and on a cluster), on one manual clock that
+//! Redis reads from the client: what they admit together stays within the
+//! leased bound, most checks never reach Redis, and every unit comes back.
 
 use ratelab_core::toolkit::RemoteForm;
 use ratelab_core::{Algorithm, Bound, Clock, Limiter, ManualClock, Quota};
@@ -10,25 +10,68 @@ use ratelab_gcra::Gcra;
 use ratelab_lease::{LeaseConfig, Leased};
 use ratelab_redis::{Connection, RedisLimiter, RedisStore, ScriptBackend, TimeSource};
 use ratelab_testkit::oracle::{Admitted, Oracle};
-use ratelab_testkit::redis::RedisServer;
+use ratelab_testkit::redis::{RedisCluster, RedisServer, module_path};
 use std::sync::Arc;
 use std::time::Duration;
 
 const KEY: &[u8] = b"tenant";
 const INSTANCES: usize = 4;
 
-/// The scripts run so far: one per check, lease or settlement that
-/// reached Redis.
-fn scripts_run(server: &RedisServer) -> u64 {
-    let info = server.command(&["INFO", "commandstats"]).expect("INFO");
-    info.lines()
-        .find_map(|l| l.strip_prefix("cmdstat_evalsha:calls="))
-        .and_then(|rest| rest.split(',').next())
-        .map_or(0, |n| n.parse().expect("a count"))
+/// Where the shared limit lives: one node or a cluster, running the
+/// scripts or the native module.
+enum Shared {
+    Node(RedisServer, ScriptBackend),
+    Cluster(RedisCluster),
+}
+
+impl Shared {
+    fn nodes(&self) -> Vec<&RedisServer> {
+        match self {
+            Shared::Node(server, _) => vec![server],
+            Shared::Cluster(cluster) => cluster.nodes().iter().collect(),
+        }
+    }
+
+    fn backend(&self) -> ScriptBackend {
+        match self {
+            Shared::Node(_, backend) => *backend,
+            Shared::Cluster(_) => ScriptBackend::Module,
+        }
+    }
+
+    /// The limiter calls run so far on every node (`EVALSHA` and the
+    /// module's commands): one per check, lease or settlement that reached
+    /// Redis.
+    fn calls_run(&self) -> u64 {
+        self.nodes()
+            .iter()
+            .map(|node| {
+                let info = node.command(&["INFO", "commandstats"]).expect("INFO");
+                info.lines()
+                    .filter(|l| {
+                        l.starts_with("cmdstat_evalsha:") || l.starts_with("cmdstat_ratelab.")
+                    })
+                    .filter_map(|l| l.split_once(":calls="))
+                    .map(|(_, rest)| {
+                        let calls = rest.split(',').next().expect("calls=N,");
+                        calls.parse::<u64>().expect("a count")
+                    })
+                    .sum::<u64>()
+            })
+            .sum()
+    }
+
+    async fn connect(&self) -> Connection {
+        match self {
+            Shared::Node(server, _) => Connection::single(&server.url()).await,
+            Shared::Cluster(cluster) => Connection::cluster(&cluster.urls()).await,
+        }
+        .expect("connect")
+    }
 }
 
 async fn limiter<A>(
-    server: &RedisServer,
+    shared: &Shared,
     algorithm: A,
     clock: &ManualClock,
     prefix: &str,
@@ -36,9 +79,8 @@ async fn limiter<A>(
 where
     A: RemoteForm + Algorithm + Clone,
 {
-    let connection = Connection::single(&server.url()).await.expect("connect");
-    RedisStore::builder(connection, algorithm)
-        .backend(ScriptBackend::Lua)
+    RedisStore::builder(shared.connect().await, algorithm)
+        .backend(shared.backend())
         .prefix(prefix)
         .time_source(TimeSource::Client(Arc::new(clock.clone()) as Arc<dyn Clock>))
         .timeout(Duration::from_secs(10))
@@ -61,8 +103,9 @@ impl Steps {
 /// Four instances, each with its own connection and limiter (as four
 /// processes would be), check one key in turn while the clock moves by up
 /// to `gap` µs between checks; one dies with its lease out halfway; the
-/// others release at the end. Answers the scripts Redis ran per check.
-async fn share_one_key<A>(server: &RedisServer, algorithm: A, prefix: &str, gap: u64) -> f64
+/// others release at the end. Answers the limiter calls Redis ran per
+/// check.
+async fn share_one_key<A>(shared: &Shared, algorithm: A, prefix: &str, gap: u64) -> f64
 where
     A: RemoteForm + Algorithm + Clone,
 {
@@ -72,12 +115,12 @@ where
         .max_lifetime(Duration::from_millis(200));
     let mut instances = Vec::new();
     for _ in 0..INSTANCES {
-        let inner = limiter(server, algorithm.clone(), &clock, prefix).await;
+        let inner = limiter(shared, algorithm.clone(), &clock, prefix).await;
         instances.push(Leased::with_clock(inner, config, clock.clone()).expect("valid"));
     }
     let own: Bound = instances[0].inner().bound();
     let lifetime = 200_000;
-    let commands_before = scripts_run(server);
+    let commands_before = shared.calls_run();
     let mut steps = Steps(7);
     let mut admitted = Vec::new();
     let checks: u32 = 4_000;
@@ -85,7 +128,7 @@ where
         if i == checks / 2 {
             // Dies: its leases are never settled.
             instances[0] = Leased::with_clock(
-                limiter(server, algorithm.clone(), &clock, prefix).await,
+                limiter(shared, algorithm.clone(), &clock, prefix).await,
                 config,
                 clock.clone(),
             )
@@ -101,9 +144,9 @@ where
         }
         clock.advance(Duration::from_micros(steps.next(gap)));
     }
-    let commands = scripts_run(server) - commands_before;
+    let commands = shared.calls_run() - commands_before;
     eprintln!(
-        "{} (gap {gap} µs): {checks} checks, {} admitted, {commands} scripts run",
+        "{} (gap {gap} µs): {checks} checks, {} admitted, {commands} calls to Redis",
         algorithm.name(),
         admitted.len()
     );
@@ -132,19 +175,41 @@ where
     commands as f64 / f64::from(checks)
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn instances_sharing_one_redis_key_keep_the_leased_bound() {
-    let server = RedisServer::start();
+/// Twice the quota offered, then half of it, for GCRA and the fixed
+/// window: near exhaustion a lease is a unit or two; below the quota,
+/// tens of units, so few checks reach Redis.
+async fn keep_the_leased_bound(shared: &Shared) {
     let quota = Quota::per_second(500)
         .and_then(|q| q.with_burst(100))
         .unwrap();
     let window = FixedWindow::new(Quota::per_second(500).unwrap());
-    // Twice the quota offered: near exhaustion a lease is a unit or two.
-    share_one_key(&server, Gcra::new(quota), "lease-gcra-over", 2_000).await;
-    share_one_key(&server, window, "lease-fixed-over", 2_000).await;
-    // Half the quota offered: leases of tens of units.
-    let per_check = share_one_key(&server, Gcra::new(quota), "lease-gcra", 8_000).await;
-    assert!(per_check < 0.2, "{per_check} scripts per check");
-    let per_check = share_one_key(&server, window, "lease-fixed", 8_000).await;
-    assert!(per_check < 0.2, "{per_check} scripts per check");
+    share_one_key(shared, Gcra::new(quota), "lease-gcra-over", 2_000).await;
+    share_one_key(shared, window, "lease-fixed-over", 2_000).await;
+    let per_check = share_one_key(shared, Gcra::new(quota), "lease-gcra", 8_000).await;
+    assert!(per_check < 0.2, "{per_check} calls to Redis per check");
+    let per_check = share_one_key(shared, window, "lease-fixed", 8_000).await;
+    assert!(per_check < 0.2, "{per_check} calls to Redis per check");
+}
+
+fn module_flags() -> [String; 2] {
+    let path = module_path().to_str().expect("a UTF-8 path").to_owned();
+    ["--loadmodule".to_owned(), path]
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn instances_sharing_one_redis_key_keep_the_leased_bound() {
+    keep_the_leased_bound(&Shared::Node(RedisServer::start(), ScriptBackend::Lua)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn instances_sharing_one_key_through_the_module_keep_the_leased_bound() {
+    let [flag, path] = module_flags();
+    let server = RedisServer::start_with(&[&flag, &path]);
+    keep_the_leased_bound(&Shared::Node(server, ScriptBackend::Module)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn instances_sharing_one_key_of_a_cluster_keep_the_leased_bound() {
+    let [flag, path] = module_flags();
+    keep_the_leased_bound(&Shared::Cluster(RedisCluster::start_with(&[&flag, &path]))).await;
 }
