@@ -117,7 +117,7 @@ pub use login::{
 };
 pub use policy::{Count, DEFAULT_TIMEOUT, FailureMode, Policy};
 pub use proxy::{ForwardedHeader, InvalidNetwork, TrustedProxies};
-pub use request::{Admitted, Conclusion, Pending, Refused, Ruling};
+pub use request::{Admitted, Conclusion, InPlace, Pending, Refused, Ruling};
 pub use response::{
     QUOTA_EXCEEDED, RATELIMIT, RATELIMIT_POLICY, X_RATELIMIT_LIMIT, X_RATELIMIT_REMAINING,
     X_RATELIMIT_RESET,
