@@ -57,14 +57,20 @@ where
         // routes, a predicate, a key or a cost function) take it as it is,
         // and it goes on as it came: one in-memory policy that admits it
         // passes it at once, and it is taken apart only to wait.
-        let mut pending = match limits.decide_in_place(&mut request, connection_peer) {
+        let mut started = limits.decide_in_place(&mut request, connection_peer);
+        // Borrowed where it was started: the request's state is large, and
+        // moving it costs more than the decision.
+        let pending = match &mut started {
             InPlace::Passed(fields) => {
-                return ResponseFuture::passed(self.inner.call(request), fields);
+                return ResponseFuture::passed(self.inner.call(request), fields.take());
             }
             InPlace::Started(pending) => pending,
             InPlace::NotInPlace => return self.call_parts(request),
         };
         let Some(ruling) = pending.decide_now().filter(|r| !must_wait(r)) else {
+            let InPlace::Started(pending) = started else {
+                unreachable!("started")
+            };
             let (parts, body) = request.into_parts();
             return later(&self.shared, &mut self.inner, pending, parts, body);
         };
