@@ -226,7 +226,7 @@ impl fmt::Debug for Client {
 /// the formatting machinery (four numbers through `fmt::write` cost as much
 /// as the whole rate limit check).
 #[derive(Clone, Copy)]
-struct Dotted(Ipv4Addr);
+pub(crate) struct Dotted(pub(crate) Ipv4Addr);
 
 impl Dotted {
     /// The address, written into `out`.
@@ -237,27 +237,43 @@ impl Dotted {
     }
 
     /// The address, written at the start of `out` (at least 15 bytes):
-    /// its length.
-    fn write_into(self, out: &mut [u8]) -> usize {
+    /// its length. (What lies past it in `out` may be written too.)
+    pub(crate) fn write_into(self, out: &mut [u8]) -> usize {
+        let out = &mut out[..15];
         let mut len = 0;
         for (i, octet) in self.0.octets().into_iter().enumerate() {
             if i > 0 {
                 out[len] = b'.';
                 len += 1;
             }
-            if octet >= 100 {
-                out[len] = b'0' + octet / 100;
-                len += 1;
-            }
-            if octet >= 10 {
-                out[len] = b'0' + octet / 10 % 10;
-                len += 1;
-            }
-            out[len] = b'0' + octet % 10;
-            len += 1;
+            // Three bytes written, the digits' count kept: no division, no
+            // branch per digit. The last octet starts at 12 at the latest.
+            let [digits, a, b, c] = OCTETS[usize::from(octet)];
+            out[len..len + 3].copy_from_slice(&[a, b, c]);
+            len += usize::from(digits);
         }
         len
     }
+}
+
+/// Each octet's decimal digits, after their count.
+static OCTETS: [[u8; 4]; 256] = octets();
+
+const fn octets() -> [[u8; 4]; 256] {
+    let mut table = [[0; 4]; 256];
+    let mut n = 0;
+    while n < 256 {
+        // `n` < 256: each digit fits a byte.
+        #[allow(clippy::cast_possible_truncation)]
+        let (h, t, u) = ((n / 100) as u8, (n / 10 % 10) as u8, (n % 10) as u8);
+        table[n] = match n {
+            0..=9 => [1, b'0' + u, 0, 0],
+            10..=99 => [2, b'0' + t, b'0' + u, 0],
+            _ => [3, b'0' + h, b'0' + t, b'0' + u],
+        };
+        n += 1;
+    }
+    table
 }
 
 impl fmt::Display for Dotted {

@@ -8,7 +8,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use http::{HeaderMap, HeaderValue};
 
-use ratelab_core::ceil_secs;
+use ratelab_core::{Decision, ceil_secs};
 
 use crate::engine::Tally;
 use crate::matching::Compiled;
@@ -97,6 +97,26 @@ struct Legacy {
     reset: Reset,
 }
 
+impl Legacy {
+    /// The legacy fields of `decision`, under a policy of `limit` units.
+    fn new(settings: &FieldSettings, limit: u64, decision: &Decision) -> Self {
+        Legacy {
+            limit,
+            remaining: decision.remaining,
+            // Until the key is full again on every response, a refusal
+            // included (the wait for a retry is `Retry-After`): one
+            // meaning, as GitHub's has.
+            reset: match settings.legacy_reset {
+                LegacyReset::Delta => Reset::Delta(ceil_secs(decision.reset_after())),
+                LegacyReset::Epoch => Reset::Epoch {
+                    after: decision.reset_after(),
+                    wall_clock: settings.wall_clock.clone(),
+                },
+            },
+        }
+    }
+}
+
 /// `X-RateLimit-Reset`, or what it is computed from when it is written.
 enum Reset {
     Delta(u64),
@@ -120,20 +140,40 @@ impl Fields {
             .legacy()
             .then(|| tally.binding())
             .flatten()
-            .map(|(report, decision)| Legacy {
-                limit: policies[report.check.index].item.q,
-                remaining: decision.remaining,
-                // Until the key is full again on every response, a refusal
-                // included (the wait for a retry is `Retry-After`): one
-                // meaning, as GitHub's has.
-                reset: match settings.legacy_reset {
-                    LegacyReset::Delta => Reset::Delta(ceil_secs(decision.reset_after())),
-                    LegacyReset::Epoch => Reset::Epoch {
-                        after: decision.reset_after(),
-                        wall_clock: settings.wall_clock.clone(),
-                    },
-                },
+            .map(|(report, decision)| {
+                Legacy::new(settings, policies[report.check.index].item.q, decision)
             });
+        Fields {
+            policy,
+            limit,
+            legacy,
+        }
+    }
+
+    /// The fields of a request under one policy, `compiled`, which
+    /// admitted it with `decision`, `t` being `next_after`: what
+    /// [`Fields::new`] says of a tally of that one report.
+    pub(crate) fn one(
+        settings: &FieldSettings,
+        compiled: &Compiled,
+        decision: &Decision,
+        next_after: Duration,
+    ) -> Self {
+        let item = &compiled.item;
+        let (policy, limit) = if settings.style.draft() {
+            let limit = response::limit_field([LimitItem {
+                name: item.quoted(),
+                r: decision.remaining,
+                t: ceil_secs(next_after),
+            }]);
+            (response::policy_field([item]), limit)
+        } else {
+            (None, None)
+        };
+        let legacy = settings
+            .style
+            .legacy()
+            .then(|| Legacy::new(settings, item.q, decision));
         Fields {
             policy,
             limit,

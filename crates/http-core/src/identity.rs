@@ -3,7 +3,7 @@
 //! extensions, then by IP address.
 
 use std::fmt;
-use std::net::{IpAddr, SocketAddr};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -208,13 +208,63 @@ impl Identify {
     where
         P: FnOnce(&http::Extensions) -> Option<IpAddr>,
     {
+        let ip = self.ip_in_place(headers, extensions, peer);
+        self.client_at(headers, extensions, ip)
+    }
+
+    /// The client's address, read in place as [`Identify::client_in_place`]
+    /// reads it: the peer's, or behind trusted proxies the one they
+    /// recorded.
+    pub(crate) fn ip_in_place<P>(
+        &self,
+        headers: &http::HeaderMap,
+        extensions: &http::Extensions,
+        peer: P,
+    ) -> Option<IpAddr>
+    where
+        P: FnOnce(&http::Extensions) -> Option<IpAddr>,
+    {
         debug_assert!(self.peer.is_none(), "a peer resolver reads the whole head");
         let ip = match extensions.get::<PeerAddr>() {
             Some(PeerAddr(addr)) => Some(addr.ip()),
             None => peer(extensions),
         };
-        self.resolve_ip(headers, extensions, ip)
+        ip.map(|peer| self.proxies.client_ip(peer, headers))
+    }
+
+    /// The caller of a request read in place, whose address is `ip` (from
+    /// [`Identify::ip_in_place`]).
+    pub(crate) fn client_at(
+        &self,
+        headers: &http::HeaderMap,
+        extensions: &http::Extensions,
+        ip: Option<IpAddr>,
+    ) -> Client {
+        self.identified(headers, extensions, ip)
             .with_ipv6_prefix(self.ipv6_prefix)
+    }
+
+    /// The IPv4 address of a client whose address is `ip`, when it is
+    /// identified by that address alone (no API key or user link): its
+    /// key is `ip:<address>`, and it is
+    /// [`Identify::anonymous_v4`]'s client.
+    pub(crate) fn by_ipv4(&self, ip: Option<IpAddr>) -> Option<Ipv4Addr> {
+        match ip {
+            Some(IpAddr::V4(v4)) if self.api_key.is_none() && self.users.is_empty() => Some(v4),
+            _ => None,
+        }
+    }
+
+    /// The anonymous client at `v4` ([`Identify::by_ipv4`]), as
+    /// [`Identify::client_at`] identifies it.
+    pub(crate) fn anonymous_v4(&self, v4: Ipv4Addr) -> Client {
+        Client::anonymous_v4(v4, self.anonymous_plan.clone(), Some(IpAddr::V4(v4)))
+            .with_ipv6_prefix(self.ipv6_prefix)
+    }
+
+    /// The plan of clients identified by IP address.
+    pub(crate) fn plan_of_anonymous(&self) -> Option<&str> {
+        self.anonymous_plan.as_deref()
     }
 
     /// Whether identifying a client reads the request's headers and
@@ -228,17 +278,17 @@ impl Identify {
         P: FnOnce(&Parts) -> Option<IpAddr>,
     {
         let ip = self.peer_ip(parts).or_else(|| peer(parts));
-        self.resolve_ip(&parts.headers, &parts.extensions, ip)
+        let ip = ip.map(|peer| self.proxies.client_ip(peer, &parts.headers));
+        self.identified(&parts.headers, &parts.extensions, ip)
     }
 
-    /// The caller, its connection's peer address being `ip`.
-    fn resolve_ip(
+    /// The caller, its address (after the trusted proxies) being `ip`.
+    fn identified(
         &self,
         headers: &http::HeaderMap,
         extensions: &http::Extensions,
         ip: Option<IpAddr>,
     ) -> Client {
-        let ip = ip.map(|peer| self.proxies.client_ip(peer, headers));
         if let Some((header, resolve)) = &self.api_key {
             let key = headers.get(header).and_then(|v| v.to_str().ok());
             if let Some(identity) = key

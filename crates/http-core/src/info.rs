@@ -176,6 +176,31 @@ impl RateLimitInfo {
         }
     }
 
+    /// The info of a request admitted by its one policy, `compiled`, with
+    /// `decision` at `cost`, `t` being `next_after`: what
+    /// [`RateLimitInfo::new`] says of a tally of that one report.
+    pub(crate) fn admitted_one(
+        compiled: &Compiled,
+        cost: u32,
+        decision: Decision,
+        next_after: Duration,
+        client: Client,
+    ) -> Self {
+        RateLimitInfo {
+            outcome: LimitOutcome::Allowed,
+            client,
+            policies: vec![PolicyStatus {
+                name: compiled.name.clone(),
+                limit: compiled.item.q,
+                window_secs: compiled.item.w,
+                cost,
+                outcome: PolicyOutcome::Decided(decision),
+                next_after: Some(next_after),
+            }],
+            retry_after: None,
+        }
+    }
+
     /// The status of the policy named `name`, if it applied.
     pub fn policy(&self, name: &str) -> Option<&PolicyStatus> {
         self.policies.iter().find(|p| &*p.name == name)

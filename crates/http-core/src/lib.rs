@@ -75,7 +75,9 @@
 //! has its fields at once: [`Admitted::fields`]; a server that holds the
 //! request whole need not take it apart:
 //! [`Limits::start_in_place`] and [`Limits::conclude_in_place`] read its
-//! headers and extensions when the limits need no more. Next: [`Identify`] and
+//! headers and extensions when the limits need no more, and
+//! [`Limits::decide_in_place`] passes one that a single in-memory policy
+//! admits without making a [`Pending`] request at all. Next: [`Identify`] and
 //! [`TrustedProxies`] for client identity, [`Policy`] for routes, plans,
 //! keys, costs, counting and [settlements](Policy::settle_with),
 //! [`LoginGuard`] for logins, [`LimitsBuilder`] for the fields and the
@@ -117,7 +119,7 @@ pub use login::{
 };
 pub use policy::{Count, DEFAULT_TIMEOUT, FailureMode, Policy};
 pub use proxy::{ForwardedHeader, InvalidNetwork, TrustedProxies};
-pub use request::{Admitted, Conclusion, Pending, Refused, Ruling};
+pub use request::{Admitted, Conclusion, InPlace, Pending, Refused, Ruling};
 pub use response::{
     QUOTA_EXCEEDED, RATELIMIT, RATELIMIT_POLICY, X_RATELIMIT_LIMIT, X_RATELIMIT_REMAINING,
     X_RATELIMIT_RESET,

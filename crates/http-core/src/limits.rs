@@ -41,6 +41,10 @@ pub struct Limits {
     /// Every request is started from its headers and extensions alone (see
     /// [`Limits::start_in_place`]).
     pub(crate) in_place: bool,
+    /// Started in place, under one policy that decides nothing after the
+    /// response: a request its limiter admits at once passes without a
+    /// [`Pending`](crate::Pending) ([`Limits::decide_in_place`]).
+    pub(crate) one_policy: bool,
 }
 
 /// Builds [`Limits`].
@@ -210,8 +214,10 @@ impl LimitsBuilder {
             && self.guards.is_empty()
             && self.identify.reads_in_place()
             && policies.iter().all(Compiled::reads_client_only);
+        let one_policy = in_place && matches!(&*policies, [one] if !one.policy.after_response());
         Ok(Limits {
             in_place,
+            one_policy,
             identify: self.identify,
             policies,
             guards: self.guards,

@@ -2,15 +2,16 @@
 //! parsed, header item built), then matched against every request head.
 
 use std::borrow::Cow;
+use std::net::Ipv4Addr;
 use std::sync::Arc;
 
 use http::request::Parts;
 use ratelab_core::ceil_secs;
 use ratelab_core::toolkit::LogGate;
 
-use crate::client::Client;
+use crate::client::{Client, Dotted};
 use crate::config::ConfigError;
-use crate::engine::{Check, Refill};
+use crate::engine::{Check, LimiterKey, Refill};
 use crate::policy::{Cost, Count, Policy};
 use crate::response::PolicyItem;
 use crate::route::Route;
@@ -29,6 +30,12 @@ pub(crate) struct Compiled {
     pub(crate) refill: Refill,
     /// Throttles the log lines of its limiter's failures.
     pub(crate) log_gate: LogGate,
+    /// `<name>:`, what its limiter keys start with.
+    key_prefix: Box<[u8]>,
+    /// An anonymous IPv4 client's limiter key up to the address,
+    /// `<name>:ip:`, where the address fits after it in place: its length
+    /// (0 where it does not fit), and the key's bytes.
+    v4_key: (usize, [u8; LimiterKey::INLINE]),
 }
 
 impl Compiled {
@@ -56,7 +63,16 @@ impl Compiled {
         if policy.settle.is_some() && !policy.refunds {
             return Err(ConfigError::CannotSettle(policy.name.clone()));
         }
+        let key_prefix: Box<[u8]> = [policy.name.as_bytes(), b":"].concat().into();
+        let mut v4_key = (0, [0; LimiterKey::INLINE]);
+        let v4_prefix = [&key_prefix, &b"ip:"[..]].concat();
+        if v4_prefix.len() + 15 <= LimiterKey::INLINE {
+            v4_key.1[..v4_prefix.len()].copy_from_slice(&v4_prefix);
+            v4_key.0 = v4_prefix.len();
+        }
         Ok(Compiled {
+            key_prefix,
+            v4_key,
             name: Arc::from(policy.name.as_str()),
             policy: Arc::new(policy),
             routes,
@@ -122,14 +138,59 @@ impl Compiled {
         Some(self.check(index, client.key_bytes(), cost))
     }
 
+    /// For a policy that [reads the client only](Compiled::reads_client_only)
+    /// and counts every request as it comes: the limiter key and the cost
+    /// of `client`'s request, if the policy applies to it. (The check
+    /// [`Compiled::applies_to_client`] makes, without the check.)
+    pub(crate) fn client_key(&self, client: &Client) -> Option<(LimiterKey, u32)> {
+        let Cost::Fixed(cost) = self.policy.cost else {
+            return None;
+        };
+        if !self.admits_plan(client) {
+            return None;
+        }
+        let key = LimiterKey::concat(&[&self.key_prefix, client.key_bytes()]);
+        Some((key, cost))
+    }
+
+    /// [`Compiled::client_key`] of the anonymous client at `v4`, on the
+    /// anonymous plan `plan`, written without the client: `<name>:ip:`
+    /// and the address.
+    pub(crate) fn anonymous_v4_key(
+        &self,
+        v4: Ipv4Addr,
+        plan: Option<&str>,
+    ) -> Option<(LimiterKey, u32)> {
+        let Cost::Fixed(cost) = self.policy.cost else {
+            return None;
+        };
+        if !self.admits(plan) {
+            return None;
+        }
+        let key = match self.v4_key {
+            (0, _) => {
+                let mut address = [0; 15];
+                let len = Dotted(v4).write_into(&mut address);
+                LimiterKey::concat(&[&self.key_prefix, b"ip:", &address[..len]])
+            }
+            (at, mut bytes) => {
+                let len = at + Dotted(v4).write_into(&mut bytes[at..]);
+                LimiterKey::in_place(bytes, len)
+            }
+        };
+        Some((key, cost))
+    }
+
     /// Whether the policy applies to the client's plan (all plans when it
     /// names none).
     fn admits_plan(&self, client: &Client) -> bool {
+        self.admits(client.plan())
+    }
+
+    /// Whether the policy applies to a client on `plan`.
+    fn admits(&self, plan: Option<&str>) -> bool {
         let plans = &self.policy.plans;
-        plans.is_empty()
-            || client
-                .plan()
-                .is_some_and(|plan| plans.iter().any(|p| p == plan))
+        plans.is_empty() || plan.is_some_and(|plan| plans.iter().any(|p| p == plan))
     }
 
     /// The policy's check of a request it applies to, under `key` at

@@ -23,7 +23,7 @@ use http::request::Parts;
 use http::{Extensions, HeaderMap, HeaderValue, response};
 
 use crate::client::Client;
-use crate::engine::{self, Engine, Outcome};
+use crate::engine::{self, Check, Engine, LimiterKey, Outcome};
 use crate::headers::Fields;
 use crate::info::{LimitOutcome, RateLimitInfo};
 use crate::limits::Limits;
@@ -92,16 +92,122 @@ impl Limits {
             return None;
         }
         let client = self.identify.client_in_place(headers, extensions, peer);
+        Some(self.started_in_place(client))
+    }
+
+    /// [`Limits::start_in_place`] and, where one policy's limiter answers
+    /// at once and admits the request with nothing to wait for (no queue
+    /// slot, nothing to settle after the response), the rest of the steps
+    /// too: the request then passes ([`InPlace::Passed`]), its
+    /// [`Client`] and [`RateLimitInfo`] in its extensions (unless
+    /// [`request_extensions`](crate::LimitsBuilder::request_extensions) is
+    /// off), with the fields to write into its response. Nothing is moved
+    /// and no [`Pending`] request is made for it. Any other request is
+    /// [started](InPlace::Started), decided already if its limiters
+    /// answered at once ([`Pending::decide_now`] says so), to go on as one
+    /// from [`Limits::start_in_place`]; and
+    /// [`NotInPlace`](InPlace::NotInPlace) where [`Limits::start_in_place`]
+    /// answers `None`.
+    pub fn decide_in_place<B, P>(&self, request: &mut http::Request<B>, peer: P) -> InPlace
+    where
+        P: FnOnce(&Extensions) -> Option<IpAddr>,
+    {
+        if !self.in_place {
+            return InPlace::NotInPlace;
+        }
+        let identify = &self.identify;
+        let ip = identify.ip_in_place(request.headers(), request.extensions(), peer);
+        if self.one_policy {
+            let compiled = &self.policies[0];
+            if let Some(v4) = identify.by_ipv4(ip) {
+                // The common client, keyed without being made unless it
+                // goes into the extensions or the request waits.
+                let plan = identify.plan_of_anonymous();
+                if let Some((key, cost)) = compiled.anonymous_v4_key(v4, plan) {
+                    let client = || identify.anonymous_v4(v4);
+                    return self.decide_one_now(key, cost, client, request.extensions_mut());
+                }
+            } else {
+                let client = identify.client_at(request.headers(), request.extensions(), ip);
+                let Some((key, cost)) = compiled.client_key(&client) else {
+                    return InPlace::Started(self.started_in_place(client));
+                };
+                return self.decide_one_now(key, cost, || client, request.extensions_mut());
+            }
+        }
+        let client = identify.client_at(request.headers(), request.extensions(), ip);
+        InPlace::Started(self.started_in_place(client))
+    }
+
+    /// The request of `client`, started in place: every policy that
+    /// applies to it, none asked yet.
+    fn started_in_place(&self, client: Client) -> Pending {
         let checks = self
             .policies
             .iter()
             .enumerate()
             .filter_map(|(i, c)| c.applies_to_client(i, &client));
-        Some(Pending {
+        Pending {
             engine: Engine::new(checks),
             client: Some(client),
             attempt: None,
-        })
+        }
+    }
+
+    /// [`Limits::decide_in_place`] under the one policy, which applies to
+    /// the request of the client `client` makes, under `key` at `cost`.
+    fn decide_one_now(
+        &self,
+        key: LimiterKey,
+        cost: u32,
+        client: impl FnOnce() -> Client,
+        extensions: &mut Extensions,
+    ) -> InPlace {
+        let compiled = &self.policies[0];
+        let policy = &compiled.policy;
+        let started = telemetry::CallTimer::start();
+        let Some(result) = policy.limiter.check_now(&key, cost) else {
+            // A limiter that answers later: the request waits for it.
+            let check = Check::with_key(0, policy, key, cost, compiled.refill);
+            return InPlace::Started(Pending {
+                engine: Engine::new([check]),
+                client: Some(client()),
+                attempt: None,
+            });
+        };
+        let elapsed = started.elapsed();
+        let decision = match result {
+            Ok(d) if d.allowed && !d.degraded && d.delay().is_zero() => d,
+            // Refused, failed, or queued: the engine decides what that
+            // means, as it does for every request.
+            result => {
+                policy.metrics.limiter_call(elapsed);
+                let check = Check::with_key(0, policy, key, cost, compiled.refill);
+                return InPlace::Started(Pending {
+                    engine: Engine::decided_one(check, result),
+                    client: Some(client()),
+                    attempt: None,
+                });
+            }
+        };
+        // What `conclude` and `fields` do for a tally of this one report.
+        policy.metrics.admitted_alone(elapsed);
+        engine::record_gauges(policy);
+        self.alerts.stats.count_allowed();
+        let settings = &self.fields;
+        let any_field = settings.style.draft() || settings.style.legacy();
+        if !(any_field || self.request_extensions) {
+            return InPlace::Passed(None);
+        }
+        let next_after = engine::next_now(&*policy.limiter, &key, compiled.refill, &decision, cost);
+        if self.request_extensions {
+            let client = client();
+            let info =
+                RateLimitInfo::admitted_one(compiled, cost, decision, next_after, client.clone());
+            extensions.insert(client);
+            extensions.insert(info);
+        }
+        InPlace::Passed(any_field.then(|| Fields::one(settings, compiled, &decision, next_after)))
     }
 
     /// The step after the decision: the alerts, the metrics and the
@@ -176,6 +282,24 @@ impl Limits {
         parts.extensions.insert(attempt.clone());
         Some((guard, attempt))
     }
+}
+
+/// What [`Limits::decide_in_place`] did with a request.
+#[derive(Debug)]
+#[must_use]
+// The pending request in place is the point: boxing it would allocate for
+// every request that is not passed at once.
+#[allow(clippy::large_enum_variant)]
+pub enum InPlace {
+    /// It passes: call the service, and write these fields (`None`: no
+    /// field) into its response.
+    Passed(Option<Fields>),
+    /// Started, and decided already if its limiters answered at once:
+    /// go on as with a request from [`Limits::start_in_place`].
+    Started(Pending),
+    /// The limits read more of a request than its headers and extensions:
+    /// start it with [`Limits::start`].
+    NotInPlace,
 }
 
 /// A request being limited: its client and the policies that apply to it

@@ -143,6 +143,22 @@ impl PolicyMetrics {
             .record(elapsed);
     }
 
+    /// A request this policy alone decided, admitting it, after a limiter
+    /// call of `elapsed`: [`PolicyMetrics::limiter_call`], [`request`]
+    /// and [`PolicyMetrics::decision`] in one look-up of the recorder.
+    pub(crate) fn admitted_alone(&self, elapsed: Duration) {
+        let allowed = &self.decisions[Decided::Allowed as usize];
+        metrics::with_recorder(|recorder| {
+            recorder
+                .register_histogram(&self.limiter_seconds, &METADATA)
+                .record(elapsed);
+            recorder
+                .register_counter(&REQUESTS_ALLOWED, &METADATA)
+                .increment(1);
+            recorder.register_counter(allowed, &METADATA).increment(1);
+        });
+    }
+
     /// The policy decided `decided` for a request.
     pub(crate) fn decision(&self, decided: Decided) {
         counter(&self.decisions[decided as usize]).increment(1);

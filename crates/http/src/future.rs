@@ -56,6 +56,7 @@ pin_project! {
 
 impl<F, B, E> ResponseFuture<F, B, E> {
     /// The inner service's response, with `fields` (none: as it is).
+    #[inline(always)]
     pub(crate) fn passed(future: F, fields: Option<Fields>) -> Self {
         ResponseFuture {
             kind: Kind::Passed { future, fields },

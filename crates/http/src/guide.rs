@@ -292,7 +292,9 @@
 //! [`Limits::conclude_in_place`](crate::Limits::conclude_in_place) instead,
 //! which read its headers and extensions without taking it apart, when the
 //! limits need no more of it (the layer does: no skip, login guard, peer
-//! resolver, or policy with routes, a predicate, a key or a cost function).
+//! resolver, or policy with routes, a predicate, a key or a cost function),
+//! and [`Limits::decide_in_place`](crate::Limits::decide_in_place) passes
+//! a request its one in-memory policy admits at once in one step.
 //! The crate's `tests/it/shared_cases.rs` runs the
 //! shared cases through a plain hyper `service_fn` driving the core this
 //! way, beside the layer, and requires the same bytes from both.

@@ -14,7 +14,7 @@ use std::time::Duration;
 use http::request::Parts;
 use http::{Request, Response};
 use http_body_util::Either;
-use ratelab_http_core::{Admitted, Conclusion, LimitOutcome, Pending, Ruling};
+use ratelab_http_core::{Admitted, Conclusion, InPlace, LimitOutcome, Pending, Ruling};
 use tower::Service;
 
 use crate::future::{LimitedBody, ResponseFuture};
@@ -55,18 +55,23 @@ where
         // Limits that read no more of a request than its headers and
         // extensions (no skip, login guard, peer resolver, or policy with
         // routes, a predicate, a key or a cost function) take it as it is,
-        // and it goes on as it came: it is taken apart only to wait.
-        let mut started = limits.start_in_place(request.headers(), request.extensions(), |e| {
-            connection_peer(e)
-        });
-        // Decided where it was started: the request's state is large, and
+        // and it goes on as it came: one in-memory policy that admits it
+        // passes it at once, and it is taken apart only to wait.
+        let mut started = limits.decide_in_place(&mut request, connection_peer);
+        // Borrowed where it was started: the request's state is large, and
         // moving it costs more than the decision.
-        let Some(pending) = started.as_mut() else {
-            return self.call_parts(request);
+        let pending = match &mut started {
+            InPlace::Passed(fields) => {
+                return ResponseFuture::passed(self.inner.call(request), fields.take());
+            }
+            InPlace::Started(pending) => pending,
+            InPlace::NotInPlace => return self.call_parts(request),
         };
         let Some(ruling) = pending.decide_now().filter(|r| !must_wait(r)) else {
+            let InPlace::Started(pending) = started else {
+                unreachable!("started")
+            };
             let (parts, body) = request.into_parts();
-            let pending = started.take().expect("started");
             return later(&self.shared, &mut self.inner, pending, parts, body);
         };
         match limits.conclude_in_place(ruling, request.extensions_mut()) {

@@ -42,10 +42,22 @@ impl Check {
         // Prefixed with the policy name so that two policies on one limiter
         // (or one Redis) never share state.
         let full = LimiterKey::concat(&[policy.name.as_bytes(), b":", key.as_ref()]);
+        Self::with_key(index, policy, full, cost, refill)
+    }
+
+    /// [`Check::new`] with its limiter key made already
+    /// (`<policy name>:<key>`).
+    pub(crate) fn with_key(
+        index: usize,
+        policy: &Arc<Policy>,
+        key: LimiterKey,
+        cost: u32,
+        refill: Refill,
+    ) -> Self {
         Check {
             index,
             policy: policy.clone(),
-            key: full,
+            key,
             cost,
             deferred: false,
             refill,

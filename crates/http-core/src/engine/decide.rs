@@ -81,12 +81,27 @@ impl Engine {
             return false;
         };
         policy.metrics.limiter_call(started.elapsed());
+        self.decided_now(result);
+        true
+    }
+
+    /// The engine of one check whose limiter answered `result` at once
+    /// (asked by [`Engine::decide_now`]'s caller, timed and counted):
+    /// decided as [`Engine::decide_now`] decides.
+    pub(crate) fn decided_one(check: Check, result: Result<Decision, Error>) -> Self {
+        let mut engine = Engine::new([check]);
+        engine.decided_now(result);
+        engine
+    }
+
+    /// The single policy's limiter answered `result` at once: the rest of
+    /// [`Engine::decide_now`].
+    fn decided_now(&mut self, result: Result<Decision, Error>) {
         let state = self.record(0, result, State::Decided);
         self.tally.reports[0].set(state);
         let outcome = self.after_round(&[0]).unwrap_or_else(|| self.passed());
         next::complete_now(&mut self.tally.reports);
         self.settle_on(outcome);
-        true
     }
 
     /// Asks the limiters and decides what happens to the request (see

@@ -30,10 +30,11 @@ mod tally;
 #[cfg(test)]
 mod tests;
 
-pub(crate) use check::Check;
+pub(crate) use check::{Check, LimiterKey};
 pub(crate) use decide::Engine;
+pub(crate) use next::now as next_now;
 pub(crate) use refill::Refill;
 pub use refill::wait_for_next_unit;
 pub(crate) use report::State;
 pub(crate) use settle::{pending, settle};
-pub(crate) use tally::{Outcome, Tally};
+pub(crate) use tally::{Outcome, Tally, record_gauges};

@@ -6,23 +6,31 @@ use std::time::Duration;
 
 use futures::FutureExt;
 use futures::future::join_all;
-use ratelab_core::Decision;
+use ratelab_core::{AsyncRateLimiter, Decision};
 
 use crate::engine::call::bounded;
-use crate::engine::refill::Refill;
+use crate::engine::refill::{self, Refill};
 use crate::engine::report::Report;
 
 /// The units to peek for, when the decision of `report` does not say `t`
 /// and its limiter can: `r + 1`.
 fn wanted(report: &Report) -> Option<u32> {
-    if report.check.refill != Refill::Sliding || report.next.is_some() {
+    if report.next.is_some() {
         return None;
     }
-    let decision = report.decision()?;
-    if decision.remaining >= decision.limit
-        || (!decision.allowed && report.check.cost == 1 && !decision.retry_after().is_zero())
+    units_to_peek(report.check.refill, report.decision()?, report.check.cost)
+}
+
+/// The units to peek for `t` after `decision` answered a check of `cost`
+/// on a limiter that refills as `refill` says: `r + 1` when only the
+/// limiter can say when they are back.
+fn units_to_peek(refill: Refill, decision: &Decision, cost: u32) -> Option<u32> {
+    if refill != Refill::Sliding
+        || decision.remaining >= decision.limit
+        || (!decision.allowed && cost == 1 && !decision.retry_after().is_zero())
     {
-        // Full, or refused for one unit: the decision says it.
+        // Not sliding (the decision says it), full, or refused for one
+        // unit: the decision says it.
         return None;
     }
     u32::try_from(decision.remaining + 1).ok()
@@ -73,14 +81,31 @@ pub(crate) fn complete_now(reports: &mut [Report]) {
         let Some(units) = wanted(report) else {
             continue;
         };
-        let check = &report.check;
-        let answer = check
-            .policy
-            .limiter
-            .peek_async(&check.key, units)
-            .now_or_never();
-        if let Some(Ok(peek)) = answer {
-            report.next = Some(from_peek(peek));
-        }
+        report.next = peek_now(&*report.check.policy.limiter, &report.check.key, units);
+    }
+}
+
+/// `t` for a check of `cost` under `key` that `decision` answered, with a
+/// limiter that answers at once: from the decision, or where only the
+/// limiter can say it, from a peek (what [`complete_now`] does for a
+/// report).
+pub(crate) fn now(
+    limiter: &dyn AsyncRateLimiter,
+    key: &[u8],
+    refill: Refill,
+    decision: &Decision,
+    cost: u32,
+) -> Duration {
+    units_to_peek(refill, decision, cost)
+        .and_then(|units| peek_now(limiter, key, units))
+        .unwrap_or_else(|| refill::derived(decision, refill, cost))
+}
+
+/// `t` from a peek for `units` that answers at once; `None` if it would
+/// wait or fails.
+fn peek_now(limiter: &dyn AsyncRateLimiter, key: &[u8], units: u32) -> Option<Duration> {
+    match limiter.peek_async(key, units).now_or_never() {
+        Some(Ok(peek)) => Some(from_peek(peek)),
+        _ => None,
     }
 }

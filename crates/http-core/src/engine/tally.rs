@@ -6,7 +6,7 @@ use std::time::Duration;
 use ratelab_core::{Decision, Error};
 
 use crate::engine::report::{Report, Reports, State};
-use crate::policy::FailureMode;
+use crate::policy::{FailureMode, Policy};
 use crate::telemetry::{self, Decided, RequestOutcome};
 
 /// A limiter that could not decide, in the order the failures happened.
@@ -96,26 +96,39 @@ impl Tally {
             Outcome::Unavailable => RequestOutcome::Unavailable,
         });
         for report in self.reports.iter() {
-            let policy = &report.check.policy;
-            policy.metrics.decision(match report.state() {
-                State::Decided(d) if d.allowed => Decided::Allowed,
-                State::Decided(_) => Decided::Refused,
-                State::Never { .. } => Decided::Never,
-                State::Peeked(_) | State::Pending => Decided::Peeked,
-                State::FailedOpen => Decided::FailedOpen,
-                State::FailedClosed(_) => Decided::FailedClosed,
-                State::GivenBack(_) => Decided::GivenBack,
-            });
-            if let Some(count) = &policy.keys_tracked {
-                policy.metrics.keys_tracked(count());
-            }
-            if let Some(open) = &policy.breaker_open {
-                policy.metrics.breaker_open(open());
-            }
+            record_decision(
+                &report.check.policy,
+                match report.state() {
+                    State::Decided(d) if d.allowed => Decided::Allowed,
+                    State::Decided(_) => Decided::Refused,
+                    State::Never { .. } => Decided::Never,
+                    State::Peeked(_) | State::Pending => Decided::Peeked,
+                    State::FailedOpen => Decided::FailedOpen,
+                    State::FailedClosed(_) => Decided::FailedClosed,
+                    State::GivenBack(_) => Decided::GivenBack,
+                },
+            );
         }
         for failure in &self.failures {
             let policy = &self.reports[failure.report].check.policy.name;
             telemetry::failure(policy, failure.mode.label(), &failure.error);
         }
+    }
+}
+
+/// Reports to the metrics that `policy` decided `decided` for a request,
+/// with the gauges the policy reads.
+pub(crate) fn record_decision(policy: &Policy, decided: Decided) {
+    policy.metrics.decision(decided);
+    record_gauges(policy);
+}
+
+/// Reports the gauges `policy` reads to the metrics.
+pub(crate) fn record_gauges(policy: &Policy) {
+    if let Some(count) = &policy.keys_tracked {
+        policy.metrics.keys_tracked(count());
+    }
+    if let Some(open) = &policy.breaker_open {
+        policy.metrics.breaker_open(open());
     }
 }
