@@ -571,13 +571,12 @@ fn stored_as(connection: &mut redis::Connection, key: &str) -> Stored {
     (bytes, encoding)
 }
 
-/// On the server's clock, a check that is sure to admit reads its key in
-/// place, which makes Redis turn an embedded string into a raw one, and
-/// writes its state over it: it must happen only before such a write. A
-/// burst then refusals, module and script side by side: after each check
-/// the two keys take the same memory; the module's key is embedded until a
-/// check writes over it in place, raw after; and a refusal leaves either
-/// key as it was (an embedded string embedded).
+/// On the server's clock, a check that admits writes its state over the
+/// string of the same length its key holds, which makes Redis turn an
+/// embedded string into a raw one: only a write may do so. A burst then
+/// refusals, module and script side by side: after each check the two keys
+/// take the same memory; the module's key is embedded until a check writes
+/// over it in place, raw after; and a refusal leaves either key as it was.
 #[test]
 fn on_the_server_clock_a_refusal_leaves_the_key_as_the_script_does() {
     let server = support::server();
@@ -636,16 +635,16 @@ fn on_the_server_clock_a_refusal_leaves_the_key_as_the_script_does() {
             before = Some((module_stored, script_stored));
         }
         assert_eq!(refused, 3, "{}", kind.name());
-        // The states that start with one instant are read in place.
-        let in_place = matches!(kind, AlgorithmKind::Gcra | AlgorithmKind::LeakyQueue);
+        // Every string's state is written over in place (the sliding log is
+        // a sorted set).
+        let in_place = kind != AlgorithmKind::SlidingLog;
         assert_eq!(written_in_place, in_place, "{}", kind.name());
     }
 }
 
 /// A stranger who shortens a key's TTL makes its expiry promise less than
-/// the state holds. The check then reads the key in place expecting to
-/// admit, but still decides on what it read: the refusal stands, and the
-/// state is left as it was.
+/// the state holds: a check still decides on the state it reads, so the
+/// refusal stands, and the key is left as it was.
 #[test]
 fn a_shortened_ttl_buys_no_admission() {
     let server = support::server();
@@ -664,6 +663,7 @@ fn a_shortened_ttl_buys_no_admission() {
             assert_eq!(reply.unwrap()[0], 1, "{}: the burst", kind.name());
         }
         let held: Vec<u8> = redis::cmd("GET").arg(&key).query(&mut connection).unwrap();
+        let (_, encoding) = stored_as(&mut connection, &key);
         // Expires in a minute, where the state owes two hours (and a
         // minute is longer than this test takes to read it, however slow).
         let _: () = redis::cmd("PEXPIRE")
@@ -695,11 +695,60 @@ fn a_shortened_ttl_buys_no_admission() {
             "{}: the refusal changed the state",
             kind.name()
         );
-        // The check did read in place (what this test is about): Redis
-        // made the embedded string raw, the one trace a shortened TTL
-        // leaves.
-        let (_, encoding) = stored_as(&mut connection, &key);
-        assert_eq!(encoding, "raw", "{}: not read in place", kind.name());
+        assert_eq!(
+            stored_as(&mut connection, &key).1,
+            encoding,
+            "{}: the refusal changed how the key is stored",
+            kind.name()
+        );
+    }
+}
+
+/// A refusal reads its key as the script reads it (`GET`): a key the
+/// script stored, an embedded string, stays embedded, on either clock, and
+/// keeps its bytes, its expiry and its `MEMORY USAGE`.
+#[test]
+fn a_refusal_leaves_an_embedded_string_embedded() {
+    let server = support::server();
+    let mut connection = connect(&server.url());
+    let comparable = sizes_comparable(&mut connection);
+    for kind in AlgorithmKind::ALL {
+        if kind == AlgorithmKind::SlidingLog {
+            continue;
+        }
+        let sha = load_script(&mut connection, kind);
+        let params = kind.params(two_an_hour());
+        for now in clocks() {
+            let key = "embedded:k";
+            let _: () = redis::cmd("DEL").arg(key).query(&mut connection).unwrap();
+            // The script spends the key: two admissions.
+            for _ in 0..2 {
+                let args = argv(&now, 1, SLACK_MS, "", &params);
+                let reply = query(&mut connection, &script_cmd(&sha, key, &args)).unwrap();
+                assert_eq!(reply[0], 1, "{}: the script's burst", kind.name());
+            }
+            let before = (
+                dump(&mut connection, key),
+                pttl(&mut connection, key) > 0,
+                stored_as(&mut connection, key),
+            );
+            if comparable {
+                assert_eq!(before.2.1, "embstr", "{}: the script's key", kind.name());
+            }
+            let args = argv(&now, 1, SLACK_MS, "", &params);
+            let reply = query(&mut connection, &module_cmd(kind, key, &args)).unwrap();
+            assert_eq!(reply[0], 0, "{}, now {now:?}: admitted", kind.name());
+            let after = (
+                dump(&mut connection, key),
+                pttl(&mut connection, key) > 0,
+                stored_as(&mut connection, key),
+            );
+            if comparable {
+                assert_eq!(after, before, "{}, now {now:?}", kind.name());
+            } else {
+                assert_eq!(after.0, before.0, "{}, now {now:?}", kind.name());
+            }
+        }
     }
 }
 
@@ -710,7 +759,7 @@ fn two_an_hour() -> Quota {
 }
 
 /// The caller's clock and the server's (`""`): on the server's, a check
-/// opens its key to write before it knows whether it will.
+/// that admits writes over its key in place.
 fn clocks() -> [String; 2] {
     [START.to_string(), String::new()]
 }
@@ -938,8 +987,7 @@ fn a_replica_holds_what_its_master_holds() {
         (5_000_000, 4),
     ];
     // Then the server's clock on a key of its own: checks that admit
-    // whatever the key holds write over it in place (GCRA, the leaky
-    // queue), and replicate as `SET` all the same.
+    // write over the string in place, and replicate as `SET` all the same.
     for (kind, clock) in AlgorithmKind::ALL
         .into_iter()
         .flat_map(|kind| [(kind, false), (kind, true)])
