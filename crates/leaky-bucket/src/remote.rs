@@ -137,6 +137,10 @@ impl StringForm for LeakyQueue {
     fn encode_fixed(&self, stored: &StoredOf<Self>) -> Encoded {
         remote::encode_instant(stored)
     }
+
+    fn admits_all_up_to(&self, latest: u64, now: u64, cost: u32) -> bool {
+        remote::admits_at_latest(self, latest, now, cost)
+    }
 }
 
 #[cfg(test)]

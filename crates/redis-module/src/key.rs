@@ -1,11 +1,13 @@
 //! The key a command names, opened for direct access ([`Open`]): what it
-//! holds, a state stored as `SET` stores and replicates it (or written over
-//! the string it replaces), the keyspace events and the signal a command
-//! raises; and (`zset`) the sliding log's sorted set.
+//! holds, its expiry, its string read in place, a state stored as `SET`
+//! stores and replicates it, the keyspace events and the signal a command
+//! raises; and (`zset`) the sliding log's sorted set. A key opened to read
+//! only ([`Reading`]) tells whether it holds anything.
 
 #![allow(unsafe_code)]
 
 use std::ffi::{c_char, c_int};
+use std::marker::PhantomData;
 use std::sync::atomic::{AtomicPtr, Ordering};
 
 use redis_module::{Context, raw};
@@ -64,6 +66,9 @@ pub(crate) struct Open<'a> {
     key: *mut raw::RedisModuleKey,
     /// Written through: signalled as modified when closed.
     written: bool,
+    /// The length of the string read in place (`read_in_place`), now a
+    /// raw string: a state of that length is written over it.
+    read_raw: Option<usize>,
 }
 
 /// What a key holds.
@@ -86,6 +91,35 @@ pub(crate) fn out_of_memory() -> bool {
     unsafe { api(raw::RedisModule_GetUsedMemoryRatio)() > 1.0 }
 }
 
+/// A key opened to read only (to tell whether it holds anything, raising
+/// `keymiss` when it does not, as `GET` would), closed on drop.
+#[derive(Debug)]
+pub(crate) struct Reading<'a> {
+    key: *mut raw::RedisModuleKey,
+    _call: PhantomData<&'a Context>,
+}
+
+/// Opens `name` to read: `None` when it holds nothing (as `GET` would
+/// answer nil, an expired key included).
+pub(crate) fn open_to_read<'a>(ctx: &'a Context, name: KeyArg<'a>) -> Option<Reading<'a>> {
+    let mode = c_int::try_from(raw::REDISMODULE_READ).expect("small flags");
+    // SAFETY: the running command's context and one of its arguments; the
+    // handle is closed by `Reading`'s drop, before the command returns.
+    let key = unsafe { api(raw::RedisModule_OpenKey)(ctx.get_raw(), name.object(), mode) };
+    // A key opened to read only is null when it does not exist.
+    (!key.is_null()).then_some(Reading {
+        key,
+        _call: PhantomData,
+    })
+}
+
+impl Drop for Reading<'_> {
+    fn drop(&mut self) {
+        // SAFETY: a key opened by `open_to_read`, closed once.
+        unsafe { api(raw::RedisModule_CloseKey)(self.key) };
+    }
+}
+
 /// Opens `name` to read and write.
 pub(crate) fn open<'a>(ctx: &'a Context, name: KeyArg<'a>) -> Open<'a> {
     let mode =
@@ -98,6 +132,7 @@ pub(crate) fn open<'a>(ctx: &'a Context, name: KeyArg<'a>) -> Open<'a> {
         name,
         key,
         written: false,
+        read_raw: None,
     }
 }
 
@@ -117,10 +152,30 @@ impl Open<'_> {
         }
     }
 
-    /// The length of the string the key holds.
-    fn string_length(&self) -> usize {
+    /// The Unix ms the key expires at, `None` when it has no TTL.
+    pub(crate) fn expires_at(&self) -> Option<u64> {
         // SAFETY: an open key.
-        unsafe { api(raw::RedisModule_ValueLength)(self.key) }
+        let at = unsafe { api(raw::RedisModule_GetAbsExpire)(self.key) };
+        u64::try_from(at).ok()
+    }
+
+    /// The string the key holds, read in place (`RM_StringDMA`). Redis
+    /// first turns an integer or an embedded string into a raw one, so only
+    /// a command that is sure to overwrite the key may read it this way:
+    /// the write then stores it as `SET` would.
+    pub(crate) fn read_in_place(&mut self) -> &[u8] {
+        let mode = c_int::try_from(raw::REDISMODULE_READ).expect("small flags");
+        let mut len = 0;
+        // SAFETY: an open key holding a string; the buffer lives until the
+        // key is written or closed, which the borrow of `self` outlasts.
+        unsafe {
+            let ptr = api(raw::RedisModule_StringDMA)(self.key, &mut len, mode);
+            if ptr.is_null() || len == 0 {
+                return &[];
+            }
+            self.read_raw = Some(len);
+            std::slice::from_raw_parts(ptr.cast::<u8>(), len)
+        }
     }
 
     /// Raises `keymiss`, as reading a key that holds nothing does (`GET`,
@@ -132,20 +187,14 @@ impl Open<'_> {
     /// Stores `value` with a TTL of `ttl_ms`, as `SET key value PXAT at`
     /// does and replicates it, unless the server is out of memory. For
     /// values that are no decimal integer only: `SET` would store one as an
-    /// integer, a module's string stays a string. With `in_place`, over
-    /// the string the key holds when `value` has its length
-    /// ([`Open::overwrite`]).
-    pub(crate) fn store(
-        &mut self,
-        value: &[u8],
-        ttl_ms: u64,
-        in_place: bool,
-    ) -> Result<(), String> {
+    /// integer, a module's string stays a string. Over the string read in
+    /// place when `value` has its length ([`Open::overwrite`]).
+    pub(crate) fn store(&mut self, value: &[u8], ttl_ms: u64) -> Result<(), String> {
         if out_of_memory() {
             return Err(OOM.to_owned());
         }
         let at = expiry_at(ttl_ms);
-        if in_place && self.holds() == Holds::String && self.string_length() == value.len() {
+        if self.read_raw == Some(value.len()) {
             return self.overwrite(value, at);
         }
         let ctx = self.ctx.get_raw();
@@ -180,20 +229,19 @@ impl Open<'_> {
         Ok(())
     }
 
-    /// Writes `value` over the string of the same length the key holds,
-    /// expiring at Unix ms `at`: the bytes, the TTL, the memory taken, the
-    /// replication (`SET key value PXAT at`), the events and the signal are
-    /// `SET`'s; Redis makes an embedded string raw to have it written
-    /// (`RM_StringDMA`), where `SET` would embed a string of up to 44 bytes
-    /// (only `OBJECT ENCODING` tells). No key deleted and added again, no
-    /// string made.
+    /// Writes `value` over the raw string of the same length read in place
+    /// (which that read made raw), expiring at Unix ms `at`: the bytes, the
+    /// TTL, the memory taken, the replication (`SET key value PXAT at`),
+    /// the events and the signal are `SET`'s; the key stays a raw string
+    /// where `SET` would embed a string of up to 44 bytes (only `OBJECT
+    /// ENCODING` tells). No key deleted and added again, no string made.
     fn overwrite(&mut self, value: &[u8], at: i64) -> Result<(), String> {
         let mode =
             c_int::try_from(raw::REDISMODULE_READ | raw::REDISMODULE_WRITE).expect("small flags");
         let ctx = self.ctx.get_raw();
         let mut len = 0;
-        // SAFETY: an open key holding a string, whose buffer (`len` bytes)
-        // is written within its length; the replicated
+        // SAFETY: an open key holding the raw string read in place, whose
+        // buffer (`len` bytes) is written within its length; the replicated
         // command's format matches its arguments.
         unsafe {
             let ptr = api(raw::RedisModule_StringDMA)(self.key, &mut len, mode);

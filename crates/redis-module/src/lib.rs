@@ -73,25 +73,44 @@
 //! calls and replies allocate, a microsecond a call on a command that
 //! costs three or four.
 //!
-//! The strings (six algorithms) are read through `RM_Call` (`GET`), as a
-//! script reads them: the only read the module API offers that leaves a
-//! key as Redis stored it (a string opened for direct access,
-//! `RM_StringDMA`, is turned into a raw one even to be read), so that a
-//! refusal or a peek changes nothing, and one lookup of the key. A key is
-//! opened to write only when a state is written: the module opts out of
-//! Redis signalling every key opened to write as modified
-//! (`NO_IMPLICIT_SIGNAL_MODIFIED`) and signals a key when it writes it, as
-//! a script's write does. A state is written straight into the key
-//! (`RM_StringSet`), which stores it exactly as `SET` would, and replicated
-//! as that `SET` (the very string stored, as `SET` propagates its
-//! argument): replicas and the AOF receive the effects a script would
-//! send, the same keyspace events are raised, and a server out of memory
-//! refuses the write as it refuses a script's. A check on the server's
-//! clock writes its state over the string the key holds instead, when it
-//! has the same length (no key deleted and added again, no string made):
-//! the bytes, the TTL, the memory taken, the replication, the events and
-//! the signal are still `SET`'s, but Redis makes the string raw to have it
-//! written, where `SET` would embed a string of up to 44 bytes (which only
+//! The strings (six algorithms) are read through `RM_Call` (`GET`):
+//! Redis turns a string opened for direct access (`RM_StringDMA`) into a
+//! raw one, even to read it, so a key would change encoding on a mere
+//! refusal (the module API has no other read of a string). Two cases skip
+//! `GET`: a key that holds nothing is not read (but by a check that reads
+//! with `GET` first, below), and a check on the server's
+//! clock that is sure to admit reads its key in place, since its write
+//! stores the state again. A check of a positive cost on the server's
+//! clock, unless the last such check of its key was refused, opens its key
+//! to read and write at once (one lookup where two were); after a refusal
+//! it reads with `GET` straight away (one lookup when it refuses again) and
+//! opens its key only to write. The module remembers which by one bit of a
+//! fixed table of 65,536 that keys share by their hash (8 KiB, whatever the
+//! number of keys): a wrong guess costs time, never a decision. The module
+//! opts out of Redis signalling every
+//! key opened to write as modified (`NO_IMPLICIT_SIGNAL_MODIFIED`) and
+//! signals a key when it writes it, so that a refusal, as a script's,
+//! aborts no transaction that `WATCH`es the key; and it raises the
+//! `keymiss` event a script's read of a key that holds nothing raises (a
+//! key looked up to write counts no keyspace hit or miss in `INFO stats`;
+//! `GET` counts one).
+//! GCRA's and the leaky
+//! queue's state starts with one instant, and the key's expiry bounds it
+//! (every writer sets the TTL to the time until the key may be forgotten,
+//! never before that instant, rounded up): when the latest instant that
+//! expiry allows is admitted, every state is. The decision is always made
+//! on the bytes read, so a stranger's `PEXPIRE` can only make a refusal
+//! read the key in place, never admit more. A state is written straight
+//! into the key (`RM_StringSet`), which stores it exactly as `SET` would,
+//! and replicated as that `SET` (the very string stored, as `SET`
+//! propagates its argument): replicas and the AOF receive the effects a
+//! script would send, the same keyspace events are raised, and a server out
+//! of memory refuses the write as it refuses a script's. A check that read
+//! its key in place writes its state over those bytes instead, when it has
+//! their length (no key deleted and added again, no string made): the
+//! bytes, the TTL, the memory taken, the replication, the events and the
+//! signal are still `SET`'s, but the key stays the raw string the read made
+//! of it, where `SET` would embed a string of up to 44 bytes (which only
 //! `OBJECT ENCODING` tells).
 //!
 //! The sliding log's sorted set is stored alike either way too
@@ -115,6 +134,7 @@
 mod args;
 mod call;
 mod ffi;
+mod hint;
 mod invoke;
 mod key;
 mod lua;
@@ -164,8 +184,9 @@ mod entry {
         registry::register(ctx, args)
     }
 
-    // The allocator: the module keeps nothing between calls (every byte it
-    // stores is a Redis string written through Redis), so the system allocator
+    // The allocator: the module keeps nothing between calls but the read
+    // hints' fixed table (every byte it stores is a Redis string written
+    // through Redis), so the system allocator
     // serves its short-lived buffers, and the rlib stays usable outside Redis.
     // Flags: "write" (a replica refuses it; a cluster routes it by its one key,
     // the first argument); no "deny-oom": as for a script, only a write is

@@ -10,7 +10,8 @@ use redis_module::{Context, RedisError};
 use crate::args::{Args, Op};
 use crate::call::{READ, call, get, passed_on, type_name};
 use crate::ffi::KeyArg;
-use crate::key::open;
+use crate::hint::Hint;
+use crate::key::{Holds, Open, open, open_to_read, out_of_memory};
 use crate::prologue::{self, Prologue};
 use crate::reply::{Reply, corrupt, fields, invalid, out_of_range, stamped};
 
@@ -20,17 +21,23 @@ use crate::reply::{Reply, corrupt, fields, invalid, out_of_range, stamped};
 /// (errors aside); a settlement or a reset of a debt with shifts holds them
 /// in a `Vec`.
 ///
-/// The key is read with `GET` through `RM_Call` ([`get`]), as the script
-/// reads it: one lookup, and the key left as Redis stored it (opening a
-/// string for direct access, `RM_StringDMA`, even to read, turns an
-/// embedded string into a raw one, so a key would change encoding under a
-/// mere refusal). Only a call that writes opens its key to write, after
-/// it has decided: a refusal or a peek looks its key up once. The state is
+/// A key that holds nothing is not read (but by a check that reads with
+/// `GET` first). A check of a positive cost on the server's clock opens its key to read and write at once, and writes
+/// through that handle: one lookup of the key, not two; unless the last
+/// such check of its key was refused ([`Hint`]): it then reads with `GET`
+/// first, one lookup when it refuses again, and opens the key to write only
+/// if it admits. A check that opened its key and
+/// admits whatever the key holds (GCRA's and the leaky queue's state
+/// starts with one instant, and the key's expiry bounds it: see
+/// [`latest_instant`]) reads the string in place, since its write stores it
+/// again. Any other call reads it with `GET` through `RM_Call` ([`get`]),
+/// as the script reads it: opening a string for direct access
+/// (`RM_StringDMA`, even to read) turns an embedded string into a raw one,
+/// so a key would change encoding under a mere refusal. The state is
 /// written straight into the key (`RM_StringSet`, stored as `SET` stores
-/// it, and replicated as `SET ... PXAT`), or, by a check on the server's
-/// clock, over the string of the same length the key holds
-/// ([`crate::key::Open::store`]). What surrounds the calls copies no
-/// argument, allocates nothing and writes the reply directly.
+/// it, and replicated as `SET ... PXAT`), or over the bytes a check read
+/// in place ([`Open::store`]). What surrounds the calls copies
+/// no argument, allocates nothing and writes the reply directly.
 ///
 /// Every operation is the algorithm crate's own: `decide` for checks and
 /// peeks (at `now`), `stamp` for an admission, `settle` (at the latest of
@@ -59,13 +66,69 @@ pub(crate) fn command<A: StringForm>(
     // Only a settlement or a reset reads a debt's shifts; a window's ledger
     // is read by every call (a check's stamp counts what it gave back).
     let shifts = !A::DEBT || matches!(op, Op::Settle { .. } | Op::Reset);
+    // A check of a positive cost on the server's clock may write (unless
+    // memory is full, when a write is refused). After an admission of its
+    // key (`Hint`) it opens the key to read and write at once, one lookup
+    // for both; after a refusal it reads with `GET` first, one lookup when
+    // it refuses again. A key opened to write and left as it was signals
+    // nothing (`Open`).
+    let may_write = op == Op::Check && cost > 0 && parsed.on_server_clock() && !out_of_memory();
+    let hint = may_write.then(|| Hint::of(key.bytes()));
+    let mut handle = hint
+        .is_some_and(|hint| !hint.refused_last())
+        .then(|| open(ctx, key));
+    // A check that will admit, whatever the key holds, reads it in place:
+    // its write is sure to store the state as `SET` does. Any other call
+    // reads it with `GET`, which leaves the key as it is.
+    let via = match &handle {
+        None => Via::Get,
+        Some(open) => match open.holds() {
+            Holds::Nothing => Via::Nothing,
+            Holds::String
+                if open.expires_at().is_some_and(|at| {
+                    algorithm.admits_all_up_to(latest_instant(at), now, cost)
+                }) =>
+            {
+                Via::InPlace
+            }
+            _ => Via::Get,
+        },
+    };
     // The shifts' bytes a check puts back as they were (filled by the
     // read, in place: a state on the stack is not moved about).
     let mut kept = Encoded::new();
-    // Read with `GET`, as the script reads it: the key is left as Redis
-    // stored it, and looked up once. A key is opened to write only when a
-    // state is written.
-    let read = read_with_get(&algorithm, ctx, key, now, parsed.skew(), shifts, &mut kept)?;
+    let read = match (via, handle.as_mut()) {
+        (Via::Nothing, Some(open)) => {
+            // As a read of a key that holds nothing raises it.
+            open.notify_missed();
+            None
+        }
+        (Via::InPlace, Some(open)) => {
+            let raw = open.read_in_place();
+            Some(decode_stored(
+                &algorithm,
+                key,
+                raw,
+                now,
+                parsed.skew(),
+                shifts,
+                &mut kept,
+            )?)
+        }
+        (_, opened) => {
+            // The key opened to write is closed, unchanged: it holds
+            // something (`GET` reads it). A check that opened nothing reads
+            // with `GET` whatever the key holds (one lookup); any other
+            // call first tells whether there is anything to read.
+            let held = opened.is_some() || hint.is_some() || open_to_read(ctx, key).is_some();
+            handle = None;
+            if held {
+                read_with_get(&algorithm, ctx, key, now, parsed.skew(), shifts, &mut kept)?
+            } else {
+                None
+            }
+        }
+    };
     let exists = read.is_some();
     // Nothing it holds can still be claimed: a key never seen, with no
     // shifts to keep.
@@ -86,7 +149,6 @@ pub(crate) fn command<A: StringForm>(
         parsed: &parsed,
         exists,
         now,
-        in_place: op == Op::Check && parsed.on_server_clock(),
     };
 
     match op {
@@ -95,11 +157,14 @@ pub(crate) fn command<A: StringForm>(
             let decision = algorithm
                 .decide(&mut state, now, cost)
                 .map_err(|_| invalid(A::NAME))?;
+            if let Some(hint) = hint {
+                hint.record(!decision.allowed);
+            }
             // As the scripts: only a check's admission with a cost writes.
             if op == Op::Check && decision.allowed && cost > 0 {
                 stored.state = state;
                 let stamp = algorithm.stamp(&stored.state, &stored.ledger, now);
-                write.store(&mut stored, &kept, now)?;
+                write.store(&mut stored, &kept, now, handle.take())?;
                 return Ok(stamped(&decision, stamp));
             }
             Ok(fields(&decision))
@@ -124,7 +189,7 @@ pub(crate) fn command<A: StringForm>(
             if let Some(what) = algorithm.out_of_range(&stored) {
                 return Err(out_of_range(A::NAME, key.bytes(), &what));
             }
-            write.store(&mut stored, &kept, at)?;
+            write.store(&mut stored, &kept, at, None)?;
             Ok(fields(&decision))
         }
         Op::Reset => {
@@ -136,13 +201,24 @@ pub(crate) fn command<A: StringForm>(
                     return Err(out_of_range(A::NAME, key.bytes(), &what));
                 }
             }
-            write.store(&mut stored, &kept, now)?;
+            write.store(&mut stored, &kept, now, None)?;
             let decision = algorithm
                 .decide(&mut stored.state.clone(), now, 0)
                 .map_err(|_| invalid(A::NAME))?;
             Ok(fields(&decision))
         }
     }
+}
+
+/// How a string command reads its key.
+#[derive(Debug, Clone, Copy)]
+enum Via {
+    /// The key, opened to write, holds nothing.
+    Nothing,
+    /// The key, opened to write, is read in place.
+    InPlace,
+    /// `GET`, if the key holds anything.
+    Get,
 }
 
 /// The state `GET` reads at `key` (`None` for no key), or the error that
@@ -176,9 +252,6 @@ struct Write<'a, A> {
     /// The key held a string when it was read.
     exists: bool,
     now: u64,
-    /// Written over the string the key holds, when of the same length
-    /// ([`Open::store`]).
-    in_place: bool,
 }
 
 impl<'a, A: StringForm> Write<'a, A> {
@@ -186,9 +259,18 @@ impl<'a, A: StringForm> Write<'a, A> {
     /// there), followed by `kept` (the shifts' bytes a check read and put
     /// back as they were), with the TTL until it can be forgotten; or
     /// deletes the key when it can be forgotten at `at`, as the scripts do.
-    fn store(&self, stored: &mut StoredOf<A>, kept: &Encoded, at: u64) -> Result<(), RedisError> {
+    /// Through `handle` when the key is open already.
+    fn store(
+        &self,
+        stored: &mut StoredOf<A>,
+        kept: &Encoded,
+        at: u64,
+        handle: Option<Open<'a>>,
+    ) -> Result<(), RedisError> {
         let forgettable = self.algorithm.forgettable_at(&stored.state, &stored.ledger);
         if forgettable <= at {
+            // Closed before `DEL` frees what it points to.
+            drop(handle);
             if self.exists {
                 call(self.ctx, &READ, "DEL", &[self.key.bytes()]).map_err(|e| passed_on(&e))?;
             }
@@ -199,8 +281,9 @@ impl<'a, A: StringForm> Write<'a, A> {
         let mut value = self.algorithm.encode_fixed(stored);
         stored.ledger.write_tail(&mut value);
         value.push(kept);
-        open(self.ctx, self.key)
-            .store(&value, ttl, self.in_place)
+        handle
+            .unwrap_or_else(|| open(self.ctx, self.key))
+            .store(&value, ttl)
             .map_err(RedisError::String)
     }
 }
@@ -228,4 +311,16 @@ fn decode_stored<A: StringForm>(
         kept.push(tail);
     }
     Ok(stored)
+}
+
+/// The latest instant (µs) a key expiring at Unix ms `expires_at` can start
+/// with, when the scripts or this module wrote it on the server's clock:
+/// each sets the TTL to the time until the key may be forgotten (at or
+/// after the instant its state is full again), rounded up to the ms, plus a
+/// slack, from a clock read no earlier than the instant's `now`, so the
+/// instant is at most 999 µs after the expiry. A key whose TTL a stranger
+/// shortened may hold a later one: it is then read in place on a check
+/// that refuses, which changes how Redis stores it, never the decision.
+fn latest_instant(expires_at: u64) -> u64 {
+    expires_at.saturating_mul(1000).saturating_add(999)
 }

@@ -571,12 +571,13 @@ fn stored_as(connection: &mut redis::Connection, key: &str) -> Stored {
     (bytes, encoding)
 }
 
-/// On the server's clock, a check that admits writes its state over the
-/// string of the same length its key holds, which makes Redis turn an
-/// embedded string into a raw one: only a write may do so. A burst then
-/// refusals, module and script side by side: after each check the two keys
-/// take the same memory; the module's key is embedded until a check writes
-/// over it in place, raw after; and a refusal leaves either key as it was.
+/// On the server's clock, a check that is sure to admit reads its key in
+/// place, which makes Redis turn an embedded string into a raw one, and
+/// writes its state over it: it must happen only before such a write. A
+/// burst then refusals, module and script side by side: after each check
+/// the two keys take the same memory; the module's key is embedded until a
+/// check writes over it in place, raw after; and a refusal leaves either
+/// key as it was (an embedded string embedded).
 #[test]
 fn on_the_server_clock_a_refusal_leaves_the_key_as_the_script_does() {
     let server = support::server();
@@ -635,16 +636,16 @@ fn on_the_server_clock_a_refusal_leaves_the_key_as_the_script_does() {
             before = Some((module_stored, script_stored));
         }
         assert_eq!(refused, 3, "{}", kind.name());
-        // Every string's state is written over in place (the sliding log is
-        // a sorted set).
-        let in_place = kind != AlgorithmKind::SlidingLog;
+        // The states that start with one instant are read in place.
+        let in_place = matches!(kind, AlgorithmKind::Gcra | AlgorithmKind::LeakyQueue);
         assert_eq!(written_in_place, in_place, "{}", kind.name());
     }
 }
 
 /// A stranger who shortens a key's TTL makes its expiry promise less than
-/// the state holds: a check still decides on the state it reads, so the
-/// refusal stands, and the key is left as it was.
+/// the state holds. The check then reads the key in place expecting to
+/// admit, but still decides on what it read: the refusal stands, and the
+/// state is left as it was.
 #[test]
 fn a_shortened_ttl_buys_no_admission() {
     let server = support::server();
@@ -663,7 +664,6 @@ fn a_shortened_ttl_buys_no_admission() {
             assert_eq!(reply.unwrap()[0], 1, "{}: the burst", kind.name());
         }
         let held: Vec<u8> = redis::cmd("GET").arg(&key).query(&mut connection).unwrap();
-        let (_, encoding) = stored_as(&mut connection, &key);
         // Expires in a minute, where the state owes two hours (and a
         // minute is longer than this test takes to read it, however slow).
         let _: () = redis::cmd("PEXPIRE")
@@ -695,12 +695,11 @@ fn a_shortened_ttl_buys_no_admission() {
             "{}: the refusal changed the state",
             kind.name()
         );
-        assert_eq!(
-            stored_as(&mut connection, &key).1,
-            encoding,
-            "{}: the refusal changed how the key is stored",
-            kind.name()
-        );
+        // The check did read in place (what this test is about): Redis
+        // made the embedded string raw, the one trace a shortened TTL
+        // leaves.
+        let (_, encoding) = stored_as(&mut connection, &key);
+        assert_eq!(encoding, "raw", "{}: not read in place", kind.name());
     }
 }
 
@@ -752,6 +751,76 @@ fn a_refusal_leaves_an_embedded_string_embedded() {
     }
 }
 
+/// On the server's clock a check reads its key one way after an
+/// admission of the key and another after a refusal (the module remembers
+/// which, by a slot keys share). Both ways decide as the script does, and
+/// write and refuse alike: a burst, refusals, a reset, an admission after
+/// the refusals (read with `GET` first), then a refusal after that
+/// admission (the key opened to write first), module and script side by
+/// side, each refusal leaving the key as it was and each key taking the
+/// memory the script's takes.
+#[test]
+fn on_the_server_clock_checks_after_refusals_decide_as_the_script() {
+    let server = support::server();
+    let mut connection = connect(&server.url());
+    let comparable = sizes_comparable(&mut connection);
+    // One an hour, a burst of two.
+    let quota = Quota::per_hour(1).unwrap().with_burst(2).unwrap();
+    for kind in AlgorithmKind::ALL {
+        let sha = load_script(&mut connection, kind);
+        let params = kind.params(quota);
+        let (module_key, script_key) = ("turns:m", "turns:s");
+        let _: () = redis::cmd("DEL")
+            .arg(module_key)
+            .arg(script_key)
+            .query(&mut connection)
+            .unwrap();
+        let name = kind.name();
+        let ops = [
+            "check", "check", "check", "check", "reset", "check", "check", "check",
+        ];
+        let mut decisions = Vec::new();
+        for (step, op) in ops.into_iter().enumerate() {
+            let cost = u32::from(op == "check");
+            let args = argv_op(op, "", cost, SLACK_MS, "", &params);
+            let held = dump(&mut connection, module_key);
+            let before = held
+                .is_some()
+                .then(|| stored_as(&mut connection, module_key));
+            let module = query(&mut connection, &module_cmd(kind, module_key, &args)).unwrap();
+            let script = query(&mut connection, &script_cmd(&sha, script_key, &args)).unwrap();
+            assert_eq!(
+                module[0], script[0],
+                "{name}: step {step} ({op}) decided apart"
+            );
+            let (module_stored, script_stored) = (
+                stored_as(&mut connection, module_key),
+                stored_as(&mut connection, script_key),
+            );
+            if comparable {
+                assert_eq!(
+                    module_stored.0, script_stored.0,
+                    "{name}: step {step} ({op})"
+                );
+            }
+            if op == "check" && module[0] == 0 {
+                assert_eq!(
+                    dump(&mut connection, module_key),
+                    held,
+                    "{name}: step {step}"
+                );
+                if comparable {
+                    assert_eq!(Some(module_stored), before, "{name}: step {step}");
+                }
+            }
+            if op == "check" {
+                decisions.push(module[0]);
+            }
+        }
+        assert_eq!(decisions, [1, 1, 0, 0, 1, 1, 0], "{name}");
+    }
+}
+
 /// Two a hour: four checks within a few ms admit two, refuse two, and
 /// meet no window's edge.
 fn two_an_hour() -> Quota {
@@ -759,7 +828,7 @@ fn two_an_hour() -> Quota {
 }
 
 /// The caller's clock and the server's (`""`): on the server's, a check
-/// that admits writes over its key in place.
+/// opens its key to write before it knows whether it will.
 fn clocks() -> [String; 2] {
     [START.to_string(), String::new()]
 }
@@ -987,7 +1056,8 @@ fn a_replica_holds_what_its_master_holds() {
         (5_000_000, 4),
     ];
     // Then the server's clock on a key of its own: checks that admit
-    // write over the string in place, and replicate as `SET` all the same.
+    // whatever the key holds write over it in place (GCRA, the leaky
+    // queue), and replicate as `SET` all the same.
     for (kind, clock) in AlgorithmKind::ALL
         .into_iter()
         .flat_map(|kind| [(kind, false), (kind, true)])

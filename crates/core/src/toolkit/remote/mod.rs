@@ -367,6 +367,15 @@ pub trait StringForm: RemoteForm {
     fn latest(&self, stored: &StoredOf<Self>) -> u64 {
         stored.latest
     }
+
+    /// Whether a check of `cost` at `now` is admitted whatever the key
+    /// holds, knowing only that no instant in it is later than `latest`
+    /// (µs). `false` unless the algorithm can tell: the module then reads
+    /// the key in place, as its write will store it again.
+    fn admits_all_up_to(&self, latest: u64, now: u64, cost: u32) -> bool {
+        let _ = (latest, now, cost);
+        false
+    }
 }
 
 /// A ledger as a store keeps it: a debt's [`Shifts`] have their total in the
@@ -867,6 +876,21 @@ pub fn debt_out_of_range(end: u64, ledger: &Shifts) -> Option<String> {
 /// written with this window length, it would refuse until a far future.
 pub fn window_after_now(index: u64, window: u64, now: u64, skew: u64) -> bool {
     u128::from(index) * u128::from(window) > u128::from(now) + u128::from(skew)
+}
+
+/// [`StringForm::admits_all_up_to`] of a state that is one instant, which a
+/// later instant never helps to admit (GCRA's theoretical arrival time, the
+/// leaky queue's next slot): the latest state possible is decided.
+pub fn admits_at_latest<A: Algorithm<State = u64>>(
+    algorithm: &A,
+    latest: u64,
+    now: u64,
+    cost: u32,
+) -> bool {
+    let mut latest = latest;
+    algorithm
+        .decide(&mut latest, now, cost)
+        .is_ok_and(|decision| decision.allowed)
 }
 
 #[cfg(test)]
