@@ -157,12 +157,13 @@ pub(super) fn section(summary: &Summary) -> String {
          side, so that no side runs beside keys an earlier one left. redis-cell runs GCRA \
          only, on the same quota. The sliding log reads and writes its sorted set through \
          the module API's direct key access. The other algorithms do not read a key that \
-         holds nothing, and a check on the server's clock looks its key up once, to read \
-         and write; GCRA and the leaky queue read their key in place when a check is sure \
-         to admit (the key's expiry bounds the instant it holds) and write the new state \
-         over those bytes; every other call reads with `GET` (`RM_Call`) and writes the \
-         state straight into the key, stored as `SET` stores it. Every write is \
-         replicated as `SET key value PXAT at`.\n\n",
+         holds nothing, and a check on the server's clock after an admission of its key \
+         looks it up once, to read and write; GCRA and the leaky queue read their key in \
+         place when such a check is sure to admit (the key's expiry bounds the instant it \
+         holds) and write the new state over those bytes; a check after a refusal, and \
+         every other call, reads with `GET` (`RM_Call`) and writes the state straight \
+         into the key, stored as `SET` stores it. Every write is replicated as `SET key \
+         value PXAT at`.\n\n",
     );
     out.push_str(
         "| algorithm | backend | server µs, hot key | server µs, 100k keys | checks/s, hot key | checks/s, 100k keys |\n",
@@ -275,14 +276,17 @@ fn counted_table(summary: &Summary) -> String {
         );
     }
     out.push_str(
-        "\nA refusal reads its key with `GET` through `RM_Call` (about 3,700 instructions \
-         with its reply), as a script reads it, so that an embedded string stays embedded: \
-         reading it in place (`RM_StringDMA`, what an admission sure to pass does, about 100) \
-         turns it into a raw one. It also opens the key to write before it knows it refuses \
-         (about 1,450: the open, its expiry, the close), which an admission sure to pass reads \
-         in place through. redis-cell reads in place. Reading a refusal's key in place would \
-         put it near 7,500, under redis-cell's, at the price of `OBJECT ENCODING` reading \
-         `raw` after a refusal (`MEMORY USAGE` does not move at these sizes).\n",
+        "\nA check after an admission of its key opens it to read and write at once, reads \
+         the string in place when its expiry proves the check admits, and writes the new \
+         state over it. A check after a refusal of its key (one bit per key hash tells) reads \
+         it with `GET` through `RM_Call`, as a script reads it (about 3,800 instructions: \
+         the key's lookup about 800, the rest the call's client, arguments, command lookup \
+         and reply), so that an embedded string stays embedded: the module API reads a \
+         string in place (`RM_StringDMA`) only by making it raw. A refusal then looks its \
+         key up once and writes nothing; redis-cell reads in place (about 3,400 with its \
+         clock and its copy of the bytes) and replicates its command even when it refuses. \
+         The module's reply is eight integers to redis-cell's five (about 1,860 \
+         instructions to 1,360).\n",
     );
     out
 }

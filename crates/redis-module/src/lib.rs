@@ -76,16 +76,24 @@
 //! The strings (six algorithms) are read through `RM_Call` (`GET`):
 //! Redis turns a string opened for direct access (`RM_StringDMA`) into a
 //! raw one, even to read it, so a key would change encoding on a mere
-//! refusal. Two cases skip `GET`: a key that holds nothing is not read, and
-//! a check on the server's clock that is sure to admit reads its key in
-//! place, since its write stores the state again. A check of a positive
-//! cost on the server's clock opens its key to read and write at once (one
-//! lookup where two were): the module opts out of Redis signalling every
+//! refusal (the module API has no other read of a string). Two cases skip
+//! `GET`: a key that holds nothing is not read (but by a check that reads
+//! with `GET` first, below), and a check on the server's
+//! clock that is sure to admit reads its key in place, since its write
+//! stores the state again. A check of a positive cost on the server's
+//! clock, unless the last such check of its key was refused, opens its key
+//! to read and write at once (one lookup where two were); after a refusal
+//! it reads with `GET` straight away (one lookup when it refuses again) and
+//! opens its key only to write. The module remembers which by one bit of a
+//! fixed table of 65,536 that keys share by their hash (8 KiB, whatever the
+//! number of keys): a wrong guess costs time, never a decision. The module
+//! opts out of Redis signalling every
 //! key opened to write as modified (`NO_IMPLICIT_SIGNAL_MODIFIED`) and
 //! signals a key when it writes it, so that a refusal, as a script's,
 //! aborts no transaction that `WATCH`es the key; and it raises the
 //! `keymiss` event a script's read of a key that holds nothing raises (a
-//! key looked up to write counts no keyspace hit or miss in `INFO stats`).
+//! key looked up to write counts no keyspace hit or miss in `INFO stats`;
+//! `GET` counts one).
 //! GCRA's and the leaky
 //! queue's state starts with one instant, and the key's expiry bounds it
 //! (every writer sets the TTL to the time until the key may be forgotten,
@@ -126,6 +134,7 @@
 mod args;
 mod call;
 mod ffi;
+mod hint;
 mod invoke;
 mod key;
 mod lua;
@@ -175,8 +184,9 @@ mod entry {
         registry::register(ctx, args)
     }
 
-    // The allocator: the module keeps nothing between calls (every byte it
-    // stores is a Redis string written through Redis), so the system allocator
+    // The allocator: the module keeps nothing between calls but the read
+    // hints' fixed table (every byte it stores is a Redis string written
+    // through Redis), so the system allocator
     // serves its short-lived buffers, and the rlib stays usable outside Redis.
     // Flags: "write" (a replica refuses it; a cluster routes it by its one key,
     // the first argument); no "deny-oom": as for a script, only a write is

@@ -10,6 +10,7 @@ use redis_module::{Context, RedisError};
 use crate::args::{Args, Op};
 use crate::call::{READ, call, get, passed_on, type_name};
 use crate::ffi::KeyArg;
+use crate::hint::Hint;
 use crate::key::{Holds, Open, open, open_to_read, out_of_memory};
 use crate::prologue::{self, Prologue};
 use crate::reply::{Reply, corrupt, fields, invalid, out_of_range, stamped};
@@ -20,9 +21,12 @@ use crate::reply::{Reply, corrupt, fields, invalid, out_of_range, stamped};
 /// (errors aside); a settlement or a reset of a debt with shifts holds them
 /// in a `Vec`.
 ///
-/// A key that holds nothing is not read. A check of a positive cost on the
-/// server's clock opens its key to read and write at once, and writes
-/// through that handle: one lookup of the key, not two. Such a check that
+/// A key that holds nothing is not read (but by a check that reads with
+/// `GET` first). A check of a positive cost on the server's clock opens its key to read and write at once, and writes
+/// through that handle: one lookup of the key, not two; unless the last
+/// such check of its key was refused ([`Hint`]): it then reads with `GET`
+/// first, one lookup when it refuses again, and opens the key to write only
+/// if it admits. A check that opened its key and
 /// admits whatever the key holds (GCRA's and the leaky queue's state
 /// starts with one instant, and the key's expiry bounds it: see
 /// [`latest_instant`]) reads the string in place, since its write stores it
@@ -63,11 +67,16 @@ pub(crate) fn command<A: StringForm>(
     // is read by every call (a check's stamp counts what it gave back).
     let shifts = !A::DEBT || matches!(op, Op::Settle { .. } | Op::Reset);
     // A check of a positive cost on the server's clock may write (unless
-    // memory is full, when a write is refused): it opens its key to read
-    // and write at once, one lookup for both. A key opened to write and
-    // left as it was signals nothing (`Open`).
+    // memory is full, when a write is refused). After an admission of its
+    // key (`Hint`) it opens the key to read and write at once, one lookup
+    // for both; after a refusal it reads with `GET` first, one lookup when
+    // it refuses again. A key opened to write and left as it was signals
+    // nothing (`Open`).
     let may_write = op == Op::Check && cost > 0 && parsed.on_server_clock() && !out_of_memory();
-    let mut handle = may_write.then(|| open(ctx, key));
+    let hint = may_write.then(|| Hint::of(key.bytes()));
+    let mut handle = hint
+        .is_some_and(|hint| !hint.refused_last())
+        .then(|| open(ctx, key));
     // A check that will admit, whatever the key holds, reads it in place:
     // its write is sure to store the state as `SET` does. Any other call
     // reads it with `GET`, which leaves the key as it is.
@@ -108,8 +117,10 @@ pub(crate) fn command<A: StringForm>(
         }
         (_, opened) => {
             // The key opened to write is closed, unchanged: it holds
-            // something (`GET` reads it), unless nothing was opened.
-            let held = opened.is_some() || open_to_read(ctx, key).is_some();
+            // something (`GET` reads it). A check that opened nothing reads
+            // with `GET` whatever the key holds (one lookup); any other
+            // call first tells whether there is anything to read.
+            let held = opened.is_some() || hint.is_some() || open_to_read(ctx, key).is_some();
             handle = None;
             if held {
                 read_with_get(&algorithm, ctx, key, now, parsed.skew(), shifts, &mut kept)?
@@ -146,6 +157,9 @@ pub(crate) fn command<A: StringForm>(
             let decision = algorithm
                 .decide(&mut state, now, cost)
                 .map_err(|_| invalid(A::NAME))?;
+            if let Some(hint) = hint {
+                hint.record(!decision.allowed);
+            }
             // As the scripts: only a check's admission with a cost writes.
             if op == Op::Check && decision.allowed && cost > 0 {
                 stored.state = state;

@@ -703,6 +703,124 @@ fn a_shortened_ttl_buys_no_admission() {
     }
 }
 
+/// A refusal reads its key as the script reads it (`GET`): a key the
+/// script stored, an embedded string, stays embedded, on either clock, and
+/// keeps its bytes, its expiry and its `MEMORY USAGE`.
+#[test]
+fn a_refusal_leaves_an_embedded_string_embedded() {
+    let server = support::server();
+    let mut connection = connect(&server.url());
+    let comparable = sizes_comparable(&mut connection);
+    for kind in AlgorithmKind::ALL {
+        if kind == AlgorithmKind::SlidingLog {
+            continue;
+        }
+        let sha = load_script(&mut connection, kind);
+        let params = kind.params(two_an_hour());
+        for now in clocks() {
+            let key = "embedded:k";
+            let _: () = redis::cmd("DEL").arg(key).query(&mut connection).unwrap();
+            // The script spends the key: two admissions.
+            for _ in 0..2 {
+                let args = argv(&now, 1, SLACK_MS, "", &params);
+                let reply = query(&mut connection, &script_cmd(&sha, key, &args)).unwrap();
+                assert_eq!(reply[0], 1, "{}: the script's burst", kind.name());
+            }
+            let before = (
+                dump(&mut connection, key),
+                pttl(&mut connection, key) > 0,
+                stored_as(&mut connection, key),
+            );
+            if comparable {
+                assert_eq!(before.2.1, "embstr", "{}: the script's key", kind.name());
+            }
+            let args = argv(&now, 1, SLACK_MS, "", &params);
+            let reply = query(&mut connection, &module_cmd(kind, key, &args)).unwrap();
+            assert_eq!(reply[0], 0, "{}, now {now:?}: admitted", kind.name());
+            let after = (
+                dump(&mut connection, key),
+                pttl(&mut connection, key) > 0,
+                stored_as(&mut connection, key),
+            );
+            if comparable {
+                assert_eq!(after, before, "{}, now {now:?}", kind.name());
+            } else {
+                assert_eq!(after.0, before.0, "{}, now {now:?}", kind.name());
+            }
+        }
+    }
+}
+
+/// On the server's clock a check reads its key one way after an
+/// admission of the key and another after a refusal (the module remembers
+/// which, by a slot keys share). Both ways decide as the script does, and
+/// write and refuse alike: a burst, refusals, a reset, an admission after
+/// the refusals (read with `GET` first), then a refusal after that
+/// admission (the key opened to write first), module and script side by
+/// side, each refusal leaving the key as it was and each key taking the
+/// memory the script's takes.
+#[test]
+fn on_the_server_clock_checks_after_refusals_decide_as_the_script() {
+    let server = support::server();
+    let mut connection = connect(&server.url());
+    let comparable = sizes_comparable(&mut connection);
+    // One an hour, a burst of two.
+    let quota = Quota::per_hour(1).unwrap().with_burst(2).unwrap();
+    for kind in AlgorithmKind::ALL {
+        let sha = load_script(&mut connection, kind);
+        let params = kind.params(quota);
+        let (module_key, script_key) = ("turns:m", "turns:s");
+        let _: () = redis::cmd("DEL")
+            .arg(module_key)
+            .arg(script_key)
+            .query(&mut connection)
+            .unwrap();
+        let name = kind.name();
+        let ops = [
+            "check", "check", "check", "check", "reset", "check", "check", "check",
+        ];
+        let mut decisions = Vec::new();
+        for (step, op) in ops.into_iter().enumerate() {
+            let cost = u32::from(op == "check");
+            let args = argv_op(op, "", cost, SLACK_MS, "", &params);
+            let held = dump(&mut connection, module_key);
+            let before = held
+                .is_some()
+                .then(|| stored_as(&mut connection, module_key));
+            let module = query(&mut connection, &module_cmd(kind, module_key, &args)).unwrap();
+            let script = query(&mut connection, &script_cmd(&sha, script_key, &args)).unwrap();
+            assert_eq!(
+                module[0], script[0],
+                "{name}: step {step} ({op}) decided apart"
+            );
+            let (module_stored, script_stored) = (
+                stored_as(&mut connection, module_key),
+                stored_as(&mut connection, script_key),
+            );
+            if comparable {
+                assert_eq!(
+                    module_stored.0, script_stored.0,
+                    "{name}: step {step} ({op})"
+                );
+            }
+            if op == "check" && module[0] == 0 {
+                assert_eq!(
+                    dump(&mut connection, module_key),
+                    held,
+                    "{name}: step {step}"
+                );
+                if comparable {
+                    assert_eq!(Some(module_stored), before, "{name}: step {step}");
+                }
+            }
+            if op == "check" {
+                decisions.push(module[0]);
+            }
+        }
+        assert_eq!(decisions, [1, 1, 0, 0, 1, 1, 0], "{name}");
+    }
+}
+
 /// Two a hour: four checks within a few ms admit two, refuse two, and
 /// meet no window's edge.
 fn two_an_hour() -> Quota {
