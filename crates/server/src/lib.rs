@@ -70,6 +70,7 @@ mod clock;
 pub mod config;
 mod connections;
 mod health;
+pub mod lease;
 mod service;
 pub mod settings;
 mod stats;
