@@ -770,7 +770,8 @@ fn validate_keys(node: &Node, in_rate_limit: bool) -> Result<(), Problem> {
                 ));
             }
         };
-        let known = VALID_KEYS.contains(&name.as_str()) || (in_rate_limit && (name == ALGORITHM_KEY || name == LEASE_KEY));
+        let known = VALID_KEYS.contains(&name.as_str())
+            || (in_rate_limit && (name == ALGORITHM_KEY || name == LEASE_KEY));
         if !known {
             return Err((Some(key.at), format!("config error, unknown key '{name}'")));
         }
@@ -989,10 +990,7 @@ fn decode_rate_limit(entries: &[(Node, Node)], at: Position) -> Result<RateLimit
     let lease = field(entries, LEASE_KEY)
         .map(|node| match node.scalar() {
             Some(Scalar::Bool(b)) => Ok((b, node.at)),
-            _ => Err((
-                Some(node.at),
-                "lease must be true or false".to_owned(),
-            )),
+            _ => Err((Some(node.at), "lease must be true or false".to_owned())),
         })
         .transpose()?;
     Ok(RateLimitYaml {

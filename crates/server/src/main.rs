@@ -153,9 +153,7 @@ impl Args {
             .max_units(self.lease_max_units)
             .share_percent(self.lease_share_percent)
             .max_keys(self.lease_max_keys);
-        config
-            .validate()
-            .map_err(|e| format!("--lease-*: {e}"))?;
+        config.validate().map_err(|e| format!("--lease-*: {e}"))?;
         Ok(Some(config))
     }
 }
@@ -585,9 +583,16 @@ async fn serve(args: Args, env: Settings) -> Result<(), Failure> {
         // What the leases hold unused goes back to Redis for the other
         // replicas; bounded, so an unreachable Redis does not hold the
         // exit (its units then come back as the limit frees them).
-        match tokio::time::timeout(grace.max(Duration::from_secs(1)), releasing.release_leases()).await {
+        match tokio::time::timeout(
+            grace.max(Duration::from_secs(1)),
+            releasing.release_leases(),
+        )
+        .await
+        {
             Ok(settled) => tracing::info!(settled, "leases released"),
-            Err(_) => tracing::warn!("leases not all released in time: their unused units stay charged until the limits free them"),
+            Err(_) => tracing::warn!(
+                "leases not all released in time: their unused units stay charged until the limits free them"
+            ),
         }
     }
     served?;

@@ -43,9 +43,9 @@ use crate::breaker::{Breaker, Permit};
 use crate::clock::WallClock;
 use crate::config::{Algorithm, Found, Limit, Unit};
 use crate::lease::{self, Holder};
-use ratelab::lease::{LeaseConfig, Leased};
 use crate::stats::{LimitStats, Stats};
 use crate::window::{self, Hit, Jitter, StoreError};
+use ratelab::lease::{LeaseConfig, Leased};
 
 /// Where the counts are kept.
 #[derive(Debug, Clone)]

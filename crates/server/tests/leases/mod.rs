@@ -49,9 +49,7 @@ async fn replica(
         })
         .clock(clock.clone() as Arc<dyn Clock>);
     if lease {
-        let leases = LeaseConfig::default()
-            .max_units(100)
-            .max_lifetime(LIFETIME);
+        let leases = LeaseConfig::default().max_units(100).max_lifetime(LIFETIME);
         builder.leases(leases).unwrap().build()
     } else {
         builder.build()
@@ -84,7 +82,14 @@ fn commands(redis: &RedisServer) -> u64 {
     let info = redis.command(&["INFO", "commandstats"]).unwrap();
     info.lines()
         .filter(|l| l.starts_with("cmdstat_evalsha:") || l.starts_with("cmdstat_ratelab."))
-        .filter_map(|l| l.split("calls=").nth(1)?.split(',').next()?.parse::<u64>().ok())
+        .filter_map(|l| {
+            l.split("calls=")
+                .nth(1)?
+                .split(',')
+                .next()?
+                .parse::<u64>()
+                .ok()
+        })
         .sum()
 }
 
@@ -145,7 +150,12 @@ async fn rounds(
         .await;
         checks += answers.len() as u64;
         let at = clock.now_micros();
-        admitted.extend(answers.into_iter().flatten().map(|units| Admitted { at, units }));
+        admitted.extend(
+            answers
+                .into_iter()
+                .flatten()
+                .map(|units| Admitted { at, units }),
+        );
         clock.advance(Duration::from_micros(steps.next(gap + 1)));
     }
     (admitted, checks, commands(redis) - before)
@@ -211,7 +221,10 @@ async fn replicas_sharing_one_redis_keep_the_leased_bound_with_few_commands() {
         per_check(leased_commands, checks),
     );
     assert_eq!(kept.len() as u64, checks, "below the quota, all admitted");
-    assert!(plain_commands >= plain_checks, "one script a check without leases");
+    assert!(
+        plain_commands >= plain_checks,
+        "one script a check without leases"
+    );
     assert!(
         leased_commands * 10 < plain_commands,
         "{leased_commands} commands with leases against {plain_commands} without"
@@ -249,7 +262,11 @@ async fn replicas_sharing_one_redis_keep_the_leased_bound_with_few_commands() {
         assert!(units > u64::from(requests), "{value}: {units} admitted");
         let stats = |r: &Service| {
             let s = r.stats().limit(&format!("hot.k_{value}"));
-            (s.total_hits.value(), s.within_limit.value(), s.over_limit.value())
+            (
+                s.total_hits.value(),
+                s.within_limit.value(),
+                s.over_limit.value(),
+            )
         };
         // The replicas that lived through it count every hit, admitted or
         // over the limit.
@@ -317,7 +334,13 @@ descriptors:
     // What Redis has left, counted by a replica that does not lease.
     let plain = replica(&redis, config.clone(), &clock, "aon", false).await;
     let mut left = 0;
-    while plain.decide(&request(&[("pool", 1)])).await.unwrap().overall_code == Code::Ok as i32 {
+    while plain
+        .decide(&request(&[("pool", 1)]))
+        .await
+        .unwrap()
+        .overall_code
+        == Code::Ok as i32
+    {
         left += 1;
         assert!(left <= 20, "more than the quota");
     }
@@ -348,7 +371,10 @@ async fn a_reloaded_limit_does_not_admit_from_leases_of_the_old_one() {
     // Leases grow to their largest, each with units to spare.
     for _ in 0..20 {
         for (_, r) in &replicas {
-            assert_eq!(r.decide(&hot()).await.unwrap().overall_code, Code::Ok as i32);
+            assert_eq!(
+                r.decide(&hot()).await.unwrap().overall_code,
+                Code::Ok as i32
+            );
         }
         clock.advance(Duration::from_millis(2));
     }
@@ -359,7 +385,14 @@ async fn a_reloaded_limit_does_not_admit_from_leases_of_the_old_one() {
     for _ in 0..100 {
         for (_, r) in &replicas {
             let answer = r.decide(&hot()).await.unwrap();
-            assert_eq!(answer.statuses[0].current_limit.as_ref().unwrap().requests_per_unit, 10);
+            assert_eq!(
+                answer.statuses[0]
+                    .current_limit
+                    .as_ref()
+                    .unwrap()
+                    .requests_per_unit,
+                10
+            );
             if answer.overall_code == Code::Ok as i32 {
                 admitted.push(Admitted {
                     at: clock.now_micros(),
