@@ -1,6 +1,13 @@
 //! Leasing hot descriptors: the limits counted by ratelab's algorithms on
 //! Redis, each replica admitting from blocks of units it leased (see
-//! `ratelab::lease`), and what may not be leased.
+//! `ratelab::lease` for the bound), and what may not be leased.
+//!
+//! Not leased: limits counted as the reference counts
+//! (`envoy-fixed-window`: its `INCRBY` counters cannot give back what a
+//! lease did not use), limits whose YAML says `lease: false`, and a
+//! request's own `limit` override (so that clients cannot grow the
+//! leases' memory). [`check`] refuses a configuration whose `lease: true`
+//! the server cannot honour.
 
 use futures::future::BoxFuture;
 use ratelab::lease::{LeaseConfig, Leased};
