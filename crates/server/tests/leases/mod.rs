@@ -414,3 +414,64 @@ async fn a_reloaded_limit_does_not_admit_from_leases_of_the_old_one() {
         r.release_leases().await;
     }
 }
+
+/// Shadow mode and the statistics, leased: a shadow limit over its quota
+/// answers `OK`, and every hit is counted once, admitted or over.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leased_shadow_limit_counts_every_hit_and_refuses_none() {
+    const SHADOW: &str = "domain: hot
+descriptors:
+  - key: k
+    value: shadow
+    shadow_mode: true
+    rate_limit: {unit: hour, requests_per_unit: 4, algorithm: gcra}
+";
+    let redis = RedisServer::start();
+    let clock = Arc::new(ManualClock::new());
+    clock.set(T0);
+    let config = ratelab_server::shared(parse(SHADOW));
+    let service = replica(&redis, config, &clock, "shadow", true).await;
+    for _ in 0..10 {
+        let answer = service.decide(&request(&[("shadow", 1)])).await.unwrap();
+        assert_eq!(answer.overall_code, Code::Ok as i32);
+    }
+    let stats = service.stats().limit("hot.k_shadow");
+    let counts = [
+        stats.total_hits.value(),
+        stats.within_limit.value(),
+        stats.over_limit.value(),
+        stats.shadow_mode.value(),
+    ];
+    assert_eq!(counts, [10, 4, 6, 6]);
+    service.release_leases().await;
+}
+
+/// Redis gone with a lease out: the lease still answers what it holds,
+/// without Redis; past its lifetime, the failure policy answers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_redis_down_a_live_lease_answers_then_the_failure_policy() {
+    const POOL: &str = "domain: hot
+descriptors:
+  - key: k
+    value: pool
+    rate_limit: {unit: hour, requests_per_unit: 100, algorithm: gcra}
+";
+    let mut redis = RedisServer::start();
+    let clock = Arc::new(ManualClock::new());
+    clock.set(T0);
+    let config = ratelab_server::shared(parse(POOL));
+    let service = replica(&redis, config, &clock, "down", true).await;
+    let pool = || request(&[("pool", 1)]);
+    // A lease of one, then one of four (one used).
+    for _ in 0..2 {
+        assert_eq!(service.decide(&pool()).await.unwrap().overall_code, Code::Ok as i32);
+    }
+    redis.kill();
+    for _ in 0..3 {
+        let answer = service.decide(&pool()).await.unwrap();
+        assert_eq!(answer.overall_code, Code::Ok as i32, "from the lease");
+    }
+    clock.advance(LIFETIME);
+    let failed = service.decide(&pool()).await.unwrap_err();
+    assert_eq!(failed.code(), tonic::Code::Unavailable, "{failed:?}");
+}
