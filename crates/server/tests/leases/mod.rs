@@ -464,7 +464,10 @@ descriptors:
     let pool = || request(&[("pool", 1)]);
     // A lease of one, then one of four (one used).
     for _ in 0..2 {
-        assert_eq!(service.decide(&pool()).await.unwrap().overall_code, Code::Ok as i32);
+        assert_eq!(
+            service.decide(&pool()).await.unwrap().overall_code,
+            Code::Ok as i32
+        );
     }
     redis.kill();
     for _ in 0..3 {
