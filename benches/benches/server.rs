@@ -12,10 +12,15 @@
 //! protobuf alone), `memory-gcra`, `redis-scripts-gcra` (a redis-server the
 //! testkit starts, without the module: `EVALSHA`) and `redis-module-gcra`
 //! (another, started with `--loadmodule` of ratelab's module:
-//! `RATELAB.GCRA`, which the server's `ScriptBackend::Auto` finds); the
+//! `RATELAB.GCRA`, which the server's `ScriptBackend::Auto` finds) and
+//! `redis-scripts-gcra-leased` (the scripts' Redis, the hot descriptor
+//! leased: `ServiceBuilder::leases` with the default `LeaseConfig`, leases
+//! of up to 1000 units living 100 ms); the
 //! difference from the floor is what the service adds. Before measuring,
 //! each answers one call, checked, and each Redis is checked to have run
-//! what its name says (`INFO commandstats`).
+//! what its name says (`INFO commandstats`). Then 4,096 calls, 64 at once,
+//! on the scripts' rows with and without leases print the Redis commands
+//! per answer of each.
 //!
 //! The module is `ratelab_testkit::redis::module_path()`:
 //! `$RATELAB_MODULE_PATH` (as `just test` sets it) or, when unset (`just
@@ -38,7 +43,8 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::{
     RateLimitService, RateLimitServiceServer,
 };
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
-use ratelab_server::{Backend, Service, config};
+use ratelab::lease::LeaseConfig;
+use ratelab_server::{Backend, ResponseHeaders, Service, config};
 use ratelab_testkit::redis::{RedisServer, module_path};
 use tokio::runtime::Runtime;
 use tonic::transport::Channel;
@@ -126,21 +132,29 @@ fn server(c: &mut Criterion) {
         "ratelab's module {} did not load, or speaks another protocol",
         module.display()
     );
-    let on_redis = |server: &RedisServer| {
+    let on_redis_leased = |server: &RedisServer, leases: Option<LeaseConfig>| {
         let connection = rt
             .block_on(ratelab::redis::Connection::single(&server.url()))
             .unwrap();
-        Service::new(
-            shared.clone(),
-            Backend::Redis {
+        let builder = Service::builder(shared.clone())
+            .backend(Backend::Redis {
                 connection,
                 on_failure: ratelab::redis::FailurePolicy::Error,
                 timeout: Duration::from_secs(1),
-                prefix: "bench".into(),
-            },
-            true,
-        )
+                prefix: if leases.is_some() {
+                    "bench-leased"
+                } else {
+                    "bench"
+                }
+                .into(),
+            })
+            .headers(ResponseHeaders::Ietf);
+        match leases {
+            Some(leases) => builder.leases(leases).unwrap().build(),
+            None => builder.build(),
+        }
     };
+    let on_redis = |server: &RedisServer| on_redis_leased(server, None);
     // Eight connections to each.
     let stacks: Vec<(&str, Vec<RateLimitServiceClient<Channel>>, bool)> = vec![
         ("noop", connect(&rt, serve(&rt, Noop)), false),
@@ -162,7 +176,22 @@ fn server(c: &mut Criterion) {
             connect(&rt, serve(&rt, on_redis(&with_module))),
             true,
         ),
+        (
+            "redis-scripts-gcra-leased",
+            connect(
+                &rt,
+                serve(&rt, on_redis_leased(&scripts, Some(LeaseConfig::default()))),
+            ),
+            true,
+        ),
     ];
+
+    for (name, clients, _) in &stacks {
+        if name.starts_with("redis-scripts") {
+            let per_answer = commands_per_answer(&rt, clients, &scripts);
+            println!("{name}: {per_answer:.4} Redis commands per answer (4,096 calls, 64 at once)");
+        }
+    }
 
     let mut group = c.benchmark_group("server/should-rate-limit");
     group.measurement_time(Duration::from_secs(3));
@@ -185,6 +214,10 @@ fn server(c: &mut Criterion) {
             "redis-scripts-gcra" => assert!(
                 ran(&scripts, "evalsha") && !ran(&scripts, "ratelab.gcra"),
                 "{name}: the check did not run as a script"
+            ),
+            "redis-scripts-gcra-leased" => assert!(
+                ran(&scripts, "evalsha"),
+                "{name}: no lease was taken on the scripts"
             ),
             "redis-module-gcra" => assert!(
                 ran(&with_module, "ratelab.gcra") && !ran(&with_module, "evalsha"),
@@ -233,6 +266,38 @@ fn server(c: &mut Criterion) {
         });
     }
     group.finish();
+}
+
+/// The scripts `server` ran per answer over 4,096 calls, 64 at once.
+fn commands_per_answer(
+    rt: &Runtime,
+    clients: &[RateLimitServiceClient<Channel>],
+    server: &RedisServer,
+) -> f64 {
+    let evalsha = || {
+        let stats = server.command(&["INFO", "commandstats"]).unwrap();
+        stats
+            .lines()
+            .find_map(|l| l.strip_prefix("cmdstat_evalsha:calls="))
+            .and_then(|rest| rest.split(',').next())
+            .map_or(0, |n| n.parse::<u64>().unwrap())
+    };
+    const CALLS: usize = 4096;
+    let before = evalsha();
+    rt.block_on(async {
+        for _ in 0..CALLS / 64 {
+            let mut calls = tokio::task::JoinSet::new();
+            for i in 0..64 {
+                let mut client = clients[i % clients.len()].clone();
+                calls.spawn(async move { client.should_rate_limit(request()).await.unwrap() });
+            }
+            while let Some(answer) = calls.join_next().await {
+                let answer = answer.unwrap().into_inner();
+                assert_eq!(answer.overall_code, Code::Ok as i32);
+            }
+        }
+    });
+    (evalsha() - before) as f64 / CALLS as f64
 }
 
 /// Eight client connections to the server at `addr`.

@@ -462,6 +462,7 @@ impl<L: AsyncRateLimiter> Leased<L> {
             expires_at: sent_at.saturating_add(lifetime),
             reset_at: sent_at.saturating_add(decision.reset_after_micros),
             limit: decision.limit,
+            left: decision.remaining,
         };
         let answer = lease.decision(sent_at);
         let expires_at = lease.expires_at;

@@ -120,8 +120,10 @@
 //! Settled while its lease lives, its unused units go back to the lease
 //! (and to the shared limiter with the lease's settlement); once the lease
 //! ended, a give-back is dropped and a charge beyond the cost goes into
-//! the key's next lease. Decisions from a lease report `remaining` as the
-//! units the lease holds unused.
+//! the key's next lease. Decisions from a lease report `remaining` as what
+//! the shared limiter had left when the lease was granted plus the units
+//! the lease holds unused: what this instance could still admit if no
+//! other took any (their admissions since the grant are not seen).
 
 #![warn(missing_docs)]
 #![forbid(unsafe_code)]

@@ -34,6 +34,8 @@ pub(crate) struct Lease {
     /// When the shared key was full again, to the grant's report.
     pub(crate) reset_at: u64,
     pub(crate) limit: u64,
+    /// What the shared limiter had left once the lease was granted.
+    pub(crate) left: u64,
 }
 
 impl Lease {
@@ -48,10 +50,12 @@ impl Lease {
         self.granted.saturating_sub(self.used)
     }
 
-    /// The decision of an admission from it, at `now`.
+    /// The decision of an admission from it, at `now`: what remains is
+    /// what the shared limiter had left at the grant plus what the lease
+    /// holds unused (other instances' admissions since are not seen).
     pub(crate) fn decision(&self, now: u64) -> Decision {
         Decision::admitted(self.limit)
-            .with_remaining(u64::from(self.unused()))
+            .with_remaining(self.left.saturating_add(u64::from(self.unused())))
             .with_reset_after_micros(self.reset_at.saturating_sub(now))
     }
 }

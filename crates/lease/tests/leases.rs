@@ -261,6 +261,9 @@ async fn a_local_refund_returns_units_to_the_lease_and_a_late_one_is_dropped() {
     leased.check(b"k", 1).await.unwrap();
     let (decision, receipt) = leased.check_with_receipt(b"k", 1).await.unwrap();
     let before = decision.remaining;
+    // What the shared limit had left at the grant, plus what the lease
+    // holds unused: the capacity less the two admitted (the clock stood).
+    assert_eq!(before, 100 - 2);
     let calls = shared.calls();
     let after = leased.refund_async(receipt.unwrap()).await.unwrap();
     assert_eq!(after.remaining, before + 1);

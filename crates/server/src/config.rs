@@ -234,6 +234,10 @@ pub struct Limit {
     pub detailed_metric: bool,
     /// `algorithm` (ratelab's field), or none: the server's default.
     pub algorithm: Option<Algorithm>,
+    /// `lease` (ratelab's field): `Some(false)` keeps the limit off
+    /// leases when the server leases (`--lease-lifetime-ms`), `Some(true)`
+    /// requires it to be leased; none: leased when the server leases.
+    pub lease: Option<bool>,
     /// The descriptor's path (`domain.key_value.key`): the name of its
     /// statistics.
     pub full_key: String,
@@ -263,6 +267,9 @@ impl Limit {
             replaces: Vec::new(),
             detailed_metric: false,
             algorithm: None,
+            // A request's own quota is never leased: leases are kept for
+            // the configured limits only, so their memory stays bounded.
+            lease: Some(false),
             full_key,
             origin: None,
         }
@@ -461,8 +468,12 @@ fn collect_limits(node: &Node2, lines: &mut Vec<String>) {
             .algorithm
             .map(|a| format!(", algorithm: {}", a.name()))
             .unwrap_or_default();
+        let lease = limit
+            .lease
+            .map(|l| format!(", lease: {l}"))
+            .unwrap_or_default();
         lines.push(format!(
-            "{}: unit={} requests_per_unit={}, shadow_mode: {}, quota_mode: {}{algorithm}\n",
+            "{}: unit={} requests_per_unit={}, shadow_mode: {}, quota_mode: {}{algorithm}{lease}\n",
             limit.full_key,
             limit.unit.map_or("UNKNOWN", Unit::proto_name),
             limit.requests_per_unit,
@@ -659,6 +670,10 @@ const VALID_KEYS: [&str; 16] = [
 /// ratelab's own key, inside a `rate_limit` only.
 const ALGORITHM_KEY: &str = "algorithm";
 
+/// ratelab's own key, inside a `rate_limit` only: whether the limit is
+/// leased when the server leases.
+const LEASE_KEY: &str = "lease";
+
 struct FileYaml {
     domain: String,
     domain_at: Option<Position>,
@@ -688,6 +703,7 @@ struct RateLimitYaml {
     name: String,
     replaces: Vec<(String, Position)>,
     algorithm: Option<(String, Position)>,
+    lease: Option<(bool, Position)>,
 }
 
 type Problem = (Option<Position>, String);
@@ -754,7 +770,8 @@ fn validate_keys(node: &Node, in_rate_limit: bool) -> Result<(), Problem> {
                 ));
             }
         };
-        let known = VALID_KEYS.contains(&name.as_str()) || (in_rate_limit && name == ALGORITHM_KEY);
+        let known = VALID_KEYS.contains(&name.as_str())
+            || (in_rate_limit && (name == ALGORITHM_KEY || name == LEASE_KEY));
         if !known {
             return Err((Some(key.at), format!("config error, unknown key '{name}'")));
         }
@@ -970,6 +987,12 @@ fn decode_rate_limit(entries: &[(Node, Node)], at: Position) -> Result<RateLimit
         (_, None) => None,
         (name, Some(at)) => Some((name, at)),
     };
+    let lease = field(entries, LEASE_KEY)
+        .map(|node| match node.scalar() {
+            Some(Scalar::Bool(b)) => Ok((b, node.at)),
+            _ => Err((Some(node.at), "lease must be true or false".to_owned())),
+        })
+        .transpose()?;
     Ok(RateLimitYaml {
         at,
         requests_per_unit: u32_field(entries, "requests_per_unit")?,
@@ -979,6 +1002,7 @@ fn decode_rate_limit(entries: &[(Node, Node)], at: Position) -> Result<RateLimit
         name,
         replaces,
         algorithm,
+        lease,
     })
 }
 
@@ -1107,6 +1131,19 @@ fn build_limit(
             Some(algorithm)
         }
     };
+    if let Some((true, at)) = r.lease {
+        if r.unlimited {
+            return Err((Some(at), "an unlimited rate_limit has no lease".to_owned()));
+        }
+        if algorithm == Some(Algorithm::EnvoyFixedWindow) {
+            return Err((
+                Some(at),
+                format!(
+                    "{full_key}: lease: true needs one of ratelab's algorithms (envoy-fixed-window counts with INCRBY, which gives nothing back)"
+                ),
+            ));
+        }
+    }
     Ok(Limit {
         name: r.name.clone(),
         requests_per_unit: r.requests_per_unit,
@@ -1117,6 +1154,7 @@ fn build_limit(
         replaces: r.replaces.iter().map(|(n, _)| n.clone()).collect(),
         detailed_metric: d.detailed_metric,
         algorithm,
+        lease: r.lease.map(|(lease, _)| lease),
         full_key: full_key.to_owned(),
         origin: Some((path.to_owned(), r.at)),
     })

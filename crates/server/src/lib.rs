@@ -19,6 +19,20 @@
 //! - [`serve`] and [`serve_with`]: the service and its health check on a
 //!   listener of one's own, its connections bounded ([`Connections`]).
 //! - [`Watch`]: the reload, when the files change.
+//! - [`lease`]: leasing hot descriptors (off by default,
+//!   [`ServiceBuilder::leases`], `--lease-lifetime-ms`): replicas on one
+//!   Redis admit from blocks of units they leased, within
+//!   [`Bound::leased`](ratelab::Bound::leased): for a debt (GCRA, token
+//!   bucket, leaky meter and queue) at most `ceil(L / T)` units more than
+//!   its own bound in any interval over all replicas, `L` the lease
+//!   lifetime and `T` the time one unit takes to come back; for
+//!   `fixed-window` and `sliding-counter`, nothing more; for `sliding-log`,
+//!   `limit × (1 + ceil(L / window))` per window. Only limits of the YAML
+//!   counted by ratelab's algorithms are leased (not `lease: false`, not
+//!   `envoy-fixed-window`, not a request's override). Call
+//!   [`Service::settle_leases`] every lifetime and
+//!   [`Service::release_leases`] before stopping (the binary does both).
+//!   Do not lease low-rate limits or hard billing quotas.
 //!
 //! ```
 //! use std::sync::Arc;
@@ -70,6 +84,7 @@ mod clock;
 pub mod config;
 mod connections;
 mod health;
+pub mod lease;
 mod service;
 pub mod settings;
 mod stats;

@@ -8,6 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use clap::{Parser, ValueEnum};
+use ratelab::lease::LeaseConfig;
 use ratelab::redis::{Connection, FailurePolicy};
 use ratelab_server::config::Algorithm;
 use ratelab_server::settings::{self, Listen, RedisTarget, Settings};
@@ -117,9 +118,44 @@ struct Args {
     /// given to finish before the server exits anyway, milliseconds.
     #[arg(long, env = "RATELAB_SHUTDOWN_GRACE_MS", default_value_t = 10_000)]
     shutdown_grace_ms: u64,
+    /// Lease hot descriptors, each lease living at most this long,
+    /// milliseconds (0: no leases, the default). Every limit counted by
+    /// one of ratelab's algorithms on Redis, unless its YAML says
+    /// `lease: false`, is then admitted from blocks of units this replica
+    /// leases from Redis: most checks never reach Redis, and a debt's
+    /// limit may admit up to rate × lifetime more in any interval.
+    #[arg(long, env = "RATELAB_LEASE_LIFETIME_MS", default_value_t = 0)]
+    lease_lifetime_ms: u64,
+    /// The most units one lease holds.
+    #[arg(long, env = "RATELAB_LEASE_MAX_UNITS", default_value_t = 1_000)]
+    lease_max_units: u32,
+    /// The most a lease takes of what the limit has left, in percent: a
+    /// nearly spent quota is not hoarded by one replica.
+    #[arg(long, env = "RATELAB_LEASE_SHARE_PERCENT", default_value_t = 50)]
+    lease_share_percent: u8,
+    /// Descriptors holding a lease at once, at most, per leased limit;
+    /// beyond them a descriptor is checked on Redis directly.
+    #[arg(long, env = "RATELAB_LEASE_MAX_KEYS", default_value_t = 10_000)]
+    lease_max_keys: usize,
     /// Log lines as JSON objects (as LOG_FORMAT=json).
     #[arg(long)]
     log_json: bool,
+}
+
+impl Args {
+    /// The lease settings, when leasing is asked for.
+    fn leases(&self) -> Result<Option<LeaseConfig>, Failure> {
+        if self.lease_lifetime_ms == 0 {
+            return Ok(None);
+        }
+        let config = LeaseConfig::default()
+            .max_lifetime(Duration::from_millis(self.lease_lifetime_ms))
+            .max_units(self.lease_max_units)
+            .share_percent(self.lease_share_percent)
+            .max_keys(self.lease_max_keys);
+        config.validate().map_err(|e| format!("--lease-*: {e}"))?;
+        Ok(Some(config))
+    }
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -325,6 +361,19 @@ async fn serve(args: Args, env: Settings) -> Result<(), Failure> {
     // The limits a ratelab algorithm cannot count fail at startup, with
     // where they are written.
     check_algorithms(&shared.read(), args.default_algorithm)?;
+    let leases = args.leases()?;
+    if leases.is_some() && target.is_none() {
+        return Err("--lease-lifetime-ms: leases share a Redis limit between replicas; counting in memory (no --redis, REDIS_URL or --sentinel) there is nothing to lease from".into());
+    }
+    ratelab_server::lease::check(&shared.read(), args.default_algorithm, leases.as_ref())?;
+    if let Some(config) = leases {
+        builder = builder.leases(config)?;
+        tracing::info!(
+            lifetime = ?config.lifetime(),
+            max_units = config.units(),
+            "leasing the limits of ratelab's algorithms (not lease: false); envoy-fixed-window limits are counted on Redis at every call"
+        );
+    }
     let mut redis_connection = None;
     let where_ = match &target {
         None => {
@@ -353,6 +402,19 @@ async fn serve(args: Args, env: Settings) -> Result<(), Failure> {
         }
     };
     let service = Arc::new(builder.build());
+    if let Some(config) = service.leasing() {
+        // Leases of descriptors gone quiet give back what they did not
+        // use once they expire, not at their next check.
+        let service = service.clone();
+        tokio::spawn(async move {
+            let mut ticker = tokio::time::interval(config.lifetime());
+            ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                ticker.tick().await;
+                service.settle_leases().await;
+            }
+        });
+    }
 
     if let (Some(connection), true) = (
         redis_connection,
@@ -453,6 +515,7 @@ async fn serve(args: Args, env: Settings) -> Result<(), Failure> {
         Some(health.clone()),
     ));
 
+    let (leasing, releasing) = (service.leasing(), service.clone());
     let signalled = Arc::new(tokio::sync::Notify::new());
     let shutdown = {
         let signalled = signalled.clone();
@@ -506,13 +569,33 @@ async fn serve(args: Args, env: Settings) -> Result<(), Failure> {
     // Graceful, within a bound: a peer that keeps its connection open
     // without answering the GOAWAY does not keep the process alive.
     let grace = Duration::from_millis(args.shutdown_grace_ms);
-    tokio::select! {
-        served = serve => served?,
+    let served = tokio::select! {
+        served = serve => served,
         () = async {
             signalled.notified().await;
             tokio::time::sleep(grace).await;
-        } => tracing::warn!(?grace, "connections still open after the grace period: exiting"),
+        } => {
+            tracing::warn!(?grace, "connections still open after the grace period: exiting");
+            Ok(())
+        }
+    };
+    if leasing.is_some() {
+        // What the leases hold unused goes back to Redis for the other
+        // replicas; bounded, so an unreachable Redis does not hold the
+        // exit (its units then come back as the limit frees them).
+        match tokio::time::timeout(
+            grace.max(Duration::from_secs(1)),
+            releasing.release_leases(),
+        )
+        .await
+        {
+            Ok(settled) => tracing::info!(settled, "leases released"),
+            Err(_) => tracing::warn!(
+                "leases not all released in time: their unused units stay charged until the limits free them"
+            ),
+        }
     }
+    served?;
     tracing::info!("stopped");
     Ok(())
 }

@@ -42,8 +42,10 @@ use crate::SharedConfig;
 use crate::breaker::{Breaker, Permit};
 use crate::clock::WallClock;
 use crate::config::{Algorithm, Found, Limit, Unit};
+use crate::lease::{self, Holder};
 use crate::stats::{LimitStats, Stats};
 use crate::window::{self, Hit, Jitter, StoreError};
+use ratelab::lease::{LeaseConfig, Leased};
 
 /// Where the counts are kept.
 #[derive(Debug, Clone)]
@@ -130,10 +132,17 @@ pub struct Service {
     jitter: Jitter,
     store: window::Store,
     redis: Option<RedisSide>,
-    limiters: Mutex<HashMap<(AlgorithmKind, u32, Unit), Counter>>,
+    limiters: Mutex<HashMap<LimiterKey, Counter>>,
+    /// How hot descriptors are leased, when they are (on Redis only).
+    leases: Option<LeaseConfig>,
+    /// Every leased limiter, to settle and release their leases.
+    holders: Mutex<Vec<Arc<dyn Holder>>>,
     /// In memory, for `fallback` while Redis fails.
     fallback: Fallback,
 }
+
+/// A limiter per algorithm, quota, and whether it leases.
+type LimiterKey = (AlgorithmKind, u32, Unit, bool);
 
 #[derive(Debug)]
 struct RedisSide {
@@ -149,7 +158,7 @@ struct RedisSide {
 
 struct Fallback {
     store: window::Store,
-    limiters: Mutex<HashMap<(AlgorithmKind, u32, Unit), Counter>>,
+    limiters: Mutex<HashMap<LimiterKey, Counter>>,
 }
 
 impl std::fmt::Debug for Service {
@@ -181,6 +190,7 @@ pub struct ServiceBuilder {
     local_cache_bytes: usize,
     max_keys: usize,
     per_descriptor: Duration,
+    leases: Option<LeaseConfig>,
 }
 
 impl std::fmt::Debug for ServiceBuilder {
@@ -311,6 +321,20 @@ impl ServiceBuilder {
         self
     }
 
+    /// Lease hot descriptors (none by default): each limit counted by one
+    /// of ratelab's algorithms on Redis, unless its YAML says
+    /// `lease: false`, is admitted from blocks of units this replica
+    /// leases from Redis, within [`Bound::leased`](ratelab::Bound::leased)
+    /// for `config`'s lifetime. Ignored in memory (one replica: nothing to
+    /// share); the binary refuses that at startup. Call
+    /// [`Service::settle_leases`] now and then and
+    /// [`Service::release_leases`] before stopping.
+    pub fn leases(mut self, config: LeaseConfig) -> Result<Self, ratelab::lease::ConfigError> {
+        config.validate()?;
+        self.leases = Some(config);
+        Ok(self)
+    }
+
     /// The service.
     pub fn build(self) -> Service {
         let client_time = self.clock.is_some();
@@ -367,8 +391,10 @@ impl ServiceBuilder {
             envoy: self.envoy,
             jitter: Jitter::new(),
             store,
+            leases: if redis.is_some() { self.leases } else { None },
             redis,
             limiters: Mutex::new(HashMap::new()),
+            holders: Mutex::new(Vec::new()),
             fallback: Fallback {
                 store: window::Store::Memory(window::Memory::new(self.max_keys)),
                 limiters: Mutex::new(HashMap::new()),
@@ -390,11 +416,13 @@ struct BuildRedis<'a> {
     connection: Connection,
     redis: &'a RedisSide,
     time: TimeSource,
+    /// Leased, on this clock.
+    lease: Option<(LeaseConfig, Arc<dyn Clock>)>,
 }
 
 impl AlgorithmVisitor for BuildRedis<'_> {
-    type Output = Counter;
-    fn visit<A: KnownAlgorithm>(self, algorithm: A) -> Counter {
+    type Output = (Counter, Option<Arc<dyn Holder>>);
+    fn visit<A: KnownAlgorithm>(self, algorithm: A) -> Self::Output {
         let mut builder = RedisStore::builder(self.connection, algorithm)
             // The service applies its policy and its breaker itself, once
             // a request: see `crate::breaker`.
@@ -406,7 +434,19 @@ impl AlgorithmVisitor for BuildRedis<'_> {
         if self.redis.cache_refusals > 0 {
             builder = builder.cache_refusals(self.redis.cache_refusals);
         }
-        Arc::new(builder.build())
+        let limiter = builder.build();
+        let Some((config, clock)) = self.lease else {
+            return (Arc::new(limiter), None);
+        };
+        if !A::REFUNDS {
+            // Refused at startup (`lease::check`) where a limit requires a
+            // lease: a lease could never give back what it did not use.
+            return (Arc::new(limiter), None);
+        }
+        let leased = Leased::with_clock(limiter, config, clock)
+            .expect("a configuration validated by ServiceBuilder::leases, on receipts");
+        let leased = Arc::new(leased);
+        (leased.clone(), Some(leased))
     }
 }
 
@@ -483,6 +523,7 @@ impl Service {
             local_cache_bytes: 0,
             max_keys: ratelab::DEFAULT_MAX_KEYS,
             per_descriptor: Duration::from_micros(20),
+            leases: None,
         }
     }
 
@@ -507,6 +548,12 @@ impl Service {
         }
     }
 
+    /// The lease settings `limit` is counted with, if leased.
+    fn lease_of(&self, limit: &Limit, kind: AlgorithmKind) -> Option<LeaseConfig> {
+        self.leases
+            .filter(|_| lease::wanted(limit, Algorithm::Ratelab(kind)))
+    }
+
     fn limiter(
         &self,
         kind: AlgorithmKind,
@@ -514,7 +561,12 @@ impl Service {
         unit: Unit,
         fallback: bool,
     ) -> Result<Counter, Status> {
-        let key = (kind, limit.requests_per_unit, unit);
+        let leased = if fallback {
+            None
+        } else {
+            self.lease_of(limit, kind)
+        };
+        let key = (kind, limit.requests_per_unit, unit, leased.is_some());
         let map = if fallback {
             &self.fallback.limiters
         } else {
@@ -548,18 +600,70 @@ impl Service {
                 } else {
                     TimeSource::Redis
                 };
-                kind.visit(
+                let (limiter, holder) = kind.visit(
                     quota,
                     BuildRedis {
                         connection,
                         redis,
                         time,
+                        lease: leased.map(|config| (config, self.clock.clone())),
                     },
-                )
+                );
+                let mut map = map.lock();
+                if let Some(existing) = map.get(&key) {
+                    // Built meanwhile by another request: that one counts.
+                    return Ok(existing.clone());
+                }
+                if let Some(holder) = holder {
+                    self.holders.lock().push(holder);
+                }
+                map.insert(key, limiter.clone());
+                return Ok(limiter);
             }
             _ => kind.visit(quota, BuildMemory(self.clock.clone())),
         };
         Ok(map.lock().entry(key).or_insert(limiter).clone())
+    }
+
+    /// The lease settings, when this service leases hot descriptors.
+    pub fn leasing(&self) -> Option<LeaseConfig> {
+        self.leases
+    }
+
+    /// Settles every lease past its lifetime: what it did not use goes
+    /// back to Redis. The binary calls it every lease lifetime, so that a
+    /// descriptor gone quiet does not hold its units until its next
+    /// check. Answers the settlements sent; a failed one is logged and
+    /// its units stay charged (the safe side).
+    pub async fn settle_leases(&self) -> usize {
+        self.each_holder(|h| h.settle_expired()).await
+    }
+
+    /// Ends every lease and gives back what each did not use: call it
+    /// before the replica stops (the binary does on SIGTERM and ctrl-c).
+    /// A replica stopped without it leaves its leases' unused units
+    /// charged until the algorithm frees them on its own (a debt within
+    /// its burst's time, a window when it ends). Answers the settlements
+    /// sent.
+    pub async fn release_leases(&self) -> usize {
+        self.each_holder(|h| h.release_all()).await
+    }
+
+    async fn each_holder<F>(&self, call: F) -> usize
+    where
+        F: for<'h> Fn(&'h dyn Holder) -> futures::future::BoxFuture<'h, Result<usize, LimitError>>,
+    {
+        let holders: Vec<Arc<dyn Holder>> = self.holders.lock().clone();
+        let mut settled = 0;
+        for holder in &holders {
+            match call(holder.as_ref()).await {
+                Ok(n) => settled += n,
+                Err(error) => {
+                    tracing::warn!(%error, "cannot give back what a lease did not use: it stays charged until the limit frees it");
+                }
+            }
+        }
+        settled
     }
 
     /// The answer to `request`, or the status to fail it with.

@@ -17,6 +17,10 @@ use ratelab::redis::{Connection, FailurePolicy};
 use ratelab_server::{Backend, Service, config};
 use ratelab_testkit::redis::RedisServer;
 
+// Leasing hot descriptors needs a Redis too: built in this binary, not
+// one of its own.
+mod leases;
+
 /// 2026-01-01T00:00:00Z.
 const T0: u64 = 1_767_225_600;
 

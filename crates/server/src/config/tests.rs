@@ -332,6 +332,18 @@ fn what_the_reference_refuses_is_refused_with_the_file_line_and_problem() {
             "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 4000000000, algorithm: gcra}\n",
             "d.k: gcra cannot count 4000000000 per second",
         ),
+        (
+            "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1, algorithm: gcra, lease: 'yes'}\n",
+            "conf/d.yaml:4:78: lease must be true or false",
+        ),
+        (
+            "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1, algorithm: envoy-fixed-window, lease: true}\n",
+            "d.k: lease: true needs one of ratelab's algorithms",
+        ),
+        (
+            "domain: d\ndescriptors:\n  - key: k\n    lease: true\n",
+            "config error, unknown key 'lease'",
+        ),
     ];
     for (text, expected) in cases {
         let error = error(text);
@@ -486,4 +498,31 @@ d.k: unit=MINUTE requests_per_unit=2, shadow_mode: false, quota_mode: false
 d.u: unit=UNKNOWN requests_per_unit=0, shadow_mode: false, quota_mode: false
 "
     );
+}
+
+#[test]
+fn a_limit_that_requires_a_lease_the_server_cannot_give_is_refused_with_where_it_is() {
+    use crate::lease::check;
+    use ratelab::lease::LeaseConfig;
+    let yaml = "domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: second, requests_per_unit: 5, lease: true}\n  - key: b\n    rate_limit: {unit: second, requests_per_unit: 5, algorithm: gcra, lease: false}\n";
+    let (name, domain) = parse(Path::new("d.yaml"), yaml).unwrap();
+    let config = Config::from_domains([(name, domain)]);
+    let leases = LeaseConfig::default();
+    let gcra = Algorithm::Ratelab(AlgorithmKind::Gcra);
+    // `a` names no algorithm: leased under a ratelab default, refused
+    // under the reference's.
+    assert_eq!(check(&config, gcra, Some(&leases)), Ok(()));
+    let refused = check(&config, Algorithm::EnvoyFixedWindow, Some(&leases)).unwrap_err();
+    assert!(refused.starts_with("d.yaml:4:"), "{refused}");
+    assert!(
+        refused.contains("d.a: lease: true needs one of ratelab's algorithms"),
+        "{refused}"
+    );
+    let off = check(&config, gcra, None).unwrap_err();
+    assert!(
+        off.contains("the server does not lease (--lease-lifetime-ms"),
+        "{off}"
+    );
+    // `lease: false` is kept in /rlconfig's line.
+    assert!(config.dump().contains("d.b: unit=SECOND requests_per_unit=5, shadow_mode: false, quota_mode: false, algorithm: gcra, lease: false"), "{}", config.dump());
 }
