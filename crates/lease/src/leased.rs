@@ -226,14 +226,26 @@ impl<L: AsyncRateLimiter> Leased<L> {
     /// counted on a clock that only moves forward, or it would outlive its
     /// bound in real time.
     fn now(&self) -> u64 {
+        if !self.watch_clock {
+            return self.clock.now_micros();
+        }
+        // The last reading is loaded before the clock is read: every
+        // reading stored by then was taken before this one, so on a clock
+        // that only moves forward it is never above it, however threads
+        // interleave (a reading taken after the load and stored first is
+        // no sign of a rewind).
+        let seen = self.last_now.load(Ordering::Acquire);
         let now = self.clock.now_micros();
-        if self.watch_clock && self.last_now.swap(now, Ordering::AcqRel) > now {
+        if now < seen {
+            self.last_now.store(now, Ordering::Release);
             self.rewinds.fetch_add(1, Ordering::AcqRel);
             let mut ended = Vec::new();
             for shard in self.table.shards() {
                 shard.lock().end_all(&mut ended);
             }
             self.stash(ended);
+        } else {
+            self.last_now.fetch_max(now, Ordering::AcqRel);
         }
         now
     }

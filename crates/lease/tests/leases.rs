@@ -380,3 +380,76 @@ fn a_limiter_without_receipts_cannot_be_leased() {
         Err(ratelab_lease::ConfigError::NoReceipts)
     ));
 }
+
+/// A clock that goes forward only, read by two threads: the first reading
+/// is held back until a later one was taken and used, as a thread
+/// preempted between reading the clock and using the reading would be.
+#[derive(Debug)]
+struct PreemptedReader {
+    now: AtomicU64,
+    held: std::sync::Mutex<
+        Option<(
+            u64,
+            std::sync::mpsc::Sender<()>,
+            std::sync::mpsc::Receiver<()>,
+        )>,
+    >,
+}
+
+impl ratelab_core::Clock for PreemptedReader {
+    fn now_micros(&self) -> u64 {
+        let held = self.held.lock().unwrap().take();
+        if let Some((reading, reading_taken, go_on)) = held {
+            reading_taken.send(()).unwrap();
+            go_on.recv().unwrap();
+            return reading;
+        }
+        self.now.load(Ordering::SeqCst)
+    }
+}
+
+#[test]
+fn readings_used_out_of_order_by_two_threads_are_no_rewind() {
+    let shared = Keyed::with_clock(
+        Gcra::new(Quota::per_second(1_000).unwrap()),
+        ManualClock::new(),
+    );
+    let clock = Arc::new(PreemptedReader {
+        now: AtomicU64::new(1_000),
+        held: std::sync::Mutex::new(None),
+    });
+    let config = LeaseConfig::default().max_lifetime(Duration::from_millis(100));
+    let leased = Arc::new(Leased::with_clock(shared, config, Arc::clone(&clock)).unwrap());
+    futures::executor::block_on(async {
+        // Leases of 1, then 4, then 16 units: enough for what follows.
+        for _ in 0..6 {
+            assert!(leased.check(b"k", 1).await.unwrap().allowed);
+        }
+    });
+    assert!(leased.check_now(b"k", 1).is_some(), "a lease to admit from");
+
+    // One thread reads 2,000 µs and is held; the other reads 3,000 and
+    // admits; then the first goes on with its earlier reading.
+    let (reading_taken, taken) = std::sync::mpsc::channel();
+    let (go_on, held_back) = std::sync::mpsc::channel();
+    *clock.held.lock().unwrap() = Some((2_000, reading_taken, held_back));
+    let first = {
+        let leased = Arc::clone(&leased);
+        std::thread::spawn(move || leased.check_now(b"k", 1).is_some())
+    };
+    taken.recv().unwrap();
+    clock.now.store(3_000, Ordering::SeqCst);
+    assert!(
+        leased.check_now(b"k", 1).is_some(),
+        "the later reader admits"
+    );
+    go_on.send(()).unwrap();
+    assert!(
+        first.join().unwrap(),
+        "the earlier reading admits from the same lease"
+    );
+    assert!(
+        leased.check_now(b"k", 1).is_some(),
+        "the lease still lives: no clock went back"
+    );
+}
