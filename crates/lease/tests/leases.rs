@@ -381,19 +381,21 @@ fn a_limiter_without_receipts_cannot_be_leased() {
     ));
 }
 
+/// A reading held back: its value, the signal that it was taken, and the
+/// signal to go on with it.
+type HeldReading = (
+    u64,
+    std::sync::mpsc::Sender<()>,
+    std::sync::mpsc::Receiver<()>,
+);
+
 /// A clock that goes forward only, read by two threads: the first reading
 /// is held back until a later one was taken and used, as a thread
 /// preempted between reading the clock and using the reading would be.
 #[derive(Debug)]
 struct PreemptedReader {
     now: AtomicU64,
-    held: std::sync::Mutex<
-        Option<(
-            u64,
-            std::sync::mpsc::Sender<()>,
-            std::sync::mpsc::Receiver<()>,
-        )>,
-    >,
+    held: std::sync::Mutex<Option<HeldReading>>,
 }
 
 impl ratelab_core::Clock for PreemptedReader {
