@@ -74,14 +74,16 @@ pub(crate) fn bare() -> Router {
 }
 
 /// ratelab-http as it comes (`lean`: without what tower_governor does not
-/// do either: no rate limit fields, no request extensions).
+/// do either: no rate limit fields, no request extensions), as its docs
+/// set it up for axum: its responses in axum's own body type.
 pub(crate) fn ratelab(path: Path, lean: bool) -> Router {
     let mut layer = RateLimitLayer::builder()
         .policy(Policy::new("per-ip", Keyed::new(Gcra::new(path.quota()))));
     if lean {
         layer = layer.headers(HeaderStyle::None).request_extensions(false);
     }
-    bare().layer(layer.build().expect("a valid layer"))
+    let layer = layer.build().expect("a valid layer").with_service_body();
+    bare().layer(layer)
 }
 
 /// tower_governor as it comes (`headers`: with its `x-ratelimit-limit` and

@@ -3,6 +3,7 @@
 //! clone of the layer and every service it wraps.
 
 use std::fmt;
+use std::marker::PhantomData;
 use std::sync::Arc;
 use std::time::SystemTime;
 
@@ -16,6 +17,7 @@ use ratelab_http_core::{
 };
 use tower::Layer;
 
+use crate::body::{ServiceBody, WrapBody};
 use crate::service::RateLimit;
 use crate::shared::Shared;
 
@@ -25,9 +27,25 @@ use crate::shared::Shared;
 ///
 /// See [the crate docs](crate) for an example and [the guide](crate::guide)
 /// for exactly what it does.
-#[derive(Clone)]
-pub struct RateLimitLayer {
+///
+/// `M` is how responses carry their body: by default a [`LimitedBody`]
+/// (the inner service's body or the layer's own, for any service); with
+/// [`with_service_body`](RateLimitLayer::with_service_body), the inner
+/// service's own body type, which axum takes without boxing it again.
+///
+/// [`LimitedBody`]: crate::LimitedBody
+pub struct RateLimitLayer<M = WrapBody> {
     shared: Arc<Shared>,
+    body: PhantomData<fn() -> M>,
+}
+
+impl<M> Clone for RateLimitLayer<M> {
+    fn clone(&self) -> Self {
+        RateLimitLayer {
+            shared: self.shared.clone(),
+            body: PhantomData,
+        }
+    }
 }
 
 /// Builds a [`RateLimitLayer`]: the [`Limits`]' settings (each method is
@@ -46,6 +64,36 @@ impl RateLimitLayer {
         RateLimitLayerBuilder::default()
     }
 
+    /// The same layer, its responses carrying the inner service's own body
+    /// type (a `B: From<Bytes>`, such as axum's `Body`), refusals included
+    /// ([`ServiceBody`]). With axum, this saves boxing every response's
+    /// body a second time (the default [`LimitedBody`](crate::LimitedBody)
+    /// is not axum's `Body`). A refusal's body is the same bytes either way.
+    ///
+    /// ```
+    /// use axum::{Router, routing::get};
+    /// use ratelab_core::{Keyed, Quota};
+    /// use ratelab_gcra::Gcra;
+    /// use ratelab_http::{Policy, RateLimitLayer};
+    ///
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let layer = RateLimitLayer::builder()
+    ///     .policy(Policy::new("per-ip", Keyed::new(Gcra::new(Quota::per_second(10)?))))
+    ///     .build()?
+    ///     .with_service_body();
+    /// let app: Router = Router::new().route("/", get(|| async { "hello" })).layer(layer);
+    /// # let _ = app;
+    /// # Ok(()) }
+    /// ```
+    pub fn with_service_body(self) -> RateLimitLayer<ServiceBody> {
+        RateLimitLayer {
+            shared: self.shared,
+            body: PhantomData,
+        }
+    }
+}
+
+impl<M> RateLimitLayer<M> {
     /// The counters of what this layer (and its clones) decided.
     pub fn stats(&self) -> &Arc<Stats> {
         self.shared.limits.stats()
@@ -166,6 +214,7 @@ impl RateLimitLayerBuilder {
                 on_refusal: self.on_refusal,
                 on_unavailable: self.on_unavailable,
             }),
+            body: PhantomData,
         })
     }
 
@@ -176,15 +225,15 @@ impl RateLimitLayerBuilder {
     }
 }
 
-impl<S> Layer<S> for RateLimitLayer {
-    type Service = RateLimit<S>;
+impl<S, M> Layer<S> for RateLimitLayer<M> {
+    type Service = RateLimit<S, M>;
 
-    fn layer(&self, inner: S) -> RateLimit<S> {
+    fn layer(&self, inner: S) -> RateLimit<S, M> {
         RateLimit::new(inner, self.shared.clone())
     }
 }
 
-impl fmt::Debug for RateLimitLayer {
+impl<M> fmt::Debug for RateLimitLayer<M> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RateLimitLayer")
             .field("limits", &self.shared.limits)

@@ -63,7 +63,9 @@
 //! the same decisions without tower. Feature `axum` (off by default) reads
 //! the peer address from axum's `ConnectInfo<SocketAddr>`; plain hyper
 //! servers wrap each connection's service in [`SetPeerAddr`] and need no
-//! axum. The client side (outgoing calls that wait for their turn) is
+//! axum. With axum, [`RateLimitLayer::with_service_body`] answers in axum's
+//! own `Body`, which axum passes on as it is (the default [`LimitedBody`]
+//! is boxed into one again on every response). The client side (outgoing calls that wait for their turn) is
 //! `ratelab-throttle`.
 //!
 //! Next: [`guide`] for exactly what the layer does (identity, several
@@ -77,6 +79,7 @@
 #![warn(missing_docs)]
 #![forbid(unsafe_code)]
 
+mod body;
 mod future;
 pub mod guide;
 mod layer;
@@ -84,7 +87,8 @@ mod peer;
 mod service;
 mod shared;
 
-pub use future::{LimitedBody, ResponseFuture};
+pub use body::{LimitedBody, Refusal, ResponseBody, ServiceBody, WrapBody};
+pub use future::ResponseFuture;
 pub use layer::{RateLimitLayer, RateLimitLayerBuilder};
 pub use peer::SetPeerAddr;
 pub use ratelab_http_core::telemetry;

@@ -7,44 +7,58 @@
 //! for, costs no future of the layer's own.
 
 use std::fmt;
+use std::marker::PhantomData;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
 use http::request::Parts;
 use http::{Request, Response};
-use http_body_util::Either;
 use ratelab_http_core::{Admitted, Conclusion, InPlace, LimitOutcome, Pending, Ruling};
 use tower::Service;
 
-use crate::future::{LimitedBody, ResponseFuture};
+use crate::body::{ResponseBody, WrapBody};
+use crate::future::ResponseFuture;
 use crate::peer::connection_peer;
 use crate::shared::Shared;
 
-/// The service [`RateLimitLayer`](crate::RateLimitLayer) wraps around `S`.
-#[derive(Clone)]
-pub struct RateLimit<S> {
+/// The service [`RateLimitLayer`](crate::RateLimitLayer) wraps around `S`;
+/// `M` is how its responses carry their body ([`ResponseBody`]).
+pub struct RateLimit<S, M = WrapBody> {
     inner: S,
     shared: Arc<Shared>,
+    body: PhantomData<fn() -> M>,
 }
 
-impl<S> RateLimit<S> {
+impl<S, M> RateLimit<S, M> {
     pub(crate) fn new(inner: S, shared: Arc<Shared>) -> Self {
-        RateLimit { inner, shared }
+        RateLimit {
+            inner,
+            shared,
+            body: PhantomData,
+        }
     }
 }
 
-impl<S, ReqBody, ResBody> Service<Request<ReqBody>> for RateLimit<S>
+impl<S: Clone, M> Clone for RateLimit<S, M> {
+    fn clone(&self) -> Self {
+        RateLimit::new(self.inner.clone(), self.shared.clone())
+    }
+}
+
+impl<S, M, ReqBody, ResBody> Service<Request<ReqBody>> for RateLimit<S, M>
 where
     S: Service<Request<ReqBody>, Response = Response<ResBody>> + Clone + Send + 'static,
     S::Future: Send,
     ReqBody: Send + 'static,
     // Held while a policy counts after the response.
     ResBody: Send + 'static,
+    M: ResponseBody<ResBody>,
+    M::Body: Send + 'static,
 {
-    type Response = Response<LimitedBody<ResBody>>;
+    type Response = Response<M::Body>;
     type Error = S::Error;
-    type Future = ResponseFuture<S::Future, ResBody, S::Error>;
+    type Future = ResponseFuture<S::Future, ResBody, S::Error, M>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
         self.inner.poll_ready(cx)
@@ -72,10 +86,12 @@ where
                 unreachable!("started")
             };
             let (parts, body) = request.into_parts();
-            return later(&self.shared, &mut self.inner, pending, parts, body);
+            return later::<_, _, _, M>(&self.shared, &mut self.inner, pending, parts, body);
         };
         match limits.conclude_in_place(ruling, request.extensions_mut()) {
-            Conclusion::Refuse(refused) => ResponseFuture::ready(self.shared.refusal(refused)),
+            Conclusion::Refuse(refused) => {
+                ResponseFuture::ready(self.shared.refusal::<ResBody, M>(refused))
+            }
             Conclusion::Pass(admitted) => {
                 let fields = admitted.fields(limits);
                 ResponseFuture::passed(self.inner.call(request), fields)
@@ -84,18 +100,20 @@ where
     }
 }
 
-impl<S> RateLimit<S> {
+impl<S, M> RateLimit<S, M> {
     /// [`Service::call`] for limits that read the whole request head: it
     /// is taken apart, and put together again to pass.
     fn call_parts<ReqBody, ResBody>(
         &mut self,
         request: Request<ReqBody>,
-    ) -> ResponseFuture<S::Future, ResBody, S::Error>
+    ) -> ResponseFuture<S::Future, ResBody, S::Error, M>
     where
         S: Service<Request<ReqBody>, Response = Response<ResBody>> + Clone + Send + 'static,
         S::Future: Send,
         ReqBody: Send + 'static,
         ResBody: Send + 'static,
+        M: ResponseBody<ResBody>,
+        M::Body: Send + 'static,
     {
         let (mut parts, body) = request.into_parts();
         let limits = &self.shared.limits;
@@ -109,13 +127,15 @@ impl<S> RateLimit<S> {
         // slot, a response to settle) goes on in the response future, with
         // the request's state.
         let Some(ruling) = pending.decide_now() else {
-            return later(&self.shared, &mut self.inner, pending, parts, body);
+            return later::<_, _, _, M>(&self.shared, &mut self.inner, pending, parts, body);
         };
         if must_wait(&ruling) {
-            return later(&self.shared, &mut self.inner, pending, parts, body);
+            return later::<_, _, _, M>(&self.shared, &mut self.inner, pending, parts, body);
         }
         match limits.conclude(ruling, &mut parts) {
-            Conclusion::Refuse(refused) => ResponseFuture::ready(self.shared.refusal(refused)),
+            Conclusion::Refuse(refused) => {
+                ResponseFuture::ready(self.shared.refusal::<ResBody, M>(refused))
+            }
             Conclusion::Pass(admitted) => {
                 let fields = admitted.fields(limits);
                 let request = Request::from_parts(parts, body);
@@ -136,18 +156,20 @@ fn must_wait(ruling: &Ruling<'_>) -> bool {
 /// decision (several policies, a limiter on Redis), its queue slot, or its
 /// response, to settle. It owns the request's state, and calls the service
 /// (polled ready, taken from `inner`) if the request passes.
-fn later<S, ReqBody, ResBody>(
+fn later<S, ReqBody, ResBody, M>(
     shared: &Arc<Shared>,
     inner: &mut S,
     mut pending: Pending,
     mut parts: Parts,
     body: ReqBody,
-) -> ResponseFuture<S::Future, ResBody, S::Error>
+) -> ResponseFuture<S::Future, ResBody, S::Error, M>
 where
     S: Service<Request<ReqBody>, Response = Response<ResBody>> + Clone + Send + 'static,
     S::Future: Send,
     ReqBody: Send + 'static,
     ResBody: Send + 'static,
+    M: ResponseBody<ResBody>,
+    M::Body: Send + 'static,
 {
     let shared = shared.clone();
     let inner = take_ready(inner);
@@ -155,10 +177,10 @@ where
         let ruling = pending.decide().await;
         let delay = ruling.delay();
         match shared.limits.conclude(ruling, &mut parts) {
-            Conclusion::Refuse(refused) => Ok(shared.refusal(refused)),
+            Conclusion::Refuse(refused) => Ok(shared.refusal::<ResBody, M>(refused)),
             Conclusion::Pass(admitted) => {
                 let request = Request::from_parts(parts, body);
-                pass(&shared, delay, admitted, inner, request).await
+                pass::<_, _, _, M>(&shared, delay, admitted, inner, request).await
             }
         }
     })
@@ -174,15 +196,16 @@ fn take_ready<S: Clone>(inner: &mut S) -> S {
 /// A request that passed, the slow way: after its queueing `delay`, if a
 /// policy gave it one, then settled with its response head (counting,
 /// settling, a login's device cookie) before the fields are written.
-async fn pass<S, ReqBody, ResBody>(
+async fn pass<S, ReqBody, ResBody, M>(
     shared: &Shared,
     delay: Duration,
     admitted: Admitted<'_>,
     mut inner: S,
     request: Request<ReqBody>,
-) -> Result<Response<LimitedBody<ResBody>>, S::Error>
+) -> Result<Response<M::Body>, S::Error>
 where
     S: Service<Request<ReqBody>, Response = Response<ResBody>>,
+    M: ResponseBody<ResBody>,
 {
     if !delay.is_zero() {
         // A queueing policy (leaky bucket queue) gave the request a later
@@ -192,10 +215,10 @@ where
     }
     let (mut parts, body) = inner.call(request).await?.into_parts();
     admitted.settle(&shared.limits, &mut parts).await;
-    Ok(Response::from_parts(parts, Either::Left(body)))
+    Ok(Response::from_parts(parts, M::passed(body)))
 }
 
-impl<S: fmt::Debug> fmt::Debug for RateLimit<S> {
+impl<S: fmt::Debug, M> fmt::Debug for RateLimit<S, M> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RateLimit")
             .field("inner", &self.inner)
@@ -260,16 +283,46 @@ mod tests {
         request
     }
 
-    #[test]
-    fn a_pending_decision_is_awaited_in_the_response_future() {
+    fn later_layer() -> RateLimitLayer {
         let limiter = Later(Keyed::with_clock(
             Gcra::new(Quota::per_minute(1).unwrap()),
             ManualClock::new(),
         ));
-        let layer = RateLimitLayer::builder()
+        RateLimitLayer::builder()
             .policy(Policy::new("later", limiter))
             .build()
+            .unwrap()
+    }
+
+    #[test]
+    fn a_pending_decision_in_the_service_body() {
+        let layer = later_layer().with_service_body();
+        let mut service = layer.layer(service_fn(|_: Request<()>| async move {
+            Ok::<_, Infallible>(Response::new(Full::new(Bytes::from_static(b"hello"))))
+        }));
+        let first = service.call(request());
+        let second = service.call(request());
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
             .unwrap();
+        runtime.block_on(async {
+            // The inner service's body type: `Full<Bytes>`, not a `LimitedBody`.
+            let first: Response<Full<Bytes>> = first.await.unwrap();
+            let body = first.into_body().collect().await.unwrap().to_bytes();
+            assert_eq!(&body[..], b"hello");
+            let second = second.await.unwrap();
+            assert_eq!(second.status(), StatusCode::TOO_MANY_REQUESTS);
+            assert_eq!(second.headers()["retry-after"], "60");
+            let body = second.into_body().collect().await.unwrap().to_bytes();
+            let problem: serde_json::Value = serde_json::from_slice(&body).unwrap();
+            assert_eq!(problem["status"], 429);
+        });
+    }
+
+    #[test]
+    fn a_pending_decision_is_awaited_in_the_response_future() {
+        let layer = later_layer();
         let mut service = layer.layer(service_fn(|request: Request<()>| async move {
             assert!(request.extensions().get::<RateLimitInfo>().is_some());
             Ok::<_, Infallible>(Response::new(Full::new(Bytes::from_static(b"hello"))))

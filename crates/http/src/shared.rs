@@ -5,10 +5,10 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use http::Response;
-use http_body_util::{Either, Full};
+use http_body_util::Full;
 use ratelab_http_core::{LimitOutcome, Limits, RateLimitInfo, Refused};
 
-use crate::future::LimitedBody;
+use crate::body::{Refusal, ResponseBody};
 
 /// A response built from what was decided, instead of the default problem.
 pub(crate) type Responder = Arc<dyn Fn(&RateLimitInfo) -> Response<Full<Bytes>> + Send + Sync>;
@@ -25,17 +25,18 @@ impl Shared {
     /// The response to a request refused (`429`) or not decided (`503`):
     /// the application's, or the default problem, finished with
     /// `Retry-After` and the fields.
-    pub(crate) fn refusal<B>(&self, refused: Refused<'_>) -> Response<LimitedBody<B>> {
+    pub(crate) fn refusal<B, M: ResponseBody<B>>(&self, refused: Refused<'_>) -> Response<M::Body> {
         let info = refused.info();
         let respond = match info.outcome {
             LimitOutcome::Unavailable => &self.on_unavailable,
             _ => &self.on_refusal,
         };
-        let response = match respond {
-            Some(respond) => respond(info),
-            None => info.problem_response().map(Full::new),
+        let mut response = match respond {
+            Some(respond) => respond(info).map(|full| M::refused(Refusal::Responder(full))),
+            None => info
+                .problem_response()
+                .map(|bytes| M::refused(Refusal::Problem(bytes))),
         };
-        let mut response = response.map(Either::Right);
         refused.finish(&self.limits, response.headers_mut());
         response
     }

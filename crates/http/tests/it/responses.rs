@@ -271,3 +271,70 @@ async fn every_503_says_when_to_retry() {
     assert_eq!((down.status, down.text().as_str()), (503, "try later"));
     assert_eq!(down.header("retry-after"), "5");
 }
+
+/// The routes of [`app`], without its layer.
+fn routes() -> Router {
+    Router::new()
+        .route("/", get(|| async { "hello" }))
+        .route("/admin", get(|| async { "admin" }))
+}
+
+/// What a server sends for a request, without its `date`.
+fn seen(reply: &common::Reply) -> (u16, Vec<(String, String)>, Vec<u8>) {
+    let headers = reply
+        .headers
+        .iter()
+        .filter(|(name, _)| name != "date")
+        .cloned()
+        .collect();
+    (reply.status, headers, reply.body.clone())
+}
+
+#[tokio::test]
+async fn responses_in_the_service_body_are_the_default_ones() {
+    type Build = fn(&ManualClock) -> ratelab_http::RateLimitLayerBuilder;
+    let settings: [(&str, Build); 4] = [
+        ("the default problem", |clock| {
+            RateLimitLayer::builder().policy(Policy::new("default", two_per_minute(clock)))
+        }),
+        ("a custom refusal", |clock| {
+            RateLimitLayer::builder()
+                .policy(Policy::new("default", two_per_minute(clock)))
+                .refusal_response(|info| {
+                    let mut response = Response::new(Full::new(Bytes::from(format!(
+                        "slow down, {}",
+                        info.client
+                    ))));
+                    *response.status_mut() = StatusCode::IM_A_TEAPOT;
+                    response
+                })
+        }),
+        ("a policy on a route (the request taken apart)", |clock| {
+            RateLimitLayer::builder()
+                .policy(Policy::new("admin", two_per_minute(clock)).path("/admin"))
+                .headers(HeaderStyle::DraftAndLegacy)
+        }),
+        ("no fields", |clock| {
+            RateLimitLayer::builder()
+                .policy(Policy::new("default", two_per_minute(clock)))
+                .headers(HeaderStyle::None)
+                .request_extensions(false)
+        }),
+    ];
+    for (setting, build) in settings {
+        let wrapped = serve(routes().layer(build(&ManualClock::new()).build().unwrap())).await;
+        let own = build(&ManualClock::new())
+            .build()
+            .unwrap()
+            .with_service_body();
+        let own = serve(routes().layer(own)).await;
+        let mut refused = 0;
+        for path in ["/", "/admin", "/admin", "/admin", "/"] {
+            let want = fetch(wrapped, path).await;
+            let got = fetch(own, path).await;
+            assert_eq!(seen(&got), seen(&want), "{setting}: {path}");
+            refused += usize::from(want.status != 200);
+        }
+        assert!(refused > 0, "{setting}: nothing refused, nothing compared");
+    }
+}
