@@ -232,13 +232,28 @@ fn fingerprint(source: &Source) -> Fingerprint {
     print
 }
 
+/// What a configuration must also pass to be served, beyond loading: the
+/// checks the server made of the first one at startup (say, a limit an
+/// algorithm cannot count, or a lease it cannot give), or why not.
+pub type Check = Arc<dyn Fn(&config::Config) -> Result<(), String> + Send + Sync>;
+
 /// The reloader: what the files are now, taken before the configuration
 /// is first read, so that a change made while it is read is seen.
-#[derive(Debug)]
 pub struct Watch {
     source: Source,
     merge: bool,
     last: Fingerprint,
+    check: Option<Check>,
+}
+
+impl std::fmt::Debug for Watch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Watch")
+            .field("source", &self.source)
+            .field("merge", &self.merge)
+            .field("checked", &self.check.is_some())
+            .finish_non_exhaustive()
+    }
 }
 
 impl Watch {
@@ -254,7 +269,17 @@ impl Watch {
             source,
             merge,
             last,
+            check: None,
         }
+    }
+
+    /// Refuses a reloaded configuration that fails `check` as one that
+    /// fails to load: logged, counted, the last good one kept. Give it the
+    /// checks made at startup, so that a reload cannot bring in what a
+    /// start would have refused.
+    pub fn checked(mut self, check: Check) -> Self {
+        self.check = Some(check);
+        self
     }
 
     /// Reloads the files into `shared` whenever one changes (checked every
@@ -273,6 +298,7 @@ impl Watch {
             source,
             merge,
             mut last,
+            check,
         } = self;
         let mut ticker = tokio::time::interval(interval);
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -283,7 +309,14 @@ impl Watch {
                 continue;
             }
             last = now;
-            match source.load(merge) {
+            let loaded = source
+                .load(merge)
+                .map_err(|e| e.to_string())
+                .and_then(|config| match &check {
+                    Some(check) => check(&config).map(|()| config),
+                    None => Ok(config),
+                });
+            match loaded {
                 Ok(config) => {
                     tracing::info!(domains = config.len(), "configuration reloaded");
                     stats.counter("ratelimit.service.config_load_success").inc();

@@ -508,6 +508,12 @@ async fn serve(args: Args, env: Settings) -> Result<(), Failure> {
         }
     }
 
+    // A reload is refused what a start would have been.
+    let (default_algorithm, lease_settings) = (args.default_algorithm, leases);
+    let watch = watch.checked(Arc::new(move |config| {
+        check_algorithms(config, default_algorithm).map_err(|e| e.to_string())?;
+        ratelab_server::lease::check(config, default_algorithm, lease_settings.as_ref())
+    }));
     tokio::spawn(watch.run(
         shared.clone(),
         Duration::from_millis(args.reload_interval_ms.max(10)),

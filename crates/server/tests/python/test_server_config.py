@@ -60,6 +60,20 @@ def test_reload_takes_a_new_limit_and_keeps_the_last_good_one(start):
     assert server.ask("other", [("k", "v")]).overall_code == OVER_LIMIT
 
 
+def test_a_reload_is_refused_what_a_start_would_be(start):
+    """A reloaded file that asks for a lease the server does not give is
+    refused as a start refuses it: logged with file and line, the last good
+    configuration kept."""
+    clear_of_edges(86400, margin=60)
+    server = start({"reload.yaml": LIMIT.format(n=3)})
+    assert limit_of(server) == 3
+    server.write("reload.yaml", LIMIT.format(n=7) + "      algorithm: gcra\n      lease: true\n")
+    wait_for(lambda: "not reloaded" in server.log.read_text(), "the refused reload logged")
+    log = server.log.read_text()
+    assert "reload.yaml:" in log and "lease: true, but the server does not lease" in log, log
+    assert limit_of(server) == 3
+
+
 def test_a_bad_configuration_at_start_names_the_file_and_line(server_binary, tmp_path):
     bad = tmp_path / "bad.yaml"
     bad.write_text(BAD)
