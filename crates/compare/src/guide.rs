@@ -405,6 +405,27 @@ pub fn guide(results: &Results) -> Vec<String> {
             best.debt_charged,
             pct(100.0 * best.refund_given as f64 / best.refund_asked.max(1) as f64)
         ));
+        if let Some(http) = settle
+            .through_http
+            .iter()
+            .find(|h| h.algorithm == best.algorithm)
+        {
+            let differing: u64 = settle
+                .through_http
+                .iter()
+                .map(|h| h.decisions_differing.unwrap_or_default())
+                .sum();
+            let last = lines.last_mut().expect("just pushed");
+            last.truncate(last.len() - " [Settling].".len());
+            last.push_str(&format!(
+                "; over HTTP, `Policy::settle_from_header` settled from the response's header gave {} tokens in the worst minute and {} of {} given back ({} of {} decisions of all the algorithms differed from the direct run's) [Settling].",
+                http.worst_minute_tokens,
+                http.refund_given,
+                http.refund_asked,
+                differing,
+                settle.offered * settle.through_http.len() as u64,
+            ));
+        }
     }
 
     // Fairness.
