@@ -6,6 +6,7 @@ pub mod concurrency;
 pub mod cost;
 pub mod failover;
 pub mod flood;
+pub mod lease;
 pub mod light;
 pub mod outage;
 pub mod reference;
@@ -55,8 +56,12 @@ pub enum ScenarioName {
     /// Simulated time: tokens per minute charged after the response (an
     /// LLM endpoint): estimates reserved, settled to the actual above and
     /// below, many requests in flight; tokens used against the quota, debt
-    /// charged, refunds given back.
+    /// charged, refunds given back; the same through `ratelab-http`.
     Settle,
+    /// Simulated time: 1, 4 and 16 instances leasing one hot key of a
+    /// shared limiter at several offered rates: shared calls per check,
+    /// over-admission against the stated bounds, under-admission.
+    Leases,
     /// Time per check in memory, microseconds per call and checks per second
     /// on Redis, bytes per key in both: from the benchmark summary when
     /// present, else a short measurement of its own.
@@ -76,7 +81,7 @@ pub enum ScenarioName {
 
 impl ScenarioName {
     /// Every scenario, in report order.
-    pub const ALL: [ScenarioName; 12] = [
+    pub const ALL: [ScenarioName; 13] = [
         ScenarioName::Reference,
         ScenarioName::WindowEdge,
         ScenarioName::Concurrency,
@@ -85,6 +90,7 @@ impl ScenarioName {
         ScenarioName::LightTraffic,
         ScenarioName::Smoothness,
         ScenarioName::Settle,
+        ScenarioName::Leases,
         ScenarioName::Cost,
         ScenarioName::Flood,
         ScenarioName::Outage,
@@ -102,6 +108,7 @@ impl ScenarioName {
             ScenarioName::LightTraffic => "light-traffic",
             ScenarioName::Smoothness => "smoothness",
             ScenarioName::Settle => "settle",
+            ScenarioName::Leases => "leases",
             ScenarioName::Cost => "cost",
             ScenarioName::Flood => "flood",
             ScenarioName::Outage => "outage",
@@ -120,6 +127,7 @@ impl ScenarioName {
             ScenarioName::LightTraffic => "Light traffic",
             ScenarioName::Smoothness => "Smoothness",
             ScenarioName::Settle => "Settling",
+            ScenarioName::Leases => "Leases",
             ScenarioName::Cost => "Cost",
             ScenarioName::Flood => "Key flood",
             ScenarioName::Outage => "Redis outage",
