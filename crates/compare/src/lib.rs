@@ -216,6 +216,8 @@ pub struct Results {
     pub outage: Option<scenario::outage::Outage>,
     /// Masters killed, replicas promoted: over-admission and strict mode.
     pub failover: Option<scenario::failover::Failover>,
+    /// ratelab-server beside envoyproxy/ratelimit, as committed.
+    pub server_reference: Option<scenario::server::ServerReference>,
 }
 
 impl Results {
@@ -429,6 +431,7 @@ pub async fn run(config: &Config, redis: Option<&RedisEnv>) -> Result<Results, C
         flood: None,
         outage: None,
         failover: None,
+        server_reference: None,
     };
     let total = config.scenarios.len();
     for (i, &name) in config.scenarios.iter().enumerate() {
@@ -471,6 +474,9 @@ pub async fn run(config: &Config, redis: Option<&RedisEnv>) -> Result<Results, C
             ScenarioName::Flood => results.flood = Some(scenario::flood::run(&ctx)),
             ScenarioName::Outage => results.outage = scenario::outage::run(&ctx).await?,
             ScenarioName::Failover => results.failover = scenario::failover::run(&ctx).await?,
+            ScenarioName::ServerReference => {
+                results.server_reference = scenario::server::run(&ctx);
+            }
         }
         let secs = started.elapsed().as_secs_f64();
         ctx.bar.finish_and_clear();

@@ -36,7 +36,7 @@ pub trait Part {
 
 /// The parts the results hold, in report order.
 pub fn parts(results: &Results) -> Vec<&dyn Part> {
-    let parts: [Option<&dyn Part>; 13] = [
+    let parts: [Option<&dyn Part>; 14] = [
         results.reference.as_ref().map(|p| p as &dyn Part),
         results.window_edge.as_ref().map(|p| p as &dyn Part),
         results.concurrency.as_ref().map(|p| p as &dyn Part),
@@ -50,6 +50,7 @@ pub fn parts(results: &Results) -> Vec<&dyn Part> {
         results.flood.as_ref().map(|p| p as &dyn Part),
         results.outage.as_ref().map(|p| p as &dyn Part),
         results.failover.as_ref().map(|p| p as &dyn Part),
+        results.server_reference.as_ref().map(|p| p as &dyn Part),
     ];
     parts.into_iter().flatten().collect()
 }

@@ -10,6 +10,7 @@ pub mod lease;
 pub mod light;
 pub mod outage;
 pub mod reference;
+pub mod server;
 pub mod settle;
 pub mod smoothness;
 pub mod traffic;
@@ -77,11 +78,15 @@ pub enum ScenarioName {
     /// bound after a failover (healthy replica, lagging replica, strict
     /// mode), the latency strict mode costs, and redis-cell beside GCRA.
     Failover,
+    /// ratelab-server beside envoyproxy/ratelimit: the committed
+    /// measurements of `just bench-server` and the differential test's
+    /// last run (not measured by this run).
+    ServerReference,
 }
 
 impl ScenarioName {
     /// Every scenario, in report order.
-    pub const ALL: [ScenarioName; 13] = [
+    pub const ALL: [ScenarioName; 14] = [
         ScenarioName::Reference,
         ScenarioName::WindowEdge,
         ScenarioName::Concurrency,
@@ -95,6 +100,7 @@ impl ScenarioName {
         ScenarioName::Flood,
         ScenarioName::Outage,
         ScenarioName::Failover,
+        ScenarioName::ServerReference,
     ];
 
     /// The name on the command line and in file names.
@@ -113,6 +119,7 @@ impl ScenarioName {
             ScenarioName::Flood => "flood",
             ScenarioName::Outage => "outage",
             ScenarioName::Failover => "failover",
+            ScenarioName::ServerReference => "server-vs-reference",
         }
     }
 
@@ -132,6 +139,7 @@ impl ScenarioName {
             ScenarioName::Flood => "Key flood",
             ScenarioName::Outage => "Redis outage",
             ScenarioName::Failover => "Failover",
+            ScenarioName::ServerReference => "ratelab-server beside envoyproxy/ratelimit",
         }
     }
 }

@@ -160,6 +160,11 @@ impl Part for Leases {
                         rows.len()
                     ),
                     format!(
+                        "{} / {}",
+                        rows.iter().map(|r| r.admitted).sum::<u64>(),
+                        rows.iter().map(|r| r.plain_admitted).sum::<u64>()
+                    ),
+                    format!(
                         "{} of {}",
                         rows.iter().map(|r| r.under_admitted).sum::<u64>(),
                         rows.iter().map(|r| r.refused).sum::<u64>()
@@ -175,6 +180,7 @@ impl Part for Leases {
                 "Worst second (own bound / leased bound)",
                 "Most beyond its own bound in a second",
                 "Rows within the leased bound",
+                "Admitted, leases / plain",
                 "Under-admitted of refused",
             ],
             &rows,
