@@ -367,7 +367,7 @@ pub fn guide(results: &Results) -> Vec<String> {
                     num(q.short_gaps_pct, 1),
                     num(tb.short_gaps_pct, 1),
                     num(q.delay_mean_ms, 0),
-                    num(q.delay_p99_ms, 0)
+                    num(q.delay_p99_ms, 1)
                 ));
         }
     }

@@ -178,7 +178,7 @@ fn smoothing(results: &Results) -> Answer {
                 num(rate, 0),
                 type_name(&peaky.algorithm),
                 num(peaky.peak_per_sec_100ms, 0),
-                num(smooth.delay_p99_ms, 0)
+                num(smooth.delay_p99_ms, 1)
             ),
         },
         None => Answer {
