@@ -1,5 +1,5 @@
 //! Leases, on simulated time: 1, 4 and 16 instances of
-//! [`Leased`](ratelab::lease::Leased) on one hot key of a shared limiter,
+//! `ratelab::lease::Leased` on one hot key of a shared limiter,
 //! Poisson checks at several offered rates, each sent to an instance drawn
 //! at random. The shared limiter is the algorithm in memory on the run's
 //! clock (it decides as the Redis scripts do), behind a wrapper that counts
