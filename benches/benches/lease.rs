@@ -26,7 +26,8 @@ use ratelab::{
     AsyncRateLimiter, Bound, CheckFuture, Decision, Error, Gcra, Keyed, Limiter, ManualClock,
     Quota, Receipt, ReceiptFuture, ResetFuture, SystemClock,
 };
-use ratelab_benches::Mode;
+use ratelab_benches::summary::lease_calls_group;
+use ratelab_benches::{Metric, Mode, Recorder, Row};
 use ratelab_testkit::redis::RedisServer;
 
 /// A limiter that counts the calls it forwards.
@@ -91,7 +92,13 @@ fn check_now_or_wait<L: AsyncRateLimiter>(
 }
 
 /// One row of `lease-calls`.
-fn calls_per_check(rt: &tokio::runtime::Runtime, instances: u32, per_instance: u64, seconds: f64) {
+fn calls_per_check(
+    rt: &tokio::runtime::Runtime,
+    rec: &mut Recorder,
+    instances: u32,
+    per_instance: u64,
+    seconds: f64,
+) {
     let clock = ManualClock::new();
     let offered = per_instance * u64::from(instances);
     let limit = u32::try_from((2 * offered).min(1_000_000)).expect("at most 1M");
@@ -131,6 +138,13 @@ fn calls_per_check(rt: &tokio::runtime::Runtime, instances: u32, per_instance: u
         checks as f64 / calls.max(1) as f64,
     );
     assert!(admitted <= leased_bound, "admitted beyond the leased bound");
+    rec.push(Row::new(
+        &lease_calls_group(instances, per_instance),
+        "gcra",
+        "leased",
+        Metric::RoundTripsPerCheck,
+        calls as f64 / checks.max(1) as f64,
+    ));
 }
 
 /// A quota no run exhausts: the admitted path is measured, not refusals.
@@ -140,7 +154,21 @@ fn roomy() -> Quota {
         .expect("a valid quota")
 }
 
-fn local_check(c: &mut Criterion, rt: &tokio::runtime::Runtime) {
+fn local_check(c: &mut Criterion, rec: &mut Recorder, rt: &tokio::runtime::Runtime) {
+    rec.criterion(
+        "lease-local",
+        "memory-gcra",
+        ("gcra", "memory"),
+        Metric::NsPerCheck,
+        1.0,
+    );
+    rec.criterion(
+        "lease-local",
+        "leased-gcra",
+        ("gcra", "leased"),
+        Metric::NsPerCheck,
+        1.0,
+    );
     let memory = Keyed::with_clock(Gcra::new(roomy()), SystemClock::new());
     let shared = Keyed::with_clock(Gcra::new(roomy()), SystemClock::new());
     let leased = Leased::new(shared, LeaseConfig::default()).expect("valid");
@@ -163,7 +191,21 @@ fn local_check(c: &mut Criterion, rt: &tokio::runtime::Runtime) {
     );
 }
 
-fn redis_check(c: &mut Criterion, rt: &tokio::runtime::Runtime) {
+fn redis_check(c: &mut Criterion, rec: &mut Recorder, rt: &tokio::runtime::Runtime) {
+    rec.criterion(
+        "lease-redis",
+        "plain",
+        ("gcra", "redis-plain"),
+        Metric::NsPerCheck,
+        1.0,
+    );
+    rec.criterion(
+        "lease-redis",
+        "leased",
+        ("gcra", "redis-leased"),
+        Metric::NsPerCheck,
+        1.0,
+    );
     let server = RedisServer::start();
     let connection = rt
         .block_on(Connection::single(&server.url()))
@@ -205,6 +247,7 @@ fn redis_check(c: &mut Criterion, rt: &tokio::runtime::Runtime) {
 fn main() {
     let mode = Mode::from_args();
     let mut c = ratelab_benches::criterion(&mode);
+    let mut rec = Recorder::new("lease", &mode);
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -213,15 +256,16 @@ fn main() {
         let seconds = mode.size(1.0, 0.3, 0.002);
         for instances in [1, 4, 16] {
             for per_instance in [10_000, 100_000, 1_000_000] {
-                calls_per_check(&rt, instances, per_instance, seconds);
+                calls_per_check(&rt, &mut rec, instances, per_instance, seconds);
             }
         }
     }
     if mode.wants_any("lease-local", ["memory-gcra", "leased-gcra"]) {
-        local_check(&mut c, &rt);
+        local_check(&mut c, &mut rec, &rt);
     }
     if mode.wants_any("lease-redis", ["plain", "leased"]) {
-        redis_check(&mut c, &rt);
+        redis_check(&mut c, &mut rec, &rt);
     }
     c.final_summary();
+    rec.finish();
 }

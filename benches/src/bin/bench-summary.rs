@@ -15,7 +15,7 @@ use ratelab_benches::run::{RowsFile, rows_dir};
 use ratelab_benches::summary::{self, Machine, Summary};
 
 /// The bench binaries, in the order their rows are listed.
-const BINARIES: [&str; 7] = [
+const BINARIES: [&str; 8] = [
     "memory",
     "instructions",
     "footprint",
@@ -23,6 +23,7 @@ const BINARIES: [&str; 7] = [
     "redis",
     "module",
     "http",
+    "lease",
 ];
 
 /// The facts of the rows files that name an outside tool the figures

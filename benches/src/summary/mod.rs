@@ -43,7 +43,10 @@ mod clocks;
 mod flood;
 mod http;
 mod instructions;
+mod lease;
 mod module;
+
+pub use lease::calls_group as lease_calls_group;
 
 /// The machine the figures were measured on.
 #[derive(Debug, Clone, Serialize)]
@@ -560,6 +563,7 @@ pub fn targets(rows: &[Row]) -> Vec<Target> {
     module::targets(rows, &mut out);
     clocks::targets(rows, &mut out);
     flood::targets(rows, &mut out);
+    lease::targets(rows, &mut out);
     http::targets(rows, &mut out);
     out
 }
@@ -868,7 +872,7 @@ const METHOD: &str = "\
 ## How these figures were produced
 
 `just bench` runs `cargo bench -p ratelab-benches` (the bench binaries
-`memory`, `instructions`, `footprint`, `flood`, `redis`, `module` and `http`,
+`memory`, `instructions`, `footprint`, `flood`, `redis`, `module`, `http` and `lease`,
 whose figures are here, and `server`, whose criterion figures stay in
 criterion's reports), then
 `cargo run --release -p ratelab-benches --bin bench-summary`, which merges the
@@ -1065,6 +1069,7 @@ pub fn readme(summary: &Summary) -> String {
     out.push_str(&module::section(summary));
     out.push_str(&clocks::section(summary));
     out.push_str(&flood::section(summary));
+    out.push_str(&lease::section(summary));
     out.push_str(&http::section(summary));
     out.push('\n');
     out.push_str(METHOD);

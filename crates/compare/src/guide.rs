@@ -367,7 +367,7 @@ pub fn guide(results: &Results) -> Vec<String> {
                     num(q.short_gaps_pct, 1),
                     num(tb.short_gaps_pct, 1),
                     num(q.delay_mean_ms, 0),
-                    num(q.delay_p99_ms, 0)
+                    num(q.delay_p99_ms, 1)
                 ));
         }
     }
@@ -405,6 +405,31 @@ pub fn guide(results: &Results) -> Vec<String> {
             best.debt_charged,
             pct(100.0 * best.refund_given as f64 / best.refund_asked.max(1) as f64)
         ));
+        if let Some(http) = settle
+            .through_http
+            .iter()
+            .find(|h| h.algorithm == best.algorithm)
+        {
+            let differing: u64 = settle
+                .through_http
+                .iter()
+                .map(|h| h.decisions_differing.unwrap_or_default())
+                .sum();
+            let last = lines.last_mut().expect("just pushed");
+            last.truncate(last.len() - " [Settling].".len());
+            last.push_str(&format!(
+                "; over HTTP, `Policy::settle_from_header` settled from the response's header gave {} tokens in the worst minute and {} of {} given back ({} of {} decisions of all the algorithms differed from the direct run's) [Settling].",
+                http.worst_minute_tokens,
+                http.refund_given,
+                http.refund_asked,
+                differing,
+                settle.offered * settle.through_http.len() as u64,
+            ));
+        }
+    }
+
+    if let Some(leases) = &results.leases {
+        lines.push(lease_line(leases));
     }
 
     // Fairness.
@@ -670,6 +695,76 @@ fn cheapest(costs: &MemoryCosts<'_>) -> String {
         costs.bytes_method(),
         costs.ns_method()
     );
+    line
+}
+
+/// When to lease and when not, from the leases' rows.
+pub(crate) fn lease_line(leases: &crate::scenario::lease::Leases) -> String {
+    use crate::scenario::lease::Row;
+    let (within, all) = leases.within_leased();
+    let (under, refused) = leases.under_admitted();
+    let mut line = match leases.headline() {
+        Some(h) => format!(
+            "**Lease a hot shared key checked on many instances** (`ratelab::lease::Leased` over the Redis limiter): {} instances offered {} checks per second on a quota of {} per second sent {} calls per check to the shared limiter ({}× fewer than the plain limiter's one); gcra's worst second held {} against its own bound {} and the leased bound {}",
+            h.instances,
+            h.offered_per_second,
+            h.per_second,
+            num(h.calls_per_check, 4),
+            num(h.fewer_calls(), 0),
+            h.worst_second,
+            h.own_bound,
+            h.leased_bound,
+        ),
+        None => "**Leases**: the hot rows did not run".to_owned(),
+    };
+    let _ = write!(
+        line,
+        "; {within} of {all} rows of every algorithm stayed within the leased bound, and {under} of {refused} refusals were ones the shared limiter alone would have admitted [Leases]."
+    );
+    let low: Vec<&Row> = leases.low().collect();
+    let debts_beyond = leases
+        .hot()
+        .filter(|r| {
+            r.algorithm
+                .parse::<AlgorithmKind>()
+                .is_ok_and(AlgorithmKind::debt)
+        })
+        .map(Row::beyond_own)
+        .max();
+    if let Some(gcra) = low.iter().find(|r| r.algorithm == "gcra") {
+        let most = low
+            .iter()
+            .filter(|r| r.algorithm == "gcra")
+            .map(|r| r.fewer_calls())
+            .fold(0.0_f64, f64::max);
+        let _ = write!(
+            line,
+            " **Do not lease a low-rate limit**: at {} per second, gcra's leases saved at most {}× the calls while its bound for a second rose from {} to {} (+{} %)",
+            gcra.per_second,
+            num(most, 1),
+            gcra.own_bound,
+            gcra.leased_bound,
+            num(
+                100.0 * (gcra.leased_bound - gcra.own_bound) as f64 / gcra.own_bound.max(1) as f64,
+                0
+            ),
+        );
+        match debts_beyond {
+            Some(d) if d > 0 => {
+                let _ = write!(
+                    line,
+                    "; **nor a hard billing quota** on a debt (gcra, token bucket, leaky meter or queue): they admitted up to {d} beyond their own bound in a second on the hot key, within the rate times the lease lifetime"
+                );
+            }
+            _ => {
+                let _ = write!(
+                    line,
+                    "; a hard billing quota on a debt may see up to the rate times the lease lifetime beyond its own bound (none measured beyond it on the hot key this run)"
+                );
+            }
+        }
+        line.push_str(" [Leases].");
+    }
     line
 }
 

@@ -208,12 +208,16 @@ pub struct Results {
     pub light_traffic: Option<scenario::light::LightTraffic>,
     /// A cost known after the response, settled.
     pub settle: Option<scenario::settle::Settle>,
+    /// Instances leasing one hot key of a shared limiter.
+    pub leases: Option<scenario::lease::Leases>,
     /// A flood of new keys against the bounded in-memory store.
     pub flood: Option<scenario::flood::Flood>,
     /// A Redis stall, with and without the breaker.
     pub outage: Option<scenario::outage::Outage>,
     /// Masters killed, replicas promoted: over-admission and strict mode.
     pub failover: Option<scenario::failover::Failover>,
+    /// ratelab-server beside envoyproxy/ratelimit, as committed.
+    pub server_reference: Option<scenario::server::ServerReference>,
 }
 
 impl Results {
@@ -231,6 +235,22 @@ impl Results {
         } else if !is_commit_hash(commit) {
             out.push(format!(
                 "This run's commit is {commit}: nothing ties these figures to a version of the code."
+            ));
+        }
+        if let Some(cell) = self
+            .reference
+            .as_ref()
+            .and_then(|r| r.redis_cell_version.as_deref())
+            .filter(|v| {
+                !v.starts_with(&format!(
+                    "redis-cell {}",
+                    ratelab_testkit::redis_cell::PEER_VERSION
+                ))
+            })
+        {
+            out.push(format!(
+                "The redis-cell measured beside ratelab is {cell}, not {}: its rows are that version's.",
+                ratelab_testkit::redis_cell::PEER_VERSION
             ));
         }
         if let Some(bench) = self.cost.as_ref().and_then(|c| c.bench.as_ref())
@@ -258,6 +278,7 @@ impl Results {
             traffic: Option<&'a scenario::traffic::Traffic>,
             light_traffic: Option<&'a scenario::light::LightTraffic>,
             settle: Option<&'a scenario::settle::Settle>,
+            leases: Option<&'a scenario::lease::Leases>,
             smoothness: Option<&'a scenario::smoothness::Smoothness>,
             // The flood's decisions; its heap bytes are measured, not simulated.
             flood: Option<Vec<FloodDecisions<'a>>>,
@@ -288,6 +309,7 @@ impl Results {
             traffic: self.traffic.as_ref(),
             light_traffic: self.light_traffic.as_ref(),
             settle: self.settle.as_ref(),
+            leases: self.leases.as_ref(),
             smoothness: self.smoothness.as_ref(),
             flood: self.flood.as_ref().map(|f| {
                 f.points
@@ -405,9 +427,11 @@ pub async fn run(config: &Config, redis: Option<&RedisEnv>) -> Result<Results, C
         cost: None,
         light_traffic: None,
         settle: None,
+        leases: None,
         flood: None,
         outage: None,
         failover: None,
+        server_reference: None,
     };
     let total = config.scenarios.len();
     for (i, &name) in config.scenarios.iter().enumerate() {
@@ -446,9 +470,13 @@ pub async fn run(config: &Config, redis: Option<&RedisEnv>) -> Result<Results, C
                 results.light_traffic = Some(scenario::light::run(&ctx));
             }
             ScenarioName::Settle => results.settle = Some(scenario::settle::run(&ctx)?),
+            ScenarioName::Leases => results.leases = Some(scenario::lease::run(&ctx)?),
             ScenarioName::Flood => results.flood = Some(scenario::flood::run(&ctx)),
             ScenarioName::Outage => results.outage = scenario::outage::run(&ctx).await?,
             ScenarioName::Failover => results.failover = scenario::failover::run(&ctx).await?,
+            ScenarioName::ServerReference => {
+                results.server_reference = scenario::server::run(&ctx);
+            }
         }
         let secs = started.elapsed().as_secs_f64();
         ctx.bar.finish_and_clear();

@@ -139,6 +139,21 @@ fn run(cli: Cli) -> Result<(), ratelab_compare::CompareError> {
                 env.url(),
                 env.origin()
             );
+            match env.redis_cell() {
+                Ok(_)
+                    if env.redis_cell_version().starts_with(&format!(
+                        "redis-cell {}",
+                        ratelab_testkit::redis_cell::PEER_VERSION
+                    )) =>
+                {
+                    eprintln!("redis-cell: {}", env.redis_cell_version());
+                }
+                Ok(_) => banner(&[format!(
+                    "redis-cell measured: {}.",
+                    env.redis_cell_version()
+                )]),
+                Err(why) => banner(&[format!("NO redis-cell: {why}.")]),
+            }
             Some(env.as_ref())
         }
         RedisChoice::Skipped { reason } => {

@@ -36,7 +36,7 @@ pub trait Part {
 
 /// The parts the results hold, in report order.
 pub fn parts(results: &Results) -> Vec<&dyn Part> {
-    let parts: [Option<&dyn Part>; 12] = [
+    let parts: [Option<&dyn Part>; 14] = [
         results.reference.as_ref().map(|p| p as &dyn Part),
         results.window_edge.as_ref().map(|p| p as &dyn Part),
         results.concurrency.as_ref().map(|p| p as &dyn Part),
@@ -45,10 +45,12 @@ pub fn parts(results: &Results) -> Vec<&dyn Part> {
         results.light_traffic.as_ref().map(|p| p as &dyn Part),
         results.smoothness.as_ref().map(|p| p as &dyn Part),
         results.settle.as_ref().map(|p| p as &dyn Part),
+        results.leases.as_ref().map(|p| p as &dyn Part),
         results.cost.as_ref().map(|p| p as &dyn Part),
         results.flood.as_ref().map(|p| p as &dyn Part),
         results.outage.as_ref().map(|p| p as &dyn Part),
         results.failover.as_ref().map(|p| p as &dyn Part),
+        results.server_reference.as_ref().map(|p| p as &dyn Part),
     ];
     parts.into_iter().flatten().collect()
 }

@@ -178,7 +178,7 @@ fn smoothing(results: &Results) -> Answer {
                 num(rate, 0),
                 type_name(&peaky.algorithm),
                 num(peaky.peak_per_sec_100ms, 0),
-                num(smooth.delay_p99_ms, 0)
+                num(smooth.delay_p99_ms, 1)
             ),
         },
         None => Answer {
@@ -214,6 +214,33 @@ fn many_keys(results: &Results) -> Answer {
     }
 }
 
+/// A hot shared key on many instances: leases.
+fn hot_key(results: &Results) -> Answer {
+    let use_case = "A hot shared key checked on many instances";
+    let choose =
+        "the shared (Redis) limiter behind `ratelab::lease::Leased` in each instance".to_owned();
+    match results.leases.as_ref().and_then(|l| l.headline()) {
+        Some(h) => Answer {
+            use_case,
+            choose,
+            figure: format!(
+                "{} instances offered {} checks per second: {} shared calls per check ({}× fewer than the plain limiter), worst second {} against the leased bound {} [Leases]",
+                h.instances,
+                h.offered_per_second,
+                num(h.calls_per_check, 4),
+                num(h.fewer_calls(), 0),
+                h.worst_second,
+                h.leased_bound
+            ),
+        },
+        None => Answer {
+            use_case,
+            choose,
+            figure: NOT_RUN.into(),
+        },
+    }
+}
+
 /// Every use case, answered from `results`.
 pub fn answers(results: &Results) -> Vec<Answer> {
     vec![
@@ -221,6 +248,7 @@ pub fn answers(results: &Results) -> Vec<Answer> {
         login(results),
         client_throttle(results),
         settled(results),
+        hot_key(results),
         smoothing(results),
         many_keys(results),
     ]

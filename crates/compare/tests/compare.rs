@@ -565,3 +565,98 @@ fn bad_options_and_unreachable_redis_are_clear_errors() {
         assert!(help.contains(scenario), "--help explains {scenario}");
     }
 }
+
+/// The numbers in `text`, commas dropped (`6,884` is `6884`), outside
+/// `[...]` (a section's name and method).
+fn numbers(text: &str) -> Vec<String> {
+    let (mut out, mut current, mut depth) = (Vec::new(), String::new(), 0);
+    let chars: Vec<char> = text.chars().collect();
+    for (i, &c) in chars.iter().enumerate() {
+        match c {
+            '[' => depth += 1,
+            ']' => depth -= 1,
+            _ => {}
+        }
+        let inner_separator = (c == '.' || c == ',')
+            && !current.is_empty()
+            && chars.get(i + 1).is_some_and(char::is_ascii_digit);
+        if depth == 0 && (c.is_ascii_digit() || inner_separator) {
+            if c != ',' {
+                current.push(c);
+            }
+        } else if !current.is_empty() {
+            out.push(std::mem::take(&mut current));
+        }
+    }
+    if !current.is_empty() {
+        out.push(current);
+    }
+    out
+}
+
+/// What is wrong with a generated report: machine paths, and numbers the
+/// one-screen table cites that no other table of the report holds.
+fn report_problems(readme: &str) -> Vec<String> {
+    let mut problems: Vec<String> = ["/work/", "/tmp/", "/home/", "/root/"]
+        .into_iter()
+        .filter(|path| readme.contains(path))
+        .map(|path| format!("a machine path: {path}"))
+        .collect();
+    let start = readme
+        .find("## In one screen")
+        .expect("a one-screen section");
+    let end = start + 2 + readme[start + 2..].find("\n## ").expect("a next section");
+    let table_numbers: std::collections::HashSet<String> = readme[end..]
+        .lines()
+        .filter(|l| l.starts_with('|'))
+        .flat_map(numbers)
+        .collect();
+    for line in readme[start..end].lines().filter(|l| l.starts_with("| ")) {
+        let Some(figure) = line.split(" | ").nth(2) else {
+            continue;
+        };
+        for n in numbers(figure) {
+            if !table_numbers.contains(&n) {
+                problems.push(format!(
+                    "{n}, cited in the one-screen table ({figure}), is in no table"
+                ));
+            }
+        }
+    }
+    problems
+}
+
+#[test]
+fn numbers_are_read_as_the_report_writes_them() {
+    assert_eq!(
+        numbers("6,884 answers, 84.2 % [Cost: 5 repeats] end. 1096 (1999 / 2099)"),
+        ["6884", "84.2", "1096", "1999", "2099"]
+    );
+}
+
+#[test]
+fn the_report_names_no_machine_path_and_its_one_screen_figures_are_in_its_tables() {
+    let config = Config {
+        scenarios: vec![
+            ScenarioName::LoadBalancer,
+            ScenarioName::Traffic,
+            ScenarioName::Smoothness,
+            ScenarioName::Settle,
+            ScenarioName::Leases,
+            ScenarioName::Flood,
+            ScenarioName::ServerReference,
+        ],
+        ..Config::quick(11)
+    };
+    let results = ratelab_compare::run_blocking(&config, None).unwrap();
+    let readme = report::readme(&results, &[]);
+    assert_eq!(report_problems(&readme), Vec::<String>::new(), "{readme}");
+    // The committed report, as `just compare` wrote it.
+    let committed =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../reports/README.md");
+    let committed = std::fs::read_to_string(committed).unwrap();
+    assert_eq!(report_problems(&committed), Vec::<String>::new());
+    // A path, and a figure in no table, are found.
+    let planted = committed.replacen("## What was run", "/home/x\n\n## What was run", 1);
+    assert_eq!(report_problems(&planted).len(), 1);
+}

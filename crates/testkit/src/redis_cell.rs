@@ -55,21 +55,50 @@ pub enum Source {
 
 /// Where [`library`] takes redis-cell from: `$RATELAB_REDIS_CELL_PATH`, else
 /// the 0.5.0 tree (`$RATELAB_REDIS_CELL_SRC`, else
-/// `../shared/peers/redis-cell-0.5.0` beside the workspace) when it has a
-/// `Cargo.toml`, else crates.io.
+/// `../shared/peers/redis-cell-0.5.0` beside the workspace or, from a git
+/// worktree, beside the main checkout) when it has a `Cargo.toml`, else
+/// crates.io.
 pub fn source() -> Source {
     if let Some(path) = std::env::var_os(PATH_ENV) {
         return Source::Given(PathBuf::from(path));
     }
-    let peer = std::env::var_os(SOURCE_ENV).map_or_else(
-        || Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/peers/redis-cell-0.5.0"),
-        PathBuf::from,
-    );
+    let peer = match std::env::var_os(SOURCE_ENV) {
+        Some(path) => PathBuf::from(path),
+        None => beside_checkouts()
+            .into_iter()
+            .map(|checkout| checkout.join(PEER_TREE))
+            .find(|tree| tree.join("Cargo.toml").is_file())
+            .unwrap_or_else(|| PathBuf::from(PEER_TREE)),
+    };
     if peer.join("Cargo.toml").is_file() {
         Source::Peer(peer)
     } else {
         Source::CratesIo
     }
+}
+
+/// The 0.5.0 tree, relative to a checkout of the workspace.
+const PEER_TREE: &str = "../shared/peers/redis-cell-0.5.0";
+
+/// The checkouts the peer tree is looked for beside: this workspace, and,
+/// when it is a git worktree, the main checkout (the parent of git's common
+/// directory), since a worktree may live anywhere.
+fn beside_checkouts() -> Vec<PathBuf> {
+    let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let mut out = vec![workspace.clone()];
+    let common = Command::new("git")
+        .arg("-C")
+        .arg(&workspace)
+        .args(["rev-parse", "--path-format=absolute", "--git-common-dir"])
+        .stderr(Stdio::null())
+        .output();
+    if let Ok(output) = common
+        && output.status.success()
+        && let Some(main) = Path::new(String::from_utf8_lossy(&output.stdout).trim()).parent()
+    {
+        out.push(main.to_owned());
+    }
+    out
 }
 
 /// The redis-cell [`library`] builds, for a report's rows: `redis-cell
@@ -81,17 +110,14 @@ pub fn version() -> String {
             "redis-cell of version unknown (${PATH_ENV}={})",
             path.display()
         ),
-        Source::Peer(path) => match std::env::var_os(SOURCE_ENV) {
-            Some(_) => format!(
-                "redis-cell {PEER_VERSION} (upstream tree at {})",
-                path.display()
-            ),
-            None => format!(
-                "redis-cell {PEER_VERSION} (upstream tree at ../shared/peers/redis-cell-{PEER_VERSION})"
-            ),
+        // Where the tree was found is named relative to a checkout, never
+        // as a path of this machine.
+        Source::Peer(_) => match std::env::var_os(SOURCE_ENV) {
+            Some(_) => format!("redis-cell {PEER_VERSION} (upstream tree at ${SOURCE_ENV})"),
+            None => format!("redis-cell {PEER_VERSION} (upstream tree at {PEER_TREE})"),
         },
         Source::CratesIo => format!(
-            "redis-cell {CRATES_IO_VERSION} (crates.io; {PEER_VERSION} is not published there and ../shared/peers/redis-cell-{PEER_VERSION} is absent)"
+            "redis-cell {CRATES_IO_VERSION} (crates.io; {PEER_VERSION} is not published there and {PEER_TREE} is absent beside this checkout and the main one: set ${SOURCE_ENV} to measure {PEER_VERSION})"
         ),
     }
 }

@@ -6,9 +6,11 @@ pub mod concurrency;
 pub mod cost;
 pub mod failover;
 pub mod flood;
+pub mod lease;
 pub mod light;
 pub mod outage;
 pub mod reference;
+pub mod server;
 pub mod settle;
 pub mod smoothness;
 pub mod traffic;
@@ -55,8 +57,12 @@ pub enum ScenarioName {
     /// Simulated time: tokens per minute charged after the response (an
     /// LLM endpoint): estimates reserved, settled to the actual above and
     /// below, many requests in flight; tokens used against the quota, debt
-    /// charged, refunds given back.
+    /// charged, refunds given back; the same through `ratelab-http`.
     Settle,
+    /// Simulated time: 1, 4 and 16 instances leasing one hot key of a
+    /// shared limiter at several offered rates: shared calls per check,
+    /// over-admission against the stated bounds, under-admission.
+    Leases,
     /// Time per check in memory, microseconds per call and checks per second
     /// on Redis, bytes per key in both: from the benchmark summary when
     /// present, else a short measurement of its own.
@@ -72,11 +78,15 @@ pub enum ScenarioName {
     /// bound after a failover (healthy replica, lagging replica, strict
     /// mode), the latency strict mode costs, and redis-cell beside GCRA.
     Failover,
+    /// ratelab-server beside envoyproxy/ratelimit: the committed
+    /// measurements of `just bench-server` and the differential test's
+    /// last run (not measured by this run).
+    ServerReference,
 }
 
 impl ScenarioName {
     /// Every scenario, in report order.
-    pub const ALL: [ScenarioName; 12] = [
+    pub const ALL: [ScenarioName; 14] = [
         ScenarioName::Reference,
         ScenarioName::WindowEdge,
         ScenarioName::Concurrency,
@@ -85,10 +95,12 @@ impl ScenarioName {
         ScenarioName::LightTraffic,
         ScenarioName::Smoothness,
         ScenarioName::Settle,
+        ScenarioName::Leases,
         ScenarioName::Cost,
         ScenarioName::Flood,
         ScenarioName::Outage,
         ScenarioName::Failover,
+        ScenarioName::ServerReference,
     ];
 
     /// The name on the command line and in file names.
@@ -102,10 +114,12 @@ impl ScenarioName {
             ScenarioName::LightTraffic => "light-traffic",
             ScenarioName::Smoothness => "smoothness",
             ScenarioName::Settle => "settle",
+            ScenarioName::Leases => "leases",
             ScenarioName::Cost => "cost",
             ScenarioName::Flood => "flood",
             ScenarioName::Outage => "outage",
             ScenarioName::Failover => "failover",
+            ScenarioName::ServerReference => "server-vs-reference",
         }
     }
 
@@ -120,10 +134,12 @@ impl ScenarioName {
             ScenarioName::LightTraffic => "Light traffic",
             ScenarioName::Smoothness => "Smoothness",
             ScenarioName::Settle => "Settling",
+            ScenarioName::Leases => "Leases",
             ScenarioName::Cost => "Cost",
             ScenarioName::Flood => "Key flood",
             ScenarioName::Outage => "Redis outage",
             ScenarioName::Failover => "Failover",
+            ScenarioName::ServerReference => "ratelab-server beside envoyproxy/ratelimit",
         }
     }
 }

@@ -6,6 +6,7 @@
 //! next requests wait out. Every algorithm, in memory, on a clock moved to
 //! each event, the same requests for each.
 
+mod http;
 pub mod report;
 
 use rand::rngs::Xoshiro256PlusPlus;
@@ -69,6 +70,9 @@ pub struct Outcome {
     pub refund_given: u64,
     /// Settlements the limiter refused (none expected).
     pub settle_errors: u64,
+    /// Through HTTP: the requests whose decision differs from the direct
+    /// run's (none expected); empty for the direct run.
+    pub decisions_differing: Option<u64>,
 }
 
 /// The scenario's results.
@@ -84,6 +88,10 @@ pub struct Settle {
     pub over_estimated: u64,
     /// One per algorithm, in [`AlgorithmKind::ALL`] order.
     pub outcomes: Vec<Outcome>,
+    /// The same requests through `ratelab-http` (a real server on a
+    /// loopback socket, each estimate reserved from the request and settled
+    /// from the response's header), in the same order.
+    pub through_http: Vec<Outcome>,
 }
 
 impl Settle {
@@ -139,35 +147,77 @@ fn requests(w: &Workload, seed: u64) -> Vec<Request> {
     out
 }
 
+/// One algorithm's figures as its run goes: the same for the direct run
+/// and the one through HTTP.
+struct Tally {
+    out: Outcome,
+    admitted_at: Vec<(u64, u32)>,
+}
+
+impl Tally {
+    fn new(kind: AlgorithmKind) -> Self {
+        Tally {
+            out: Outcome {
+                algorithm: kind.name().to_owned(),
+                admitted: 0,
+                actual_tokens: 0,
+                tokens_per_minute: 0.0,
+                worst_minute_tokens: 0,
+                max_in_flight: 0,
+                debt_charged: 0,
+                refund_asked: 0,
+                refund_given: 0,
+                settle_errors: 0,
+                decisions_differing: None,
+            },
+            admitted_at: Vec::new(),
+        }
+    }
+
+    /// `r` admitted, `in_flight` requests in flight with it.
+    fn admit(&mut self, r: &Request, in_flight: usize) {
+        self.out.admitted += 1;
+        self.out.actual_tokens += u64::from(r.actual);
+        self.admitted_at.push((r.at, r.actual));
+        self.out.max_in_flight = self.out.max_in_flight.max(in_flight);
+    }
+
+    /// `r` settled: the key's remaining capacity `before` and `after`.
+    fn settled(&mut self, r: &Request, before: u64, after: u64) {
+        if r.actual > r.estimate {
+            self.out.debt_charged += u64::from(r.actual - r.estimate);
+        } else if r.actual < r.estimate {
+            self.out.refund_asked += u64::from(r.estimate - r.actual);
+            self.out.refund_given += after.saturating_sub(before);
+        }
+    }
+
+    fn finish(mut self, seconds: u64) -> Outcome {
+        self.out.tokens_per_minute = self.out.actual_tokens as f64 * 60.0 / seconds as f64;
+        self.out.worst_minute_tokens = worst_minute(&self.admitted_at);
+        self.out
+    }
+}
+
 /// One algorithm through the workload: admissions and settlements in time
-/// order (a settlement first at the same instant).
+/// order (a settlement first at the same instant); its outcome and, per
+/// request, whether it was admitted.
 fn simulate(
     kind: AlgorithmKind,
     quota: Quota,
     reqs: &[Request],
     seconds: u64,
-) -> Result<Outcome, CompareError> {
+) -> Result<(Outcome, Vec<bool>), CompareError> {
     const KEY: &[u8] = b"api-key";
     let clock = ManualClock::new();
     let limiter = kind.keyed(quota, clock.clone());
     // (done, index, receipt) of the requests in flight.
     let mut in_flight: Vec<(u64, usize, Receipt)> = Vec::new();
-    let mut admitted_at: Vec<(u64, u32)> = Vec::new();
-    let mut out = Outcome {
-        algorithm: kind.name().to_owned(),
-        admitted: 0,
-        actual_tokens: 0,
-        tokens_per_minute: 0.0,
-        worst_minute_tokens: 0,
-        max_in_flight: 0,
-        debt_charged: 0,
-        refund_asked: 0,
-        refund_given: 0,
-        settle_errors: 0,
-    };
+    let mut tally = Tally::new(kind);
+    let mut admitted = vec![false; reqs.len()];
     let settle_until = |until: u64,
                         in_flight: &mut Vec<(u64, usize, Receipt)>,
-                        out: &mut Outcome|
+                        tally: &mut Tally|
      -> Result<(), CompareError> {
         in_flight.sort_by_key(|f| (f.0, f.1));
         while in_flight.first().is_some_and(|f| f.0 <= until) {
@@ -176,37 +226,26 @@ fn simulate(
             let r = reqs[i];
             let before = limiter.peek(KEY, 0)?.remaining;
             match limiter.settle(receipt, r.actual) {
-                Ok(after) => {
-                    if r.actual > r.estimate {
-                        out.debt_charged += u64::from(r.actual - r.estimate);
-                    } else if r.actual < r.estimate {
-                        out.refund_asked += u64::from(r.estimate - r.actual);
-                        out.refund_given += after.remaining.saturating_sub(before);
-                    }
-                }
-                Err(_) => out.settle_errors += 1,
+                Ok(after) => tally.settled(&r, before, after.remaining),
+                Err(_) => tally.out.settle_errors += 1,
             }
         }
         Ok(())
     };
     for (i, r) in reqs.iter().enumerate() {
-        settle_until(r.at, &mut in_flight, &mut out)?;
+        settle_until(r.at, &mut in_flight, &mut tally)?;
         clock.set(r.at);
         let (decision, receipt) = limiter.check_with_receipt(KEY, r.estimate)?;
         if decision.allowed {
-            out.admitted += 1;
-            out.actual_tokens += u64::from(r.actual);
-            admitted_at.push((r.at, r.actual));
+            admitted[i] = true;
             if let Some(receipt) = receipt {
                 in_flight.push((r.done, i, receipt));
             }
-            out.max_in_flight = out.max_in_flight.max(in_flight.len());
+            tally.admit(r, in_flight.len());
         }
     }
-    settle_until(u64::MAX, &mut in_flight, &mut out)?;
-    out.tokens_per_minute = out.actual_tokens as f64 * 60.0 / seconds as f64;
-    out.worst_minute_tokens = worst_minute(&admitted_at);
-    Ok(out)
+    settle_until(u64::MAX, &mut in_flight, &mut tally)?;
+    Ok((tally.finish(seconds), admitted))
 }
 
 /// The most tokens admitted in any trailing minute.
@@ -225,24 +264,51 @@ fn worst_minute(admitted: &[(u64, u32)]) -> u64 {
     worst
 }
 
-/// Runs the scenario.
+/// Runs the scenario: every algorithm directly, then through HTTP.
 pub fn run(ctx: &Context<'_>) -> Result<Settle, CompareError> {
     let w = workload(ctx.config.quick);
     let quota = Quota::per_minute(w.tokens_per_minute).expect("a valid quota");
     let reqs = requests(&w, ctx.config.seed);
-    ctx.bar.set_length(AlgorithmKind::ALL.len() as u64);
+    ctx.bar.set_length(2 * AlgorithmKind::ALL.len() as u64);
     let mut outcomes = Vec::new();
+    let mut direct_decisions = Vec::new();
     for kind in AlgorithmKind::ALL {
-        outcomes.push(simulate(kind, quota, &reqs, w.seconds)?);
+        let (outcome, decisions) = simulate(kind, quota, &reqs, w.seconds)?;
+        outcomes.push(outcome);
+        direct_decisions.push(decisions);
         ctx.tick();
     }
+    let through_http = http::run_paused(|| async {
+        let mut through_http = Vec::new();
+        for (kind, direct) in AlgorithmKind::ALL.into_iter().zip(&direct_decisions) {
+            through_http.push(through_http_beside(kind, quota, &reqs, w.seconds, direct).await?);
+            ctx.tick();
+        }
+        Ok(through_http)
+    })?;
     Ok(Settle {
         offered: reqs.len() as u64,
         under_estimated: reqs.iter().filter(|r| r.estimate < r.actual).count() as u64,
         over_estimated: reqs.iter().filter(|r| r.estimate > r.actual).count() as u64,
         workload: w,
         outcomes,
+        through_http,
     })
+}
+
+/// `kind` through HTTP, with how many of its decisions differ from
+/// `direct`'s.
+async fn through_http_beside(
+    kind: AlgorithmKind,
+    quota: Quota,
+    reqs: &[Request],
+    seconds: u64,
+    direct: &[bool],
+) -> Result<Outcome, CompareError> {
+    let (mut outcome, decisions) = http::simulate(kind, quota, reqs, seconds).await?;
+    outcome.decisions_differing =
+        Some(decisions.iter().zip(direct).filter(|(a, b)| a != b).count() as u64);
+    Ok(outcome)
 }
 
 #[cfg(test)]
@@ -267,7 +333,7 @@ mod tests {
         assert!(reqs.iter().any(|r| r.estimate < r.actual));
         assert!(reqs.iter().any(|r| r.estimate > r.actual));
         for kind in AlgorithmKind::ALL {
-            let o = simulate(kind, quota, &reqs, w.seconds).unwrap();
+            let (o, _) = simulate(kind, quota, &reqs, w.seconds).unwrap();
             assert_eq!(o.settle_errors, 0, "{o:?}");
             assert!(o.admitted > 0 && o.max_in_flight > 1, "{o:?}");
             assert!(o.refund_given <= o.refund_asked, "{o:?}");
@@ -279,5 +345,28 @@ mod tests {
                 + f64::from(w.actual.1) * o.max_in_flight as f64;
             assert!((o.actual_tokens as f64) <= bound, "{o:?}");
         }
+    }
+
+    #[test]
+    fn through_http_every_algorithm_decides_and_settles_as_directly() {
+        let w = Workload {
+            seconds: 60,
+            ..workload(true)
+        };
+        let quota = Quota::per_minute(w.tokens_per_minute).unwrap();
+        let reqs = requests(&w, 5);
+        http::run_paused(|| async {
+            for kind in AlgorithmKind::ALL {
+                let (direct, decisions) = simulate(kind, quota, &reqs, w.seconds)?;
+                let (over_http, http_decisions) =
+                    http::simulate(kind, quota, &reqs, w.seconds).await?;
+                assert_eq!(http_decisions, decisions, "{kind:?}");
+                assert!(over_http.max_in_flight > 1, "{over_http:?}");
+                assert!(over_http.debt_charged > 0 && over_http.refund_asked > 0);
+                assert_eq!(over_http, direct, "{kind:?}");
+            }
+            Ok(())
+        })
+        .unwrap();
     }
 }

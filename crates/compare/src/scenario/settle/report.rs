@@ -3,7 +3,7 @@
 use std::fmt::Write as _;
 use std::path::Path;
 
-use super::Settle;
+use super::{Outcome, Settle};
 use crate::CompareError;
 use crate::charts::Canvas;
 use crate::markdown::{num, pct, table};
@@ -21,7 +21,8 @@ impl Part for Settle {
     }
 
     fn write_data(&self, dir: &Path) -> Result<(), CompareError> {
-        write_csv(&dir.join("settle.csv"), &self.outcomes)
+        write_csv(&dir.join("settle.csv"), &self.outcomes)?;
+        write_csv(&dir.join("settle-http.csv"), &self.through_http)
     }
 
     fn section(&self, _: &[String]) -> String {
@@ -107,7 +108,94 @@ impl Part for Settle {
                     .join(", ")
             );
         }
+        out += &self.http_part();
         out += "\n";
+        out
+    }
+}
+
+impl Settle {
+    /// The same requests through `ratelab-http`, beside the direct figures.
+    fn http_part(&self) -> String {
+        let s = self;
+        if s.through_http.is_empty() {
+            return String::new();
+        }
+        let mut out = format!(
+            "\n**Through `ratelab-http`.** The same {} requests, each a real HTTP request to a server on a loopback socket (hyper behind `RateLimitLayer`, one connection per request, held open while the request is in flight): the policy reserves the estimate from the request (`Policy::cost_with`) and settles from the response's `{}` header (`Policy::settle_from_header`), the application answering each request at its response time on the run's clock. The limiter decides on a clock the run moves to each event; the leaky queue's slot wait is slept by the layer on tokio's paused clock, so nothing waits in real time and two runs give the same figures. Refunds are read by a peek before and after each response. Direct figures, then through HTTP:\n\n",
+            s.offered,
+            super::http::USED_HEADER,
+        );
+        let both = |direct: String, http: String| {
+            if direct == http {
+                format!("{direct} (same)")
+            } else {
+                format!("{direct} → {http}")
+            }
+        };
+        let rows: Vec<Vec<String>> = s
+            .outcomes
+            .iter()
+            .zip(&s.through_http)
+            .map(|(d, h)| {
+                vec![
+                    d.algorithm.clone(),
+                    both(d.admitted.to_string(), h.admitted.to_string()),
+                    both(num(d.tokens_per_minute, 0), num(h.tokens_per_minute, 0)),
+                    both(
+                        d.worst_minute_tokens.to_string(),
+                        h.worst_minute_tokens.to_string(),
+                    ),
+                    both(d.debt_charged.to_string(), h.debt_charged.to_string()),
+                    both(
+                        format!("{} of {}", d.refund_given, d.refund_asked),
+                        format!("{} of {}", h.refund_given, h.refund_asked),
+                    ),
+                    format!(
+                        "{} of {}",
+                        h.decisions_differing.unwrap_or_default(),
+                        s.offered
+                    ),
+                    h.settle_errors.to_string(),
+                ]
+            })
+            .collect();
+        out += &table(
+            &[
+                "Algorithm",
+                "Requests admitted",
+                "Tokens per minute used (mean)",
+                "Worst trailing minute, tokens",
+                "Debt charged",
+                "Refunds given back of asked",
+                "Decisions differing through HTTP",
+                "Responses not settled",
+            ],
+            &rows,
+        );
+        let differing: u64 = s
+            .through_http
+            .iter()
+            .map(|h| h.decisions_differing.unwrap_or_default())
+            .sum();
+        let same_figures = s
+            .outcomes
+            .iter()
+            .zip(&s.through_http)
+            .filter(|(d, h)| {
+                Outcome {
+                    decisions_differing: None,
+                    ..(*h).clone()
+                } == **d
+            })
+            .count();
+        let _ = writeln!(
+            out,
+            "\nThrough HTTP, {differing} of {} decisions differed from the direct run's, over the {} algorithms; {same_figures} of {} algorithms gave every figure above exactly as directly.",
+            s.offered * s.through_http.len() as u64,
+            s.through_http.len(),
+            s.through_http.len(),
+        );
         out
     }
 }
