@@ -710,7 +710,7 @@ pub(crate) fn lease_line(leases: &crate::scenario::lease::Leases) -> String {
             h.offered_per_second,
             h.per_second,
             num(h.calls_per_check, 4),
-            num(h.fewer_calls(), 0),
+            num(h.fewer_calls(), 1),
             h.worst_second,
             h.own_bound,
             h.leased_bound,

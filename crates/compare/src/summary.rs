@@ -228,7 +228,7 @@ fn hot_key(results: &Results) -> Answer {
                 h.instances,
                 h.offered_per_second,
                 num(h.calls_per_check, 4),
-                num(h.fewer_calls(), 0),
+                num(h.fewer_calls(), 1),
                 h.worst_second,
                 h.leased_bound
             ),

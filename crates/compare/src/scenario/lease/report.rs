@@ -116,7 +116,7 @@ impl Part for Leases {
                     format!(
                         "{} ({}× fewer)",
                         num(r.calls_per_check, 4),
-                        num(r.fewer_calls(), 0)
+                        num(r.fewer_calls(), 1)
                     ),
                     format!("{} ({})", r.admitted, r.plain_admitted),
                     format!("{} ({} / {})", r.worst_second, r.own_bound, r.leased_bound),
@@ -145,7 +145,7 @@ impl Part for Leases {
                 vec![
                     algorithm,
                     range(rows.iter().map(|r| r.calls_per_check), 4),
-                    range(rows.iter().map(|r| r.fewer_calls()), 0),
+                    range(rows.iter().map(|r| r.fewer_calls()), 1),
                     format!("{worst} ({} / {})", rows[0].own_bound, rows[0].leased_bound),
                     rows.iter()
                         .map(|r| r.beyond_own())
@@ -231,11 +231,13 @@ impl Part for Leases {
         );
         let (within, all) = self.within_leased();
         let (under, refused) = self.under_admitted();
+        let leased_total: u64 = self.hot().map(|r| r.admitted).sum();
+        let plain_total: u64 = self.hot().map(|r| r.plain_admitted).sum();
         let _ = writeln!(
             out,
-            "\n**What it shows:** {within} of {all} rows kept their worst second within the leased bound. On the hot key the leases sent {} shared calls per check ({}× fewer than the plain limiter); {under} of {refused} refusals were ones the shared limiter alone would have admitted (units other instances' leases held). The debts' leased bound is their own plus the rate times the lease lifetime; the aligned windows keep their own bound; the sliding log's doubles for a lifetime under its window.\n",
+            "\n**What it shows:** {within} of {all} rows kept their worst second within the leased bound. On the hot key the leases sent {} shared calls per check ({}× fewer than the plain limiter); {under} of {refused} refusals were ones the shared limiter alone would have admitted (units other instances' leases held; a sliding log's lease enters its whole block into the log when taken, so it counts most of these), while over the same checks the leases admitted {leased_total} in all against the plain limiter's {plain_total}. The debts' leased bound is their own plus the rate times the lease lifetime; the aligned windows keep their own bound; the sliding log's doubles for a lifetime under its window.\n",
             range(self.hot().map(|r| r.calls_per_check), 4),
-            range(self.hot().map(Row::fewer_calls), 0),
+            range(self.hot().map(Row::fewer_calls), 1),
         );
         out
     }
