@@ -25,7 +25,7 @@ fn fields(policies: &[Compiled], tally: &Tally) -> (Option<HeaderValue>, Option<
     let limit = response::limit_field(tally.reports.iter().filter_map(|r| {
         let decision = r.decision()?;
         Some(LimitItem {
-            name: policies[r.check.index].item.quoted(),
+            policy: &policies[r.check.index].item,
             r: decision.remaining,
             t: ceil_secs(r.next_after()?),
         })
@@ -161,12 +161,8 @@ impl Fields {
     ) -> Self {
         let item = &compiled.item;
         let (policy, limit) = if settings.style.draft() {
-            let limit = response::limit_field([LimitItem {
-                name: item.quoted(),
-                r: decision.remaining,
-                t: ceil_secs(next_after),
-            }]);
-            (response::policy_field([item]), limit)
+            let limit = item.limit_alone(decision.remaining, ceil_secs(next_after));
+            (item.policy_alone(), limit)
         } else {
             (None, None)
         };

@@ -36,11 +36,12 @@ const INTEGER_MAX: u64 = 999_999_999_999_999;
 pub(crate) struct PolicyItem {
     pub(crate) q: u64,
     pub(crate) w: u64,
-    /// The name as a structured-field String (quoted, escaped): the start of
-    /// both of the policy's items.
-    quoted: Box<str>,
     /// The whole `RateLimit-Policy` item.
     serialized: Box<str>,
+    /// The name as a structured-field String (quoted, escaped), and `;r=`:
+    /// what every `RateLimit` item of the policy starts
+    /// with, so that a response's value is the numbers and one copy.
+    limit_prefix: Box<[u8]>,
     /// The item alone, as a field value: what most responses carry, shared
     /// rather than written again.
     alone: Option<HeaderValue>,
@@ -59,26 +60,46 @@ impl PolicyItem {
         serialized.parameter(b";w=", w);
         let alone = serialized.finish();
         let serialized = String::from_utf8_lossy(serialized.as_bytes()).into();
+        let limit_prefix = [quoted.as_bytes(), b";r="].concat().into();
         PolicyItem {
             q,
             w,
-            quoted: quoted.into(),
             serialized,
+            limit_prefix,
             alone,
         }
     }
 
-    /// The name, serialized (quoted).
-    pub(crate) fn quoted(&self) -> &str {
-        &self.quoted
+    /// The `RateLimit-Policy` value of this policy alone (shared: no copy).
+    pub(crate) fn policy_alone(&self) -> Option<HeaderValue> {
+        self.alone.clone()
+    }
+
+    /// The `RateLimit` value of this policy alone, `r` remaining and `t`
+    /// seconds (what most responses carry): the policy's prefix and the
+    /// numbers, written straight into the value's own buffer, sized exactly
+    /// so that the value takes it as it is.
+    pub(crate) fn limit_alone(&self, r: u64, t: u64) -> Option<HeaderValue> {
+        let mut r_digits = itoa::Buffer::new();
+        let r = r_digits.format(r.min(INTEGER_MAX)).as_bytes();
+        let mut t_digits = itoa::Buffer::new();
+        let t = t_digits.format(t.min(INTEGER_MAX)).as_bytes();
+        let prefix = &*self.limit_prefix;
+        let mut value = Vec::with_capacity(prefix.len() + r.len() + 3 + t.len());
+        value.extend_from_slice(prefix);
+        value.extend_from_slice(r);
+        value.extend_from_slice(b";t=");
+        value.extend_from_slice(t);
+        // Quoted names, separators and digits: always visible ASCII.
+        HeaderValue::from_maybe_shared(Bytes::from(value)).ok()
     }
 }
 
 /// One policy's current state: `"name";r=..;t=..`.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct LimitItem<'a> {
-    /// The serialized name ([`PolicyItem::quoted`]).
-    pub(crate) name: &'a str,
+    /// The policy's item, whose name starts it.
+    pub(crate) policy: &'a PolicyItem,
     pub(crate) r: u64,
     pub(crate) t: u64,
 }
@@ -176,35 +197,20 @@ pub(crate) fn limit_field<'a>(
     let mut items = items.into_iter();
     let first = items.next()?;
     let Some(second) = items.next() else {
-        return limit_alone(first);
+        return first.policy.limit_alone(first.r, first.t);
     };
     let mut value = FieldValue::default();
     for item in [first, second].into_iter().chain(items) {
         value.separate();
-        value.push(item.name.as_bytes());
-        value.parameter(b";r=", item.r);
+        value.push(&item.policy.limit_prefix);
+        value.push(
+            itoa::Buffer::new()
+                .format(item.r.min(INTEGER_MAX))
+                .as_bytes(),
+        );
         value.parameter(b";t=", item.t);
     }
     value.finish()
-}
-
-/// The `RateLimit` value of one item (what most responses carry): written
-/// once, straight into the value's own buffer, sized exactly so that the
-/// value takes it as it is.
-fn limit_alone(item: LimitItem<'_>) -> Option<HeaderValue> {
-    let mut r = itoa::Buffer::new();
-    let r = r.format(item.r.min(INTEGER_MAX)).as_bytes();
-    let mut t = itoa::Buffer::new();
-    let t = t.format(item.t.min(INTEGER_MAX)).as_bytes();
-    let name = item.name.as_bytes();
-    let mut value = Vec::with_capacity(name.len() + 3 + r.len() + 3 + t.len());
-    value.extend_from_slice(name);
-    value.extend_from_slice(b";r=");
-    value.extend_from_slice(r);
-    value.extend_from_slice(b";t=");
-    value.extend_from_slice(t);
-    // Quoted names, separators and digits: always visible ASCII.
-    HeaderValue::from_maybe_shared(Bytes::from(value)).ok()
 }
 
 /// Appends the fields (a list may be split over several lines, so layers
@@ -415,7 +421,7 @@ mod tests {
             assert_eq!(policy_field(&items).unwrap(), with_sfv(&expected));
             assert_eq!(policy_field(&items[..1]).unwrap(), with_sfv(&expected[..1]));
             let limits = items.iter().map(|i| LimitItem {
-                name: i.quoted(),
+                policy: i,
                 r: n / 7,
                 t: n,
             });
@@ -436,13 +442,13 @@ mod tests {
         );
         assert_eq!(policy_field([]), None);
         let limits = [LimitItem {
-            name: items[0].quoted(),
+            policy: &items[0],
             r: 42,
             t: 17,
         }];
         assert_eq!(limit_field(limits).unwrap(), r#""burst";r=42;t=17"#);
         let huge = [LimitItem {
-            name: items[0].quoted(),
+            policy: &items[0],
             r: u64::MAX,
             t: 0,
         }];
