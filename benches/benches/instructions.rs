@@ -42,6 +42,11 @@
 //!   common case of a per-client limit: a client that comes back after its
 //!   bucket refilled. Every check admitted.
 //!
+//! - `instructions-lease`: one hot byte key, the clock frozen, the one-key
+//!   quota: the in-memory keyed check (backend `memory`) against a check
+//!   from a lease of that same limiter (`Leased::check_now`, backend
+//!   `leased`), the lease taken before the count and large enough for it.
+//!
 //! In test mode every case runs once, small, without valgrind; in bench
 //! mode a missing valgrind fails the bench with how to install it.
 
@@ -58,7 +63,11 @@ use std::time::Duration;
 use governor::clock::FakeRelativeClock;
 use governor::middleware::NoOpMiddleware;
 use governor::state::keyed::{DashMapStateStore, HashMapStateStore};
-use ratelab::{Algorithm, AlgorithmKind, Direct, Gcra, Keyed, KnownAlgorithm, ManualClock, Quota};
+use ratelab::lease::{LeaseConfig, Leased};
+use ratelab::{
+    Algorithm, AlgorithmKind, AsyncRateLimiter, Direct, Gcra, Keyed, KnownAlgorithm, ManualClock,
+    Quota,
+};
 use ratelab_benches::algorithms::{constant_time, governor_quota, quota};
 use ratelab_benches::keys::visiting_order;
 use ratelab_benches::{Metric, Mode, Recorder, Row, Setting, Visit, each_algorithm};
@@ -79,6 +88,9 @@ const RETURNING_100K: &str = "instructions-returning-100k";
 const RETURNING_1M: &str = "instructions-returning-1m";
 const HTTP_ADMITTED: &str = "instructions-http-admitted";
 const HTTP_REFUSED: &str = "instructions-http-refused";
+const LEASE: &str = "instructions-lease";
+/// The backend of a check from a lease.
+const LEASED: &str = "leased";
 
 /// governor's rows.
 const GOVERNOR: &str = "governor";
@@ -116,14 +128,14 @@ impl Case {
         let mut parts = id.split('/');
         let (group, function, backend) = (parts.next()?, parts.next()?, parts.next()?);
         let group = GROUPS.into_iter().find(|g| *g == group)?;
-        let backend = [GOVERNOR, "memory", HTTP]
+        let backend = [GOVERNOR, "memory", HTTP, LEASED]
             .into_iter()
             .find(|b| *b == backend)?;
         Some(Case::new(group, function, backend))
     }
 }
 
-const GROUPS: [&str; 7] = [
+const GROUPS: [&str; 8] = [
     DIRECT,
     KEYED_100K,
     KEYED_1M,
@@ -131,6 +143,7 @@ const GROUPS: [&str; 7] = [
     RETURNING_1M,
     HTTP_ADMITTED,
     HTTP_REFUSED,
+    LEASE,
 ];
 
 /// The backend of the HTTP rows; the function is the stack.
@@ -170,6 +183,8 @@ fn cases() -> Vec<Case> {
             out.push(Case::new(group, stack, HTTP));
         }
     }
+    out.push(Case::new(LEASE, "gcra", "memory"));
+    out.push(Case::new(LEASE, "gcra", LEASED));
     out
 }
 
@@ -325,7 +340,7 @@ impl Plan {
     /// (keyed), few enough that a case takes seconds.
     fn checks(case: &Case) -> u64 {
         match case.group {
-            DIRECT => 50_000,
+            DIRECT | LEASE => 50_000,
             HTTP_ADMITTED | HTTP_REFUSED => 5_000,
             KEYED_100K | RETURNING_100K => 100_000,
             _ => 250_000,
@@ -348,7 +363,7 @@ impl Plan {
 
     fn keys(group: &str, test: bool) -> usize {
         match (group, test) {
-            (DIRECT | HTTP_ADMITTED | HTTP_REFUSED, _) => 0,
+            (DIRECT | HTTP_ADMITTED | HTTP_REFUSED | LEASE, _) => 0,
             (_, true) => 1_000,
             (KEYED_100K | RETURNING_100K, false) => 100_000,
             _ => 1_000_000,
@@ -436,6 +451,7 @@ fn run_case(case: &Case, plan: &Plan) {
     match case.group {
         DIRECT => direct(case, plan, &clocks),
         HTTP_ADMITTED | HTTP_REFUSED => through_http(case, plan),
+        LEASE => from_a_lease(case, plan, &clocks),
         KEYED_100K | KEYED_1M => keyed(case, plan, &clocks, Setting::ManyKeys, false),
         _ => keyed(case, plan, &clocks, Setting::ManyKeys, true),
     }
@@ -508,6 +524,62 @@ fn direct(case: &Case, plan: &Plan, clocks: &Clocks) {
             },
         ),
     }
+}
+
+/// One hot byte key: the in-memory keyed check, or a check from a lease of
+/// that same limiter, decided in memory with no future (`check_now`).
+fn from_a_lease(case: &Case, plan: &Plan, clocks: &Clocks) {
+    const TENANT: &[u8] = b"tenant-hot";
+    let quota = quota(Setting::OneKey, AlgorithmKind::Gcra);
+    let memory = Keyed::with_clock(Gcra::new(quota), clocks.ours.clone());
+    let no_key = [0];
+    if case.backend != LEASED {
+        phases(
+            case,
+            plan,
+            &no_key,
+            || {},
+            |_| memory.check(TENANT, 1),
+            |r| r.as_ref().is_ok_and(|d| d.allowed),
+        );
+        return;
+    }
+    let counted: u64 = plan.phases.iter().sum();
+    let growth = 8;
+    let config = LeaseConfig::default()
+        .max_units(u32::try_from(counted * u64::from(growth)).expect("a lease that fits"))
+        .max_lifetime(Duration::from_secs(3_600))
+        .growth(growth);
+    let leased = Leased::with_clock(memory, config, clocks.ours.clone()).expect("valid settings");
+    // A lease used up grows ×8 at its renewal: use each one up until the
+    // next holds every counted check, then take that one.
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .expect("a runtime");
+    let mut size = 0_u64;
+    loop {
+        let renewal = runtime.block_on(leased.check(TENANT, 1)).expect("decided");
+        assert!(renewal.allowed, "the shared limiter refused a lease");
+        let mut used = 1;
+        if size * u64::from(growth) > counted {
+            break;
+        }
+        while leased
+            .check_now(TENANT, 1)
+            .is_some_and(|d| d.is_ok_and(|d| d.allowed))
+        {
+            used += 1;
+        }
+        size = used;
+    }
+    phases(
+        case,
+        plan,
+        &no_key,
+        || {},
+        |_| leased.check_now(TENANT, 1),
+        |d| matches!(d, Some(Ok(d)) if d.allowed),
+    );
 }
 
 /// Our algorithm named by the case, on one key.

@@ -4,7 +4,7 @@
 
 use std::fmt::Write as _;
 
-use super::{COMMANDS, LE, Summary, Target, cell, get, push_judged, push_ratio, two};
+use super::{COMMANDS, INSTRUCTIONS, LE, Summary, Target, cell, get, push_judged, two};
 use crate::run::Row;
 
 /// The instance counts and per-instance rates `lease-calls` measures.
@@ -49,16 +49,37 @@ pub(super) fn targets(rows: &[Row], out: &mut Vec<Target>) {
             0.01,
         );
     }
-    push_ratio(
+    // CPU-bound: judged by instructions, the time ratio beside.
+    let before = out.len();
+    push_judged(
         out,
-        "a check from a lease against the in-memory check",
-        "lease-local",
+        INSTRUCTIONS,
+        "a check from a lease / the in-memory keyed check, same clock (frozen), cost 1",
+        INSTRUCTIONS_GROUP,
         "gcra",
-        ns(rows, "lease-local", "leased"),
-        ns(rows, "lease-local", "memory"),
+        instructions(rows, "leased"),
+        instructions(rows, "memory"),
         LE,
         2.0,
     );
+    if let Some(pushed) = out.get_mut(before) {
+        pushed.time_beside = ns(rows, "lease-local", "leased")
+            .zip(ns(rows, "lease-local", "memory"))
+            .map(|(leased, memory)| leased / memory);
+    }
+}
+
+/// The instructions bench's group for a check from a lease.
+const INSTRUCTIONS_GROUP: &str = "instructions-lease";
+
+fn instructions(rows: &[Row], backend: &str) -> Option<f64> {
+    get(
+        rows,
+        INSTRUCTIONS_GROUP,
+        "gcra",
+        backend,
+        "instructions_per_check",
+    )
 }
 
 /// The README's section, empty when the run has no lease figures.
@@ -108,7 +129,7 @@ pub(super) fn section(summary: &Summary) -> String {
         }
         out.push('\n');
     }
-    out.push_str("\nA check on one hot key, ns (criterion's median). Target: from a lease within 2× of memory.\n\n");
+    out.push_str("\nA check on one hot key, ns (criterion's median). Target: from a lease within 2× of memory, judged by instructions (the instructions bench's `instructions-lease` rows, in the targets table).\n\n");
     out.push_str("| check | ns |\n|---|---:|\n");
     for (group, backend, label) in times {
         let _ = writeln!(out, "| {label} | {} |", cell(ns(rows, group, backend), two));
@@ -126,6 +147,20 @@ mod tests {
         let mut rows = vec![
             Row::new("lease-local", "gcra", "memory", Metric::NsPerCheck, 40.0),
             Row::new("lease-local", "gcra", "leased", Metric::NsPerCheck, 100.0),
+            Row::new(
+                INSTRUCTIONS_GROUP,
+                "gcra",
+                "memory",
+                Metric::InstructionsPerCheck,
+                100.0,
+            ),
+            Row::new(
+                INSTRUCTIONS_GROUP,
+                "gcra",
+                "leased",
+                Metric::InstructionsPerCheck,
+                260.0,
+            ),
         ];
         for (instances, value) in [(1, 0.002), (4, 0.008), (16, 0.03)] {
             rows.push(Row::new(
@@ -146,10 +181,14 @@ mod tests {
                 ("lease-calls-1x10000".to_owned(), true),
                 ("lease-calls-4x10000".to_owned(), true),
                 ("lease-calls-16x10000".to_owned(), false),
-                ("lease-local".to_owned(), false),
+                (INSTRUCTIONS_GROUP.to_owned(), false),
             ]
         );
         assert_eq!(targets[0].judged_by, COMMANDS);
+        // CPU-bound: instructions judge, the time ratio stands beside.
+        assert_eq!(targets[3].judged_by, INSTRUCTIONS);
+        assert_eq!(targets[3].value, 2.6);
+        assert_eq!(targets[3].time_beside, Some(2.5));
         let text = section(&super::super::summary_of(rows));
         assert!(text.contains("| 16 | 0.03000 |"), "{text}");
         assert!(
