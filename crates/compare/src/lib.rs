@@ -115,6 +115,9 @@ pub struct Config {
     pub command: String,
     /// The commit to report the run as, instead of asking git (tests).
     pub commit: Option<String>,
+    /// Where the report is written: a benchmark summary of a commit that
+    /// differs from this run's only there measured this run's code.
+    pub report_dir: Option<PathBuf>,
 }
 
 impl Config {
@@ -129,6 +132,7 @@ impl Config {
             bench_summary: None,
             command: "ratelab-compare".into(),
             commit: None,
+            report_dir: None,
         }
     }
 
@@ -562,6 +566,23 @@ pub fn current_commit(report_dir: Option<&std::path::Path>) -> String {
         }
         None => "unknown (not a git checkout)".into(),
     }
+}
+
+/// Whether commit `measured` holds the same code as `run_commit`: the same
+/// commit, or commits that differ only under `report_dir` (a bench run
+/// committed with its results, the report run after it). Asks git; false
+/// where git cannot tell.
+pub fn same_code(measured: &str, run_commit: &str, report_dir: Option<&std::path::Path>) -> bool {
+    if !is_commit_hash(measured) || !is_commit_hash(run_commit) {
+        return false;
+    }
+    let exclude = report_dir.map(|d| format!(":(exclude){}", d.display()));
+    let mut args = vec!["diff", "--quiet", measured, run_commit, "--", "."];
+    args.extend(exclude.as_deref());
+    std::process::Command::new("git")
+        .args(&args)
+        .status()
+        .is_ok_and(|s| s.success())
 }
 
 /// The time now in UTC, `2026-12-01 04:28:41 UTC`: a date library for one

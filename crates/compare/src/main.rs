@@ -128,6 +128,7 @@ fn run(cli: Cli) -> Result<(), ratelab_compare::CompareError> {
         ),
         command,
         commit: Some(ratelab_compare::current_commit(Some(&cli.out))),
+        report_dir: Some(cli.out.clone()),
     };
     let runtime = ratelab_compare::runtime()?;
     let choice = runtime.block_on(backend::resolve(cli.redis_url.clone(), cli.no_redis))?;

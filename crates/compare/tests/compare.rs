@@ -111,6 +111,7 @@ fn figures_not_from_this_clean_commit_are_said_loudly() {
             commit: "6548f3778506".into(),
             date: "2026-12-01T08:13:04Z".into(),
             is_this_commit: false,
+            redis_cell: None,
         }),
     });
     let warnings = results.provenance_warnings();

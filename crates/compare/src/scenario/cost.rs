@@ -61,6 +61,9 @@ pub struct Summary {
     /// When.
     #[serde(default)]
     pub date: Option<String>,
+    /// The tools it measured with (`redis-cell`: which one it loaded).
+    #[serde(default)]
+    pub tools: std::collections::BTreeMap<String, String>,
     /// The figures.
     pub results: Vec<SummaryEntry>,
     /// Every figure, one per row (only the `module-*` groups are read).
@@ -223,9 +226,12 @@ pub struct BenchOrigin {
     pub commit: String,
     /// When.
     pub date: String,
-    /// Whether every bench in it measured this run's own clean commit: only
-    /// then do its figures stand in the cost table beside this run's.
+    /// Whether every bench in it measured this run's own code (this clean
+    /// commit, or one that differs from it only in the report's files):
+    /// only then do its figures stand in the cost table beside this run's.
     pub is_this_commit: bool,
+    /// The redis-cell it loaded, as the summary names it.
+    pub redis_cell: Option<String>,
 }
 
 /// Whether a summary's `commits` (comma-separated, one per bench) all name
@@ -451,10 +457,13 @@ pub async fn run(ctx: &Context<'_>) -> Result<Cost, CompareError> {
             let origin = BenchOrigin {
                 commit: s.commit.clone().unwrap_or_else(|| "unknown".into()),
                 date: s.date.clone().unwrap_or_else(|| "undated".into()),
-                is_this_commit: s
-                    .commit
-                    .as_deref()
-                    .is_some_and(|c| same_commit(c, &ctx.commit)),
+                is_this_commit: s.commit.as_deref().is_some_and(|c| {
+                    same_commit(c, &ctx.commit)
+                        || c.split(',').map(str::trim).all(|c| {
+                            crate::same_code(c, &ctx.commit, ctx.config.report_dir.as_deref())
+                        })
+                }),
+                redis_cell: s.tools.get("redis-cell").cloned(),
             };
             let path = summary_path
                 .as_deref()

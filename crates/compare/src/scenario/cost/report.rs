@@ -350,12 +350,19 @@ fn write_backends(out: &mut String, c: &Cost, charts: &[String]) {
             }
         },
     );
+    let cell_loaded = c
+        .bench
+        .as_ref()
+        .and_then(|b| b.redis_cell.as_deref())
+        .map_or_else(
+            || "the summary does not record which redis-cell version the bench loaded".to_owned(),
+            |cell| format!("the bench loaded {cell}"),
+        );
     let _ = write!(
         out,
         "\nOn Redis, the same check through the Lua script, the native module \
-         and, for GCRA, redis-cell ({origin}; the summary does not record which redis-cell \
-         version the bench loaded; server µs per call, lower is better; checks per second, \
-         higher is better):\n\n"
+         and, for GCRA, redis-cell ({origin}; {cell_loaded}; server µs per call, lower is \
+         better; checks per second, higher is better):\n\n"
     );
     let lua = |algorithm: &str, pick: fn(&BackendRow) -> Option<f64>| {
         c.backends
