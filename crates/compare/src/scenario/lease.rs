@@ -314,7 +314,7 @@ pub fn run(ctx: &Context<'_>) -> Result<Leases, CompareError> {
     ctx.bar
         .set_length((AlgorithmKind::ALL.len() * per_kind) as u64);
     let seed = ctx.config.seed;
-    let rows = on_own_runtime(|| async {
+    let rows = super::on_own_runtime("leases", || async {
         let mut rows = Vec::new();
         for kind in AlgorithmKind::ALL {
             for &instances in &setup.instances {
@@ -335,27 +335,6 @@ pub fn run(ctx: &Context<'_>) -> Result<Leases, CompareError> {
         Ok(rows)
     })?;
     Ok(Leases { setup, rows })
-}
-
-/// `work` on a runtime of its own, on a thread of its own (the scenarios
-/// run inside the report's runtime).
-fn on_own_runtime<T, F>(work: impl FnOnce() -> F + Send) -> Result<T, CompareError>
-where
-    T: Send,
-    F: Future<Output = Result<T, CompareError>>,
-{
-    std::thread::scope(|scope| {
-        scope
-            .spawn(|| {
-                let runtime = tokio::runtime::Builder::new_current_thread()
-                    .enable_all()
-                    .build()
-                    .map_err(|e| CompareError::Unavailable(format!("a tokio runtime: {e}")))?;
-                runtime.block_on(work())
-            })
-            .join()
-            .map_err(|_| CompareError::Unavailable("the leases run panicked".into()))?
-    })
 }
 
 #[cfg(test)]

@@ -177,3 +177,30 @@ pub async fn release_together(
 pub fn admitted(decisions: &[Decision]) -> usize {
     decisions.iter().filter(|d| d.allowed).count()
 }
+
+/// `work` on a tokio runtime of its own, on a thread of its own (the
+/// scenarios run inside the report's runtime), its clock paused: whatever
+/// the run sleeps (a queue slot's wait) passes without the run waiting it
+/// out. `what` names the run in the error if it panics.
+pub(crate) fn on_own_runtime<T, F>(
+    what: &str,
+    work: impl FnOnce() -> F + Send,
+) -> Result<T, CompareError>
+where
+    T: Send,
+    F: Future<Output = Result<T, CompareError>>,
+{
+    std::thread::scope(|scope| {
+        scope
+            .spawn(|| {
+                let runtime = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .start_paused(true)
+                    .build()
+                    .map_err(|e| CompareError::Unavailable(format!("a tokio runtime: {e}")))?;
+                runtime.block_on(work())
+            })
+            .join()
+            .map_err(|_| CompareError::Unavailable(format!("the {what} run panicked")))?
+    })
+}

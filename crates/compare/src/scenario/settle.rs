@@ -278,7 +278,7 @@ pub fn run(ctx: &Context<'_>) -> Result<Settle, CompareError> {
         direct_decisions.push(decisions);
         ctx.tick();
     }
-    let through_http = http::run_paused(|| async {
+    let through_http = crate::scenario::on_own_runtime("HTTP settle", || async {
         let mut through_http = Vec::new();
         for (kind, direct) in AlgorithmKind::ALL.into_iter().zip(&direct_decisions) {
             through_http.push(through_http_beside(kind, quota, &reqs, w.seconds, direct).await?);
@@ -355,7 +355,7 @@ mod tests {
         };
         let quota = Quota::per_minute(w.tokens_per_minute).unwrap();
         let reqs = requests(&w, 5);
-        http::run_paused(|| async {
+        crate::scenario::on_own_runtime("HTTP settle", || async {
             for kind in AlgorithmKind::ALL {
                 let (direct, decisions) = simulate(kind, quota, &reqs, w.seconds)?;
                 let (over_http, http_decisions) =

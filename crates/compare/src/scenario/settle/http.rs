@@ -255,25 +255,3 @@ async fn get(address: SocketAddr, path: String) -> Result<u16, CompareError> {
         .and_then(|code| code.parse().ok())
         .ok_or_else(|| CompareError::Unavailable(format!("not an HTTP response: {head:?}")))
 }
-
-/// A runtime of its own on a thread of its own, its clock paused: a
-/// queue slot's wait passes without the run waiting it out.
-pub(super) fn run_paused<T, F>(work: impl FnOnce() -> F + Send) -> Result<T, CompareError>
-where
-    T: Send,
-    F: Future<Output = Result<T, CompareError>>,
-{
-    std::thread::scope(|scope| {
-        scope
-            .spawn(|| {
-                let runtime = tokio::runtime::Builder::new_current_thread()
-                    .enable_all()
-                    .start_paused(true)
-                    .build()
-                    .map_err(|e| unavailable("a tokio runtime", e))?;
-                runtime.block_on(work())
-            })
-            .join()
-            .map_err(|_| CompareError::Unavailable("the HTTP settle run panicked".into()))?
-    })
-}
